@@ -1,0 +1,18 @@
+"""crux: physics-informed neural networks in JAX, with every training option real and proven.
+
+    u = crux.mlp(1, 1, hidden=(64, 64, 64))
+    u.optimizer(optax.adam).scale(crux.lrs(1e-3))
+    solver = crux.Crux([crux.Constraint("pde", pde, points=x)], models={"u": u})
+    solver.solve(epochs=5000, batchsize=128).plot("history.png")
+"""
+from crux import problems
+from crux.constraint import Constraint
+from crux.derivatives import grad, hessian, laplacian, partial
+from crux.model import Model, mlp
+from crux.schedules import Schedule, lrs
+from crux.solver import Crux
+from crux.stats import Statistics
+
+__all__ = ["Constraint", "Crux", "Model", "Schedule", "Statistics", "grad", "hessian", "laplacian", "lrs", "mlp",
+           "partial", "problems"]
+__version__ = "0.1.0"

@@ -1,0 +1,56 @@
+"""Derivatives of pointwise functions ``f: (d,) -> scalar``.
+
+Forward mode (nested ``jvp``) is used for second derivatives: for the small input
+dimensions of PINNs it costs ``d`` forward passes and no tape, which is what the
+benchmarks of ``scripts/bench.py`` found fastest.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+Pointwise = Callable[[jax.Array], jax.Array]
+
+
+def _unit(x: jax.Array, i: int) -> jax.Array:
+    return jnp.zeros_like(x).at[i].set(1.0)
+
+
+def grad(f: Pointwise) -> Pointwise:
+    """Gradient of a scalar pointwise function: ``(d,) -> (d,)``."""
+    return jax.grad(f)
+
+
+def partial(f: Pointwise, *dims: int) -> Pointwise:
+    """Mixed partial derivative: ``partial(u, 0, 0)`` is u_xx, ``partial(u, 1)`` is u_t for x = (x, t)."""
+    if not dims:
+        raise ValueError("crux.partial needs at least one dimension index, e.g. partial(u, 0)")
+    derivative = f
+    for i in dims:
+        derivative = _directional(derivative, i)
+    return derivative
+
+
+def _directional(f: Pointwise, i: int) -> Pointwise:
+    def df(x):
+        return jax.jvp(f, (x,), (_unit(x, i),))[1]
+    return df
+
+
+def laplacian(f: Pointwise) -> Pointwise:
+    """Sum of the unmixed second derivatives, by forward-over-forward differentiation."""
+    def lap(x):
+        def second(e):
+            first = lambda y: jax.jvp(f, (y,), (e,))[1]
+            return jax.jvp(first, (x,), (e,))[1]
+        if x.shape[0] == 1:
+            return second(jnp.ones_like(x))
+        return jnp.sum(jax.vmap(second)(jnp.eye(x.shape[0], dtype=x.dtype)), axis=0)
+    return lap
+
+
+def hessian(f: Pointwise) -> Callable[[jax.Array], jax.Array]:
+    """Hessian matrix ``(d, d)`` of a scalar pointwise function."""
+    return jax.jacfwd(jax.jacfwd(f))

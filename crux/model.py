@@ -1,0 +1,190 @@
+"""Networks and the optimizer attached to each.
+
+A :class:`Model` is an ``init``/``apply`` pair evaluated pointwise
+(``apply(params, x)`` with ``x`` of shape ``(in_dim,)``) plus the optimizer and
+learning-rate schedule that train it. ``crux.mlp`` builds the usual one.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from crux.schedules import Schedule
+
+Params = Any
+Apply = Callable[[Params, jax.Array], jax.Array]
+
+ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
+    "tanh": jnp.tanh,
+    "sin": jnp.sin,
+    "gelu": jax.nn.gelu,
+    "silu": jax.nn.silu,
+    "softplus": jax.nn.softplus,
+    "relu": jax.nn.relu,
+}
+
+
+class Model:
+    """A pointwise network with its current parameters and its optimizer.
+
+    ``apply(params, x)`` maps one point ``(in_dim,)`` to ``(out_dim,)``.
+    ``checkpointed_apply`` is the same function with activations rematerialised
+    in the backward pass; without one, the whole ``apply`` is wrapped in
+    ``jax.checkpoint`` (which saves little: see ``crux.mlp`` for why).
+    """
+
+    def __init__(self, init: Callable[[jax.Array], Params], apply: Apply, *, in_dim: int, out_dim: int,
+                 seed: int = 0, checkpointed_apply: Apply | None = None):
+        self.apply = apply
+        self.checkpointed_apply = checkpointed_apply or jax.checkpoint(apply)
+        self.in_dim, self.out_dim = int(in_dim), int(out_dim)
+        self.params: Params = init(jax.random.key(seed))
+        self._optimizer: Any = None
+        self._schedule: Schedule | None = None
+        self.optimizer_version = 0
+        self._batched = jax.jit(jax.vmap(apply, in_axes=(None, 0)))
+
+    # -- optimizer -------------------------------------------------------------
+    def optimizer(self, optimizer: Callable[..., optax.GradientTransformation] | optax.GradientTransformation) -> "Model":
+        """Attach an optax factory (``optax.adam``) or a ready transform (``soap(1)``); starts a fresh state."""
+        if not (isinstance(optimizer, optax.GradientTransformation) or callable(optimizer)):
+            raise TypeError(f"Model.optimizer takes an optax factory (optax.adam) or transform, got {optimizer!r}")
+        self._optimizer = optimizer
+        self.optimizer_version += 1
+        return self
+
+    def scale(self, schedule: Schedule | float) -> "Model":
+        """Set the learning-rate schedule (a factory's ``learning_rate``, or a multiplier of a transform's updates)."""
+        if not isinstance(schedule, Schedule):
+            if not isinstance(schedule, (int, float)):
+                raise TypeError(f"Model.scale takes a crux.lrs schedule or a number, got {schedule!r}")
+            from crux.schedules import lrs
+            schedule = lrs(schedule)
+        self._schedule = schedule
+        self.optimizer_version += 1
+        return self
+
+    @property
+    def has_optimizer(self) -> bool:
+        return self._optimizer is not None
+
+    @property
+    def schedule(self) -> Schedule | None:
+        return self._schedule
+
+    def describe_optimizer(self) -> str:
+        opt = self._optimizer
+        name = getattr(opt, "__name__", type(opt).__name__) if opt is not None else "none"
+        return f"{name} × {self._schedule!r}"
+
+    def transform(self, name: str) -> optax.GradientTransformationExtraArgs:
+        """The optax transform to train with; accepts ``value``/``grad``/``value_fn`` (used by L-BFGS)."""
+        opt, schedule = self._optimizer, self._schedule
+        if opt is None:
+            raise ValueError(f"model '{name}' has no optimizer: call models['{name}'].optimizer(optax.adam)"
+                             f".scale(crux.lrs(1e-3)) before solve()")
+        if isinstance(opt, optax.GradientTransformation):
+            tx = opt
+            if schedule is not None:
+                if schedule.value is not None:  # kept in state: a swept value compiles to the same program
+                    scaling = optax.inject_hyperparams(optax.scale)(step_size=schedule.value)
+                else:
+                    scaling = optax.scale_by_schedule(schedule)
+                tx = optax.chain(tx, scaling)
+        else:
+            arguments = inspect.signature(opt).parameters
+            if "learning_rate" not in arguments:
+                raise ValueError(f"model '{name}': optimizer factory {opt!r} takes no learning_rate; pass a ready "
+                                 f"transform instead, e.g. .optimizer(factory(...))")
+            if schedule is None:
+                if arguments["learning_rate"].default is inspect.Parameter.empty:
+                    raise ValueError(f"model '{name}': {opt.__name__} needs a learning rate: call "
+                                     f".scale(crux.lrs(1e-3)) after .optimizer()")
+                tx = opt()
+            else:
+                # Every other argument static: a traced memory_size breaks optax.lbfgs (FACTS.md).
+                static = [a for a in arguments if a != "learning_rate"]
+                learning_rate = schedule.value if schedule.value is not None else schedule
+                tx = optax.inject_hyperparams(opt, static_args=static)(learning_rate=learning_rate)
+        return optax.with_extra_args_support(tx)
+
+    # -- evaluation --------------------------------------------------------------
+    def pointwise(self, params: Params, x: jax.Array, checkpointed: bool = False) -> jax.Array:
+        """One point: a scalar when ``out_dim == 1``, else ``(out_dim,)``."""
+        y = (self.checkpointed_apply if checkpointed else self.apply)(params, x)
+        return y[0] if self.out_dim == 1 else y
+
+    def __call__(self, xs: Any) -> jax.Array:
+        """Evaluate at points ``(N, in_dim)`` with the current parameters: ``(N, out_dim)``."""
+        xs = jnp.asarray(xs, jnp.float32)
+        if xs.ndim == 1:
+            xs = xs[:, None] if self.in_dim == 1 else xs[None, :]
+        return self._batched(self.params, xs)
+
+
+def _glorot(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    fan_in, fan_out = shape[-2], shape[-1]
+    return jax.random.normal(key, shape, jnp.float32) * np.sqrt(2.0 / (fan_in + fan_out))
+
+
+def _stack_layout(widths: Sequence[int]) -> list[tuple[int, int, int]]:
+    """Group consecutive hidden layers of equal shape: ``[(count, d_in, d_out), ...]``.
+
+    The output layer always stands alone (it has no activation).
+    """
+    shapes = list(zip(widths[:-1], widths[1:]))
+    stacks: list[list[int]] = []
+    for i, (d_in, d_out) in enumerate(shapes):
+        output_layer = i == len(shapes) - 1
+        if stacks and not output_layer and (stacks[-1][1], stacks[-1][2]) == (d_in, d_out):
+            stacks[-1][0] += 1
+        else:
+            stacks.append([1, d_in, d_out])
+    return [(n, d_in, d_out) for n, d_in, d_out in stacks]
+
+
+def mlp(in_dim: int, out_dim: int, hidden: Sequence[int] = (64, 64, 64), activation: str = "tanh",
+        seed: int = 0) -> Model:
+    """A fully connected network with Glorot-normal weights and zero biases.
+
+    Layers of equal shape are stored stacked, ``w: (count, d_in, d_out)``, and
+    applied by ``lax.scan``: with ``checkpoint_gradients`` the scan body is
+    rematerialised, which is the structure that lets XLA drop activations
+    (checkpointing a whole small MLP saves nothing; see FACTS.md).
+    """
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"crux.mlp: unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}")
+    if in_dim < 1 or out_dim < 1 or any(h < 1 for h in hidden):
+        raise ValueError(f"crux.mlp: dimensions must be >= 1, got in_dim={in_dim}, hidden={hidden}, out_dim={out_dim}")
+    layout = _stack_layout([in_dim, *hidden, out_dim])
+    sigma = ACTIVATIONS[activation]
+
+    def init(key):
+        keys = jax.random.split(key, len(layout))
+        return [{"w": _glorot(k, (n, d_in, d_out)), "b": jnp.zeros((n, d_out), jnp.float32)}
+                for k, (n, d_in, d_out) in zip(keys, layout)]
+
+    def make_apply(checkpointed: bool) -> Apply:
+        def apply(params, x):
+            h = x
+            for i, layer in enumerate(params):
+                activate = sigma if i < len(params) - 1 else (lambda z: z)
+
+                def layer_fn(h, wb, activate=activate):
+                    return activate(h @ wb[0] + wb[1]), None
+
+                if layer["w"].shape[0] == 1:
+                    h, _ = layer_fn(h, (layer["w"][0], layer["b"][0]))
+                else:
+                    body = jax.checkpoint(layer_fn) if checkpointed else layer_fn
+                    h, _ = jax.lax.scan(body, h, (layer["w"], layer["b"]), unroll=not checkpointed)
+            return h
+        return apply
+
+    return Model(init, make_apply(False), in_dim=in_dim, out_dim=out_dim, seed=seed,
+                 checkpointed_apply=make_apply(True))

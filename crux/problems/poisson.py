@@ -1,0 +1,64 @@
+"""1-D Poisson problems: -u'' = pi^2 sin(pi x) on [0, 1], u(0) = u(1) = 0, exact u = sin(pi x)."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import jax.numpy as jnp
+import numpy as np
+
+from crux.constraint import Constraint
+from crux.derivatives import laplacian, partial
+from crux.model import mlp
+from crux.problems.problem import Problem
+
+
+def _source(x):
+    return jnp.pi ** 2 * jnp.sin(jnp.pi * x[0])
+
+
+def _exact(xs: np.ndarray) -> np.ndarray:
+    return np.sin(np.pi * xs[:, 0])
+
+
+def _interior(n: int) -> np.ndarray:
+    return np.linspace(0.0, 1.0, n + 2, dtype=np.float32)[1:-1, None]
+
+
+def poisson1d(n_interior: int = 1024, hidden: Sequence[int] = (64, 64, 64), activation: str = "tanh",
+              seed: int = 0, hard_boundary: bool = False, bc_weight: float = 1.0) -> Problem:
+    """The seed problem. ``hard_boundary`` writes u = x(1-x) N(x), leaving the PDE residual alone."""
+    net = mlp(1, 1, hidden, activation, seed=seed)
+    boundary = np.array([[0.0], [1.0]], np.float32)
+    if hard_boundary:
+        u_of = lambda net: (lambda x: x[0] * (1.0 - x[0]) * net.u(x))
+        constraints = [Constraint("pde", lambda net, x: -laplacian(u_of(net))(x) - _source(x), _interior(n_interior))]
+        predict = lambda models, xs: xs[:, 0] * (1 - xs[:, 0]) * np.asarray(models["u"](xs))[:, 0]
+    else:
+        constraints = [Constraint("pde", lambda net, x: -laplacian(net.u)(x) - _source(x), _interior(n_interior)),
+                       Constraint("bc", lambda net, x: net.u(x), boundary, weight=bc_weight)]
+        predict = lambda models, xs: np.asarray(models["u"](xs))[:, 0]
+    return Problem("poisson1d", constraints, {"u": net}, {"u": predict}, {"u": _exact},
+                   np.linspace(0, 1, 1001, dtype=np.float32)[:, None],
+                   "-u'' = pi^2 sin(pi x) on [0,1], u(0)=u(1)=0", seed)
+
+
+def mixed_poisson1d(n_interior: int = 256, hidden: Sequence[int] = (32, 32), activation: str = "tanh",
+                    seed: int = 0) -> Problem:
+    """The same problem in mixed form with two networks: flux q = u', -q' = f.
+
+    Constraint 0 (``flux_balance``: -q' - f) reaches only q, constraint 2 (``bc``)
+    only u, constraint 1 (``flux``: q - u') both: the problem for ``substeps``.
+    """
+    u, q = mlp(1, 1, hidden, activation, seed=seed), mlp(1, 1, hidden, activation, seed=seed + 1)
+    x = _interior(n_interior)
+    constraints = [
+        Constraint("flux_balance", lambda net, x: -partial(net.q, 0)(x) - _source(x), x),
+        Constraint("flux", lambda net, x: net.q(x) - partial(net.u, 0)(x), x),
+        Constraint("bc", lambda net, x: net.u(x), np.array([[0.0], [1.0]], np.float32)),
+    ]
+    return Problem("mixed_poisson1d", constraints, {"u": u, "q": q},
+                   {"u": lambda models, xs: np.asarray(models["u"](xs))[:, 0],
+                    "q": lambda models, xs: np.asarray(models["q"](xs))[:, 0]},
+                   {"u": _exact, "q": lambda xs: np.pi * np.cos(np.pi * xs[:, 0])},
+                   np.linspace(0, 1, 1001, dtype=np.float32)[:, None],
+                   "-q' = pi^2 sin(pi x), q = u', u(0)=u(1)=0 (two networks)", seed)

@@ -1,0 +1,61 @@
+"""Learning-rate schedules, exposed as ``crux.lrs``.
+
+A schedule is a function of the optimizer's step count. Constant schedules keep
+their value as data (``Schedule.value``) so an optimizer can carry it in its
+state: a swept learning rate then compiles to the same program and hits the
+persistent compilation cache.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import jax.numpy as jnp
+import optax
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A learning-rate schedule: ``schedule(step) -> lr``; ``value`` is set for constants."""
+
+    fn: Callable
+    description: str
+    value: float | None = None
+
+    def __call__(self, step):
+        return self.fn(step)
+
+    def __repr__(self) -> str:
+        return self.description
+
+
+class _Schedules:
+    """``lrs(v)`` is a constant schedule; the attributes build the others."""
+
+    def __call__(self, value: float) -> Schedule:
+        return self.constant(value)
+
+    @staticmethod
+    def constant(value: float) -> Schedule:
+        value = float(value)
+        return Schedule(lambda step: jnp.full_like(jnp.asarray(step, jnp.float32), value),
+                        f"constant({value:g})", value=value)
+
+    @staticmethod
+    def warmup_cosine(total: int, warmup: int, peak: float, end: float) -> Schedule:
+        """Linear warm-up from 0 to ``peak`` over ``warmup`` steps, cosine decay to ``end`` at ``total``."""
+        if not 0 <= warmup < total:
+            raise ValueError(f"lrs.warmup_cosine: need 0 <= warmup < total, got warmup={warmup}, total={total}")
+        fn = optax.warmup_cosine_decay_schedule(0.0, peak, warmup, total, end)
+        return Schedule(fn, f"warmup_cosine({total}, {warmup}, {peak:g}, {end:g})")
+
+    @staticmethod
+    def exponential(init: float, decay_rate: float, transition_steps: int, end: float | None = None) -> Schedule:
+        """``init * decay_rate ** (step / transition_steps)``, floored (or capped) at ``end``."""
+        if transition_steps < 1:
+            raise ValueError(f"lrs.exponential: transition_steps must be >= 1, got {transition_steps}")
+        fn = optax.exponential_decay(init, transition_steps, decay_rate, end_value=end)
+        return Schedule(fn, f"exponential({init:g}, {decay_rate:g}, {transition_steps}, {end})")
+
+
+lrs = _Schedules()

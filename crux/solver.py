@@ -1,0 +1,315 @@
+"""The solver: constraints and models in, ``solve()`` options checked, compiled calls run, history kept."""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm.auto import tqdm
+
+from crux.batching import HostBatches, PointStream
+from crux.constraint import Constraint
+from crux.engine import Entry, make_call, reached_models
+from crux.model import Model
+from crux.stats import Statistics
+
+log = logging.getLogger("crux")
+
+SYNC_SECONDS = 0.25  # how often the loop waits for the device: progress, timing and the non-finite check
+
+
+@dataclass(frozen=True)
+class Options:
+    """The validated options of one solve() call."""
+
+    epochs: int
+    batchsize: int | None
+    checkpoint_gradients: bool
+    offload_data: bool
+    accumulation_steps: int
+    inner_steps: int
+    substeps: tuple[tuple[tuple[int, ...], int], ...] | None
+
+
+def _integer(name: str, value: Any, fix: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {value!r}; {fix}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}; {fix}")
+    return int(value)
+
+
+def _parse_substeps(substeps: Any, n_constraints: int) -> tuple[tuple[tuple[int, ...], int], ...]:
+    """``[[i, j], ([k], n), ...]`` -> ``(((i, j), 1), ((k,), n), ...)``, with every index checked."""
+    if not isinstance(substeps, (list, tuple)) or not substeps:
+        raise ValueError(f"substeps must be a non-empty list of entries like [0, 1] or ([0], 2), got {substeps!r}")
+    plan = []
+    for k, entry in enumerate(substeps):
+        steps = 1
+        if isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], (list, tuple)):
+            entry, steps = entry
+            steps = _integer(f"substeps[{k}] step count", steps, "write the entry as ([indices], n) with n >= 1")
+        if not isinstance(entry, (list, tuple)) or not entry:
+            raise ValueError(f"substeps[{k}] is {entry!r}: each entry needs at least one constraint index, "
+                             f"e.g. [0] or ([0, 1], 2)")
+        for i in entry:
+            if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < n_constraints:
+                raise ValueError(f"substeps[{k}] names constraint {i!r}, but indices run from 0 to "
+                                 f"{n_constraints - 1} (the order of the constraints given to crux.Crux)")
+        if len(set(entry)) != len(entry):
+            raise ValueError(f"substeps[{k}] repeats a constraint index: {list(entry)}")
+        plan.append((tuple(int(i) for i in entry), steps))
+    return tuple(plan)
+
+
+class Crux:
+    """A PINN problem: constraints on collocation points and the models that satisfy them.
+
+    ``solve()`` may be called repeatedly: parameters, the update counter (and so
+    the point stream) and, for models whose optimizer was not changed, optimizer
+    state and schedule position carry over.
+    """
+
+    def __init__(self, constraints: Sequence[Constraint], models: dict[str, Model], seed: int = 0):
+        constraints = list(constraints)
+        if not constraints or not all(isinstance(c, Constraint) for c in constraints):
+            raise TypeError("crux.Crux needs a non-empty list of crux.Constraint")
+        names = [c.name for c in constraints]
+        if len(set(names)) != len(names):
+            raise ValueError(f"constraint names must be unique, got {names}")
+        if not models or not all(isinstance(m, Model) for m in models.values()):
+            raise TypeError("crux.Crux needs models={'name': crux.Model, ...}")
+        self.constraints = constraints
+        self.models = dict(models)
+        self.seed = int(seed)
+        self._key = jax.random.key(self.seed)
+        self._step = 0  # updates so far: drives the point stream
+        self._epoch = 0
+        self._opt_states: dict[tuple, tuple[int, Any]] = {}  # (entry key, model) -> (optimizer version, state)
+        self._compiled: dict[tuple, tuple[Any, float, dict]] = {}
+        self._reach: list[set[str]] | None = None
+        self._history: list[Statistics] = []
+
+    # -- public state ------------------------------------------------------------
+    @property
+    def params(self) -> dict[str, Any]:
+        return {name: m.params for name, m in self.models.items()}
+
+    @property
+    def history(self) -> Statistics | None:
+        """Statistics over every solve() so far (None before the first)."""
+        return Statistics.concat(self._history) if self._history else None
+
+    @property
+    def reach(self) -> list[set[str]]:
+        """For each constraint, the models its residual reaches (resolved by tracing, once)."""
+        if self._reach is None:
+            params = self.params
+            self._reach = [reached_models(c, self.models, params) for c in self.constraints]
+        return self._reach
+
+    # -- solve -------------------------------------------------------------------------
+    def solve(self, epochs: int, batchsize: int | None = None, checkpoint_gradients: bool = False,
+              offload_data: bool = False, accumulation_steps: int = 1, inner_steps: int = 1,
+              substeps: Sequence | None = None) -> Statistics:
+        """Train for ``epochs`` epochs; return their Statistics (also appended to ``history``).
+
+        Raises ValueError/TypeError for bad options before any compute, and
+        FloatingPointError when a loss turns non-finite (history kept up to it,
+        parameters left at the last finite update).
+        """
+        options = self._validate(epochs, batchsize, checkpoint_gradients, offload_data, accumulation_steps,
+                                 inner_steps, substeps)
+        entries = self._entries(options)
+        for entry in entries:
+            for name in entry.models:
+                if not self.models[name].has_optimizer:
+                    raise ValueError(f"model '{name}' has no optimizer: call models['{name}'].optimizer(optax.adam)"
+                                     f".scale(crux.lrs(1e-3)) before solve()")
+        if options.accumulation_steps > 1:
+            b, a = options.batchsize, options.accumulation_steps
+            log.info("Gradient accumulation enabled: %d micro-batches per update (effective batch = %d × %d = %d)",
+                     a, b, a, a * b)
+        stream = PointStream(tuple(c.size for c in self.constraints), options.batchsize, options.accumulation_steps)
+        return self._run(options, entries, stream)
+
+    def _validate(self, epochs, batchsize, checkpoint_gradients, offload_data, accumulation_steps, inner_steps,
+                  substeps) -> Options:
+        epochs = _integer("epochs", epochs, "pass the number of epochs to train, e.g. solve(epochs=1000)")
+        if batchsize is not None:
+            batchsize = _integer("batchsize", batchsize, "pass a positive batch size, or None for full batch")
+        accumulation_steps = _integer("accumulation_steps", accumulation_steps,
+                                      "use 1 for no accumulation, or N > 1 micro-batches per update")
+        inner_steps = _integer("inner_steps", inner_steps, "use 1, or a divisor of epochs")
+        if epochs % inner_steps:
+            divisors = [k for k in range(1, min(epochs, 100) + 1) if epochs % k == 0]
+            raise ValueError(f"inner_steps={inner_steps} must divide epochs={epochs}; choose one of {divisors}")
+        if offload_data:
+            largest = max(c.size for c in self.constraints)
+            if batchsize is None or batchsize >= largest:
+                raise ValueError(f"offload_data=True streams mini-batches, so it needs batchsize smaller than the "
+                                 f"largest constraint ({largest} points); got batchsize={batchsize}. Pass a "
+                                 f"smaller batchsize or set offload_data=False")
+        plan = None
+        if substeps is not None:
+            if accumulation_steps > 1 or inner_steps > 1:
+                raise ValueError("substeps cannot be combined with accumulation_steps > 1 or inner_steps > 1 "
+                                 "(each substep is its own update); set both to 1")
+            plan = _parse_substeps(substeps, len(self.constraints))
+        if batchsize is None and accumulation_steps > 1:
+            log.warning("accumulation_steps=%d ignored: with batchsize=None every update already sees all points, "
+                        "so there is nothing to accumulate; using 1", accumulation_steps)
+            accumulation_steps = 1
+        return Options(epochs, batchsize, bool(checkpoint_gradients), bool(offload_data), accumulation_steps,
+                       inner_steps, plan)
+
+    def _entries(self, options: Options) -> tuple[Entry, ...]:
+        reach = self.reach
+        if options.substeps is None:
+            models = tuple(sorted(set().union(*reach)))
+            unreached = sorted(set(self.models) - set(models))
+            if unreached:
+                log.warning("models %s are reached by no constraint and will not be trained", unreached)
+            return (Entry(tuple(range(len(self.constraints))), models, 1),)
+        entries = []
+        for constraints, steps in options.substeps:
+            models = tuple(sorted(set().union(*(reach[c] for c in constraints))))
+            entries.append(Entry(constraints, models, steps))
+        uncovered = sorted(set(range(len(self.constraints))) - {c for e in entries for c in e.constraints})
+        if uncovered:
+            log.warning("constraints %s appear in no substep: they are not trained and their loss is NaN",
+                        [self.constraints[c].name for c in uncovered])
+        return tuple(entries)
+
+    # -- running ------------------------------------------------------------------------
+    def _initial_state(self, entries: tuple[Entry, ...], options: Options, transforms: dict) -> dict:
+        params = {name: m.params for name, m in self.models.items()}
+        opt = []
+        for index, entry in enumerate(entries):
+            states = {}
+            for name in entry.models:
+                key = (self._entry_key(options, index), name)
+                version, state = self._opt_states.get(key, (None, None))
+                if version != self.models[name].optimizer_version:
+                    state = (jnp.int32(0), transforms[name].init(params[name]))
+                states[name] = state
+            opt.append(states)
+        state = {"params": params, "opt": tuple(opt), "step": jnp.int32(self._step)}
+        # Fresh buffers: the call donates them, and L-BFGS's state holds the parameter arrays themselves.
+        return jax.tree.map(jnp.array, state)
+
+    @staticmethod
+    def _entry_key(options: Options, index: int) -> tuple:
+        return ("solve",) if options.substeps is None else ("substeps", options.substeps, index)
+
+    def _compile(self, entries, options, stream, transforms, state, data) -> tuple[Any, float, dict]:
+        versions = tuple((n, self.models[n].optimizer_version) for e in entries for n in e.models)
+        key = (entries, options.inner_steps, options.checkpoint_gradients, options.offload_data, stream, versions)
+        if key in self._compiled:
+            compiled, _, memory = self._compiled[key]
+            return compiled, 0.0, memory
+        call = make_call(self.constraints, self.models, transforms, entries, stream, options.inner_steps,
+                         options.checkpoint_gradients, options.offload_data)
+        start = time.perf_counter()
+        compiled = jax.jit(call, donate_argnums=0).lower(state, data).compile()
+        seconds = time.perf_counter() - start
+        analysis = compiled.memory_analysis()
+        memory = {}
+        if analysis is not None:
+            memory = {"temp_bytes": int(analysis.temp_size_in_bytes),
+                      "argument_bytes": int(analysis.argument_size_in_bytes),
+                      "output_bytes": int(analysis.output_size_in_bytes)}
+        self._compiled[key] = (compiled, seconds, memory)
+        return compiled, seconds, memory
+
+    def _run(self, options: Options, entries: tuple[Entry, ...], stream: PointStream) -> Statistics:
+        transforms = {n: self.models[n].transform(n) for e in entries for n in e.models}
+        state = self._initial_state(entries, options, transforms)
+        steps_per_epoch = sum(e.steps for e in entries)
+        calls = options.epochs // options.inner_steps
+        steps_per_call = options.inner_steps * steps_per_epoch
+        device = jax.devices()[0]
+        if options.offload_data:
+            host = HostBatches(stream, tuple(c.points for c in self.constraints), self._key, self._step,
+                               steps_per_call, calls, device)
+            feed = ({"batches": b} for b in host)
+            first = {"batches": tuple(jax.ShapeDtypeStruct((steps_per_call, stream.micro_batches,
+                                                            stream.batch_size(c), con.points.shape[1]), jnp.float32)
+                                      for c, con in enumerate(self.constraints))}
+        else:
+            data = {"key": self._key, "points": tuple(jnp.asarray(c.points) for c in self.constraints)}
+            feed = (data for _ in range(calls))
+            first = data
+        compiled, compile_seconds, memory = self._compile(entries, options, stream, transforms, state, first)
+
+        outputs, step_seconds = [], []
+        first_epoch = self._epoch
+        failure = None
+        bar = tqdm(total=options.epochs, desc="solve", disable=None, leave=False)
+        start = window_start = time.perf_counter()
+        window_first = 0
+        for call_index, data in enumerate(feed):
+            state, out = compiled(state, data)
+            out[0].copy_to_host_async()
+            outputs.append(out)
+            last_call = call_index == calls - 1
+            if last_call or time.perf_counter() - window_start > SYNC_SECONDS:
+                window = [np.asarray(o[0]) for o in outputs[window_first:]]
+                now = time.perf_counter()
+                updates = (len(outputs) - window_first) * steps_per_call
+                step_seconds.append((now - window_start) / updates)
+                bar.update(updates // steps_per_epoch)
+                bar.set_postfix(loss=f"{np.nansum(window[-1][-1]):.3e}")
+                window_start, window_first = now, len(outputs)
+                if any(not np.all(np.isfinite(w[:, self._evaluated(entries)])) for w in window):
+                    failure = True
+                    break
+        jax.block_until_ready(state)
+        run_seconds = time.perf_counter() - start
+        bar.close()
+
+        losses = np.concatenate([np.asarray(o[0]) for o in outputs]).astype(np.float32)
+        lr = {m: np.concatenate([np.asarray(o[1][m]) for o in outputs]).astype(np.float32)
+              for m in (outputs[0][1] if outputs else {})}
+        error = None
+        if failure:
+            evaluated = self._evaluated(entries)
+            bad = np.argwhere(~np.isfinite(losses[:, evaluated]))[0]
+            row, column = int(bad[0]), int(np.asarray(evaluated)[bad[1]])
+            losses, lr = losses[:row + 1], {m: v[:row + 1] for m, v in lr.items()}
+            error = (f"loss of constraint '{self.constraints[column].name}' became non-finite at epoch "
+                     f"{first_epoch + row}; training stopped. History up to that epoch is kept in "
+                     f"solver.history and the parameters are those of the last finite update.")
+
+        memory = dict(memory)
+        device_stats = device.memory_stats()
+        if device_stats and "peak_bytes_in_use" in device_stats:
+            memory["peak_bytes"] = int(device_stats["peak_bytes_in_use"])
+        stats = Statistics(names=[c.name for c in self.constraints], losses=losses,
+                           epoch=np.arange(first_epoch, first_epoch + len(losses)), lr=lr,
+                           compile_seconds=compile_seconds, run_seconds=run_seconds,
+                           step_seconds=np.asarray(step_seconds), memory=memory, phases=[first_epoch])
+        self._commit(state, entries, options, len(losses) * steps_per_epoch if failure else
+                     calls * steps_per_call, len(losses))
+        self._history.append(stats)
+        if error:
+            raise FloatingPointError(error)
+        return stats
+
+    def _evaluated(self, entries: tuple[Entry, ...]) -> list[int]:
+        return sorted({c for e in entries for c in e.constraints})
+
+    def _commit(self, state: dict, entries: tuple[Entry, ...], options: Options, updates: int, epochs: int) -> None:
+        """Keep what the next solve() resumes from: parameters, optimizer states, counters."""
+        for name, params in state["params"].items():
+            self.models[name].params = params
+        for index, entry in enumerate(entries):
+            for name in entry.models:
+                self._opt_states[(self._entry_key(options, index), name)] = (
+                    self.models[name].optimizer_version, state["opt"][index][name])
+        self._step += updates
+        self._epoch += epochs

@@ -1,0 +1,129 @@
+"""Statistics of one or more solve() calls: loss arrays, learning rates, timings, memory."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass
+class Statistics:
+    """Histories with one row per epoch, and what the run cost.
+
+    ``losses[steps, n_constraints]``, ``total_loss[steps]`` (sum over the constraints
+    that were evaluated), ``epoch[steps]`` (the solver's epoch counter, continuing
+    across solve() calls), ``lr[model][steps]``; ``step_seconds`` is the time per
+    update measured over each synchronisation window; ``phases`` are the first
+    epoch of each solve() call; ``memory`` holds the compiled update's
+    ``temp_bytes``/``argument_bytes``/``output_bytes`` and ``peak_bytes`` where the
+    device reports it.
+    """
+
+    names: list[str]
+    losses: np.ndarray
+    epoch: np.ndarray
+    lr: dict[str, np.ndarray] = field(default_factory=dict)
+    compile_seconds: float = 0.0
+    run_seconds: float = 0.0
+    step_seconds: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    memory: dict[str, int] = field(default_factory=dict)
+    phases: list[int] = field(default_factory=list)
+
+    @property
+    def total_loss(self) -> np.ndarray:
+        return np.nansum(self.losses, axis=1) if self.losses.size else np.zeros(0, np.float32)
+
+    @property
+    def steps(self) -> int:
+        return int(self.losses.shape[0])
+
+    @property
+    def median_step_seconds(self) -> float:
+        return float(np.median(self.step_seconds)) if self.step_seconds.size else float("nan")
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def __repr__(self) -> str:
+        last = f", final loss {self.total_loss[-1]:.3e}" if self.steps else ""
+        return (f"Statistics({self.steps} epochs over {len(self.phases)} phase(s){last}, "
+                f"compile {self.compile_seconds:.2f} s, run {self.run_seconds:.2f} s)")
+
+    @staticmethod
+    def concat(parts: list["Statistics"]) -> "Statistics":
+        """Join the statistics of consecutive solve() calls (one phase each, or more)."""
+        if not parts:
+            raise ValueError("Statistics.concat needs at least one part")
+        names = parts[0].names
+        models = sorted({m for p in parts for m in p.lr})
+        lr = {m: np.concatenate([p.lr.get(m, np.full(p.steps, np.nan, np.float32)) for p in parts])
+              for m in models}
+        memory = {}
+        for p in parts:
+            for k, v in p.memory.items():
+                memory[k] = max(memory.get(k, 0), v)
+        return Statistics(
+            names=list(names),
+            losses=np.concatenate([p.losses for p in parts]),
+            epoch=np.concatenate([p.epoch for p in parts]),
+            lr=lr,
+            compile_seconds=float(sum(p.compile_seconds for p in parts)),
+            run_seconds=float(sum(p.run_seconds for p in parts)),
+            step_seconds=np.concatenate([p.step_seconds for p in parts]),
+            memory=memory,
+            phases=[e for p in parts for e in p.phases],
+        )
+
+    # -- persistence -------------------------------------------------------------
+    def save(self, path: str | Path) -> "Statistics":
+        """Write every array and the scalars to one ``.npz`` file; returns self."""
+        arrays = {"losses": self.losses, "epoch": self.epoch, "step_seconds": self.step_seconds,
+                  "total_loss": self.total_loss}
+        arrays.update({f"lr/{m}": v for m, v in self.lr.items()})
+        meta = {"names": self.names, "compile_seconds": self.compile_seconds, "run_seconds": self.run_seconds,
+                "memory": self.memory, "phases": self.phases}
+        np.savez(path, meta=np.array(json.dumps(meta)), **arrays)
+        return self
+
+    @staticmethod
+    def load(path: str | Path) -> "Statistics":
+        with np.load(path) as data:
+            meta = json.loads(str(data["meta"]))
+            lr = {k.split("/", 1)[1]: data[k] for k in data.files if k.startswith("lr/")}
+            return Statistics(names=meta["names"], losses=data["losses"], epoch=data["epoch"], lr=lr,
+                              compile_seconds=meta["compile_seconds"], run_seconds=meta["run_seconds"],
+                              step_seconds=data["step_seconds"], memory=meta["memory"], phases=meta["phases"])
+
+    # -- figure --------------------------------------------------------------------
+    def plot(self, path: str | Path) -> "Statistics":
+        """Losses per constraint (log scale), learning rates, time per update, phase boundaries; returns self."""
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, (ax_loss, ax_lr, ax_time) = plt.subplots(3, 1, figsize=(8, 9), sharex=False)
+        ax_loss.semilogy(self.epoch, self.total_loss, color="k", lw=1.5, label="total")
+        for j, name in enumerate(self.names):
+            ax_loss.semilogy(self.epoch, self.losses[:, j], lw=1, label=name)
+        ax_loss.set_ylabel("loss")
+        ax_loss.legend(loc="upper right", fontsize=8)
+        for m, values in self.lr.items():
+            ax_lr.plot(self.epoch, values, label=m)
+        ax_lr.set_ylabel("learning rate")
+        if self.lr:
+            ax_lr.legend(loc="upper right", fontsize=8)
+        for ax in (ax_loss, ax_lr):
+            ax.set_xlabel("epoch")
+            for start in self.phases[1:]:
+                ax.axvline(start, color="grey", ls="--", lw=0.8)
+        if self.step_seconds.size:
+            ax_time.plot(np.arange(self.step_seconds.size), self.step_seconds * 1e3, ".-", lw=0.8)
+        ax_time.set_xlabel("synchronisation window")
+        ax_time.set_ylabel("ms per update")
+        ax_time.set_title(f"compile {self.compile_seconds:.2f} s, run {self.run_seconds:.2f} s", fontsize=9)
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        return self
