@@ -21,7 +21,8 @@ from crux.batching import PointStream
 from crux.constraint import Constraint
 from crux.model import Model
 
-State = dict[str, Any]  # {"params": {model: p}, "opt": ({model: (count, tx_state)}, ...), "step": int32}
+# {"params": {model: p}, "opt": ({model: (count, tx_state)}, ...), "step": int32, "failed": bool}
+State = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -84,11 +85,12 @@ def _repeat(body: Callable, carry: Any, xs: Any, length: int) -> tuple[Any, Any]
 def make_call(constraints: Sequence[Constraint], models: dict[str, Model],
               transforms: dict[str, optax.GradientTransformationExtraArgs], entries: Sequence[Entry],
               stream: PointStream, epochs_per_call: int, checkpointed: bool, offload: bool) -> Callable:
-    """Build ``call(state, data) -> (state, (losses (K, n_constraints), lr {model: (K,)}))``.
+    """Build ``call(state, data) -> (state, (losses (K, n_constraints), lr {model: (K,)}, finite (K,)))``.
 
     ``data`` is ``{"key", "points"}`` (points on the device, batches drawn inside)
     or, with ``offload``, ``{"batches"}``: per constraint ``(K * steps_per_epoch, A, B_c, d)``.
-    Losses of an epoch are each constraint's mean over the updates that evaluated it (NaN if none).
+    Losses of an epoch are each constraint's mean over the updates that evaluated it (NaN if none);
+    ``finite`` is False for an epoch with a non-finite loss or update (which was not applied).
     """
     micro = stream.micro_batches
     n_constraints = len(constraints)
@@ -138,30 +140,36 @@ def make_call(constraints: Sequence[Constraint], models: dict[str, Model],
                 new_opt[name] = (count + 1, tx_state)
                 schedule = models[name].schedule
                 lr[name] = schedule(count).astype(jnp.float32) if schedule is not None else jnp.float32(jnp.nan)
-            # A non-finite loss leaves parameters and optimizer state as they were; the caller stops there.
-            finite = jnp.isfinite(value)
-            keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
+            # A non-finite loss or update leaves parameters and optimizer state as they were; the caller stops.
+            finite = jnp.isfinite(value) & jnp.all(jnp.stack(
+                [jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves({m: new_params[m] for m in entry.models})]))
+            # After one, nothing more is applied, so the caller gets the parameters from before it.
+            apply = finite & ~state["failed"]
+            keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(apply, a, b), new, old)
             opt = list(state["opt"])
             opt[index] = keep(new_opt, state["opt"][index])
-            new_state = {"params": keep(new_params, params), "opt": tuple(opt), "step": state["step"] + 1}
-            return new_state, (per, lr)
+            new_state = {"params": keep(new_params, params), "opt": tuple(opt), "step": state["step"] + 1,
+                         "failed": state["failed"] | ~finite}
+            return new_state, (per, lr, finite)
         return update
 
     def epoch(data: dict) -> Callable:
         def run(state: State, epoch_batches: Any) -> tuple[State, tuple]:
             sums = [jnp.float32(0.0)] * n_constraints
             lr: dict[str, jax.Array] = {}
+            finite = jnp.bool_(True)
             offset = 0
             for index, entry in enumerate(entries):
                 xs = None if epoch_batches is None else \
                     jax.tree.map(lambda a: a[offset:offset + entry.steps], epoch_batches)
-                state, (pers, lrs) = _repeat(entry_update(entry, index, data), state, xs, entry.steps)
+                state, (pers, lrs, oks) = _repeat(entry_update(entry, index, data), state, xs, entry.steps)
                 for j, c in enumerate(entry.constraints):
                     sums[c] = sums[c] + jnp.sum(pers[:, j])
                 lr.update({name: values[-1] for name, values in lrs.items()})
+                finite = finite & jnp.all(oks)
                 offset += entry.steps
             losses = jnp.stack([s / n if n else jnp.float32(jnp.nan) for s, n in zip(sums, counts)])
-            return state, (losses, lr)
+            return state, (losses, lr, finite)
         return run
 
     def call(state: State, data: dict) -> tuple[State, tuple]:

@@ -198,7 +198,7 @@ class Crux:
                     state = (jnp.int32(0), transforms[name].init(params[name]))
                 states[name] = state
             opt.append(states)
-        state = {"params": params, "opt": tuple(opt), "step": jnp.int32(self._step)}
+        state = {"params": params, "opt": tuple(opt), "step": jnp.int32(self._step), "failed": jnp.bool_(False)}
         # Fresh buffers: the call donates them, and L-BFGS's state holds the parameter arrays themselves.
         return jax.tree.map(jnp.array, state)
 
@@ -248,25 +248,22 @@ class Crux:
 
         outputs, step_seconds = [], []
         first_epoch = self._epoch
-        failure = None
         bar = tqdm(total=options.epochs, desc="solve", disable=None, leave=False)
         start = window_start = time.perf_counter()
         window_first = 0
         for call_index, data in enumerate(feed):
             state, out = compiled(state, data)
-            out[0].copy_to_host_async()
+            out[2].copy_to_host_async()
             outputs.append(out)
-            last_call = call_index == calls - 1
-            if last_call or time.perf_counter() - window_start > SYNC_SECONDS:
-                window = [np.asarray(o[0]) for o in outputs[window_first:]]
+            if call_index == calls - 1 or time.perf_counter() - window_start > SYNC_SECONDS:
+                window_finite = all(np.all(np.asarray(o[2])) for o in outputs[window_first:])
                 now = time.perf_counter()
                 updates = (len(outputs) - window_first) * steps_per_call
                 step_seconds.append((now - window_start) / updates)
                 bar.update(updates // steps_per_epoch)
-                bar.set_postfix(loss=f"{np.nansum(window[-1][-1]):.3e}")
+                bar.set_postfix(loss=f"{np.nansum(np.asarray(outputs[-1][0][-1])):.3e}")
                 window_start, window_first = now, len(outputs)
-                if any(not np.all(np.isfinite(w[:, self._evaluated(entries)])) for w in window):
-                    failure = True
+                if not window_finite:
                     break
         jax.block_until_ready(state)
         run_seconds = time.perf_counter() - start
@@ -275,15 +272,17 @@ class Crux:
         losses = np.concatenate([np.asarray(o[0]) for o in outputs]).astype(np.float32)
         lr = {m: np.concatenate([np.asarray(o[1][m]) for o in outputs]).astype(np.float32)
               for m in (outputs[0][1] if outputs else {})}
+        finite = np.concatenate([np.asarray(o[2]) for o in outputs])
         error = None
-        if failure:
-            evaluated = self._evaluated(entries)
-            bad = np.argwhere(~np.isfinite(losses[:, evaluated]))[0]
-            row, column = int(bad[0]), int(np.asarray(evaluated)[bad[1]])
+        if not finite.all():
+            row = int(np.argmin(finite))
             losses, lr = losses[:row + 1], {m: v[:row + 1] for m, v in lr.items()}
-            error = (f"loss of constraint '{self.constraints[column].name}' became non-finite at epoch "
-                     f"{first_epoch + row}; training stopped. History up to that epoch is kept in "
-                     f"solver.history and the parameters are those of the last finite update.")
+            bad = [self.constraints[c].name for c in self._evaluated(entries) if not np.isfinite(losses[row, c])]
+            cause = (f"loss of constraint '{bad[0]}' became non-finite" if bad else
+                     f"the update made the parameters non-finite (loss {np.nansum(losses[row]):.3e})")
+            error = (f"{cause} at epoch {first_epoch + row}; training stopped. History up to that epoch is kept "
+                     f"in solver.history; the parameters are those before it (lower the learning rate, or check "
+                     f"the residual for a division by zero or a log of a negative number).")
 
         memory = dict(memory)
         device_stats = device.memory_stats()
@@ -293,8 +292,7 @@ class Crux:
                            epoch=np.arange(first_epoch, first_epoch + len(losses)), lr=lr,
                            compile_seconds=compile_seconds, run_seconds=run_seconds,
                            step_seconds=np.asarray(step_seconds), memory=memory, phases=[first_epoch])
-        self._commit(state, entries, options, len(losses) * steps_per_epoch if failure else
-                     calls * steps_per_call, len(losses))
+        self._commit(state, entries, options, len(losses) * steps_per_epoch, len(losses))
         self._history.append(stats)
         if error:
             raise FloatingPointError(error)

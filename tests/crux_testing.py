@@ -33,3 +33,21 @@ def train(problem: crux.problems.Problem, epochs: int, **options) -> tuple[np.nd
 
 def relative(a: np.ndarray, b: np.ndarray, scale: float) -> float:
     return float(np.linalg.norm(a - b) / scale)
+
+
+class CompileCounter:
+    """Counts XLA backend compilations while active: ``with CompileCounter() as compiles: ...; compiles.count``."""
+
+    def __init__(self):
+        self.count = 0
+
+    def _listen(self, event: str, seconds: float, **_) -> None:
+        if "backend_compile" in event:
+            self.count += 1
+
+    def __enter__(self) -> "CompileCounter":
+        jax.monitoring.register_event_duration_secs_listener(self._listen)
+        return self
+
+    def __exit__(self, *_) -> None:
+        jax.monitoring.unregister_event_duration_listener(self._listen)

@@ -1,0 +1,77 @@
+"""Derivatives, schedules, models and statistics: the pieces residuals and reports are built from."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import crux
+from crux_testing import EPS32, poisson, train
+
+
+def f(x):
+    return jnp.sin(x[0]) * x[1] ** 2 + jnp.exp(0.5 * x[2])
+
+
+def test_derivatives_match_closed_forms():
+    x = jnp.array([0.3, -1.2, 0.7])
+    s, c = np.sin(0.3), np.cos(0.3)
+    np.testing.assert_allclose(crux.grad(f)(x), [c * 1.44, s * 2 * -1.2, 0.5 * np.exp(0.35)], rtol=1e-6)
+    expected_laplacian = -s * 1.44 + 2 * s + 0.25 * np.exp(0.35)
+    np.testing.assert_allclose(crux.laplacian(f)(x), expected_laplacian, rtol=1e-6)
+    np.testing.assert_allclose(crux.partial(f, 0, 1)(x), c * 2 * -1.2, rtol=1e-6)
+    np.testing.assert_allclose(np.trace(crux.hessian(f)(x)), expected_laplacian, rtol=1e-6)
+
+
+def test_schedules_take_their_documented_values():
+    np.testing.assert_allclose(crux.lrs(3e-4)(1234), 3e-4)
+    warm = crux.lrs.warmup_cosine(100, 10, 1e-3, 1e-5)
+    np.testing.assert_allclose([warm(0), warm(5), warm(10), warm(100)], [0, 5e-4, 1e-3, 1e-5], rtol=1e-5, atol=1e-9)
+    decay = crux.lrs.exponential(1e-3, 0.5, 10, 1e-4)
+    np.testing.assert_allclose([decay(0), decay(10), decay(20), decay(1000)], [1e-3, 5e-4, 2.5e-4, 1e-4], rtol=1e-5)
+    with pytest.raises(ValueError, match="warmup < total"):
+        crux.lrs.warmup_cosine(10, 10, 1e-3, 0)
+
+
+def test_mlp_evaluates_batches_and_stacks_equal_layers():
+    u = crux.mlp(2, 3, hidden=(16, 16, 16))
+    assert [layer["w"].shape for layer in u.params] == [(1, 2, 16), (2, 16, 16), (1, 16, 3)]
+    xs = np.random.default_rng(0).uniform(size=(5, 2)).astype(np.float32)
+    out = u(xs)
+    assert out.shape == (5, 3)
+    np.testing.assert_allclose(out[2], u.apply(u.params, jnp.asarray(xs[2])), rtol=1e-6)
+    np.testing.assert_allclose(u.checkpointed_apply(u.params, jnp.asarray(xs[2])), out[2], rtol=1e-6)
+
+
+def test_ready_transform_is_scaled_by_the_schedule():
+    # sgd(1) scaled by lrs(1e-3) must be exactly sgd(1e-3).
+    problem_a = poisson(optax.sgd, 1e-3)
+    problem_b = poisson()
+    problem_b.models["u"].optimizer(optax.sgd(1.0)).scale(crux.lrs(1e-3))
+    _, a, _ = train(problem_a, 5)
+    _, b, _ = train(problem_b, 5)
+    np.testing.assert_allclose(a, b, rtol=10 * EPS32, atol=10 * EPS32)
+
+
+def test_statistics_save_load_round_trip_and_plot(tmp_path):
+    problem = poisson(optax.adam)
+    solver = problem.solver()
+    solver.solve(6)
+    solver.solve(4, batchsize=16)
+    history = solver.history
+    assert history.phases == [0, 6] and len(history) == 10
+    loaded = crux.Statistics.load(history.save(tmp_path / "stats.npz") and tmp_path / "stats.npz")
+    np.testing.assert_array_equal(loaded.losses, history.losses)
+    np.testing.assert_array_equal(loaded.lr["u"], history.lr["u"])
+    assert loaded.names == ["pde", "bc"] and loaded.phases == [0, 6] and loaded.memory == history.memory
+    assert history.plot(tmp_path / "history.png") is history
+    assert (tmp_path / "history.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_problems_score_against_their_exact_solutions():
+    problem = crux.problems.heat1d(n_interior=64, n_initial=16, n_boundary=16, hidden=(8,))
+    exact = problem.exact["u"](problem.test_points)
+    # The untrained network is far from the solution, the exact solution scores 0 against itself.
+    assert problem.relative_l2()["u"] > 0.1
+    np.testing.assert_allclose(exact[:64], np.sin(np.pi * problem.test_points[:64, 0]), atol=1e-6)
+    jax.block_until_ready(exact)

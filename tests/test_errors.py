@@ -1,0 +1,73 @@
+"""Bad input is refused before any compute, naming the option and the fix; a diverging loss stops the solve."""
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import crux
+from crux_testing import CompileCounter, flat, poisson
+
+
+@pytest.mark.parametrize("options, error, message", [
+    ({"epochs": 0}, ValueError, r"epochs must be >= 1, got 0; pass the number of epochs"),
+    ({"epochs": 2.5}, TypeError, r"epochs must be an integer, got 2.5"),
+    ({"epochs": 10, "batchsize": 0}, ValueError, r"batchsize must be >= 1, got 0; .*or None for full batch"),
+    ({"epochs": 10, "accumulation_steps": 0}, ValueError, r"accumulation_steps must be >= 1"),
+    ({"epochs": 10, "inner_steps": 0}, ValueError, r"inner_steps must be >= 1"),
+    ({"epochs": 10, "inner_steps": 3}, ValueError, r"inner_steps=3 must divide epochs=10; choose one of \[1, 2, 5, 10\]"),
+    ({"epochs": 10, "offload_data": True}, ValueError, r"offload_data=True .* got batchsize=None"),
+    ({"epochs": 10, "substeps": [[0]], "inner_steps": 2}, ValueError, r"substeps cannot be combined"),
+    ({"epochs": 10, "substeps": [[5]]}, ValueError, r"substeps\[0\] names constraint 5"),
+])
+def test_bad_options_are_refused_before_any_compute(options, error, message):
+    problem = poisson()
+    before = flat(problem.solver().params)
+    with CompileCounter() as compiles, pytest.raises(error, match=message):
+        problem.solver().solve(**options)
+    assert compiles.count == 0 and problem.solver().history is None
+    np.testing.assert_array_equal(flat(problem.solver().params), before)
+
+
+def test_model_without_optimizer_is_refused():
+    u = crux.mlp(1, 1, hidden=(4,))
+    solver = crux.Crux([crux.Constraint("fit", lambda net, x: net.u(x) - x[0], np.linspace(0, 1, 8))], {"u": u})
+    with pytest.raises(ValueError, match=r"model 'u' has no optimizer: call models\['u'\].optimizer\(optax.adam\)"):
+        solver.solve(5)
+
+
+def test_non_finite_points_are_refused_when_the_constraint_is_built():
+    points = np.linspace(0, 1, 8)
+    points[3] = np.nan
+    with pytest.raises(ValueError, match=r"Constraint 'pde': points contain NaN or inf \(first at row 3\)"):
+        crux.Constraint("pde", lambda net, x: net.u(x), points)
+
+
+def stopped_epoch(error: FloatingPointError) -> int:
+    return int(str(error).split("at epoch ")[1].split(";")[0])
+
+
+def test_non_finite_loss_stops_with_epoch_and_constraint_and_keeps_history():
+    # "fit" pulls u towards 3; the log residual turns NaN once u passes 1.5 somewhere.
+    u = crux.mlp(1, 1, hidden=(8,)).optimizer(optax.sgd).scale(crux.lrs(0.05))
+    points = np.linspace(0, 1, 16)
+    solver = crux.Crux([crux.Constraint("fit", lambda net, x: net.u(x) - 3.0, points),
+                        crux.Constraint("log", lambda net, x: 1e-3 * jnp.log(1.5 - net.u(x)), points)], {"u": u})
+    with pytest.raises(FloatingPointError, match=r"loss of constraint 'log' became non-finite at epoch \d+") as raised:
+        solver.solve(500)
+    epoch = stopped_epoch(raised.value)
+    history = solver.history
+    assert 0 < epoch < 500 and len(history) == epoch + 1
+    assert np.isnan(history.losses[-1, 1]) and np.isfinite(history.losses[:-1]).all()
+    # The parameters are those of the start of the failing epoch, the ones its NaN loss was computed at:
+    # finite, with u past 1.5 somewhere; nothing was applied after them.
+    assert np.isfinite(flat(solver.params)).all() and float(np.max(u(points))) > 1.5
+
+
+def test_diverging_update_stops_and_keeps_the_last_finite_parameters():
+    problem = poisson(optax.sgd, lr=1.0)  # far too large: the parameters overflow within a few epochs
+    solver = problem.solver()
+    with pytest.raises(FloatingPointError, match=r"the update made the parameters non-finite \(loss .*\) at epoch"
+                       ) as raised:
+        solver.solve(200)
+    assert len(solver.history) == stopped_epoch(raised.value) + 1
+    assert np.isfinite(flat(solver.params)).all()

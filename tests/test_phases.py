@@ -1,0 +1,85 @@
+"""Multi-phase training: solve() resumes; a new optimizer starts fresh; Adam -> L-BFGS -> SOAP each move."""
+import jax
+import numpy as np
+import optax
+
+import crux
+from crux.engine import constraint_loss
+from crux.optim import soap
+from crux_testing import EPS32, CompileCounter, flat, poisson, relative, train
+
+# Two calls run the same compiled update on the same state as one call: identical arithmetic.
+# The compiled call is reused, so the bound is exact equality up to a few ulp of XLA scheduling.
+ROUND_OFF = 10 * EPS32
+
+
+def test_split_solve_equals_one_solve():
+    schedule = crux.lrs.warmup_cosine(60, 10, 1e-2, 1e-4)
+    split = poisson(optax.adam, schedule)
+    solver = split.solver()
+    initial = flat(solver.params)
+    solver.solve(25, batchsize=16)
+    solver.solve(35, batchsize=16)
+    _, whole, stats = train(poisson(optax.adam, schedule), 60, batchsize=16)
+    history = solver.history
+    assert history.phases == [0, 25]
+    np.testing.assert_array_equal(history.epoch, np.arange(60))
+    np.testing.assert_allclose(history.losses, stats.losses, rtol=ROUND_OFF)
+    np.testing.assert_allclose(history.lr["u"], stats.lr["u"], rtol=ROUND_OFF)
+    assert relative(flat(solver.params), whole, np.linalg.norm(whole - initial)) < ROUND_OFF
+
+
+def test_second_identical_solve_compiles_nothing():
+    solver = poisson(optax.adam).solver()
+    first = solver.solve(5, batchsize=16)
+    with CompileCounter() as compiles:
+        second = solver.solve(5, batchsize=16)
+    assert first.compile_seconds > 0 and second.compile_seconds == 0
+    assert compiles.count == 0  # nothing at all was compiled by the second call
+
+
+def test_new_optimizer_starts_fresh_state_and_schedule():
+    schedule = lambda: crux.lrs.warmup_cosine(40, 10, 1e-2, 1e-4)
+    problem = poisson(optax.adam, schedule())
+    solver = problem.solver()
+    solver.solve(20)
+    after_first = jax.tree.map(np.array, solver.params["u"])
+    problem.models["u"].optimizer(optax.adam).scale(schedule())
+    restarted = solver.solve(20)
+    # The restarted phase equals a brand-new solver started from the same parameters (full batch, so the
+    # point stream plays no part): fresh Adam moments and a schedule counting from 0.
+    fresh = poisson(optax.adam, schedule())
+    fresh.models["u"].params = jax.tree.map(jax.numpy.asarray, after_first)
+    reference = fresh.solver().solve(20)
+    np.testing.assert_allclose(restarted.lr["u"], reference.lr["u"], rtol=1e-6)
+    np.testing.assert_allclose(restarted.losses, reference.losses, rtol=ROUND_OFF)
+    # ... and differs from carrying on with the old state.
+    carried = poisson(optax.adam, schedule()).solver().solve(40)
+    assert np.abs(carried.losses[20:] - restarted.losses).max() > 1e3 * ROUND_OFF * restarted.losses.max()
+
+
+def full_batch_loss(problem) -> float:
+    """The loss over every point with the current parameters."""
+    params = problem.solver().params
+    return float(sum(constraint_loss(c, problem.models, params, jax.numpy.asarray(c.points)) for c in problem.constraints))
+
+
+def test_adam_then_lbfgs_then_soap_each_move_the_parameters():
+    problem = poisson(optax.adam, crux.lrs.warmup_cosine(300, 30, 1e-2, 1e-4), n=128)
+    solver = problem.solver()
+    u = problem.models["u"]
+    snapshots = [flat(solver.params)]
+    solver.solve(300)
+    snapshots.append(flat(solver.params))
+    before_lbfgs = full_batch_loss(problem)
+    u.optimizer(optax.lbfgs).scale(crux.lrs(1.0))
+    solver.solve(30)
+    snapshots.append(flat(solver.params))
+    after_lbfgs = full_batch_loss(problem)
+    u.optimizer(soap(1)).scale(crux.lrs(1e-5))   # the seed's phase 3, as written
+    solver.solve(20)
+    snapshots.append(flat(solver.params))
+    assert solver.history.phases == [0, 300, 330]
+    for before, after in zip(snapshots, snapshots[1:]):
+        assert np.linalg.norm(after - before) > 1e3 * EPS32 * np.linalg.norm(before)
+    assert after_lbfgs < 0.5 * before_lbfgs  # quasi-Newton refinement of a full-batch loss
