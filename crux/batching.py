@@ -80,24 +80,38 @@ class HostBatches:
         steps = jax.device_put(np.arange(start, start + count, dtype=np.int32), self._cpu)
         return tuple(np.asarray(i) for i in self._draw(self._key, steps))
 
-    def _produce(self, out: "queue.Queue") -> None:
-        total = self.steps_per_call * self.calls
-        k = self.steps_per_call
+    def _produce(self, out: "queue.Queue", stop: threading.Event) -> None:
+        total, k = self.steps_per_call * self.calls, self.steps_per_call
         try:
             for start in range(0, total, self._block):
                 count = min(self._block, total - start)
                 block = self._indices(self.first_step + start, count)
                 for offset in range(0, count, k):
                     batch = tuple(p[i[offset:offset + k]] for p, i in zip(self.points, block))
-                    out.put(jax.device_put(batch, self.device))
+                    if not self._put(out, jax.device_put(batch, self.device), stop):
+                        return
         except BaseException as error:  # surfaced in the consumer
-            out.put(error)
+            self._put(out, error, stop)
+
+    @staticmethod
+    def _put(out: "queue.Queue", item, stop: threading.Event) -> bool:
+        while not stop.is_set():
+            try:
+                out.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
 
     def __iter__(self) -> Iterator[tuple[jax.Array, ...]]:
         out: queue.Queue = queue.Queue(maxsize=2)
-        threading.Thread(target=self._produce, args=(out,), daemon=True).start()
-        for _ in range(self.calls):
-            item = out.get()
-            if isinstance(item, BaseException):
-                raise item
-            yield item
+        stop = threading.Event()
+        threading.Thread(target=self._produce, args=(out, stop), daemon=True).start()
+        try:
+            for _ in range(self.calls):
+                item = out.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:  # the solver stopped early (non-finite loss) or finished: let the producer go
+            stop.set()
