@@ -1,0 +1,73 @@
+"""``crux-run``: one job. Config -> problem and models -> phases of solve() on one solver -> MLflow.
+
+    crux-run                                   # conf/config.yaml as it is
+    crux-run memory=b8_acc4 solver.epochs=500  # overrides
+    crux-run --multirun memory=b8,b8_acc4      # one MLflow child run per job under a parent run
+"""
+from __future__ import annotations
+
+import os
+
+import hydra
+import jax
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+from crux import config
+from crux.config import PROJECT_ROOT, Phase
+from crux.problems import Problem
+from crux.tracking import JobRun, parameter_leaves
+
+
+def configure_jax(cfg: DictConfig) -> None:
+    """Before any JAX work: the persistent compilation cache (repeats and later sweeps skip compiling), and no
+    GPU memory preallocation when a launcher runs jobs side by side (each would take 75% of the device)."""
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode == RunMode.MULTIRUN and not hydra_cfg.launcher._target_.endswith(".BasicLauncher"):
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    if cfg.jax.compilation_cache_dir is not None:
+        jax.config.update("jax_compilation_cache_dir", str(PROJECT_ROOT / cfg.jax.compilation_cache_dir))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+
+
+def train(problem: Problem, phases: list[Phase], cfg: DictConfig) -> None:
+    """Run the phases on the problem's one solver.
+
+    A phase whose optimizer and schedule equal the previous phase's keeps its
+    optimizer state and schedule position (solve() resumes); any other phase
+    attaches a fresh optimizer to every model.
+    """
+    solver = problem.solver()
+    memory = OmegaConf.to_container(cfg.memory)
+    substeps = OmegaConf.to_object(cfg.solver).substep_plan()
+    previous = None
+    for phase in phases:
+        if (phase.optimizer, phase.schedule) != previous:
+            schedule = phase.schedule.build(phase.epochs)
+            for model in problem.models.values():
+                phase.optimizer.attach(model, schedule)
+            previous = (phase.optimizer, phase.schedule)
+        solver.solve(phase.epochs, inner_steps=cfg.solver.inner_steps, substeps=substeps, **memory)
+
+
+@hydra.main(version_base="1.3", config_path=str(PROJECT_ROOT / "conf"), config_name="config")
+def main(cfg: DictConfig) -> float:
+    """One job; returns the final total loss (what a Hydra sweeper would minimise)."""
+    configure_jax(cfg)
+    with JobRun.start(cfg) as run:
+        run.log_config(cfg)
+        phases = config.training_phases(cfg)  # a malformed later phase is refused here, before any training
+        problem = config.problem(cfg)
+        initial = parameter_leaves(problem.models)
+        try:
+            train(problem, phases, cfg)
+        finally:  # a failed phase keeps the history up to it
+            history = problem.solver().history
+            if history is not None:
+                run.log_results(problem, history, initial)
+        return float(history.total_loss[-1])
+
+
+if __name__ == "__main__":
+    main()

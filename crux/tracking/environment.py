@@ -1,0 +1,56 @@
+"""What a timing or memory figure depends on, recorded beside it (``environment.json``)."""
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import jax
+
+PACKAGES = ("crux", "jax", "jaxlib", "optax", "numpy", "mlflow", "hydra-core", "omegaconf")
+
+
+def _version(package: str) -> str | None:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def environment(root: Path) -> dict[str, Any]:
+    """Versions, backend, device, CPU model and the git commit of ``root`` (None outside git or before a commit)."""
+    device = jax.devices()[0]
+    status = _git(root, "status", "--porcelain")
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "versions": {package: _version(package) for package in PACKAGES},
+        "backend": jax.default_backend(),
+        "device_kind": device.device_kind,
+        "device_count": jax.device_count(),
+        "cpu": _cpu_model(),
+        "cpu_count": len(os.sched_getaffinity(0)),
+        "git_commit": _git(root, "rev-parse", "HEAD"),
+        "git_dirty": None if status is None else bool(status),
+    }

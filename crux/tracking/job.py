@@ -1,0 +1,158 @@
+"""The MLflow run of one job: opened first so that any failure is recorded, then filled as the job goes.
+
+Layout (docs/CONTRACT.md): params are the flattened resolved config; every
+history is logged with ``step = epoch`` through ``MlflowClient.log_batch``
+(one call per 1000 values, not one per step: 5000 epochs cost about a second
+instead of 20-50, FACTS.md); summary metrics and the artifacts follow.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Callable
+
+import jax
+import numpy as np
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.types import RunMode
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+from omegaconf import DictConfig, OmegaConf
+
+from crux.config import PROJECT_ROOT
+from crux.model import Model
+from crux.problems import Problem
+from crux.stats import Statistics
+from crux.tracking.environment import environment
+from crux.tracking.store import Destination, ensure_experiment, experiment_name, tracking_uri
+
+log = logging.getLogger(__name__)
+
+MESSAGE_CHARS = 4000  # MLflow caps a tag value (8000 characters in 3.x)
+
+
+def flatten(node: Any, prefix: str = "") -> dict[str, str]:
+    """``{"memory": {"batchsize": 8}}`` -> ``{"memory.batchsize": "8"}``; a list of mappings (``phases``) is
+    indexed (``phases.0.epochs``), any other list is one JSON value (``solver.substeps``)."""
+    if isinstance(node, dict) or (isinstance(node, list) and any(isinstance(x, dict) for x in node)):
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        flat: dict[str, str] = {}
+        for key, value in items:
+            flat.update(flatten(value, f"{prefix}{key}."))
+        return flat if flat else {prefix[:-1]: json.dumps(node)}
+    return {prefix[:-1]: json.dumps(node) if isinstance(node, list) else str(node)}
+
+
+def parameter_leaves(models: dict[str, Model]) -> dict[str, list[np.ndarray]]:
+    """Host copies of every model's parameter leaves (in ``jax.tree.leaves`` order)."""
+    return {name: [np.array(leaf) for leaf in jax.tree.leaves(model.params)] for name, model in models.items()}
+
+
+def variant_name(overrides: list[str], swept: list[str], groups: set[str]) -> str:
+    """What sets this job apart from the others of its multirun: ``b8_acc4`` for a group choice,
+    ``epochs=20`` for a value; ``repeat`` is left out (it has its own tag)."""
+    parts = []
+    for override in OverridesParser.create().parse_overrides(overrides):
+        key = override.key_or_group
+        if key in swept and key != "repeat":
+            value = override.get_value_element_as_str()
+            parts.append(value if key in groups else f"{key.rsplit('.', 1)[-1]}={value}")
+    return ",".join(parts) or "default"
+
+
+def history_metrics(stats: Statistics, timestamp: int) -> list[Metric]:
+    """``loss/total``, ``loss/<constraint>`` and ``lr/<model>`` at every epoch, as one list for ``log_batch``."""
+    series = {"loss/total": stats.total_loss}
+    series.update({f"loss/{name}": stats.losses[:, j] for j, name in enumerate(stats.names)})
+    series.update({f"lr/{model}": values for model, values in stats.lr.items()})
+    return [Metric(key, float(value), timestamp, int(epoch))
+            for key, values in series.items() for epoch, value in zip(stats.epoch, values)]
+
+
+class JobRun:
+    """A child run of the multirun's parent, or a run of its own for a plain crux-run.
+
+    Use as a context manager: leaving it closes the run FINISHED, or FAILED with
+    tags ``crux.error_type`` and ``crux.error_message`` (KILLED on Ctrl-C), keeping
+    whatever was logged before; the exception goes on.
+    """
+
+    def __init__(self, client: MlflowClient, run_id: str, folder: Path):
+        self.client, self.run_id, self.folder = client, run_id, folder
+
+    @classmethod
+    def start(cls, cfg: DictConfig) -> "JobRun":
+        hydra = HydraConfig.get()
+        multirun = hydra.mode == RunMode.MULTIRUN
+        where = Destination.load(Path(hydra.sweep.dir).resolve()) if multirun else None
+        if where is None:  # a plain crux-run, or a multirun without the SweepCallback
+            uri = tracking_uri(cfg.tracking.uri)
+            name = experiment_name(cfg.tracking.experiment, hydra.runtime.choices)
+            where = Destination(uri, ensure_experiment(MlflowClient(uri), name, uri), None, name, cfg.claim)
+        variant = cfg.variant or variant_name(list(hydra.overrides.task), where.swept, set(hydra.runtime.choices))
+        tags = {"crux.sweep": where.sweep, "crux.claim": cfg.claim, "crux.variant": variant,
+                "crux.job": str(hydra.job.num if multirun else 0), "crux.repeat": str(cfg.repeat),
+                "crux.role": "run" if where.parent_run_id is None else "child"}
+        if where.parent_run_id is not None:
+            tags["mlflow.parentRunId"] = where.parent_run_id
+        name = f"{variant} r{cfg.repeat}" if "repeat" in where.swept else variant
+        client = MlflowClient(where.uri)
+        run = client.create_run(where.experiment_id, run_name=name, tags=tags)
+        return cls(client, run.info.run_id, Path(hydra.runtime.output_dir))
+
+    def __enter__(self) -> "JobRun":
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> bool:
+        status = "FINISHED"
+        if error is not None:
+            status = "KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED"
+            self.client.log_batch(self.run_id, tags=[RunTag("crux.error_type", kind.__name__),
+                                                     RunTag("crux.error_message", str(error)[:MESSAGE_CHARS])])
+        self.client.set_terminated(self.run_id, status)
+        return False
+
+    # -- what is logged ----------------------------------------------------------------------
+    def log_config(self, cfg: DictConfig) -> None:
+        """Params (the flattened resolved config), ``config.yaml`` and ``environment.json``."""
+        resolved = OmegaConf.to_container(cfg, resolve=True)
+        self.client.log_batch(self.run_id, params=[Param(k, v) for k, v in flatten(resolved).items()])
+        self._artifact("config.yaml", lambda path: path.write_text(OmegaConf.to_yaml(cfg, resolve=True)))
+        self._artifact("environment.json",
+                       lambda path: path.write_text(json.dumps(environment(PROJECT_ROOT), indent=1)))
+
+    def log_results(self, problem: Problem, stats: Statistics, initial: dict[str, list[np.ndarray]]) -> None:
+        """Histories, summary metrics, ``history.png``, ``stats.npz`` and ``params.npz`` (initial and final)."""
+        start = time.perf_counter()
+        final = parameter_leaves(problem.models)
+        now = int(time.time() * 1000)
+        metrics = history_metrics(stats, now)
+        summary = {"compile_seconds": stats.compile_seconds, "run_seconds": stats.run_seconds,
+                   "median_step_seconds": stats.median_step_seconds,
+                   "steps_per_second": stats.steps / stats.run_seconds if stats.run_seconds else float("nan"),
+                   "final_loss": float(stats.total_loss[-1]) if stats.steps else float("nan")}
+        summary.update({f"memory/{key}": value for key, value in stats.memory.items()})
+        summary.update({f"error/{field}": value for field, value in problem.relative_l2().items()})
+        summary.update({f"param_distance/{name}": float(np.sqrt(sum(np.sum((f - i) ** 2)
+                                                                    for f, i in zip(final[name], initial[name]))))
+                        for name in final})
+        metrics += [Metric(key, float(value), now, 0) for key, value in summary.items()]
+        self.client.log_batch(self.run_id, metrics=metrics)
+        self._artifact("history.png", stats.plot)
+        self._artifact("stats.npz", stats.save)
+        leaves = {f"{when}/{name}/{i}": leaf for when, params in (("initial", initial), ("final", final))
+                  for name, model_leaves in params.items() for i, leaf in enumerate(model_leaves)}
+        self._artifact("params.npz", lambda path: np.savez(path, **leaves))
+        log.info("logged %d metric values and the artifacts in %.2f s", len(metrics), time.perf_counter() - start)
+
+    def _artifact(self, name: str, write: Callable[[Path], Any]) -> None:
+        """Write ``name`` into the job's output folder with ``write(path)`` and log it."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / name
+        write(path)
+        self.client.log_artifact(self.run_id, str(path))

@@ -1,0 +1,232 @@
+"""The experiment pipeline: configs compose and are checked, multiruns log the run tree docs/CONTRACT.md fixes.
+
+The multirun tests run the real console entry points (``python -m crux.sweep``,
+``python -m crux.experiment``) in subprocesses against a SQLite store in a
+temporary folder, with tiny networks and 20 epochs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import ConfigCompositionException
+from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
+from omegaconf.errors import ConfigKeyError
+
+from crux import config
+from crux.config import PROJECT_ROOT
+from crux.stats import Statistics
+from crux.sweep import available
+
+TINY = ["model.width=8", "model.depth=1", "solver.epochs=20"]
+ARTIFACTS = {"history.png", "stats.npz", "params.npz", "config.yaml", "environment.json"}
+
+
+@pytest.fixture(scope="module")
+def empty_store(tmp_path_factory) -> Path:
+    """A SQLite store with MLflow's schema: creating it costs seconds (FACTS.md), copying it nothing."""
+    path = tmp_path_factory.mktemp("store") / "mlflow.db"
+    MlflowClient(f"sqlite:///{path}").search_experiments()
+    return path
+
+
+@pytest.fixture
+def store(tmp_path, empty_store) -> Path:
+    """``tmp_path``, holding a fresh copy of the empty store as ``mlflow.db``."""
+    shutil.copy(empty_store, tmp_path / "mlflow.db")
+    return tmp_path
+
+
+def launch(tmp_path: Path, module: str, *args: str) -> subprocess.CompletedProcess:
+    """Run ``python -m module args`` logging into ``tmp_path/mlflow.db``, Hydra's folders in ``tmp_path``."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
+           "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", module, *args, f"hydra.sweep.dir={tmp_path / 'multirun'}",
+                           f"hydra.run.dir={tmp_path / 'outputs'}"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+
+
+def runs_by_role(tmp_path: Path, experiment: str) -> tuple[MlflowClient, dict[str, list]]:
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    found = client.get_experiment_by_name(experiment)
+    assert found is not None, f"experiment {experiment!r} was not created"
+    roles: dict[str, list] = {}
+    for run in client.search_runs([found.experiment_id]):
+        roles.setdefault(run.data.tags["crux.role"], []).append(run)
+    return client, roles
+
+
+def history(client: MlflowClient, run_id: str, key: str) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, values) of a logged metric, in step order."""
+    points = sorted(client.get_metric_history(run_id, key), key=lambda m: m.step)
+    return np.array([m.step for m in points]), np.array([m.value for m in points])
+
+
+def check_complete_child(client: MlflowClient, run, epochs: int, folder: Path) -> None:
+    """Everything a finished job must have logged: histories, summary, params, the five artifacts."""
+    run_id, metrics = run.info.run_id, run.data.metrics
+    for key in ("loss/total", "loss/pde", "loss/bc", "lr/u"):
+        steps, values = history(client, run_id, key)
+        np.testing.assert_array_equal(steps, np.arange(epochs), err_msg=key)
+        assert np.all(np.isfinite(values)), key
+    for key in ("compile_seconds", "run_seconds", "median_step_seconds", "steps_per_second", "final_loss",
+                "memory/temp_bytes", "memory/argument_bytes", "memory/output_bytes", "error/u", "param_distance/u"):
+        assert np.isfinite(metrics[key]), key
+    assert metrics["memory/temp_bytes"] > 0 and metrics["param_distance/u"] > 0
+    assert run.data.params["solver.epochs"] == str(epochs)
+    assert {a.path for a in client.list_artifacts(run_id)} == ARTIFACTS
+
+    local = Path(client.download_artifacts(run_id, "", str(folder)))
+    stats = Statistics.load(local / "stats.npz")
+    assert stats.names == ["pde", "bc"] and stats.losses.shape == (epochs, 2)
+    np.testing.assert_allclose(stats.total_loss, history(client, run_id, "loss/total")[1], rtol=1e-6)
+    assert metrics["final_loss"] == pytest.approx(float(stats.total_loss[-1]), rel=1e-6)
+    with np.load(local / "params.npz") as params:
+        leaves = sorted(k.split("/", 2)[2] for k in params.files if k.startswith("final/u/"))
+        assert leaves and leaves == sorted(k.split("/", 2)[2] for k in params.files if k.startswith("initial/u/"))
+        distance = np.sqrt(sum(np.sum((params[f"final/u/{i}"] - params[f"initial/u/{i}"]) ** 2) for i in leaves))
+    assert metrics["param_distance/u"] == pytest.approx(float(distance), rel=1e-5)
+    resolved = OmegaConf.load(local / "config.yaml")
+    assert resolved.solver.epochs == epochs and str(resolved.memory.batchsize) == run.data.params["memory.batchsize"]
+    env = json.loads((local / "environment.json").read_text())
+    assert env["versions"]["jax"] and env["backend"] == jax.default_backend() and env["cpu"] and "git_commit" in env
+
+
+def test_sweep_logs_one_closed_parent_and_a_complete_child_per_job(store):
+    """crux-sweep accumulation, cut to 3 jobs of 20 epochs, on the joblib launcher (jobs in other processes)."""
+    done = launch(store, "crux.sweep", "accumulation", *TINY, "memory=full,b8,b8_acc4", "repeat=0",
+                  "hydra/launcher=joblib", "hydra.launcher.n_jobs=2")
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    client, roles = runs_by_role(store, "accumulation")
+    (parent,) = roles["parent"]
+    children = roles["child"]
+    claim = available()["accumulation"]
+    assert parent.info.status == "FINISHED" and parent.data.tags["crux.claim"] == claim
+    assert parent.data.metrics["jobs"] == 3 and parent.data.metrics["failed_jobs"] == 0
+    assert sorted(c.data.tags["crux.variant"] for c in children) == ["b8", "b8_acc4", "full"]
+    assert sorted(c.data.tags["crux.job"] for c in children) == ["0", "1", "2"]
+    batchsize = {"full": "None", "b8": "8", "b8_acc4": "8"}
+    accumulation = {"full": "1", "b8": "1", "b8_acc4": "4"}
+    for child in children:
+        tags, params = child.data.tags, child.data.params
+        assert child.info.status == "FINISHED"
+        assert tags["mlflow.parentRunId"] == parent.info.run_id
+        assert tags["crux.sweep"] == "accumulation" and tags["crux.claim"] == claim
+        assert child.info.run_name == tags["crux.variant"]  # repeat=0 on the command line: nothing repeats
+        assert params["memory.batchsize"] == batchsize[tags["crux.variant"]]
+        assert params["memory.accumulation_steps"] == accumulation[tags["crux.variant"]]
+        assert params["optimizer.name"] == "sgd" and params["model.width"] == "8"
+        check_complete_child(client, child, 20, store / tags["crux.variant"])
+
+
+def test_failing_job_is_recorded_and_the_others_complete(store):
+    """epochs=0 is refused by solve(): that child FAILED with the error, the other complete, exit code 1."""
+    done = launch(store, "crux.experiment", "--multirun", *TINY, "solver.epochs=20,0")
+    assert done.returncode != 0
+
+    client, roles = runs_by_role(store, "crux")
+    (parent,) = roles["parent"]
+    assert parent.info.status == "FAILED"
+    assert parent.data.metrics["jobs"] == 2 and parent.data.metrics["failed_jobs"] == 1
+    children = {c.data.tags["crux.variant"]: c for c in roles["child"]}
+    assert set(children) == {"epochs=20", "epochs=0"}
+    failed, finished = children["epochs=0"], children["epochs=20"]
+    assert failed.info.status == "FAILED"
+    assert failed.data.tags["crux.error_type"] == "ValueError"
+    assert "epochs must be >= 1, got 0" in failed.data.tags["crux.error_message"]
+    # what was logged before the failure is kept: params and the config
+    assert failed.data.params["solver.epochs"] == "0"
+    assert {a.path for a in client.list_artifacts(failed.info.run_id)} == {"config.yaml", "environment.json"}
+    assert client.get_metric_history(failed.info.run_id, "loss/total") == []
+    assert finished.info.status == "FINISHED"
+    check_complete_child(client, finished, 20, store / "finished")
+
+
+def test_phases_run_on_one_solver_with_their_own_optimizers(store):
+    """The documented Adam(warmup_cosine) -> L-BFGS(5e-5) -> SOAP(1e-5) plan, cut to 6 + 3 + 3 epochs."""
+    done = launch(store, "crux.experiment", *TINY, "solver.epochs=6", "schedule=warmup_cosine",
+                  "schedule.warmup=2", "phases=lbfgs_soap", "phases.0.epochs=3", "phases.1.epochs=3")
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    client, roles = runs_by_role(store, "crux")
+    (run,) = roles["run"]
+    assert run.info.status == "FINISHED" and "mlflow.parentRunId" not in run.data.tags
+    assert run.data.params["phases.0.optimizer.name"] == "lbfgs" and run.data.params["phases.1.epochs"] == "3"
+    steps, lr = history(client, run.info.run_id, "lr/u")
+    np.testing.assert_array_equal(steps, np.arange(12))
+    assert lr[0] == 0 and lr[2] == pytest.approx(1e-3)  # warm-up over 2 epochs, then cosine decay
+    np.testing.assert_allclose(lr[6:9], 5e-5, rtol=1e-6)
+    np.testing.assert_allclose(lr[9:], 1e-5, rtol=1e-6)
+    local = Path(client.download_artifacts(run.info.run_id, "stats.npz", str(store)))
+    assert Statistics.load(local).phases == [0, 6, 9]
+
+
+def test_a_wrong_type_is_refused_before_any_run_is_created(tmp_path):
+    done = launch(tmp_path, "crux.experiment", "solver.epochs=many")
+    assert done.returncode == 1
+    assert "Value 'many' of type 'str' could not be converted to Integer" in done.stderr
+    assert "full_key: solver.epochs" in done.stderr
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+@pytest.fixture(scope="module")
+def conf_dir() -> str:
+    return str(PROJECT_ROOT / "conf")
+
+
+def test_unknown_keys_are_refused_in_groups_and_in_phases(conf_dir):
+    with initialize_config_dir(conf_dir, version_base="1.3"):
+        with pytest.raises(ConfigCompositionException, match="optimizer.b3"):
+            compose("config", overrides=["optimizer.b3=0.9"])
+        with pytest.raises(ConfigCompositionException, match="problem.nu"):  # heat1d's key, not poisson1d's
+            compose("config", overrides=["problem.nu=0.1"])
+        cfg = compose("config", overrides=["phases=lbfgs_soap", "+phases.1.optimizer.momentum=0.9"])
+    with pytest.raises(ConfigKeyError, match="Key 'momentum' not in 'SoapConfig'"):
+        config.training_phases(cfg)
+
+
+def test_every_config_option_composes(conf_dir):
+    groups = [d for d in Path(conf_dir).iterdir() if d.is_dir()]
+    assert {d.name for d in groups} >= {"problem", "model", "optimizer", "schedule", "solver", "memory",
+                                         "tracking", "phases"}
+    with initialize_config_dir(conf_dir, version_base="1.3"):
+        for group in groups:
+            for option in sorted(group.glob("*.yaml")):
+                cfg = compose("config", overrides=[f"{group.name}={option.stem}"])
+                phases = config.training_phases(cfg)
+                assert phases[0].epochs == cfg.solver.epochs
+    for option in (Path(conf_dir) / "memory").glob("*.yaml"):  # whole combinations, nothing left to a default
+        assert set(OmegaConf.load(option)) == {"batchsize", "accumulation_steps", "checkpoint_gradients",
+                                               "offload_data"}, option.name
+
+
+def test_every_job_of_every_sweep_composes(conf_dir):
+    """Each Cartesian job of each sweep (repeats aside: they change nothing but a tag)."""
+    sweeps = available()
+    assert set(sweeps) >= {"accumulation", "inner_steps", "checkpoint", "offload", "substeps", "phases"}
+    parser = OverridesParser.create()
+    with initialize_config_dir(conf_dir, version_base="1.3"):
+        for name, claim in sweeps.items():
+            base = [f"hydra.searchpath=[file://{PROJECT_ROOT}]", f"+sweeps={name}"]
+            sweep = compose("config", overrides=base, return_hydra_config=True)
+            assert claim and sweep.claim == claim, name
+            assert str(sweep.hydra.mode) == "RunMode.MULTIRUN", name
+            params = [f"{k}={v}" for k, v in sweep.hydra.sweeper.params.items() if k != "repeat"]
+            (jobs,) = BasicSweeper.split_arguments(parser.parse_overrides(params), None)
+            assert len(jobs) > 1, name
+            for job in jobs:
+                cfg = compose("config", overrides=base + list(job))
+                phases = config.training_phases(cfg)
+                assert all(p.epochs % cfg.solver.inner_steps == 0 for p in phases), (name, job)
