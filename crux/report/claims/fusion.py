@@ -1,0 +1,82 @@
+"""Claims 2 and 3: fusing K steps (inner_steps=K) changes no number, and is it faster on this device?
+
+Identity is judged against K=1 on final parameters and per-epoch histories.
+Speed is judged on the steady-state time per update (median over a run's
+synchronisation windows), with the repeats' spread as the noise, per device:
+the source measured it slower on CPU, and expects it to pay off where
+dispatch latency dominates.
+"""
+from __future__ import annotations
+
+from crux.report.claims.equivalence import same_numbers
+from crux.report.numerics import SPREAD_ORIGIN, STEP_TIME, Spread, compare_times, spread
+from crux.report.pairing import first, repeats, run_ids, settings
+from crux.report.records import RunRecord
+from crux.report.verdict import CLAIMS_SOURCE, FAILS, HOLDS, INCONCLUSIVE, Threshold, Verdict, fmt
+
+IDENTICAL = ("inner_steps=N runs N gradient steps inside a single jax.lax.fori_loop [...] "
+             "Numerically identical [...] Fusing is a dispatch change, not a numerical one")
+FASTER = ("inner_steps=N runs N gradient steps inside a single jax.lax.fori_loop, so Python dispatches once per N "
+          "steps instead of once per step. [...] The argument exists for the case where dispatch latency dominates "
+          "a small kernel, which is far likelier on a GPU than in this test — measure on your own problem")
+
+
+def fused_pairs(records: list[RunRecord]) -> list[tuple[list[RunRecord], list[RunRecord]]]:
+    """``(repeats at K, repeats at K=1)`` for every fused setting, in K order."""
+    pairs = []
+    fused = settings(records, lambda o: o.inner_steps > 1)
+    for (group, options), runs in sorted(fused.items(), key=lambda item: (item[0][0], item[0][1].inner_steps)):
+        pairs.append((runs, repeats(records, group, options.but(inner_steps=1))))
+    return pairs
+
+
+def check_inner_steps(records: list[RunRecord]) -> list[Verdict]:
+    """Per K: one verdict on numerical identity, one on speed."""
+    pairs = fused_pairs(records)
+    if not pairs:
+        return [Verdict("inner_steps.identical", IDENTICAL, CLAIMS_SOURCE, "needs runs with inner_steps > 1",
+                        INCONCLUSIVE, "the sweep has no fused run", runs=run_ids(records))]
+    verdicts = []
+    for fused, reference in pairs:
+        k = fused[0].options.inner_steps
+        verdicts.append(same_numbers(f"inner_steps.identical[K={k}]", IDENTICAL, CLAIMS_SOURCE, fused[0],
+                                     first(reference), f"inner_steps={k}"))
+        verdicts.append(_faster(fused, reference))
+    return verdicts
+
+
+def _faster(fused: list[RunRecord], reference: list[RunRecord]) -> Verdict:
+    k = fused[0].options.inner_steps
+    device = fused[0].device
+    name = f"inner_steps.faster[K={k}]"
+    test = (f"steady-state time per update ({STEP_TIME}) of inner_steps={k} against inner_steps=1 on {device}: "
+            f"median and [min, max] over repeats; compile time reported separately (the slowest repeat's, as later "
+            f"repeats may hit the persistent compilation cache)")
+    mine, base = spread(fused, STEP_TIME), spread(reference, STEP_TIME)
+    # The slowest compile is the cold one: later repeats may hit the persistent compilation cache.
+    evidence = {"K": k, **_timing("K", mine), **_timing("K1", base),
+                "compile_seconds_max_K": spread(fused, "compile_seconds").high,
+                "compile_seconds_max_K1": spread(reference, "compile_seconds").high}
+    outcome = compare_times(mine, base)
+    ratio = base.median / mine.median if mine.values and base.values else float("nan")
+    evidence["speedup_median"] = ratio
+    thresholds = {"faster_if_max_below": Threshold(base.low, "max over K repeats < min over K=1 repeats",
+                                                   SPREAD_ORIGIN),
+                  "slower_if_min_above": Threshold(base.high, "min over K repeats > max over K=1 repeats",
+                                                   SPREAD_ORIGIN)}
+    timing = (f"{fmt(mine.median * 1e3)} ms vs {fmt(base.median * 1e3)} ms per update, "
+              f"{len(mine.values)} vs {len(base.values)} repeats; compile {fmt(evidence['compile_seconds_max_K'])} s "
+              f"vs {fmt(evidence['compile_seconds_max_K1'])} s")
+    verdict, summary = {
+        "faster": (HOLDS, f"faster on {device} by {fmt(ratio)}× ({timing})"),
+        "slower": (FAILS, f"slower on {device} by {fmt(1 / ratio)}× ({timing})"),
+        "within noise": (INCONCLUSIVE, f"within noise on {device} ({timing})"),
+        "unmeasured": (INCONCLUSIVE, f"needs at least 2 repeats of each K to measure the noise ({timing})"),
+    }[outcome]
+    return Verdict(name, FASTER, CLAIMS_SOURCE, test, verdict, summary, evidence, thresholds,
+                   run_ids(fused, reference))
+
+
+def _timing(side: str, s: Spread) -> dict[str, float]:
+    return {f"step_seconds_median_{side}": s.median, f"step_seconds_min_{side}": s.low,
+            f"step_seconds_max_{side}": s.high, f"repeats_{side}": len(s.values)}

@@ -1,0 +1,175 @@
+"""Claim 6b: multi-phase training resumes where it left off, each phase trains, and a new optimizer is new.
+
+Three verdicts over every run with more than one phase:
+
+- *resume*: the loss at a phase's first epoch is evaluated on the parameters it
+  starts from, so it must lie nearer the previous epoch's loss than the loss at
+  the start of any earlier phase (where a restart would take it);
+- *every phase moves the parameters*: per-phase snapshots where the pipeline saves
+  them (``phase<k>/...``), else the loss history of full-batch phases (a phase
+  that leaves the parameters alone has a constant full-batch loss);
+- *fresh optimizer*: the learning rate recorded in each phase is the configured
+  schedule counted from 0 where the configuration set an optimizer or schedule,
+  and continued otherwise (a switch the solver ignored keeps the old schedule).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from crux.report.numerics import EPS, ROUNDOFF_ALLOWANCE, history_difference
+from crux.report.pairing import first, run_ids, settings
+from crux.report.records import RunRecord
+from crux.report.verdict import CLAIMS_SOURCE, FAILS, HOLDS, INCONCLUSIVE, Threshold, Verdict, fmt
+
+RESUMES = ("Call solve() multiple times with different optimisers or schedules. The solver resumes from where it "
+           "left off")
+SWITCHES = ("Multi-Phase Training — Call solve() multiple times with different optimisers or schedules. "
+            "# Phase 2: L-BFGS quasi-Newton refinement / u_net.optimizer(optax.lbfgs).scale(lrs(5e-5))")
+JUMP_ORIGIN = ("measured on the run itself: the loss at a phase's first epoch is evaluated on the parameters it "
+               "starts from, so a resumed phase starts next to the previous epoch's loss and a restarted one next to "
+               "the loss of the start it went back to")
+LR_ORIGIN = ("the configured schedule evaluated in float32 here and on the device: the same few operations, so "
+             "round-off of 1e3 eps at most")
+MOVE_ORIGIN = "a phase that trains changes its parameters; exactly 0 means it did nothing"
+
+
+def phase_bounds(record: RunRecord) -> list[tuple[int, int]]:
+    """``[(first row, end row), ...]`` of each phase in the run's histories."""
+    n = len(record.histories["loss/total"])
+    if record.stats is not None and len(record.stats.phases) > 1:
+        starts = [p - record.stats.phases[0] for p in record.stats.phases]
+    else:
+        starts = list(np.cumsum([0] + [p.epochs for p in record.phases[:-1]]))
+    return [(int(s), int(e)) for s, e in zip(starts, starts[1:] + [n])]
+
+
+def phased_runs(records: list[RunRecord]) -> list[RunRecord]:
+    """First repeat of every setting that ran more than one phase."""
+    runs = [first(rs) for rs in settings(records).values()]
+    return [r for r in runs if len(phase_bounds(r)) > 1]
+
+
+def check_phases(records: list[RunRecord]) -> list[Verdict]:
+    """Resume, every-phase-moves and fresh-optimizer verdicts over the multi-phase runs."""
+    runs = phased_runs(records)
+    if not runs:
+        return [Verdict("phases.resume", RESUMES, CLAIMS_SOURCE, "needs a run with more than one phase",
+                        INCONCLUSIVE, "the sweep has no multi-phase run", runs=run_ids(records))]
+    return [_resume(runs), _every_phase_moves(runs), _fresh_optimizer(runs)]
+
+
+def _resume(runs: list[RunRecord]) -> Verdict:
+    test = ("at every phase boundary b: |log L[b] - log L[b-1]| (L = loss/total) against |log L[b] - log L[s]| for "
+            "the first epoch s of every earlier phase")
+    evidence, jumps, judged = {}, [], 0
+    for run in runs:
+        log_loss = np.log(np.asarray(run.histories["loss/total"], np.float64))
+        starts = [start for start, _ in phase_bounds(run)]
+        for k, b in enumerate(starts[1:], start=1):
+            jump = abs(log_loss[b] - log_loss[b - 1])
+            to_start = min(abs(log_loss[b] - log_loss[s]) for s in starts[:k])
+            evidence[f"{run.label}/boundary{k}/jump"] = jump
+            evidence[f"{run.label}/boundary{k}/to_earlier_start"] = to_start
+            judged += 1
+            if not jump < to_start:
+                jumps.append(f"{run.label} at epoch {b}: {fmt(jump)} from the previous epoch, {fmt(to_start)} from "
+                             f"an earlier start")
+    threshold = {"boundary_jump": Threshold(min((v for k, v in evidence.items() if k.endswith("to_earlier_start")),
+                                                default=math.nan),
+                                            "jump < distance to every earlier phase start (per boundary)",
+                                            JUMP_ORIGIN)}
+    if jumps:
+        verdict, summary = FAILS, "a phase starts nearer an earlier start than where the last one ended: " + \
+            "; ".join(jumps)
+    else:
+        verdict, summary = HOLDS, f"every phase continues from where the previous one ended ({judged} boundaries)"
+    return Verdict("phases.resume", RESUMES, CLAIMS_SOURCE, test, verdict, summary, evidence, threshold,
+                   run_ids(runs))
+
+
+def _every_phase_moves(runs: list[RunRecord]) -> Verdict:
+    test = ("per phase: distance between the parameters at its end and at its start (per-phase snapshots), or, "
+            "without them, whether the full-batch loss/total changes within the phase")
+    evidence, still, unjudged = {}, [], []
+    snapshots_used = all(run.has_snapshot("phase0") for run in runs)
+    for run in runs:
+        bounds = phase_bounds(run)
+        loss = np.asarray(run.histories["loss/total"], np.float64)
+        for k, (start, end) in enumerate(bounds):
+            key = f"{run.label}/phase{k}"
+            if run.has_snapshot(f"phase{k}"):
+                before = run.snapshot("initial" if k == 0 else f"phase{k - 1}")
+                moved = float(np.linalg.norm(run.snapshot(f"phase{k}") - before))
+            elif run.options.batchsize is None and min(end + 1, len(loss)) - start >= 2:
+                # loss[end] is the first loss after the phase's last update (if another phase follows).
+                window = loss[start:min(end + 1, len(loss))]
+                moved = float(np.max(np.abs(window - window[0])))
+            else:
+                unjudged.append(key)
+                continue
+            evidence[f"{key}/moved"] = moved
+            if moved == 0:
+                still.append(key)
+        evidence[f"{run.label}/final_vs_initial"] = float(np.linalg.norm(run.snapshot("final") -
+                                                                          run.snapshot("initial")))
+    how = "per-phase parameter snapshots" if snapshots_used else \
+        "full-batch loss changes within each phase, as params.npz has no per-phase snapshots"
+    threshold = {"moved": Threshold(0.0, "> 0 for every phase", MOVE_ORIGIN)}
+    if still:
+        verdict, summary = FAILS, f"phases that did not move the parameters: {', '.join(still)} (judged from {how})"
+    elif unjudged:
+        verdict, summary = INCONCLUSIVE, (f"could not judge {', '.join(unjudged)}: mini-batch phases need per-phase "
+                                          f"parameter snapshots")
+    else:
+        verdict, summary = HOLDS, f"every phase moved the parameters (judged from {how})"
+    return Verdict("phases.every_phase_moves", SWITCHES, CLAIMS_SOURCE, test, verdict, summary, evidence, threshold,
+                   run_ids(runs))
+
+
+def expected_lr(run: RunRecord) -> np.ndarray | None:
+    """The learning rate per epoch the configured phases ask for (None without a phase plan).
+
+    A phase that sets an optimizer or schedule counts its own schedule from 0;
+    one that does not continues the previous schedule and count, as the
+    solver's optimizer state does.
+    """
+    if len(run.phases) != len(phase_bounds(run)):
+        return None
+    values, count, schedule = [], 0, None
+    for plan, (start, end) in zip(run.phases, phase_bounds(run)):
+        if plan.fresh or schedule is None:
+            count, schedule = 0, plan.schedule
+        values.append(np.asarray(schedule(np.arange(count, count + end - start)), np.float64))
+        count += end - start
+    return np.concatenate(values)
+
+
+def _fresh_optimizer(runs: list[RunRecord]) -> Verdict:
+    test = ("per phase and model: recorded lr/<model> against the configured schedule, counted from 0 where the "
+            "phase sets an optimizer or schedule and continued otherwise")
+    bound = ROUNDOFF_ALLOWANCE * EPS
+    threshold = {"lr_relative_difference": Threshold(bound, "1e3 · eps", LR_ORIGIN)}
+    evidence, wrong, unplanned = {}, [], []
+    for run in runs:
+        expected = expected_lr(run)
+        if expected is None:
+            unplanned.append(run.label)
+            continue
+        for key in sorted(k for k in run.histories if k.startswith("lr/")):
+            recorded = np.asarray(run.histories[key], np.float64)
+            for k, (start, end) in enumerate(phase_bounds(run)):
+                difference = history_difference(recorded[start:end], expected[start:end])
+                evidence[f"{run.label}/{key}/phase{k}/relative_difference"] = difference
+                if not difference <= bound:
+                    wrong.append(f"{run.label} {key} phase {k} (recorded {fmt(recorded[start])}, configured "
+                                 f"{fmt(expected[start])} at its first epoch)")
+    if wrong:
+        verdict, summary = FAILS, "the learning rate does not follow the configured phases: " + "; ".join(wrong)
+    elif unplanned or not evidence:
+        verdict, summary = INCONCLUSIVE, f"no phase plan recorded for {', '.join(unplanned) or 'any run'}"
+    else:
+        verdict, summary = HOLDS, "every phase trains with the schedule it configured, from its step 0 when set"
+    return Verdict("phases.fresh_optimizer", SWITCHES, CLAIMS_SOURCE, test, verdict, summary, evidence, threshold,
+                   run_ids(runs))

@@ -1,0 +1,141 @@
+"""``report.md`` and ``verdicts.json``: written only from the runs, so the same runs give the same bytes.
+
+Nothing here reads the clock, the output folder or the machine the report is
+made on: the environment, commit and configs shown are those the runs recorded.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+from crux.report.figures import Figure
+from crux.report.records import RunRecord, describe
+from crux.report.store import Sweep
+from crux.report.verdict import Verdict, fmt
+
+SUMMARY_METRICS = ("final_loss", "median_step_seconds", "compile_seconds", "memory/temp_bytes",
+                   "memory/argument_bytes")
+
+
+def verdicts_json(verdicts: Sequence[Verdict]) -> str:
+    """The ``verdicts.json`` text: a list of objects with claim, verdict, evidence, threshold, runs (and more)."""
+    return json.dumps([v.as_dict() for v in verdicts], indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def verdict_table(verdicts: Sequence[Verdict]) -> str:
+    """Plain-text table for the terminal: verdict, claim id, finding."""
+    width = max((len(v.id) for v in verdicts), default=5)
+    lines = [f"{'verdict':<13} {'claim':<{width}}  finding", f"{'-' * 13} {'-' * width}  {'-' * 7}"]
+    lines += [f"{v.verdict:<13} {v.id:<{width}}  {v.summary}" for v in verdicts]
+    return "\n".join(lines)
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _number(value: float) -> str:
+    """Counts and byte sizes in full, everything else to three significant digits."""
+    if isinstance(value, (int, float)) and float(value).is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return fmt(value) if isinstance(value, (int, float)) else str(value)
+
+
+def _verdict_section(v: Verdict) -> list[str]:
+    lines = [f"### {v.id}: **{v.verdict}**", "", f"> {v.claim}", "", f"Quoted from {v.source}.", "",
+             f"**Finding:** {v.summary}", "", f"**Test:** {v.test}", ""]
+    if v.evidence:
+        lines += ["| evidence | value |", "|---|---|"]
+        lines += [f"| {_cell(k)} | {_number(x)} |" for k, x in sorted(v.evidence.items())]
+        lines.append("")
+    if v.thresholds:
+        origins = sorted({t.origin for t in v.thresholds.values()})
+        lines += ["| threshold | value | rule | origin |", "|---|---|---|---|"]
+        lines += [f"| {_cell(k)} | {_number(t.value)} | {_cell(t.rule)} | ({origins.index(t.origin) + 1}) |"
+                  for k, t in sorted(v.thresholds.items())]
+        lines += [""] + [f"({i}) {origin}" for i, origin in enumerate(origins, start=1)] + [""]
+    lines += [f"Runs: {', '.join(f'`{r}`' for r in sorted(v.runs)) or 'none'}", ""]
+    return lines
+
+
+def _runs_table(records: Sequence[RunRecord]) -> list[str]:
+    header = ["run", "variant", "repeat", "options"] + list(SUMMARY_METRICS)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in records:
+        metrics = [_number(r.metrics[m]) if m in r.metrics else "" for m in SUMMARY_METRICS]
+        lines.append("| " + " | ".join([f"`{r.run_id}`", _cell(r.label), str(r.repeat), _cell(describe(r.options)),
+                                        *metrics]) + " |")
+    return lines
+
+
+def _environments(records: Sequence[RunRecord]) -> list[str]:
+    """Each distinct environment.json with the runs that recorded it (timings hold for that environment)."""
+    seen: dict[str, list[str]] = {}
+    for r in records:
+        seen.setdefault(json.dumps(dict(r.environment), indent=1, sort_keys=True), []).append(r.label)
+    lines = []
+    for text, labels in sorted(seen.items()):
+        lines += [f"Runs {', '.join(sorted(set(labels)))}:", "", "```json", text, "```", ""]
+    return lines
+
+
+def _commits(records: Sequence[RunRecord]) -> list[str]:
+    commits = sorted({(str(r.environment.get("git_commit")), str(r.environment.get("git_dirty")))
+                      for r in records})
+    return [f"- commit `{commit}`" + (" with uncommitted changes" if dirty == "True" else "")
+            for commit, dirty in commits]
+
+
+def _configs(records: Sequence[RunRecord]) -> list[str]:
+    seen: dict[str, list[str]] = {}
+    for r in records:
+        seen.setdefault(r.config, []).append(r.label)
+    lines = []
+    for text, labels in sorted(seen.items(), key=lambda item: sorted(item[1])):
+        lines += [f"<details><summary>{', '.join(sorted(set(labels)))}</summary>", "", "```yaml", text.rstrip(),
+                  "```", "", "</details>", ""]
+    return lines
+
+
+def report_markdown(sweep: Sweep, verdicts: Sequence[Verdict], figures: Sequence[Figure], claims: Sequence[str]
+                    ) -> str:
+    """The whole ``report.md``."""
+    overrides = " ".join(sweep.overrides)
+    lines = [f"# crux claim report: {sweep.name}", "",
+             f"Sweep `{sweep.name}`, parent run `{sweep.parent_id}`: {len(sweep.records)} finished run(s), "
+             f"{len(sweep.failed)} failed. Claims judged: {', '.join(claims)}.", ""]
+    if sweep.statement:
+        lines += [f"The sweep set out to check: *{sweep.statement.strip()}*", ""]
+    lines += ["## Verdicts", "", "| claim | verdict | finding |", "|---|---|---|"]
+    lines += [f"| {_cell(v.id)} | **{v.verdict}** | {_cell(v.summary)} |" for v in verdicts]
+    lines.append("")
+    for claim in claims:
+        lines += [f"## {claim}", ""]
+        for v in verdicts:
+            if v.id.split(".")[0] == claim:
+                lines += _verdict_section(v)
+        for figure in figures:
+            if figure.claim == claim:
+                lines += [f"![{figure.caption}]({figure.file})", "", f"*{figure.caption}.*", ""]
+    lines += ["## Runs", ""] + _runs_table(sweep.records) + [""]
+    if sweep.failed:
+        lines += ["Failed jobs (not judged):", ""]
+        lines += [f"- `{f.run_id}` {f.variant} ({f.status}): {_cell(f.error)}" for f in sweep.failed]
+        lines.append("")
+    lines += ["## Reproduce", "", "From a checkout of the commit(s) the runs recorded:", ""] + _commits(sweep.records)
+    lines += ["", "```sh", "pip install -e '.[test]'", f"crux-sweep {sweep.name} {overrides}".rstrip(),
+              f"crux-report {sweep.name}", "```", "",
+              "This report itself (same runs, same report.md and verdicts.json):", "", "```sh",
+              f"MLFLOW_TRACKING_URI={sweep.uri} crux-report {sweep.name} --run {sweep.parent_id}", "```", ""]
+    lines += ["## Environment", ""] + _environments(sweep.records)
+    lines += ["## Resolved configs", ""] + _configs(sweep.records)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_report(out: Path, sweep: Sweep, verdicts: Sequence[Verdict], figures: Sequence[Figure],
+                 claims: Sequence[str]) -> None:
+    """Write ``report.md`` and ``verdicts.json`` into ``out`` (the figures are already there)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.md").write_text(report_markdown(sweep, verdicts, figures, claims), encoding="utf-8")
+    (out / "verdicts.json").write_text(verdicts_json(verdicts), encoding="utf-8")

@@ -1,0 +1,214 @@
+"""The report's figures: one PNG per compared setting, drawn from the same pairings the checks use."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from crux.report.claims.accumulation import accumulation_sets
+from crux.report.claims.checkpoint import checkpoint_pairs
+from crux.report.claims.fusion import fused_pairs
+from crux.report.claims.offload import offload_pairs
+from crux.report.claims.phases import expected_lr, phase_bounds, phased_runs
+from crux.report.claims.substeps import reached_models, substep_runs
+from crux.report.numerics import STEP_TIME, agreement
+from crux.report.pairing import first
+from crux.report.records import RunRecord
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A PNG written into the report folder, with the caption the report prints under it."""
+
+    file: str
+    caption: str
+    claim: str
+
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _save(fig, out: Path, name: str) -> str:
+    file = re.sub(r"[^A-Za-z0-9_.=-]+", "_", name) + ".png"
+    fig.tight_layout()
+    # No software/version metadata: the same runs give the same bytes on any machine.
+    fig.savefig(out / file, dpi=100, metadata={"Software": None})
+    _plt().close(fig)
+    return file
+
+
+def _bars(ax, labels: Sequence[str], values: Sequence[float], ylabel: str, log: bool = False) -> None:
+    shown = [v if v > 0 or not log else np.nan for v in values]
+    ax.bar(range(len(values)), shown, color=["C0", "C1", "C2", "C3", "C4"][:len(values)])
+    ax.set_xticks(range(len(values)), labels, fontsize=8)
+    if log:
+        ax.set_yscale("log")
+    for i, v in enumerate(values):
+        ax.annotate(f"{v:.3g}", (i, shown[i] if np.isfinite(shown[i]) else 0), ha="center", va="bottom",
+                    fontsize=8)
+    ax.set_ylabel(ylabel)
+
+
+def accumulation_figures(records: list[RunRecord], out: Path) -> list[Figure]:
+    figures = []
+    plt = _plt()
+    for s in accumulation_sets(records):
+        n, b = s.n, s.b
+        runs = [(f"{n}×{b}", s.accumulated), (f"{n * b}", s.big_batch), (f"{b}", s.plain)]
+        fig, (ax_loss, ax_dist, ax_mem) = plt.subplots(1, 3, figsize=(14, 4))
+        for (label, run), style in zip(runs, ("-", "--", ":")):
+            if run is not None:
+                ax_loss.semilogy(run.histories["loss/total"], style, lw=1.2, label=f"batch {label}")
+        ax_loss.set_xlabel("epoch")
+        ax_loss.set_ylabel("loss/total")
+        ax_loss.legend(fontsize=8)
+        ax_loss.set_title("loss curves overlaid")
+        if s.big_batch is not None and s.plain is not None:
+            big, plain = agreement(s.big_batch, s.accumulated), agreement(s.plain, s.accumulated)
+            _bars(ax_dist, [f"|{n}×{b} − {n * b}|", f"|{n}×{b} − {b}|", "round-off bound", "travel"],
+                  [big.distance, plain.distance, big.parameter_bound, big.travel], "L2 distance of final parameters",
+                  log=True)
+            ax_dist.set_title("parameter differences")
+        memory = [r.metrics.get("memory/temp_bytes", np.nan) if r is not None else np.nan for _, r in runs]
+        _bars(ax_mem, [f"batch {label}" for label, _ in runs], memory, "compiled temp bytes")
+        ax_mem.set_title("memory of the update")
+        file = _save(fig, out, f"accumulation_{s.accumulated.label}")
+        figures.append(Figure(file, f"{n}×{b} against one batch of {n * b} and plain {b}: loss curves, distances of "
+                                    f"the final parameters (log scale, zero not drawn), compiled temporary memory",
+                              "accumulation"))
+    return figures
+
+
+def inner_steps_figures(records: list[RunRecord], out: Path) -> list[Figure]:
+    pairs = fused_pairs(records)
+    if not pairs:
+        return []
+    plt = _plt()
+    fig, (ax_time, ax_compile, ax_dist) = plt.subplots(1, 3, figsize=(14, 4))
+    reference = pairs[0][1]
+    columns = [("K=1", reference)] + [(f"K={runs[0].options.inner_steps}", runs) for runs, _ in pairs]
+    for i, (label, runs) in enumerate(columns):
+        times = [r.metrics[STEP_TIME] * 1e3 for r in runs if STEP_TIME in r.metrics]
+        compiles = [r.metrics["compile_seconds"] for r in runs if "compile_seconds" in r.metrics]
+        ax_time.plot([i] * len(times), times, "o", color="C0", alpha=0.6)
+        if times:
+            ax_time.plot([i - 0.2, i + 0.2], [np.median(times)] * 2, "k-")
+        ax_compile.plot([i] * len(compiles), compiles, "o", color="C1", alpha=0.6)
+    for ax, ylabel, title in ((ax_time, "ms per update", "steady-state step time (repeats, median bar)"),
+                              (ax_compile, "seconds", "compile time (repeats may hit the compilation cache)")):
+        ax.set_xticks(range(len(columns)), [label for label, _ in columns])
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=10)
+    distances, bounds = [], []
+    for runs, ref in pairs:
+        if ref:
+            a = agreement(runs[0], ref[0])
+            distances.append(a.distance)
+            bounds.append(a.parameter_bound)
+    _bars(ax_dist, [label for label, _ in columns[1:1 + len(distances)]], distances,
+          "|θ_K − θ_1| (final parameters)", log=True)
+    for i, bound in enumerate(bounds):
+        ax_dist.plot([i - 0.4, i + 0.4], [bound] * 2, "r--", lw=1)
+    ax_dist.set_title("distance to K=1 (red: round-off bound; 0 not drawn)", fontsize=10)
+    file = _save(fig, out, "inner_steps")
+    return [Figure(file, f"inner_steps on {pairs[0][0][0].device}: time per update over repeats, compile time, "
+                         f"and the final-parameter distance to K=1 against its round-off bound", "inner_steps")]
+
+
+def checkpoint_figures(records: list[RunRecord], out: Path) -> list[Figure]:
+    return _paired_figures(checkpoint_pairs(records), out, "checkpoint", "memory/temp_bytes",
+                           ("checkpointed", "plain"), "compiled temp bytes")
+
+
+def offload_figures(records: list[RunRecord], out: Path) -> list[Figure]:
+    return _paired_figures(offload_pairs(records), out, "offload", "memory/argument_bytes",
+                           ("offloaded", "on device"), "device-resident argument bytes")
+
+
+def _paired_figures(pairs, out: Path, claim: str, memory_key: str, names: tuple[str, str], ylabel: str
+                    ) -> list[Figure]:
+    plt = _plt()
+    figures = []
+    for on, off in pairs:
+        fig, (ax_mem, ax_time) = plt.subplots(1, 2, figsize=(9, 4))
+        partner = first(off)
+        _bars(ax_mem, list(names), [on[0].metrics.get(memory_key, np.nan),
+                                    partner.metrics.get(memory_key, np.nan) if partner else np.nan], ylabel)
+        for i, runs in enumerate((on, off)):
+            times = [r.metrics[STEP_TIME] * 1e3 for r in runs if STEP_TIME in r.metrics]
+            ax_time.plot([i] * len(times), times, "o", alpha=0.6)
+        ax_time.set_xticks([0, 1], list(names))
+        ax_time.set_ylabel("ms per update (repeats)")
+        file = _save(fig, out, f"{claim}_{on[0].label}")
+        figures.append(Figure(file, f"{claim} ({on[0].label}): {ylabel} and time per update over repeats, on "
+                                    f"{on[0].device}", claim))
+    return figures
+
+
+def substeps_figures(records: list[RunRecord], out: Path) -> list[Figure]:
+    runs = [r for r in substep_runs(records) if r.reach is not None]
+    if not runs:
+        return []
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(max(6, 2.5 * len(runs)), 4))
+    models = sorted({m for r in runs for m in r.models()})
+    width = 0.8 / len(models)
+    for j, model in enumerate(models):
+        values = [float(np.linalg.norm(r.snapshot("final", model) - r.snapshot("initial", model))) for r in runs]
+        positions = np.arange(len(runs)) + j * width
+        ax.bar(positions, values, width, label=model)
+        for x, v, r in zip(positions, values, runs):
+            mark = "reached" if model in reached_models(r) else "unreached"
+            ax.annotate(f"{v:.3g}\n{mark}", (x, v), ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(np.arange(len(runs)) + 0.4 - width / 2, [r.label for r in runs], fontsize=8)
+    ax.set_ylabel("|final − initial| per model")
+    ax.legend()
+    file = _save(fig, out, "substeps")
+    return [Figure(file, "distance each model travelled per substeps run; an unreached model must stay at exactly 0",
+                   "substeps")]
+
+
+def phases_figures(records: list[RunRecord], out: Path) -> list[Figure]:
+    plt = _plt()
+    figures = []
+    for run in phased_runs(records):
+        fig, (ax_loss, ax_lr) = plt.subplots(1, 2, figsize=(11, 4))
+        ax_loss.semilogy(run.histories["loss/total"], lw=1)
+        ax_loss.set_ylabel("loss/total")
+        expected = expected_lr(run)
+        for key in sorted(k for k in run.histories if k.startswith("lr/")):
+            ax_lr.semilogy(run.histories[key], lw=1.5, label=f"recorded {key}")
+        if expected is not None:
+            ax_lr.semilogy(expected, "k--", lw=1, label="configured")
+        ax_lr.set_ylabel("learning rate")
+        ax_lr.legend(fontsize=8)
+        for ax in (ax_loss, ax_lr):
+            ax.set_xlabel("epoch")
+            for start, _ in phase_bounds(run)[1:]:
+                ax.axvline(start, color="grey", ls="--", lw=0.8)
+        file = _save(fig, out, f"phases_{run.label}")
+        figures.append(Figure(file, f"{run.label}: loss and learning rate with phase boundaries (dashed grey); "
+                                    f"the configured learning rate dashed black", "phases"))
+    return figures
+
+
+FIGURES: dict[str, Callable[[list[RunRecord], Path], list[Figure]]] = {
+    "accumulation": accumulation_figures,
+    "inner_steps": inner_steps_figures,
+    "checkpoint": checkpoint_figures,
+    "offload": offload_figures,
+    "substeps": substeps_figures,
+    "phases": phases_figures,
+}
+
+
+def draw(claims: Sequence[str], records: list[RunRecord], out: Path) -> list[Figure]:
+    """Every figure of ``claims`` into ``out``."""
+    return [figure for claim in claims for figure in FIGURES[claim](records, out)]

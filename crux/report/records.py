@@ -1,0 +1,199 @@
+"""What the claim checks read: one record per run, however the run was obtained.
+
+A :class:`RunRecord` holds what a sweep job leaves behind (tags, params,
+metric histories, summary metrics, parameter snapshots, statistics, the
+environment). Records come from MLflow (:mod:`crux.report.store`) or straight
+from a solve (:func:`record_from_solve`), so the checks can be proven on
+deliberately broken solvers without a tracking server.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping, Sequence
+
+import jax
+import numpy as np
+
+from crux.solver import Crux
+from crux.stats import Statistics
+
+Substeps = tuple[tuple[tuple[int, ...], int], ...]
+
+
+@dataclass(frozen=True)
+class SolveOptions:
+    """The ``solve()`` options of a run, normalised so paired runs compare equal.
+
+    ``substeps`` is ``((constraint indices, steps), ...)`` or None.
+    """
+
+    epochs: int
+    batchsize: int | None = None
+    accumulation_steps: int = 1
+    inner_steps: int = 1
+    checkpoint_gradients: bool = False
+    offload_data: bool = False
+    substeps: Substeps | None = None
+
+    def but(self, **changes: Any) -> "SolveOptions":
+        """The same options with ``changes``: the partner a claim compares against."""
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class PhasePlan:
+    """One ``solve()`` call of a multi-phase run, as configured.
+
+    ``fresh`` says the run set an optimizer or schedule before this phase, so the
+    solver must start a new optimizer state with its schedule counting from 0;
+    ``schedule(steps)`` gives the learning rate the configuration asks for.
+    """
+
+    epochs: int
+    optimizer: str
+    schedule: Callable[[np.ndarray], Any]
+    fresh: bool
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One finished run of a sweep.
+
+    ``histories`` map a metric (``loss/total``, ``loss/<constraint>``, ``lr/<model>``)
+    to its values by epoch; ``metrics`` are the summary metrics; ``snapshots``
+    are ``params.npz`` (``initial/<model>/<i>``, ``final/<model>/<i>``, and
+    ``phase<k>/<model>/<i>`` where the pipeline saves them); ``reach`` lists,
+    per constraint, the models its residual reaches. ``group`` names what the
+    run shares with its partners beyond the solve options (problem, model,
+    optimizer): runs of different groups are never compared.
+    """
+
+    run_id: str
+    options: SolveOptions
+    histories: Mapping[str, np.ndarray]
+    metrics: Mapping[str, float]
+    snapshots: Mapping[str, np.ndarray]
+    stats: Statistics | None = None
+    reach: tuple[tuple[str, ...], ...] | None = None
+    phases: tuple[PhasePlan, ...] = ()
+    group: str = ""
+    repeat: int = 0
+    variant: str = ""
+    tags: Mapping[str, str] = field(default_factory=dict)
+    params: Mapping[str, str] = field(default_factory=dict)
+    environment: Mapping[str, Any] = field(default_factory=dict)
+    config: str = ""
+
+    @property
+    def label(self) -> str:
+        """Short name for tables and legends: the sweep's variant name, else one built from the options."""
+        return self.variant or describe(self.options)
+
+    @property
+    def device(self) -> str:
+        """What the run ran on, from environment.json: ``cpu (<CPU model>)`` or ``gpu (<device kind>)``.
+
+        Timing verdicts hold for this device only.
+        """
+        backend = self.environment.get("backend")
+        if not backend:
+            return "an unrecorded device"
+        detail = self.environment.get("cpu" if backend == "cpu" else "device_kind")
+        return f"{backend} ({detail})" if detail and detail != backend else str(backend)
+
+    def models(self) -> list[str]:
+        """Model names present in the parameter snapshots, sorted."""
+        return sorted({key.split("/")[1] for key in self.snapshots if key.startswith("final/")})
+
+    def snapshot(self, which: str, model: str | None = None) -> np.ndarray:
+        """One flat float64 vector of the parameters saved under ``which`` (``initial``, ``final``, ``phase1``).
+
+        Leaves are taken in their saved order per model, models in sorted order,
+        so two runs of the same network give vectors that line up.
+        """
+        models = [model] if model is not None else self.models()
+        parts = []
+        for name in models:
+            prefix = f"{which}/{name}/"
+            keys = sorted((k for k in self.snapshots if k.startswith(prefix)), key=lambda k: int(k[len(prefix):]))
+            if not keys:
+                raise KeyError(f"run {self.run_id} saved no parameters under '{prefix}'")
+            parts.extend(np.asarray(self.snapshots[k], np.float64).ravel() for k in keys)
+        return np.concatenate(parts)
+
+    def has_snapshot(self, which: str) -> bool:
+        return any(k.startswith(f"{which}/") for k in self.snapshots)
+
+    @property
+    def updates(self) -> int:
+        """Optimizer updates the run made (each substep entry's steps count separately)."""
+        epochs = len(self.histories.get("loss/total", ())) or self.options.epochs
+        per_epoch = sum(steps for _, steps in self.options.substeps) if self.options.substeps else 1
+        return epochs * per_epoch
+
+
+def describe(options: SolveOptions) -> str:
+    """``b8_acc4 K=5 ckpt offload`` style name of the options that differ from a plain full-batch solve."""
+    parts = ["full" if options.batchsize is None else f"b{options.batchsize}"]
+    if options.accumulation_steps > 1:
+        parts[0] += f"_acc{options.accumulation_steps}"
+    if options.inner_steps > 1:
+        parts.append(f"K={options.inner_steps}")
+    if options.checkpoint_gradients:
+        parts.append("ckpt")
+    if options.offload_data:
+        parts.append("offload")
+    if options.substeps is not None:
+        parts.append("substeps=" + ",".join(
+            "[" + ",".join(map(str, c)) + "]" + (f"x{n}" if n > 1 else "") for c, n in options.substeps))
+    return " ".join(parts)
+
+
+def normalise_substeps(substeps: Sequence | None) -> Substeps | None:
+    """``[[0], ([1, 2], 3)]`` -> ``(((0,), 1), ((1, 2), 3))``: the form ``SolveOptions`` compares."""
+    if substeps is None:
+        return None
+    plan = []
+    for entry in substeps:
+        is_pair = len(entry) == 2 and isinstance(entry[0], (list, tuple)) and not isinstance(entry[1], (list, tuple))
+        indices, steps = (entry[0], entry[1]) if is_pair else (entry, 1)
+        plan.append((tuple(int(i) for i in indices), int(steps)))
+    return tuple(plan)
+
+
+def snapshot_arrays(params: Mapping[str, Any], which: str) -> dict[str, np.ndarray]:
+    """``{which/<model>/<i>: leaf}`` for the i-th leaf of ``jax.tree.leaves``: the ``params.npz`` layout."""
+    return {f"{which}/{name}/{i}": np.asarray(leaf)
+            for name, tree in params.items() for i, leaf in enumerate(jax.tree.leaves(tree))}
+
+
+def histories_of(stats: Statistics) -> dict[str, np.ndarray]:
+    """The metric histories the pipeline logs, by epoch: ``loss/total``, ``loss/<constraint>``, ``lr/<model>``."""
+    histories = {"loss/total": np.asarray(stats.total_loss)}
+    histories.update({f"loss/{name}": np.asarray(stats.losses[:, j]) for j, name in enumerate(stats.names)})
+    histories.update({f"lr/{model}": np.asarray(values) for model, values in stats.lr.items()})
+    return histories
+
+
+def summary_of(stats: Statistics) -> dict[str, float]:
+    """The summary metrics the checks read that a Statistics object carries (timings, compiled memory)."""
+    metrics = {"compile_seconds": float(stats.compile_seconds), "run_seconds": float(stats.run_seconds),
+               "median_step_seconds": float(stats.median_step_seconds)}
+    metrics.update({f"memory/{key}": float(value) for key, value in stats.memory.items()})
+    return metrics
+
+
+def record_from_solve(run_id: str, solver: Crux, initial: Mapping[str, Any], stats: Statistics,
+                      options: SolveOptions, phases: Sequence[PhasePlan] = (),
+                      snapshots: Mapping[str, Any] | None = None, repeat: int = 0, group: str = "") -> RunRecord:
+    """A record of a solve done in this process, as the pipeline would have logged it.
+
+    ``initial`` are the parameters before the first solve() (copy them before
+    solving: the solver donates its buffers); ``stats`` covers every phase
+    (``solver.history``); ``snapshots`` adds per-phase ones (``phase<k>/...``).
+    """
+    arrays = {**snapshot_arrays(initial, "initial"), **snapshot_arrays(solver.params, "final"),
+              **dict(snapshots or {})}
+    return RunRecord(run_id=run_id, options=options, histories=histories_of(stats), metrics=summary_of(stats),
+                     snapshots=arrays, stats=stats, reach=tuple(tuple(sorted(r)) for r in solver.reach),
+                     phases=tuple(phases), group=group, repeat=repeat)

@@ -1,0 +1,315 @@
+"""The claim checks of crux.report, on records made straight from crux solves.
+
+Each claim is shown to hold on crux as it is, and to turn to ``fails`` when the
+option is broken on purpose (monkeypatched crux internals, only here): a check
+that cannot fail proves nothing. Tiny networks and 30 epochs keep this quick.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import jax
+import numpy as np
+import optax
+import pytest
+
+import crux
+import crux.engine
+from crux.batching import PointStream
+from crux.model import Model
+from crux.report import FAILS, HOLDS, INCONCLUSIVE, PhasePlan, RunRecord, SolveOptions, judge, record_from_solve
+from crux.report.claims import check_accumulation, check_checkpoint, check_inner_steps, check_phases
+from crux.report.claims import check_offload, check_substeps
+from crux.report.document import verdicts_json
+from crux.report.records import normalise_substeps
+from crux.solver import Crux
+
+EPOCHS = 30
+B, N = 4, 4  # micro-batches of 4, four per update: the points of one batch of 16 (64 interior points >= 16)
+
+
+def poisson(lr: float = 1e-3) -> crux.problems.Problem:
+    """Poisson with 64 interior points (>= N*B) and 2 boundary points (<= B): the exact accumulation regime.
+    Plain SGD, as in sweeps/accumulation.yaml, whose step follows the gradient's size."""
+    problem = crux.problems.poisson1d(n_interior=64, hidden=(8, 8), seed=0)
+    problem.models["u"].optimizer(optax.sgd).scale(crux.lrs(lr))
+    return problem
+
+
+def solve_record(run_id: str, problem: crux.problems.Problem, epochs: int = EPOCHS, **options) -> RunRecord:
+    """Solve once with ``options`` and record it as the pipeline would."""
+    solver = problem.solver()
+    initial = jax.tree.map(np.array, solver.params)
+    stats = solver.solve(epochs, **options)
+    recorded = {**options, "substeps": normalise_substeps(options.get("substeps"))}
+    return record_from_solve(run_id, solver, initial, stats, SolveOptions(epochs=epochs, **recorded))
+
+
+def only(verdicts, prefix: str):
+    found = [v for v in verdicts if v.id.startswith(prefix)]
+    assert len(found) == 1, [v.id for v in verdicts]
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def batches() -> dict[str, RunRecord]:
+    """Accumulation N×B, one batch of N·B, plain B: the runs claim 1 compares (plain B is also K=1)."""
+    return {"acc": solve_record("acc", poisson(), batchsize=B, accumulation_steps=N),
+            "big": solve_record("big", poisson(), batchsize=N * B),
+            "plain": solve_record("plain", poisson(), batchsize=B)}
+
+
+# -- claim 1: accumulation ---------------------------------------------------------------------------
+def test_accumulation_equals_one_big_batch_and_not_plain_batch(batches):
+    verdicts = check_accumulation(list(batches.values()))
+    effective = only(verdicts, "accumulation.effective_batch")
+    assert effective.verdict == HOLDS, effective.summary
+    e = effective.evidence
+    bound = effective.thresholds["parameter_distance"].value
+    assert e["vs_NxB_batch_parameter_distance"] <= bound < e["vs_plain_B_parameter_distance"]
+    assert set(effective.runs) == {"acc", "big", "plain"}
+    memory = only(verdicts, "accumulation.memory")
+    assert memory.verdict == HOLDS, memory.summary
+    assert memory.evidence["temp_bytes_NxB"] < memory.evidence["temp_bytes_N_times_B"]
+
+
+def test_accumulation_whose_micro_batches_reuse_points_is_degenerate(batches, monkeypatch):
+    """The bug a PINN framework shipped: every micro-batch computed on the same points."""
+    honest = PointStream.indices
+
+    def same_points(self, key, step):
+        return tuple(jax.numpy.broadcast_to(i[:1], i.shape) for i in honest(self, key, step))
+
+    monkeypatch.setattr(PointStream, "indices", same_points)
+    broken = solve_record("acc-same-points", poisson(), batchsize=B, accumulation_steps=N)
+    verdict = only(check_accumulation([broken, batches["big"], batches["plain"]]), "accumulation.effective_batch")
+    assert verdict.verdict == FAILS
+    assert "degenerate: micro-batches identical" in verdict.summary
+
+
+class _KeepNewest:
+    """``jax.numpy`` whose ``add`` keeps only its second term: an accumulator overwritten by each micro-batch."""
+
+    def __getattr__(self, name):
+        return getattr(jax.numpy, name)
+
+    @staticmethod
+    def add(total, new):
+        return new
+
+
+def test_accumulation_applying_only_last_micro_batch_fails(batches, monkeypatch):
+    monkeypatch.setattr(crux.engine, "jnp", _KeepNewest())
+    broken = solve_record("acc-last-only", poisson(), batchsize=B, accumulation_steps=N)
+    verdict = only(check_accumulation([broken, batches["big"], batches["plain"]]), "accumulation.effective_batch")
+    assert verdict.verdict == FAILS
+    assert "neither" in verdict.summary
+
+
+def test_accumulation_without_its_partner_runs_is_inconclusive(batches):
+    verdict = only(check_accumulation([batches["acc"], batches["big"]]), "accumulation.effective_batch")
+    assert verdict.verdict == INCONCLUSIVE
+    assert "batchsize=4" in verdict.summary
+
+
+# -- claim 2: inner_steps ------------------------------------------------------------------------------
+def test_fused_steps_are_identical_to_single_steps(batches):
+    fused = solve_record("K5", poisson(), batchsize=B, inner_steps=5)
+    verdict = only(check_inner_steps([fused, batches["plain"]]), "inner_steps.identical[K=5]")
+    assert verdict.verdict == HOLDS, verdict.summary
+    assert verdict.evidence["parameter_distance"] <= verdict.thresholds["parameter_distance"].value
+
+
+def test_fused_steps_that_skip_an_update_fail(batches, monkeypatch):
+    """A fused call that returns the state before its last update (the losses still have K rows)."""
+    honest = crux.engine._repeat
+
+    def skip_last(body, carry, xs, length):
+        if length == 1:
+            return honest(body, carry, xs, length)
+        _, outputs = jax.lax.scan(body, carry, xs, length=length)
+        shorter = None if xs is None else jax.tree.map(lambda a: a[:-1], xs)
+        carry, _ = jax.lax.scan(body, carry, shorter, length=length - 1)
+        return carry, outputs
+
+    monkeypatch.setattr(crux.engine, "_repeat", skip_last)
+    broken = solve_record("K5-skips", poisson(), batchsize=B, inner_steps=5)
+    verdict = only(check_inner_steps([broken, batches["plain"]]), "inner_steps.identical[K=5]")
+    assert verdict.verdict == FAILS, verdict.summary
+
+
+# -- claims 4 and 5: checkpointing and offloading keep the numbers ----------------------------------------
+def test_checkpointing_and_offloading_keep_the_numbers(batches):
+    checkpointed = solve_record("ckpt", poisson(), batchsize=B, checkpoint_gradients=True)
+    offloaded = solve_record("offload", poisson(), batchsize=B, offload_data=True)
+    records = [checkpointed, offloaded, batches["plain"]]
+    assert only(check_checkpoint(records), "checkpoint.same_numbers").verdict == HOLDS
+    offload = check_offload(records)
+    assert only(offload, "offload.same_numbers").verdict == HOLDS
+    moved = only(offload, "offload.moves_data")
+    assert moved.verdict == HOLDS, moved.summary
+    assert moved.evidence["argument_bytes_offloaded"] < moved.evidence["argument_bytes_on_device"]
+
+
+# -- claim 6: substeps and phases ---------------------------------------------------------------------------
+def mixed(optimizer=optax.adamw) -> crux.problems.Problem:
+    """Two networks; constraint 0 reaches only q. AdamW's weight decay moves any model it steps."""
+    problem = crux.problems.mixed_poisson1d(n_interior=32, hidden=(8,), seed=0)
+    for model in problem.models.values():
+        model.optimizer(optimizer).scale(crux.lrs(1e-2))
+    return problem
+
+
+def test_substeps_leave_unreached_model_bit_identical():
+    record = solve_record("only-q", mixed(), substeps=[[0]])
+    verdict = only(check_substeps([record]), "substeps.reached_only")
+    assert verdict.verdict == HOLDS, verdict.summary
+    assert verdict.evidence[f"{record.label}/u/bit_identical"] == 1.0
+    assert verdict.evidence[f"{record.label}/q/distance"] > 0
+
+
+def test_substeps_feeding_zero_gradients_to_unreached_models_fail(monkeypatch):
+    honest = Crux._entries
+
+    def every_model(self, options):
+        return tuple(crux.engine.Entry(e.constraints, tuple(sorted(self.models)), e.steps)
+                     for e in honest(self, options))
+
+    monkeypatch.setattr(Crux, "_entries", every_model)
+    record = solve_record("only-q-zero-grad", mixed(), substeps=[[0]])
+    verdict = only(check_substeps([record]), "substeps.reached_only")
+    assert verdict.verdict == FAILS
+    assert f"unreached models moved: u in {record.label} moved" in verdict.summary
+
+
+def test_substeps_reaching_every_model_cannot_judge_unreached_ones():
+    """Every entry list below reaches u and q, so no run shows what happens to an unreached model."""
+    moved = {"initial/u/0": np.zeros(2), "final/u/0": np.ones(2), "initial/q/0": np.zeros(2), "final/q/0": np.ones(2)}
+    reach = (("q",), ("q", "u"), ("u",))
+    records = [RunRecord(f"r{i}", SolveOptions(epochs=10, substeps=normalise_substeps(plan)),
+                         {"loss/total": np.ones(10)}, {}, moved, reach=reach)
+               for i, plan in enumerate(([[0], [2]], [[1]], [[0, 1, 2]]))]
+    verdict = only(check_substeps(records), "substeps.reached_only")
+    assert verdict.verdict == INCONCLUSIVE
+    assert "substeps=[[0]]" in verdict.summary
+
+
+@pytest.mark.parametrize("drift, outcome", [(0.0, HOLDS), (1e-2, FAILS)])
+def test_one_substep_of_every_constraint_must_equal_no_substeps(drift, outcome):
+    losses = {"loss/total": np.linspace(2.0, 1.0, 10), "loss/a": np.ones(10), "loss/b": np.ones(10)}
+
+    def record(run_id, substeps, final):
+        snapshots = {"initial/u/0": np.zeros(3), "final/u/0": np.asarray(final)}
+        return RunRecord(run_id, SolveOptions(epochs=10, substeps=substeps), losses, {}, snapshots,
+                         reach=(("u",), ("u",)))
+
+    plain = record("plain", None, [1.0, 1.0, 1.0])
+    one_entry = record("one-entry", normalise_substeps([[0, 1]]), [1.0, 1.0, 1.0 + drift])
+    verdict = only(check_substeps([plain, one_entry]), "substeps.one_entry_is_plain")
+    assert verdict.verdict == outcome
+    assert set(verdict.runs) == {"plain", "one-entry"}
+
+
+PHASES = ((20, optax.adam, 1e-2), (20, optax.sgd, 1e-3))
+
+
+def two_phases(run_id: str) -> RunRecord:
+    """Adam at 1e-2, then SGD at 1e-3, on the full batch of the mixed problem."""
+    problem = mixed(optax.adam)
+    solver = problem.solver()
+    initial = jax.tree.map(np.array, solver.params)
+    plan = []
+    for epochs, optimizer, lr in PHASES:
+        schedule = crux.lrs(lr)
+        for model in problem.models.values():
+            model.optimizer(optimizer).scale(schedule)
+        solver.solve(epochs)
+        plan.append(PhasePlan(epochs, optimizer.__name__, schedule, fresh=True))
+    return record_from_solve(run_id, solver, initial, solver.history, SolveOptions(epochs=PHASES[0][0]), plan)
+
+
+def test_phases_resume_move_and_switch_optimizer():
+    verdicts = check_phases([two_phases("phases")])
+    for name in ("phases.resume", "phases.every_phase_moves", "phases.fresh_optimizer"):
+        assert only(verdicts, name).verdict == HOLDS, only(verdicts, name).summary
+
+
+def test_phase_switch_that_keeps_the_old_optimizer_fails(monkeypatch):
+    """Setting an optimizer no longer counts as a change, so the solver resumes the old one."""
+    for method in ("optimizer", "scale"):
+        honest = getattr(Model, method)
+
+        def unchanged(self, value, honest=honest):
+            version = self.optimizer_version
+            honest(self, value)
+            self.optimizer_version = version
+            return self
+
+        monkeypatch.setattr(Model, method, unchanged)
+    verdict = only(check_phases([two_phases("phases-stale")]), "phases.fresh_optimizer")
+    assert verdict.verdict == FAILS
+    assert "phase 1" in verdict.summary
+
+
+# -- judged from numbers alone: timing, phase boundaries, the verdicts file ----------------------------------
+def timed(run_id: str, options: SolveOptions, seconds: float, repeat: int) -> RunRecord:
+    """A record with only timings (and a trivial trajectory), for the checks that read timings."""
+    return RunRecord(run_id, options, {"loss/total": np.ones(options.epochs)},
+                     {"median_step_seconds": seconds, "compile_seconds": 1.0},
+                     {"initial/u/0": np.zeros(2), "final/u/0": np.ones(2)}, repeat=repeat,
+                     environment={"backend": "cpu", "device_kind": "cpu"})
+
+
+@pytest.mark.parametrize("fused_times, outcome, words", [
+    ((1.0, 1.1, 1.2), HOLDS, "faster on cpu by 1.73×"),
+    ((2.1, 2.2, 2.4), FAILS, "slower on cpu by 1.16×"),
+    ((1.6, 2.2, 2.0), INCONCLUSIVE, "within noise"),
+    ((1.0,), INCONCLUSIVE, "at least 2 repeats"),
+])
+def test_speed_verdict_is_judged_against_the_repeats_spread(fused_times, outcome, words):
+    single = [timed(f"k1-{i}", SolveOptions(epochs=10), t, i) for i, t in enumerate((1.9, 2.0, 1.8))]
+    fused = [timed(f"k5-{i}", SolveOptions(epochs=10, inner_steps=5), t, i) for i, t in enumerate(fused_times)]
+    verdict = only(check_inner_steps(single + fused), "inner_steps.faster[K=5]")
+    assert verdict.verdict == outcome
+    assert words in verdict.summary
+
+
+@pytest.mark.parametrize("checkpointed_times, outcome", [((1.3, 1.31), HOLDS), ((1.05, 1.08), FAILS),
+                                                         ((2.0, 2.1), FAILS)])
+def test_checkpoint_time_cost_is_read_at_the_claims_precision(checkpointed_times, outcome):
+    plain = [timed(f"off-{i}", SolveOptions(epochs=10), 1.0, i) for i in range(2)]
+    on = [timed(f"on-{i}", SolveOptions(epochs=10, checkpoint_gradients=True), t, i)
+          for i, t in enumerate(checkpointed_times)]
+    assert only(check_checkpoint(plain + on), "checkpoint.time_cost").verdict == outcome
+
+
+def test_phase_boundary_that_jumps_back_or_a_phase_that_stalls_fails():
+    decay = np.exp(-np.arange(20) / 5.0)
+    options = SolveOptions(epochs=20)
+    phases = (PhasePlan(20, "adam", crux.lrs(1e-3), True), PhasePlan(20, "sgd", crux.lrs(1e-3), True))
+    snapshots = {"initial/u/0": np.zeros(2), "final/u/0": np.ones(2)}
+
+    def record(history):
+        return RunRecord("r", options, {"loss/total": history}, {}, snapshots, phases=phases)
+
+    resumed = np.concatenate([decay, decay[-1] * decay])
+    restarted = np.concatenate([decay, decay])
+    assert only(check_phases([record(resumed)]), "phases.resume").verdict == HOLDS
+    assert only(check_phases([record(restarted)]), "phases.resume").verdict == FAILS
+    stalled = np.concatenate([decay, np.full(20, decay[-1])])  # a full-batch phase whose loss never changes
+    moves = only(check_phases([record(stalled)]), "phases.every_phase_moves")
+    assert moves.verdict == FAILS
+    assert "phase1" in moves.summary and "phase0" not in moves.summary
+
+
+def test_verdicts_file_gives_claim_verdict_evidence_threshold_and_runs(batches):
+    entries = json.loads(verdicts_json(judge(list(batches.values()), ["accumulation", "inner_steps"])))
+    assert {e["verdict"] for e in entries} <= {HOLDS, FAILS, INCONCLUSIVE}
+    effective = next(e for e in entries if e["id"].startswith("accumulation.effective_batch"))
+    assert effective["claim"].startswith("accumulation_steps=N — Average gradients over N micro-batches")
+    assert effective["runs"] == ["acc", "big", "plain"]
+    assert all(isinstance(v, float) or isinstance(v, int) for v in effective["evidence"].values())
+    threshold = effective["threshold"]["parameter_distance"]
+    assert math.isclose(threshold["value"], effective["evidence"]["travel"] * 1e3 * 2 ** -23 * math.sqrt(EPOCHS))
+    assert "round-off" in threshold["origin"]

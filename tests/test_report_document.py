@@ -1,0 +1,60 @@
+"""report.md and verdicts.json from records alone: failed jobs, non-finite evidence, the verdict table."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from crux.report import FAILS, RunRecord, SolveOptions, Sweep, judge, report_markdown, verdicts_json
+from crux.report.document import verdict_table
+from crux.report.store import FailedRun
+
+
+def record(run_id: str, epochs: int, final: float, rows: int | None = None, **options) -> RunRecord:
+    """A run of ``epochs`` epochs whose history kept ``rows`` of them (fewer when it stopped early)."""
+    history = np.linspace(2.0, 1.0, epochs)[:rows]
+    return RunRecord(run_id, SolveOptions(epochs=epochs, **options), {"loss/total": history},
+                     {"final_loss": 1.0}, {"initial/u/0": np.zeros(2), "final/u/0": np.full(2, final)},
+                     environment={"backend": "cpu", "git_commit": "abc123", "git_dirty": False},
+                     config=f"solver:\n  inner_steps: {options.get('inner_steps', 1)}\n")
+
+
+def sweep(records, failed=()) -> Sweep:
+    return Sweep("inner_steps", "sqlite:///x.db", "1", "parent0", {"crux.claim": "K steps fused are the same",
+                                                                   "crux.overrides": "+sweeps=inner_steps repeat=0"},
+                 list(records), list(failed))
+
+
+def test_verdicts_file_stays_valid_json_when_evidence_is_infinite():
+    """A fused run that stopped early has fewer history rows than its reference: an infinite difference."""
+    records = [record("k1", 10, 1.0), record("k5", 10, 1.0, rows=5, inner_steps=5)]
+    verdicts = judge(records, ["inner_steps"])
+    identical = next(v for v in verdicts if v.id == "inner_steps.identical[K=5]")
+    assert identical.verdict == FAILS
+
+    def refuse(constant):
+        raise ValueError(f"non-standard JSON constant {constant}")
+
+    entries = json.loads(verdicts_json(verdicts), parse_constant=refuse)
+    evidence = next(e for e in entries if e["id"] == "inner_steps.identical[K=5]")["evidence"]
+    assert evidence["max_relative_history_difference"] == "inf"
+
+
+def test_failed_jobs_are_listed_and_left_out_of_the_verdicts():
+    records = [record("k1", 10, 1.0), record("k5", 10, 1.0, inner_steps=5)]
+    failed = [FailedRun("k20", "K=20", "FAILED", "ValueError: inner_steps=20 must divide epochs=10")]
+    verdicts = judge(records, ["inner_steps"])
+    text = report_markdown(sweep(records, failed), verdicts, [], ["inner_steps"])
+    assert "2 finished run(s), 1 failed" in text
+    assert "- `k20` K=20 (FAILED): ValueError: inner_steps=20 must divide epochs=10" in text
+    assert all("k20" not in v.runs for v in verdicts)
+    assert "crux-sweep inner_steps repeat=0" in text  # the sweep's own overrides, without +sweeps=
+
+
+@pytest.mark.parametrize("final, outcome", [(1.0, "holds"), (2.0, "fails")])
+def test_verdict_table_shows_each_verdict_once(final, outcome):
+    verdicts = judge([record("k1", 10, 1.0), record("k5", 10, final, inner_steps=5)], ["inner_steps"])
+    table = verdict_table(verdicts).splitlines()
+    assert [line.split()[0] for line in table[2:]] == [v.verdict for v in verdicts]
+    assert table[2].startswith(f"{outcome:<13} inner_steps.identical[K=5]")

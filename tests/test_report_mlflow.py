@@ -1,0 +1,85 @@
+"""crux-report end to end: a real (small) accumulation sweep through crux-sweep and MLflow, read back and judged.
+
+One sweep of three 20-epoch jobs feeds every test here; the store is a SQLite
+file in a temporary folder, so nothing touches the project's mlflow.db.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from crux.report import HOLDS, load_sweep, main
+
+SWEEP_OVERRIDES = ["solver.epochs=20", "model.width=8", "problem.n_interior=64", "memory=b8,b32,b8_acc4",
+                   "repeat=0"]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> str:
+    """A tracking URI holding one finished accumulation sweep."""
+    folder = tmp_path_factory.mktemp("sweep")
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    command = [sys.executable, "-m", "crux.sweep", "accumulation", *SWEEP_OVERRIDES,
+               f"hydra.sweep.dir={folder / 'multirun'}"]
+    done = subprocess.run(command, cwd=folder, env={**os.environ, "MLFLOW_TRACKING_URI": uri},
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return uri
+
+
+def report(out: Path, uri: str, monkeypatch, *extra: str) -> tuple[str, list[dict]]:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    assert main(["accumulation", "--out", str(out), *extra]) == 0
+    return (out / "report.md").read_text(), json.loads((out / "verdicts.json").read_text())
+
+
+def test_accumulation_report_from_mlflow_holds_and_shows_its_evidence(store, tmp_path, monkeypatch, capsys):
+    text, verdicts = report(tmp_path / "r", store, monkeypatch)
+    by_id = {v["id"]: v for v in verdicts}
+    assert by_id["accumulation.effective_batch[b8_acc4]"]["verdict"] == HOLDS
+    assert by_id["accumulation.memory[b8_acc4]"]["verdict"] == HOLDS
+    sweep = load_sweep("accumulation", uri=store)
+    assert {r.label for r in sweep.records} == {"b8", "b32", "b8_acc4"}
+    assert set(by_id["accumulation.effective_batch[b8_acc4]"]["runs"]) == {r.run_id for r in sweep.records}
+    assert (tmp_path / "r" / "accumulation_b8_acc4.png").stat().st_size > 10_000
+    assert "![" in text and "accumulation_b8_acc4.png" in text
+    printed = capsys.readouterr().out
+    assert "holds         accumulation.effective_batch[b8_acc4]" in printed
+
+
+def test_report_is_byte_identical_for_the_same_runs(store, tmp_path, monkeypatch):
+    first_text, _ = report(tmp_path / "a", store, monkeypatch)
+    parent = load_sweep("accumulation", uri=store).parent_id
+    second_text, _ = report(tmp_path / "b", store, monkeypatch, "--run", parent)
+    assert first_text == second_text
+    assert (tmp_path / "a" / "verdicts.json").read_bytes() == (tmp_path / "b" / "verdicts.json").read_bytes()
+
+
+def test_report_lists_environment_commit_configs_and_commands(store, tmp_path, monkeypatch):
+    text, _ = report(tmp_path / "r", store, monkeypatch)
+    sweep = load_sweep("accumulation", uri=store)
+    environment = sweep.records[0].environment
+    assert f'"device_kind": "{environment["device_kind"]}"' in text
+    assert f"commit `{environment['git_commit']}`" in text
+    assert "crux-sweep accumulation " + " ".join(SWEEP_OVERRIDES) in text
+    assert f"crux-report accumulation --run {sweep.parent_id}" in text
+    assert "accumulation_steps: 4" in text and "batchsize: 32" in text  # the resolved configs
+
+
+def test_report_of_an_unknown_sweep_exits_with_a_message(store, monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    assert main(["no-such-sweep", "--out", str(tmp_path)]) == 2
+    assert "no experiment named 'no-such-sweep'" in capsys.readouterr().err
+
+
+def test_report_never_creates_a_tracking_store(tmp_path, monkeypatch, capsys):
+    missing = tmp_path / "absent.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{missing}")
+    assert main(["accumulation", "--out", str(tmp_path / "r")]) == 2
+    assert "no tracking store at" in capsys.readouterr().err
+    assert not missing.exists()
