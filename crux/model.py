@@ -77,11 +77,6 @@ class Model:
     def schedule(self) -> Schedule | None:
         return self._schedule
 
-    def describe_optimizer(self) -> str:
-        opt = self._optimizer
-        name = getattr(opt, "__name__", type(opt).__name__) if opt is not None else "none"
-        return f"{name} × {self._schedule!r}"
-
     def transform(self, name: str) -> optax.GradientTransformationExtraArgs:
         """The optax transform to train with; accepts ``value``/``grad``/``value_fn`` (used by L-BFGS)."""
         opt, schedule = self._optimizer, self._schedule

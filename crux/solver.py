@@ -66,6 +66,12 @@ def _parse_substeps(substeps: Any, n_constraints: int) -> tuple[tuple[tuple[int,
     return tuple(plan)
 
 
+def _peak_bytes(device: jax.Device) -> int | None:
+    """The device's peak memory in use since the process started, where the backend reports it (not on CPU)."""
+    stats = device.memory_stats()
+    return int(stats["peak_bytes_in_use"]) if stats and "peak_bytes_in_use" in stats else None
+
+
 class Crux:
     """A PINN problem: constraints on collocation points and the models that satisfy them.
 
@@ -245,6 +251,7 @@ class Crux:
             feed = (data for _ in range(calls))
             first = data
         compiled, compile_seconds, memory = self._compile(entries, options, stream, transforms, state, first)
+        peak_before = _peak_bytes(device) or 0
 
         outputs, step_seconds = [], []
         first_epoch = self._epoch
@@ -285,9 +292,9 @@ class Crux:
                      f"the residual for a division by zero or a log of a negative number).")
 
         memory = dict(memory)
-        device_stats = device.memory_stats()
-        if device_stats and "peak_bytes_in_use" in device_stats:
-            memory["peak_bytes"] = int(device_stats["peak_bytes_in_use"])
+        peak = _peak_bytes(device)
+        if peak is not None and peak > peak_before:  # the device peak is per process: only a new one is ours
+            memory["peak_bytes"] = peak
         stats = Statistics(names=[c.name for c in self.constraints], losses=losses,
                            epoch=np.arange(first_epoch, first_epoch + len(losses)), lr=lr,
                            compile_seconds=compile_seconds, run_seconds=run_seconds,
