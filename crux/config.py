@@ -8,8 +8,8 @@ optax's default, so no library default is copied here.
 
 Groups whose options differ in shape (``problem``, ``optimizer``, ``schedule``)
 have one schema per option, pulled in by the option's yaml (``defaults:
-[base_adam]``). Each option carries a ``name``; the later ``phases`` are plain
-lists, so their optimizers and schedules are checked against the schema of
+[base_adam]``). Each option carries a ``name``; the optimizers and schedules of
+the later ``phases`` are untyped, so they are checked against the schema of
 their ``name`` when the job starts (:func:`training_phases`), still before any
 JAX work.
 """
@@ -19,8 +19,11 @@ import dataclasses
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, List, Optional
+from typing import Any, Callable, ClassVar, Dict, List, Optional
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import optax
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -234,7 +237,13 @@ class JaxConfig:
 
 @dataclass
 class PhaseConfig:
-    """A later training phase: ``optimizer`` and ``schedule`` are written like the group options, with ``name``."""
+    """A later training phase: ``optimizer`` and ``schedule`` are written like the group options, with ``name``.
+
+    Phases are a mapping from a phase's name to its settings, run in the order
+    they are written: Hydra merges mappings key by key, so ``phases.lbfgs.epochs=20``
+    reaches the same phase in every option that has one named ``lbfgs`` (a list
+    index would name a different phase, or none, from one option to the next).
+    """
 
     optimizer: Any = MISSING
     schedule: Any = MISSING
@@ -243,11 +252,17 @@ class PhaseConfig:
 
 @dataclass
 class Config:
-    """One job. Training runs (optimizer, schedule, solver.epochs), then each of ``phases`` on the same solver.
+    """One job. Training runs (optimizer, schedule, solver.epochs), then each of ``phases`` on the same solver,
+    in the order written.
 
     ``claim`` is what a sweep sets out to check; ``repeat`` only tells repeated
     jobs apart (for timing); ``variant`` names the job in MLflow (``None``: the
-    swept overrides of this job, e.g. ``b8_acc4``).
+    swept overrides of this job, e.g. ``b8_acc4``). ``roundoff_twin=k > 0`` moves
+    every initial parameter one ulp up or down (:func:`roundoff_twin`, directions
+    drawn with seed k): a *round-off twin* of the job, which shows how far its
+    training carries a difference of the kind float32 round-off makes (sweeps that
+    compare numbers set ``roundoff_twin: ${repeat}``, so the repeats after the
+    first are twins).
     """
 
     problem: Any = MISSING
@@ -258,10 +273,11 @@ class Config:
     memory: MemoryConfig = MISSING
     tracking: TrackingConfig = MISSING
     jax: JaxConfig = MISSING
-    phases: List[PhaseConfig] = field(default_factory=list)
+    phases: Dict[str, PhaseConfig] = field(default_factory=dict)
     claim: str = ""
     repeat: int = 0
     variant: Optional[str] = None
+    roundoff_twin: int = 0
 
 
 PROBLEMS = {c.name: c for c in (Poisson1dConfig, Heat1dConfig, MixedPoisson1dConfig)}
@@ -301,13 +317,42 @@ class Phase:
 
 
 def training_phases(cfg: DictConfig) -> list[Phase]:
-    """The first phase (``optimizer``, ``schedule``, ``solver.epochs``) and then each of ``cfg.phases``, checked."""
+    """The first phase (``optimizer``, ``schedule``, ``solver.epochs``) and then each of ``cfg.phases`` in the
+    order written, checked."""
     first = Phase(typed(cfg.optimizer, OPTIMIZERS), typed(cfg.schedule, SCHEDULES), cfg.solver.epochs)
     return [first] + [Phase(typed(p.optimizer, OPTIMIZERS), typed(p.schedule, SCHEDULES), p.epochs)
-                      for p in cfg.phases]
+                      for p in cfg.phases.values()]
+
+
+def roundoff_twin(params: Any, twin: int) -> Any:
+    """``params`` with every nonzero entry moved one unit in the last place, up or down at random (directions
+    drawn with seed ``twin``): a start that differs from ``params`` the way round-off makes numbers differ.
+
+    About eps relative per entry, in no common direction: moving every entry away
+    from zero instead would rescale each layer by 1 + eps, a coherent change that
+    moves the loss several times more than round-off does. Zeros stay zero (one ulp
+    of zero is a subnormal number, which some CPUs compute slowly). ``twin=0`` is
+    ``params`` unchanged; raises ValueError for ``twin < 0``.
+    """
+    if twin < 0:
+        raise ValueError(f"roundoff_twin must be >= 0, got {twin}")
+    if twin == 0:
+        return params
+    directions = np.random.default_rng(twin)
+
+    def move(leaf: Any) -> jax.Array:
+        values = np.asarray(leaf)
+        toward = np.where(directions.random(values.shape) < 0.5, -np.inf, np.inf).astype(values.dtype)
+        return jnp.asarray(np.where(values == 0, values, np.nextafter(values, toward)))
+
+    return jax.tree.map(move, params)
 
 
 def problem(cfg: DictConfig) -> problems.Problem:
-    """The configured problem, its models built from ``cfg.model`` and seeded with ``solver.seed``."""
+    """The configured problem, its models built from ``cfg.model``, seeded with ``solver.seed`` and started as
+    round-off twin ``roundoff_twin`` (0: as configured)."""
     model = OmegaConf.to_object(cfg.model)
-    return typed(cfg.problem, PROBLEMS).build(model, cfg.solver.seed)
+    built = typed(cfg.problem, PROBLEMS).build(model, cfg.solver.seed)
+    for network in built.models.values():
+        network.params = roundoff_twin(network.params, cfg.roundoff_twin)
+    return built

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from crux import config
 from crux.config import PROJECT_ROOT, Phase
 from crux.problems import Problem
-from crux.tracking import JobRun, parameter_leaves
+from crux.tracking import JobRun, ParameterLeaves, parameter_leaves
 
 
 def configure_jax(cfg: DictConfig) -> None:
@@ -31,8 +31,10 @@ def configure_jax(cfg: DictConfig) -> None:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 
 
-def train(problem: Problem, phases: list[Phase], cfg: DictConfig) -> None:
-    """Run the phases on the problem's one solver.
+def train(problem: Problem, phases: list[Phase], cfg: DictConfig,
+          phase_ends: list[ParameterLeaves]) -> None:
+    """Run the phases on the problem's one solver, appending every model's parameters to ``phase_ends`` after
+    each phase (so those of the phases before a failure are kept).
 
     A phase whose optimizer and schedule equal the previous phase's keeps its
     optimizer state and schedule position (solve() resumes); any other phase
@@ -49,6 +51,7 @@ def train(problem: Problem, phases: list[Phase], cfg: DictConfig) -> None:
                 phase.optimizer.attach(model, schedule)
             previous = (phase.optimizer, phase.schedule)
         solver.solve(phase.epochs, inner_steps=cfg.solver.inner_steps, substeps=substeps, **memory)
+        phase_ends.append(parameter_leaves(problem.models))
 
 
 @hydra.main(version_base="1.3", config_path=str(PROJECT_ROOT / "conf"), config_name="config")
@@ -60,12 +63,13 @@ def main(cfg: DictConfig) -> float:
         phases = config.training_phases(cfg)  # a malformed later phase is refused here, before any training
         problem = config.problem(cfg)
         initial = parameter_leaves(problem.models)
+        phase_ends: list[ParameterLeaves] = []
         try:
-            train(problem, phases, cfg)
-        finally:  # a failed phase keeps the history up to it
+            train(problem, phases, cfg, phase_ends)
+        finally:  # a failed phase keeps the history and the parameter snapshots up to it
             history = problem.solver().history
             if history is not None:
-                run.log_results(problem, history, initial)
+                run.log_results(problem, history, initial, phase_ends)
         return float(history.total_loss[-1])
 
 

@@ -155,22 +155,48 @@ def test_failing_job_is_recorded_and_the_others_complete(store):
 
 
 def test_phases_run_on_one_solver_with_their_own_optimizers(store):
-    """The documented Adam(warmup_cosine) -> L-BFGS(5e-5) -> SOAP(1e-5) plan, cut to 6 + 3 + 3 epochs."""
-    done = launch(store, "crux.experiment", *TINY, "solver.epochs=6", "schedule=warmup_cosine",
-                  "schedule.warmup=2", "phases=lbfgs_soap", "phases.0.epochs=3", "phases.1.epochs=3")
+    """The documented Adam(warmup_cosine) -> L-BFGS(5e-5) -> SOAP(1e-5) plan, cut to 6 + 3 + 3 epochs by phase name,
+    on mini-batches: params.npz holds the parameters after each phase, and each phase moved them."""
+    done = launch(store, "crux.experiment", *TINY, "solver.epochs=6", "schedule=warmup_cosine", "memory=b8",
+                  "schedule.warmup=2", "phases=lbfgs_soap", "phases.lbfgs.epochs=3", "phases.soap.epochs=3")
     assert done.returncode == 0, done.stderr[-3000:]
 
     client, roles = runs_by_role(store, "crux")
     (run,) = roles["run"]
     assert run.info.status == "FINISHED" and "mlflow.parentRunId" not in run.data.tags
-    assert run.data.params["phases.0.optimizer.name"] == "lbfgs" and run.data.params["phases.1.epochs"] == "3"
+    assert run.data.params["phases.lbfgs.optimizer.name"] == "lbfgs" and run.data.params["phases.soap.epochs"] == "3"
     steps, lr = history(client, run.info.run_id, "lr/u")
     np.testing.assert_array_equal(steps, np.arange(12))
     assert lr[0] == 0 and lr[2] == pytest.approx(1e-3)  # warm-up over 2 epochs, then cosine decay
     np.testing.assert_allclose(lr[6:9], 5e-5, rtol=1e-6)
     np.testing.assert_allclose(lr[9:], 1e-5, rtol=1e-6)
-    local = Path(client.download_artifacts(run.info.run_id, "stats.npz", str(store)))
-    assert Statistics.load(local).phases == [0, 6, 9]
+    local = Path(client.download_artifacts(run.info.run_id, "", str(store / "artifacts")))
+    assert Statistics.load(local / "stats.npz").phases == [0, 6, 9]
+    with np.load(local / "params.npz") as params:
+        stages = ["initial", "phase0", "phase1", "phase2", "final"]
+        assert {key.split("/")[0] for key in params.files} == set(stages)
+        leaves = sorted({key.split("/", 1)[1] for key in params.files})
+        snapshot = {stage: np.concatenate([params[f"{stage}/{leaf}"].ravel() for leaf in leaves]) for stage in stages}
+    np.testing.assert_array_equal(snapshot["phase2"], snapshot["final"])
+    for before, after in zip(stages, stages[1:4]):
+        assert not np.array_equal(snapshot[before], snapshot[after]), f"{after} did not move the parameters"
+
+
+def test_a_phase_is_shortened_by_name_in_every_job_of_the_phases_sweep(conf_dir):
+    """Phases are keyed by name, so one override reaches the same phase in every job; a name the job does not
+    have is refused with Hydra's message naming the key."""
+    parser = OverridesParser.create()
+    base = [f"hydra.searchpath=[file://{PROJECT_ROOT}]", "+sweeps=phases"]
+    shorter = ["solver.epochs=30", "phases.lbfgs.epochs=20", "phases.soap.epochs=10"]
+    with initialize_config_dir(conf_dir, version_base="1.3"):
+        sweep = compose("config", overrides=base, return_hydra_config=True)
+        params = [f"{k}={v}" for k, v in sweep.hydra.sweeper.params.items()]
+        (jobs,) = BasicSweeper.split_arguments(parser.parse_overrides(params), None)
+        for job in jobs:
+            phases = config.training_phases(compose("config", overrides=base + list(job) + shorter))
+            assert [(p.optimizer.name, p.epochs) for p in phases] == [("adam", 30), ("lbfgs", 20), ("soap", 10)]
+        with pytest.raises(ConfigCompositionException, match="Could not override 'phases.soap.epochs'"):
+            compose("config", overrides=["phases=lbfgs", "phases.soap.epochs=10"])
 
 
 def test_a_wrong_type_is_refused_before_any_run_is_created(tmp_path):
@@ -192,9 +218,29 @@ def test_unknown_keys_are_refused_in_groups_and_in_phases(conf_dir):
             compose("config", overrides=["optimizer.b3=0.9"])
         with pytest.raises(ConfigCompositionException, match="problem.nu"):  # heat1d's key, not poisson1d's
             compose("config", overrides=["problem.nu=0.1"])
-        cfg = compose("config", overrides=["phases=lbfgs_soap", "+phases.1.optimizer.momentum=0.9"])
+        cfg = compose("config", overrides=["phases=lbfgs_soap", "+phases.soap.optimizer.momentum=0.9"])
     with pytest.raises(ConfigKeyError, match="Key 'momentum' not in 'SoapConfig'"):
         config.training_phases(cfg)
+
+
+def test_a_round_off_twin_starts_one_ulp_up_or_down_from_the_configured_parameters(conf_dir):
+    """roundoff_twin=k moves every nonzero initial parameter one ulp, in directions drawn with seed k; zeros stay."""
+    with initialize_config_dir(conf_dir, version_base="1.3"):
+        plain, first, second = (config.problem(compose("config", overrides=["model.width=8", f"roundoff_twin={k}"]))
+                                for k in (0, 1, 2))
+    start = np.concatenate([np.ravel(leaf) for leaf in jax.tree.leaves(plain.models["u"].params)])
+    assert np.any(start == 0)
+    directions = []
+    for twin in (first, second):
+        moved = np.concatenate([np.ravel(leaf) for leaf in jax.tree.leaves(twin.models["u"].params)])
+        up, down = moved == np.nextafter(start, np.inf), moved == np.nextafter(start, -np.inf)
+        np.testing.assert_array_equal(moved[start == 0], 0)
+        assert np.all((up | down)[start != 0])
+        assert 0.4 < up[start != 0].mean() < 0.6  # no common direction: not a rescaling of the network
+        directions.append(up)
+    assert not np.array_equal(*directions)  # each twin is another draw
+    with pytest.raises(ValueError, match="roundoff_twin must be >= 0, got -1"):
+        config.roundoff_twin(plain.models["u"].params, -1)
 
 
 def test_every_config_option_composes(conf_dir):

@@ -14,9 +14,11 @@ from crux.report.claims.fusion import fused_pairs
 from crux.report.claims.offload import offload_pairs
 from crux.report.claims.phases import expected_lr, phase_bounds, phased_runs
 from crux.report.claims.substeps import reached_models, substep_runs
-from crux.report.numerics import STEP_TIME, agreement
-from crux.report.pairing import first
+from crux.report.numerics import (STEP_TIME, TWIN_FACTOR, agreement, parameter_bound, relative_differences,
+                                  twin_comparison)
+from crux.report.pairing import first, reference_and_twins
 from crux.report.records import RunRecord
+from crux.report.verdict import fmt
 
 
 @dataclass(frozen=True)
@@ -108,10 +110,10 @@ def inner_steps_figures(records: list[RunRecord], out: Path) -> list[Figure]:
         ax.set_title(title, fontsize=10)
     distances, bounds = [], []
     for runs, ref in pairs:
-        if ref:
-            a = agreement(runs[0], ref[0])
-            distances.append(a.distance)
-            bounds.append(a.parameter_bound)
+        partner, twins = reference_and_twins(ref, runs[0])
+        if partner is not None:
+            distances.append(agreement(runs[0], partner).distance)
+            bounds.append(parameter_bound(runs[0], partner, twins))
     _bars(ax_dist, [label for label, _ in columns[1:1 + len(distances)]], distances,
           "|θ_K − θ_1| (final parameters)", log=True)
     for i, bound in enumerate(bounds):
@@ -137,7 +139,7 @@ def _paired_figures(pairs, out: Path, claim: str, memory_key: str, names: tuple[
     plt = _plt()
     figures = []
     for on, off in pairs:
-        fig, (ax_mem, ax_time) = plt.subplots(1, 2, figsize=(9, 4))
+        fig, (ax_mem, ax_time, ax_drift) = plt.subplots(1, 3, figsize=(14, 4))
         partner = first(off)
         _bars(ax_mem, list(names), [on[0].metrics.get(memory_key, np.nan),
                                     partner.metrics.get(memory_key, np.nan) if partner else np.nan], ylabel)
@@ -146,10 +148,35 @@ def _paired_figures(pairs, out: Path, claim: str, memory_key: str, names: tuple[
             ax_time.plot([i] * len(times), times, "o", alpha=0.6)
         ax_time.set_xticks([0, 1], list(names))
         ax_time.set_ylabel("ms per update (repeats)")
+        reference, twins = reference_and_twins(off, on[0])
+        if reference is not None:
+            _drift(ax_drift, on[0], reference, twins, names)
         file = _save(fig, out, f"{claim}_{on[0].label}")
-        figures.append(Figure(file, f"{claim} ({on[0].label}): {ylabel} and time per update over repeats, on "
-                                    f"{on[0].device}", claim))
+        figures.append(Figure(file, f"{claim} ({on[0].label}): {ylabel}, time per update over repeats, on "
+                                    f"{on[0].device}, and how far the loss history drifts from the {names[1]} run's, "
+                                    f"against round-off twins of it", claim))
     return figures
+
+
+def _drift(ax, run: RunRecord, reference: RunRecord, twins: Sequence[RunRecord], names: tuple[str, str]) -> None:
+    """Relative loss/total difference per epoch of ``run`` from ``reference``, and of the round-off twins with the
+    bound the same-numbers verdict holds it to (zeros are not drawn on the log scale)."""
+    losses = reference.histories["loss/total"]
+    drift = relative_differences(run.histories["loss/total"], losses)
+    if drift is not None:
+        ax.semilogy(np.where(drift > 0, drift, np.nan), lw=1, label=f"{names[0]} vs {names[1]}")
+    twin = twin_comparison(run, reference, twins)
+    if twin is not None:
+        ax.semilogy(np.where(twin.twin_drift > 0, twin.twin_drift, np.nan), "k-", lw=1,
+                    label="round-off twins (running max)")
+        ax.semilogy(TWIN_FACTOR * twin.allowance, "r--", lw=1, label=f"bound: {fmt(TWIN_FACTOR)}× max(twins, eps)")
+    else:
+        ax.axhline(agreement(run, reference).history_bound, color="r", ls="--", lw=1, label="assumed round-off bound")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("|ΔL| / L (loss/total)")
+    ax.legend(fontsize=7)
+    identical = drift is not None and not drift.any()
+    ax.set_title("loss histories bit-identical" if identical else "drift from the reference", fontsize=10)
 
 
 def substeps_figures(records: list[RunRecord], out: Path) -> list[Figure]:

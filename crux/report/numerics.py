@@ -4,6 +4,12 @@ Two kinds of threshold, and nothing else: *round-off* (two runs that do the same
 arithmetic in a different order may differ by float32 rounding compounded over
 the updates, and no more) and *run-to-run spread* (a timing difference counts
 only when it is larger than what repeating the same run shows).
+
+How far training compounds round-off is measured where the sweep has round-off
+twins (the reference run started one ulp away, :class:`TwinComparison`): a
+chaotic run carries an eps-sized difference to percents within a few hundred
+updates, a calm one keeps it near eps, and no bound fixed in advance fits both.
+Without twins the bound is the assumed ``1e3 · eps · sqrt(T) · travel``.
 """
 from __future__ import annotations
 
@@ -25,6 +31,19 @@ ROUNDOFF_ORIGIN = (
     "The factor 1e3 allows for training amplifying tiny differences (Adam divides by a second-moment estimate that "
     "is tiny for some parameters; an unstable step size magnifies them). Each verdict reports where its runs sit "
     "on the eps·sqrt(T)·travel scale, so the margin on both sides of the bound is visible")
+TWIN_FACTOR = 10.0
+TWIN_HISTORY_RULE = f"d(t) ≤ {TWIN_FACTOR:g} · max(eps, largest d_twin up to epoch t), at every epoch t"
+TWIN_PARAMETER_RULE = f"|θ - θ_ref| ≤ {TWIN_FACTOR:g} · max(eps · |θ_ref|, largest |θ_twin - θ_ref|)"
+TWIN_ORIGIN = (
+    "measured in this sweep: a round-off twin is the reference run again with every initial parameter moved one ulp "
+    "up or down at random (config roundoff_twin; the sweep's repeats after the first), a difference of the kind "
+    "float32 round-off makes. "
+    "d_twin(t), the relative loss/total difference of the twin from the reference, is how far this training has "
+    "carried an eps-sized difference by epoch t: a calm run keeps it near eps, a chaotic one (Adam at the edge of "
+    "stability) lets it grow to percents. The run under test differs from the reference by round-off too if it "
+    "drifts no further than that; the factor 10 allows for two eps-sized differences growing at the same rate from "
+    "seeds of different size and direction, and eps (the float32 resolution of a loss value) is the least "
+    "difference ever required")
 STEP_TIME = "median_step_seconds"  # steady-state time per update: compile excluded, median over sync windows
 HISTORY_RULE = "1e3 · eps · sqrt(T) · TV(log loss/total), against the max relative difference over epochs"
 SPREAD_ORIGIN = ("run-to-run spread: a difference counts only when the ranges [min, max] over the repeats of the two "
@@ -49,23 +68,26 @@ def loss_travel(history: np.ndarray) -> float:
     return float(np.sum(np.abs(np.diff(np.log(np.maximum(values, np.finfo(np.float64).tiny))))))
 
 
-def history_difference(run: np.ndarray, reference: np.ndarray) -> float:
-    """Max over epochs of ``|run - reference| / |reference|``; inf when lengths or NaN positions differ.
+def relative_differences(run: np.ndarray, reference: np.ndarray) -> np.ndarray | None:
+    """``|run - reference| / |reference|`` per epoch; None when lengths or NaN positions differ.
 
     NaN marks a constraint no update evaluated (substeps), so both runs must
-    have it in the same epochs.
+    have it in the same epochs; such epochs count as equal.
     """
     run, reference = np.asarray(run, np.float64), np.asarray(reference, np.float64)
     if run.shape != reference.shape:
-        return math.inf
+        return None
     missing = np.isnan(run)
     if not np.array_equal(missing, np.isnan(reference)):
-        return math.inf
-    run, reference = run[~missing], reference[~missing]
-    if run.size == 0:
-        return 0.0
+        return None
     scale = np.maximum(np.abs(reference), np.finfo(np.float64).tiny)
-    return float(np.max(np.abs(run - reference) / scale))
+    return np.where(missing, 0.0, np.abs(run - reference) / np.where(missing, 1.0, scale))
+
+
+def history_difference(run: np.ndarray, reference: np.ndarray) -> float:
+    """Max over epochs of ``|run - reference| / |reference|``; inf when lengths or NaN positions differ."""
+    differences = relative_differences(run, reference)
+    return math.inf if differences is None else float(np.max(differences, initial=0.0))
 
 
 @dataclass(frozen=True)
@@ -123,6 +145,94 @@ def agreement(run: RunRecord, reference: RunRecord) -> Agreement:
 
 
 @dataclass(frozen=True)
+class TwinComparison:
+    """A run against a reference, held to how far round-off twins of the reference drift from it.
+
+    ``divergence[t]`` is the run's relative loss/total difference from the
+    reference at epoch t (None when the histories cannot be lined up),
+    ``twin_drift[t]`` the largest any twin's reached by epoch t; ``distance``
+    and ``twin_distance`` are the final-parameter distances from the reference
+    of the run and of the farthest twin, ``parameter_floor`` is eps·|θ_ref|
+    (every parameter one ulp away).
+    """
+
+    divergence: np.ndarray | None
+    twin_drift: np.ndarray
+    distance: float
+    twin_distance: float
+    parameter_floor: float
+    twins: int
+
+    @property
+    def allowance(self) -> np.ndarray:
+        """Per epoch, the drift round-off explains: the twins' so far, never below eps (a loss value's resolution)."""
+        return np.maximum(self.twin_drift, EPS)
+
+    @property
+    def history_ratio(self) -> float:
+        """Max over epochs of ``divergence / allowance``: how many times further than a twin the run drifted."""
+        if self.divergence is None:
+            return math.inf
+        return float(np.max(self.divergence / self.allowance, initial=0.0))
+
+    @property
+    def worst_epoch(self) -> int:
+        return int(np.argmax(self.divergence / self.allowance)) if self.divergence is not None else 0
+
+    @property
+    def parameter_ratio(self) -> float:
+        return self.distance / max(self.twin_distance, self.parameter_floor)
+
+    @property
+    def parameter_bound(self) -> float:
+        return TWIN_FACTOR * max(self.twin_distance, self.parameter_floor)
+
+    @property
+    def within(self) -> bool:
+        return self.history_ratio <= TWIN_FACTOR and self.distance <= self.parameter_bound
+
+    @property
+    def horizon(self) -> int:
+        """Epochs before the twins first drift beyond ``TWIN_FACTOR · eps``: how long this training keeps an
+        eps-sized difference at float32 resolution (the whole run if it never does)."""
+        beyond = np.flatnonzero(self.twin_drift > TWIN_FACTOR * EPS)
+        return int(beyond[0]) if beyond.size else len(self.twin_drift)
+
+    def evidence(self) -> dict[str, float]:
+        early = self.divergence[:self.horizon] if self.divergence is not None else np.array([math.inf])
+        return {"twins": self.twins, "twin_parameter_distance": self.twin_distance,
+                "twin_max_relative_history_difference": float(np.max(self.twin_drift, initial=0.0)),
+                "twin_float32_horizon_epochs": self.horizon,
+                "max_relative_history_difference_within_horizon": float(np.max(early, initial=0.0)),
+                "history_ratio_to_twins": self.history_ratio, "worst_epoch": self.worst_epoch,
+                "parameter_ratio_to_twins": self.parameter_ratio}
+
+
+def twin_comparison(run: RunRecord, reference: RunRecord, twins: Sequence[RunRecord]) -> TwinComparison | None:
+    """``run`` against ``reference``, with ``twins`` (round-off twins of the reference) as the measure of
+    round-off; None when no twin lines up with the reference."""
+    losses = reference.histories["loss/total"]
+    lined_up = [(twin, drift) for twin in twins
+                if (drift := relative_differences(twin.histories["loss/total"], losses)) is not None]
+    if not lined_up:
+        return None
+    twin_drift = np.maximum.accumulate(np.max([drift for _, drift in lined_up], axis=0))
+    final = reference.snapshot("final")
+    twin_distance = max(float(np.linalg.norm(twin.snapshot("final") - final)) for twin, _ in lined_up)
+    mine = run.snapshot("final")
+    distance = float(np.linalg.norm(mine - final)) if mine.shape == final.shape else math.inf
+    return TwinComparison(relative_differences(run.histories["loss/total"], losses), twin_drift, distance,
+                          twin_distance, EPS * float(np.linalg.norm(final)), len(lined_up))
+
+
+def parameter_bound(run: RunRecord, reference: RunRecord, twins: Sequence[RunRecord]) -> float:
+    """The final-parameter distance from ``reference`` that round-off explains for ``run``: measured by the
+    ``twins`` where they line up, else assumed (:func:`roundoff_bound`)."""
+    twin = twin_comparison(run, reference, twins)
+    return twin.parameter_bound if twin is not None else agreement(run, reference).parameter_bound
+
+
+@dataclass(frozen=True)
 class Spread:
     """A timing over the repeats of one setting: its median and range."""
 
@@ -139,6 +249,11 @@ class Spread:
     @property
     def high(self) -> float:
         return max(self.values) if self.values else math.nan
+
+    @property
+    def relative_range(self) -> float:
+        """``(max - min) / min``: how much repeating the same setting changed it."""
+        return (self.high - self.low) / self.low if self.values and self.low > 0 else math.inf
 
     @property
     def measured(self) -> bool:

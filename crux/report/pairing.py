@@ -33,6 +33,14 @@ def first(runs: Sequence[RunRecord]) -> RunRecord | None:
     return runs[0] if runs else None
 
 
+def reference_and_twins(reference_runs: Sequence[RunRecord], run: RunRecord
+                        ) -> tuple[RunRecord | None, list[RunRecord]]:
+    """Among the repeats of a reference setting: the one that started where ``run`` did (same ``roundoff_twin``),
+    and the round-off twins, which started one ulp per parameter away from it."""
+    same_start = [r for r in reference_runs if r.roundoff_twin == run.roundoff_twin]
+    return first(same_start), [r for r in reference_runs if r.roundoff_twin != run.roundoff_twin]
+
+
 def run_ids(*groups: Sequence[RunRecord] | RunRecord | None) -> tuple[str, ...]:
     """Ids of every run given, singly or in lists, skipping missing ones."""
     ids: list[str] = []

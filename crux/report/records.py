@@ -65,7 +65,8 @@ class RunRecord:
     ``phase<k>/<model>/<i>`` where the pipeline saves them); ``reach`` lists,
     per constraint, the models its residual reaches. ``group`` names what the
     run shares with its partners beyond the solve options (problem, model,
-    optimizer): runs of different groups are never compared.
+    optimizer): runs of different groups are never compared. ``roundoff_twin``
+    is nonzero for a round-off twin (initial parameters moved one ulp each).
     """
 
     run_id: str
@@ -78,6 +79,7 @@ class RunRecord:
     phases: tuple[PhasePlan, ...] = ()
     group: str = ""
     repeat: int = 0
+    roundoff_twin: int = 0
     variant: str = ""
     tags: Mapping[str, str] = field(default_factory=dict)
     params: Mapping[str, str] = field(default_factory=dict)
@@ -185,15 +187,17 @@ def summary_of(stats: Statistics) -> dict[str, float]:
 
 def record_from_solve(run_id: str, solver: Crux, initial: Mapping[str, Any], stats: Statistics,
                       options: SolveOptions, phases: Sequence[PhasePlan] = (),
-                      snapshots: Mapping[str, Any] | None = None, repeat: int = 0, group: str = "") -> RunRecord:
+                      snapshots: Mapping[str, Any] | None = None, repeat: int = 0, group: str = "",
+                      roundoff_twin: int = 0) -> RunRecord:
     """A record of a solve done in this process, as the pipeline would have logged it.
 
     ``initial`` are the parameters before the first solve() (copy them before
     solving: the solver donates its buffers); ``stats`` covers every phase
-    (``solver.history``); ``snapshots`` adds per-phase ones (``phase<k>/...``).
+    (``solver.history``); ``snapshots`` adds per-phase ones (``phase<k>/...``);
+    ``roundoff_twin`` is nonzero if it started as a round-off twin.
     """
     arrays = {**snapshot_arrays(initial, "initial"), **snapshot_arrays(solver.params, "final"),
               **dict(snapshots or {})}
     return RunRecord(run_id=run_id, options=options, histories=histories_of(stats), metrics=summary_of(stats),
                      snapshots=arrays, stats=stats, reach=tuple(tuple(sorted(r)) for r in solver.reach),
-                     phases=tuple(phases), group=group, repeat=repeat)
+                     phases=tuple(phases), group=group, repeat=repeat, roundoff_twin=roundoff_twin)

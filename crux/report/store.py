@@ -24,9 +24,10 @@ from crux.stats import Statistics
 from crux.tracking.store import SQLITE, child_runs, tracking_uri
 
 HISTORY_PREFIXES = ("loss/", "lr/")
-# Config keys that are the solve options under test, or only tell repeated jobs apart: runs that differ
-# in nothing else belong to one group and may be paired.
-NOT_GROUP = ("memory", "solver.inner_steps", "solver.substeps", "repeat", "variant", "tracking", "jax")
+# Config keys that are the solve options under test, or only tell repeated jobs apart (a repeat may be a
+# round-off twin): runs that differ in nothing else belong to one group and may be paired.
+NOT_GROUP = ("memory", "solver.inner_steps", "solver.substeps", "repeat", "roundoff_twin", "variant", "tracking",
+             "jax")
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,7 @@ def load_record(client: MlflowClient, run: Run, folder: Path) -> RunRecord:
     return RunRecord(run_id=run_id, options=options, histories=histories, metrics=dict(run.data.metrics),
                      snapshots=snapshots, stats=stats, reach=_reach(cfg) if options.substeps else None,
                      phases=phase_plan(cfg), group=group_of(cfg), repeat=int(tags.get("crux.repeat", 0)),
+                     roundoff_twin=int(cfg.roundoff_twin),
                      variant=tags.get("crux.variant", ""), tags=tags, params=dict(run.data.params),
                      environment=environment, config=config_text)
 

@@ -4,6 +4,6 @@
 multirun; ``JobRun`` is the run of one job. The layout is docs/CONTRACT.md's.
 """
 from crux.tracking.callback import SweepCallback
-from crux.tracking.job import JobRun, parameter_leaves
+from crux.tracking.job import JobRun, ParameterLeaves, parameter_leaves
 
-__all__ = ["JobRun", "SweepCallback", "parameter_leaves"]
+__all__ = ["JobRun", "ParameterLeaves", "SweepCallback", "parameter_leaves"]

@@ -12,7 +12,7 @@ import logging
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
@@ -36,18 +36,21 @@ MESSAGE_CHARS = 4000  # MLflow caps a tag value (8000 characters in 3.x)
 
 
 def flatten(node: Any, prefix: str = "") -> dict[str, str]:
-    """``{"memory": {"batchsize": 8}}`` -> ``{"memory.batchsize": "8"}``; a list of mappings (``phases``) is
-    indexed (``phases.0.epochs``), any other list is one JSON value (``solver.substeps``)."""
-    if isinstance(node, dict) or (isinstance(node, list) and any(isinstance(x, dict) for x in node)):
-        items = node.items() if isinstance(node, dict) else enumerate(node)
+    """``{"memory": {"batchsize": 8}}`` -> ``{"memory.batchsize": "8"}`` (``phases.lbfgs.epochs`` likewise); a
+    list is one JSON value (``solver.substeps``), an empty mapping one JSON value too (``phases: {}``)."""
+    if isinstance(node, dict) and node:
         flat: dict[str, str] = {}
-        for key, value in items:
+        for key, value in node.items():
             flat.update(flatten(value, f"{prefix}{key}."))
-        return flat if flat else {prefix[:-1]: json.dumps(node)}
-    return {prefix[:-1]: json.dumps(node) if isinstance(node, list) else str(node)}
+        return flat
+    return {prefix[:-1]: json.dumps(node) if isinstance(node, (dict, list)) else str(node)}
 
 
-def parameter_leaves(models: dict[str, Model]) -> dict[str, list[np.ndarray]]:
+ParameterLeaves = dict[str, list[np.ndarray]]
+"""Model name -> host copies of its parameter leaves, in ``jax.tree.leaves`` order."""
+
+
+def parameter_leaves(models: dict[str, Model]) -> ParameterLeaves:
     """Host copies of every model's parameter leaves (in ``jax.tree.leaves`` order)."""
     return {name: [np.array(leaf) for leaf in jax.tree.leaves(model.params)] for name, model in models.items()}
 
@@ -126,8 +129,11 @@ class JobRun:
         self._artifact("environment.json",
                        lambda path: path.write_text(json.dumps(environment(PROJECT_ROOT), indent=1)))
 
-    def log_results(self, problem: Problem, stats: Statistics, initial: dict[str, list[np.ndarray]]) -> None:
-        """Histories, summary metrics, ``history.png``, ``stats.npz`` and ``params.npz`` (initial and final)."""
+    def log_results(self, problem: Problem, stats: Statistics, initial: ParameterLeaves,
+                    phase_ends: Sequence[ParameterLeaves] = ()) -> None:
+        """Histories, summary metrics, ``history.png``, ``stats.npz`` and ``params.npz``: the parameters
+        before training (``initial``), after each finished phase (``phase<k>``, from ``phase_ends``) and now
+        (``final``)."""
         start = time.perf_counter()
         final = parameter_leaves(problem.models)
         now = int(time.time() * 1000)
@@ -145,7 +151,9 @@ class JobRun:
         self.client.log_batch(self.run_id, metrics=metrics)
         self._artifact("history.png", stats.plot)
         self._artifact("stats.npz", stats.save)
-        leaves = {f"{when}/{name}/{i}": leaf for when, params in (("initial", initial), ("final", final))
+        snapshots = {"initial": initial, **{f"phase{k}": leaves for k, leaves in enumerate(phase_ends)},
+                     "final": final}
+        leaves = {f"{when}/{name}/{i}": leaf for when, params in snapshots.items()
                   for name, model_leaves in params.items() for i, leaf in enumerate(model_leaves)}
         self._artifact("params.npz", lambda path: np.savez(path, **leaves))
         log.info("logged %d metric values and the artifacts in %.2f s", len(metrics), time.perf_counter() - start)

@@ -3,13 +3,16 @@
 Memory is the compiled update's temporary bytes (exact, so compared strictly);
 time is the steady-state time per update, with the repeats' spread as noise;
 "~30%" is read at the precision it is stated with (one significant digit:
-a cost in [25%, 35%)).
+a cost in [25%, 35%)). The claim holds when every ratio the repeats allow lies
+in that range and fails when none does; anything between, or repeats of one
+setting that differ by as much as the 30% in question (a busy shared CPU), is
+within noise.
 """
 from __future__ import annotations
 
 from crux.report.claims.equivalence import same_numbers
 from crux.report.numerics import SPREAD_ORIGIN, STEP_TIME, ratio_range, spread
-from crux.report.pairing import first, repeats, run_ids, settings
+from crux.report.pairing import first, reference_and_twins, repeats, run_ids, settings
 from crux.report.records import RunRecord
 from crux.report.verdict import (CLAIMS_SOURCE, DESIGN_SOURCE, FAILS, HOLDS, INCONCLUSIVE, Threshold, Verdict, fmt,
                                  fmt_bytes)
@@ -17,8 +20,11 @@ from crux.report.verdict import (CLAIMS_SOURCE, DESIGN_SOURCE, FAILS, HOLDS, INC
 SAVES_MEMORY = "checkpoint_gradients=False, # True → gradient checkpointing (saves memory, ~30% slower)"
 SAME_NUMBERS = ("checkpoint_gradients: Rematerialise activations in the backward pass [...] Same numbers as off.")
 CLAIMED_COST = (1.25, 1.35)  # "~30% slower" at its one significant digit
+CLAIMED_SLOWDOWN = 0.3  # repeats of one setting that differ by this much cannot tell ~30% from no cost
 COST_ORIGIN = ("the claim's own figure, ~30%, read at its one significant digit ([25%, 35%)); the measured ratio is "
                "the range its repeats allow, " + SPREAD_ORIGIN)
+NOISE_ORIGIN = ("a measurement resolves a 30% cost only if repeating the same setting changes its time by less than "
+                "30%; on a busy shared CPU it may not")
 MEMORY_ORIGIN = ("compiled memory_analysis() of the update is exact and deterministic for a given program, so no "
                  "noise allowance is needed: any difference is real")
 
@@ -39,8 +45,9 @@ def check_checkpoint(records: list[RunRecord]) -> list[Verdict]:
     verdicts = []
     for on, off in pairs:
         label = on[0].label
+        reference, twins = reference_and_twins(off, on[0])
         verdicts.append(same_numbers(f"checkpoint.same_numbers[{label}]", SAME_NUMBERS, DESIGN_SOURCE, on[0],
-                                     first(off), "checkpoint_gradients=True"))
+                                     reference, "checkpoint_gradients=True", twins))
         verdicts.append(_memory(label, on[0], first(off)))
         verdicts.append(_time(label, on, off))
     return verdicts
@@ -77,11 +84,22 @@ def _time(label: str, on: list[RunRecord], off: list[RunRecord]) -> Verdict:
                        f"{len(base.values)})", runs=runs, thresholds=thresholds)
     low, high = ratio_range(mine, base)
     median = mine.median / base.median
+    noise = max(mine.relative_range, base.relative_range)
     evidence = {"time_ratio_median": median, "time_ratio_low": low, "time_ratio_high": high,
                 "step_seconds_median_checkpointed": mine.median, "step_seconds_median_plain": base.median,
-                "repeats_checkpointed": len(mine.values), "repeats_plain": len(base.values)}
+                "repeats_checkpointed": len(mine.values), "repeats_plain": len(base.values),
+                "repeat_spread": noise}
+    thresholds["repeat_spread"] = Threshold(CLAIMED_SLOWDOWN, "(max - min) / min over the repeats of each setting "
+                                            f"< {CLAIMED_SLOWDOWN}", NOISE_ORIGIN)
     change = f"{fmt(abs(median - 1) * 100)}% {'more' if median >= 1 else 'less'} time per update"
     cost = f"{change} on {device} (ratio {fmt(median)}, {fmt(low)}–{fmt(high)} over repeats)"
-    meets = low < CLAIMED_COST[1] and high >= CLAIMED_COST[0]
-    return Verdict(name, SAVES_MEMORY, CLAIMS_SOURCE, test, HOLDS if meets else FAILS,
-                   cost + ("" if meets else ", not ~30%"), evidence, thresholds, runs)
+    if noise >= CLAIMED_SLOWDOWN:
+        verdict, summary = INCONCLUSIVE, (f"within noise: repeats of one setting differ by up to "
+                                          f"{fmt(noise * 100)}%, as much as the ~30% in question; {cost}")
+    elif high < CLAIMED_COST[0] or low >= CLAIMED_COST[1]:
+        verdict, summary = FAILS, f"{cost}, not ~30%"
+    elif CLAIMED_COST[0] <= low and high < CLAIMED_COST[1]:
+        verdict, summary = HOLDS, cost
+    else:
+        verdict, summary = INCONCLUSIVE, f"within noise: {cost}, a range that takes in ~30% and costs other than it"
+    return Verdict(name, SAVES_MEMORY, CLAIMS_SOURCE, test, verdict, summary, evidence, thresholds, runs)

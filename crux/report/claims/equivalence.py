@@ -1,33 +1,83 @@
-"""The verdict shared by every option that must not change the numbers (inner_steps, checkpointing, offload)."""
+"""The verdict shared by every option that must not change the numbers (inner_steps, checkpointing, offload).
+
+Bit-identical runs hold outright. Otherwise the run must differ from the
+reference no more than round-off does, and how far round-off goes is measured
+where the sweep has round-off twins of the reference (its repeats that started
+one ulp per parameter away, ``roundoff_twin``): in a chaotic run two histories
+that differ by one ulp agree to 1e-7 for a while and then drift to percents, so
+the drift is judged against the twins', epoch by epoch. Without twins the bound
+is the assumed ``1e3 · eps · sqrt(T) · travel``.
+"""
 from __future__ import annotations
 
-from crux.report.numerics import HISTORY_RULE, ROUNDOFF_ORIGIN, ROUNDOFF_RULE, agreement
+from typing import Sequence
+
+from crux.report.numerics import (HISTORY_RULE, ROUNDOFF_ORIGIN, ROUNDOFF_RULE, TWIN_FACTOR, TWIN_HISTORY_RULE,
+                                  TWIN_ORIGIN, TWIN_PARAMETER_RULE, TwinComparison, agreement, twin_comparison)
 from crux.report.pairing import run_ids
 from crux.report.records import RunRecord
 from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Threshold, Verdict, fmt
 
 
 def same_numbers(name: str, claim: str, source: str, run: RunRecord, reference: RunRecord | None,
-                 option: str) -> Verdict:
+                 option: str, twins: Sequence[RunRecord] = ()) -> Verdict:
     """``run`` (with ``option``) against ``reference`` (without): final parameters and loss/total history
-    must agree to float32 round-off."""
+    must agree as closely as ``twins`` (round-off twins of the reference) do, or, without twins, to the
+    assumed round-off bound."""
     test = f"final parameters and per-epoch loss/total history with {option} against without"
     if reference is None:
         return Verdict(name, claim, source, test, INCONCLUSIVE,
                        f"the sweep has no run without {option} and the same other options", runs=run_ids(run))
     a = agreement(run, reference)
-    thresholds = {"parameter_distance": Threshold(a.parameter_bound, ROUNDOFF_RULE, ROUNDOFF_ORIGIN),
-                  "history_difference": Threshold(a.history_bound, HISTORY_RULE, ROUNDOFF_ORIGIN)}
     evidence = {"updates": a.updates, "travel": a.travel, **a.evidence("")}
+    twin = twin_comparison(run, reference, twins)
+    if twin is not None:
+        test += ", each held to how far round-off twins of the reference drift from it"
+        evidence.update(twin.evidence())
+        thresholds = {"history_ratio_to_twins": Threshold(TWIN_FACTOR, TWIN_HISTORY_RULE, TWIN_ORIGIN),
+                      "parameter_ratio_to_twins": Threshold(TWIN_FACTOR, TWIN_PARAMETER_RULE, TWIN_ORIGIN)}
+    else:
+        thresholds = {"parameter_distance": Threshold(a.parameter_bound, ROUNDOFF_RULE, ROUNDOFF_ORIGIN),
+                      "history_difference": Threshold(a.history_bound, HISTORY_RULE, ROUNDOFF_ORIGIN)}
     if a.travel == 0:
         verdict, summary = INCONCLUSIVE, "the reference's parameters did not move: nothing to compare"
     elif a.bit_identical:
         verdict, summary = HOLDS, f"{option} is bit-identical to the reference ({a.updates} updates)"
+    elif twin is not None:
+        verdict, summary = _against_twins(option, twin, evidence)
     elif a.within_roundoff:
         verdict, summary = HOLDS, (f"{option} agrees with the reference to round-off ({fmt(a.in_eps_units)} in "
-                                   f"units of eps·sqrt(T)·travel, bound 1e3)")
+                                   f"units of eps·sqrt(T)·travel, bound 1e3; no round-off twin in the sweep to "
+                                   f"measure the amplification)")
     else:
         verdict, summary = FAILS, (f"{option} departs from the reference: parameters {fmt(a.in_eps_units)} in units "
                                    f"of eps·sqrt(T)·travel (bound 1e3), history up to "
                                    f"{fmt(a.history_difference)} relative")
-    return Verdict(name, claim, source, test, verdict, summary, evidence, thresholds, run_ids(run, reference))
+    return Verdict(name, claim, source, test, verdict, summary, evidence, thresholds, run_ids(run, reference, twins))
+
+
+def _against_twins(option: str, twin: TwinComparison, evidence: dict[str, float]) -> tuple[str, str]:
+    epochs = len(twin.twin_drift)
+    if twin.horizon < epochs:
+        course = (f"within {fmt(evidence['max_relative_history_difference_within_horizon'])} over the first "
+                  f"{twin.horizon} epochs, where a twin one ulp away stays within 10 eps; after that training "
+                  f"amplifies round-off and the twin drifts to {fmt(evidence['twin_max_relative_history_difference'])}")
+    else:
+        course = (f"within {fmt(evidence['max_relative_history_difference'])} over all {epochs} epochs, where a "
+                  f"twin one ulp away stays within 10 eps")
+    if twin.within:
+        return HOLDS, (f"{option} differs from the reference as round-off does: loss history {course}, and this run "
+                       f"at most {fmt(twin.history_ratio)}× as far as the twin (bound {fmt(TWIN_FACTOR)}×); final "
+                       f"parameters {fmt(twin.distance)} apart, the twin's {fmt(twin.twin_distance)}")
+    found = []
+    if twin.history_ratio > TWIN_FACTOR:
+        at = twin.worst_epoch
+        found.append(f"at epoch {at} its loss differs by {fmt(twin.divergence[at])} relative, "
+                     f"{fmt(twin.history_ratio)}× the {fmt(twin.allowance[at])} round-off twins had drifted by then "
+                     f"(never counted below eps)"
+                     if twin.divergence is not None else "its loss history does not line up with the reference's")
+    if twin.parameter_ratio > TWIN_FACTOR:
+        found.append(f"its final parameters are {fmt(twin.distance)} from the reference's, the twins' "
+                     f"{fmt(twin.twin_distance)} ({fmt(twin.parameter_ratio)}×)")
+    return FAILS, f"{option} departs from the reference beyond round-off: {'; '.join(found)} (bound " \
+                  f"{fmt(TWIN_FACTOR)}×)"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from crux.report.claims.equivalence import same_numbers
 from crux.report.numerics import SPREAD_ORIGIN, STEP_TIME, Spread, compare_times, spread
-from crux.report.pairing import first, repeats, run_ids, settings
+from crux.report.pairing import reference_and_twins, repeats, run_ids, settings
 from crux.report.records import RunRecord
 from crux.report.verdict import CLAIMS_SOURCE, FAILS, HOLDS, INCONCLUSIVE, Threshold, Verdict, fmt
 
@@ -39,8 +39,9 @@ def check_inner_steps(records: list[RunRecord]) -> list[Verdict]:
     verdicts = []
     for fused, reference in pairs:
         k = fused[0].options.inner_steps
+        partner, twins = reference_and_twins(reference, fused[0])
         verdicts.append(same_numbers(f"inner_steps.identical[K={k}]", IDENTICAL, CLAIMS_SOURCE, fused[0],
-                                     first(reference), f"inner_steps={k}"))
+                                     partner, f"inner_steps={k}", twins))
         verdicts.append(_faster(fused, reference))
     return verdicts
 

@@ -7,7 +7,7 @@ current batch is.
 from __future__ import annotations
 
 from crux.report.claims.equivalence import same_numbers
-from crux.report.pairing import first, repeats, run_ids, settings
+from crux.report.pairing import first, reference_and_twins, repeats, run_ids, settings
 from crux.report.records import RunRecord
 from crux.report.verdict import CLAIMS_SOURCE, DESIGN_SOURCE, FAILS, HOLDS, INCONCLUSIVE, Threshold, Verdict, fmt_bytes
 
@@ -34,8 +34,9 @@ def check_offload(records: list[RunRecord]) -> list[Verdict]:
     verdicts = []
     for on, off in pairs:
         label = on[0].label
+        reference, twins = reference_and_twins(off, on[0])
         verdicts.append(same_numbers(f"offload.same_numbers[{label}]", SAME_NUMBERS, DESIGN_SOURCE, on[0],
-                                     first(off), "offload_data=True"))
+                                     reference, "offload_data=True", twins))
         verdicts.append(_moves_data(label, on[0], first(off)))
     return verdicts
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from crux.report.claims.equivalence import same_numbers
-from crux.report.pairing import first, repeats, run_ids, settings
+from crux.report.pairing import first, reference_and_twins, repeats, run_ids, settings
 from crux.report.records import RunRecord
 from crux.report.verdict import CLAIMS_SOURCE, FAILS, HOLDS, INCONCLUSIVE, Threshold, Verdict, fmt
 
@@ -46,9 +46,9 @@ def _one_entry(records: list[RunRecord]) -> list[Verdict]:
                                            and o.substeps[0][1] == 1).items():
         constraints = [k for k in runs[0].histories if k.startswith("loss/") and k != "loss/total"]
         if sorted(options.substeps[0][0]) == list(range(len(constraints))):
-            reference = first(repeats(records, group, options.but(substeps=None)))
+            reference, twins = reference_and_twins(repeats(records, group, options.but(substeps=None)), runs[0])
             verdicts.append(same_numbers(f"substeps.one_entry_is_plain[{runs[0].label}]", ONE_ENTRY, SWEEP_SOURCE,
-                                         runs[0], reference, f"substeps=[{list(options.substeps[0][0])}]"))
+                                         runs[0], reference, f"substeps=[{list(options.substeps[0][0])}]", twins))
     return verdicts
 
 
