@@ -66,6 +66,12 @@ def _parse_substeps(substeps: Any, n_constraints: int) -> tuple[tuple[tuple[int,
     return tuple(plan)
 
 
+@jax.jit
+def _fresh_copy(tree: Any) -> Any:
+    """One dispatch that copies every buffer (a tree.map of copies costs one dispatch per leaf)."""
+    return jax.tree.map(jnp.copy, tree)
+
+
 def _peak_bytes(device: jax.Device) -> int | None:
     """The device's peak memory in use since the process started, where the backend reports it (not on CPU)."""
     stats = device.memory_stats()
@@ -206,7 +212,7 @@ class Crux:
             opt.append(states)
         state = {"params": params, "opt": tuple(opt), "step": jnp.int32(self._step), "failed": jnp.bool_(False)}
         # Fresh buffers: the call donates them, and L-BFGS's state holds the parameter arrays themselves.
-        return jax.tree.map(jnp.array, state)
+        return _fresh_copy(state)
 
     @staticmethod
     def _entry_key(options: Options, index: int) -> tuple:
