@@ -1,0 +1,799 @@
+#!/usr/bin/env python
+"""Benchmark crux against hand-written JAX + optax training loops (issue 5).
+
+    python scripts/bench.py                                  # every problem (about 10 min on 2 CPU cores)
+    python scripts/bench.py --quick                          # smoke run, under a minute
+    python scripts/bench.py --problems standard,small --out bench-out --mlflow
+    python scripts/bench.py --jno jno.json                   # merge the column of scripts/bench_jno.sh
+
+Reference problems: -u'' = pi^2 sin(pi x) on [0, 1] with u = x(1-x) N(x), N a tanh MLP, Adam 1e-3.
+
+- ``standard``: 1024 uniform points, N = 1-64-64-64-1, full batch;
+- ``small``: 64 points, N = 1-32-32-32-1 (dispatch-bound);
+- ``accumulation``: the standard problem with batches of 8, of 32, and 4 micro-batches of 8;
+- ``laplacian``: the 2-D analogue -Δu = 2 pi^2 sin(pi x) sin(pi y), u = x(1-x)y(1-y) N(x, y) on 1024
+  points, to rank the Laplacian formulations where there is more than one direction;
+- ``scaling``: the standard problem from 1k to 64k points and from width 32 to 256.
+
+Every variant of a problem is built first (that is where compile seconds are measured), then the
+variants are timed in turns, ``repeats`` rounds of ``steps`` updates each, in a rotating order, so
+the load of a shared machine falls on all of them alike. Reported: updates per second (median of the
+rounds, and min-max), CPU milliseconds per update (all threads of the process: less sensitive to
+other processes than wall time, a proxy for work), and ratios against the baselines.
+
+Hand-written baselines: a list of (W, b) layers, the same loss, ``optax.adam(1e-3)``; a jitted step
+in a Python loop (``loop``) and ``lax.scan`` over 100 steps in one jitted call (``scan``); u'' (or the
+Laplacian, summed over the axes unrolled in Python) by each of: forward-over-forward ``jvp``
+(``fwd-fwd``, crux's formulation), reverse-over-reverse ``grad`` (``rev-rev``), ``jacfwd(jacrev)``
+(``fwd-rev``), Taylor mode ``jax.experimental.jet`` (``jet``), and a hand-derived second-order forward
+propagation through the tanh layers, batched over the points (``hand-taylor``; tanh only, not a
+general method). Mini-batches are drawn without replacement like crux's point stream, by the cheapest
+such draw found (top-k of uniforms, see ``sampled``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.experimental import jet
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+
+import crux  # noqa: E402
+
+PROBLEMS = ("standard", "small", "accumulation", "laplacian", "scaling")
+QUICK_PROBLEMS = ("standard", "small", "accumulation")  # the rest compile too many programs for a minute
+FORMS = ("fwd-fwd", "rev-rev", "fwd-rev", "jet", "hand-taylor")
+SAME_AS_CRUX = "fwd-fwd"  # crux.laplacian's formulation (in 1-D exactly; see laplacian_fwd_fwd for d > 1)
+SCAN_STEPS = 100
+
+
+# ---------------------------------------------------------------------------------------------------
+# Hand-written baselines
+# ---------------------------------------------------------------------------------------------------
+def init_mlp(key: jax.Array, widths: tuple[int, ...]) -> list[tuple[jax.Array, jax.Array]]:
+    """Glorot-normal weights, zero biases (crux.mlp's initialisation, unstacked)."""
+    keys = jax.random.split(key, len(widths) - 1)
+    return [(jax.random.normal(k, (a, b), jnp.float32) * np.sqrt(2.0 / (a + b)), jnp.zeros((b,), jnp.float32))
+            for k, a, b in zip(keys, widths[:-1], widths[1:])]
+
+
+def network(params, x: jax.Array) -> jax.Array:
+    """One point ``(d,)`` -> scalar."""
+    h = x
+    for w, b in params[:-1]:
+        h = jnp.tanh(h @ w + b)
+    w, b = params[-1]
+    return (h @ w + b)[0]
+
+
+def envelope(x: jax.Array) -> jax.Array:
+    """prod_i x_i (1 - x_i): zero on the boundary of the unit cube (the hard boundary condition)."""
+    g = x[..., 0] * (1.0 - x[..., 0])
+    for i in range(1, x.shape[-1]):  # not jnp.prod: jax.experimental.jet has no rule for reduce_prod
+        g = g * x[..., i] * (1.0 - x[..., i])
+    return g
+
+
+def solution(params, x: jax.Array) -> jax.Array:
+    return envelope(x) * network(params, x)
+
+
+def source(x: jax.Array) -> jax.Array:
+    """-Δ of prod_i sin(pi x_i)."""
+    d = x.shape[-1]
+    return d * jnp.pi ** 2 * jnp.prod(jnp.sin(jnp.pi * x), axis=-1)
+
+
+def _eye(x: jax.Array) -> jax.Array:
+    return jnp.eye(x.shape[0], dtype=x.dtype)
+
+
+def _directions(x: jax.Array) -> list[jax.Array]:
+    eye = jnp.eye(x.shape[0], dtype=x.dtype)
+    return [eye[i] for i in range(x.shape[0])]
+
+
+def laplacian_fwd_fwd(f: Callable) -> Callable:
+    """sum_i d^2 f / dx_i^2 by jvp of jvp along each axis, the axes unrolled in Python.
+
+    Unrolled, not ``vmap`` over the identity (crux.laplacian's form): vmapping the directions made the
+    2-D and 3-D steps 1.4-1.7x slower on 2 CPU cores (scripts/bench.py problem ``laplacian``)."""
+    def lap(x):
+        def second(e):
+            return jax.jvp(lambda y: jax.jvp(f, (y,), (e,))[1], (x,), (e,))[1]
+        return sum(second(e) for e in _directions(x))
+    return lap
+
+
+def laplacian_rev_rev(f: Callable) -> Callable:
+    """sum_i d/dx_i (df/dx_i), each by reverse mode (``jnp.trace(jacrev(grad(f)))`` was 1.6x slower in 1-D)."""
+    def lap(x):
+        gradient = jax.grad(f)
+        return sum(jax.grad(lambda y, i=i: gradient(y)[i])(x)[i] for i in range(x.shape[0]))
+    return lap
+
+
+def laplacian_fwd_rev(f: Callable) -> Callable:
+    return lambda x: jnp.trace(jax.jacfwd(jax.jacrev(f))(x))
+
+
+def laplacian_jet(f: Callable) -> Callable:
+    def lap(x):
+        # jet's series are derivatives (not divided by k!): the second term is e^T H e.
+        return sum(jet.jet(f, (x,), ((e, jnp.zeros_like(e)),))[1][1] for e in _directions(x))
+    return lap
+
+
+POINTWISE = {"fwd-fwd": laplacian_fwd_fwd, "rev-rev": laplacian_rev_rev, "fwd-rev": laplacian_fwd_rev,
+             "jet": laplacian_jet}
+
+
+def taylor_laplacian(params, xs: jax.Array) -> jax.Array:
+    """Δ(envelope * N) at points ``(B, d)`` by pushing value, first and second directional derivatives
+    along each axis through the tanh layers at once (tanh' = s = 1 - t^2, tanh'' = -2 t s).
+
+    One ``(B, width)`` array per axis: a ``(B, d, width)`` layout was 1.15x slower than fwd-fwd in 1-D."""
+    batch, d = xs.shape
+    h = xs
+    dh = [jnp.broadcast_to(jnp.eye(d, dtype=xs.dtype)[i], (batch, d)) for i in range(d)]
+    ddh = [jnp.zeros_like(xs) for _ in range(d)]
+    for w, b in params[:-1]:
+        t = jnp.tanh(h @ w + b)
+        s = 1.0 - t * t
+        dz, ddz = [v @ w for v in dh], [v @ w for v in ddh]
+        h, dh, ddh = t, [s * v for v in dz], [s * a - 2.0 * t * s * v * v for a, v in zip(ddz, dz)]
+    w, b = params[-1]
+    n = (h @ w + b)[:, 0]
+    grad_n = jnp.stack([(v @ w)[:, 0] for v in dh], 1)
+    second_n = jnp.stack([(v @ w)[:, 0] for v in ddh], 1)
+    g = xs * (1.0 - xs)                                       # per-axis factors of the envelope
+    g_all = jnp.prod(g, axis=1)
+    others = g_all[:, None] / jnp.where(g == 0, 1.0, g)       # product over the other axes
+    grad_g, second_g = (1.0 - 2.0 * xs) * others, -2.0 * others
+    return g_all * jnp.sum(second_n, 1) + 2.0 * jnp.sum(grad_g * grad_n, 1) + n * jnp.sum(second_g, 1)
+
+
+def residual_loss(form: str) -> Callable:
+    """``loss(params, xs (B, d)) = mean((-Δu - f)^2)``."""
+    if form == "hand-taylor":
+        return lambda params, xs: jnp.mean(jnp.square(-taylor_laplacian(params, xs) - source(xs)))
+    lap = POINTWISE[form]
+
+    def loss(params, xs):
+        laps = jax.vmap(lambda x: lap(lambda y: solution(params, y))(x))(xs)
+        return jnp.mean(jnp.square(-laps - source(xs)))
+    return loss
+
+
+def sampled(loss: Callable, n: int, batch: int | None, micro: int) -> Callable:
+    """``step_loss_and_grad(params, points, key, step)``: full batch, or ``micro`` micro-batches of ``batch``
+    drawn without replacement at each update (crux's point-stream semantics).
+
+    The draw is the top ``micro * batch`` of ``n`` uniform numbers: a uniformly random subset in random
+    order, like ``permutation(n)[:m]``, but without sorting all ``n`` keys (measured on 2 CPU cores:
+    13-19 us against 210-230 us per draw at n = 1024, 0.6-1 ms against 44 ms at n = 65536).
+    """
+    value_and_grad = jax.value_and_grad(loss)
+    if batch is None or batch >= n:
+        return lambda params, points, key, step: value_and_grad(params, points)
+
+    def draw(params, points, key, step):
+        take = jax.lax.top_k(jax.random.uniform(jax.random.fold_in(key, step), (n,)), micro * batch)[1]
+        batches = points[take].reshape(micro, batch, points.shape[1])
+        if micro == 1:
+            return value_and_grad(params, batches[0])
+
+        def accumulate(total, xs):
+            value, grads = value_and_grad(params, xs)
+            return jax.tree.map(jnp.add, total, grads), value
+        total, values = jax.lax.scan(accumulate, jax.tree.map(jnp.zeros_like, params), batches)
+        return jnp.mean(values), jax.tree.map(lambda g: g / micro, total)
+    return draw
+
+
+def _cpu_seconds() -> float:
+    return time.process_time()
+
+
+@dataclass
+class Variant:
+    """A way to train: ``build()`` compiles and returns seconds; ``run(steps)`` -> (wall, cpu) seconds."""
+
+    name: str
+    family: str  # "crux", "hand", "jNO"
+    steps_per_call: int = 1
+    compile_seconds: float = float("nan")
+    flops: float | None = None
+    info: dict = field(default_factory=dict)
+
+    def build(self) -> float:
+        raise NotImplementedError
+
+    def run(self, steps: int) -> tuple[float, float]:
+        raise NotImplementedError
+
+
+class HandVariant(Variant):
+    def __init__(self, name: str, form: str, points: np.ndarray, widths: tuple[int, ...], steps_per_call: int,
+                 batch: int | None = None, micro: int = 1, seed: int = 0):
+        super().__init__(name, "hand", steps_per_call, info={"form": form})
+        self.form, self.points, self.widths, self.batch, self.micro = form, points, widths, batch, micro
+        self.seed = seed
+
+    def build(self) -> float:
+        params = init_mlp(jax.random.key(self.seed), self.widths)
+        tx = optax.adam(1e-3)
+        loss_and_grad = sampled(residual_loss(self.form), len(self.points), self.batch, self.micro)
+        k = self.steps_per_call
+
+        def call(carry, data):
+            def step(carry, _):
+                params, opt_state, t = carry
+                value, grads = loss_and_grad(params, data["points"], data["key"], t)
+                updates, opt_state = tx.update(grads, opt_state, params)
+                return (optax.apply_updates(params, updates), opt_state, t + 1), value
+            if k == 1:
+                carry, value = step(carry, None)
+                return carry, value[None]
+            return jax.lax.scan(step, carry, None, length=k)
+
+        self.carry = (params, tx.init(params), jnp.int32(0))
+        data = {"points": jnp.asarray(self.points), "key": jax.random.key(self.seed)}
+        start = time.perf_counter()
+        self.call = jax.jit(call, donate_argnums=0).lower(self.carry, data).compile()
+        self.compile_seconds = time.perf_counter() - start
+        cost = self.call.cost_analysis()
+        cost = cost[0] if isinstance(cost, list) else cost
+        if k == 1 and cost and "flops" in cost:  # a scan body is counted once, so only the loop's is per step
+            self.flops = float(cost["flops"])
+        self.data_arrays = data
+        self.run(2 * k)  # first calls allocate; not steady state
+        return self.compile_seconds
+
+    def run(self, steps: int) -> tuple[float, float]:
+        calls, data = max(steps // self.steps_per_call, 1), self.data_arrays
+        wall, cpu = time.perf_counter(), _cpu_seconds()
+        for _ in range(calls):
+            self.carry, values = self.call(self.carry, data)
+        jax.block_until_ready(self.carry)
+        self.last_loss = float(values[-1])
+        return time.perf_counter() - wall, _cpu_seconds() - cpu
+
+
+class CruxVariant(Variant):
+    """``solve()`` on a crux problem; the first solve (``first_epochs``) compiles and is the reference run."""
+
+    def __init__(self, name: str, make_problem: Callable[[], Any], inner_steps: int, first_epochs: int,
+                 batchsize: int | None = None, accumulation_steps: int = 1):
+        super().__init__(name, "crux", inner_steps, info={"inner_steps": inner_steps, "batchsize": batchsize,
+                                                           "accumulation_steps": accumulation_steps})
+        self.make_problem, self.first_epochs = make_problem, first_epochs
+        self.options = dict(inner_steps=inner_steps, batchsize=batchsize, accumulation_steps=accumulation_steps)
+        self.recompile_seconds: list[float] = []
+
+    def build(self) -> float:
+        self.problem = self.make_problem()
+        self.solver = self.problem.solver()
+        start = time.perf_counter()
+        stats = self.solver.solve(epochs=self.first_epochs, **self.options)
+        self.info["first_solve_seconds"] = time.perf_counter() - start
+        self.compile_seconds = float(stats.compile_seconds)
+        self.info["first_solve_final_loss"] = float(stats.total_loss[-1])
+        try:
+            self.info["first_solve_relative_l2"] = float(np.mean(list(self.problem.relative_l2().values())))
+        except Exception as error:  # an accuracy figure is a bonus here, never a reason to stop the benchmark
+            self.info["first_solve_relative_l2"] = f"{type(error).__name__}: {error}"
+        self.info["memory"] = dict(stats.memory)
+        return self.compile_seconds
+
+    def run(self, steps: int) -> tuple[float, float]:
+        wall, cpu = time.perf_counter(), _cpu_seconds()
+        stats = self.solver.solve(epochs=steps, **self.options)
+        wall, cpu = time.perf_counter() - wall, _cpu_seconds() - cpu
+        self.recompile_seconds.append(float(stats.compile_seconds))  # a second solve() must compile nothing
+        self.last_loss = float(stats.total_loss[-1])
+        return wall, cpu
+
+
+# ---------------------------------------------------------------------------------------------------
+# Timing
+# ---------------------------------------------------------------------------------------------------
+def measure(variants: list[Variant], steps: int, repeats: int, log: Callable[[str], None]) -> dict[str, dict]:
+    """Build every variant, then time ``repeats`` rounds of ``steps`` updates, interleaved."""
+    for variant in variants:
+        variant.build()
+        log(f"  built {variant.name:<34} compile {variant.compile_seconds:6.2f} s")
+    rounds: dict[str, list[tuple[float, float]]] = {v.name: [] for v in variants}
+    for r in range(repeats):
+        order = variants[r % len(variants):] + variants[:r % len(variants)]
+        for variant in order:
+            rounds[variant.name].append(variant.run(steps))
+    results = {}
+    for variant in variants:
+        wall = np.array([w for w, _ in rounds[variant.name]])
+        cpu = np.array([c for _, c in rounds[variant.name]])
+        rate = steps / wall
+        result = {"family": variant.family, "steps_per_call": variant.steps_per_call,
+                  "compile_seconds": variant.compile_seconds, "steps": steps, "repeats": repeats,
+                  "steps_per_second": {"median": float(np.median(rate)), "min": float(rate.min()),
+                                       "max": float(rate.max()), "all": rate.tolist()},
+                  "ms_per_step": float(np.median(wall) / steps * 1e3),
+                  "cpu_ms_per_step": float(np.median(cpu) / steps * 1e3),
+                  "final_loss": getattr(variant, "last_loss", None), **variant.info}
+        if variant.flops is not None:
+            result["gflop_per_step"] = variant.flops / 1e9
+        if isinstance(variant, CruxVariant):
+            result["recompile_seconds"] = variant.recompile_seconds
+            result["second_solve_compiles_nothing"] = all(s == 0 for s in variant.recompile_seconds)
+        results[variant.name] = result
+        log(f"  {variant.name:<34} {result['steps_per_second']['median']:9.1f} steps/s "
+            f"[{rate.min():.1f}-{rate.max():.1f}]  cpu {result['cpu_ms_per_step']:.3f} ms/step")
+    return results
+
+
+def rate(results: dict, name: str) -> float:
+    return results[name]["steps_per_second"]["median"] if name in results else float("nan")
+
+
+def fastest(results: dict, names: list[str]) -> str:
+    return max((n for n in names if n in results), key=lambda n: rate(results, n))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Problems
+# ---------------------------------------------------------------------------------------------------
+@dataclass
+class Plan:
+    """How long to time each problem: updates per round, rounds, and the first (reference) solve."""
+
+    quick: bool
+    repeats: int
+
+    def steps(self, full: int, quick: int) -> int:
+        return quick if self.quick else full
+
+
+def interior(n: int) -> np.ndarray:
+    return np.linspace(0.0, 1.0, n + 2, dtype=np.float32)[1:-1, None]
+
+
+def grid2d(n: int) -> np.ndarray:
+    side = int(round(math.sqrt(n)))
+    axis = np.linspace(0.0, 1.0, side + 2, dtype=np.float32)[1:-1]
+    return np.stack(np.meshgrid(axis, axis, indexing="ij"), -1).reshape(-1, 2)
+
+
+def poisson_problem(n: int, hidden: tuple[int, ...]) -> Callable[[], Any]:
+    return lambda: crux.problems.poisson1d(n_interior=n, hidden=hidden, hard_boundary=True)
+
+
+def laplacian2d_problem(points: np.ndarray, hidden: tuple[int, ...]) -> Callable[[], Any]:
+    """The 2-D analogue built from the public API: a Constraint, crux.mlp, crux.laplacian."""
+    def make():
+        model = crux.mlp(2, 1, hidden)
+        model.optimizer(optax.adam).scale(crux.lrs(1e-3))
+        u_of = lambda net: (lambda x: envelope(x) * net.u(x))
+        constraint = crux.Constraint("pde", lambda net, x: -crux.laplacian(u_of(net))(x) - source(x), points)
+
+        class Problem2D:  # the two things CruxVariant asks of a problem
+            solver_ = crux.Crux([constraint], {"u": model})
+
+            def solver(self):
+                return self.solver_
+
+            def relative_l2(self):
+                exact = np.prod(np.sin(np.pi * points), axis=1)
+                guess = np.prod(points * (1 - points), axis=1) * np.asarray(model(points))[:, 0]
+                return {"u": float(np.linalg.norm(guess - exact) / np.linalg.norm(exact))}
+        return Problem2D()
+    return make
+
+
+def hand_survey(points: np.ndarray, widths: tuple[int, ...], fused: int, forms=FORMS, modes=("loop", "scan"),
+                **sampling) -> list[Variant]:
+    out = []
+    for mode in modes:
+        for form in forms:
+            out.append(HandVariant(f"hand {mode} {form}", form, points, widths, 1 if mode == "loop" else fused,
+                                   **sampling))
+    return out
+
+
+def bench_standard(plan: Plan, log, name="standard", n=1024, hidden=(64, 64, 64), full_steps=500,
+                   quick_steps=40, first_full=2000, forms=FORMS) -> dict:
+    steps = plan.steps(full_steps, quick_steps)
+    fused = min(SCAN_STEPS, steps)
+    first = plan.steps(first_full, steps)
+    variants: list[Variant] = [CruxVariant("crux inner_steps=1", poisson_problem(n, hidden), 1, first),
+                               CruxVariant(f"crux inner_steps={fused}", poisson_problem(n, hidden), fused, first)]
+    if name == "small" and steps != fused and not plan.quick:
+        variants.append(CruxVariant(f"crux inner_steps={steps}", poisson_problem(n, hidden), steps, steps))
+    variants += hand_survey(interior(n), (1, *hidden, 1), fused, forms)
+    results = measure(variants, steps, plan.repeats, log)
+    crux_loop, crux_fused = "crux inner_steps=1", f"crux inner_steps={fused}"
+    loops = [v for v in results if v.startswith("hand loop")]
+    scans = [v for v in results if v.startswith("hand scan")]
+    best_loop, best_scan = fastest(results, loops), fastest(results, scans)
+    best_hand, best_crux = fastest(results, loops + scans), fastest(results, [v for v in results if "crux" in v])
+    ratios = {
+        "crux inner_steps=1 / fastest hand loop": rate(results, crux_loop) / rate(results, best_loop),
+        f"crux inner_steps={fused} / fastest hand scan": rate(results, crux_fused) / rate(results, best_scan),
+        "fastest crux / fastest hand": rate(results, best_crux) / rate(results, best_hand),
+        f"crux inner_steps=1 / hand loop {SAME_AS_CRUX}": rate(results, crux_loop) /
+        rate(results, f"hand loop {SAME_AS_CRUX}"),
+        f"crux inner_steps={fused} / hand scan {SAME_AS_CRUX}": rate(results, crux_fused) /
+        rate(results, f"hand scan {SAME_AS_CRUX}"),
+    }
+    return {"variants": results, "ratios": ratios, "best": {"loop": best_loop, "scan": best_scan,
+                                                             "hand": best_hand, "crux": best_crux},
+            "description": f"{n} points, 1-{'-'.join(map(str, hidden))}-1 tanh, full batch, Adam 1e-3; "
+                           f"{steps} updates per round"}
+
+
+def bench_small(plan: Plan, log, forms=FORMS) -> dict:
+    return bench_standard(plan, log, "small", n=64, hidden=(32, 32, 32), full_steps=2000, quick_steps=200,
+                          first_full=2000, forms=forms)
+
+
+def bench_accumulation(plan: Plan, log, form: str) -> dict:
+    """One update of 4 micro-batches of 8 against single updates of 8 and of 32 points (same problem)."""
+    n, hidden = 1024, (64, 64, 64)
+    steps = plan.steps(1000, 100)
+    fused = min(SCAN_STEPS, steps)
+    cases = {"b8": dict(batchsize=8), "b32": dict(batchsize=32), "b8x4": dict(batchsize=8, accumulation_steps=4)}
+    variants: list[Variant] = []
+    for k in ((1,) if plan.quick else (1, fused)):
+        for case, options in cases.items():
+            variants.append(CruxVariant(f"crux {case} inner_steps={k}", poisson_problem(n, hidden), k, k,
+                                        **options))
+    hand_cases = ("b8", "b8x4") if plan.quick else tuple(cases)
+    for mode, k in (("loop", 1),) if plan.quick else (("loop", 1), ("scan", fused)):
+        for case in hand_cases:
+            options = cases[case]
+            variants.append(HandVariant(f"hand {mode} {form} {case}", form, interior(n), (1, *hidden, 1), k,
+                                        batch=options["batchsize"], micro=options.get("accumulation_steps", 1)))
+    results = measure(variants, steps, plan.repeats, log)
+    ratios = {}
+    for prefix in ["crux", f"hand loop {form}", f"hand scan {form}"]:
+        for suffix in ["inner_steps=1", f"inner_steps={fused}"] if prefix == "crux" else [""]:
+            name = lambda case: " ".join(filter(None, [prefix, case, suffix]))
+            label = " ".join(filter(None, [prefix, suffix]))
+            t = {case: 1 / rate(results, name(case)) for case in cases if name(case) in results}
+            if "b8x4" in t and "b8" in t:
+                ratios[f"{label}: t(4x8) / (4 t(8))"] = t["b8x4"] / (4 * t["b8"])
+            if "b8x4" in t and "b32" in t:
+                ratios[f"{label}: t(4x8) / t(32)"] = t["b8x4"] / t["b32"]
+    return {"variants": results, "ratios": ratios, "form": form,
+            "description": f"{n} points, 1-64-64-64-1; per update: 8 points, 32 points, 4 micro-batches of 8; "
+                           f"{steps} updates per round"}
+
+
+def bench_laplacian(plan: Plan, log, forms=FORMS) -> dict:
+    points, hidden = grid2d(1024), (64, 64, 64)
+    steps = plan.steps(100, 10)
+    variants: list[Variant] = [CruxVariant("crux inner_steps=1", laplacian2d_problem(points, hidden), 1, steps)]
+    variants += hand_survey(points, (2, *hidden, 1), SCAN_STEPS, forms, modes=("loop",))
+    results = measure(variants, steps, plan.repeats, log)
+    loops = [v for v in results if v.startswith("hand loop")]
+    best = fastest(results, loops)
+    return {"variants": results, "best": {"loop": best},
+            "ratios": {"crux inner_steps=1 / fastest hand loop": rate(results, "crux inner_steps=1") /
+                       rate(results, best),
+                       f"crux inner_steps=1 / hand loop {SAME_AS_CRUX}": rate(results, "crux inner_steps=1") /
+                       rate(results, f"hand loop {SAME_AS_CRUX}")},
+            "description": f"-Δu = 2 pi^2 sin(pi x) sin(pi y), {len(points)} grid points, 2-64-64-64-1; "
+                           f"{steps} updates per round"}
+
+
+def bench_scaling(plan: Plan, log, form: str) -> dict:
+    """crux inner_steps=1 against the hand loop with ``form``, from 1k to 64k points, width 32 to 256."""
+    if plan.quick:
+        configs = [(1024, 32), (4096, 32)]
+    else:
+        configs = [(1024, 64), (4096, 64), (16384, 64), (65536, 64), (1024, 32), (1024, 128), (1024, 256)]
+    rows = []
+    for n, width in configs:
+        hidden = (width,) * 3
+        pair = [CruxVariant("crux inner_steps=1", poisson_problem(n, hidden), 1, 2),
+                HandVariant(f"hand loop {form}", form, interior(n), (1, *hidden, 1), 1)]
+        for variant in pair:
+            variant.build()
+        probe = min(v.run(2)[0] / 2 for v in pair)  # seconds per update, to size the rounds
+        steps = int(np.clip((0.15 if plan.quick else 1.0) / probe, 2, 500))
+        rounds = {v.name: [] for v in pair}
+        for r in range(plan.repeats):
+            for variant in (pair if r % 2 == 0 else pair[::-1]):
+                rounds[variant.name].append(steps / variant.run(steps)[0])
+        row = {"points": n, "width": width, "steps": steps,
+               "crux_steps_per_second": float(np.median(rounds[pair[0].name])),
+               "hand_steps_per_second": float(np.median(rounds[pair[1].name])),
+               "crux_compile_seconds": pair[0].compile_seconds, "hand_compile_seconds": pair[1].compile_seconds}
+        row["ratio"] = row["crux_steps_per_second"] / row["hand_steps_per_second"]
+        rows.append(row)
+        log(f"  {n:6d} points width {width:3d}: crux {row['crux_steps_per_second']:8.2f} steps/s, "
+            f"hand {row['hand_steps_per_second']:8.2f} ({row['ratio']:.2f}x)")
+    return {"rows": rows, "form": form, "description": f"crux inner_steps=1 vs hand loop {form}; 3 hidden layers"}
+
+
+def plot_scaling(scaling: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = scaling["rows"]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, key, fixed, label in ((axes[0], "points", ("width", 64), "collocation points (width 64)"),
+                                  (axes[1], "width", ("points", 1024), "hidden width (1024 points)")):
+        sel = sorted((r for r in rows if r[fixed[0]] == fixed[1]), key=lambda r: r[key])
+        if not sel:
+            continue
+        xs = [r[key] for r in sel]
+        ax.loglog(xs, [1e3 / r["crux_steps_per_second"] for r in sel], "o-", label="crux inner_steps=1")
+        ax.loglog(xs, [1e3 / r["hand_steps_per_second"] for r in sel], "s--", label=f"hand loop {scaling['form']}")
+        ax.set_xlabel(label)
+        ax.set_ylabel("ms per update")
+        ax.set_xscale("log", base=2)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.suptitle("crux vs hand-written JAX: time per Adam update (median of rounds)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------------
+# jNO column and targets
+# ---------------------------------------------------------------------------------------------------
+def merge_jno(report: dict, path: Path) -> None:
+    """Add the variants of scripts/bench_jno_problems.py's JSON (measured in its own process) to each problem."""
+    jno = json.loads(path.read_text())
+    report["jno"] = {k: v for k, v in jno.items() if k != "problems"}
+    for problem, entry in jno.get("problems", {}).items():
+        if problem not in report["problems"]:
+            continue
+        for name, result in entry.get("variants", {}).items():  # idempotent: called after every problem
+            report["problems"][problem]["variants"][name] = {**result, "family": "jNO", "separate_process": True}
+        ratios = report["problems"][problem].setdefault("ratios", {})
+        ratios.update(entry.get("ratios", {}))
+        variants = report["problems"][problem]["variants"]
+        by = {family: [n for n, r in variants.items() if r["family"] == family] for family in ("crux", "jNO")}
+        if by["crux"] and by["jNO"]:
+            ratios["fastest crux / fastest jNO (separate process)"] = \
+                rate(variants, fastest(variants, by["crux"])) / rate(variants, fastest(variants, by["jNO"]))
+
+
+def targets(report: dict) -> list[dict]:
+    """Issue 5's figures (not test assertions): each with its measured value."""
+    out = []
+    problems = report["problems"]
+
+    def add(what, value, goal, ok):
+        out.append({"target": what, "value": value, "goal": goal,
+                    "met": None if value is None or not np.isfinite(value) else bool(ok(value))})
+
+    if "standard" in problems:
+        p = problems["standard"]
+        v = p["variants"]
+        best_crux = rate(v, p["best"]["crux"])
+        jno = [n for n in v if v[n]["family"] == "jNO"]
+        add("standard: fastest crux / fastest jNO", best_crux / max(rate(v, n) for n in jno) if jno else None,
+            ">= 1.3", lambda x: x >= 1.3)
+        add("standard: fastest crux / fastest hand-written", p["ratios"]["fastest crux / fastest hand"], ">= 0.9",
+            lambda x: x >= 0.9)
+    if "small" in problems:
+        r = problems["small"]["ratios"]
+        add("small: crux inner_steps=1 / fastest hand loop", r["crux inner_steps=1 / fastest hand loop"], ">= 0.9",
+            lambda x: x >= 0.9)
+        key = next(k for k in r if "/ fastest hand scan" in k)
+        add(f"small: {key}", r[key], ">= 0.9", lambda x: x >= 0.9)
+    if "accumulation" in problems:
+        r = problems["accumulation"]["ratios"]
+        for key in [k for k in r if k.startswith("crux") and "(4 t(8))" in k]:
+            add(f"accumulation: {key}", r[key], "<= 1.2", lambda x: x <= 1.2)
+    for name, p in problems.items():
+        for vname, result in p.get("variants", {}).items():
+            if "second_solve_compiles_nothing" in result:
+                add(f"{name}: {vname}: later solve() calls compile nothing (compile_seconds == 0)",
+                    float(max(result["recompile_seconds"], default=0.0)), "== 0", lambda x: x == 0)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------------------------------
+def _num(x, fmt="{:.2f}"):
+    return "-" if x is None or (isinstance(x, float) and not np.isfinite(x)) else fmt.format(x)
+
+
+def markdown(report: dict) -> str:
+    lines = [f"# crux benchmark", "",
+             f"`{report['command']}`  ", f"{report['environment']['summary']}", ""]
+    for name, p in report["problems"].items():
+        lines += [f"## {name}", "", p.get("description", ""), ""]
+        if name == "scaling":
+            lines += ["| points | width | crux steps/s | hand steps/s | crux / hand | updates per round |",
+                      "|---:|---:|---:|---:|---:|---:|"]
+            for r in p["rows"]:
+                lines.append(f"| {r['points']} | {r['width']} | {r['crux_steps_per_second']:.2f} | "
+                             f"{r['hand_steps_per_second']:.2f} | {r['ratio']:.2f} | {r['steps']} |")
+            lines.append("")
+            continue
+        lines += ["| variant | compile s | steps/s (median) | min-max | CPU ms/step | GFLOP/step | final loss |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        for vname, r in sorted(p["variants"].items(), key=lambda kv: -kv[1]["steps_per_second"]["median"]):
+            sps = r["steps_per_second"]
+            mark = " (separate process)" if r.get("separate_process") else ""
+            lines.append(f"| {vname}{mark} | {_num(r.get('compile_seconds'))} | {sps['median']:.1f} | "
+                         f"{sps['min']:.1f}-{sps['max']:.1f} | {_num(r.get('cpu_ms_per_step'), '{:.3f}')} | "
+                         f"{_num(r.get('gflop_per_step'), '{:.3f}')} | {_num(r.get('final_loss'), '{:.3e}')} |")
+        lines.append("")
+        for key, value in p.get("ratios", {}).items():
+            lines.append(f"- {key}: **{value:.2f}**")
+        lines.append("")
+    lines += ["## Targets (issue 5; figures, not assertions)", "", "| target | measured | goal | met |",
+              "|---|---:|---:|---|"]
+    for t in report["targets"]:
+        met = {True: "yes", False: "NO", None: "n/a"}[t["met"]]
+        lines.append(f"| {t['target']} | {_num(t['value'], '{:.3f}')} | {t['goal']} | {met} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def environment() -> dict:
+    try:
+        from crux.tracking.environment import environment as crux_environment
+        env = crux_environment(ROOT)
+    except Exception:  # the tracking layer needs MLflow; the benchmark does not
+        env = {"python": platform.python_version(), "backend": jax.default_backend(),
+               "versions": {"jax": jax.__version__, "optax": optax.__version__}}
+    env["device"] = str(jax.devices()[0])
+    env["cpu_count"] = os.cpu_count()
+    try:
+        env["load_average"] = os.getloadavg()
+    except OSError:
+        pass
+    env["summary"] = (f"jax {jax.__version__} on {jax.default_backend()} ({env['device']}), "
+                      f"{os.cpu_count()} CPUs, load average at start {env.get('load_average', ('?',))[0]:.2f}"
+                      if isinstance(env.get("load_average"), tuple) else f"jax {jax.__version__}")
+    return env
+
+
+def _metric_name(text: str) -> str:
+    return re.sub(r"[^0-9A-Za-z_\-./ ]", "_", text).replace("=", "_")
+
+
+def log_mlflow(report: dict, out: Path) -> str:
+    """One MLflow run in experiment ``bench``: a metric per variant and ratio, the files as artifacts."""
+    import mlflow
+    try:
+        from crux.tracking.store import ensure_experiment, tracking_uri
+        uri = tracking_uri(None)
+        experiment_id = ensure_experiment(mlflow.tracking.MlflowClient(uri), "bench", uri)
+    except ImportError:
+        uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{ROOT / 'mlflow.db'}"
+        mlflow.set_tracking_uri(uri)
+        experiment_id = mlflow.set_experiment("bench").experiment_id
+    mlflow.set_tracking_uri(uri)
+    with mlflow.start_run(experiment_id=experiment_id, run_name=f"bench{'-quick' if report['quick'] else ''}") as run:
+        mlflow.set_tags({"crux.role": "bench", "crux.sweep": "bench"})
+        mlflow.log_params({"problems": ",".join(report["problems"]), "quick": report["quick"],
+                           "repeats": report["repeats"], "backend": jax.default_backend()})
+        metrics = {}
+        for name, p in report["problems"].items():
+            for vname, r in p.get("variants", {}).items():
+                base = _metric_name(f"{name}/{vname}")
+                metrics[f"{base}/steps_per_second"] = r["steps_per_second"]["median"]
+                metrics[f"{base}/cpu_ms_per_step"] = r.get("cpu_ms_per_step", float("nan"))
+                if np.isfinite(r.get("compile_seconds", float("nan"))):
+                    metrics[f"{base}/compile_seconds"] = r["compile_seconds"]
+            for key, value in p.get("ratios", {}).items():
+                metrics[_metric_name(f"{name}/ratio/{key}")] = value
+            for row in p.get("rows", []):
+                base = f"{name}/n{row['points']}_w{row['width']}"
+                metrics[f"{base}/crux_steps_per_second"] = row["crux_steps_per_second"]
+                metrics[f"{base}/hand_steps_per_second"] = row["hand_steps_per_second"]
+        mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v is not None and np.isfinite(v)})
+        for path in sorted(out.iterdir()):
+            if path.is_file():
+                mlflow.log_artifact(str(path))
+        return run.info.run_id
+
+
+def write(report: dict, out: Path | None, jno: Path | None, started: float, final: bool) -> str:
+    """Merge the jNO column, judge the targets, and write bench.md/bench.json (and scaling.png) to ``out``."""
+    if jno:
+        merge_jno(report, jno)
+    report["targets"] = targets(report)
+    report["seconds"] = time.perf_counter() - started
+    report["complete"] = final
+    text = markdown(report)
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "bench.md").write_text(text)
+        (out / "bench.json").write_text(json.dumps(report, indent=1, default=str))
+        if "scaling" in report["problems"]:
+            plot_scaling(report["problems"]["scaling"], out / "scaling.png")
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="few updates per round: a smoke run (< 1 min)")
+    parser.add_argument("--problems", help=f"comma-separated, from {','.join(PROBLEMS)} (default: all; with "
+                                           f"--quick: {','.join(QUICK_PROBLEMS)})")
+    parser.add_argument("--forms", default=",".join(FORMS),
+                        help="derivative formulations of the hand-written baselines (default: all)")
+    parser.add_argument("--repeats", type=int, help="timed rounds per variant (default 3, 5 for the fast problems)")
+    parser.add_argument("--out", type=Path, help="write bench.md, bench.json, scaling.png here")
+    parser.add_argument("--jno", type=Path, help="JSON written by scripts/bench_jno.sh, merged as jNO rows")
+    parser.add_argument("--mlflow", action="store_true", help="log the tables as one MLflow run (experiment bench)")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    problems = [p.strip() for p in (args.problems or ",".join(QUICK_PROBLEMS if args.quick else PROBLEMS))
+                .split(",") if p.strip()]
+    unknown = sorted(set(problems) - set(PROBLEMS))
+    if unknown:
+        parser.error(f"unknown problems {unknown}; choose from {','.join(PROBLEMS)}")
+    forms = [f.strip() for f in args.forms.split(",") if f.strip()]
+    if set(forms) - set(FORMS) or SAME_AS_CRUX not in forms:
+        parser.error(f"--forms takes names from {','.join(FORMS)} and must include {SAME_AS_CRUX}")
+    if args.quick and args.forms == ",".join(FORMS):
+        forms = [SAME_AS_CRUX]  # compiling every formulation alone would take the minute
+    if args.jno and not args.jno.exists():
+        parser.error(f"--jno {args.jno}: no such file (write it with scripts/bench_jno.sh)")
+
+    log = lambda text: print(text, file=sys.stderr, flush=True)
+    started = time.perf_counter()
+    report: dict[str, Any] = {"command": " ".join(["python scripts/bench.py", *(sys.argv[1:] if argv is None
+                                                                                  else argv)]),
+                              "quick": args.quick, "environment": environment(), "problems": {}}
+    fast_repeats = args.repeats or (3 if args.quick else 5)
+    slow_repeats = args.repeats or 3
+    report["repeats"] = {"fast problems": fast_repeats, "slow problems": slow_repeats}
+    best_form = SAME_AS_CRUX
+    for problem in problems:
+        log(f"[{time.perf_counter() - started:6.1f} s] {problem}")
+        if problem == "standard":
+            result = bench_standard(Plan(args.quick, slow_repeats), log, forms=forms)
+            best_form = result["variants"][result["best"]["loop"]]["form"]
+        elif problem == "small":
+            result = bench_small(Plan(args.quick, fast_repeats), log, forms=forms)
+        elif problem == "accumulation":
+            result = bench_accumulation(Plan(args.quick, fast_repeats), log, best_form)
+        elif problem == "laplacian":
+            result = bench_laplacian(Plan(args.quick, slow_repeats), log, forms=forms)
+        else:
+            result = bench_scaling(Plan(args.quick, slow_repeats), log, best_form)
+        report["problems"][problem] = result
+        if args.out:  # after every problem: a run cut short by a time limit still leaves its tables
+            write(report, args.out, args.jno, started, final=False)
+    text = write(report, args.out, args.jno, started, final=True)
+    print(text)
+    if args.mlflow:
+        out = args.out
+        if out is None:  # MLflow gets the files too: write them somewhere
+            import tempfile
+            out = Path(tempfile.mkdtemp(prefix="crux-bench-"))
+            write(report, out, None, started, final=True)
+        log(f"MLflow run {log_mlflow(report, out)}")
+    log(f"done in {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

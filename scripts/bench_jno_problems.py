@@ -1,0 +1,146 @@
+#!/usr/bin/env python
+"""The reference problems of scripts/bench.py, trained through jNO's public API (run by scripts/bench_jno.sh).
+
+    python scripts/bench_jno_problems.py --out jno.json [--quick] [--problems standard,small,accumulation]
+
+Runs in jNO's own virtual environment and never imports crux. Same protocol as bench.py: every
+variant's first solve() compiles (its time, less the steady time of its updates, is reported as
+compile seconds), then ``repeats`` interleaved rounds. A round is one solve() of ``steps`` updates
+and one of ``inner_steps`` updates: jNO's solve() has a fixed cost of its own (parameter summary,
+logging, set-up), so the steady rate is taken from the difference of the two,
+``(steps - inner_steps) / (t_long - t_short)``, and the fixed cost is reported beside it
+(``solve_overhead_seconds``); ``whole_call_steps_per_second`` is ``steps / t_long``.
+Writes the variants in bench.py's JSON layout, so ``bench.py --jno FILE`` merges them as jNO rows.
+
+The problems, in jNO's words: a line domain on [0, 1] whose mesh has n nodes (jNO's interior
+points are the mesh nodes, so the end points 0 and 1 are among them, where the hard boundary
+makes the residual harmless), u = x(1-x) N(x) with N = foundax.mlp(1, hidden, tanh), residual
+-u.d2(x) - pi^2 sin(pi x), jno.core([pde.mse]), Adam 1e-3. Mini-batches: solve(points=B).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import platform
+import sys
+import time
+from importlib.metadata import version
+
+import foundax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import jno
+
+
+def make_core(n: int, width: int):
+    domain = jno.domain.line(mesh_size=1.0 / (n - 1))
+    x, _ = domain.variable("interior")
+    net = jno.nn.wrap(foundax.mlp(in_features=1, hidden_dims=width, num_layers=3, activation=jnp.tanh,
+                                  key=jax.random.PRNGKey(0))).optimizer(optax.adam(1e-3))
+    u = x * (1 - x) * net(x)
+    pde = -u.d2(x) - jnp.pi ** 2 * jno.np.sin(jnp.pi * x)
+    return jno.core([pde.mse], domain=domain)
+
+
+class Variant:
+    def __init__(self, name: str, n: int, width: int, inner_steps: int = 1, points: int | None = None,
+                 accumulation_steps: int = 1):
+        self.name, self.n, self.width = name, n, width
+        self.options = dict(inner_steps=inner_steps, points=points, accumulation_steps=accumulation_steps)
+        self.info = {"inner_steps": inner_steps, "points": points, "accumulation_steps": accumulation_steps}
+
+    def build(self, first_epochs: int) -> None:
+        self.core = make_core(self.n, self.width)
+        start = time.perf_counter()
+        self.core.solve(first_epochs, **self.options)
+        self.first_seconds = time.perf_counter() - start
+
+    def run(self, steps: int) -> tuple[float, float]:
+        wall, cpu = time.perf_counter(), time.process_time()
+        stats = self.core.solve(steps, **self.options)
+        self.last_loss = float(np.asarray(stats.total_loss_history)[-1]) if hasattr(stats, "total_loss_history") \
+            else None
+        return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def measure(variants: list[Variant], steps: int, repeats: int) -> dict:
+    for v in variants:
+        v.build(v.options["inner_steps"])
+        print(f"  built {v.name}: first solve {v.first_seconds:.2f} s", file=sys.stderr, flush=True)
+    rounds = {v.name: [] for v in variants}
+    for r in range(repeats):
+        for v in variants[r % len(variants):] + variants[:r % len(variants)]:
+            short = v.run(v.options["inner_steps"])
+            rounds[v.name].append((v.run(steps), short))
+    out = {}
+    for v in variants:
+        k = v.options["inner_steps"]
+        long_wall = np.array([lw for (lw, _), _ in rounds[v.name]])
+        short_wall = np.array([sw for _, (sw, _) in rounds[v.name]])
+        cpu = np.array([lc - sc for (_, lc), (_, sc) in rounds[v.name]])
+        rate = (steps - k) / np.maximum(long_wall - short_wall, 1e-9)
+        steady = 1.0 / float(np.median(rate))
+        overhead = float(np.median(short_wall)) - k * steady
+        out[v.name] = {"family": "jNO", "steps_per_call": k, "steps": steps, "repeats": repeats,
+                       "compile_seconds": max(v.first_seconds - float(np.median(short_wall)), 0.0),
+                       "first_solve_seconds": v.first_seconds, "solve_overhead_seconds": overhead,
+                       "steps_per_second": {"median": float(np.median(rate)), "min": float(rate.min()),
+                                            "max": float(rate.max()), "all": rate.tolist()},
+                       "whole_call_steps_per_second": float(np.median(steps / long_wall)),
+                       "ms_per_step": steady * 1e3, "cpu_ms_per_step": float(np.median(cpu)) / (steps - k) * 1e3,
+                       "final_loss": getattr(v, "last_loss", None), **v.info}
+        print(f"  {v.name:<32} {out[v.name]['steps_per_second']['median']:9.1f} steps/s "
+              f"[{rate.min():.1f}-{rate.max():.1f}], solve() fixed cost {overhead:.3f} s", file=sys.stderr,
+              flush=True)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--problems", default="standard,small,accumulation")
+    parser.add_argument("--repeats", type=int)
+    args = parser.parse_args()
+    logging.getLogger("jno").setLevel(logging.WARNING)  # progress lines are not what is measured
+    quick = args.quick
+    problems = {}
+    wanted = args.problems.split(",")
+    if "standard" in wanted:
+        steps = 40 if quick else 500
+        k = min(100, steps)
+        problems["standard"] = {"variants": measure(
+            [Variant("jNO inner_steps=1", 1024, 64), Variant(f"jNO inner_steps={k}", 1024, 64, inner_steps=k)],
+            steps, args.repeats or 3)}
+    if "small" in wanted:
+        steps = 200 if quick else 2000
+        problems["small"] = {"variants": measure(
+            [Variant("jNO inner_steps=1", 64, 32), Variant("jNO inner_steps=100", 64, 32, inner_steps=100)],
+            steps, args.repeats or (3 if quick else 5))}
+    if "accumulation" in wanted:
+        steps = 100 if quick else 1000
+        problems["accumulation"] = {"variants": measure(
+            [Variant("jNO b8 inner_steps=1", 1024, 64, points=8),
+             Variant("jNO b32 inner_steps=1", 1024, 64, points=32),
+             Variant("jNO b8x4 inner_steps=1", 1024, 64, points=8, accumulation_steps=4)],
+            steps, args.repeats or (3 if quick else 5))}
+        v = problems["accumulation"]["variants"]
+        t = {c: 1 / v[f"jNO {c} inner_steps=1"]["steps_per_second"]["median"] for c in ("b8", "b32", "b8x4")}
+        problems["accumulation"]["ratios"] = {"jNO inner_steps=1: t(4x8) / (4 t(8))": t["b8x4"] / (4 * t["b8"]),
+                                              "jNO inner_steps=1: t(4x8) / t(32)": t["b8x4"] / t["b32"]}
+    report = {"jno_version": version("jax-numerical-operators"), "jax_version": jax.__version__,
+              "python": platform.python_version(), "backend": jax.default_backend(),
+              "command": " ".join(sys.argv), "problems": problems}
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=1)
+    print(json.dumps({p: {n: round(r["steps_per_second"]["median"], 1) for n, r in e["variants"].items()}
+                      for p, e in problems.items()}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

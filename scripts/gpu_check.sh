@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# The device check: benchmark, inner_steps and accumulation sweeps, their reports; everything under $OUT.
+#
+#   bash scripts/gpu_check.sh                       # on the GPU machine (its run tool sets $OUT)
+#   OUT=/tmp/x bash scripts/gpu_check.sh --dry-run  # the same path on a CPU with tiny settings (a smoke test)
+#
+# For a bare machine whose Python has JAX (CUDA), optax and matplotlib but not Hydra or MLflow: those come
+# as wheels in .whl/ at the repo root and are installed into /tmp/site. Every step has a time limit taken
+# from one budget (BUDGET_S, default 470 s: the whole check stays under 8 minutes), and a step that fails
+# or runs out of time does not stop the next. At most 8 files come back, so $OUT holds exactly:
+#   gpu_check.log   everything printed, with each step's exit status and seconds
+#   environment.txt device, driver, versions
+#   bench.md bench.json scaling.png   scripts/bench.py's tables (written after each problem)
+#   mlflow.db       the MLflow store (MLFLOW_TRACKING_URI=sqlite:///$OUT/mlflow.db)
+#   reports.tgz     crux-report folders of both sweeps, the MLflow artifacts and Hydra's multirun logs
+set -uo pipefail
+
+dry=0
+[[ "${1:-}" == "--dry-run" ]] && dry=1
+: "${OUT:?set OUT to the folder that comes back}"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
+work="$(mktemp -d /tmp/gpu_check.XXXXXX)"  # everything with many files; tarred into reports.tgz at the end
+exec > >(tee -a "$OUT/gpu_check.log") 2>&1
+
+start=$(date +%s)
+budget=${BUDGET_S:-470}
+left() { echo $(( budget - ($(date +%s) - start) )); }
+
+# step NAME SHARE_OF_WHAT_IS_LEFT(%) MIN_S COMMAND...: run with a time limit, log status and seconds.
+step() {
+    local name=$1 share=$2 floor=$3
+    shift 3
+    local remaining limit t0 status
+    remaining=$(left)
+    limit=$(( remaining * share / 100 ))
+    (( limit < floor )) && limit=$floor
+    (( limit > remaining )) && limit=$remaining
+    if (( limit < 5 )); then
+        echo "== $name: skipped, budget spent"
+        return 0
+    fi
+    echo "== $name (limit ${limit} s): $*"
+    t0=$(date +%s)
+    timeout --kill-after=10 "$limit" "$@"
+    status=$?
+    echo "== $name: exit $status after $(( $(date +%s) - t0 )) s$( ((status == 124)) && echo ' (time limit)')"
+    return 0
+}
+
+# -- environment ---------------------------------------------------------------------------------------------
+if compgen -G ".whl/*.whl" > /dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        || echo "wheel install failed (exit $?)"
+    export PYTHONPATH="/tmp/site:$root"
+else
+    (( dry )) || echo "no .whl/ beside the repo root: Hydra and MLflow must already be importable"
+    export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export MLFLOW_TRACKING_URI="sqlite:///$OUT/mlflow.db"
+export MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR=false
+export XLA_PYTHON_CLIENT_PREALLOCATE=false  # the sweeps' jobs and the benchmark share the device
+export MPLBACKEND=Agg
+export TQDM_DISABLE=1
+
+{
+    date -u
+    echo "mode: $( ((dry)) && echo dry-run || echo device)"
+    command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+    python3 - <<'EOF'
+import importlib, platform
+print("python", platform.python_version())
+for name in ("jax", "jaxlib", "optax", "matplotlib", "numpy", "hydra", "omegaconf", "mlflow"):
+    try:
+        module = importlib.import_module(name)
+        print(name, getattr(module, "__version__", "?"))
+    except Exception as error:
+        print(name, "MISSING:", type(error).__name__, error)
+import jax
+print("backend", jax.default_backend(), jax.devices())
+EOF
+    git -C "$root" rev-parse HEAD 2>/dev/null
+    git -C "$root" status --porcelain 2>/dev/null | head -20
+} > "$OUT/environment.txt" 2>&1
+cat "$OUT/environment.txt"
+
+# -- benchmark, sweeps, reports --------------------------------------------------------------------------------
+if (( dry )); then
+    step bench 60 30 python3 scripts/bench.py --quick --problems small,accumulation --repeats 3 --mlflow --out "$OUT"
+    step "sweep inner_steps" 50 20 python3 -m crux.sweep inner_steps solver.epochs=20 solver.inner_steps=1,20 \
+        repeat=0 "hydra.sweep.dir=$work/multirun/inner_steps"
+    step "sweep accumulation" 60 20 python3 -m crux.sweep accumulation solver.epochs=10 repeat=0 \
+        "hydra.sweep.dir=$work/multirun/accumulation"
+else
+    # The device run: every problem; the tables are rewritten after each, so a time limit keeps what was done.
+    step bench 55 60 python3 scripts/bench.py --problems standard,small,accumulation,scaling,laplacian \
+        --repeats 3 --mlflow --out "$OUT"
+    step "sweep inner_steps" 50 30 python3 -m crux.sweep inner_steps "hydra.sweep.dir=$work/multirun/inner_steps"
+    step "sweep accumulation" 75 30 python3 -m crux.sweep accumulation "hydra.sweep.dir=$work/multirun/accumulation"
+fi
+step "report inner_steps" 50 15 python3 -m crux.report inner_steps --out "$work/reports/inner_steps"
+step "report accumulation" 100 15 python3 -m crux.report accumulation --out "$work/reports/accumulation"
+
+# -- pack: many files go into one archive ----------------------------------------------------------------------
+if [[ -d "$OUT/mlartifacts" ]]; then  # crux.tracking puts artifacts beside a SQLite store
+    mv "$OUT/mlartifacts" "$work/mlartifacts"
+fi
+tar czf "$OUT/reports.tgz" -C "$work" . 2> /dev/null || echo "tar failed"
+rm -rf "$work"
+echo "== done in $(( $(date +%s) - start )) s; files in $OUT:"
+ls -la "$OUT"
