@@ -19,9 +19,10 @@ import optax
 
 from crux.batching import PointStream
 from crux.constraint import Constraint
+from crux.layout import Layout
 from crux.model import Model
 
-# {"params": {model: p}, "opt": ({model: (count, tx_state)}, ...), "step": int32, "failed": bool}
+# {"params": {model: packed p}, "opt": ({model: (count, tx_state)}, ...), "step": int32, "failed": bool}
 State = dict[str, Any]
 
 
@@ -82,10 +83,13 @@ def _repeat(body: Callable, carry: Any, xs: Any, length: int) -> tuple[Any, Any]
     return jax.lax.scan(body, carry, xs, length=length)
 
 
-def make_call(constraints: Sequence[Constraint], models: dict[str, Model],
+def make_call(constraints: Sequence[Constraint], models: dict[str, Model], layouts: dict[str, Layout],
               transforms: dict[str, optax.GradientTransformationExtraArgs], entries: Sequence[Entry],
               stream: PointStream, epochs_per_call: int, checkpointed: bool, offload: bool) -> Callable:
     """Build ``call(state, data) -> (state, (losses (K, n_constraints), lr {model: (K,)}, finite (K,)))``.
+
+    Parameters sit in the state packed by ``layouts`` (a flat vector for layout-free optimizers);
+    optimizers and the guard see them packed, residuals unpacked.
 
     ``data`` is ``{"key", "points"}`` (points on the device, batches drawn inside)
     or, with ``offload``, ``{"batches"}``: per constraint ``(K * steps_per_epoch, A, B_c, d)``.
@@ -99,7 +103,7 @@ def make_call(constraints: Sequence[Constraint], models: dict[str, Model],
 
     def entry_update(entry: Entry, index: int, data: dict) -> Callable:
         def losses_of(trainable, params, batch):
-            full = {**params, **trainable}
+            full = {name: layouts[name].unpack(p) for name, p in {**params, **trainable}.items()}
             per = jnp.stack([constraint_loss(constraints[c], models, full, points, checkpointed)
                              for c, points in zip(entry.constraints, batch)])
             return jnp.sum(per), per

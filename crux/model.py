@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from crux.layout import layout_free
 from crux.schedules import Schedule
 
 Params = Any
@@ -76,6 +77,11 @@ class Model:
     @property
     def schedule(self) -> Schedule | None:
         return self._schedule
+
+    @property
+    def trains_flat(self) -> bool:
+        """Whether the optimizer sees one flat parameter vector (see crux.layout: same numbers, fewer kernels)."""
+        return layout_free(self._optimizer)
 
     def transform(self, name: str) -> optax.GradientTransformationExtraArgs:
         """The optax transform to train with; accepts ``value``/``grad``/``value_fn`` (used by L-BFGS)."""

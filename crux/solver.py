@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 from crux.batching import HostBatches, PointStream
 from crux.constraint import Constraint
 from crux.engine import Entry, make_call, reached_models
+from crux.layout import Layout
 from crux.model import Model
 from crux.stats import Statistics
 
@@ -198,8 +199,12 @@ class Crux:
         return tuple(entries)
 
     # -- running ------------------------------------------------------------------------
-    def _initial_state(self, entries: tuple[Entry, ...], options: Options, transforms: dict) -> dict:
-        params = {name: m.params for name, m in self.models.items()}
+    def _layouts(self) -> dict[str, Layout]:
+        return {name: Layout(m.params, m.trains_flat) for name, m in self.models.items()}
+
+    def _initial_state(self, entries: tuple[Entry, ...], options: Options, transforms: dict,
+                       layouts: dict[str, Layout]) -> dict:
+        params = {name: layouts[name].pack(m.params) for name, m in self.models.items()}
         opt = []
         for index, entry in enumerate(entries):
             states = {}
@@ -218,13 +223,15 @@ class Crux:
     def _entry_key(options: Options, index: int) -> tuple:
         return ("solve",) if options.substeps is None else ("substeps", options.substeps, index)
 
-    def _compile(self, entries, options, stream, transforms, state, data) -> tuple[Any, float, dict]:
+    def _compile(self, entries, options, stream, layouts, transforms, state, data) -> tuple[Any, float, dict]:
         versions = tuple((n, self.models[n].optimizer_version) for e in entries for n in e.models)
-        key = (entries, options.inner_steps, options.checkpoint_gradients, options.offload_data, stream, versions)
+        flat = tuple((name, layout.flat) for name, layout in layouts.items())
+        key = (entries, options.inner_steps, options.checkpoint_gradients, options.offload_data, stream, versions,
+               flat)
         if key in self._compiled:
             compiled, _, memory = self._compiled[key]
             return compiled, 0.0, memory
-        call = make_call(self.constraints, self.models, transforms, entries, stream, options.inner_steps,
+        call = make_call(self.constraints, self.models, layouts, transforms, entries, stream, options.inner_steps,
                          options.checkpoint_gradients, options.offload_data)
         start = time.perf_counter()
         compiled = jax.jit(call, donate_argnums=0).lower(state, data).compile()
@@ -240,7 +247,8 @@ class Crux:
 
     def _run(self, options: Options, entries: tuple[Entry, ...], stream: PointStream) -> Statistics:
         transforms = {n: self.models[n].transform(n) for e in entries for n in e.models}
-        state = self._initial_state(entries, options, transforms)
+        layouts = self._layouts()
+        state = self._initial_state(entries, options, transforms, layouts)
         steps_per_epoch = sum(e.steps for e in entries)
         calls = options.epochs // options.inner_steps
         steps_per_call = options.inner_steps * steps_per_epoch
@@ -256,7 +264,7 @@ class Crux:
             data = {"key": self._key, "points": tuple(jnp.asarray(c.points) for c in self.constraints)}
             feed = (data for _ in range(calls))
             first = data
-        compiled, compile_seconds, memory = self._compile(entries, options, stream, transforms, state, first)
+        compiled, compile_seconds, memory = self._compile(entries, options, stream, layouts, transforms, state, first)
         peak_before = _peak_bytes(device) or 0
 
         outputs, step_seconds = [], []
@@ -305,7 +313,7 @@ class Crux:
                            epoch=np.arange(first_epoch, first_epoch + len(losses)), lr=lr,
                            compile_seconds=compile_seconds, run_seconds=run_seconds,
                            step_seconds=np.asarray(step_seconds), memory=memory, phases=[first_epoch])
-        self._commit(state, entries, options, len(losses) * steps_per_epoch, len(losses))
+        self._commit(state, layouts, entries, options, len(losses) * steps_per_epoch, len(losses))
         self._history.append(stats)
         if error:
             raise FloatingPointError(error)
@@ -314,10 +322,11 @@ class Crux:
     def _evaluated(self, entries: tuple[Entry, ...]) -> list[int]:
         return sorted({c for e in entries for c in e.constraints})
 
-    def _commit(self, state: dict, entries: tuple[Entry, ...], options: Options, updates: int, epochs: int) -> None:
+    def _commit(self, state: dict, layouts: dict[str, Layout], entries: tuple[Entry, ...], options: Options,
+                updates: int, epochs: int) -> None:
         """Keep what the next solve() resumes from: parameters, optimizer states, counters."""
         for name, params in state["params"].items():
-            self.models[name].params = params
+            self.models[name].params = layouts[name].unpack(params)
         for index, entry in enumerate(entries):
             for name in entry.models:
                 self._opt_states[(self._entry_key(options, index), name)] = (
