@@ -27,6 +27,15 @@ State = dict[str, Any]
 
 
 @dataclass(frozen=True)
+class Columns:
+    """Where an epoch's figures sit in its row of a call's record (one array: one transfer per call)."""
+
+    losses: slice
+    lr: dict[str, int]
+    finite: int
+
+
+@dataclass(frozen=True)
 class Entry:
     """``steps`` updates on ``constraints`` (indices) that move only ``models`` (the ones they reach)."""
 
@@ -85,8 +94,9 @@ def _repeat(body: Callable, carry: Any, xs: Any, length: int) -> tuple[Any, Any]
 
 def make_call(constraints: Sequence[Constraint], models: dict[str, Model], layouts: dict[str, Layout],
               transforms: dict[str, optax.GradientTransformationExtraArgs], entries: Sequence[Entry],
-              stream: PointStream, epochs_per_call: int, checkpointed: bool, offload: bool) -> Callable:
-    """Build ``call(state, data) -> (state, (losses (K, n_constraints), lr {model: (K,)}, finite (K,)))``.
+              stream: PointStream, epochs_per_call: int, checkpointed: bool, offload: bool) -> tuple[Callable, Columns]:
+    """Build ``call(state, data) -> (state, record (K, columns))``: per epoch the constraints' losses, each
+    trained model's learning rate and 1.0 if the epoch was finite (see :class:`Columns`).
 
     Parameters sit in the state packed by ``layouts`` (a flat vector for layout-free optimizers);
     optimizers and the guard see them packed, residuals unpacked.
@@ -94,7 +104,7 @@ def make_call(constraints: Sequence[Constraint], models: dict[str, Model], layou
     ``data`` is ``{"key", "points"}`` (points on the device, batches drawn inside)
     or, with ``offload``, ``{"batches"}``: per constraint ``(K * steps_per_epoch, A, B_c, d)``.
     Losses of an epoch are each constraint's mean over the updates that evaluated it (NaN if none);
-    ``finite`` is False for an epoch with a non-finite loss or update (which was not applied).
+    ``finite`` is 0.0 for an epoch with a non-finite loss or update (which was not applied).
     """
     micro = stream.micro_batches
     n_constraints = len(constraints)
@@ -176,10 +186,16 @@ def make_call(constraints: Sequence[Constraint], models: dict[str, Model], layou
             return state, (losses, lr, finite)
         return run
 
-    def call(state: State, data: dict) -> tuple[State, tuple]:
+    trained = sorted({name for e in entries for name in e.models})
+    columns = Columns(slice(0, n_constraints), {name: n_constraints + i for i, name in enumerate(trained)},
+                      n_constraints + len(trained))
+
+    def call(state: State, data: dict) -> tuple[State, jax.Array]:
         xs = None
         if offload:
             xs = jax.tree.map(lambda a: a.reshape(epochs_per_call, steps_per_epoch, *a.shape[1:]), data["batches"])
-        return _repeat(epoch(data), state, xs, epochs_per_call)
+        state, (losses, lr, finite) = _repeat(epoch(data), state, xs, epochs_per_call)
+        record = [losses, *(lr[name][:, None] for name in trained), finite[:, None].astype(jnp.float32)]
+        return state, jnp.concatenate(record, axis=1)
 
-    return call
+    return call, columns

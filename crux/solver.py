@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 
 from crux.batching import HostBatches, PointStream
 from crux.constraint import Constraint
-from crux.engine import Entry, make_call, reached_models
+from crux.engine import Columns, Entry, make_call, reached_models
 from crux.layout import Layout
 from crux.model import Model
 from crux.stats import Statistics
@@ -103,7 +103,7 @@ class Crux:
         self._step = 0  # updates so far: drives the point stream
         self._epoch = 0
         self._opt_states: dict[tuple, tuple[int, Any]] = {}  # (entry key, model) -> (optimizer version, state)
-        self._compiled: dict[tuple, tuple[Any, float, dict]] = {}
+        self._compiled: dict[tuple, tuple[Any, Columns, float, dict]] = {}
         self._reach: list[set[str]] | None = None
         self._history: list[Statistics] = []
 
@@ -223,15 +223,16 @@ class Crux:
     def _entry_key(options: Options, index: int) -> tuple:
         return ("solve",) if options.substeps is None else ("substeps", options.substeps, index)
 
-    def _compile(self, entries, options, stream, layouts, transforms, state, data) -> tuple[Any, float, dict]:
+    def _compile(self, entries, options, stream, layouts, transforms, state, data
+                 ) -> tuple[Any, Columns, float, dict]:
         versions = tuple((n, self.models[n].optimizer_version) for e in entries for n in e.models)
         flat = tuple((name, layout.flat) for name, layout in layouts.items())
         key = (entries, options.inner_steps, options.checkpoint_gradients, options.offload_data, stream, versions,
                flat)
         if key in self._compiled:
-            compiled, _, memory = self._compiled[key]
-            return compiled, 0.0, memory
-        call = make_call(self.constraints, self.models, layouts, transforms, entries, stream, options.inner_steps,
+            compiled, columns, _, memory = self._compiled[key]
+            return compiled, columns, 0.0, memory
+        call, columns = make_call(self.constraints, self.models, layouts, transforms, entries, stream, options.inner_steps,
                          options.checkpoint_gradients, options.offload_data)
         start = time.perf_counter()
         compiled = jax.jit(call, donate_argnums=0).lower(state, data).compile()
@@ -242,8 +243,8 @@ class Crux:
             memory = {"temp_bytes": int(analysis.temp_size_in_bytes),
                       "argument_bytes": int(analysis.argument_size_in_bytes),
                       "output_bytes": int(analysis.output_size_in_bytes)}
-        self._compiled[key] = (compiled, seconds, memory)
-        return compiled, seconds, memory
+        self._compiled[key] = (compiled, columns, seconds, memory)
+        return compiled, columns, seconds, memory
 
     def _run(self, options: Options, entries: tuple[Entry, ...], stream: PointStream) -> Statistics:
         transforms = {n: self.models[n].transform(n) for e in entries for n in e.models}
@@ -264,36 +265,36 @@ class Crux:
             data = {"key": self._key, "points": tuple(jnp.asarray(c.points) for c in self.constraints)}
             feed = (data for _ in range(calls))
             first = data
-        compiled, compile_seconds, memory = self._compile(entries, options, stream, layouts, transforms, state, first)
+        compiled, columns, compile_seconds, memory = self._compile(entries, options, stream, layouts, transforms, state, first)
         peak_before = _peak_bytes(device) or 0
 
-        outputs, step_seconds = [], []
+        rows, pending, step_seconds = [], [], []
         first_epoch = self._epoch
         bar = tqdm(total=options.epochs, desc="solve", disable=None, leave=False)
         start = window_start = time.perf_counter()
-        window_first = 0
         for call_index, data in enumerate(feed):
-            state, out = compiled(state, data)
-            out[2].copy_to_host_async()
-            outputs.append(out)
+            state, record = compiled(state, data)
+            pending.append(record)
             if call_index == calls - 1 or time.perf_counter() - window_start > SYNC_SECONDS:
-                window_finite = all(np.all(np.asarray(o[2])) for o in outputs[window_first:])
+                window = [np.asarray(r) for r in pending]
+                rows += window
+                pending = []
                 now = time.perf_counter()
-                updates = (len(outputs) - window_first) * steps_per_call
+                updates = len(window) * steps_per_call
                 step_seconds.append((now - window_start) / updates)
                 bar.update(updates // steps_per_epoch)
-                bar.set_postfix(loss=f"{np.nansum(np.asarray(outputs[-1][0][-1])):.3e}")
-                window_start, window_first = now, len(outputs)
-                if not window_finite:
+                bar.set_postfix(loss=f"{np.nansum(window[-1][-1, columns.losses]):.3e}")
+                window_start = now
+                if not all(np.all(w[:, columns.finite]) for w in window):
                     break
         jax.block_until_ready(state)
         run_seconds = time.perf_counter() - start
         bar.close()
 
-        losses = np.concatenate([np.asarray(o[0]) for o in outputs]).astype(np.float32)
-        lr = {m: np.concatenate([np.asarray(o[1][m]) for o in outputs]).astype(np.float32)
-              for m in (outputs[0][1] if outputs else {})}
-        finite = np.concatenate([np.asarray(o[2]) for o in outputs])
+        table = np.concatenate(rows)
+        losses = table[:, columns.losses]
+        lr = {m: table[:, column] for m, column in columns.lr.items()}
+        finite = table[:, columns.finite] > 0
         error = None
         if not finite.all():
             row = int(np.argmin(finite))
