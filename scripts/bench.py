@@ -24,10 +24,10 @@ other processes than wall time, a proxy for work), and ratios against the baseli
 Hand-written baselines: a list of (W, b) layers, the same loss, ``optax.adam(1e-3)``; a jitted step
 in a Python loop (``loop``) and ``lax.scan`` over 100 steps in one jitted call (``scan``); u'' (or the
 Laplacian, summed over the axes unrolled in Python) by each of: forward-over-forward ``jvp``
-(``fwd-fwd``, crux's formulation), reverse-over-reverse ``grad`` (``rev-rev``), ``jacfwd(jacrev)``
+(``fwd-fwd``, crux's fallback), reverse-over-reverse ``grad`` (``rev-rev``), ``jacfwd(jacrev)``
 (``fwd-rev``), Taylor mode ``jax.experimental.jet`` (``jet``), and a hand-derived second-order forward
-propagation through the tanh layers, batched over the points (``hand-taylor``; tanh only, not a
-general method). Mini-batches are drawn without replacement like crux's point stream, by the cheapest
+propagation through the tanh layers, batched over the points (``hand-taylor``; tanh only, the same
+formulation crux.laplacian derives generically in crux/taylor.py). Mini-batches are drawn without replacement like crux's point stream, by the cheapest
 such draw found (top-k of uniforms, see ``sampled``).
 """
 from __future__ import annotations
@@ -58,7 +58,7 @@ import crux  # noqa: E402
 PROBLEMS = ("standard", "small", "accumulation", "laplacian", "scaling")
 QUICK_PROBLEMS = ("standard", "small", "accumulation")  # the rest compile too many programs for a minute
 FORMS = ("fwd-fwd", "rev-rev", "fwd-rev", "jet", "hand-taylor")
-SAME_AS_CRUX = "fwd-fwd"  # crux.laplacian's formulation (in 1-D exactly; see laplacian_fwd_fwd for d > 1)
+SAME_AS_CRUX = "hand-taylor"  # crux.laplacian's formulation: Taylor mode (crux/taylor.py), written by hand
 SCAN_STEPS = 100
 
 

@@ -1,0 +1,135 @@
+"""Taylor-mode Laplacian: the same values as forward-over-forward, and the fallback when a rule is missing."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.extend.core import primitives as P
+
+import crux
+from crux.derivatives import _forward_over_forward
+from crux.taylor import Unsupported, forward_laplacian
+from crux_testing import EPS32
+
+# Both sides sum the same second-derivative terms in float32, in another order: the difference is a few
+# ulp of the largest value (measured: up to 6 ulp); 32 ulp leaves a 5x margin and still catches any wrong
+# factor or missing term, which moves the result by O(1) of it.
+ULPS = 32
+
+
+# Compile time dominates these tests: XLA's cheapest optimisation level compiles 1.4x faster than the
+# default and evaluates both formulations alike.
+QUICK = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+
+
+def quick(f):
+    return jax.jit(f, compiler_options=QUICK)
+
+
+def points(d: int, n: int = 8) -> np.ndarray:
+    return np.random.default_rng(d).uniform(0.05, 0.95, (n, d)).astype(np.float32)
+
+
+def assert_round_off(got, expected) -> None:
+    expected = np.asarray(expected)
+    scale = max(float(np.max(np.abs(expected))), EPS32)
+    np.testing.assert_allclose(got, expected, rtol=ULPS * EPS32, atol=ULPS * EPS32 * scale)
+
+
+def assert_same_as_forward_over_forward(*cases) -> None:
+    """``cases``: (f, points) pairs, evaluated in one program."""
+    def both():
+        return [(jax.vmap(forward_laplacian(f))(xs), jax.vmap(_forward_over_forward(f))(xs)) for f, xs in cases]
+    for taylor, reference in quick(both)():
+        assert_round_off(taylor, reference)
+
+
+def closed_form(x):
+    return jnp.tanh(x[0]) * x[1] ** 2 + jnp.sqrt(1 + x @ x) + jnp.exp(x[2]) / (1 + x[1] ** 2)
+
+
+def closed_form_laplacian(x: np.ndarray) -> float:
+    t, r2 = np.tanh(x[0]), x @ x
+    r = np.sqrt(1 + r2)
+    return (-2 * t * (1 - t * t) * x[1] ** 2 + 2 * t + 3 / r - r2 / r ** 3
+            + np.exp(x[2]) / (1 + x[1] ** 2) + np.exp(x[2]) * (6 * x[1] ** 2 - 2) / (1 + x[1] ** 2) ** 3)
+
+
+def test_taylor_laplacian_equals_the_closed_form_and_is_what_crux_laplacian_runs():
+    x = jnp.array([0.3, -0.8, 0.5])
+    expected = closed_form_laplacian(np.asarray(x, np.float64))
+    np.testing.assert_allclose(forward_laplacian(closed_form)(x), expected, rtol=ULPS * EPS32)
+    assert str(jax.make_jaxpr(crux.laplacian(closed_form))(x)) == str(jax.make_jaxpr(forward_laplacian(closed_form))(x))
+
+
+# Each activation in 1, 2 and 3 dimensions, once as one layer, once as three (the last two stacked and
+# scanned), once three checkpointed; across activations every dimension meets every structure.
+STRUCTURES = [((8,), False), ((8, 8, 8), False), ((8, 8, 8), True)]
+
+
+@pytest.mark.parametrize("rotation, activation", enumerate(["tanh", "sin", "gelu", "silu"]))
+def test_mlp_laplacian_equals_forward_over_forward(rotation, activation):
+    cases = []
+    for i, (hidden, checkpointed) in enumerate(STRUCTURES):
+        d = 1 + (i + rotation) % 3
+        u = crux.mlp(d, 1, hidden, activation, seed=d)
+        cases.append((lambda x, u=u, c=checkpointed: u.pointwise(u.params, x, c), points(d)))
+    assert_same_as_forward_over_forward(*cases)
+
+
+def test_hard_boundary_and_several_networks():
+    u, v = crux.mlp(2, 1, (8, 8, 8)), crux.mlp(2, 2, (8,), "silu", seed=1)
+
+    def f(x):
+        a, b = v.pointwise(v.params, x)
+        return x[0] * (1 - x[0]) * x[1] * (1 - x[1]) * u.pointwise(u.params, x) + a * b / (1 + a ** 2)
+    assert_same_as_forward_over_forward((f, points(2)))
+
+
+@pytest.mark.parametrize("f", [
+    lambda x: jnp.stack([jnp.sin(x[0]) * x[1], x[0] ** 3]),  # vector output: one Laplacian per component
+    lambda x: jnp.concatenate(jnp.split(x ** 1.5, 2)[::-1]) @ jnp.cos(x) + jnp.log1p(jnp.linalg.norm(x))
+    + jnp.sum(jnp.pad(x, 1, constant_values=0.5) ** 3 * jnp.arange(4)),
+    lambda x: jnp.where(x > 0.5, jnp.abs(x - 0.7) ** 3, jnp.maximum(x, 0.3) ** 2).sum() + x[jnp.argmax(x)] ** 3
+    + jnp.minimum(jnp.sin(x), jnp.sin(x)).sum() ** 2,  # a tie everywhere: half the derivative from each side
+    lambda x: jax.lax.scan(lambda c, a: (c * jnp.sin(a) + jnp.exp(-c), c), x[0], x)[0] + jnp.sinh(x).sum() ** 2,
+    lambda x: jnp.clip(x, 0.2, 0.8).sum() ** 2 + jax.nn.softplus(x * x[::-1]).sum() + jax.nn.sigmoid(x[0] * x[1])
+    + 2.0 ** x[1] / jnp.arctan(x[0]),
+    lambda x: jnp.ones(3),  # no dependence on x
+], ids=["vector", "structure", "piecewise", "scan-over-x", "elementwise", "constant"])
+def test_primitive_rules_equal_forward_over_forward(f):
+    assert_same_as_forward_over_forward((f, points(2)))
+
+
+def test_parameter_gradient_equals_forward_over_forward():
+    u = crux.mlp(2, 1, (8, 8, 8))
+    xs = points(2, 16)
+
+    def loss(params, lap):
+        g = lambda x: x[0] * (1 - x[0]) * u.pointwise(params, x)
+        return jnp.mean(jnp.square(-jax.vmap(lap(g))(xs) - 1.0))
+    grads = quick(lambda: [jax.grad(loss)(u.params, lap) for lap in (crux.laplacian, _forward_over_forward)])()
+    flat = [np.concatenate([np.ravel(leaf) for leaf in jax.tree.leaves(g)]) for g in grads]
+    assert_round_off(*flat)
+
+
+def test_weights_carry_no_derivatives():
+    """Per layer one product for the value, one per input axis, one for L: none for a weight's derivative."""
+    d, u = 2, crux.mlp(2, 1, (8,))
+    jaxpr = jax.make_jaxpr(forward_laplacian(lambda x: u.pointwise(u.params, x)))(jnp.ones(d))
+    assert sum(eqn.primitive is P.dot_general_p for eqn in jaxpr.eqns) == 2 * (d + 2)
+
+
+def test_custom_derivative_rules_are_respected():
+    """jnp.sinc selects 1 at 0 and carries its derivatives in a custom rule: sinc''(0) = -pi^2 / 3."""
+    np.testing.assert_allclose(forward_laplacian(lambda x: jnp.sinc(x[0]))(jnp.zeros(1)), -np.pi ** 2 / 3,
+                               rtol=ULPS * EPS32)
+
+
+def test_unsupported_primitive_falls_back_to_forward_over_forward():
+    f = lambda x: jnp.sum(jnp.sort(x) ** 3)  # sum_i x_i^3: Laplacian 6 sum_i x_i
+    x = jnp.array([0.4, -0.2, 0.9])
+    with pytest.raises(Unsupported, match="sort"):
+        forward_laplacian(f)(x)
+    np.testing.assert_allclose(crux.laplacian(f)(x), 6 * np.sum(np.asarray(x)), rtol=ULPS * EPS32)
+    branches = lambda x: x[0] ** 3 if x[0] > 0 else -x[0] ** 3  # runs on a concrete x only, as before
+    np.testing.assert_allclose(crux.laplacian(branches)(jnp.array([0.5])), 3.0, rtol=ULPS * EPS32)
