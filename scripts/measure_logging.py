@@ -1,10 +1,11 @@
-"""What logging a 5000-epoch history to MLflow costs: the batched path crux-run uses, into a fresh SQLite store.
+"""What logging a 5000-epoch history to MLflow costs, into a fresh SQLite store, both ways.
 
     python scripts/measure_logging.py [epochs]
 
 Prints the seconds for the history alone (``loss/total``, ``loss/pde``, ``loss/bc``,
-``lr/u`` at every epoch through ``MlflowClient.log_batch``) and for everything a
-job logs after training (summary metrics, history.png, stats.npz, params.npz).
+``lr/u`` at every epoch) through ``MlflowClient.log_batch`` and through the direct
+SQL path crux-run uses (crux.tracking.history), and for everything a job logs after
+training (history, summary metrics, history.png, stats.npz, params.npz).
 """
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from mlflow.tracking import MlflowClient
 
 from crux import problems
 from crux.stats import Statistics
-from crux.tracking.job import JobRun, history_metrics, parameter_leaves
+from crux.tracking.history import history_metrics, log_history
+from crux.tracking.job import JobRun, history_series, parameter_leaves
 
 
 def synthetic_history(epochs: int) -> Statistics:
@@ -38,20 +40,24 @@ def main(epochs: int) -> None:
         client = MlflowClient(f"sqlite:///{folder}/mlflow.db")
         experiment = client.create_experiment("measure", artifact_location=Path(folder, "artifacts").as_uri())
 
-        metrics = history_metrics(stats, int(time.time() * 1000))
-        run = client.create_run(experiment)
-        start = time.perf_counter()
-        client.log_batch(run.info.run_id, metrics=metrics)
-        history_seconds = time.perf_counter() - start
-        logged = len(client.get_metric_history(run.info.run_id, "loss/total"))
+        now, series = int(time.time() * 1000), history_series(stats)
+        metrics = history_metrics(stats.epoch, series, now)
+        seconds, logged = {}, {}
+        for way, log in (("log_batch", lambda run_id: client.log_batch(run_id, metrics=metrics)),
+                         ("direct SQL", lambda run_id: log_history(client, run_id, stats.epoch, series, now))):
+            run_id = client.create_run(experiment).info.run_id
+            start = time.perf_counter()
+            log(run_id)
+            seconds[way] = time.perf_counter() - start
+            logged[way] = len(client.get_metric_history(run_id, "loss/total"))
 
         job = JobRun(client, client.create_run(experiment).info.run_id, Path(folder, "job"))
         start = time.perf_counter()
         job.log_results(problem, stats, initial)
         results_seconds = time.perf_counter() - start
-    print(f"{epochs} epochs x {len(metrics) // epochs} series = {len(metrics)} values "
-          f"({logged} read back for loss/total)")
-    print(f"history via log_batch:            {history_seconds:.2f} s")
+    print(f"{epochs} epochs x {len(metrics) // epochs} series = {len(metrics)} values")
+    for way in seconds:
+        print(f"history via {way + ':':<22}{seconds[way]:.2f} s  ({logged[way]} read back for loss/total)")
     print(f"everything after training (job):  {results_seconds:.2f} s  (history, summary, plot, npz artifacts)")
 
 

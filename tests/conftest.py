@@ -1,10 +1,31 @@
-"""Test session set-up: a persistent compilation cache, so identical programs compile once per suite."""
+"""Test session set-up: a persistent compilation cache, so identical programs compile once per suite, and
+an empty MLflow store to copy."""
 import os
+import shutil
 import tempfile
+from pathlib import Path
 
 import jax
+import pytest
 
 jax.config.update("jax_compilation_cache_dir",
                   os.environ.get("CRUX_TEST_JAX_CACHE", os.path.join(tempfile.gettempdir(), "crux-test-jax-cache")))
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+@pytest.fixture(scope="session")
+def empty_store(tmp_path_factory) -> Path:
+    """A SQLite store with MLflow's schema: creating it costs seconds (FACTS.md), copying it nothing."""
+    from mlflow.tracking import MlflowClient  # imported by the tests that use a store only
+
+    path = tmp_path_factory.mktemp("store") / "mlflow.db"
+    MlflowClient(f"sqlite:///{path}").search_experiments()
+    return path
+
+
+@pytest.fixture
+def store(tmp_path, empty_store) -> Path:
+    """``tmp_path``, holding a fresh copy of the empty store as ``mlflow.db``."""
+    shutil.copy(empty_store, tmp_path / "mlflow.db")
+    return tmp_path

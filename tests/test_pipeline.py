@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -31,21 +30,6 @@ from crux.sweep import available
 
 TINY = ["model.width=8", "model.depth=1", "solver.epochs=20"]
 ARTIFACTS = {"history.png", "stats.npz", "params.npz", "config.yaml", "environment.json"}
-
-
-@pytest.fixture(scope="module")
-def empty_store(tmp_path_factory) -> Path:
-    """A SQLite store with MLflow's schema: creating it costs seconds (FACTS.md), copying it nothing."""
-    path = tmp_path_factory.mktemp("store") / "mlflow.db"
-    MlflowClient(f"sqlite:///{path}").search_experiments()
-    return path
-
-
-@pytest.fixture
-def store(tmp_path, empty_store) -> Path:
-    """``tmp_path``, holding a fresh copy of the empty store as ``mlflow.db``."""
-    shutil.copy(empty_store, tmp_path / "mlflow.db")
-    return tmp_path
 
 
 def launch(tmp_path: Path, module: str, *args: str) -> subprocess.CompletedProcess:

@@ -1,0 +1,124 @@
+"""What MLflow tracking adds to a real job: crux-run in this process, every tracking step timed.
+
+    python scripts/measure_tracking.py [overrides...]     # default: solver.epochs=5000
+
+Runs ``crux.experiment.main`` (the default poisson1d job) against a SQLite store
+made beforehand in another process (as an existing mlflow.db is), and prints the
+seconds of each tracking step beside the job's wall time. The tracking total over
+the rest of the job is what tracking adds beyond process start (the imports at
+start are printed apart). Two steps import a module on first use, once a process:
+MlflowClient on a SQL URI loads MLflow's SQL store, the first plot loads
+matplotlib; those imports are timed on lines of their own, and the percentage is
+printed with and without them.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from typing import Any
+
+start = time.perf_counter()
+import numpy as np  # noqa: E402
+from mlflow.tracking import MlflowClient  # noqa: E402
+
+import crux.experiment  # noqa: E402
+from crux.problems import Problem  # noqa: E402
+from crux.stats import Statistics  # noqa: E402
+from crux.tracking import job  # noqa: E402
+
+IMPORT_SECONDS = time.perf_counter() - start
+
+SECONDS: dict[str, float] = defaultdict(float)
+PLOT = "  Statistics.plot (history.png)"
+TRAINING = "training"
+
+STEPS = {  # what crux.experiment.main calls; their sum is the tracking cost
+    "JobRun.start": (job.JobRun, "start"),
+    "JobRun.log_config": (job.JobRun, "log_config"),
+    "JobRun.log_results": (job.JobRun, "log_results"),
+    "JobRun.__exit__ (set_terminated)": (job.JobRun, "__exit__"),
+    "parameter_leaves (initial, phase ends)": (crux.experiment, "parameter_leaves"),
+}
+PARTS = {  # inside those steps
+    "  ensure_experiment": (job, "ensure_experiment"),
+    "  create_run": (MlflowClient, "create_run"),
+    "  log_batch (params; summary)": (MlflowClient, "log_batch"),
+    "  environment()": (job, "environment"),
+    "  relative_l2 (error/<field>)": (Problem, "relative_l2"),
+    "  log_history (histories)": (job, "log_history"),
+    PLOT: (Statistics, "plot"),
+    "  Statistics.save (stats.npz)": (Statistics, "save"),
+    "  np.savez (params.npz)": (np, "savez"),
+    "  log_artifact": (MlflowClient, "log_artifact"),
+    "  set_terminated": (MlflowClient, "set_terminated"),
+}
+FIRST_IMPORTS = {  # a step's label -> the module it imports on first use
+    "JobRun.start": "mlflow.store.tracking.sqlalchemy_store",
+    PLOT: "matplotlib.figure",
+}
+
+
+def importing(label: str) -> str:
+    """The label of a step's first-use import."""
+    return f"    of which importing {FIRST_IMPORTS[label]}"
+
+
+def timed(owner: Any, name: str, label: str) -> None:
+    """Replace ``owner.name`` by a wrapper adding its seconds to ``SECONDS[label]``; the step's first-use import
+    (``FIRST_IMPORTS``) is done first and timed apart too."""
+    original = inspect.getattr_static(owner, name)
+    wrapped = original.__func__ if isinstance(original, classmethod) else original
+
+    @functools.wraps(wrapped)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        begin = time.perf_counter()
+        try:
+            module = FIRST_IMPORTS.get(label)
+            if module is not None and module not in sys.modules:
+                importlib.import_module(module)
+                SECONDS[importing(label)] += time.perf_counter() - begin
+            return wrapped(*args, **kwargs)
+        finally:
+            SECONDS[label] += time.perf_counter() - begin
+    setattr(owner, name, classmethod(wrapper) if isinstance(original, classmethod) else wrapper)
+
+
+def main(overrides: list[str]) -> None:
+    for label, (owner, name) in {**STEPS, **PARTS, TRAINING: (crux.experiment, "train")}.items():
+        timed(owner, name, label)
+    with tempfile.TemporaryDirectory() as folder:
+        uri = f"sqlite:///{folder}/mlflow.db"
+        subprocess.run([sys.executable, "-c", f"from mlflow.tracking import MlflowClient; "
+                        f"MlflowClient({uri!r}).search_experiments()"], check=True, capture_output=True)
+        os.environ["MLFLOW_TRACKING_URI"] = uri
+        sys.argv = ["crux-run", *overrides, f"hydra.run.dir={folder}/outputs"]
+        begin = time.perf_counter()
+        crux.experiment.main()
+        job_seconds = time.perf_counter() - begin
+
+    tracking = sum(SECONDS[label] for label in STEPS)
+    loading = sum(SECONDS[importing(label)] for label in FIRST_IMPORTS)
+    rest = job_seconds - tracking
+    lines = {"imports (process start, not counted)": f"{IMPORT_SECONDS:.2f} s",
+             "job (crux.experiment.main)": f"{job_seconds:.2f} s, of which training {SECONDS[TRAINING]:.2f} s"}
+    for label in [*STEPS, *PARTS]:
+        for name in (label, importing(label) if label in FIRST_IMPORTS else None):
+            if name in SECONDS:
+                lines[name] = f"{SECONDS[name]:.3f} s"
+    width = max(map(len, lines)) + 2
+    for name, value in lines.items():
+        print(f"{name:<{width}}{value}")
+    print(f"tracking: {tracking:.2f} s = {100 * tracking / rest:.1f}% on top of the job's {rest:.2f} s without it")
+    print(f"without the first-use imports ({loading:.2f} s): {tracking - loading:.2f} s = "
+          f"{100 * (tracking - loading) / rest:.1f}%")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:] or ["solver.epochs=5000"])
