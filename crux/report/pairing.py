@@ -28,6 +28,17 @@ def repeats(records: Sequence[RunRecord], group: str, options: SolveOptions) -> 
     return sorted((r for r in records if r.group == group and r.options == options), key=lambda r: (r.repeat, r.run_id))
 
 
+Pair = tuple[list[RunRecord], list[RunRecord]]
+
+
+def paired_settings(records: Sequence[RunRecord], tested: Callable[[SolveOptions], bool], **reference: object
+                    ) -> list[Pair]:
+    """``(repeats of a tested setting, repeats of its partner)`` for every setting ``tested`` selects; the partner
+    is the same setting with the ``reference`` options (``checkpoint_gradients=False``), empty if not run."""
+    return [(runs, repeats(records, group, options.but(**reference)))
+            for (group, options), runs in settings(records, tested).items()]
+
+
 def first(runs: Sequence[RunRecord]) -> RunRecord | None:
     """The first repeat: numerical comparisons use one run per setting (repeats are for timing)."""
     return runs[0] if runs else None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from crux.report.claims.equivalence import same_numbers
 from crux.report.numerics import SPREAD_ORIGIN, STEP_TIME, ratio_range, spread
-from crux.report.pairing import first, reference_and_twins, repeats, run_ids, settings
+from crux.report.pairing import Pair, first, paired_settings, reference_and_twins, run_ids
 from crux.report.records import RunRecord
 from crux.report.verdict import (CLAIMS_SOURCE, DESIGN_SOURCE, FAILS, HOLDS, INCONCLUSIVE, Threshold, Verdict, fmt,
                                  fmt_bytes)
@@ -29,10 +29,9 @@ MEMORY_ORIGIN = ("compiled memory_analysis() of the update is exact and determin
                  "noise allowance is needed: any difference is real")
 
 
-def checkpoint_pairs(records: list[RunRecord]) -> list[tuple[list[RunRecord], list[RunRecord]]]:
+def checkpoint_pairs(records: list[RunRecord]) -> list[Pair]:
     """``(repeats with checkpointing, repeats without)`` per checkpointed setting."""
-    return [(runs, repeats(records, group, options.but(checkpoint_gradients=False)))
-            for (group, options), runs in settings(records, lambda o: o.checkpoint_gradients).items()]
+    return paired_settings(records, lambda o: o.checkpoint_gradients, checkpoint_gradients=False)
 
 
 def check_checkpoint(records: list[RunRecord]) -> list[Verdict]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from crux.report.claims.equivalence import same_numbers
 from crux.report.numerics import SPREAD_ORIGIN, STEP_TIME, Spread, compare_times, spread
-from crux.report.pairing import reference_and_twins, repeats, run_ids, settings
+from crux.report.pairing import Pair, paired_settings, reference_and_twins, run_ids
 from crux.report.records import RunRecord
 from crux.report.verdict import CLAIMS_SOURCE, FAILS, HOLDS, INCONCLUSIVE, Threshold, Verdict, fmt
 
@@ -21,13 +21,10 @@ FASTER = ("inner_steps=N runs N gradient steps inside a single jax.lax.fori_loop
           "a small kernel, which is far likelier on a GPU than in this test — measure on your own problem")
 
 
-def fused_pairs(records: list[RunRecord]) -> list[tuple[list[RunRecord], list[RunRecord]]]:
+def fused_pairs(records: list[RunRecord]) -> list[Pair]:
     """``(repeats at K, repeats at K=1)`` for every fused setting, in K order."""
-    pairs = []
-    fused = settings(records, lambda o: o.inner_steps > 1)
-    for (group, options), runs in sorted(fused.items(), key=lambda item: (item[0][0], item[0][1].inner_steps)):
-        pairs.append((runs, repeats(records, group, options.but(inner_steps=1))))
-    return pairs
+    pairs = paired_settings(records, lambda o: o.inner_steps > 1, inner_steps=1)
+    return sorted(pairs, key=lambda pair: (pair[0][0].group, pair[0][0].options.inner_steps))
 
 
 def check_inner_steps(records: list[RunRecord]) -> list[Verdict]:

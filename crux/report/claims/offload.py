@@ -7,7 +7,7 @@ current batch is.
 from __future__ import annotations
 
 from crux.report.claims.equivalence import same_numbers
-from crux.report.pairing import first, reference_and_twins, repeats, run_ids, settings
+from crux.report.pairing import Pair, first, paired_settings, reference_and_twins, run_ids
 from crux.report.records import RunRecord
 from crux.report.verdict import CLAIMS_SOURCE, DESIGN_SOURCE, FAILS, HOLDS, INCONCLUSIVE, Threshold, Verdict, fmt_bytes
 
@@ -19,10 +19,9 @@ BYTES_ORIGIN = ("compiled memory_analysis() argument sizes are exact and determi
                 "noise allowance is needed: any difference is real")
 
 
-def offload_pairs(records: list[RunRecord]) -> list[tuple[list[RunRecord], list[RunRecord]]]:
+def offload_pairs(records: list[RunRecord]) -> list[Pair]:
     """``(repeats offloaded, repeats batched on the device)`` per offloaded setting."""
-    return [(runs, repeats(records, group, options.but(offload_data=False)))
-            for (group, options), runs in settings(records, lambda o: o.offload_data).items()]
+    return paired_settings(records, lambda o: o.offload_data, offload_data=False)
 
 
 def check_offload(records: list[RunRecord]) -> list[Verdict]:
