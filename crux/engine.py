@@ -94,7 +94,8 @@ def _repeat(body: Callable, carry: Any, xs: Any, length: int) -> tuple[Any, Any]
 
 def make_call(constraints: Sequence[Constraint], models: dict[str, Model], layouts: dict[str, Layout],
               transforms: dict[str, optax.GradientTransformationExtraArgs], entries: Sequence[Entry],
-              stream: PointStream, epochs_per_call: int, checkpointed: bool, offload: bool) -> tuple[Callable, Columns]:
+              stream: PointStream, epochs_per_call: int, checkpointed: bool, offload: bool
+              ) -> tuple[Callable, Columns]:
     """Build ``call(state, data) -> (state, record (K, columns))``: per epoch the constraints' losses, each
     trained model's learning rate and 1.0 if the epoch was finite (see :class:`Columns`).
 

@@ -232,8 +232,8 @@ class Crux:
         if key in self._compiled:
             compiled, columns, _, memory = self._compiled[key]
             return compiled, columns, 0.0, memory
-        call, columns = make_call(self.constraints, self.models, layouts, transforms, entries, stream, options.inner_steps,
-                         options.checkpoint_gradients, options.offload_data)
+        call, columns = make_call(self.constraints, self.models, layouts, transforms, entries, stream,
+                                  options.inner_steps, options.checkpoint_gradients, options.offload_data)
         start = time.perf_counter()
         compiled = jax.jit(call, donate_argnums=0).lower(state, data).compile()
         seconds = time.perf_counter() - start
@@ -265,7 +265,8 @@ class Crux:
             data = {"key": self._key, "points": tuple(jnp.asarray(c.points) for c in self.constraints)}
             feed = (data for _ in range(calls))
             first = data
-        compiled, columns, compile_seconds, memory = self._compile(entries, options, stream, layouts, transforms, state, first)
+        compiled, columns, compile_seconds, memory = self._compile(entries, options, stream, layouts, transforms,
+                                                                   state, first)
         peak_before = _peak_bytes(device) or 0
 
         rows, pending, step_seconds = [], [], []

@@ -27,8 +27,8 @@ Laplacian, summed over the axes unrolled in Python) by each of: forward-over-for
 (``fwd-fwd``, crux's fallback), reverse-over-reverse ``grad`` (``rev-rev``), ``jacfwd(jacrev)``
 (``fwd-rev``), Taylor mode ``jax.experimental.jet`` (``jet``), and a hand-derived second-order forward
 propagation through the tanh layers, batched over the points (``hand-taylor``; tanh only, the same
-formulation crux.laplacian derives generically in crux/taylor.py). Mini-batches are drawn without replacement like crux's point stream, by the cheapest
-such draw found (top-k of uniforms, see ``sampled``).
+formulation crux.laplacian derives generically in crux/taylor.py). Mini-batches are drawn without
+replacement like crux's point stream, by the cheapest such draw found (top-k of uniforms, see ``sampled``).
 """
 from __future__ import annotations
 
