@@ -54,6 +54,12 @@ class Verdict:
                 "runs": sorted(self.runs)}
 
 
+def not_in_sweep(claim_id: str, claim: str, needs: str, what: str, run_ids: tuple[str, ...]) -> Verdict:
+    """``inconclusive``: the sweep ran no setting the claim is about (``needs`` one; it has no ``what`` run)."""
+    return Verdict(claim_id, claim, CLAIMS_SOURCE, f"needs {needs}", INCONCLUSIVE, f"the sweep has no {what} run",
+                   runs=run_ids)
+
+
 def _finite_or_text(value: float) -> float | str:
     """JSON has no inf/NaN: write them as text rather than produce invalid JSON."""
     value = float(value)

@@ -14,7 +14,8 @@ from crux.report.numerics import (HISTORY_RULE, ROUNDOFF_ALLOWANCE, ROUNDOFF_ORI
                                   agreement)
 from crux.report.pairing import first, repeats, run_ids, settings
 from crux.report.records import RunRecord
-from crux.report.verdict import CLAIMS_SOURCE, FAILS, HOLDS, INCONCLUSIVE, Threshold, Verdict, fmt
+from crux.report.verdict import (CLAIMS_SOURCE, FAILS, HOLDS, INCONCLUSIVE, Threshold, Verdict, fmt,
+                                 not_in_sweep)
 
 EFFECTIVE_BATCH = ("accumulation_steps=N — Average gradients over N micro-batches before one optimizer update — "
                    "You want a larger effective batch than fits in memory. "
@@ -57,9 +58,8 @@ def check_accumulation(records: list[RunRecord]) -> list[Verdict]:
     """Verdicts on the effective batch and the memory of every accumulated setting in ``records``."""
     sets = accumulation_sets(records)
     if not sets:
-        return [Verdict("accumulation.effective_batch", EFFECTIVE_BATCH, CLAIMS_SOURCE,
-                        "needs a run with accumulation_steps > 1 and batchsize set", INCONCLUSIVE,
-                        "the sweep has no accumulated run", runs=run_ids(records))]
+        return [not_in_sweep("accumulation.effective_batch", EFFECTIVE_BATCH,
+                             "a run with accumulation_steps > 1 and batchsize set", "accumulated", run_ids(records))]
     verdicts = []
     for s in sets:
         verdicts.append(_effective_batch(s))

@@ -15,7 +15,7 @@ from crux.report.numerics import SPREAD_ORIGIN, STEP_TIME, ratio_range, spread
 from crux.report.pairing import Pair, first, paired_settings, reference_and_twins, run_ids
 from crux.report.records import RunRecord
 from crux.report.verdict import (CLAIMS_SOURCE, DESIGN_SOURCE, FAILS, HOLDS, INCONCLUSIVE, Threshold, Verdict, fmt,
-                                 fmt_bytes)
+                                 fmt_bytes, not_in_sweep)
 
 SAVES_MEMORY = "checkpoint_gradients=False, # True → gradient checkpointing (saves memory, ~30% slower)"
 SAME_NUMBERS = ("checkpoint_gradients: Rematerialise activations in the backward pass [...] Same numbers as off.")
@@ -38,9 +38,8 @@ def check_checkpoint(records: list[RunRecord]) -> list[Verdict]:
     """Per checkpointed setting: same numbers, memory saved, time cost."""
     pairs = checkpoint_pairs(records)
     if not pairs:
-        return [Verdict("checkpoint.saves_memory", SAVES_MEMORY, CLAIMS_SOURCE,
-                        "needs a run with checkpoint_gradients=True", INCONCLUSIVE,
-                        "the sweep has no checkpointed run", runs=run_ids(records))]
+        return [not_in_sweep("checkpoint.saves_memory", SAVES_MEMORY, "a run with checkpoint_gradients=True",
+                             "checkpointed", run_ids(records))]
     verdicts = []
     for on, off in pairs:
         label = on[0].label

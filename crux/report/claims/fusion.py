@@ -12,7 +12,8 @@ from crux.report.claims.equivalence import same_numbers
 from crux.report.numerics import SPREAD_ORIGIN, STEP_TIME, Spread, compare_times, spread
 from crux.report.pairing import Pair, paired_settings, reference_and_twins, run_ids
 from crux.report.records import RunRecord
-from crux.report.verdict import CLAIMS_SOURCE, FAILS, HOLDS, INCONCLUSIVE, Threshold, Verdict, fmt
+from crux.report.verdict import (CLAIMS_SOURCE, FAILS, HOLDS, INCONCLUSIVE, Threshold, Verdict, fmt,
+                                 not_in_sweep)
 
 IDENTICAL = ("inner_steps=N runs N gradient steps inside a single jax.lax.fori_loop [...] "
              "Numerically identical [...] Fusing is a dispatch change, not a numerical one")
@@ -31,8 +32,8 @@ def check_inner_steps(records: list[RunRecord]) -> list[Verdict]:
     """Per K: one verdict on numerical identity, one on speed."""
     pairs = fused_pairs(records)
     if not pairs:
-        return [Verdict("inner_steps.identical", IDENTICAL, CLAIMS_SOURCE, "needs runs with inner_steps > 1",
-                        INCONCLUSIVE, "the sweep has no fused run", runs=run_ids(records))]
+        return [not_in_sweep("inner_steps.identical", IDENTICAL, "runs with inner_steps > 1", "fused",
+                             run_ids(records))]
     verdicts = []
     for fused, reference in pairs:
         k = fused[0].options.inner_steps

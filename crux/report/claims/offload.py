@@ -9,7 +9,8 @@ from __future__ import annotations
 from crux.report.claims.equivalence import same_numbers
 from crux.report.pairing import Pair, first, paired_settings, reference_and_twins, run_ids
 from crux.report.records import RunRecord
-from crux.report.verdict import CLAIMS_SOURCE, DESIGN_SOURCE, FAILS, HOLDS, INCONCLUSIVE, Threshold, Verdict, fmt_bytes
+from crux.report.verdict import (CLAIMS_SOURCE, DESIGN_SOURCE, FAILS, HOLDS, INCONCLUSIVE, Threshold, Verdict,
+                                 fmt_bytes, not_in_sweep)
 
 MOVES_DATA = ("offload_data=False,         # True → keep dataset on CPU, stream mini-batches. "
               "offload_data=True — Keep dataset on CPU; stream each mini-batch — Very large datasets")
@@ -28,8 +29,8 @@ def check_offload(records: list[RunRecord]) -> list[Verdict]:
     """Per offloaded setting: same numbers as on-device batching, fewer bytes resident on the device."""
     pairs = offload_pairs(records)
     if not pairs:
-        return [Verdict("offload.moves_data", MOVES_DATA, CLAIMS_SOURCE, "needs a run with offload_data=True",
-                        INCONCLUSIVE, "the sweep has no offloaded run", runs=run_ids(records))]
+        return [not_in_sweep("offload.moves_data", MOVES_DATA, "a run with offload_data=True", "offloaded",
+                             run_ids(records))]
     verdicts = []
     for on, off in pairs:
         label = on[0].label

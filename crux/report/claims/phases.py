@@ -21,7 +21,8 @@ import numpy as np
 from crux.report.numerics import EPS, ROUNDOFF_ALLOWANCE, history_difference
 from crux.report.pairing import first, run_ids, settings
 from crux.report.records import RunRecord
-from crux.report.verdict import CLAIMS_SOURCE, FAILS, HOLDS, INCONCLUSIVE, Threshold, Verdict, fmt
+from crux.report.verdict import (CLAIMS_SOURCE, FAILS, HOLDS, INCONCLUSIVE, Threshold, Verdict, fmt,
+                                 not_in_sweep)
 
 RESUMES = ("Call solve() multiple times with different optimisers or schedules. The solver resumes from where it "
            "left off")
@@ -55,8 +56,8 @@ def check_phases(records: list[RunRecord]) -> list[Verdict]:
     """Resume, every-phase-moves and fresh-optimizer verdicts over the multi-phase runs."""
     runs = phased_runs(records)
     if not runs:
-        return [Verdict("phases.resume", RESUMES, CLAIMS_SOURCE, "needs a run with more than one phase",
-                        INCONCLUSIVE, "the sweep has no multi-phase run", runs=run_ids(records))]
+        return [not_in_sweep("phases.resume", RESUMES, "a run with more than one phase", "multi-phase",
+                             run_ids(records))]
     return [_resume(runs), _every_phase_moves(runs), _fresh_optimizer(runs)]
 
 
