@@ -6,7 +6,9 @@ models. A plain ``solve()`` is a plan of one entry (every constraint, every
 reached model, one step); ``substeps`` give several. Everything static (the
 plan, batch shapes, accumulation count) is Python; everything that changes
 (parameters, optimizer states, the update counter) is the state pytree, which
-the caller donates.
+the caller donates. A call writes its epochs' figures into a ring buffer in the
+state, so the caller reads them with one transfer per sync, not one per call
+(on a GPU a transfer per call cost about as much as the update of a small problem).
 """
 from __future__ import annotations
 
@@ -22,17 +24,33 @@ from crux.constraint import Constraint
 from crux.layout import Layout
 from crux.model import Model
 
-# {"params": {model: packed p}, "opt": ({model: (count, tx_state)}, ...), "step": int32, "failed": bool}
+# {"params": {model: packed p}, "opt": ({model: (count, tx_state)}, ...), "step": int32, "failed": bool,
+#  "records": (slots, K, width) float32, "slot": int32}
 State = dict[str, Any]
 
 
 @dataclass(frozen=True)
 class Columns:
-    """Where an epoch's figures sit in its row of a call's record (one array: one transfer per call)."""
+    """Where an epoch's figures sit in its row of the record: losses, trained models' learning rates, finite."""
 
     losses: slice
     lr: dict[str, int]
     finite: int
+
+    @classmethod
+    def of(cls, n_constraints: int, entries: Sequence["Entry"]) -> "Columns":
+        trained = sorted({name for e in entries for name in e.models})
+        return cls(slice(0, n_constraints), {name: n_constraints + i for i, name in enumerate(trained)},
+                   n_constraints + len(trained))
+
+    @property
+    def width(self) -> int:
+        return self.finite + 1
+
+
+def empty_records(columns: Columns, slots: int, epochs_per_call: int) -> dict[str, jax.Array]:
+    """The state's ring buffer: room for ``slots`` calls' records, and the slot the next call writes."""
+    return {"records": jnp.zeros((slots, epochs_per_call, columns.width), jnp.float32), "slot": jnp.int32(0)}
 
 
 @dataclass(frozen=True)
@@ -95,9 +113,10 @@ def _repeat(body: Callable, carry: Any, xs: Any, length: int) -> tuple[Any, Any]
 def make_call(constraints: Sequence[Constraint], models: dict[str, Model], layouts: dict[str, Layout],
               transforms: dict[str, optax.GradientTransformationExtraArgs], entries: Sequence[Entry],
               stream: PointStream, epochs_per_call: int, checkpointed: bool, offload: bool
-              ) -> tuple[Callable, Columns]:
-    """Build ``call(state, data) -> (state, record (K, columns))``: per epoch the constraints' losses, each
-    trained model's learning rate and 1.0 if the epoch was finite (see :class:`Columns`).
+              ) -> Callable:
+    """Build ``call(state, data) -> state``. It writes into ``state["records"][state["slot"]]`` a record
+    ``(K, columns.width)``: per epoch the constraints' losses, each trained model's learning rate and 1.0
+    if the epoch was finite (see :class:`Columns`), and moves the slot on by one (modulo the slots).
 
     Parameters sit in the state packed by ``layouts`` (a flat vector for layout-free optimizers);
     optimizers and the guard see them packed, residuals unpacked.
@@ -183,20 +202,19 @@ def make_call(constraints: Sequence[Constraint], models: dict[str, Model], layou
                 lr.update({name: values[-1] for name, values in lrs.items()})
                 finite = finite & jnp.all(oks)
                 offset += entry.steps
-            losses = jnp.stack([s / n if n else jnp.float32(jnp.nan) for s, n in zip(sums, counts)])
-            return state, (losses, lr, finite)
+            losses = [s / n if n else jnp.float32(jnp.nan) for s, n in zip(sums, counts)]
+            # One row per epoch: a fused loop stacks one output, not one per figure.
+            return state, jnp.stack([*losses, *(lr[name] for name in sorted(lr)), finite.astype(jnp.float32)])
         return run
 
-    trained = sorted({name for e in entries for name in e.models})
-    columns = Columns(slice(0, n_constraints), {name: n_constraints + i for i, name in enumerate(trained)},
-                      n_constraints + len(trained))
-
-    def call(state: State, data: dict) -> tuple[State, jax.Array]:
+    def call(state: State, data: dict) -> State:
         xs = None
         if offload:
             xs = jax.tree.map(lambda a: a.reshape(epochs_per_call, steps_per_epoch, *a.shape[1:]), data["batches"])
-        state, (losses, lr, finite) = _repeat(epoch(data), state, xs, epochs_per_call)
-        record = [losses, *(lr[name][:, None] for name in trained), finite[:, None].astype(jnp.float32)]
-        return state, jnp.concatenate(record, axis=1)
+        records, slot = state["records"], state["slot"]
+        state = {key: value for key, value in state.items() if key not in ("records", "slot")}
+        state, rows = _repeat(epoch(data), state, xs, epochs_per_call)
+        records = jax.lax.dynamic_update_index_in_dim(records, rows, slot, 0)
+        return {**state, "records": records, "slot": (slot + 1) % records.shape[0]}
 
-    return call, columns
+    return call

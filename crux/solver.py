@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 
 from crux.batching import HostBatches, PointStream
 from crux.constraint import Constraint
-from crux.engine import Columns, Entry, make_call, reached_models
+from crux.engine import Columns, Entry, empty_records, make_call, reached_models
 from crux.layout import Layout
 from crux.model import Model
 from crux.stats import Statistics
@@ -21,6 +21,7 @@ from crux.stats import Statistics
 log = logging.getLogger("crux")
 
 SYNC_SECONDS = 0.25  # how often the loop waits for the device: progress, timing and the non-finite check
+RECORD_ROWS = 4096  # epochs' records the device holds between syncs (a few tens of KiB)
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ class Crux:
         self._step = 0  # updates so far: drives the point stream
         self._epoch = 0
         self._opt_states: dict[tuple, tuple[int, Any]] = {}  # (entry key, model) -> (optimizer version, state)
-        self._compiled: dict[tuple, tuple[Any, Columns, float, dict]] = {}
+        self._compiled: dict[tuple, tuple[Any, float, dict]] = {}
         self._reach: list[set[str]] | None = None
         self._history: list[Statistics] = []
 
@@ -203,7 +204,7 @@ class Crux:
         return {name: Layout(m.params, m.trains_flat) for name, m in self.models.items()}
 
     def _initial_state(self, entries: tuple[Entry, ...], options: Options, transforms: dict,
-                       layouts: dict[str, Layout]) -> dict:
+                       layouts: dict[str, Layout], records: dict[str, jax.Array]) -> dict:
         params = {name: layouts[name].pack(m.params) for name, m in self.models.items()}
         opt = []
         for index, entry in enumerate(entries):
@@ -215,7 +216,8 @@ class Crux:
                     state = (jnp.int32(0), transforms[name].init(params[name]))
                 states[name] = state
             opt.append(states)
-        state = {"params": params, "opt": tuple(opt), "step": jnp.int32(self._step), "failed": jnp.bool_(False)}
+        state = {"params": params, "opt": tuple(opt), "step": jnp.int32(self._step), "failed": jnp.bool_(False),
+                 **records}
         # Fresh buffers: the call donates them, and L-BFGS's state holds the parameter arrays themselves.
         return _fresh_copy(state)
 
@@ -223,16 +225,15 @@ class Crux:
     def _entry_key(options: Options, index: int) -> tuple:
         return ("solve",) if options.substeps is None else ("substeps", options.substeps, index)
 
-    def _compile(self, entries, options, stream, layouts, transforms, state, data
-                 ) -> tuple[Any, Columns, float, dict]:
+    def _compile(self, entries, options, stream, layouts, transforms, state, data) -> tuple[Any, float, dict]:
         versions = tuple((n, self.models[n].optimizer_version) for e in entries for n in e.models)
         flat = tuple((name, layout.flat) for name, layout in layouts.items())
         key = (entries, options.inner_steps, options.checkpoint_gradients, options.offload_data, stream, versions,
                flat)
         if key in self._compiled:
-            compiled, columns, _, memory = self._compiled[key]
-            return compiled, columns, 0.0, memory
-        call, columns = make_call(self.constraints, self.models, layouts, transforms, entries, stream,
+            compiled, _, memory = self._compiled[key]
+            return compiled, 0.0, memory
+        call = make_call(self.constraints, self.models, layouts, transforms, entries, stream,
                                   options.inner_steps, options.checkpoint_gradients, options.offload_data)
         start = time.perf_counter()
         compiled = jax.jit(call, donate_argnums=0).lower(state, data).compile()
@@ -243,13 +244,16 @@ class Crux:
             memory = {"temp_bytes": int(analysis.temp_size_in_bytes),
                       "argument_bytes": int(analysis.argument_size_in_bytes),
                       "output_bytes": int(analysis.output_size_in_bytes)}
-        self._compiled[key] = (compiled, columns, seconds, memory)
-        return compiled, columns, seconds, memory
+        self._compiled[key] = (compiled, seconds, memory)
+        return compiled, seconds, memory
 
     def _run(self, options: Options, entries: tuple[Entry, ...], stream: PointStream) -> Statistics:
         transforms = {n: self.models[n].transform(n) for e in entries for n in e.models}
         layouts = self._layouts()
-        state = self._initial_state(entries, options, transforms, layouts)
+        columns = Columns.of(len(self.constraints), entries)
+        slots = max(RECORD_ROWS // options.inner_steps, 1)  # calls between two reads of the records, at most
+        state = self._initial_state(entries, options, transforms, layouts,
+                                    empty_records(columns, slots, options.inner_steps))
         steps_per_epoch = sum(e.steps for e in entries)
         calls = options.epochs // options.inner_steps
         steps_per_call = options.inner_steps * steps_per_epoch
@@ -265,21 +269,22 @@ class Crux:
             data = {"key": self._key, "points": tuple(jnp.asarray(c.points) for c in self.constraints)}
             feed = (data for _ in range(calls))
             first = data
-        compiled, columns, compile_seconds, memory = self._compile(entries, options, stream, layouts, transforms,
+        compiled, compile_seconds, memory = self._compile(entries, options, stream, layouts, transforms,
                                                                    state, first)
         peak_before = _peak_bytes(device) or 0
 
-        rows, pending, step_seconds = [], [], []
+        rows, pending, step_seconds = [], 0, []
         first_epoch = self._epoch
         bar = tqdm(total=options.epochs, desc="solve", disable=None, leave=False)
         start = window_start = time.perf_counter()
         for call_index, data in enumerate(feed):
-            state, record = compiled(state, data)
-            pending.append(record)
-            if call_index == calls - 1 or time.perf_counter() - window_start > SYNC_SECONDS:
-                window = [np.asarray(r) for r in pending]
+            state = compiled(state, data)
+            pending += 1
+            if call_index == calls - 1 or pending == slots or time.perf_counter() - window_start > SYNC_SECONDS:
+                records = np.array(state["records"])  # waits for the last call; a copy, as the next call donates it
+                window = [records[(call_index + 1 - pending + i) % slots] for i in range(pending)]
                 rows += window
-                pending = []
+                pending = 0
                 now = time.perf_counter()
                 updates = len(window) * steps_per_call
                 step_seconds.append((now - window_start) / updates)
