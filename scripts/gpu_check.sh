@@ -11,7 +11,9 @@
 #   gpu_check.log   everything printed, with each step's exit status and seconds
 #   environment.txt device, driver, versions
 #   bench.md bench.json scaling.png   scripts/bench.py's tables (written after each problem)
-#   mlflow.db       the MLflow store (MLFLOW_TRACKING_URI=sqlite:///$OUT/mlflow.db)
+#   anatomy.md      scripts/step_anatomy.py: kernels in a fused update's loop body, steps/s of crux variants
+#   mlflow.db.gz    the MLflow store (MLFLOW_TRACKING_URI=sqlite:///$OUT/mlflow.db; gzipped: files over 16 MB
+#                   do not come back, and the sweeps' histories make it about 20 MB)
 #   reports.tgz     crux-report folders of both sweeps, the MLflow artifacts and Hydra's multirun logs
 set -uo pipefail
 
@@ -89,6 +91,7 @@ cat "$OUT/environment.txt"
 # -- benchmark, sweeps, reports --------------------------------------------------------------------------------
 if (( dry )); then
     step bench 60 30 python3 scripts/bench.py --quick --problems small,accumulation --repeats 3 --mlflow --out "$OUT"
+    step anatomy 30 20 python3 scripts/step_anatomy.py --quick --out "$OUT"
     step "sweep inner_steps" 50 20 python3 -m crux.sweep inner_steps solver.epochs=20 solver.inner_steps=1,20 \
         repeat=0 "hydra.sweep.dir=$work/multirun/inner_steps"
     step "sweep accumulation" 60 20 python3 -m crux.sweep accumulation solver.epochs=10 repeat=0 \
@@ -97,6 +100,7 @@ else
     # The device run: every problem; the tables are rewritten after each, so a time limit keeps what was done.
     step bench 55 60 python3 scripts/bench.py --problems standard,small,accumulation,scaling,laplacian \
         --repeats 3 --mlflow --out "$OUT"
+    step anatomy 20 30 python3 scripts/step_anatomy.py --out "$OUT"
     step "sweep inner_steps" 50 30 python3 -m crux.sweep inner_steps "hydra.sweep.dir=$work/multirun/inner_steps"
     step "sweep accumulation" 75 30 python3 -m crux.sweep accumulation "hydra.sweep.dir=$work/multirun/accumulation"
 fi
@@ -108,6 +112,7 @@ if [[ -d "$OUT/mlartifacts" ]]; then  # crux.tracking puts artifacts beside a SQ
     mv "$OUT/mlartifacts" "$work/mlartifacts"
 fi
 tar czf "$OUT/reports.tgz" -C "$work" . 2> /dev/null || echo "tar failed"
+[[ -f "$OUT/mlflow.db" ]] && gzip -f "$OUT/mlflow.db"
 rm -rf "$work"
 echo "== done in $(( $(date +%s) - start )) s; files in $OUT:"
 ls -la "$OUT"

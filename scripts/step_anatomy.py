@@ -1,0 +1,146 @@
+#!/usr/bin/env python
+"""Where a fused update's time goes: kernels in the compiled loop body and steps/s, crux against variants.
+
+    python scripts/step_anatomy.py                      # small and standard, inner_steps=100
+    python scripts/step_anatomy.py --quick --out DIR    # fewer updates; also writes DIR/anatomy.md
+
+On a GPU a fused update costs about a kernel launch per fusion, library call and copy in the loop body,
+so the body's instruction count explains most of a gap to the hand-written ``lax.scan`` of
+scripts/bench.py. Variants, each compiled on its own and timed in interleaved rounds:
+
+- ``crux``: as it is;
+- ``crux, no guard``: the non-finite guard switched off (``isfinite`` constant true, so XLA drops the
+  reductions and selects): what the guard costs;
+- ``crux, tree layout``: parameters as a tree of arrays, not one flat vector: what unpacking costs;
+- ``hand scan``: scripts/bench.py's hand-written scan with the hand-derived Taylor u''.
+
+The two crux diagnostics patch crux internals here only; they are not options.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import re
+import sys
+from pathlib import Path
+from typing import Callable, Iterator
+
+import jax
+import jax.numpy as jnp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench  # noqa: E402  (scripts/bench.py: problems, variants, interleaved timing)
+
+import crux.engine  # noqa: E402
+import crux.model  # noqa: E402
+
+NOT_WORK = {"parameter", "get-tuple-element", "tuple", "constant", "bitcast"}  # no kernel of their own
+
+
+def loop_body_ops(hlo: str) -> collections.Counter:
+    """Instructions by opcode in the body of the outermost while loop of optimised HLO text."""
+    bodies = re.findall(r"\bwhile\(.*?body=%?([\w.\-]+)", hlo)
+    counts: collections.Counter = collections.Counter()
+    if not bodies:
+        return counts
+    match = re.search(rf"^%?{re.escape(bodies[-1])}\s.*?\{{\n(.*?)\n\}}", hlo, re.M | re.S)
+    for line in (match.group(1).splitlines() if match else []):
+        op = re.match(r"\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*.*?\s([a-z][\w\-]*)\(", line)
+        if op and op.group(1) not in NOT_WORK:
+            counts[op.group(1)] += 1
+    return counts
+
+
+class _AlwaysFinite:
+    """``jax.numpy`` whose ``isfinite`` is constant true: the guard's checks and selects fold away."""
+
+    def __getattr__(self, name):
+        return getattr(jnp, name)
+
+    @staticmethod
+    def isfinite(x):
+        return jnp.ones(jnp.shape(x), bool)
+
+
+@contextlib.contextmanager
+def no_guard() -> Iterator[None]:
+    saved, crux.engine.jnp = crux.engine.jnp, _AlwaysFinite()
+    try:
+        yield
+    finally:
+        crux.engine.jnp = saved
+
+
+@contextlib.contextmanager
+def tree_layout() -> Iterator[None]:
+    saved, crux.model.layout_free = crux.model.layout_free, lambda optimizer: False
+    try:
+        yield
+    finally:
+        crux.model.layout_free = saved
+
+
+class PatchedCrux(bench.CruxVariant):
+    """A crux variant built and run with a patch in place (the compile key must see the same layout)."""
+
+    def __init__(self, name: str, patch: Callable[[], contextlib.AbstractContextManager], *args, **kwargs):
+        super().__init__(name, *args, **kwargs)
+        self.patch = patch
+
+    def build(self) -> float:
+        with self.patch():
+            return super().build()
+
+    def run(self, steps: int) -> tuple[float, float]:
+        with self.patch():
+            return super().run(steps)
+
+
+def body_of(variant: bench.Variant) -> collections.Counter:
+    if isinstance(variant, bench.CruxVariant):
+        (compiled, _, _), = variant.solver._compiled.values()
+        return loop_body_ops(compiled.as_text())
+    return loop_body_ops(variant.call.as_text())
+
+
+def anatomy(name: str, n: int, hidden: tuple[int, ...], steps: int, repeats: int, k: int, log) -> str:
+    make = bench.poisson_problem(n, hidden)
+    variants = [PatchedCrux("crux", contextlib.nullcontext, make, k, k),
+                PatchedCrux("crux, no guard", no_guard, make, k, k),
+                PatchedCrux("crux, tree layout", tree_layout, make, k, k),
+                bench.HandVariant(f"hand scan {bench.SAME_AS_CRUX}", bench.SAME_AS_CRUX, bench.interior(n),
+                                  (1, *hidden, 1), k)]
+    results = bench.measure(variants, steps, repeats, log)
+    lines = [f"## {name}: {n} points, 1-{'-'.join(map(str, hidden))}-1, inner_steps={k}, {steps} updates "
+             f"per round, {repeats} rounds", "",
+             "| variant | steps/s (median) | min-max | body instructions | fusions | library calls | copies |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for variant in variants:
+        ops, r = body_of(variant), results[variant.name]["steps_per_second"]
+        lines.append(f"| {variant.name} | {r['median']:.0f} | {r['min']:.0f}-{r['max']:.0f} | "
+                     f"{sum(ops.values())} | {ops['fusion']} | {ops['custom-call'] + ops['dot']} | {ops['copy']} |")
+    lines += ["", "Loop body of crux by opcode: " + ", ".join(f"{op} {c}" for op, c in
+                                                            body_of(variants[0]).most_common()), ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer updates per round")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, help="folder for anatomy.md")
+    args = parser.parse_args()
+    k = bench.SCAN_STEPS
+    device = jax.devices()[0]
+    text = [f"# Anatomy of a fused update\n\njax {jax.__version__} on {device.platform} ({device.device_kind})\n"]
+    for name, n, hidden, full in (("small", 64, (32, 32, 32), 2000), ("standard", 1024, (64, 64, 64), 500)):
+        text.append(anatomy(name, n, hidden, 200 if args.quick else full, args.repeats, k, print))
+        print(text[-1])
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "anatomy.md").write_text("\n".join(text))
+
+
+if __name__ == "__main__":
+    main()
