@@ -11,7 +11,10 @@ scripts/bench.py. Variants, each compiled on its own and timed in interleaved ro
 - ``crux``: as it is;
 - ``crux, no guard``: the non-finite guard switched off (``isfinite`` constant true, so XLA drops the
   reductions and selects): what the guard costs;
-- ``crux, tree layout``: parameters as a tree of arrays, not one flat vector: what unpacking costs;
+- ``crux, tree layout``: parameters as the model's tree of arrays (equal hidden layers stacked), not one
+  flat vector: what unpacking costs;
+- ``crux, layer arrays``: the tree layout with a network that keeps one array per layer (no stacks), the
+  structure of the hand-written loop; also ``, no guard``;
 - ``hand scan``: scripts/bench.py's hand-written scan with the hand-derived Taylor u''.
 
 The two crux diagnostics patch crux internals here only; they are not options.
@@ -34,6 +37,7 @@ import bench  # noqa: E402  (scripts/bench.py: problems, variants, interleaved t
 
 import crux.engine  # noqa: E402
 import crux.model  # noqa: E402
+import crux.problems.poisson  # noqa: E402
 
 NOT_WORK = {"parameter", "get-tuple-element", "tuple", "constant", "bitcast"}  # no kernel of their own
 
@@ -81,6 +85,37 @@ def tree_layout() -> Iterator[None]:
         crux.model.layout_free = saved
 
 
+def layer_arrays_mlp(in_dim: int, out_dim: int, hidden, activation: str = "tanh", seed: int = 0) -> crux.Model:
+    """crux.mlp's network and initialisation with one (w, b) per layer instead of stacks of equal layers."""
+    stacked = crux.model.mlp(in_dim, out_dim, hidden, activation, seed=seed)
+    sigma = crux.model.ACTIVATIONS[activation]
+    layers = [{"w": s["w"][k], "b": s["b"][k]} for s in stacked.params for k in range(s["w"].shape[0])]
+
+    def apply(params, x):
+        h = x
+        for i, layer in enumerate(params):
+            h = h @ layer["w"] + layer["b"]
+            h = sigma(h) if i < len(params) - 1 else h
+        return h
+    return crux.Model(lambda key: layers, apply, in_dim=in_dim, out_dim=out_dim, seed=seed)
+
+
+@contextlib.contextmanager
+def layer_arrays() -> Iterator[None]:
+    saved, crux.problems.poisson.mlp = crux.problems.poisson.mlp, layer_arrays_mlp
+    try:
+        with tree_layout():
+            yield
+    finally:
+        crux.problems.poisson.mlp = saved
+
+
+@contextlib.contextmanager
+def layer_arrays_no_guard() -> Iterator[None]:
+    with layer_arrays(), no_guard():
+        yield
+
+
 class PatchedCrux(bench.CruxVariant):
     """A crux variant built and run with a patch in place (the compile key must see the same layout)."""
 
@@ -89,7 +124,7 @@ class PatchedCrux(bench.CruxVariant):
         self.patch = patch
 
     def build(self) -> float:
-        with self.patch():
+        with self.patch():  # the problem (and so its network) is made here
             return super().build()
 
     def run(self, steps: int) -> tuple[float, float]:
@@ -109,6 +144,8 @@ def anatomy(name: str, n: int, hidden: tuple[int, ...], steps: int, repeats: int
     variants = [PatchedCrux("crux", contextlib.nullcontext, make, k, k),
                 PatchedCrux("crux, no guard", no_guard, make, k, k),
                 PatchedCrux("crux, tree layout", tree_layout, make, k, k),
+                PatchedCrux("crux, layer arrays", layer_arrays, make, k, k),
+                PatchedCrux("crux, layer arrays, no guard", layer_arrays_no_guard, make, k, k),
                 bench.HandVariant(f"hand scan {bench.SAME_AS_CRUX}", bench.SAME_AS_CRUX, bench.interior(n),
                                   (1, *hidden, 1), k)]
     results = bench.measure(variants, steps, repeats, log)
