@@ -27,7 +27,7 @@ import contextlib
 import re
 import sys
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import jax
 import jax.numpy as jnp
@@ -67,24 +67,6 @@ class _AlwaysFinite:
         return jnp.ones(jnp.shape(x), bool)
 
 
-@contextlib.contextmanager
-def no_guard() -> Iterator[None]:
-    saved, crux.engine.jnp = crux.engine.jnp, _AlwaysFinite()
-    try:
-        yield
-    finally:
-        crux.engine.jnp = saved
-
-
-@contextlib.contextmanager
-def tree_layout() -> Iterator[None]:
-    saved, crux.model.layout_free = crux.model.layout_free, lambda optimizer: False
-    try:
-        yield
-    finally:
-        crux.model.layout_free = saved
-
-
 def layer_arrays_mlp(in_dim: int, out_dim: int, hidden, activation: str = "tanh", seed: int = 0) -> crux.Model:
     """crux.mlp's network and initialisation with one (w, b) per layer instead of stacks of equal layers."""
     stacked = crux.model.mlp(in_dim, out_dim, hidden, activation, seed=seed)
@@ -100,35 +82,37 @@ def layer_arrays_mlp(in_dim: int, out_dim: int, hidden, activation: str = "tanh"
     return crux.Model(lambda key: layers, apply, in_dim=in_dim, out_dim=out_dim, seed=seed)
 
 
+NO_GUARD = [(crux.engine, "jnp", _AlwaysFinite())]
+TREE_LAYOUT = [(crux.model, "layout_free", lambda optimizer: False)]
+LAYER_ARRAYS = [(crux.problems.poisson, "mlp", layer_arrays_mlp), *TREE_LAYOUT]
+
+
 @contextlib.contextmanager
-def layer_arrays() -> Iterator[None]:
-    saved, crux.problems.poisson.mlp = crux.problems.poisson.mlp, layer_arrays_mlp
+def patched(patches: list[tuple[object, str, object]]) -> Iterator[None]:
+    """Set each ``owner.name = value`` for the duration, then put the originals back."""
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
     try:
-        with tree_layout():
-            yield
-    finally:
-        crux.problems.poisson.mlp = saved
-
-
-@contextlib.contextmanager
-def layer_arrays_no_guard() -> Iterator[None]:
-    with layer_arrays(), no_guard():
+        for owner, name, value in patches:
+            setattr(owner, name, value)
         yield
+    finally:
+        for owner, name, value in reversed(saved):
+            setattr(owner, name, value)
 
 
 class PatchedCrux(bench.CruxVariant):
-    """A crux variant built and run with a patch in place (the compile key must see the same layout)."""
+    """A crux variant built and run with patches in place (the compile key must see the same layout)."""
 
-    def __init__(self, name: str, patch: Callable[[], contextlib.AbstractContextManager], *args, **kwargs):
+    def __init__(self, name: str, patches: list[tuple[object, str, object]], *args, **kwargs):
         super().__init__(name, *args, **kwargs)
-        self.patch = patch
+        self.patches = patches
 
     def build(self) -> float:
-        with self.patch():  # the problem (and so its network) is made here
+        with patched(self.patches):  # the problem (and so its network) is made here
             return super().build()
 
     def run(self, steps: int) -> tuple[float, float]:
-        with self.patch():
+        with patched(self.patches):
             return super().run(steps)
 
 
@@ -141,11 +125,11 @@ def body_of(variant: bench.Variant) -> collections.Counter:
 
 def anatomy(name: str, n: int, hidden: tuple[int, ...], steps: int, repeats: int, k: int, log) -> str:
     make = bench.poisson_problem(n, hidden)
-    variants = [PatchedCrux("crux", contextlib.nullcontext, make, k, k),
-                PatchedCrux("crux, no guard", no_guard, make, k, k),
-                PatchedCrux("crux, tree layout", tree_layout, make, k, k),
-                PatchedCrux("crux, layer arrays", layer_arrays, make, k, k),
-                PatchedCrux("crux, layer arrays, no guard", layer_arrays_no_guard, make, k, k),
+    variants = [PatchedCrux("crux", [], make, k, k),
+                PatchedCrux("crux, no guard", NO_GUARD, make, k, k),
+                PatchedCrux("crux, tree layout", TREE_LAYOUT, make, k, k),
+                PatchedCrux("crux, layer arrays", LAYER_ARRAYS, make, k, k),
+                PatchedCrux("crux, layer arrays, no guard", LAYER_ARRAYS + NO_GUARD, make, k, k),
                 bench.HandVariant(f"hand scan {bench.SAME_AS_CRUX}", bench.SAME_AS_CRUX, bench.interior(n),
                                   (1, *hidden, 1), k)]
     results = bench.measure(variants, steps, repeats, log)
