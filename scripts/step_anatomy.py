@@ -11,6 +11,8 @@ scripts/bench.py. Variants, each compiled on its own and timed in interleaved ro
 - ``crux``: as it is;
 - ``crux, no guard``: the non-finite guard switched off (``isfinite`` constant true, so XLA drops the
   reductions and selects): what the guard costs;
+- ``crux, counters unguarded``: the guard's keep-or-apply select left off the integer leaves of the state
+  (update counters), which a GPU keeps as scalars, each select its own kernel: what those cost;
 - ``crux, tree layout``: parameters as the model's tree of arrays (equal hidden layers stacked), not one
   flat vector: what unpacking costs;
 - ``crux, layer arrays``: the tree layout with a network that keeps one array per layer (no stacks), the
@@ -82,6 +84,18 @@ def layer_arrays_mlp(in_dim: int, out_dim: int, hidden, activation: str = "tanh"
     return crux.Model(lambda key: layers, apply, in_dim=in_dim, out_dim=out_dim, seed=seed)
 
 
+class _IntegersUnguarded:
+    """``jax.numpy`` whose ``where`` passes integer arrays through as the new value (no select kernel)."""
+
+    def __getattr__(self, name):
+        return getattr(jnp, name)
+
+    @staticmethod
+    def where(condition, new, old):
+        return new if jnp.issubdtype(jnp.result_type(new), jnp.integer) else jnp.where(condition, new, old)
+
+
+COUNTERS_UNGUARDED = [(crux.engine, "jnp", _IntegersUnguarded())]
 NO_GUARD = [(crux.engine, "jnp", _AlwaysFinite())]
 TREE_LAYOUT = [(crux.model, "layout_free", lambda optimizer: False)]
 LAYER_ARRAYS = [(crux.problems.poisson, "mlp", layer_arrays_mlp), *TREE_LAYOUT]
@@ -127,6 +141,7 @@ def anatomy(name: str, n: int, hidden: tuple[int, ...], steps: int, repeats: int
     make = bench.poisson_problem(n, hidden)
     variants = [PatchedCrux("crux", [], make, k, k),
                 PatchedCrux("crux, no guard", NO_GUARD, make, k, k),
+                PatchedCrux("crux, counters unguarded", COUNTERS_UNGUARDED, make, k, k),
                 PatchedCrux("crux, tree layout", TREE_LAYOUT, make, k, k),
                 PatchedCrux("crux, layer arrays", LAYER_ARRAYS, make, k, k),
                 PatchedCrux("crux, layer arrays, no guard", LAYER_ARRAYS + NO_GUARD, make, k, k),
