@@ -234,7 +234,7 @@ class Crux:
             compiled, _, memory = self._compiled[key]
             return compiled, 0.0, memory
         call = make_call(self.constraints, self.models, layouts, transforms, entries, stream,
-                                  options.inner_steps, options.checkpoint_gradients, options.offload_data)
+                         options.inner_steps, options.checkpoint_gradients, options.offload_data)
         start = time.perf_counter()
         compiled = jax.jit(call, donate_argnums=0).lower(state, data).compile()
         seconds = time.perf_counter() - start
@@ -269,8 +269,8 @@ class Crux:
             data = {"key": self._key, "points": tuple(jnp.asarray(c.points) for c in self.constraints)}
             feed = (data for _ in range(calls))
             first = data
-        compiled, compile_seconds, memory = self._compile(entries, options, stream, layouts, transforms,
-                                                                   state, first)
+        compiled, compile_seconds, memory = self._compile(entries, options, stream, layouts, transforms, state,
+                                                          first)
         peak_before = _peak_bytes(device) or 0
 
         rows, pending, step_seconds = [], 0, []
