@@ -13,9 +13,8 @@ ratios) and any tree-shaped argument (a weight-decay ``mask``) keep the tree.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import Any
 
-import jax
 import optax
 from jax.flatten_util import ravel_pytree
 
@@ -41,14 +40,12 @@ def layout_free(optimizer: Any) -> bool:
 
 
 class Layout:
-    """``pack`` a model's parameter tree into its form in the state and ``unpack`` it back (both traceable)."""
+    """A model's parameters in their form in the state (``packed``), and ``unpack`` to get the tree back."""
 
     def __init__(self, params: Any, flat: bool):
         self.flat = flat
-        self._unravel: Callable[[jax.Array], Any] = ravel_pytree(params)[1]
-
-    def pack(self, params: Any) -> Any:
-        return ravel_pytree(params)[0] if self.flat else params
+        vector, self._unravel = ravel_pytree(params)
+        self.packed: Any = vector if flat else params
 
     def unpack(self, packed: Any) -> Any:
         return self._unravel(packed) if self.flat else packed

@@ -205,7 +205,7 @@ class Crux:
 
     def _initial_state(self, entries: tuple[Entry, ...], options: Options, transforms: dict,
                        layouts: dict[str, Layout], records: dict[str, jax.Array]) -> dict:
-        params = {name: layouts[name].pack(m.params) for name, m in self.models.items()}
+        params = {name: layout.packed for name, layout in layouts.items()}
         opt = []
         for index, entry in enumerate(entries):
             states = {}
