@@ -17,6 +17,7 @@ from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from crux.batching import PointStream
@@ -48,9 +49,12 @@ class Columns:
         return self.finite + 1
 
 
-def empty_records(columns: Columns, slots: int, epochs_per_call: int) -> dict[str, jax.Array]:
-    """The state's ring buffer: room for ``slots`` calls' records, and the slot the next call writes."""
-    return {"records": jnp.zeros((slots, epochs_per_call, columns.width), jnp.float32), "slot": jnp.int32(0)}
+def empty_records(columns: Columns, slots: int, epochs_per_call: int) -> dict[str, np.ndarray]:
+    """The state's ring buffer: room for ``slots`` calls' records, and the slot the next call writes.
+
+    Host arrays: they reach the device with the rest of the initial state, in one transfer.
+    """
+    return {"records": np.zeros((slots, epochs_per_call, columns.width), np.float32), "slot": np.int32(0)}
 
 
 @dataclass(frozen=True)

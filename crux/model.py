@@ -48,6 +48,7 @@ class Model:
         self._optimizer: Any = None
         self._schedule: Schedule | None = None
         self.optimizer_version = 0
+        self._transform: tuple[int, optax.GradientTransformationExtraArgs] | None = None
         self._batched = jax.jit(jax.vmap(apply, in_axes=(None, 0)))
 
     # -- optimizer -------------------------------------------------------------
@@ -84,7 +85,15 @@ class Model:
         return layout_free(self._optimizer)
 
     def transform(self, name: str) -> optax.GradientTransformationExtraArgs:
-        """The optax transform to train with; accepts ``value``/``grad``/``value_fn`` (used by L-BFGS)."""
+        """The optax transform to train with; accepts ``value``/``grad``/``value_fn`` (used by L-BFGS).
+
+        Built once per optimizer version (``optimizer()`` or ``scale()`` make a new one), not per solve().
+        """
+        if self._transform is None or self._transform[0] != self.optimizer_version:
+            self._transform = (self.optimizer_version, self._build_transform(name))
+        return self._transform[1]
+
+    def _build_transform(self, name: str) -> optax.GradientTransformationExtraArgs:
         opt, schedule = self._optimizer, self._schedule
         if opt is None:
             raise ValueError(f"model '{name}' has no optimizer: call models['{name}'].optimizer(optax.adam)"

@@ -105,6 +105,7 @@ class Crux:
         self._epoch = 0
         self._opt_states: dict[tuple, tuple[int, Any]] = {}  # (entry key, model) -> (optimizer version, state)
         self._compiled: dict[tuple, tuple[Any, float, dict]] = {}
+        self._points_on_device: tuple[jax.Array, ...] | None = None
         self._reach: list[set[str]] | None = None
         self._history: list[Statistics] = []
 
@@ -200,6 +201,12 @@ class Crux:
         return tuple(entries)
 
     # -- running ------------------------------------------------------------------------
+    def _device_points(self) -> tuple[jax.Array, ...]:
+        """The constraints' points on the device, sent once and kept for later solve() calls."""
+        if self._points_on_device is None:
+            self._points_on_device = tuple(jax.device_put(c.points) for c in self.constraints)
+        return self._points_on_device
+
     def _layouts(self) -> dict[str, Layout]:
         return {name: Layout(m.params, m.trains_flat) for name, m in self.models.items()}
 
@@ -213,12 +220,13 @@ class Crux:
                 key = (self._entry_key(options, index), name)
                 version, state = self._opt_states.get(key, (None, None))
                 if version != self.models[name].optimizer_version:
-                    state = (jnp.int32(0), transforms[name].init(params[name]))
+                    state = (np.int32(0), transforms[name].init(params[name]))
                 states[name] = state
             opt.append(states)
-        state = {"params": params, "opt": tuple(opt), "step": jnp.int32(self._step), "failed": jnp.bool_(False),
+        state = {"params": params, "opt": tuple(opt), "step": np.int32(self._step), "failed": np.bool_(False),
                  **records}
         # Fresh buffers: the call donates them, and L-BFGS's state holds the parameter arrays themselves.
+        # One dispatch; host leaves (counters, the record buffer) travel with it.
         return _fresh_copy(state)
 
     @staticmethod
@@ -259,6 +267,7 @@ class Crux:
         steps_per_call = options.inner_steps * steps_per_epoch
         device = jax.devices()[0]
         if options.offload_data:
+            self._points_on_device = None  # offloading is for when they should not stay on the device
             host = HostBatches(stream, tuple(c.points for c in self.constraints), self._key, self._step,
                                steps_per_call, calls, device)
             feed = ({"batches": b} for b in host)
@@ -266,7 +275,7 @@ class Crux:
                                                             stream.batch_size(c), con.points.shape[1]), jnp.float32)
                                       for c, con in enumerate(self.constraints))}
         else:
-            data = {"key": self._key, "points": tuple(jnp.asarray(c.points) for c in self.constraints)}
+            data = {"key": self._key, "points": self._device_points()}
             feed = (data for _ in range(calls))
             first = data
         compiled, compile_seconds, memory = self._compile(entries, options, stream, layouts, transforms, state,
