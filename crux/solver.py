@@ -100,7 +100,7 @@ class Crux:
         self.constraints = constraints
         self.models = dict(models)
         self.seed = int(seed)
-        self._key = jax.random.key(self.seed)
+        self._key = jax.random.key(self.seed, impl="threefry2x32")  # the point stream draws with Threefry
         self._step = 0  # updates so far: drives the point stream
         self._epoch = 0
         self._opt_states: dict[tuple, tuple[int, Any]] = {}  # (entry key, model) -> (optimizer version, state)
