@@ -3,10 +3,10 @@
 At update ``t`` a sampled constraint ``c`` ranks its ``N_c`` points by random keys and
 takes the first ``M = A*B`` (when ``M > N_c``, its whole ranking, wrapped around), split
 into ``A`` micro-batches of ``B``: the first ``M`` of a random permutation, without sorting
-all ``N_c``. The keys come from Threefry in counter mode, keyed by the seed, with the
-counter ``(t, offset_c + i)`` for point ``i`` (``offset_c``: the sizes of the sampled
-constraints before ``c``), so one Threefry call draws every constraint's keys for an
-update. A constraint with ``N_c <= B`` uses all its points in every micro-batch.
+all ``N_c``. The keys come from Threefry in counter mode, keyed by the seed: word
+``offset_c + i`` of the outputs for the counters ``(t, 0), (t, 1), ...`` (two words
+each) ranks point ``i`` (``offset_c``: the sizes of the sampled constraints before
+``c``), so one Threefry call draws every constraint's keys for an update. A constraint with ``N_c <= B`` uses all its points in every micro-batch.
 So accumulation ``A x B`` sees exactly the points of one batch of ``A*B``
 whenever every constraint has ``N_c >= A*B`` or ``N_c <= B``; in between, the
 wrapped draw repeats points and is a different estimator.
@@ -53,9 +53,13 @@ class PointStream:
         offsets = dict(zip(sampled, np.cumsum([0] + [self.sizes[c] for c in sampled]).tolist()))
         if sampled:
             total = offsets[sampled[-1]] + self.sizes[sampled[-1]]
-            counter = jnp.concatenate([jnp.broadcast_to(jnp.asarray(step).astype(jnp.uint32), (total,)),
-                                       jnp.arange(total, dtype=jnp.uint32)])
-            ranking = (threefry_2x32(jax.random.key_data(key), counter)[:total] >> 1).astype(jnp.int32)
+            pairs = (total + 1) // 2  # each counter (t, j) gives two words
+            counter = jnp.concatenate([jnp.broadcast_to(jnp.asarray(step).astype(jnp.uint32), (pairs,)),
+                                       jnp.arange(pairs, dtype=jnp.uint32)])
+            bits = threefry_2x32(jax.random.key_data(key), counter)[:total]
+            # uniform floats in [0, 1) from the top 23 bits, as jax.random.uniform makes them: top_k on
+            # float32 is a library call on the CPU, on integers a full sort (2x the time of an update)
+            ranking = jax.lax.bitcast_convert_type((bits >> 9) | np.uint32(0x3F800000), jnp.float32) - 1.0
         out = []
         for c, n in enumerate(self.sizes):
             a, b = self.micro_batches, self.batch_size(c)
