@@ -60,6 +60,7 @@ class Poisson1dConfig(ProblemConfig):
     n_interior: int = MISSING
     hard_boundary: bool = MISSING
     bc_weight: float = MISSING
+    laplacian_mode: str = MISSING
 
 
 @dataclass

@@ -392,8 +392,9 @@ def grid2d(n: int) -> np.ndarray:
     return np.stack(np.meshgrid(axis, axis, indexing="ij"), -1).reshape(-1, 2)
 
 
-def poisson_problem(n: int, hidden: tuple[int, ...]) -> Callable[[], Any]:
-    return lambda: crux.problems.poisson1d(n_interior=n, hidden=hidden, hard_boundary=True)
+def poisson_problem(n: int, hidden: tuple[int, ...], laplacian_mode: str = "taylor") -> Callable[[], Any]:
+    return lambda: crux.problems.poisson1d(n_interior=n, hidden=hidden, hard_boundary=True,
+                                           laplacian_mode=laplacian_mode)
 
 
 def laplacian2d_problem(points: np.ndarray, hidden: tuple[int, ...]) -> Callable[[], Any]:
@@ -437,9 +438,12 @@ def bench_standard(plan: Plan, log, name="standard", n=1024, hidden=(64, 64, 64)
                                CruxVariant(f"crux inner_steps={fused}", poisson_problem(n, hidden), fused, first)]
     if name == "small" and steps != fused and not plan.quick:
         variants.append(CruxVariant(f"crux inner_steps={steps}", poisson_problem(n, hidden), steps, steps))
+    crux_loop, crux_fused = "crux inner_steps=1", f"crux inner_steps={fused}"
+    crux_reverse = f"{crux_fused}, laplacian_mode=reverse"
+    if "rev-rev" in forms:  # crux with the hand scan's rev-rev formulation of u''
+        variants.append(CruxVariant(crux_reverse, poisson_problem(n, hidden, "reverse"), fused, first))
     variants += hand_survey(interior(n), (1, *hidden, 1), fused, forms)
     results = measure(variants, steps, plan.repeats, log)
-    crux_loop, crux_fused = "crux inner_steps=1", f"crux inner_steps={fused}"
     loops = [v for v in results if v.startswith("hand loop")]
     scans = [v for v in results if v.startswith("hand scan")]
     best_loop, best_scan = fastest(results, loops), fastest(results, scans)
@@ -451,6 +455,10 @@ def bench_standard(plan: Plan, log, name="standard", n=1024, hidden=(64, 64, 64)
         f"crux inner_steps=1 / hand loop {SAME_AS_CRUX}": (crux_loop, f"hand loop {SAME_AS_CRUX}"),
         f"crux inner_steps={fused} / hand scan {SAME_AS_CRUX}": (crux_fused, f"hand scan {SAME_AS_CRUX}"),
     }
+    if crux_reverse in results:
+        pairs[f"{crux_reverse} / hand scan rev-rev"] = (crux_reverse, "hand scan rev-rev")
+        pairs[f"fastest crux inner_steps={fused} (either laplacian_mode) / fastest hand scan"] = (
+            fastest(results, [crux_fused, crux_reverse]), best_scan)
     return {"variants": results, "ratios": {key: rate(results, a) / rate(results, b) for key, (a, b) in pairs.items()},
             "paired": {key: paired_ratio(results, a, b) for key, (a, b) in pairs.items()},
             "best": {"loop": best_loop, "scan": best_scan, "hand": best_hand, "crux": best_crux},
@@ -612,8 +620,8 @@ def targets(report: dict) -> list[dict]:
         r = problems["small"]["ratios"]
         add("small: crux inner_steps=1 / fastest hand loop", r["crux inner_steps=1 / fastest hand loop"], ">= 0.9",
             lambda x: x >= 0.9)
-        key = next(k for k in r if "/ fastest hand scan" in k)
-        add(f"small: {key}", r[key], ">= 0.9", lambda x: x >= 0.9)
+        for key in [k for k in r if "/ fastest hand scan" in k]:
+            add(f"small: {key}", r[key], ">= 0.9", lambda x: x >= 0.9)
     if "accumulation" in problems:
         r = problems["accumulation"]["ratios"]
         for key in [k for k in r if k.startswith("crux") and "(4 t(8))" in k]:

@@ -18,9 +18,19 @@ def test_derivatives_match_closed_forms():
     s, c = np.sin(0.3), np.cos(0.3)
     np.testing.assert_allclose(crux.grad(f)(x), [c * 1.44, s * 2 * -1.2, 0.5 * np.exp(0.35)], rtol=1e-6)
     expected_laplacian = -s * 1.44 + 2 * s + 0.25 * np.exp(0.35)
-    np.testing.assert_allclose(crux.laplacian(f)(x), expected_laplacian, rtol=1e-6)
+    for mode in ("taylor", "forward", "reverse"):
+        np.testing.assert_allclose(crux.laplacian(f, mode)(x), expected_laplacian, rtol=1e-6, err_msg=mode)
     np.testing.assert_allclose(crux.partial(f, 0, 1)(x), c * 2 * -1.2, rtol=1e-6)
     np.testing.assert_allclose(np.trace(crux.hessian(f)(x)), expected_laplacian, rtol=1e-6)
+
+
+def test_laplacian_refuses_an_unknown_mode_and_a_vector_function_in_reverse_mode():
+    with pytest.raises(ValueError, match="unknown mode 'backward'.*'taylor', 'forward', 'reverse'"):
+        crux.laplacian(f, "backward")
+    with pytest.raises(ValueError, match="needs a scalar function"):
+        crux.laplacian(lambda x: x ** 2, "reverse")(jnp.ones(2))
+    with pytest.raises(ValueError, match="laplacian_mode='backward'"):
+        crux.problems.poisson1d(n_interior=4, laplacian_mode="backward")
 
 
 def test_schedules_take_their_documented_values():

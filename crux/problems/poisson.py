@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from crux.constraint import Constraint
-from crux.derivatives import laplacian, partial
+from crux.derivatives import LAPLACIAN_MODES, laplacian, partial
 from crux.model import mlp
 from crux.problems.problem import Problem
 
@@ -25,16 +25,21 @@ def _interior(n: int) -> np.ndarray:
 
 
 def poisson1d(n_interior: int = 1024, hidden: Sequence[int] = (64, 64, 64), activation: str = "tanh",
-              seed: int = 0, hard_boundary: bool = False, bc_weight: float = 1.0) -> Problem:
-    """The seed problem. ``hard_boundary`` writes u = x(1-x) N(x), leaving the PDE residual alone."""
+              seed: int = 0, hard_boundary: bool = False, bc_weight: float = 1.0,
+              laplacian_mode: str = "taylor") -> Problem:
+    """The seed problem. ``hard_boundary`` writes u = x(1-x) N(x), leaving the PDE residual alone;
+    ``laplacian_mode`` is how u'' is taken (``crux.laplacian``'s ``mode``)."""
+    if laplacian_mode not in LAPLACIAN_MODES:
+        raise ValueError(f"poisson1d: laplacian_mode={laplacian_mode!r}; choose one of {list(LAPLACIAN_MODES)}")
+    lap = lambda f: laplacian(f, laplacian_mode)
     net = mlp(1, 1, hidden, activation, seed=seed)
     boundary = np.array([[0.0], [1.0]], np.float32)
     if hard_boundary:
         u_of = lambda net: (lambda x: x[0] * (1.0 - x[0]) * net.u(x))
-        constraints = [Constraint("pde", lambda net, x: -laplacian(u_of(net))(x) - _source(x), _interior(n_interior))]
+        constraints = [Constraint("pde", lambda net, x: -lap(u_of(net))(x) - _source(x), _interior(n_interior))]
         predict = lambda models, xs: xs[:, 0] * (1 - xs[:, 0]) * np.asarray(models["u"](xs))[:, 0]
     else:
-        constraints = [Constraint("pde", lambda net, x: -laplacian(net.u)(x) - _source(x), _interior(n_interior)),
+        constraints = [Constraint("pde", lambda net, x: -lap(net.u)(x) - _source(x), _interior(n_interior)),
                        Constraint("bc", lambda net, x: net.u(x), boundary, weight=bc_weight)]
         predict = lambda models, xs: np.asarray(models["u"](xs))[:, 0]
     return Problem("poisson1d", constraints, {"u": net}, {"u": predict}, {"u": _exact},
