@@ -6,7 +6,8 @@ into ``A`` micro-batches of ``B``: the first ``M`` of a random permutation, with
 all ``N_c``. The keys come from Threefry in counter mode, keyed by the seed: word
 ``offset_c + i`` of the outputs for the counters ``(t, 0), (t, 1), ...`` (two words
 each) ranks point ``i`` (``offset_c``: the sizes of the sampled constraints before
-``c``), so one Threefry call draws every constraint's keys for an update. A constraint with ``N_c <= B`` uses all its points in every micro-batch.
+``c``), so one Threefry call draws every constraint's keys for an update. A
+constraint with ``N_c <= B`` uses all its points in every micro-batch.
 So accumulation ``A x B`` sees exactly the points of one batch of ``A*B``
 whenever every constraint has ``N_c >= A*B`` or ``N_c <= B``; in between, the
 wrapped draw repeats points and is a different estimator.

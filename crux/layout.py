@@ -64,7 +64,7 @@ class Layout:
     def __init__(self, params: Any, flat: bool):
         self.flat = flat
         leaves, treedef = jax.tree.flatten(params)
-        self._spec = (treedef, tuple((leaf.shape, leaf.dtype) for leaf in leaves))
+        self._spec = (treedef, tuple((jnp.shape(leaf), jnp.result_type(leaf)) for leaf in leaves))
         self.packed: Any = _ravel(params) if flat else params
 
     def unpack(self, packed: Any) -> Any:

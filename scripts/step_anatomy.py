@@ -7,7 +7,8 @@
 On a GPU a fused update costs about a kernel launch per fusion, library call and copy in the loop body,
 so the body's instruction count explains most of a gap to the hand-written ``lax.scan`` of
 scripts/bench.py. crux's rounds are ``solve()`` calls: ``fixed ms/solve`` is the part of a round spent
-outside the compiled calls, which the hand scan does not pay. Variants, each compiled on its own and timed in interleaved rounds:
+outside the compiled calls, which the hand scan does not pay. Variants, each compiled on its own and
+timed in interleaved rounds:
 
 - ``crux``: as it is;
 - ``crux, no guard``: the non-finite guard switched off (``isfinite`` constant true, so XLA drops the
