@@ -6,7 +6,7 @@ import numpy as np
 import optax
 import pytest
 
-from crux.layout import layout_free
+from crux.layout import Layout, layout_free
 from crux.optim import soap
 from crux_testing import EPS32, poisson, relative, train
 
@@ -52,3 +52,13 @@ def test_only_layout_free_optimizers_go_flat():
     assert not layout_free(optax.lamb)  # per-layer trust ratios depend on the split
     assert not layout_free(soap(1e-3))  # per-matrix preconditioners
     assert not layout_free(tree_twin(optax.adam))
+
+
+def test_packing_round_trips_any_leaves_exactly():
+    params = {"scale": 1.5, "w": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.float32([-2.0, 0.25])}
+    layout = Layout(params, flat=True)
+    assert layout.packed.shape == (9,)
+    back = layout.unpack(layout.packed)
+    assert jax.tree.structure(back) == jax.tree.structure(params)
+    for name in params:
+        np.testing.assert_array_equal(back[name], params[name])  # a permutation or lost leaf would differ
