@@ -85,7 +85,8 @@ class Crux:
 
     ``solve()`` may be called repeatedly: parameters, the update counter (and so
     the point stream) and, for models whose optimizer was not changed, optimizer
-    state and schedule position carry over.
+    state and schedule position carry over. The constraints' points go to the
+    device at the first solve() and stay there (not with ``offload_data``).
     """
 
     def __init__(self, constraints: Sequence[Constraint], models: dict[str, Model], seed: int = 0):
