@@ -15,6 +15,8 @@ timed in interleaved rounds:
   reductions and selects): what the guard costs;
 - ``crux, counters unguarded``: the guard's keep-or-apply select left off the integer leaves of the state
   (update counters), which a GPU keeps as scalars, each select its own kernel: what those cost;
+- ``crux, scan unrolled 4x``: the fused loop with ``lax.scan(..., unroll=4)``: on a GPU the loop runs from
+  the host, one graph launch per trip, so this shows what the launches between updates cost;
 - ``crux, tree layout``: parameters as the model's tree of arrays (equal hidden layers stacked), not one
   flat vector: what unpacking costs;
 - ``crux, layer arrays``: the tree layout with a network that keeps one array per layer (no stacks), the
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import functools
 import re
 import sys
 from pathlib import Path
@@ -97,7 +100,19 @@ class _IntegersUnguarded:
         return new if jnp.issubdtype(jnp.result_type(new), jnp.integer) else jnp.where(condition, new, old)
 
 
+class _UnrolledScans:
+    """``jax`` whose ``lax.scan`` unrolls ``unroll`` iterations per loop trip (one GPU graph launch each)."""
+
+    def __init__(self, unroll: int):
+        self.lax = type("lax", (), {"__getattr__": lambda _, name: getattr(jax.lax, name),
+                                    "scan": staticmethod(functools.partial(jax.lax.scan, unroll=unroll))})()
+
+    def __getattr__(self, name):
+        return getattr(jax, name)
+
+
 COUNTERS_UNGUARDED = [(crux.engine, "jnp", _IntegersUnguarded())]
+UNROLLED_4 = [(crux.engine, "jax", _UnrolledScans(4))]
 NO_GUARD = [(crux.engine, "jnp", _AlwaysFinite())]
 TREE_LAYOUT = [(crux.model, "layout_free", lambda optimizer: False)]
 LAYER_ARRAYS = [(crux.problems.poisson, "mlp", layer_arrays_mlp), *TREE_LAYOUT]
@@ -144,6 +159,7 @@ def anatomy(name: str, n: int, hidden: tuple[int, ...], steps: int, repeats: int
     variants = [PatchedCrux("crux", [], make, k, k),
                 PatchedCrux("crux, no guard", NO_GUARD, make, k, k),
                 PatchedCrux("crux, counters unguarded", COUNTERS_UNGUARDED, make, k, k),
+                PatchedCrux("crux, scan unrolled 4x", UNROLLED_4, make, k, k),
                 PatchedCrux("crux, tree layout", TREE_LAYOUT, make, k, k),
                 PatchedCrux("crux, layer arrays", LAYER_ARRAYS, make, k, k),
                 PatchedCrux("crux, layer arrays, no guard", LAYER_ARRAYS + NO_GUARD, make, k, k),
