@@ -212,7 +212,7 @@ class Crux:
         return {name: Layout(m.params, m.trains_flat) for name, m in self.models.items()}
 
     def _initial_state(self, entries: tuple[Entry, ...], options: Options, transforms: dict,
-                       layouts: dict[str, Layout], records: dict[str, jax.Array]) -> dict:
+                       layouts: dict[str, Layout], records: dict[str, np.ndarray]) -> dict:
         params = {name: layout.packed for name, layout in layouts.items()}
         opt = []
         for index, entry in enumerate(entries):
