@@ -74,7 +74,7 @@ def _evaluate(jaxpr: jex.Jaxpr, consts: list[Any], args: list[Any]) -> list[Any]
             outputs = rule(prim, eqn.params, inputs)
         else:  # nothing depends on x, or the results are integers: plain evaluation
             with eqn.ctx.manager:
-                outputs = prim.bind(*[_value(a) for a in inputs], **prim.get_bind_params(eqn.params))
+                outputs = _bind(prim, prim.get_bind_params(eqn.params))(*[_value(a) for a in inputs])
             outputs = outputs if prim.multiple_results else [outputs]
         env.update(zip(eqn.outvars, outputs))
     return [read(v) for v in jaxpr.outvars]
@@ -109,8 +109,32 @@ def _cross(a: tuple[jax.Array, ...], b: tuple[jax.Array, ...]) -> jax.Array:
 
 
 # -- rules: each takes (primitive, params, inputs) and returns the list of outputs ---------------------
-def _bind(prim, params) -> Callable[..., jax.Array]:
-    return lambda *args: prim.bind(*args, **params)
+def _bind(prim, params: dict) -> Callable[..., Any]:
+    """``prim`` with ``params`` as a function: an inlined ``jax.jit`` of it where the params are hashable.
+
+    The interpreter binds primitives under the caller's vmap and value_and_grad, whose rules run for
+    every bare bind (a batched dot_general's rule alone took a third of tracing an update). Through a
+    jit, one per (primitive, params), each transformed jaxpr is cached by shape: an operation repeated
+    on the value, each J and L, in layers of equal width, and in the next trace (a sweep's next job),
+    is transformed once. The program is unchanged (the jit is inlined): a repeat job's trace of a
+    4x8-accumulation update took 0.07 s instead of 0.10 s on a 2-core CPU.
+    """
+    key = tuple(sorted(params.items()))
+    try:
+        hash(key)
+    except TypeError:
+        key = None
+    if key is None or any(isinstance(v, (jex.Jaxpr, jex.ClosedJaxpr)) or callable(v) for _, v in key):
+        return lambda *args: prim.bind(*args, **params)
+    return _compiled_bind(prim, key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled_bind(prim, params: tuple) -> Callable[..., Any]:
+    def bound(*args):
+        return prim.bind(*args, **dict(params))
+    bound.__name__ = prim.name
+    return jax.jit(bound, inline=True)
 
 
 def _linear(prim, params, inputs):
@@ -143,7 +167,7 @@ def _bilinear(prim, params, inputs):
 
 def _add(prim, params, inputs):
     """add / sub / add_any, without materialising zeros for a plain operand (the bias of every layer)."""
-    value = prim.bind(*[_value(a) for a in inputs], **params)
+    value = _bind(prim, params)(*[_value(a) for a in inputs])
     a, b = [_expand(t, value.shape) if isinstance(t, Taylor) else None for t in inputs]
     if b is None:
         return [a._replace(value=value)]
@@ -156,7 +180,7 @@ def _add(prim, params, inputs):
 def _div(prim, params, inputs):
     """q = a / b: from a = q b, J_q = (J_a - q J_b) / b and L_q = (L_a - q L_b - 2 sum_i J_qi J_bi) / b."""
     a, b = inputs
-    q = prim.bind(_value(a), _value(b), **params)
+    q = _bind(prim, params)(_value(a), _value(b))
     if not isinstance(b, Taylor):
         a = _expand(a, q.shape)
         return [Taylor(q, tuple(j / b for j in a.jac), a.lap / b)]
@@ -223,13 +247,13 @@ _DERIVATIVES: dict[Any, Callable[[jax.Array, jax.Array, dict], tuple[Any, Any]]]
 
 def _unary(prim, params, inputs):
     a, = inputs
-    value = prim.bind(a.value, **params)
+    value = _bind(prim, params)(a.value)
     return [_chain(a, value, *_DERIVATIVES[prim](a.value, value, params))]
 
 
 def _pow(prim, params, inputs):
     base, exponent = inputs
-    value = prim.bind(_value(base), _value(exponent), **params)
+    value = _bind(prim, params)(_value(base), _value(exponent))
     if isinstance(exponent, Taylor):
         if isinstance(base, Taylor):
             raise Unsupported("pow with both base and exponent depending on x")
@@ -240,7 +264,7 @@ def _pow(prim, params, inputs):
 
 def _select_max(prim, params, inputs):
     """max / min: the derivative of the chosen operand, split in half on ties (jax's balanced rule)."""
-    value = prim.bind(*[_value(a) for a in inputs], **params)
+    value = _bind(prim, params)(*[_value(a) for a in inputs])
     picked = [jnp.where(_value(a) == value, 1, 0).astype(value.dtype) for a in inputs]
     weights = [picked[0] / (1 + picked[1]), picked[1] / (1 + picked[0])]
     terms = [(_expand(a, value.shape), w) for a, w in zip(inputs, weights) if isinstance(a, Taylor)]
@@ -250,7 +274,7 @@ def _select_max(prim, params, inputs):
 
 def _constant(prim, params, inputs):
     """Zero derivative (sign, floor, round, stop_gradient): the result is plain."""
-    return [prim.bind(*[_value(a) for a in inputs], **params)]
+    return [_bind(prim, params)(*[_value(a) for a in inputs])]
 
 
 def _call(prim, params, inputs):

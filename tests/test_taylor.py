@@ -7,7 +7,7 @@ from jax.extend.core import primitives as P
 
 import crux
 from crux.derivatives import _forward_over_forward
-from crux.taylor import Unsupported, forward_laplacian
+from crux.taylor import Unsupported, _compiled_bind, forward_laplacian
 from crux_testing import EPS32
 
 # Both sides sum the same second-derivative terms in float32, in another order: the difference is a few
@@ -133,3 +133,20 @@ def test_unsupported_primitive_falls_back_to_forward_over_forward():
     np.testing.assert_allclose(crux.laplacian(f)(x), 6 * np.sum(np.asarray(x)), rtol=ULPS * EPS32)
     branches = lambda x: x[0] ** 3 if x[0] > 0 else -x[0] ** 3  # runs on a concrete x only, as before
     np.testing.assert_allclose(crux.laplacian(branches)(jnp.array([0.5])), 3.0, rtol=ULPS * EPS32)
+
+
+def test_a_second_trace_reuses_the_transformed_operations():
+    """Each operation is bound through a cached, inlined jit: tracing the parameter gradient of a Laplacian again
+    (a sweep's next job) builds no new bound operation, and the program holds no nested calls."""
+    u = crux.mlp(1, 1, (8, 8))
+
+    def trace():  # fresh closures, as a new job has
+        def loss(p):
+            return jnp.mean(jax.vmap(forward_laplacian(lambda x: u.pointwise(p, x)))(jnp.ones((4, 1))) ** 2)
+        return jax.make_jaxpr(jax.grad(loss))(u.params)
+    first = trace()
+    built = _compiled_bind.cache_info().misses
+    second = trace()
+    assert _compiled_bind.cache_info().misses == built
+    assert str(second) == str(first)
+    assert not [eqn for eqn in second.eqns if eqn.primitive is P.jit_p]
