@@ -6,6 +6,7 @@ learning-rate schedule that train it. ``crux.mlp`` builds the usual one.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any, Callable, Sequence
 
@@ -172,30 +173,35 @@ def mlp(in_dim: int, out_dim: int, hidden: Sequence[int] = (64, 64, 64), activat
     if in_dim < 1 or out_dim < 1 or any(h < 1 for h in hidden):
         raise ValueError(f"crux.mlp: dimensions must be >= 1, got in_dim={in_dim}, hidden={hidden}, out_dim={out_dim}")
     layout = _stack_layout([in_dim, *hidden, out_dim])
-    sigma = ACTIVATIONS[activation]
 
     def init(key):
         keys = jax.random.split(key, len(layout))
         return [{"w": _glorot(k, (n, d_in, d_out)), "b": jnp.zeros((n, d_out), jnp.float32)}
                 for k, (n, d_in, d_out) in zip(keys, layout)]
 
-    def make_apply(checkpointed: bool) -> Apply:
-        def apply(params, x):
-            h = x
-            for i, layer in enumerate(params):
-                activate = sigma if i < len(params) - 1 else (lambda z: z)
+    return Model(init, _mlp_apply(activation, False), in_dim=in_dim, out_dim=out_dim, seed=seed,
+                 checkpointed_apply=_mlp_apply(activation, True))
 
-                def layer_fn(h, wb, activate=activate):
-                    return activate(h @ wb[0] + wb[1]), None
 
-                if checkpointed and layer["w"].shape[0] > 1:
-                    h, _ = jax.lax.scan(jax.checkpoint(layer_fn), h, (layer["w"], layer["b"]))
-                else:  # a Python loop over the stack: 4-10% less CPU per update than an unrolled scan on 3x64,
-                    # ~8% more on the dispatch-bound 3x32 (interleaved A/B; scripts/bench.py problems)
-                    for k in range(layer["w"].shape[0]):
-                        h, _ = layer_fn(h, (layer["w"][k], layer["b"][k]))
-            return h
-        return apply
+@functools.lru_cache(maxsize=None)
+def _mlp_apply(activation: str, checkpointed: bool) -> Apply:
+    """The apply of every ``crux.mlp`` with this activation: one inlined jit, so that vmap and value_and_grad
+    transform a network's layers once per shape and process (a sweep's next job reuses them)."""
+    sigma = ACTIVATIONS[activation]
 
-    return Model(init, make_apply(False), in_dim=in_dim, out_dim=out_dim, seed=seed,
-                 checkpointed_apply=make_apply(True))
+    def apply(params, x):
+        h = x
+        for i, layer in enumerate(params):
+            activate = sigma if i < len(params) - 1 else (lambda z: z)
+
+            def layer_fn(h, wb, activate=activate):
+                return activate(h @ wb[0] + wb[1]), None
+
+            if checkpointed and layer["w"].shape[0] > 1:
+                h, _ = jax.lax.scan(jax.checkpoint(layer_fn), h, (layer["w"], layer["b"]))
+            else:  # a Python loop over the stack: 4-10% less CPU per update than an unrolled scan on 3x64,
+                # ~8% more on the dispatch-bound 3x32 (interleaved A/B; scripts/bench.py problems)
+                for k in range(layer["w"].shape[0]):
+                    h, _ = layer_fn(h, (layer["w"][k], layer["b"][k]))
+        return h
+    return jax.jit(apply, inline=True)
