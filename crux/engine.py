@@ -106,6 +106,10 @@ def reached_models(constraint: Constraint, models: dict[str, Model], params: dic
     return reached
 
 
+def _all_finite(tree: Any) -> jax.Array:
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves(tree)]))
+
+
 def _repeat(body: Callable, carry: Any, xs: Any, length: int) -> tuple[Any, Any]:
     """``lax.scan`` that skips the loop for a single iteration (outputs still get the leading axis)."""
     if length == 1:
@@ -116,8 +120,8 @@ def _repeat(body: Callable, carry: Any, xs: Any, length: int) -> tuple[Any, Any]
 
 def make_call(constraints: Sequence[Constraint], models: dict[str, Model], layouts: dict[str, Layout],
               transforms: dict[str, optax.GradientTransformationExtraArgs], entries: Sequence[Entry],
-              stream: PointStream, epochs_per_call: int, checkpointed: bool, offload: bool
-              ) -> Callable:
+              stream: PointStream, epochs_per_call: int, checkpointed: bool, offload: bool,
+              check_updates: bool = True) -> Callable:
     """Build ``call(state, data) -> state``. It writes into ``state["records"][state["slot"]]`` a record
     ``(K, columns.width)``: per epoch the constraints' losses, each trained model's learning rate and 1.0
     if the epoch was finite (see :class:`Columns`), and moves the slot on by one (modulo the slots).
@@ -129,6 +133,13 @@ def make_call(constraints: Sequence[Constraint], models: dict[str, Model], layou
     or, with ``offload``, ``{"batches"}``: per constraint ``(K * steps_per_epoch, A, B_c, d)``.
     Losses of an epoch are each constraint's mean over the updates that evaluated it (NaN if none);
     ``finite`` is 0.0 for an epoch with a non-finite loss or update (which was not applied).
+
+    Without ``check_updates`` an update is kept or dropped on its loss alone, a select that XLA fuses
+    into the update itself, and only the parameters the call leaves are checked (``finite`` of its last
+    epoch): a non-finite update goes unnoticed until then, so the caller replays such a call from
+    a copy with ``check_updates`` to find it (see Crux._run). On an H200 the checked select cost 7-8% of
+    a small problem's update: it waits for a reduction over the new parameters, so XLA computed the
+    update twice.
     """
     micro = stream.micro_batches
     n_constraints = len(constraints)
@@ -179,8 +190,9 @@ def make_call(constraints: Sequence[Constraint], models: dict[str, Model], layou
                 schedule = models[name].schedule
                 lr[name] = schedule(count).astype(jnp.float32) if schedule is not None else jnp.float32(jnp.nan)
             # A non-finite loss or update leaves parameters and optimizer state as they were; the caller stops.
-            finite = jnp.isfinite(value) & jnp.all(jnp.stack(
-                [jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves({m: new_params[m] for m in entry.models})]))
+            finite = jnp.isfinite(value)
+            if check_updates:
+                finite = finite & _all_finite({m: new_params[m] for m in entry.models})
             # After one, nothing more is applied, so the caller gets the parameters from before it.
             apply = finite & ~state["failed"]
             keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(apply, a, b), new, old)
@@ -218,6 +230,8 @@ def make_call(constraints: Sequence[Constraint], models: dict[str, Model], layou
         records, slot = state["records"], state["slot"]
         state = {key: value for key, value in state.items() if key not in ("records", "slot")}
         state, rows = _repeat(epoch(data), state, xs, epochs_per_call)
+        if not check_updates:  # the parameters left behind: a non-finite update marks the call's last epoch
+            rows = rows.at[-1, -1].multiply(_all_finite(state["params"]).astype(rows.dtype))
         records = jax.lax.dynamic_update_index_in_dim(records, rows, slot, 0)
         return {**state, "records": records, "slot": (slot + 1) % records.shape[0]}
 

@@ -74,6 +74,17 @@ def _fresh_copy(tree: Any) -> Any:
     return jax.tree.map(jnp.copy, tree)
 
 
+def _read_window(state: dict, first_call: int, count: int) -> list[np.ndarray]:
+    """The records of ``count`` calls from call ``first_call`` on, from the ring buffer (waits for the last call;
+    a copy, as the next call donates the buffer)."""
+    records = np.array(state["records"])
+    return [records[(first_call + i) % len(records)] for i in range(count)]
+
+
+def _finite(window: list[np.ndarray], columns: Columns) -> bool:
+    return all(np.all(record[:, columns.finite]) for record in window)
+
+
 def _peak_bytes(device: jax.Device) -> int | None:
     """The device's peak memory in use since the process started, where the backend reports it (not on CPU)."""
     stats = device.memory_stats()
@@ -234,16 +245,17 @@ class Crux:
     def _entry_key(options: Options, index: int) -> tuple:
         return ("solve",) if options.substeps is None else ("substeps", options.substeps, index)
 
-    def _compile(self, entries, options, stream, layouts, transforms, state, data) -> tuple[Any, float, dict]:
+    def _compile(self, entries, options, stream, layouts, transforms, state, data,
+                 check_updates: bool) -> tuple[Any, float, dict]:
         versions = tuple((n, self.models[n].optimizer_version) for e in entries for n in e.models)
         flat = tuple((name, layout.flat) for name, layout in layouts.items())
         key = (entries, options.inner_steps, options.checkpoint_gradients, options.offload_data, stream, versions,
-               flat)
+               flat, check_updates)
         if key in self._compiled:
             compiled, _, memory = self._compiled[key]
             return compiled, 0.0, memory
         call = make_call(self.constraints, self.models, layouts, transforms, entries, stream,
-                         options.inner_steps, options.checkpoint_gradients, options.offload_data)
+                         options.inner_steps, options.checkpoint_gradients, options.offload_data, check_updates)
         start = time.perf_counter()
         compiled = jax.jit(call, donate_argnums=0).lower(state, data).compile()
         seconds = time.perf_counter() - start
@@ -279,29 +291,42 @@ class Crux:
             data = {"key": self._key, "points": self._device_points()}
             feed = (data for _ in range(calls))
             first = data
+        # A call of several updates checks each one's loss, and the parameters it leaves, and a failing window is
+        # replayed with every update checked (see make_call); a call of one update checks it fully.
+        replayable = steps_per_call > 1
         compiled, compile_seconds, memory = self._compile(entries, options, stream, layouts, transforms, state,
-                                                          first)
+                                                          first, check_updates=not replayable)
         peak_before = _peak_bytes(device) or 0
 
-        rows, pending, step_seconds = [], 0, []
+        rows, window_data, step_seconds = [], [], []
         first_epoch = self._epoch
         bar = tqdm(total=options.epochs, desc="solve", disable=None, leave=False)
         start = window_start = time.perf_counter()
         for call_index, data in enumerate(feed):
+            if replayable and not window_data:  # a window starts: keep its state, to replay the window if it fails
+                snapshot = _fresh_copy(state)
             state = compiled(state, data)
-            pending += 1
+            window_data.append(data)
+            pending = len(window_data)
             if call_index == calls - 1 or pending == slots or time.perf_counter() - window_start > SYNC_SECONDS:
-                records = np.array(state["records"])  # waits for the last call; a copy, as the next call donates it
-                window = [records[(call_index + 1 - pending + i) % slots] for i in range(pending)]
+                window = _read_window(state, call_index + 1 - pending, pending)
+                if replayable and not _finite(window, columns):  # find the update that failed, as documented
+                    checked, seconds, _ = self._compile(entries, options, stream, layouts, transforms, snapshot,
+                                                        first, check_updates=True)
+                    compile_seconds += seconds
+                    state = snapshot
+                    for replayed in window_data:
+                        state = checked(state, replayed)
+                    window = _read_window(state, call_index + 1 - pending, pending)
                 rows += window
-                pending = 0
+                window_data = []
                 now = time.perf_counter()
                 updates = len(window) * steps_per_call
                 step_seconds.append((now - window_start) / updates)
                 bar.update(updates // steps_per_epoch)
                 bar.set_postfix(loss=f"{np.nansum(window[-1][-1, columns.losses]):.3e}")
                 window_start = now
-                if not all(np.all(w[:, columns.finite]) for w in window):
+                if not _finite(window, columns):
                     break
         jax.block_until_ready(state)
         run_seconds = time.perf_counter() - start

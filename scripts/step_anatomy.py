@@ -15,9 +15,8 @@ timed in interleaved rounds:
   reductions and selects): what the guard costs;
 - ``crux, counters unguarded``: the guard's keep-or-apply select left off the integer leaves of the state
   (update counters), which a GPU keeps as scalars, each select its own kernel: what those cost;
-- ``crux, guard on the loss only``: the keep-or-apply select decided by the loss alone, not by a reduction
-  over the new parameters: what a guard that XLA can fuse into the update kernel would cost (the
-  parameter check would then move to the end of each call, with a guarded replay after a failure);
+- ``crux, every update checked``: the program a failing window is replayed with, which keeps or drops each
+  update on the finiteness of its new parameters too (crux's fused calls until stop 10): what that costs;
 - ``crux, scan unrolled 4x``: the fused loop with ``lax.scan(..., unroll=4)``: on a GPU the loop runs from
   the host, one graph launch per trip, so this shows what the launches between updates cost;
 - ``crux, tree layout``: parameters as the model's tree of arrays (equal hidden layers stacked), not one
@@ -48,6 +47,7 @@ import bench  # noqa: E402  (scripts/bench.py: problems, variants, interleaved t
 import crux.engine  # noqa: E402
 import crux.model  # noqa: E402
 import crux.problems.poisson  # noqa: E402
+import crux.solver  # noqa: E402
 
 NOT_WORK = {"parameter", "get-tuple-element", "tuple", "constant", "bitcast"}  # no kernel of their own
 
@@ -92,17 +92,6 @@ def layer_arrays_mlp(in_dim: int, out_dim: int, hidden, activation: str = "tanh"
     return crux.Model(lambda key: layers, apply, in_dim=in_dim, out_dim=out_dim, seed=seed)
 
 
-class _LossOnlyFinite:
-    """``jax.numpy`` whose ``isfinite`` checks scalars (the loss) only: arrays (new parameters) count as finite."""
-
-    def __getattr__(self, name):
-        return getattr(jnp, name)
-
-    @staticmethod
-    def isfinite(x):
-        return jnp.isfinite(x) if jnp.ndim(x) == 0 else jnp.ones(jnp.shape(x), bool)
-
-
 class _IntegersUnguarded:
     """``jax.numpy`` whose ``where`` passes integer arrays through as the new value (no select kernel)."""
 
@@ -128,7 +117,8 @@ class _UnrolledScans:
 COUNTERS_UNGUARDED = [(crux.engine, "jnp", _IntegersUnguarded())]
 UNROLLED_4 = [(crux.engine, "jax", _UnrolledScans(4))]
 NO_GUARD = [(crux.engine, "jnp", _AlwaysFinite())]
-LOSS_GUARD = [(crux.engine, "jnp", _LossOnlyFinite())]
+EVERY_UPDATE_CHECKED = [(crux.solver, "make_call",
+                         lambda *args: crux.engine.make_call(*args[:-1], True))]  # its last argument: check_updates
 TREE_LAYOUT = [(crux.model, "layout_free", lambda optimizer: False)]
 LAYER_ARRAYS = [(crux.problems.poisson, "mlp", layer_arrays_mlp), *TREE_LAYOUT]
 
@@ -174,7 +164,7 @@ def anatomy(name: str, n: int, hidden: tuple[int, ...], steps: int, repeats: int
     variants = [PatchedCrux("crux", [], make, k, k),
                 PatchedCrux("crux, no guard", NO_GUARD, make, k, k),
                 PatchedCrux("crux, counters unguarded", COUNTERS_UNGUARDED, make, k, k),
-                PatchedCrux("crux, guard on the loss only", LOSS_GUARD, make, k, k),
+                PatchedCrux("crux, every update checked", EVERY_UPDATE_CHECKED, make, k, k),
                 PatchedCrux("crux, scan unrolled 4x", UNROLLED_4, make, k, k),
                 PatchedCrux("crux, tree layout", TREE_LAYOUT, make, k, k),
                 PatchedCrux("crux, layer arrays", LAYER_ARRAYS, make, k, k),

@@ -5,6 +5,7 @@ import optax
 import pytest
 
 import crux
+from crux.engine import make_call
 from crux_testing import CompileCounter, flat, poisson
 
 
@@ -63,11 +64,36 @@ def test_non_finite_loss_stops_with_epoch_and_constraint_and_keeps_history():
     assert np.isfinite(flat(solver.params)).all() and float(np.max(u(points))) > 1.5
 
 
-def test_diverging_update_stops_and_keeps_the_last_finite_parameters():
-    problem = poisson(optax.sgd, lr=1.0)  # far too large: the parameters overflow within a few epochs
-    solver = problem.solver()
-    with pytest.raises(FloatingPointError, match=r"the update made the parameters non-finite \(loss .*\) at epoch"
-                       ) as raised:
-        solver.solve(200)
-    assert len(solver.history) == stopped_epoch(raised.value) + 1
-    assert np.isfinite(flat(solver.params)).all()
+def test_diverging_update_stops_at_the_same_update_fused_or_not_and_keeps_finite_parameters():
+    """Fast calls check each update's loss and the parameters a call leaves; a failing sync window is replayed
+    with every update checked. So a fused solve stops inside its call, at the update a solve of single updates
+    stops at (without the replay it would report the next epoch's loss, with non-finite parameters)."""
+    stopped = []
+    for k in (1, 10):
+        solver = poisson(optax.sgd, lr=1.0).solver()  # far too large: the parameters overflow within a few epochs
+        with pytest.raises(FloatingPointError, match=r"the update made the parameters non-finite \(loss .*\) at "
+                                                     r"epoch") as raised:
+            solver.solve(200, inner_steps=k)
+        assert len(solver.history) == stopped_epoch(raised.value) + 1
+        assert np.isfinite(flat(solver.params)).all()
+        stopped.append(stopped_epoch(raised.value))
+    assert stopped[0] == stopped[1] and stopped[1] % 10  # inside a fused call, not at its end
+
+
+def test_the_fast_calls_compute_what_fully_checked_calls_compute(monkeypatch):
+    """Fast calls keep or drop an update on its loss alone; on a finite run that drops nothing, so they give
+    the numbers of calls that also check every update's parameters (the program a failing window replays)."""
+    results, checked = [], []
+
+    def checked_call(*args):
+        checked.append(args[-1])  # the program the solver asked for: fast (False)
+        return make_call(*args[:-1], True)
+    for check_updates in (False, True):
+        if check_updates:
+            monkeypatch.setattr(crux.solver, "make_call", checked_call)
+        problem = poisson(optax.adam, lr=1e-2)
+        stats = problem.solver().solve(40, batchsize=32, inner_steps=10)
+        results.append((flat(problem.solver().params), stats.total_loss))
+    assert checked == [False]
+    np.testing.assert_array_equal(results[0][0], results[1][0])
+    np.testing.assert_array_equal(results[0][1], results[1][1])
