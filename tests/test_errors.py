@@ -1,4 +1,5 @@
 """Bad input is refused before any compute, naming the option and the fix; a diverging loss stops the solve."""
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -97,3 +98,30 @@ def test_the_fast_calls_compute_what_fully_checked_calls_compute(monkeypatch):
     assert checked == [False]
     np.testing.assert_array_equal(results[0][0], results[1][0])
     np.testing.assert_array_equal(results[0][1], results[1][1])
+
+
+def nan_update_at(step: int) -> optax.GradientTransformation:
+    """SGD whose update number ``step`` (from 0) is NaN: a non-finite update after a finite loss."""
+    def update(updates, state, params=None):
+        bad = state.count == step
+        updates = jax.tree.map(lambda u: jnp.where(bad, jnp.nan, -1e-3 * u), updates)
+        return updates, optax.ScaleByScheduleState(count=state.count + 1)
+    return optax.GradientTransformation(lambda params: optax.ScaleByScheduleState(count=jnp.zeros([], jnp.int32)),
+                                        update)
+
+
+@pytest.mark.parametrize("offload", [False, True], ids=["device", "offload"])
+def test_a_non_finite_update_inside_a_fused_call_is_found_by_the_replay(offload):
+    """Update 13 is NaN after a finite loss. The fast call applies it and only its end check sees it; the replay
+    (with the window's own host batches when they are streamed) stops at epoch 13 with the parameters of 12."""
+    problem = poisson()
+    problem.models["u"].optimizer(nan_update_at(13))
+    solver = problem.solver()
+    with pytest.raises(FloatingPointError, match=r"the update made the parameters non-finite \(loss .*\) at "
+                                                 r"epoch 13;"):
+        solver.solve(40, batchsize=64, inner_steps=10, offload_data=offload)
+    reference = poisson()
+    reference.models["u"].optimizer(nan_update_at(13))
+    reference.solver().solve(13, batchsize=64, inner_steps=13, offload_data=offload)
+    np.testing.assert_array_equal(flat(solver.params), flat(reference.solver().params))
+    np.testing.assert_array_equal(solver.history.total_loss[:13], reference.solver().history.total_loss)
