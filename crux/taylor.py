@@ -71,13 +71,48 @@ def _evaluate(jaxpr: jex.Jaxpr, consts: list[Any], args: list[Any]) -> list[Any]
             rule = _RULES.get(prim) or _RULES_BY_NAME.get(prim.name)
             if rule is None:
                 raise Unsupported(f"no Taylor rule for the primitive '{prim}'")
-            outputs = rule(prim, eqn.params, inputs)
+            outputs = _transformed_once(rule, prim, eqn.params)(*inputs)
         else:  # nothing depends on x, or the results are integers: plain evaluation
             with eqn.ctx.manager:
-                outputs = _bind(prim, prim.get_bind_params(eqn.params))(*[_value(a) for a in inputs])
+                outputs = _transformed_once(_plain, prim, prim.get_bind_params(eqn.params))(
+                    *[_value(a) for a in inputs])
             outputs = outputs if prim.multiple_results else [outputs]
         env.update(zip(eqn.outvars, outputs))
     return [read(v) for v in jaxpr.outvars]
+
+
+def _transformed_once(rule: Callable, prim, params: dict) -> Callable[..., Any]:
+    """``rule(prim, params, inputs)`` as a function of the inputs: an inlined ``jax.jit`` of it, one per (rule,
+    primitive, params), where the params are hashable and hold no jaxpr (those rules interpret one).
+
+    The interpreter runs under the caller's vmap and value_and_grad, whose rules act on every operation
+    bound bare (a batched dot_general's rule alone took a third of tracing an update). A jit's
+    transformed jaxpr is cached by the inputs' shapes and structure, so an operation repeated in layers
+    of equal width, and in the next trace of the process (a sweep's next job), is transformed once. The
+    program is unchanged (the jit is inlined; same StableHLO): a repeat 4x8-accumulation job's trace took
+    about 0.05 s instead of 0.10-0.12 s on a 2-core CPU.
+    """
+    key = tuple(sorted(params.items()))
+    try:
+        hash(key)
+    except TypeError:
+        key = None
+    if key is None or any(isinstance(v, (jex.Jaxpr, jex.ClosedJaxpr)) or callable(v) for _, v in key):
+        return lambda *inputs: rule(prim, params, list(inputs))
+    return _compiled(rule, prim, key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled(rule: Callable, prim, params: tuple) -> Callable[..., Any]:
+    def apply(*inputs):
+        return rule(prim, dict(params), list(inputs))
+    apply.__name__ = f"taylor_{prim.name}"
+    return jax.jit(apply, inline=True)
+
+
+def _plain(prim, params, inputs):
+    """The primitive itself, as a list of outputs when it has several."""
+    return prim.bind(*inputs, **params)
 
 
 def _inexact(dtype) -> bool:
@@ -109,32 +144,8 @@ def _cross(a: tuple[jax.Array, ...], b: tuple[jax.Array, ...]) -> jax.Array:
 
 
 # -- rules: each takes (primitive, params, inputs) and returns the list of outputs ---------------------
-def _bind(prim, params: dict) -> Callable[..., Any]:
-    """``prim`` with ``params`` as a function: an inlined ``jax.jit`` of it where the params are hashable.
-
-    The interpreter binds primitives under the caller's vmap and value_and_grad, whose rules run for
-    every bare bind (a batched dot_general's rule alone took a third of tracing an update). Through a
-    jit, one per (primitive, params), each transformed jaxpr is cached by shape: an operation repeated
-    on the value, each J and L, in layers of equal width, and in the next trace (a sweep's next job),
-    is transformed once. The program is unchanged (the jit is inlined): a repeat job's trace of a
-    4x8-accumulation update took 0.07 s instead of 0.10 s on a 2-core CPU.
-    """
-    key = tuple(sorted(params.items()))
-    try:
-        hash(key)
-    except TypeError:
-        key = None
-    if key is None or any(isinstance(v, (jex.Jaxpr, jex.ClosedJaxpr)) or callable(v) for _, v in key):
-        return lambda *args: prim.bind(*args, **params)
-    return _compiled_bind(prim, key)
-
-
-@functools.lru_cache(maxsize=4096)
-def _compiled_bind(prim, params: tuple) -> Callable[..., Any]:
-    def bound(*args):
-        return prim.bind(*args, **dict(params))
-    bound.__name__ = prim.name
-    return jax.jit(bound, inline=True)
+def _bind(prim, params) -> Callable[..., jax.Array]:
+    return lambda *args: prim.bind(*args, **params)
 
 
 def _linear(prim, params, inputs):
@@ -167,7 +178,7 @@ def _bilinear(prim, params, inputs):
 
 def _add(prim, params, inputs):
     """add / sub / add_any, without materialising zeros for a plain operand (the bias of every layer)."""
-    value = _bind(prim, params)(*[_value(a) for a in inputs])
+    value = prim.bind(*[_value(a) for a in inputs], **params)
     a, b = [_expand(t, value.shape) if isinstance(t, Taylor) else None for t in inputs]
     if b is None:
         return [a._replace(value=value)]
@@ -180,7 +191,7 @@ def _add(prim, params, inputs):
 def _div(prim, params, inputs):
     """q = a / b: from a = q b, J_q = (J_a - q J_b) / b and L_q = (L_a - q L_b - 2 sum_i J_qi J_bi) / b."""
     a, b = inputs
-    q = _bind(prim, params)(_value(a), _value(b))
+    q = prim.bind(_value(a), _value(b), **params)
     if not isinstance(b, Taylor):
         a = _expand(a, q.shape)
         return [Taylor(q, tuple(j / b for j in a.jac), a.lap / b)]
@@ -247,13 +258,13 @@ _DERIVATIVES: dict[Any, Callable[[jax.Array, jax.Array, dict], tuple[Any, Any]]]
 
 def _unary(prim, params, inputs):
     a, = inputs
-    value = _bind(prim, params)(a.value)
+    value = prim.bind(a.value, **params)
     return [_chain(a, value, *_DERIVATIVES[prim](a.value, value, params))]
 
 
 def _pow(prim, params, inputs):
     base, exponent = inputs
-    value = _bind(prim, params)(_value(base), _value(exponent))
+    value = prim.bind(_value(base), _value(exponent), **params)
     if isinstance(exponent, Taylor):
         if isinstance(base, Taylor):
             raise Unsupported("pow with both base and exponent depending on x")
@@ -264,7 +275,7 @@ def _pow(prim, params, inputs):
 
 def _select_max(prim, params, inputs):
     """max / min: the derivative of the chosen operand, split in half on ties (jax's balanced rule)."""
-    value = _bind(prim, params)(*[_value(a) for a in inputs])
+    value = prim.bind(*[_value(a) for a in inputs], **params)
     picked = [jnp.where(_value(a) == value, 1, 0).astype(value.dtype) for a in inputs]
     weights = [picked[0] / (1 + picked[1]), picked[1] / (1 + picked[0])]
     terms = [(_expand(a, value.shape), w) for a, w in zip(inputs, weights) if isinstance(a, Taylor)]
@@ -274,7 +285,7 @@ def _select_max(prim, params, inputs):
 
 def _constant(prim, params, inputs):
     """Zero derivative (sign, floor, round, stop_gradient): the result is plain."""
-    return [_bind(prim, params)(*[_value(a) for a in inputs])]
+    return [prim.bind(*[_value(a) for a in inputs], **params)]
 
 
 def _call(prim, params, inputs):
