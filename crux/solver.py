@@ -292,22 +292,22 @@ class Crux:
             feed = (data for _ in range(calls))
             first = data
         # A call of several updates checks each one's loss, and the parameters it leaves, and a failing window is
-        # replayed with every update checked (see make_call); a call of one update checks it fully.
-        replayable = steps_per_call > 1
+        # replayed with every update checked (see make_call); a call of one update checks it fully. Streamed
+        # batches are not kept for a replay (a window could hold thousands): offloaded calls check fully too.
+        replayable = steps_per_call > 1 and not options.offload_data
         compiled, compile_seconds, memory = self._compile(entries, options, stream, layouts, transforms, state,
                                                           first, check_updates=not replayable)
         peak_before = _peak_bytes(device) or 0
 
-        rows, window_data, step_seconds = [], [], []
+        rows, pending, step_seconds = [], 0, []
         first_epoch = self._epoch
         bar = tqdm(total=options.epochs, desc="solve", disable=None, leave=False)
         start = window_start = time.perf_counter()
         for call_index, data in enumerate(feed):
-            if replayable and not window_data:  # a window starts: keep its state, to replay the window if it fails
+            if replayable and not pending:  # a window starts: keep its state, to replay the window if it fails
                 snapshot = _fresh_copy(state)
             state = compiled(state, data)
-            window_data.append(data)
-            pending = len(window_data)
+            pending += 1
             if call_index == calls - 1 or pending == slots or time.perf_counter() - window_start > SYNC_SECONDS:
                 window = _read_window(state, call_index + 1 - pending, pending)
                 if replayable and not _finite(window, columns):  # find the update that failed, as documented
@@ -315,11 +315,11 @@ class Crux:
                                                         first, check_updates=True)
                     compile_seconds += seconds
                     state = snapshot
-                    for replayed in window_data:
-                        state = checked(state, replayed)
+                    for _ in range(pending):
+                        state = checked(state, data)  # the points on the device: the same data every call
                     window = _read_window(state, call_index + 1 - pending, pending)
                 rows += window
-                window_data = []
+                pending = 0
                 now = time.perf_counter()
                 updates = len(window) * steps_per_call
                 step_seconds.append((now - window_start) / updates)

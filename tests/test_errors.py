@@ -112,8 +112,9 @@ def nan_update_at(step: int) -> optax.GradientTransformation:
 
 @pytest.mark.parametrize("offload", [False, True], ids=["device", "offload"])
 def test_a_non_finite_update_inside_a_fused_call_is_found_by_the_replay(offload):
-    """Update 13 is NaN after a finite loss. The fast call applies it and only its end check sees it; the replay
-    (with the window's own host batches when they are streamed) stops at epoch 13 with the parameters of 12."""
+    """Update 13 is NaN after a finite loss. On the device the fast call applies it and only its end check sees it,
+    and the replay stops at epoch 13 with the parameters of 12; streamed batches are checked at every update
+    instead (no window of them is kept), with the same result."""
     problem = poisson()
     problem.models["u"].optimizer(nan_update_at(13))
     solver = problem.solver()
