@@ -1,17 +1,24 @@
 """crux-report end to end: a real (small) accumulation sweep through crux-sweep and MLflow, read back and judged.
 
 One sweep of three 20-epoch jobs feeds every test here; the store is a SQLite
-file in a temporary folder, so nothing touches the project's mlflow.db.
+file in a temporary folder, so nothing touches the project's mlflow.db. One more
+sweep goes through an MLflow tracking server, as a team sharing one would run it.
 """
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
+from typing import Iterator
 
 import pytest
+from mlflow.tracking import MlflowClient
 
 from crux.report import HOLDS, load_sweep, main
 
@@ -19,17 +26,51 @@ SWEEP_OVERRIDES = ["solver.epochs=20", "model.width=8", "problem.n_interior=64",
                    "repeat=0"]
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory) -> str:
-    """A tracking URI holding one finished accumulation sweep."""
-    folder = tmp_path_factory.mktemp("sweep")
-    uri = f"sqlite:///{folder / 'mlflow.db'}"
+def run_sweep(folder: Path, uri: str) -> None:
+    """``crux-sweep accumulation`` with ``SWEEP_OVERRIDES``, logging to ``uri``, Hydra's folders in ``folder``."""
     command = [sys.executable, "-m", "crux.sweep", "accumulation", *SWEEP_OVERRIDES,
                f"hydra.sweep.dir={folder / 'multirun'}"]
     done = subprocess.run(command, cwd=folder, env={**os.environ, "MLFLOW_TRACKING_URI": uri},
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> str:
+    """A tracking URI holding one finished accumulation sweep."""
+    folder = tmp_path_factory.mktemp("sweep")
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    run_sweep(folder, uri)
     return uri
+
+
+@pytest.fixture
+def tracking_server(tmp_path, empty_store) -> Iterator[str]:
+    """The URI of an ``mlflow server`` on a free local port, on a copy of the empty SQLite store, serving
+    artifacts from ``tmp_path``; stopped afterwards."""
+    shutil.copy(empty_store, tmp_path / "server.db")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+               "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+               "--artifacts-destination", str(tmp_path / "artifacts")]
+    with open(tmp_path / "server.log", "w") as log:
+        server = subprocess.Popen(command, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                urllib.request.urlopen(f"{uri}/health", timeout=1)
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, (tmp_path / "server.log").read_text()
+                time.sleep(0.5)
+        yield uri
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 def report(out: Path, uri: str, monkeypatch, *extra: str) -> tuple[str, list[dict]]:
@@ -83,3 +124,24 @@ def test_report_never_creates_a_tracking_store(tmp_path, monkeypatch, capsys):
     assert main(["accumulation", "--out", str(tmp_path / "r")]) == 2
     assert "no tracking store at" in capsys.readouterr().err
     assert not missing.exists()
+
+
+def test_a_sweep_logged_to_a_tracking_server_is_complete_and_judged_like_one_in_sqlite(
+        tracking_server, tmp_path, monkeypatch):
+    """Through the REST API every history takes log_batch (not the direct SQL path) and artifacts are
+    uploaded to the server: all of it must reach the store and the report's verdicts."""
+    run_sweep(tmp_path, tracking_server)
+    client = MlflowClient(tracking_server)
+    experiment = client.get_experiment_by_name("accumulation")
+    children = client.search_runs([experiment.experiment_id], "tags.`crux.role` = 'child'")
+    assert sorted(run.data.tags["crux.variant"] for run in children) == ["b32", "b8", "b8_acc4"]
+    for run in children:
+        assert run.info.status == "FINISHED"
+        assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "loss/total")) == list(range(20))
+        assert {a.path for a in client.list_artifacts(run.info.run_id)} == {
+            "history.png", "stats.npz", "params.npz", "config.yaml", "environment.json"}
+    _, verdicts = report(tmp_path / "r", tracking_server, monkeypatch)
+    by_id = {v["id"]: v for v in verdicts}
+    assert by_id["accumulation.effective_batch[b8_acc4]"]["verdict"] == HOLDS
+    assert by_id["accumulation.memory[b8_acc4]"]["verdict"] == HOLDS
+    assert set(by_id["accumulation.effective_batch[b8_acc4]"]["runs"]) == {run.info.run_id for run in children}
