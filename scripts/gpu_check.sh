@@ -12,6 +12,7 @@
 #   environment.txt device, driver, versions
 #   bench.md bench.json scaling.png   scripts/bench.py's tables (written after each problem)
 #   anatomy.md      scripts/step_anatomy.py: kernels in a fused update's loop body, steps/s of crux variants
+#                   (again with the loop kept in the CUDA graph: in the log and reports.tgz)
 #   mlflow.db.gz    the MLflow store (MLFLOW_TRACKING_URI=sqlite:///$OUT/mlflow.db; gzipped: files over 16 MB
 #                   do not come back, and the sweeps' histories make it about 20 MB)
 #   reports.tgz     crux-report folders of both sweeps, the MLflow artifacts and Hydra's multirun logs
@@ -89,9 +90,15 @@ EOF
 cat "$OUT/environment.txt"
 
 # -- benchmark, sweeps, reports --------------------------------------------------------------------------------
+# A fused loop runs from the host, one CUDA graph launch per update (stop 8's trace: crux's launches left the
+# GPU idle between updates). The anatomy runs again with XLA keeping the loop in the graph (CUDA conditional
+# nodes), then unrolled into it; their tables are in the log and reports.tgz. A GPU flag is a no-op on a CPU.
+graph_loop="${XLA_FLAGS:+$XLA_FLAGS }--xla_gpu_enable_command_buffer=+WHILE"
 if (( dry )); then
     step bench 60 30 python3 scripts/bench.py --quick --problems small,accumulation --repeats 3 --mlflow --out "$OUT"
     step anatomy 30 20 python3 scripts/step_anatomy.py --quick --out "$OUT"
+    step "anatomy, loop in the graph" 30 20 env XLA_FLAGS="$graph_loop" python3 scripts/step_anatomy.py --quick \
+        --out "$work/anatomy_graph_loop"
     step "sweep inner_steps" 50 20 python3 -m crux.sweep inner_steps solver.epochs=20 solver.inner_steps=1,20 \
         repeat=0 "hydra.sweep.dir=$work/multirun/inner_steps"
     step "sweep accumulation" 60 20 python3 -m crux.sweep accumulation solver.epochs=10 repeat=0 \
@@ -101,6 +108,11 @@ else
     step bench 55 60 python3 scripts/bench.py --problems standard,small,accumulation,scaling,laplacian \
         --repeats 3 --mlflow --out "$OUT"
     step anatomy 20 30 python3 scripts/step_anatomy.py --out "$OUT"
+    step "anatomy, loop in the graph" 15 30 env XLA_FLAGS="$graph_loop" python3 scripts/step_anatomy.py \
+        --out "$work/anatomy_graph_loop"
+    step "anatomy, loop unrolled in the graph" 15 30 \
+        env XLA_FLAGS="$graph_loop --xla_gpu_command_buffer_unroll_loops=true" python3 scripts/step_anatomy.py \
+        --out "$work/anatomy_graph_unrolled"
     step "sweep inner_steps" 50 30 python3 -m crux.sweep inner_steps "hydra.sweep.dir=$work/multirun/inner_steps"
     step "sweep accumulation" 75 30 python3 -m crux.sweep accumulation "hydra.sweep.dir=$work/multirun/accumulation"
 fi

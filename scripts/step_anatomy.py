@@ -25,7 +25,8 @@ timed in interleaved rounds:
   structure of the hand-written loop; also ``, no guard``;
 - ``hand scan``: scripts/bench.py's hand-written scan with the hand-derived Taylor u''.
 
-The two crux diagnostics patch crux internals here only; they are not options.
+The crux diagnostics patch crux internals here only; they are not options. The header records
+``XLA_FLAGS``: scripts/gpu_check.sh runs this again with XLA keeping the loop itself in the CUDA graph.
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ import argparse
 import collections
 import contextlib
 import functools
+import os
 import re
 import sys
 from pathlib import Path
@@ -195,7 +197,8 @@ def main() -> None:
     args = parser.parse_args()
     k = bench.SCAN_STEPS
     device = jax.devices()[0]
-    text = [f"# Anatomy of a fused update\n\njax {jax.__version__} on {device.platform} ({device.device_kind})\n"]
+    text = [f"# Anatomy of a fused update\n\njax {jax.__version__} on {device.platform} ({device.device_kind}), "
+            f"XLA_FLAGS: {os.environ.get('XLA_FLAGS') or '(none)'}\n"]
     for name, n, hidden, full in (("small", 64, (32, 32, 32), 2000), ("standard", 1024, (64, 64, 64), 500)):
         text.append(anatomy(name, n, hidden, 200 if args.quick else full, args.repeats, k, print))
         print(text[-1])
