@@ -25,7 +25,8 @@ moves less on a shared machine). crux's rounds are ``solve()`` calls, so they in
 shown on its own as ``fixed ms/solve``: the round's wall time outside the compiled calls (setting up
 the state, reading back the history).
 
-Hand-written baselines: a list of (W, b) layers, the same loss, ``optax.adam(1e-3)``; a jitted step
+Hand-written baselines: a list of (W, b) layers from crux's initial parameters, the same loss,
+``optax.adam(1e-3)`` (tests/test_bench.py checks they make crux's updates); a jitted step
 in a Python loop (``loop``) and ``lax.scan`` over 100 steps in one jitted call (``scan``); u'' (or the
 Laplacian, summed over the axes unrolled in Python) by each of: forward-over-forward ``jvp``
 (``fwd-fwd``, crux's fallback), reverse-over-reverse ``grad`` (``rev-rev``), ``jacfwd(jacrev)``
@@ -64,16 +65,17 @@ QUICK_PROBLEMS = ("standard", "small", "accumulation")  # the rest compile too m
 FORMS = ("fwd-fwd", "rev-rev", "fwd-rev", "jet", "hand-taylor")
 SAME_AS_CRUX = "hand-taylor"  # crux.laplacian's formulation: Taylor mode (crux/taylor.py), written by hand
 SCAN_STEPS = 100
+WARMUP_CALLS = 2  # a hand-written variant's first calls allocate: run when built, not timed
 
 
 # ---------------------------------------------------------------------------------------------------
 # Hand-written baselines
 # ---------------------------------------------------------------------------------------------------
-def init_mlp(key: jax.Array, widths: tuple[int, ...]) -> list[tuple[jax.Array, jax.Array]]:
-    """Glorot-normal weights, zero biases (crux.mlp's initialisation, unstacked)."""
-    keys = jax.random.split(key, len(widths) - 1)
-    return [(jax.random.normal(k, (a, b), jnp.float32) * np.sqrt(2.0 / (a + b)), jnp.zeros((b,), jnp.float32))
-            for k, a, b in zip(keys, widths[:-1], widths[1:])]
+def initial_layers(widths: tuple[int, ...], seed: int = 0) -> list[tuple[jax.Array, jax.Array]]:
+    """crux.mlp's initial parameters (``seed``) as one ``(W, b)`` per layer, its stacks of equal layers split:
+    a hand-written loop starts where crux starts, so their losses compare update by update."""
+    model = crux.mlp(widths[0], widths[-1], widths[1:-1], seed=seed)
+    return [(stack["w"][k], stack["b"][k]) for stack in model.params for k in range(stack["w"].shape[0])]
 
 
 def network(params, x: jax.Array) -> jax.Array:
@@ -240,7 +242,7 @@ class HandVariant(Variant):
         self.seed = seed
 
     def build(self) -> float:
-        params = init_mlp(jax.random.key(self.seed), self.widths)
+        params = initial_layers(self.widths, self.seed)
         tx = optax.adam(1e-3)
         loss_and_grad = sampled(residual_loss(self.form), len(self.points), self.batch, self.micro)
         k = self.steps_per_call
@@ -266,7 +268,7 @@ class HandVariant(Variant):
         if k == 1 and cost and "flops" in cost:  # a scan body is counted once, so only the loop's is per step
             self.flops = float(cost["flops"])
         self.data_arrays = data
-        self.run(2 * k)  # first calls allocate; not steady state
+        self.run(WARMUP_CALLS * k)
         return self.compile_seconds
 
     def run(self, steps: int) -> tuple[float, float]:

@@ -69,9 +69,8 @@ def loop_body_ops(hlo: str) -> collections.Counter:
 
 def layer_arrays_mlp(in_dim: int, out_dim: int, hidden, activation: str = "tanh", seed: int = 0) -> crux.Model:
     """crux.mlp's network and initialisation with one (w, b) per layer instead of stacks of equal layers."""
-    stacked = crux.model.mlp(in_dim, out_dim, hidden, activation, seed=seed)
     sigma = crux.model.ACTIVATIONS[activation]
-    layers = [{"w": s["w"][k], "b": s["b"][k]} for s in stacked.params for k in range(s["w"].shape[0])]
+    layers = [{"w": w, "b": b} for w, b in bench.initial_layers((in_dim, *hidden, out_dim), seed)]
 
     def apply(params, x):
         h = x

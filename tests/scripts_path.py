@@ -1,6 +1,7 @@
 """Import the project's scripts/ as modules in tests."""
 import importlib.util
 import pathlib
+import sys
 
 _SCRIPTS = pathlib.Path(__file__).resolve().parents[1] / "scripts"
 
@@ -8,8 +9,10 @@ _SCRIPTS = pathlib.Path(__file__).resolve().parents[1] / "scripts"
 def _load(name: str):
     spec = importlib.util.spec_from_file_location(name, _SCRIPTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # what dataclasses look a class's module up in
     spec.loader.exec_module(module)
     return module
 
 
 accuracy = _load("accuracy")
+bench = _load("bench")
