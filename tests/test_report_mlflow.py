@@ -70,7 +70,10 @@ def tracking_server(tmp_path, empty_store) -> Iterator[str]:
         yield uri
     finally:
         server.terminate()
-        server.wait(timeout=30)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
 
 
 def report(out: Path, uri: str, monkeypatch, *extra: str) -> tuple[str, list[dict]]:
