@@ -16,6 +16,7 @@ timed in interleaved rounds:
 - ``crux, every update applied``: no keep-or-drop select at all, as in the hand scan (the replay alone
   would then find a failing update): what the fused calls' select on the loss costs. On the 2-core CPU
   this variant was 10-15% slower than crux on the standard problem (stop 11), with five fewer instructions;
+  pinned to one core the two were level, so that gap is how XLA's CPU runtime spreads the work over threads;
 - ``crux, scan unrolled 4x``: the fused loop with ``lax.scan(..., unroll=4)``: on a GPU the loop runs from
   the host, one graph launch per trip, so this shows what the launches between updates cost;
 - ``crux, tree layout``: parameters as the model's tree of arrays (equal hidden layers stacked), not one
