@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 from crux.batching import HostBatches, PointStream
 from crux.constraint import Constraint
 from crux.engine import Columns, Entry, empty_records, make_call, reached_models
+from crux.executables import compile_once
 from crux.layout import Layout
 from crux.model import Model
 from crux.stats import Statistics
@@ -257,7 +258,7 @@ class Crux:
         call = make_call(self.constraints, self.models, layouts, transforms, entries, stream,
                          options.inner_steps, options.checkpoint_gradients, options.offload_data, check_updates)
         start = time.perf_counter()
-        compiled = jax.jit(call, donate_argnums=0).lower(state, data).compile()
+        compiled = compile_once(call, state, data, donate_argnums=0)
         seconds = time.perf_counter() - start
         analysis = compiled.memory_analysis()
         memory = {}

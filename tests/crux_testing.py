@@ -35,17 +35,25 @@ def relative(a: np.ndarray, b: np.ndarray, scale: float) -> float:
     return float(np.linalg.norm(a - b) / scale)
 
 
-class CompileCounter:
-    """Counts XLA backend compilations while active: ``with CompileCounter() as compiles: ...; compiles.count``."""
+class CompileStages:
+    """Counts JAX's compile stages while active: tracing to a jaxpr, lowering to StableHLO, XLA compiling.
+
+        with CompileStages() as stages: ...
+        stages.traced, stages.lowered, stages.compiled
+    """
+
+    EVENTS = {"/jax/core/compile/jaxpr_trace_duration": "traced",
+              "/jax/core/compile/jaxpr_to_mlir_module_duration": "lowered",
+              "/jax/core/compile/backend_compile_duration": "compiled"}
 
     def __init__(self):
-        self.count = 0
+        self.traced = self.lowered = self.compiled = 0
 
     def _listen(self, event: str, seconds: float, **_) -> None:
-        if "backend_compile" in event:
-            self.count += 1
+        if event in self.EVENTS:
+            setattr(self, self.EVENTS[event], getattr(self, self.EVENTS[event]) + 1)
 
-    def __enter__(self) -> "CompileCounter":
+    def __enter__(self) -> "CompileStages":
         jax.monitoring.register_event_duration_secs_listener(self._listen)
         return self
 

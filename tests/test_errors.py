@@ -7,7 +7,7 @@ import pytest
 
 import crux
 from crux.engine import make_call
-from crux_testing import CompileCounter, flat, poisson
+from crux_testing import CompileStages, flat, poisson
 
 
 @pytest.mark.parametrize("options, error, message", [
@@ -24,9 +24,9 @@ from crux_testing import CompileCounter, flat, poisson
 def test_bad_options_are_refused_before_any_compute(options, error, message):
     problem = poisson()
     before = flat(problem.solver().params)
-    with CompileCounter() as compiles, pytest.raises(error, match=message):
+    with CompileStages() as stages, pytest.raises(error, match=message):
         problem.solver().solve(**options)
-    assert compiles.count == 0 and problem.solver().history is None
+    assert stages.traced == stages.compiled == 0 and problem.solver().history is None
     np.testing.assert_array_equal(flat(problem.solver().params), before)
 
 

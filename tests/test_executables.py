@@ -1,0 +1,92 @@
+"""Executables shared across solvers: reused when a new solver traces to the same program, never otherwise."""
+from collections import OrderedDict
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import crux
+from crux import executables
+
+from crux_testing import CompileStages, flat
+
+BOUNDARY = np.array([[0.0], [1.0]], np.float32)
+INTERIOR = np.linspace(0.0, 1.0, 66, dtype=np.float32)[1:-1, None]
+
+
+def fit(shift=0.0, weight: float = 1.0, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A fresh solver for -u'' = 1 with u(0) = u(1) = shift (a constant its residual captures); 20 fused
+    mini-batch updates. Returns (final parameters, loss history)."""
+    net = crux.mlp(1, 1, (8, 8), seed=seed)
+    net.optimizer(optax.sgd).scale(crux.lrs(1e-2))
+    constraints = [crux.Constraint("pde", lambda net, x: -crux.laplacian(net.u)(x) - 1.0, INTERIOR),
+                   crux.Constraint("bc", lambda net, x: net.u(x) - shift, BOUNDARY, weight=weight)]
+    solver = crux.Crux(constraints, {"u": net}, seed=seed)
+    stats = solver.solve(20, batchsize=16, inner_steps=5)
+    return flat(solver.params), stats.total_loss
+
+
+def fit_compiled_afresh(monkeypatch, **problem) -> tuple[np.ndarray, np.ndarray]:
+    """``fit`` with no executable of an earlier solver to reuse."""
+    monkeypatch.setattr(executables, "_executables", OrderedDict())
+    return fit(**problem)
+
+
+def test_a_new_solver_of_the_same_program_lowers_nothing_and_computes_what_a_fresh_compile_does(monkeypatch):
+    fit_compiled_afresh(monkeypatch, seed=0)
+    with CompileStages() as stages:
+        params, losses = fit(seed=1)  # other initial parameters and point stream: arguments, not the program
+    assert stages.lowered == 0
+    fresh_params, fresh_losses = fit_compiled_afresh(monkeypatch, seed=1)
+    np.testing.assert_array_equal(params, fresh_params)
+    np.testing.assert_array_equal(losses, fresh_losses)
+
+
+@pytest.mark.parametrize("first, second", [
+    ({"shift": 0.0}, {"shift": 0.5}),  # a literal in the program
+    ({"shift": np.array([0.0], np.float32)}, {"shift": np.array([0.5], np.float32)}),  # a captured array
+    ({"weight": 1.0}, {"weight": 4.0}),  # the constraint's weight
+], ids=["literal", "captured-array", "weight"])
+def test_a_solver_whose_program_differs_in_a_constant_gets_its_own_executable(monkeypatch, first, second):
+    fit_compiled_afresh(monkeypatch, **first)
+    with CompileStages() as stages:
+        params, losses = fit(**second)
+    assert stages.lowered == 1
+    fresh_params, fresh_losses = fit_compiled_afresh(monkeypatch, **second)
+    np.testing.assert_array_equal(params, fresh_params)
+    np.testing.assert_array_equal(losses, fresh_losses)
+
+
+def _callback_times_two(x):
+    return np.asarray(x) * 2
+
+
+def _key(fun) -> tuple:
+    return executables.program_key(jax.jit(fun).trace(jnp.ones(3, jnp.float32)).jaxpr)
+
+
+def _callback(fun):
+    return lambda x: jax.pure_callback(fun, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+
+
+def _copy_of(fun):
+    """A distinct function object with the same code, name and module."""
+    return type(fun)(fun.__code__, fun.__globals__, fun.__name__)
+
+
+def test_the_same_computation_traced_from_other_function_objects_has_the_same_key():
+    scale = np.array([1.0, 2.0, 3.0], np.float32)
+    assert _key(lambda x: jnp.tanh(x * scale) + 0.5) == _key(lambda y: jnp.tanh(y * scale.copy()) + 0.5)
+
+
+@pytest.mark.parametrize("one, other", [
+    (lambda x: x * 0.0, lambda x: x * -0.0),
+    (lambda x: x + np.array([1.0, 2.0, 3.0], np.float32), lambda x: x + np.array([1.0, 2.0, 3.5], np.float32)),
+    (lambda x: jnp.sin(x), lambda x: jnp.cos(x)),
+    (lambda x: x.astype(jnp.bfloat16).astype(jnp.float32), lambda x: x.astype(jnp.float16).astype(jnp.float32)),
+    (_callback(_callback_times_two), _callback(_copy_of(_callback_times_two))),
+], ids=["signed-zero-literal", "captured-array", "primitive", "dtype", "callback"])
+def test_computations_that_differ_have_different_keys(one, other):
+    assert _key(one) != _key(other)
