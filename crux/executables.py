@@ -14,6 +14,8 @@ cannot be hashed compares by identity: it can make the key miss, never match ano
 """
 from __future__ import annotations
 
+import hashlib
+import threading
 from collections import OrderedDict
 from typing import Any, Callable
 
@@ -24,6 +26,7 @@ import numpy as np
 CAPACITY = 32  # executables kept; the least recently used goes first
 
 _executables: OrderedDict[tuple, Any] = OrderedDict()
+_lock = threading.Lock()
 
 
 def compile_once(fun: Callable, *args: Any, donate_argnums: int | tuple[int, ...] = ()) -> Any:
@@ -33,12 +36,16 @@ def compile_once(fun: Callable, *args: Any, donate_argnums: int | tuple[int, ...
     placement = tuple(getattr(leaf, "sharding", None) for leaf in jax.tree.leaves(args))  # committed devices
     key = (program_key(traced.jaxpr), traced.in_tree, traced.out_tree, placement, donate_argnums,
            jax.default_backend(), tuple(sorted((name, repr(value)) for name, value in jax.config.values.items())))
-    compiled = _executables.get(key)
+    with _lock:  # solvers in threads: a hit must not race an eviction
+        compiled = _executables.get(key)
+        if compiled is not None:
+            _executables.move_to_end(key)
     if compiled is None:
-        compiled = _executables[key] = traced.lower().compile()
-        if len(_executables) > CAPACITY:
-            _executables.popitem(last=False)
-    _executables.move_to_end(key)
+        compiled = traced.lower().compile()
+        with _lock:
+            _executables[key] = compiled
+            while len(_executables) > CAPACITY:
+                _executables.popitem(last=False)
     return compiled
 
 
@@ -116,11 +123,13 @@ def _param(value: Any, program: _Program) -> Any:
 
 
 def _value(array: Any) -> Any:
-    """An array's exact contents; what has none (a typed PRNG key) compares by identity."""
+    """An array's exact contents, as a 256-bit digest so that a large captured array is not held twice; what
+    has no contents (a typed PRNG key) compares by identity."""
     try:
         host = np.asarray(array)
     except TypeError:
         return _Identity(array)
     if host.dtype == object:
         return _Identity(array)
-    return ("value", host.dtype.str, host.shape, host.tobytes())
+    return ("value", host.dtype.str, host.shape,
+            hashlib.blake2b(np.ascontiguousarray(host).data, digest_size=32).digest())
