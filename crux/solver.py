@@ -248,6 +248,8 @@ class Crux:
 
     def _compile(self, entries, options, stream, layouts, transforms, state, data,
                  check_updates: bool) -> tuple[Any, float, dict]:
+        """(executable, seconds spent getting it, its memory). Kept per option key, so a later solve() traces
+        nothing; a new key is traced, and a program that another solver of the process compiled is reused."""
         versions = tuple((n, self.models[n].optimizer_version) for e in entries for n in e.models)
         flat = tuple((name, layout.flat) for name, layout in layouts.items())
         key = (entries, options.inner_steps, options.checkpoint_gradients, options.offload_data, stream, versions,
