@@ -22,10 +22,11 @@ compile, about a sixth of a mini-batch job's time from the persistent cache.)
 """
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 import jax
 import jax.numpy as jnp
@@ -80,6 +81,13 @@ class PointStream:
                      for c, (p, i) in enumerate(zip(points, indices)))
 
 
+@functools.lru_cache(maxsize=64)
+def _host_draw(stream: PointStream) -> Callable[[jax.Array, jax.Array], tuple[jax.Array, ...]]:
+    """``stream.indices`` for a block of updates, one jit per stream: every offloaded solve() makes its own
+    HostBatches, and a jit of its own would trace, lower and compile the draw again each time."""
+    return jax.jit(jax.vmap(stream.indices, in_axes=(None, 0)))
+
+
 class HostBatches:
     """Batches gathered on the host and sent to the device, one dispatch ahead, for ``offload_data``.
 
@@ -95,7 +103,7 @@ class HostBatches:
         cpu = jax.devices("cpu")[0]
         self._key = jax.device_put(key, cpu)
         self._cpu = cpu
-        self._draw = jax.jit(jax.vmap(stream.indices, in_axes=(None, 0)))
+        self._draw = _host_draw(stream)
         self._block = max(block // steps_per_call, 1) * steps_per_call
 
     def _indices(self, start: int, count: int) -> tuple[np.ndarray, ...]:

@@ -10,7 +10,8 @@ import pytest
 import crux
 from crux import executables
 
-from crux_testing import CompileStages, flat
+from crux.optim import soap
+from crux_testing import CompileStages, flat, poisson
 
 BOUNDARY = np.array([[0.0], [1.0]], np.float32)
 INTERIOR = np.linspace(0.0, 1.0, 66, dtype=np.float32)[1:-1, None]
@@ -57,6 +58,34 @@ def test_a_solver_whose_program_differs_in_a_constant_gets_its_own_executable(mo
     fresh_params, fresh_losses = fit_compiled_afresh(monkeypatch, **second)
     np.testing.assert_array_equal(params, fresh_params)
     np.testing.assert_array_equal(losses, fresh_losses)
+
+
+
+def mixed() -> crux.problems.Problem:
+    problem = crux.problems.mixed_poisson1d(n_interior=32, hidden=(8,))
+    for model in problem.models.values():
+        model.optimizer(optax.adamw).scale(crux.lrs(1e-3))
+    return problem
+
+
+@pytest.mark.parametrize("build, options", [
+    (lambda seed: poisson(optax.adam, n=64, hidden=(8,), seed=seed), {}),
+    (lambda seed: poisson(optax.adam, n=64, hidden=(8,), seed=seed), {"batchsize": 8, "accumulation_steps": 2}),
+    (lambda seed: poisson(optax.adam, n=64, hidden=(8,), seed=seed), {"batchsize": 8, "offload_data": True}),
+    (lambda seed: poisson(optax.adam, n=64, hidden=(8,), seed=seed), {"checkpoint_gradients": True}),
+    (lambda seed: poisson(optax.adam, n=64, hidden=(8,), seed=seed), {"inner_steps": 2}),
+    (lambda seed: poisson(optax.lbfgs, lr=1.0, n=64, hidden=(8,), seed=seed), {}),
+    (lambda seed: poisson(soap(1), n=64, hidden=(8,), seed=seed), {}),
+    (lambda seed: mixed(), {"substeps": [([0, 1], 1), ([2], 1)]}),
+], ids=["full-batch", "accumulation", "offload", "checkpoint", "fused", "lbfgs", "soap", "substeps"])
+def test_a_sweeps_next_job_finds_its_program_whatever_the_options(monkeypatch, build, options):
+    """A job of a sweep builds its problem, models and optimizers anew: nothing they create per job (a closure,
+    an optax transform) may end up in the program, or every repeat job would lower and load it again."""
+    monkeypatch.setattr(executables, "_executables", OrderedDict())
+    build(0).solver().solve(4, **options)
+    with CompileStages() as stages:
+        build(1).solver().solve(4, **options)
+    assert stages.lowered == 0
 
 
 def _callback_times_two(x):

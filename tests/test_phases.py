@@ -4,6 +4,7 @@ from collections import OrderedDict
 import jax
 import numpy as np
 import optax
+import pytest
 
 import crux
 from crux import executables
@@ -32,13 +33,15 @@ def test_split_solve_equals_one_solve():
     assert relative(flat(solver.params), whole, np.linalg.norm(whole - initial)) < ROUND_OFF
 
 
-def test_second_identical_solve_compiles_nothing(monkeypatch):
+@pytest.mark.parametrize("options", [{"batchsize": 16}, {"batchsize": 16, "offload_data": True}],
+                         ids=["device", "offload"])
+def test_second_identical_solve_compiles_nothing(monkeypatch, options):
     monkeypatch.setattr(executables, "_executables", OrderedDict())  # no other test's program to reuse
     solver = poisson(optax.adam).solver()
     with CompileStages() as first:
-        solver.solve(5, batchsize=16)
+        solver.solve(5, **options)
     with CompileStages() as second:
-        solver.solve(5, batchsize=16)
+        solver.solve(5, **options)
     assert first.compiled > 0
     assert second.traced == second.lowered == second.compiled == 0  # the solver kept its executable
 
