@@ -75,6 +75,13 @@ def _fresh_copy(tree: Any) -> Any:
     return jax.tree.map(jnp.copy, tree)
 
 
+def _strongly_typed(tree: Any) -> Any:
+    """Weak-typed leaves (optax's L-BFGS starts its line-search info from Python scalars) as the arrays a
+    compiled call returns, so a state has the same types before and after a call and a later solve() traces
+    nothing."""
+    return jax.tree.map(lambda x: jnp.asarray(x, x.dtype) if getattr(x, "weak_type", False) else x, tree)
+
+
 def _read_window(state: dict, first_call: int, count: int) -> list[np.ndarray]:
     """The records of ``count`` calls from call ``first_call`` on, from the ring buffer (waits for the last call;
     a copy, as the next call donates the buffer)."""
@@ -233,7 +240,7 @@ class Crux:
                 key = (self._entry_key(options, index), name)
                 version, state = self._opt_states.get(key, (None, None))
                 if version != self.models[name].optimizer_version:
-                    state = (np.int32(0), transforms[name].init(params[name]))
+                    state = (np.int32(0), _strongly_typed(transforms[name].init(params[name])))
                 states[name] = state
             opt.append(states)
         state = {"params": params, "opt": tuple(opt), "step": np.int32(self._step), "failed": np.bool_(False),

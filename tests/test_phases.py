@@ -33,11 +33,14 @@ def test_split_solve_equals_one_solve():
     assert relative(flat(solver.params), whole, np.linalg.norm(whole - initial)) < ROUND_OFF
 
 
-@pytest.mark.parametrize("options", [{"batchsize": 16}, {"batchsize": 16, "offload_data": True}],
-                         ids=["device", "offload"])
-def test_second_identical_solve_compiles_nothing(monkeypatch, options):
+@pytest.mark.parametrize("optimizer, options", [
+    (optax.adam, {"batchsize": 16}),
+    (optax.adam, {"batchsize": 16, "offload_data": True}),
+    (optax.lbfgs, {}),  # its initial state holds weak-typed scalars; the state a call returns does not
+], ids=["device", "offload", "lbfgs"])
+def test_second_identical_solve_compiles_nothing(monkeypatch, optimizer, options):
     monkeypatch.setattr(executables, "_executables", OrderedDict())  # no other test's program to reuse
-    solver = poisson(optax.adam).solver()
+    solver = poisson(optimizer).solver()
     with CompileStages() as first:
         solver.solve(5, **options)
     with CompileStages() as second:
