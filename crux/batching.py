@@ -115,7 +115,7 @@ class HostBatches:
         try:
             for start in range(0, total, self._block):
                 count = min(self._block, total - start)
-                block = self._indices(self.first_step + start, count)
+                block = self._indices(self.first_step + start, self._block)  # one shape: compiled once
                 for offset in range(0, count, k):
                     batch = tuple(p[i[offset:offset + k]] for p, i in zip(self.points, block))
                     if not self._put(out, jax.device_put(batch, self.device), stop):

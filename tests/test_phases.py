@@ -44,7 +44,7 @@ def test_second_identical_solve_compiles_nothing(monkeypatch, optimizer, options
     with CompileStages() as first:
         solver.solve(5, **options)
     with CompileStages() as second:
-        solver.solve(5, **options)
+        solver.solve(7, **options)  # more epochs: more calls of the same program
     assert first.compiled > 0
     assert second.traced == second.lowered == second.compiled == 0  # the solver kept its executable
 
