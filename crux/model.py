@@ -50,7 +50,6 @@ class Model:
         self._schedule: Schedule | None = None
         self.optimizer_version = 0
         self._transform: tuple[int, optax.GradientTransformationExtraArgs] | None = None
-        self._batched = jax.jit(jax.vmap(apply, in_axes=(None, 0)))
 
     # -- optimizer -------------------------------------------------------------
     def optimizer(self, optimizer: Callable[..., optax.GradientTransformation] | optax.GradientTransformation) -> "Model":
@@ -135,7 +134,7 @@ class Model:
         xs = jnp.asarray(xs, jnp.float32)
         if xs.ndim == 1:
             xs = xs[:, None] if self.in_dim == 1 else xs[None, :]
-        return self._batched(self.params, xs)
+        return _batched(self.apply)(self.params, xs)
 
 
 def _glorot(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
@@ -181,6 +180,13 @@ def mlp(in_dim: int, out_dim: int, hidden: Sequence[int] = (64, 64, 64), activat
 
     return Model(init, _mlp_apply(activation, False), in_dim=in_dim, out_dim=out_dim, seed=seed,
                  checkpointed_apply=_mlp_apply(activation, True))
+
+
+@functools.lru_cache(maxsize=64)
+def _batched(apply: Apply) -> Callable[[Params, jax.Array], jax.Array]:
+    """``apply`` over a batch of points, one jit per apply: models of the same apply (every ``crux.mlp`` of an
+    activation) share it, so a sweep's next job evaluates its new model without compiling again."""
+    return jax.jit(jax.vmap(apply, in_axes=(None, 0)))
 
 
 @functools.lru_cache(maxsize=None)
