@@ -23,6 +23,15 @@ def poisson(optimizer=optax.sgd, lr: float | crux.Schedule = 1e-3, n: int = 256,
     return problem
 
 
+def mixed(optimizer=optax.adamw, lr: float = 1e-3, n: int = 64, hidden=(8, 8)) -> crux.problems.Problem:
+    """The two-network problem, small: constraint 0 reaches only q, 1 reaches u and q, 2 reaches only u.
+    Every model trains with ``optimizer`` at ``lr``."""
+    problem = crux.problems.mixed_poisson1d(n_interior=n, hidden=hidden)
+    for model in problem.models.values():
+        model.optimizer(optimizer).scale(crux.lrs(lr))
+    return problem
+
+
 def train(problem: crux.problems.Problem, epochs: int, **options) -> tuple[np.ndarray, np.ndarray, crux.Statistics]:
     """Solve and return (initial parameters, final parameters, statistics)."""
     solver = problem.solver()

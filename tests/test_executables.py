@@ -11,7 +11,7 @@ import crux
 from crux import executables
 
 from crux.optim import soap
-from crux_testing import CompileStages, flat, poisson
+from crux_testing import CompileStages, flat, mixed, poisson
 
 BOUNDARY = np.array([[0.0], [1.0]], np.float32)
 INTERIOR = np.linspace(0.0, 1.0, 66, dtype=np.float32)[1:-1, None]
@@ -61,13 +61,6 @@ def test_a_solver_whose_program_differs_in_a_constant_gets_its_own_executable(mo
 
 
 
-def mixed() -> crux.problems.Problem:
-    problem = crux.problems.mixed_poisson1d(n_interior=32, hidden=(8,))
-    for model in problem.models.values():
-        model.optimizer(optax.adamw).scale(crux.lrs(1e-3))
-    return problem
-
-
 @pytest.mark.parametrize("build, options", [
     (lambda seed: poisson(optax.adam, n=64, hidden=(8,), seed=seed), {}),
     (lambda seed: poisson(optax.adam, n=64, hidden=(8,), seed=seed), {"batchsize": 8, "accumulation_steps": 2}),
@@ -76,7 +69,7 @@ def mixed() -> crux.problems.Problem:
     (lambda seed: poisson(optax.adam, n=64, hidden=(8,), seed=seed), {"inner_steps": 2}),
     (lambda seed: poisson(optax.lbfgs, lr=1.0, n=64, hidden=(8,), seed=seed), {}),
     (lambda seed: poisson(soap(1), n=64, hidden=(8,), seed=seed), {}),
-    (lambda seed: mixed(), {"substeps": [([0, 1], 1), ([2], 1)]}),
+    (lambda seed: mixed(n=32, hidden=(8,)), {"substeps": [([0, 1], 1), ([2], 1)]}),
 ], ids=["full-batch", "accumulation", "offload", "checkpoint", "fused", "lbfgs", "soap", "substeps"])
 def test_a_sweeps_next_job_compiles_nothing_whatever_the_options(monkeypatch, build, options):
     """A job of a sweep builds its problem, models and optimizers anew: nothing they create per job (a closure,

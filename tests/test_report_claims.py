@@ -25,6 +25,7 @@ from crux.report.claims import check_offload, check_substeps
 from crux.report.document import verdicts_json
 from crux.report.records import normalise_substeps, snapshot_arrays
 from crux.solver import Crux
+from crux_testing import mixed, poisson as small_poisson
 
 EPOCHS = 30
 B, N = 4, 4  # micro-batches of 4, four per update: the points of one batch of 16 (64 interior points >= 16)
@@ -33,9 +34,7 @@ B, N = 4, 4  # micro-batches of 4, four per update: the points of one batch of 1
 def poisson(lr: float = 1e-3) -> crux.problems.Problem:
     """Poisson with 64 interior points (>= N*B) and 2 boundary points (<= B): the exact accumulation regime.
     Plain SGD, as in sweeps/accumulation.yaml, whose step follows the gradient's size."""
-    problem = crux.problems.poisson1d(n_interior=64, hidden=(8, 8), seed=0)
-    problem.models["u"].optimizer(optax.sgd).scale(crux.lrs(lr))
-    return problem
+    return small_poisson(optax.sgd, lr, n=64, hidden=(8, 8))
 
 
 def solve_record(run_id: str, problem: crux.problems.Problem, epochs: int = EPOCHS, twin: int = 0,
@@ -201,16 +200,13 @@ def test_chaotic_runs_are_held_to_how_far_their_round_off_twin_drifts(drift, out
 
 
 # -- claim 6: substeps and phases ---------------------------------------------------------------------------
-def mixed(optimizer=optax.adamw) -> crux.problems.Problem:
+def small_mixed(optimizer=optax.adamw) -> crux.problems.Problem:
     """Two networks; constraint 0 reaches only q. AdamW's weight decay moves any model it steps."""
-    problem = crux.problems.mixed_poisson1d(n_interior=32, hidden=(8,), seed=0)
-    for model in problem.models.values():
-        model.optimizer(optimizer).scale(crux.lrs(1e-2))
-    return problem
+    return mixed(optimizer, lr=1e-2, n=32, hidden=(8,))
 
 
 def test_substeps_leave_unreached_model_bit_identical():
-    record = solve_record("only-q", mixed(), substeps=[[0]])
+    record = solve_record("only-q", small_mixed(), substeps=[[0]])
     verdict = only(check_substeps([record]), "substeps.reached_only")
     assert verdict.verdict == HOLDS, verdict.summary
     assert verdict.evidence[f"{record.label}/u/bit_identical"] == 1.0
@@ -225,7 +221,7 @@ def test_substeps_feeding_zero_gradients_to_unreached_models_fail(monkeypatch):
                      for e in honest(self, options))
 
     monkeypatch.setattr(Crux, "_entries", every_model)
-    record = solve_record("only-q-zero-grad", mixed(), substeps=[[0]])
+    record = solve_record("only-q-zero-grad", small_mixed(), substeps=[[0]])
     verdict = only(check_substeps([record]), "substeps.reached_only")
     assert verdict.verdict == FAILS
     assert f"unreached models moved: u in {record.label} moved" in verdict.summary
@@ -265,7 +261,7 @@ PHASES = ((20, optax.adam, 1e-2), (20, optax.sgd, 1e-3))
 def two_phases(run_id: str, phases=PHASES, batchsize: int | None = None) -> RunRecord:
     """Adam at 1e-2, then SGD at 1e-3, on the mixed problem, with the parameters recorded after each phase as the
     pipeline records them."""
-    problem = mixed(optax.adam)
+    problem = small_mixed(optax.adam)
     solver = problem.solver()
     initial = jax.tree.map(np.array, solver.params)
     plan, snapshots = [], {}

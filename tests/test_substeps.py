@@ -5,15 +5,7 @@ import optax
 import pytest
 
 import crux
-from crux_testing import EPS32, flat
-
-
-def mixed(optimizer=optax.adamw, lr=1e-3):
-    """Two networks: constraint 0 reaches only q, 1 reaches u and q, 2 reaches only u."""
-    problem = crux.problems.mixed_poisson1d(n_interior=64, hidden=(8, 8))
-    for model in problem.models.values():
-        model.optimizer(optimizer).scale(crux.lrs(lr))
-    return problem
+from crux_testing import EPS32, flat, mixed
 
 
 def test_reach_is_resolved_from_the_trace():
