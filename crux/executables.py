@@ -24,6 +24,9 @@ import jax.extend.core as jex
 import numpy as np
 
 CAPACITY = 32  # executables kept; the least recently used goes first
+# JAX lowers these from their call_jaxpr alone; their differentiation rules, new functions at every trace
+# (jax.nn.relu's among them), play no part in the compiled program.
+LOWERED_FROM_CALL_JAXPR = {"custom_jvp_call", "custom_vjp_call"}
 
 _executables: OrderedDict[tuple, Any] = OrderedDict()
 _lock = threading.Lock()
@@ -87,7 +90,10 @@ class _Program:
 
     def equation(self, eqn: Any) -> tuple:
         inputs = tuple(map(self.use, eqn.invars))
-        params = _param(eqn.params, self)
+        params = eqn.params
+        if eqn.primitive.name in LOWERED_FROM_CALL_JAXPR:
+            params = {"call_jaxpr": params["call_jaxpr"]}
+        params = _param(params, self)
         return (eqn.primitive, inputs, params, tuple(map(self.bind, eqn.outvars)), _param(eqn.ctx, self),
                 _param(eqn.effects, self))
 

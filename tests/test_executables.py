@@ -70,7 +70,8 @@ def test_a_solver_whose_program_differs_in_a_constant_gets_its_own_executable(mo
     (lambda seed: poisson(optax.lbfgs, lr=1.0, n=64, hidden=(8,), seed=seed), {}),
     (lambda seed: poisson(soap(1), n=64, hidden=(8,), seed=seed), {}),
     (lambda seed: mixed(n=32, hidden=(8,)), {"substeps": [([0, 1], 1), ([2], 1)]}),
-], ids=["full-batch", "accumulation", "offload", "checkpoint", "fused", "lbfgs", "soap", "substeps"])
+    (lambda seed: poisson(optax.adam, n=64, hidden=(8,), seed=seed, activation="relu"), {}),
+], ids=["full-batch", "accumulation", "offload", "checkpoint", "fused", "lbfgs", "soap", "substeps", "relu"])
 def test_a_sweeps_next_job_compiles_nothing_whatever_the_options(monkeypatch, build, options):
     """A job of a sweep builds its problem, models and optimizers anew: nothing they create per job (a closure,
     an optax transform, a jit of the model) may reach what it compiles, or every repeat job would lower and
@@ -101,9 +102,20 @@ def _copy_of(fun):
     return type(fun)(fun.__code__, fun.__globals__, fun.__name__)
 
 
-def test_the_same_computation_traced_from_other_function_objects_has_the_same_key():
-    scale = np.array([1.0, 2.0, 3.0], np.float32)
-    assert _key(lambda x: jnp.tanh(x * scale) + 0.5) == _key(lambda y: jnp.tanh(y * scale.copy()) + 0.5)
+def _custom_jvp_of(primal):
+    """``primal`` with a differentiation rule of its own (a new function object at each call)."""
+    fun = jax.custom_jvp(primal)
+    fun.defjvp(lambda primals, tangents: (primal(primals[0]), tangents[0]))
+    return fun
+
+
+@pytest.mark.parametrize("one, other", [
+    (lambda x: jnp.tanh(x * np.array([1.0, 2.0, 3.0], np.float32)) + 0.5,
+     lambda y: jnp.tanh(y * np.array([1.0, 2.0, 3.0], np.float32)) + 0.5),
+    (lambda x: jax.nn.relu(x), lambda y: jax.nn.relu(y)),  # custom_jvp: a new rule at every trace, not lowered
+], ids=["closure", "custom-jvp"])
+def test_the_same_computation_traced_again_has_the_same_key(one, other):
+    assert _key(one) == _key(other)
 
 
 @pytest.mark.parametrize("one, other", [
@@ -112,6 +124,7 @@ def test_the_same_computation_traced_from_other_function_objects_has_the_same_ke
     (lambda x: jnp.sin(x), lambda x: jnp.cos(x)),
     (lambda x: x.astype(jnp.bfloat16).astype(jnp.float32), lambda x: x.astype(jnp.float16).astype(jnp.float32)),
     (_callback(_callback_times_two), _callback(_copy_of(_callback_times_two))),
-], ids=["signed-zero-literal", "captured-array", "primitive", "dtype", "callback"])
+    (_custom_jvp_of(jnp.sin), _custom_jvp_of(jnp.cos)),
+], ids=["signed-zero-literal", "captured-array", "primitive", "dtype", "callback", "custom-jvp"])
 def test_computations_that_differ_have_different_keys(one, other):
     assert _key(one) != _key(other)
