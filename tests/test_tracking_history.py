@@ -142,6 +142,13 @@ def test_invalid_histories_are_refused_before_anything_is_written(client, runs, 
     assert client.get_run(direct).data.metrics == {}
 
 
+
+def test_a_history_of_no_epochs_writes_nothing(client, runs, monkeypatch):
+    _, direct = runs
+    direct_only(client, monkeypatch)
+    log_history(client, direct, [], {"loss/total": []}, TIME)
+    assert client.get_run(direct).data.metrics == {}
+
 def test_any_other_store_takes_log_batch(tmp_path, monkeypatch):
     """A file store (as a tracking server would) gets the history through the public log_batch."""
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")

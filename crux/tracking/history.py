@@ -60,6 +60,8 @@ def log_history(client: MlflowClient, run_id: str, steps: Sequence[int], series:
     ``client.log_batch(run_id, metrics=history_metrics(steps, series, timestamp))`` does, in one transaction when
     the run lives in MLflow's SQL store."""
     steps, series = _numbers(steps, series)
+    if not steps:
+        return
     target = _sql_target(client)
     if target is None or mlflow.get_active_model_id() is not None or not _write(target, run_id, steps, series,
                                                                                  timestamp):
