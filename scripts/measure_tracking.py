@@ -1,18 +1,20 @@
-"""What MLflow tracking adds to a real job: crux-run in this process, every tracking step timed.
+"""What MLflow tracking adds to real jobs: crux-run in this process, every tracking step timed.
 
-    python scripts/measure_tracking.py [overrides...]     # default: solver.epochs=5000
+    python scripts/measure_tracking.py [--jobs N] [overrides...]     # default: 3 jobs, solver.epochs=5000
 
-Runs ``crux.experiment.main`` (the default poisson1d job) against a SQLite store
-made beforehand in another process (as an existing mlflow.db is), and prints the
-seconds of each tracking step beside the job's wall time. The tracking total over
-the rest of the job is what tracking adds beyond process start (the imports at
-start are printed apart). Two steps import a module on first use, once a process:
-MlflowClient on a SQL URI loads MLflow's SQL store, the first plot loads
-matplotlib; those imports are timed on lines of their own, and the percentage is
-printed with and without them.
+Runs ``crux.experiment.main`` (the default poisson1d job) ``N`` times, one after
+another as a sweep's jobs run, against a SQLite store made beforehand in another
+process (as an existing mlflow.db is), and prints the seconds of each tracking
+step of the first job beside its wall time, then each job's share. The tracking
+total over the rest of a job is what tracking adds beyond process start (the
+imports at start are printed apart). Two steps import a module on first use, once
+a process: MlflowClient on a SQL URI loads MLflow's SQL store, the first plot
+loads matplotlib; those imports are timed on lines of their own, and the first
+job's percentage is printed with and without them.
 """
 from __future__ import annotations
 
+import argparse
 import functools
 import importlib
 import inspect
@@ -37,6 +39,7 @@ IMPORT_SECONDS = time.perf_counter() - start
 
 SECONDS: dict[str, float] = defaultdict(float)
 PLOT = "  Statistics.plot (history.png)"
+PARTS_HISTORY = "  log_history (histories)"
 TRAINING = "training"
 
 STEPS = {  # what crux.experiment.main calls; their sum is the tracking cost
@@ -52,7 +55,7 @@ PARTS = {  # inside those steps
     "  log_batch (params; summary)": (MlflowClient, "log_batch"),
     "  environment()": (job, "environment"),
     "  relative_l2 (error/<field>)": (Problem, "relative_l2"),
-    "  log_history (histories)": (job, "log_history"),
+    PARTS_HISTORY: (job, "log_history"),
     PLOT: (Statistics, "plot"),
     "  Statistics.save (stats.npz)": (Statistics, "save"),
     "  np.savez (params.npz)": (np, "savez"),
@@ -90,35 +93,55 @@ def timed(owner: Any, name: str, label: str) -> None:
     setattr(owner, name, classmethod(wrapper) if isinstance(original, classmethod) else wrapper)
 
 
-def main(overrides: list[str]) -> None:
+def run_jobs(count: int, overrides: list[str]) -> list[tuple[float, dict[str, float]]]:
+    """Each job's wall time and the seconds of its steps."""
     for label, (owner, name) in {**STEPS, **PARTS, TRAINING: (crux.experiment, "train")}.items():
         timed(owner, name, label)
+    jobs = []
     with tempfile.TemporaryDirectory() as folder:
         uri = f"sqlite:///{folder}/mlflow.db"
         subprocess.run([sys.executable, "-c", f"from mlflow.tracking import MlflowClient; "
                         f"MlflowClient({uri!r}).search_experiments()"], check=True, capture_output=True)
         os.environ["MLFLOW_TRACKING_URI"] = uri
-        sys.argv = ["crux-run", *overrides, f"hydra.run.dir={folder}/outputs"]
-        begin = time.perf_counter()
-        crux.experiment.main()
-        job_seconds = time.perf_counter() - begin
+        for number in range(count):
+            SECONDS.clear()
+            sys.argv = ["crux-run", *overrides, f"hydra.run.dir={folder}/outputs/{number}"]
+            begin = time.perf_counter()
+            crux.experiment.main()
+            jobs.append((time.perf_counter() - begin, dict(SECONDS)))
+    return jobs
 
-    tracking = sum(SECONDS[label] for label in STEPS)
-    loading = sum(SECONDS[importing(label)] for label in FIRST_IMPORTS)
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=3, help="jobs one after another in this process (3)")
+    parser.add_argument("overrides", nargs="*", default=["solver.epochs=5000"])
+    args = parser.parse_args(argv)
+    jobs = run_jobs(args.jobs, args.overrides)
+
+    job_seconds, seconds = jobs[0]
+    tracking = sum(seconds.get(label, 0.0) for label in STEPS)
+    loading = sum(seconds.get(importing(label), 0.0) for label in FIRST_IMPORTS)
     rest = job_seconds - tracking
     lines = {"imports (process start, not counted)": f"{IMPORT_SECONDS:.2f} s",
-             "job (crux.experiment.main)": f"{job_seconds:.2f} s, of which training {SECONDS[TRAINING]:.2f} s"}
+             "job 0 (crux.experiment.main)": f"{job_seconds:.2f} s, of which training {seconds[TRAINING]:.2f} s"}
     for label in [*STEPS, *PARTS]:
         for name in (label, importing(label) if label in FIRST_IMPORTS else None):
-            if name in SECONDS:
-                lines[name] = f"{SECONDS[name]:.3f} s"
+            if name in seconds:
+                lines[name] = f"{seconds[name]:.3f} s"
     width = max(map(len, lines)) + 2
     for name, value in lines.items():
         print(f"{name:<{width}}{value}")
-    print(f"tracking: {tracking:.2f} s = {100 * tracking / rest:.1f}% on top of the job's {rest:.2f} s without it")
-    print(f"without the first-use imports ({loading:.2f} s): {tracking - loading:.2f} s = "
+    print(f"job 0 tracking: {tracking:.2f} s = {100 * tracking / rest:.1f}% on top of the job's {rest:.2f} s "
+          f"without it; without the first-use imports ({loading:.2f} s): {tracking - loading:.2f} s = "
           f"{100 * (tracking - loading) / rest:.1f}%")
+    for number, (job_seconds, seconds) in enumerate(jobs[1:], 1):
+        tracking = sum(seconds.get(label, 0.0) for label in STEPS)
+        rest = job_seconds - tracking
+        print(f"job {number} tracking: {tracking:.2f} s = {100 * tracking / rest:.1f}% on top of the job's "
+              f"{rest:.2f} s without it (histories {seconds[PARTS_HISTORY]:.2f} s, "
+              f"history.png {seconds[PLOT]:.2f} s)")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or ["solver.epochs=5000"])
+    main(sys.argv[1:])

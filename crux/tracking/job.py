@@ -4,8 +4,9 @@ Layout (docs/CONTRACT.md): params are the flattened resolved config; every
 history is logged with ``step = epoch`` in one call, not one per step (5000
 epochs through ``log_metric`` cost 20-50 s, FACTS.md), straight into a SQL store
 (crux.tracking.history); summary metrics and the artifacts follow. On a 2-core
-CPU this adds 0.8-1 s to a 5000-epoch poisson1d job, plus 1.4 s the first time a
-process loads MLflow's SQL store and matplotlib (scripts/measure_tracking.py).
+CPU this adds 0.5-0.8 s to a sweep's repeat 5000-epoch poisson1d job (3-5%), about
+1.1 s to a process's first, plus 1.4-1.6 s the first time a process loads MLflow's
+SQL store and matplotlib (scripts/measure_tracking.py).
 """
 from __future__ import annotations
 
