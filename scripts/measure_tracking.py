@@ -117,6 +117,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--jobs", type=int, default=3, help="jobs one after another in this process (3)")
     parser.add_argument("overrides", nargs="*", default=["solver.epochs=5000"])
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs {args.jobs}: at least one job")
     jobs = run_jobs(args.jobs, args.overrides)
 
     job_seconds, seconds = jobs[0]
