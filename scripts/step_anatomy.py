@@ -15,8 +15,9 @@ timed in interleaved rounds:
   update on the finiteness of its loss and its new parameters (crux's fused calls until stop 10);
 - ``crux, every update applied``: no keep-or-drop select at all, as in the hand scan (the replay alone
   would then find a failing update): what the fused calls' select on the loss costs. On the 2-core CPU
-  this variant was 10-15% slower than crux on the standard problem (stop 11), with five fewer instructions;
-  pinned to one core the two were level, so that gap is how XLA's CPU runtime spreads the work over threads;
+  this variant is slower than crux on the standard problem despite four fewer instructions (three fewer
+  copies): 0.85-0.90x in stop 11, 0.80 and 0.92x in stop 13, and 0.94x pinned to one core (stop 11 had
+  found them level there); on the small problem 0.97-1.02x;
 - ``crux, scan unrolled 4x``: the fused loop with ``lax.scan(..., unroll=4)``: on a GPU the loop runs from
   the host, one graph launch per trip, so this shows what the launches between updates cost;
 - ``crux, tree layout``: parameters as the model's tree of arrays (equal hidden layers stacked), not one
