@@ -87,6 +87,7 @@ def check_complete_child(client: MlflowClient, run, epochs: int, folder: Path) -
     assert env["versions"]["jax"] and env["backend"] == jax.default_backend() and env["cpu"] and "git_commit" in env
 
 
+@pytest.mark.integration
 def test_sweep_logs_one_closed_parent_and_a_complete_child_per_job(store):
     """crux-sweep accumulation, cut to 3 jobs of 20 epochs, on the joblib launcher (jobs in other processes)."""
     done = launch(store, "crux.sweep", "accumulation", *TINY, "memory=full,b8,b8_acc4", "repeat=0",
@@ -115,6 +116,7 @@ def test_sweep_logs_one_closed_parent_and_a_complete_child_per_job(store):
         check_complete_child(client, child, 20, store / tags["crux.variant"])
 
 
+@pytest.mark.integration
 def test_failing_job_is_recorded_and_the_others_complete(store):
     """epochs=0 is refused by solve(): that child FAILED with the error, the other complete, exit code 1."""
     done = launch(store, "crux.experiment", "--multirun", *TINY, "solver.epochs=20,0")
@@ -138,6 +140,7 @@ def test_failing_job_is_recorded_and_the_others_complete(store):
     check_complete_child(client, finished, 20, store / "finished")
 
 
+@pytest.mark.integration
 def test_phases_run_on_one_solver_with_their_own_optimizers(store):
     """The documented Adam(warmup_cosine) -> L-BFGS(5e-5) -> SOAP(1e-5) plan, cut to 6 + 3 + 3 epochs by phase name,
     on mini-batches: params.npz holds the parameters after each phase, and each phase moved them."""
@@ -183,6 +186,7 @@ def test_a_phase_is_shortened_by_name_in_every_job_of_the_phases_sweep(conf_dir)
             compose("config", overrides=["phases=lbfgs", "phases.soap.epochs=10"])
 
 
+@pytest.mark.integration
 def test_a_wrong_type_is_refused_before_any_run_is_created(tmp_path):
     done = launch(tmp_path, "crux.experiment", "solver.epochs=many")
     assert done.returncode == 1

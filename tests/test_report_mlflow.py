@@ -22,6 +22,8 @@ from mlflow.tracking import MlflowClient
 
 from crux.report import HOLDS, load_sweep, main
 
+pytestmark = pytest.mark.integration  # runs sweeps in subprocesses and an MLflow server
+
 SWEEP_OVERRIDES = ["solver.epochs=20", "model.width=8", "problem.n_interior=64", "memory=b8,b32,b8_acc4",
                    "repeat=0"]
 
