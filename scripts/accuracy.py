@@ -1,4 +1,4 @@
-"""Accuracy of the seed problem: 1-D Poisson, 5000 Adam epochs, relative L2 error against sin(pi x).
+"""Accuracy on the README's problem: 1-D Poisson, 5000 Adam epochs, relative L2 error against sin(pi x).
 
     python scripts/accuracy.py [--epochs 5000] [--batchsize 128] [--plot accuracy.png]
 """

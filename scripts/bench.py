@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Benchmark crux against hand-written JAX + optax training loops (issue 5).
+"""Benchmark crux against hand-written JAX + optax training loops, and check the targets of docs/BENCHMARK.md.
 
     python scripts/bench.py                                  # every problem (about 10 min on 2 CPU cores)
     python scripts/bench.py --quick                          # smoke run, under a minute
@@ -601,7 +601,7 @@ def merge_jno(report: dict, path: Path) -> None:
 
 
 def targets(report: dict) -> list[dict]:
-    """Issue 5's figures (not test assertions): each with its measured value."""
+    """The performance targets of docs/BENCHMARK.md (figures, not test assertions), each with its measured value."""
     out = []
     problems = report["problems"]
 
@@ -672,7 +672,7 @@ def markdown(report: dict) -> str:
                 f" (round by round: median {pair['median']:.2f}, {pair['min']:.2f}-{pair['max']:.2f})"
             lines.append(f"- {key}: **{value:.2f}**{rounds}")
         lines.append("")
-    lines += ["## Targets (issue 5; figures, not assertions)", "", "| target | measured | goal | met |",
+    lines += ["## Targets (docs/BENCHMARK.md; figures, not assertions)", "", "| target | measured | goal | met |",
               "|---|---:|---:|---|"]
     for t in report["targets"]:
         met = {True: "yes", False: "NO", None: "n/a"}[t["met"]]
@@ -694,9 +694,14 @@ def environment() -> dict:
         env["load_average"] = os.getloadavg()
     except OSError:
         pass
-    env["summary"] = (f"jax {jax.__version__} on {jax.default_backend()} ({env['device']}), "
-                      f"{os.cpu_count()} CPUs, load average at start {env.get('load_average', ('?',))[0]:.2f}"
-                      if isinstance(env.get("load_average"), tuple) else f"jax {jax.__version__}")
+    # What a reader needs to compare the figures with others: when, which code, which machine and versions.
+    commit = (env.get("git_commit") or "?")[:7] + (" with local changes" if env.get("git_dirty") else "")
+    env["summary"] = (f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit}; "
+                      f"jax {jax.__version__} (jaxlib {env['versions'].get('jaxlib') or '?'}) on "
+                      f"{jax.default_backend()} ({env['device']}); "
+                      f"CPU {env.get('cpu') or platform.processor() or '?'}, {os.cpu_count()} cores")
+    if isinstance(env.get("load_average"), tuple):
+        env["summary"] += f", load average at start {env['load_average'][0]:.2f}"
     return env
 
 

@@ -5,8 +5,8 @@
 #   bash scripts/bench_jno.sh --quick
 #   python scripts/bench.py --jno jno.json    # merge as jNO rows (measured in another process, so not interleaved)
 #
-# Environment: JNO_VENV (default /tmp/jno-venv), JNO_VERSION (default 0.4.2, the version issue 5 measured),
-# JNO_OUT (default jno.json). Extra arguments go to scripts/bench_jno_problems.py.
+# Environment: JNO_VENV (default /tmp/jno-venv), JNO_VERSION (default 0.4.2, the version of the jNO figures in
+# docs/BENCHMARK.md), JNO_OUT (default jno.json). Extra arguments go to scripts/bench_jno_problems.py.
 # jNO 0.4.2 needs jax >=0.10.1,<0.11 and pulls gmsh, fenics-basix, blackjax, equinox, folx, ... (about 1 GB).
 set -euo pipefail
 

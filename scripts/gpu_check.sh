@@ -90,9 +90,10 @@ EOF
 cat "$OUT/environment.txt"
 
 # -- benchmark, sweeps, reports --------------------------------------------------------------------------------
-# A fused loop runs from the host, one CUDA graph launch per update (stop 8's trace: crux's launches left the
-# GPU idle between updates). The anatomy runs again with XLA keeping the loop in the graph (CUDA conditional
-# nodes), then unrolled into it; their tables are in the log and reports.tgz. A GPU flag is a no-op on a CPU.
+# A fused loop runs from the host, one CUDA graph launch per update (the H200 trace in docs/gpu/: crux's
+# launches left the GPU idle between updates). The anatomy runs again with XLA keeping the loop in the graph
+# (CUDA conditional nodes), then unrolled into it; their tables are in the log and reports.tgz. A GPU flag is
+# a no-op on a CPU.
 graph_loop="${XLA_FLAGS:+$XLA_FLAGS }--xla_gpu_enable_command_buffer=+WHILE"
 if (( dry )); then
     step bench 60 30 python3 scripts/bench.py --quick --problems small,accumulation --repeats 3 --mlflow --out "$OUT"

@@ -12,12 +12,11 @@ timed in interleaved rounds:
 
 - ``crux``: as it is;
 - ``crux, every update checked``: the program a failing window is replayed with, which keeps or drops each
-  update on the finiteness of its loss and its new parameters (crux's fused calls until stop 10);
+  update on the finiteness of its loss and its new parameters (crux's fused calls before commit e0f7e97);
 - ``crux, every update applied``: no keep-or-drop select at all, as in the hand scan (the replay alone
-  would then find a failing update): what the fused calls' select on the loss costs. On the 2-core CPU
-  this variant is slower than crux on the standard problem despite four fewer instructions (three fewer
-  copies): 0.85-0.90x in stop 11, 0.80 and 0.92x in stop 13, and 0.94x pinned to one core (stop 11 had
-  found them level there); on the small problem 0.97-1.02x;
+  would then find a failing update): what the fused calls' select on the loss costs. On a 2-core CPU
+  this variant is slower than crux on the standard problem despite fewer instructions and copies, also
+  pinned to one core (figures in docs/BENCHMARK.md);
 - ``crux, scan unrolled 4x``: the fused loop with ``lax.scan(..., unroll=4)``: on a GPU the loop runs from
   the host, one graph launch per trip, so this shows what the launches between updates cost;
 - ``crux, tree layout``: parameters as the model's tree of arrays (equal hidden layers stacked), not one

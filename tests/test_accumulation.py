@@ -42,7 +42,8 @@ def test_accumulation_equals_one_big_batch(optimizer):
 
 
 def test_accumulation_averages_rather_than_sums_gradients():
-    # Under SGD a sum of 4 micro-batch gradients would be a 4x larger step; Adam would hide it (FACTS.md).
+    # Under SGD a sum of 4 micro-batch gradients would be a 4x larger step. Adam would hide it: its step
+    # m / (sqrt(v) + eps) barely changes when every gradient is scaled by the same factor.
     initial, accumulated, _ = train(poisson(optax.sgd), 1, batchsize=8, accumulation_steps=4)
     _, big, _ = train(poisson(optax.sgd), 1, batchsize=32)
     np.testing.assert_allclose(accumulated - initial, big - initial, rtol=1e-4, atol=1e-6 * np.abs(big - initial).max())
