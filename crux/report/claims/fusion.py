@@ -12,14 +12,15 @@ from crux.report.claims.equivalence import same_numbers
 from crux.report.numerics import SPREAD_ORIGIN, STEP_TIME, Spread, compare_times, spread
 from crux.report.pairing import Pair, paired_settings, reference_and_twins, run_ids
 from crux.report.records import RunRecord
-from crux.report.verdict import (CLAIMS_SOURCE, FAILS, HOLDS, INCONCLUSIVE, Threshold, Verdict, fmt,
-                                 not_in_sweep)
+from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt, not_in_sweep
 
-IDENTICAL = ("inner_steps=N runs N gradient steps inside a single jax.lax.fori_loop [...] "
-             "Numerically identical [...] Fusing is a dispatch change, not a numerical one")
-FASTER = ("inner_steps=N runs N gradient steps inside a single jax.lax.fori_loop, so Python dispatches once per N "
-          "steps instead of once per step. [...] The argument exists for the case where dispatch latency dominates "
-          "a small kernel, which is far likelier on a GPU than in this test — measure on your own problem")
+IDENTICAL = Claim("inner_steps=N runs N gradient steps inside a single jax.lax.fori_loop [...] "
+                  "Numerically identical [...] Fusing is a dispatch change, not a numerical one",
+                  "inner-steps-identical")
+FASTER = Claim("inner_steps=N runs N gradient steps inside a single jax.lax.fori_loop, so Python dispatches once per "
+               "N steps instead of once per step. [...] The argument exists for the case where dispatch latency "
+               "dominates a small kernel, which is far likelier on a GPU than in this test — measure on your own "
+               "problem", "inner-steps-faster")
 
 
 def fused_pairs(records: list[RunRecord]) -> list[Pair]:
@@ -38,8 +39,8 @@ def check_inner_steps(records: list[RunRecord]) -> list[Verdict]:
     for fused, reference in pairs:
         k = fused[0].options.inner_steps
         partner, twins = reference_and_twins(reference, fused[0])
-        verdicts.append(same_numbers(f"inner_steps.identical[K={k}]", IDENTICAL, CLAIMS_SOURCE, fused[0],
-                                     partner, f"inner_steps={k}", twins))
+        verdicts.append(same_numbers(f"inner_steps.identical[K={k}]", IDENTICAL, fused[0], partner,
+                                     f"inner_steps={k}", twins))
         verdicts.append(_faster(fused, reference))
     return verdicts
 
@@ -72,8 +73,7 @@ def _faster(fused: list[RunRecord], reference: list[RunRecord]) -> Verdict:
         "within noise": (INCONCLUSIVE, f"within noise on {device} ({timing})"),
         "unmeasured": (INCONCLUSIVE, f"needs at least 2 repeats of each K to measure the noise ({timing})"),
     }[outcome]
-    return Verdict(name, FASTER, CLAIMS_SOURCE, test, verdict, summary, evidence, thresholds,
-                   run_ids(fused, reference))
+    return FASTER.verdict(name, test, verdict, summary, evidence, thresholds, run_ids(fused, reference))
 
 
 def _timing(side: str, s: Spread) -> dict[str, float]:
