@@ -10,7 +10,7 @@ import numpy as np
 
 from crux.report.claims.accumulation import accumulation_sets
 from crux.report.claims.checkpoint import checkpoint_pairs
-from crux.report.claims.fusion import fused_pairs
+from crux.report.claims.fusion import batches, fused_pairs
 from crux.report.claims.offload import offload_pairs
 from crux.report.claims.phases import expected_lr, phase_bounds, phased_runs
 from crux.report.claims.substeps import reached_models, substep_runs
@@ -89,9 +89,14 @@ def accumulation_figures(records: list[RunRecord], out: Path) -> list[Figure]:
 
 
 def inner_steps_figures(records: list[RunRecord], out: Path) -> list[Figure]:
-    pairs = fused_pairs(records)
-    if not pairs:
-        return []
+    """One figure per batch setting: K=1 and each fused K of it."""
+    by_batches: dict[tuple[str, str], list] = {}
+    for pair in fused_pairs(records):
+        by_batches.setdefault((pair[0][0].group, batches(pair[0][0])), []).append(pair)
+    return [_inner_steps_figure(name, pairs, out) for (_, name), pairs in by_batches.items()]
+
+
+def _inner_steps_figure(name: str, pairs: list, out: Path) -> Figure:
     plt = _plt()
     fig, (ax_time, ax_compile, ax_dist) = plt.subplots(1, 3, figsize=(14, 4))
     reference = pairs[0][1]
@@ -119,9 +124,9 @@ def inner_steps_figures(records: list[RunRecord], out: Path) -> list[Figure]:
     for i, bound in enumerate(bounds):
         ax_dist.plot([i - 0.4, i + 0.4], [bound] * 2, "r--", lw=1)
     ax_dist.set_title("distance to K=1 (red: round-off bound; 0 not drawn)", fontsize=10)
-    file = _save(fig, out, "inner_steps")
-    return [Figure(file, f"inner_steps on {pairs[0][0][0].device}: time per update over repeats, compile time, "
-                         f"and the final-parameter distance to K=1 against its round-off bound", "inner_steps")]
+    file = _save(fig, out, f"inner_steps_{name}")
+    return Figure(file, f"inner_steps, {name}, on {pairs[0][0][0].device}: time per update over repeats, compile "
+                        f"time, and the final-parameter distance to K=1 against its round-off bound", "inner_steps")
 
 
 def checkpoint_figures(records: list[RunRecord], out: Path) -> list[Figure]:
