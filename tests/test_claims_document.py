@@ -54,7 +54,7 @@ def cited_section(source: str) -> str:
 def test_every_check_defines_claims_and_their_anchors_are_unique():
     claims = defined_claims()
     assert {name.split(".")[0] for name in claims} >= {"accumulation", "checkpoint", "fusion", "offload", "phases",
-                                                      "substeps"}
+                                                      "substeps", "resume"}
     anchors = [claim.anchor for claim in claims.values()]
     assert len(anchors) == len(set(anchors)), anchors
     text = (PROJECT / "docs" / "claims.md").read_text()

@@ -1,4 +1,4 @@
-"""The inner_steps sweep: its jobs compose into the settings its check pairs, whatever the epochs."""
+"""The inner_steps and resume sweeps: their jobs compose into the settings their checks pair, whatever the epochs."""
 from __future__ import annotations
 
 import pytest
@@ -9,6 +9,7 @@ from omegaconf import DictConfig
 
 from crux import config
 from crux.config import PROJECT_ROOT
+from crux.report.store import phase_plan
 from test_pipeline import launch, runs_by_role
 
 
@@ -30,6 +31,16 @@ def test_every_inner_steps_job_divides_its_epochs_and_one_job_runs_them_all_in_o
                         for k in (1, 10, epochs)}
     for cfg in composed:
         assert all(phase.epochs % cfg.solver.inner_steps == 0 for phase in config.training_phases(cfg))
+
+
+def test_every_resume_job_trains_600_epochs_with_one_optimizer_in_one_or_three_calls():
+    calls = {}
+    for cfg in jobs("resume"):
+        plan = phase_plan(cfg)
+        assert not any(phase.fresh for phase in plan[1:]), "a later call would start a fresh optimizer"
+        assert cfg.memory.batchsize == 32 and cfg.schedule.total == 600
+        calls[cfg.variant] = [phase.epochs for phase in plan]
+    assert calls == {"600": [600], "200+200+200": [200, 200, 200], "100+300+200": [100, 300, 200]}
 
 
 @pytest.mark.integration
