@@ -82,3 +82,9 @@ def test_every_verdict_cites_a_file_of_the_project_and_an_anchor_in_it(records):
     for verdict in verdicts:
         assert verdict.source.startswith("docs/claims.md#"), verdict.source
         cited_section(verdict.source)
+
+
+def test_every_link_within_docs_claims_leads_to_one_of_its_sections():
+    text = (PROJECT / "docs" / "claims.md").read_text()
+    links = set(re.findall(r"\]\(#([^)]+)\)", text))
+    assert links and links <= set(ANCHOR.findall(text)), links - set(ANCHOR.findall(text))
