@@ -16,12 +16,12 @@ from crux.report.pairing import first, repeats, run_ids, settings
 from crux.report.records import RunRecord
 from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt, not_in_sweep
 
-EFFECTIVE_BATCH = Claim("accumulation_steps=N — Average gradients over N micro-batches before one optimizer update — "
-                        "You want a larger effective batch than fits in memory [...] "
-                        "INFO: Gradient accumulation enabled: 4 micro-batches per update (effective batch = 8 × 4 = 32)",
+EFFECTIVE_BATCH = Claim("accumulation_steps=N — Average gradients over N micro-batches before one optimizer "
+                        "update — You want a larger effective batch than fits in memory [...] INFO: Gradient "
+                        "accumulation enabled: 4 micro-batches per update (effective batch = 8 × 4 = 32)",
                         "accumulation-effective-batch")
-MEMORY = Claim("accumulation_steps=N — Average gradients over N micro-batches before one optimizer update — "
-               "You want a larger effective batch than fits in memory", "accumulation-memory")
+MEMORY = Claim("accumulation_steps=N — Average gradients over N micro-batches before one optimizer update — You "
+               "want a larger effective batch than fits in memory", "accumulation-memory")
 MEMORY_ORIGIN = ("compiled memory_analysis() of the update is exact and deterministic for a given program, so no noise "
                  "allowance is needed: any difference is real")
 

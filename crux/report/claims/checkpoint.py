@@ -58,8 +58,8 @@ def _memory(label: str, on: RunRecord, off: RunRecord | None) -> Verdict:
     test = "compiled temporary memory (memory/temp_bytes) of the update with checkpointing against without"
     key = "memory/temp_bytes"
     if off is None or key not in on.metrics or key not in off.metrics:
-        return SAVES_MEMORY.verdict(name, test, INCONCLUSIVE, f"needs {key} of a run with and one without checkpointing",
-                                    runs=run_ids(on, off))
+        return SAVES_MEMORY.verdict(name, test, INCONCLUSIVE,
+                                    f"needs {key} of a run with and one without checkpointing", runs=run_ids(on, off))
     with_, without = on.metrics[key], off.metrics[key]
     ratio = with_ / without
     evidence = {"temp_bytes_checkpointed": with_, "temp_bytes_plain": without, "ratio": ratio}

@@ -26,8 +26,8 @@ def same_numbers(name: str, claim: Claim, run: RunRecord, reference: RunRecord |
     assumed round-off bound."""
     test = f"final parameters and per-epoch loss/total history with {option} against without"
     if reference is None:
-        return claim.verdict(name, test, INCONCLUSIVE, f"the sweep has no run without {option} and the same other options",
-                             runs=run_ids(run))
+        return claim.verdict(name, test, INCONCLUSIVE,
+                             f"the sweep has no run without {option} and the same other options", runs=run_ids(run))
     a = agreement(run, reference)
     evidence = {"updates": a.updates, "travel": a.travel, **a.evidence("")}
     twin = twin_comparison(run, reference, twins)

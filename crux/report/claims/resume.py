@@ -8,9 +8,11 @@ schedule position and point stream must all carry over, so the two are
 expected to be bit-identical; they are held to round-off like every
 same-numbers claim (:mod:`crux.report.claims.equivalence`, with round-off
 twins of the one-call run where the sweep has them). A departure is located:
-the first epoch at which the loss histories differ (a restart shows at the
-first epoch of a call) and whether the recorded learning rate differs there
-(a restarted schedule).
+the first epoch at which the loss histories differ (a call's first loss is
+that of the parameters it starts from, so a restarted optimizer shows from
+the call's second epoch, a restarted point stream from its first) and the
+first at which the recorded learning rate differs (a restarted schedule);
+-1 in the evidence where they never do.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import numpy as np
 
 from crux.report.claims.equivalence import same_numbers
 from crux.report.claims.phases import expected_lr, phase_bounds
-from crux.report.pairing import first, reference_and_twins, run_ids, settings
+from crux.report.pairing import reference_and_twins, run_ids, settings
 from crux.report.records import RunRecord
 from crux.report.verdict import INCONCLUSIVE, Claim, Verdict, fmt, not_in_sweep
 
@@ -95,35 +97,32 @@ def _same_as_one_call(run: RunRecord, partners: list[RunRecord]) -> Verdict:
                        summary="the two runs are configured with different learning rates (a schedule whose total "
                                "is not set spans one call, not the whole run: set schedule.total), so they are not "
                                "meant to agree")
-    departure = _departure(run, reference, lengths)
-    summary = verdict.summary if not departure else f"{verdict.summary}; {departure}"
-    return replace(verdict, test=test, summary=summary,
-                   evidence={**verdict.evidence, **_departure_evidence(run, reference)})
+    evidence = _departure_evidence(run, reference)
+    departure = _departure(evidence, run, reference, lengths)
+    summary = f"{verdict.summary}; {departure}" if departure else verdict.summary
+    return replace(verdict, test=test, summary=summary, evidence={**verdict.evidence, **evidence})
 
 
-def _first_difference(run: np.ndarray, reference: np.ndarray) -> int | None:
-    """The first epoch at which two histories differ (None if they agree bit for bit)."""
+def _first_difference(run: np.ndarray, reference: np.ndarray) -> int:
+    """The first epoch at which two histories differ, -1 if they agree bit for bit."""
     if len(run) != len(reference):
         return min(len(run), len(reference))
     differs = np.flatnonzero(~((run == reference) | (np.isnan(run) & np.isnan(reference))))
-    return int(differs[0]) if differs.size else None
+    return int(differs[0]) if differs.size else -1
 
 
 def _departure_evidence(run: RunRecord, reference: RunRecord) -> dict[str, float]:
-    evidence = {}
-    loss = _first_difference(run.histories["loss/total"], reference.histories["loss/total"])
-    evidence["first_epoch_loss_differs"] = -1 if loss is None else loss
-    for key in sorted(k for k in run.histories if k.startswith("lr/")):
-        if key in reference.histories:
-            lr = _first_difference(run.histories[key], reference.histories[key])
-            evidence[f"first_epoch_{key}_differs"] = -1 if lr is None else lr
+    """``first_epoch_loss_differs`` and ``first_epoch_lr/<model>_differs``."""
+    evidence = {"first_epoch_loss_differs": _first_difference(run.histories["loss/total"],
+                                                              reference.histories["loss/total"])}
+    for key in sorted(k for k in run.histories if k.startswith("lr/") and k in reference.histories):
+        evidence[f"first_epoch_{key}_differs"] = _first_difference(run.histories[key], reference.histories[key])
     return evidence
 
 
-def _departure(run: RunRecord, reference: RunRecord, lengths: list[int]) -> str:
+def _departure(evidence: dict[str, float], run: RunRecord, reference: RunRecord, lengths: list[int]) -> str:
     """Where the resumed run first leaves the one-call run, in words ('' where it never does)."""
-    evidence = _departure_evidence(run, reference)
-    epoch = evidence["first_epoch_loss_differs"]
+    epoch = int(evidence["first_epoch_loss_differs"])
     if epoch < 0:
         return ""
     starts = np.cumsum([0] + lengths[:-1])
@@ -132,7 +131,7 @@ def _departure(run: RunRecord, reference: RunRecord, lengths: list[int]) -> str:
     run_loss, reference_loss = run.histories["loss/total"], reference.histories["loss/total"]
     if epoch < min(len(run_loss), len(reference_loss)):
         found += f" ({fmt(run_loss[epoch])} against {fmt(reference_loss[epoch])} in one call)"
-    lr_epochs = sorted({int(v) for k, v in evidence.items() if k.startswith("first_epoch_lr/") and v >= 0})
+    lr_epochs = sorted(int(v) for k, v in evidence.items() if k.startswith("first_epoch_lr/") and v >= 0)
     if lr_epochs:
         found += f"; the learning rate first differs at epoch {lr_epochs[0]}: the schedule did not continue"
     return found
