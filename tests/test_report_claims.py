@@ -120,7 +120,7 @@ def test_accumulation_without_its_partner_runs_is_inconclusive(batches):
 # -- claim 2: inner_steps ------------------------------------------------------------------------------
 def test_fused_steps_are_identical_to_single_steps(batches):
     fused = solve_record("K5", poisson(), batchsize=B, inner_steps=5)
-    verdict = only(check_inner_steps([fused, batches["plain"]]), "inner_steps.identical[K=5]")
+    verdict = only(check_inner_steps([fused, batches["plain"]]), "inner_steps.identical[b4 K=5]")
     assert verdict.verdict == HOLDS, verdict.summary
     assert verdict.evidence["parameter_distance"] <= verdict.thresholds["parameter_distance"].value
 
@@ -139,8 +139,49 @@ def test_fused_steps_that_skip_an_update_fail(batches, monkeypatch):
 
     monkeypatch.setattr(crux.engine, "_repeat", skip_last)
     broken = solve_record("K5-skips", poisson(), batchsize=B, inner_steps=5)
-    verdict = only(check_inner_steps([broken, batches["plain"]]), "inner_steps.identical[K=5]")
+    verdict = only(check_inner_steps([broken, batches["plain"]]), "inner_steps.identical[b4 K=5]")
     assert verdict.verdict == FAILS, verdict.summary
+
+
+FULL, MINI_BATCHES = {}, {"batchsize": B, "accumulation_steps": N}
+
+
+@pytest.fixture(scope="module")
+def unfused() -> dict[str, list[RunRecord]]:
+    """K=1 and a round-off twin of it, on the full batch and on mini-batches with accumulation."""
+    return {name: [solve_record(f"K1 {name}", poisson(), **batching),
+                   solve_record(f"K1 twin {name}", poisson(), twin=1, **batching)]
+            for name, batching in (("full", FULL), ("mini", MINI_BATCHES))}
+
+
+def first_batch_of_each_call(k: int):
+    """``PointStream.indices`` of a solver whose fused calls give all ``k`` updates the batch of the call's first
+    (a fresh solver's calls start at multiples of ``k``)."""
+    honest = PointStream.indices
+
+    def indices(self, key, step):
+        return honest(self, key, step - step % k)
+
+    return indices
+
+
+@pytest.mark.parametrize("name, batching, defect, outcome", [
+    ("full", FULL, False, HOLDS),
+    ("full", FULL, True, HOLDS),  # every update sees every point: the defect changes nothing here
+    ("mini", MINI_BATCHES, False, HOLDS),
+    ("mini", MINI_BATCHES, True, FAILS),
+], ids=["full batch", "full batch, every update of a call on its first batch", "mini-batches",
+        "mini-batches, every update of a call on its first batch"])
+def test_fused_calls_that_reuse_their_first_batch_fail_on_mini_batches(unfused, name, batching, defect, outcome,
+                                                                      monkeypatch):
+    if defect:
+        monkeypatch.setattr(PointStream, "indices", first_batch_of_each_call(5))
+    fused = solve_record(f"K5 {name}", poisson(), inner_steps=5, **batching)
+    verdict = only(check_inner_steps([*unfused[name], fused]), "inner_steps.identical")
+    assert verdict.verdict == outcome, verdict.summary
+    assert verdict.id == ("inner_steps.identical[K=5]" if name == "full" else f"inner_steps.identical[b{B}_acc{N} K=5]")
+    if outcome == FAILS:
+        assert verdict.evidence["history_ratio_to_twins"] > 10, verdict.evidence
 
 
 # -- claims 4 and 5: checkpointing and offloading keep the numbers ----------------------------------------

@@ -10,9 +10,10 @@ import numpy as np
 
 from crux.report.claims.accumulation import accumulation_sets
 from crux.report.claims.checkpoint import checkpoint_pairs
-from crux.report.claims.fusion import fused_pairs
+from crux.report.claims.fusion import batches, fused_pairs
 from crux.report.claims.offload import offload_pairs
 from crux.report.claims.phases import expected_lr, phase_bounds, phased_runs
+from crux.report.claims.resume import resumed_pairs
 from crux.report.claims.substeps import reached_models, substep_runs
 from crux.report.numerics import (STEP_TIME, TWIN_FACTOR, agreement, parameter_bound, relative_differences,
                                   twin_comparison)
@@ -89,9 +90,14 @@ def accumulation_figures(records: list[RunRecord], out: Path) -> list[Figure]:
 
 
 def inner_steps_figures(records: list[RunRecord], out: Path) -> list[Figure]:
-    pairs = fused_pairs(records)
-    if not pairs:
-        return []
+    """One figure per batch setting: K=1 and each fused K of it."""
+    by_batches: dict[tuple[str, str], list] = {}
+    for pair in fused_pairs(records):
+        by_batches.setdefault((pair[0][0].group, batches(pair[0][0])), []).append(pair)
+    return [_inner_steps_figure(name, pairs, out) for (_, name), pairs in by_batches.items()]
+
+
+def _inner_steps_figure(name: str, pairs: list, out: Path) -> Figure:
     plt = _plt()
     fig, (ax_time, ax_compile, ax_dist) = plt.subplots(1, 3, figsize=(14, 4))
     reference = pairs[0][1]
@@ -119,9 +125,9 @@ def inner_steps_figures(records: list[RunRecord], out: Path) -> list[Figure]:
     for i, bound in enumerate(bounds):
         ax_dist.plot([i - 0.4, i + 0.4], [bound] * 2, "r--", lw=1)
     ax_dist.set_title("distance to K=1 (red: round-off bound; 0 not drawn)", fontsize=10)
-    file = _save(fig, out, "inner_steps")
-    return [Figure(file, f"inner_steps on {pairs[0][0][0].device}: time per update over repeats, compile time, "
-                         f"and the final-parameter distance to K=1 against its round-off bound", "inner_steps")]
+    file = _save(fig, out, f"inner_steps_{name}")
+    return Figure(file, f"inner_steps, {name}, on {pairs[0][0][0].device}: time per update over repeats, compile "
+                        f"time, and the final-parameter distance to K=1 against its round-off bound", "inner_steps")
 
 
 def checkpoint_figures(records: list[RunRecord], out: Path) -> list[Figure]:
@@ -226,6 +232,32 @@ def phases_figures(records: list[RunRecord], out: Path) -> list[Figure]:
     return figures
 
 
+def resume_figures(records: list[RunRecord], out: Path) -> list[Figure]:
+    """Per resumed run: its loss drift from the one-call run, and both learning rates, with the calls marked."""
+    plt = _plt()
+    figures = []
+    for run, partners in resumed_pairs(records):
+        reference, twins = reference_and_twins(partners, run)
+        if reference is None:
+            continue
+        fig, (ax_drift, ax_lr) = plt.subplots(1, 2, figsize=(11, 4))
+        _drift(ax_drift, run, reference, twins, ("calls", "one call"))
+        for key in sorted(k for k in run.histories if k.startswith("lr/")):
+            ax_lr.semilogy(reference.histories.get(key, []), "k-", lw=2.5, alpha=0.4, label=f"{key}, one call")
+            ax_lr.semilogy(run.histories[key], lw=1, label=f"{key}, calls")
+        ax_lr.set_xlabel("epoch")
+        ax_lr.set_ylabel("learning rate")
+        ax_lr.legend(fontsize=8)
+        for ax in (ax_drift, ax_lr):
+            for start, _ in phase_bounds(run)[1:]:
+                ax.axvline(start, color="grey", ls="--", lw=0.8)
+        file = _save(fig, out, f"resume_{run.label}")
+        figures.append(Figure(file, f"{run.label}: how far the loss of the run trained in several calls drifts from "
+                                    f"the run trained in one (none drawn when bit-identical), and the learning rates; "
+                                    f"the calls' first epochs dashed grey", "resume"))
+    return figures
+
+
 FIGURES: dict[str, Callable[[list[RunRecord], Path], list[Figure]]] = {
     "accumulation": accumulation_figures,
     "inner_steps": inner_steps_figures,
@@ -233,6 +265,7 @@ FIGURES: dict[str, Callable[[list[RunRecord], Path], list[Figure]]] = {
     "offload": offload_figures,
     "substeps": substeps_figures,
     "phases": phases_figures,
+    "resume": resume_figures,
 }
 
 

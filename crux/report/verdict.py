@@ -1,4 +1,5 @@
-"""A verdict on one claim: the quoted wording, the test, the numbers, the threshold and its origin."""
+"""A verdict on one claim: the claim's wording and where it is stated, the test, the numbers, the threshold and its
+origin."""
 from __future__ import annotations
 
 import math
@@ -6,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "fails", "inconclusive"
-CLAIMS_SOURCE = "CLAIMS-SOURCE.md (jNO's 'Running Training' page)"
-DESIGN_SOURCE = "DESIGN.md §3 (crux's semantics of solve())"
+CLAIMS_DOCUMENT = "docs/claims.md"
+"""Where every judged claim is written down: quoted with its origin, or stated as one of crux's own guarantees."""
 
 
 @dataclass(frozen=True)
@@ -23,10 +24,32 @@ class Threshold:
 
 
 @dataclass(frozen=True)
+class Claim:
+    """A statement a check judges: its wording and the section of ``docs/claims.md`` that states it.
+
+    ``text`` is the wording as the section quotes it (``[...]`` marks an
+    omission); ``anchor`` is the section's id in that file.
+    """
+
+    text: str
+    anchor: str
+
+    @property
+    def source(self) -> str:
+        """``docs/claims.md#<anchor>``: what a verdict cites, a path in the project a reader can open."""
+        return f"{CLAIMS_DOCUMENT}#{self.anchor}"
+
+    def verdict(self, id: str, test: str, verdict: str, summary: str, evidence: dict[str, float] | None = None,
+                thresholds: dict[str, Threshold] | None = None, runs: tuple[str, ...] = ()) -> "Verdict":
+        """A verdict on this claim: it quotes ``text`` and cites ``source``."""
+        return Verdict(id, self.text, self.source, test, verdict, summary, evidence or {}, thresholds or {}, runs)
+
+
+@dataclass(frozen=True)
 class Verdict:
     """``holds``, ``fails`` or ``inconclusive`` for one claim, with everything needed to check it by hand.
 
-    ``claim`` is quoted from ``source``; ``test`` says what was compared;
+    ``claim`` is quoted from ``source`` (a section of ``docs/claims.md``); ``test`` says what was compared;
     ``summary`` is the one-line finding; ``evidence`` holds the numbers and
     ``thresholds`` the bounds they were held to; ``runs`` the run ids used.
     """
@@ -54,10 +77,9 @@ class Verdict:
                 "runs": sorted(self.runs)}
 
 
-def not_in_sweep(claim_id: str, claim: str, needs: str, what: str, run_ids: tuple[str, ...]) -> Verdict:
+def not_in_sweep(claim_id: str, claim: Claim, needs: str, what: str, run_ids: tuple[str, ...]) -> Verdict:
     """``inconclusive``: the sweep ran no setting the claim is about (``needs`` one; it has no ``what`` run)."""
-    return Verdict(claim_id, claim, CLAIMS_SOURCE, f"needs {needs}", INCONCLUSIVE, f"the sweep has no {what} run",
-                   runs=run_ids)
+    return claim.verdict(claim_id, f"needs {needs}", INCONCLUSIVE, f"the sweep has no {what} run", runs=run_ids)
 
 
 def _finite_or_text(value: float) -> float | str:

@@ -12,6 +12,7 @@ from crux.report.claims.checkpoint import check_checkpoint
 from crux.report.claims.fusion import check_inner_steps
 from crux.report.claims.offload import check_offload
 from crux.report.claims.phases import check_phases
+from crux.report.claims.resume import check_resume
 from crux.report.claims.substeps import check_substeps
 from crux.report.records import RunRecord
 from crux.report.verdict import Verdict
@@ -23,6 +24,7 @@ CHECKS: dict[str, Callable[[list[RunRecord]], list[Verdict]]] = {
     "offload": check_offload,
     "substeps": check_substeps,
     "phases": check_phases,
+    "resume": check_resume,
 }
 
 
@@ -35,4 +37,4 @@ def judge(records: Sequence[RunRecord], claims: Sequence[str]) -> list[Verdict]:
 
 
 __all__ = ["CHECKS", "check_accumulation", "check_checkpoint", "check_inner_steps", "check_offload", "check_phases",
-           "check_substeps", "judge"]
+           "check_resume", "check_substeps", "judge"]

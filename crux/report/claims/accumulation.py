@@ -1,8 +1,8 @@
 """Claim 1: gradient accumulation N×B gives an effective batch of N·B, at the memory of B.
 
-The test is the one DESIGN.md §3 makes central: N micro-batches of B must see
-exactly the points of one batch of N·B, so their trajectories agree to
-round-off, while plain B follows another trajectory. A run that follows plain B
+The test rests on crux's own guarantee: N micro-batches of B draw exactly the
+points of one batch of N·B, so their trajectories agree to round-off, while
+plain B follows another trajectory. A run that follows plain B
 instead accumulated the same points N times: the documented effect did not
 happen, whatever the log line said.
 """
@@ -14,14 +14,14 @@ from crux.report.numerics import (HISTORY_RULE, ROUNDOFF_ALLOWANCE, ROUNDOFF_ORI
                                   agreement)
 from crux.report.pairing import first, repeats, run_ids, settings
 from crux.report.records import RunRecord
-from crux.report.verdict import (CLAIMS_SOURCE, FAILS, HOLDS, INCONCLUSIVE, Threshold, Verdict, fmt,
-                                 not_in_sweep)
+from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt, not_in_sweep
 
-EFFECTIVE_BATCH = ("accumulation_steps=N — Average gradients over N micro-batches before one optimizer update — "
-                   "You want a larger effective batch than fits in memory. "
-                   "'INFO: Gradient accumulation enabled: 4 micro-batches per update (effective batch = 8 × 4 = 32)'")
-MEMORY = ("accumulation_steps=N — Average gradients over N micro-batches before one optimizer update — "
-          "You want a larger effective batch than fits in memory")
+EFFECTIVE_BATCH = Claim("accumulation_steps=N — Average gradients over N micro-batches before one optimizer "
+                        "update — You want a larger effective batch than fits in memory [...] INFO: Gradient "
+                        "accumulation enabled: 4 micro-batches per update (effective batch = 8 × 4 = 32)",
+                        "accumulation-effective-batch")
+MEMORY = Claim("accumulation_steps=N — Average gradients over N micro-batches before one optimizer update — You "
+               "want a larger effective batch than fits in memory", "accumulation-memory")
 MEMORY_ORIGIN = ("compiled memory_analysis() of the update is exact and deterministic for a given program, so no noise "
                  "allowance is needed: any difference is real")
 
@@ -76,8 +76,9 @@ def _effective_batch(s: AccumulationSet) -> Verdict:
     if s.big_batch is None or s.plain is None:
         missing = " and ".join(x for x, r in ((f"batchsize={n * b}", s.big_batch), (f"batchsize={b}", s.plain))
                                if r is None)
-        return Verdict(name, EFFECTIVE_BATCH, CLAIMS_SOURCE, test, INCONCLUSIVE,
-                       f"the sweep has no run with {missing} (accumulation_steps=1) to compare with", runs=runs)
+        return EFFECTIVE_BATCH.verdict(name, test, INCONCLUSIVE,
+                                       f"the sweep has no run with {missing} (accumulation_steps=1) to compare with",
+                                       runs=runs)
     # Both partners measured against the accumulated run, so one bound serves both comparisons.
     big, plain = agreement(s.big_batch, s.accumulated), agreement(s.plain, s.accumulated)
     evidence = {"N": n, "B": b, "updates": big.updates, "travel": big.travel, **big.evidence("vs_NxB_batch_"),
@@ -85,7 +86,7 @@ def _effective_batch(s: AccumulationSet) -> Verdict:
     thresholds = {"parameter_distance": Threshold(big.parameter_bound, ROUNDOFF_RULE, ROUNDOFF_ORIGIN),
                   "history_difference": Threshold(big.history_bound, HISTORY_RULE, ROUNDOFF_ORIGIN)}
     verdict, summary = _judge(big, plain, n, b)
-    return Verdict(name, EFFECTIVE_BATCH, CLAIMS_SOURCE, test, verdict, summary, evidence, thresholds, runs)
+    return EFFECTIVE_BATCH.verdict(name, test, verdict, summary, evidence, thresholds, runs)
 
 
 def _judge(big: Agreement, plain: Agreement, n: int, b: int) -> tuple[str, str]:
@@ -114,13 +115,12 @@ def _memory(s: AccumulationSet) -> Verdict:
     found = {label: r.metrics[key] for label, r in (("NxB", s.accumulated), ("N_B", s.big_batch), ("B", s.plain))
              if r is not None and key in r.metrics}
     if len(found) < 3:
-        return Verdict(name, MEMORY, CLAIMS_SOURCE, test, INCONCLUSIVE,
-                       f"{key} missing for {sorted({'NxB', 'N_B', 'B'} - set(found))}", runs=runs)
+        return MEMORY.verdict(name, test, INCONCLUSIVE, f"{key} missing for {sorted({'NxB', 'N_B', 'B'} - set(found))}",
+                              runs=runs)
     acc, big, plain = found["NxB"], found["N_B"], found["B"]
     evidence = {"temp_bytes_NxB": acc, "temp_bytes_N_times_B": big, "temp_bytes_B": plain,
                 "ratio_NxB_to_B": acc / plain, "ratio_NxB_to_N_times_B": acc / big}
     threshold = {"temp_bytes_NxB": Threshold(big, f"temp_bytes({n}×{b}) < temp_bytes({n * b})", MEMORY_ORIGIN)}
     summary = (f"{n}×{b} needs {fmt(acc / plain)}× the temporary memory of batch {b} and {fmt(acc / big)}× that "
                f"of one batch of {n * b}")
-    return Verdict(name, MEMORY, CLAIMS_SOURCE, test, HOLDS if acc < big else FAILS, summary, evidence, threshold,
-                   runs)
+    return MEMORY.verdict(name, test, HOLDS if acc < big else FAILS, summary, evidence, threshold, runs)

@@ -14,11 +14,13 @@ from crux.report.claims.equivalence import same_numbers
 from crux.report.numerics import SPREAD_ORIGIN, STEP_TIME, ratio_range, spread
 from crux.report.pairing import Pair, first, paired_settings, reference_and_twins, run_ids
 from crux.report.records import RunRecord
-from crux.report.verdict import (CLAIMS_SOURCE, DESIGN_SOURCE, FAILS, HOLDS, INCONCLUSIVE, Threshold, Verdict, fmt,
-                                 fmt_bytes, not_in_sweep)
+from crux.report.verdict import (FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt, fmt_bytes,
+                                 not_in_sweep)
 
-SAVES_MEMORY = "checkpoint_gradients=False, # True → gradient checkpointing (saves memory, ~30% slower)"
-SAME_NUMBERS = ("checkpoint_gradients: Rematerialise activations in the backward pass [...] Same numbers as off.")
+SAVES_MEMORY = Claim("checkpoint_gradients=False, # True → gradient checkpointing (saves memory, ~30% slower)",
+                     "checkpoint-saves-memory")
+SAME_NUMBERS = Claim("checkpoint_gradients=True rematerialises activations in the backward pass and gives the same "
+                     "numbers as checkpoint_gradients=False", "checkpoint-same-numbers")
 CLAIMED_COST = (1.25, 1.35)  # "~30% slower" at its one significant digit
 CLAIMED_SLOWDOWN = 0.3  # repeats of one setting that differ by this much cannot tell ~30% from no cost
 COST_ORIGIN = ("the claim's own figure, ~30%, read at its one significant digit ([25%, 35%)); the measured ratio is "
@@ -44,8 +46,8 @@ def check_checkpoint(records: list[RunRecord]) -> list[Verdict]:
     for on, off in pairs:
         label = on[0].label
         reference, twins = reference_and_twins(off, on[0])
-        verdicts.append(same_numbers(f"checkpoint.same_numbers[{label}]", SAME_NUMBERS, DESIGN_SOURCE, on[0],
-                                     reference, "checkpoint_gradients=True", twins))
+        verdicts.append(same_numbers(f"checkpoint.same_numbers[{label}]", SAME_NUMBERS, on[0], reference,
+                                     "checkpoint_gradients=True", twins))
         verdicts.append(_memory(label, on[0], first(off)))
         verdicts.append(_time(label, on, off))
     return verdicts
@@ -56,15 +58,15 @@ def _memory(label: str, on: RunRecord, off: RunRecord | None) -> Verdict:
     test = "compiled temporary memory (memory/temp_bytes) of the update with checkpointing against without"
     key = "memory/temp_bytes"
     if off is None or key not in on.metrics or key not in off.metrics:
-        return Verdict(name, SAVES_MEMORY, CLAIMS_SOURCE, test, INCONCLUSIVE,
-                       f"needs {key} of a run with and one without checkpointing", runs=run_ids(on, off))
+        return SAVES_MEMORY.verdict(name, test, INCONCLUSIVE,
+                                    f"needs {key} of a run with and one without checkpointing", runs=run_ids(on, off))
     with_, without = on.metrics[key], off.metrics[key]
     ratio = with_ / without
     evidence = {"temp_bytes_checkpointed": with_, "temp_bytes_plain": without, "ratio": ratio}
     threshold = {"temp_bytes_checkpointed": Threshold(without, "temp_bytes(on) < temp_bytes(off)", MEMORY_ORIGIN)}
     summary = f"checkpointing needs {fmt(ratio)}× the temporary memory ({fmt_bytes(with_)} vs {fmt_bytes(without)})"
-    return Verdict(name, SAVES_MEMORY, CLAIMS_SOURCE, test, HOLDS if with_ < without else FAILS, summary, evidence,
-                   threshold, run_ids(on, off))
+    return SAVES_MEMORY.verdict(name, test, HOLDS if with_ < without else FAILS, summary, evidence, threshold,
+                                run_ids(on, off))
 
 
 def _time(label: str, on: list[RunRecord], off: list[RunRecord]) -> Verdict:
@@ -77,9 +79,9 @@ def _time(label: str, on: list[RunRecord], off: list[RunRecord]) -> Verdict:
     thresholds = {"time_ratio": Threshold(CLAIMED_COST[0], f"ratio range meets [{CLAIMED_COST[0]}, "
                                           f"{CLAIMED_COST[1]})", COST_ORIGIN)}
     if not (mine.measured and base.measured):
-        return Verdict(name, SAVES_MEMORY, CLAIMS_SOURCE, test, INCONCLUSIVE,
-                       f"needs at least 2 repeats with and without checkpointing (have {len(mine.values)} and "
-                       f"{len(base.values)})", runs=runs, thresholds=thresholds)
+        return SAVES_MEMORY.verdict(name, test, INCONCLUSIVE, f"needs at least 2 repeats with and without "
+                                    f"checkpointing (have {len(mine.values)} and {len(base.values)})",
+                                    thresholds=thresholds, runs=runs)
     low, high = ratio_range(mine, base)
     median = mine.median / base.median
     noise = max(mine.relative_range, base.relative_range)
@@ -100,4 +102,4 @@ def _time(label: str, on: list[RunRecord], off: list[RunRecord]) -> Verdict:
         verdict, summary = HOLDS, cost
     else:
         verdict, summary = INCONCLUSIVE, f"within noise: {cost}, a range that takes in ~30% and costs other than it"
-    return Verdict(name, SAVES_MEMORY, CLAIMS_SOURCE, test, verdict, summary, evidence, thresholds, runs)
+    return SAVES_MEMORY.verdict(name, test, verdict, summary, evidence, thresholds, runs)

@@ -16,18 +16,18 @@ from crux.report.numerics import (HISTORY_RULE, ROUNDOFF_ORIGIN, ROUNDOFF_RULE, 
                                   TWIN_ORIGIN, TWIN_PARAMETER_RULE, TwinComparison, agreement, twin_comparison)
 from crux.report.pairing import run_ids
 from crux.report.records import RunRecord
-from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Threshold, Verdict, fmt
+from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt
 
 
-def same_numbers(name: str, claim: str, source: str, run: RunRecord, reference: RunRecord | None,
-                 option: str, twins: Sequence[RunRecord] = ()) -> Verdict:
+def same_numbers(name: str, claim: Claim, run: RunRecord, reference: RunRecord | None, option: str,
+                 twins: Sequence[RunRecord] = ()) -> Verdict:
     """``run`` (with ``option``) against ``reference`` (without): final parameters and loss/total history
     must agree as closely as ``twins`` (round-off twins of the reference) do, or, without twins, to the
     assumed round-off bound."""
     test = f"final parameters and per-epoch loss/total history with {option} against without"
     if reference is None:
-        return Verdict(name, claim, source, test, INCONCLUSIVE,
-                       f"the sweep has no run without {option} and the same other options", runs=run_ids(run))
+        return claim.verdict(name, test, INCONCLUSIVE,
+                             f"the sweep has no run without {option} and the same other options", runs=run_ids(run))
     a = agreement(run, reference)
     evidence = {"updates": a.updates, "travel": a.travel, **a.evidence("")}
     twin = twin_comparison(run, reference, twins)
@@ -53,7 +53,7 @@ def same_numbers(name: str, claim: str, source: str, run: RunRecord, reference: 
         verdict, summary = FAILS, (f"{option} departs from the reference: parameters {fmt(a.in_eps_units)} in units "
                                    f"of eps·sqrt(T)·travel (bound 1e3), history up to "
                                    f"{fmt(a.history_difference)} relative")
-    return Verdict(name, claim, source, test, verdict, summary, evidence, thresholds, run_ids(run, reference, twins))
+    return claim.verdict(name, test, verdict, summary, evidence, thresholds, run_ids(run, reference, twins))
 
 
 def _against_twins(option: str, twin: TwinComparison, evidence: dict[str, float]) -> tuple[str, str]:

@@ -9,13 +9,14 @@ from __future__ import annotations
 from crux.report.claims.equivalence import same_numbers
 from crux.report.pairing import Pair, first, paired_settings, reference_and_twins, run_ids
 from crux.report.records import RunRecord
-from crux.report.verdict import (CLAIMS_SOURCE, DESIGN_SOURCE, FAILS, HOLDS, INCONCLUSIVE, Threshold, Verdict,
-                                 fmt_bytes, not_in_sweep)
+from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt_bytes, not_in_sweep
 
-MOVES_DATA = ("offload_data=False,         # True → keep dataset on CPU, stream mini-batches. "
-              "offload_data=True — Keep dataset on CPU; stream each mini-batch — Very large datasets")
-SAME_NUMBERS = ("offload_data: Points stay in host memory; each update's batch is gathered on the host with the same "
-                "index stream and transferred [...] Same numbers as on-device batching.")
+MOVES_DATA = Claim("offload_data=False,         # True → keep dataset on CPU, stream mini-batches [...] "
+                   "offload_data=True — Keep dataset on CPU; stream each mini-batch — Very large datasets",
+                   "offload-moves-data")
+SAME_NUMBERS = Claim("offload_data=True keeps the points in host memory, gathers each update's batch there with the "
+                     "same indices as on the device and streams it: the same numbers as on-device batching",
+                     "offload-same-numbers")
 BYTES_ORIGIN = ("compiled memory_analysis() argument sizes are exact and deterministic for a given program, so no "
                 "noise allowance is needed: any difference is real")
 
@@ -35,8 +36,8 @@ def check_offload(records: list[RunRecord]) -> list[Verdict]:
     for on, off in pairs:
         label = on[0].label
         reference, twins = reference_and_twins(off, on[0])
-        verdicts.append(same_numbers(f"offload.same_numbers[{label}]", SAME_NUMBERS, DESIGN_SOURCE, on[0],
-                                     reference, "offload_data=True", twins))
+        verdicts.append(same_numbers(f"offload.same_numbers[{label}]", SAME_NUMBERS, on[0], reference,
+                                     "offload_data=True", twins))
         verdicts.append(_moves_data(label, on[0], first(off)))
     return verdicts
 
@@ -47,8 +48,8 @@ def _moves_data(label: str, on: RunRecord, off: RunRecord | None) -> Verdict:
             "against on-device batching of the same batch size")
     key = "memory/argument_bytes"
     if off is None or key not in on.metrics or key not in off.metrics:
-        return Verdict(name, MOVES_DATA, CLAIMS_SOURCE, test, INCONCLUSIVE,
-                       f"needs {key} of an offloaded run and an on-device one", runs=run_ids(on, off))
+        return MOVES_DATA.verdict(name, test, INCONCLUSIVE, f"needs {key} of an offloaded run and an on-device one",
+                                  runs=run_ids(on, off))
     offloaded, resident = on.metrics[key], off.metrics[key]
     evidence = {"argument_bytes_offloaded": offloaded, "argument_bytes_on_device": resident,
                 "bytes_moved_off_device": resident - offloaded}
@@ -56,5 +57,5 @@ def _moves_data(label: str, on: RunRecord, off: RunRecord | None) -> Verdict:
                                                        BYTES_ORIGIN)}
     summary = (f"the update takes {fmt_bytes(offloaded)} of arguments offloaded vs {fmt_bytes(resident)} with the "
                f"points on the device ({fmt_bytes(resident - offloaded)} moved off)")
-    return Verdict(name, MOVES_DATA, CLAIMS_SOURCE, test, HOLDS if offloaded < resident else FAILS, summary, evidence,
-                   threshold, run_ids(on, off))
+    return MOVES_DATA.verdict(name, test, HOLDS if offloaded < resident else FAILS, summary, evidence, threshold,
+                              run_ids(on, off))

@@ -21,13 +21,16 @@ import numpy as np
 from crux.report.numerics import EPS, ROUNDOFF_ALLOWANCE, history_difference
 from crux.report.pairing import first, run_ids, settings
 from crux.report.records import RunRecord
-from crux.report.verdict import (CLAIMS_SOURCE, FAILS, HOLDS, INCONCLUSIVE, Threshold, Verdict, fmt,
-                                 not_in_sweep)
+from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt, not_in_sweep
 
-RESUMES = ("Call solve() multiple times with different optimisers or schedules. The solver resumes from where it "
-           "left off")
-SWITCHES = ("Multi-Phase Training — Call solve() multiple times with different optimisers or schedules. "
-            "# Phase 2: L-BFGS quasi-Newton refinement / u_net.optimizer(optax.lbfgs).scale(lrs(5e-5))")
+RESUMES = Claim("Call solve() multiple times with different optimisers or schedules. The solver resumes from where it "
+                "left off", "phases-resume")
+SWITCHES = Claim("Multi-Phase Training [...] Call solve() multiple times with different optimisers or schedules. "
+                 "[...] # Phase 2: L-BFGS quasi-Newton refinement [...] u_net.optimizer(optax.lbfgs).scale(lrs(5e-5))",
+                 "phases-every-phase-moves")
+FRESH_OPTIMIZER = Claim("A phase that sets an optimizer or a schedule (.optimizer() or .scale()) starts a fresh "
+                        "optimizer state whose schedule counts from 0; a phase that sets neither continues the "
+                        "previous state and schedule", "phases-fresh-optimizer")
 JUMP_ORIGIN = ("measured on the run itself: the loss at a phase's first epoch is evaluated on the parameters it "
                "starts from, so a resumed phase starts next to the previous epoch's loss and a restarted one next to "
                "the loss of the start it went back to")
@@ -86,8 +89,7 @@ def _resume(runs: list[RunRecord]) -> Verdict:
             "; ".join(jumps)
     else:
         verdict, summary = HOLDS, f"every phase continues from where the previous one ended ({judged} boundaries)"
-    return Verdict("phases.resume", RESUMES, CLAIMS_SOURCE, test, verdict, summary, evidence, threshold,
-                   run_ids(runs))
+    return RESUMES.verdict("phases.resume", test, verdict, summary, evidence, threshold, run_ids(runs))
 
 
 def _every_phase_moves(runs: list[RunRecord]) -> Verdict:
@@ -125,8 +127,7 @@ def _every_phase_moves(runs: list[RunRecord]) -> Verdict:
                                           f"parameter snapshots")
     else:
         verdict, summary = HOLDS, f"every phase moved the parameters (judged from {how})"
-    return Verdict("phases.every_phase_moves", SWITCHES, CLAIMS_SOURCE, test, verdict, summary, evidence, threshold,
-                   run_ids(runs))
+    return SWITCHES.verdict("phases.every_phase_moves", test, verdict, summary, evidence, threshold, run_ids(runs))
 
 
 def expected_lr(run: RunRecord) -> np.ndarray | None:
@@ -172,5 +173,5 @@ def _fresh_optimizer(runs: list[RunRecord]) -> Verdict:
         verdict, summary = INCONCLUSIVE, f"no phase plan recorded for {', '.join(unplanned) or 'any run'}"
     else:
         verdict, summary = HOLDS, "every phase trains with the schedule it configured, from its step 0 when set"
-    return Verdict("phases.fresh_optimizer", SWITCHES, CLAIMS_SOURCE, test, verdict, summary, evidence, threshold,
-                   run_ids(runs))
+    return FRESH_OPTIMIZER.verdict("phases.fresh_optimizer", test, verdict, summary, evidence, threshold,
+                                   run_ids(runs))

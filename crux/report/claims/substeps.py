@@ -13,13 +13,13 @@ import numpy as np
 from crux.report.claims.equivalence import same_numbers
 from crux.report.pairing import first, reference_and_twins, repeats, run_ids, settings
 from crux.report.records import RunRecord
-from crux.report.verdict import CLAIMS_SOURCE, FAILS, HOLDS, INCONCLUSIVE, Threshold, Verdict, fmt
+from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt
 
-REACHED_ONLY = ("Only the models a substep's constraints actually reach are updated in it — resolved statically from "
-                "the trace, so a network that appears in no active constraint is left alone rather than being fed a "
-                "zero gradient.")
-ONE_ENTRY = "substeps [...] one entry with every constraint equals no substeps"
-SWEEP_SOURCE = "sweeps/substeps.yaml (crux's own claim for the option)"
+REACHED_ONLY = Claim("Only the models a substep's constraints actually reach are updated in it — resolved statically "
+                     "from the trace, so a network that appears in no active constraint is left alone rather than "
+                     "being fed a zero gradient.", "substeps-reached-only")
+ONE_ENTRY = Claim("substeps with one entry that lists every constraint (substeps=[[0, 1, 2]] for three) gives the "
+                  "same numbers as no substeps", "substeps-one-entry")
 EXACT_ORIGIN = ("an unreached model takes no optimizer step at all, so not even round-off may move it; a reached model "
                 "that did not move at all was not trained")
 
@@ -47,8 +47,8 @@ def _one_entry(records: list[RunRecord]) -> list[Verdict]:
         constraints = [k for k in runs[0].histories if k.startswith("loss/") and k != "loss/total"]
         if sorted(options.substeps[0][0]) == list(range(len(constraints))):
             reference, twins = reference_and_twins(repeats(records, group, options.but(substeps=None)), runs[0])
-            verdicts.append(same_numbers(f"substeps.one_entry_is_plain[{runs[0].label}]", ONE_ENTRY, SWEEP_SOURCE,
-                                         runs[0], reference, f"substeps=[{list(options.substeps[0][0])}]", twins))
+            verdicts.append(same_numbers(f"substeps.one_entry_is_plain[{runs[0].label}]", ONE_ENTRY, runs[0],
+                                         reference, f"substeps=[{list(options.substeps[0][0])}]", twins))
     return verdicts
 
 
@@ -59,8 +59,8 @@ def _reached_only(records: list[RunRecord]) -> Verdict:
     threshold = {"unreached_model_distance": Threshold(0.0, "exactly 0", EXACT_ORIGIN)}
 
     def verdict(outcome: str, summary: str, evidence: dict[str, float] | None = None) -> Verdict:
-        return Verdict("substeps.reached_only", REACHED_ONLY, CLAIMS_SOURCE, test, outcome, summary, evidence or {},
-                       threshold, run_ids(runs or records))
+        return REACHED_ONLY.verdict("substeps.reached_only", test, outcome, summary, evidence, threshold,
+                                    run_ids(runs or records))
 
     if not runs:
         return verdict(INCONCLUSIVE, "the sweep has no run with substeps")
