@@ -8,7 +8,10 @@ workers, not here.
 from __future__ import annotations
 
 import atexit
+import json
 import logging
+import shlex
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,7 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
+from crux.tracking.descriptions import COMMAND, NOTE, sweep_description
 from crux.tracking.store import Destination, child_runs, ensure_experiment, experiment_name, tracking_uri
 
 log = logging.getLogger(__name__)
@@ -36,20 +40,28 @@ def swept_keys(config: DictConfig) -> list[str]:
 
 
 class SweepCallback(Callback):
-    """Opens the parent run (tags ``crux.sweep``, ``crux.claim``, ``crux.role=parent``) and closes it
-    FINISHED when every child run finished, FAILED otherwise."""
+    """Opens the parent run (tags ``crux.sweep``, ``crux.claim``, ``crux.claims``, ``crux.command``,
+    ``crux.role=parent``, described by ``command``) and closes it FINISHED when every child run finished,
+    FAILED otherwise.
 
-    def __init__(self) -> None:
+    ``command`` is the command line that ran the multirun (crux-sweep gives its
+    own); by default ``crux-run`` with this process's arguments.
+    """
+
+    def __init__(self, command: str | None = None) -> None:
         self._sweep: Destination | None = None
+        self._command = command or shlex.join(["crux-run", *sys.argv[1:]])
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         uri = tracking_uri(config.tracking.uri)
         client = MlflowClient(uri)
         name = experiment_name(config.tracking.experiment, config.hydra.runtime.choices)
-        experiment_id = ensure_experiment(client, name, uri)
+        experiment_id = ensure_experiment(client, name, uri, config.claim)
         sweep_dir = Path(config.hydra.sweep.dir).resolve()
-        tags = {"crux.sweep": name, "crux.claim": config.claim, "crux.role": "parent",
-                "crux.sweep_dir": str(sweep_dir), "crux.overrides": " ".join(config.hydra.overrides.task)}
+        tags = {"crux.sweep": name, "crux.claim": config.claim, "crux.claims": json.dumps(list(config.claims)),
+                "crux.role": "parent", "crux.sweep_dir": str(sweep_dir),
+                "crux.overrides": " ".join(config.hydra.overrides.task), COMMAND: self._command,
+                NOTE: sweep_description(self._command)}
         run = client.create_run(experiment_id, run_name=f"{name} {time.strftime('%Y-%m-%d %H:%M:%S')}", tags=tags)
         self._sweep = Destination(uri, experiment_id, run.info.run_id, name, config.claim, swept_keys(config))
         self._sweep.save(sweep_dir)
