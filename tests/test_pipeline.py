@@ -28,7 +28,7 @@ from omegaconf.errors import ConfigKeyError
 from crux import config
 from crux.config import CONFIG_PACKAGE
 from crux.stats import Statistics
-from crux.sweep import available, register
+from crux.sweep import available, check_claims, register
 
 TINY = ["model.width=8", "model.depth=1", "solver.epochs=20"]
 ARTIFACTS = {"history.png", "stats.npz", "params.npz", "config.yaml", "environment.json"}
@@ -263,6 +263,8 @@ def test_every_job_of_every_sweep_composes(hydra_configs):
         base = selected(name)
         sweep = compose("config", overrides=base, return_hydra_config=True)
         assert sweep_file.claim and sweep.claim == sweep_file.claim, name
+        check_claims(sweep_file)  # raises for a check crux-report does not have
+        assert list(sweep.claims) == sweep_file.claims and sweep_file.claims, name
         assert str(sweep.hydra.mode) == "RunMode.MULTIRUN", name
         params = [f"{k}={v}" for k, v in sweep.hydra.sweeper.params.items() if k != "repeat"]
         (jobs,) = BasicSweeper.split_arguments(parser.parse_overrides(params), None)
