@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import inspect
 import os
 import sys
@@ -33,7 +34,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from hydra.core.config_store import ConfigStore
-from hydra.utils import get_method
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from crux import problems
@@ -414,12 +414,18 @@ PROBLEM_ARGUMENTS = ("hidden", "activation", "seed")
 
 
 def problem_function(target: str) -> Callable[..., problems.Problem]:
-    """The function a problem's ``_target_`` names (``package.module.function``)."""
+    """The function a problem's ``_target_`` names (``package.module.function``); raises ValueError saying what
+    could not be found."""
+    module, _, name = target.rpartition(".")
     try:
-        return get_method(target)
-    except (ImportError, ValueError) as error:
-        raise ValueError(f"problem._target_={target}: {error}\nA problem's module is imported from the working "
-                         f"directory or from an installed package.") from None
+        function = getattr(importlib.import_module(module), name, None) if module else None
+    except ImportError as error:
+        raise ValueError(f"problem._target_={target}: {error}; a problem's module is imported from the working "
+                         f"directory or from an installed package") from None
+    if not callable(function):
+        raise ValueError(f"problem._target_={target}: no function {name!r} in module {module or '(none given)'}; "
+                         f"write _target_ as module.function")
+    return function
 
 
 def build_problem(node: DictConfig, model: ModelConfig, seed: int) -> problems.Problem:
@@ -441,11 +447,19 @@ def build_problem(node: DictConfig, model: ModelConfig, seed: int) -> problems.P
     function = problem_function(target)
     arguments = {**fields, "hidden": (model.width,) * model.depth, "activation": model.activation, "seed": seed}
     signature = inspect.signature(function)
+    if not any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
+        lacking = [name for name in PROBLEM_ARGUMENTS if name not in signature.parameters]
+        if lacking:
+            raise TypeError(f"problem: {target}{signature} must take {', '.join(PROBLEM_ARGUMENTS)} besides its "
+                            f"fields (crux passes them from the model group and solver.seed); it lacks {lacking}")
+        unknown = sorted(set(fields) - set(signature.parameters))
+        if unknown:
+            raise TypeError(f"problem.{unknown[0]}: {target}{signature} has no parameter {unknown[0]!r}; remove "
+                            f"it from the problem config or add it to the function")
     try:
         signature.bind(**arguments)
     except TypeError as error:
-        raise TypeError(f"problem: {target}{signature} cannot take the config's fields {sorted(fields)} and "
-                        f"{', '.join(PROBLEM_ARGUMENTS)}: {error}") from None
+        raise TypeError(f"problem: {target}{signature}: {error}; set it in the problem config") from None
     built = function(**arguments)
     if not isinstance(built, problems.Problem):
         raise TypeError(f"problem: {target} returned {type(built).__name__}, not a crux.problems.Problem")
