@@ -60,6 +60,7 @@ def installed(tmp_path_factory) -> Installed:
     """crux's wheel, built from a copy of the package's sources and installed into a fresh venv."""
     root = tmp_path_factory.mktemp("install")
     source = root / "source"
+    source.mkdir()
     for name in PACKAGE_SOURCES:  # a copy: building in the checkout would leave build/ and egg-info there
         if (REPO / name).is_dir():
             shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))

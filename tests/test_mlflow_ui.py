@@ -14,7 +14,9 @@ import subprocess
 import sys
 import urllib.parse
 import urllib.request
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
 
 import pytest
 
@@ -26,6 +28,7 @@ pytestmark = pytest.mark.integration  # an MLflow server, a sweep and a report i
 SWEEP = ["accumulation", "solver.epochs=20", "model.width=8", "problem.n_interior=64", "memory=full,b8,b32,b8_acc4",
          "repeat=0"]
 EPOCHS = 20
+CHROMIUM = "/usr/bin/chromium"
 
 
 class Rest:
@@ -66,50 +69,80 @@ def by_role(runs: list[dict[str, Any]], role: str) -> list[dict[str, Any]]:
     return [run for run in runs if tags(run)["crux.role"] == role]
 
 
+@dataclass
+class Served:
+    """A server holding one sweep judged by crux-report; ``before_report`` is the parent run's description as
+    the sweep left it, ``sweep_output`` what crux-sweep printed."""
+
+    rest: Rest
+    experiment_id: str
+    before_report: str
+    folder: Path
+    sweep_output: str
+
+
 @pytest.fixture(scope="module")
-def ui(tmp_path_factory, empty_store):
-    """A server holding one accumulation sweep (4 jobs of 20 epochs) with the parent run's description as the
-    sweep left it, then judged by crux-report."""
+def ui(tmp_path_factory, empty_store) -> Iterator[Served]:
+    """An accumulation sweep of 4 jobs of 20 epochs logged to a live server, then judged by crux-report."""
     folder = tmp_path_factory.mktemp("ui")
     with mlflow_server(folder, empty_store) as uri:
         rest = Rest(uri)
         env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
-        done = subprocess.run([sys.executable, "-m", "crux.sweep", *SWEEP], cwd=folder, env=env,
-                              capture_output=True, text=True, timeout=900)
-        assert done.returncode == 0, done.stderr[-3000:]
+        sweep = subprocess.run([sys.executable, "-m", "crux.sweep", *SWEEP], cwd=folder, env=env,
+                               capture_output=True, text=True, timeout=900)
+        assert sweep.returncode == 0, sweep.stderr[-3000:]
         experiment_id = rest.experiment("accumulation")["experiment_id"]
         (parent,) = by_role(rest.runs(experiment_id), "parent")
         before_report = tags(parent)["mlflow.note.content"]
         done = subprocess.run([sys.executable, "-m", "crux.report", "accumulation"], cwd=folder, env=env,
                               capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
-        yield rest, experiment_id, before_report, folder
+        yield Served(rest, experiment_id, before_report, folder, sweep.stdout + sweep.stderr)
 
 
-def test_an_experiment_opens_on_its_training_runs_and_is_described_by_the_sweeps_claim(ui):
-    rest, _, _, _ = ui
-    experiment = tags(rest.experiment("accumulation"))
-    assert experiment["mlflow.experimentKind"] == "custom_model_development"  # not the GenAI overview
+def test_an_experiment_is_one_of_training_runs_described_by_the_sweeps_claim_and_its_runs_page_printed(ui):
+    experiment = tags(ui.rest.experiment("accumulation"))
+    assert experiment["mlflow.experimentKind"] == "custom_model_development"
     assert experiment["mlflow.note.content"] == " ".join(available()["accumulation"].claim.split())
+    page = f"{ui.rest.uri}/#/experiments/{ui.experiment_id}/runs?workflowType=machine_learning"
+    assert f"MLflow: the sweep's runs at {page}\n" in ui.sweep_output
+
+
+def test_the_printed_page_shows_the_runs_and_the_claim_in_a_browser(ui):
+    """MLflow's UI in Chromium: the page crux-sweep prints opens on the training runs (not the GenAI overview
+    the experiment would open on), with the claim as the experiment's description."""
+    sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no browser at {CHROMIUM} (Debian: apt-get install chromium)")
+    claim_start = " ".join(available()["accumulation"].claim.split())[:40]
+    (parent,) = by_role(ui.rest.runs(ui.experiment_id), "parent")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            page.goto(f"{ui.rest.uri}/#/experiments/{ui.experiment_id}/runs?workflowType=machine_learning")
+            page.get_by_text(claim_start).first.wait_for(timeout=60_000)
+            page.get_by_text(parent["info"]["run_name"]).first.wait_for(timeout=60_000)
+            assert "/runs" in page.url and "workflowType=machine_learning" in page.url
+        finally:
+            browser.close()
 
 
 def test_the_parent_run_is_described_by_its_command_then_by_its_verdicts(ui):
-    rest, experiment_id, before_report, folder = ui
     command = "crux-sweep " + " ".join(SWEEP)
-    assert before_report == f"`{command}`"
-    (parent,) = by_role(rest.runs(experiment_id), "parent")
+    assert ui.before_report == f"`{command}`"
+    (parent,) = by_role(ui.rest.runs(ui.experiment_id), "parent")
     description = tags(parent)["mlflow.note.content"]
     lines = description.splitlines()
     assert lines[0] == f"`{command}`" and tags(parent)["crux.command"] == command
     assert "| **holds** | accumulation.effective_batch[b8_acc4] |" in description
     assert "| **holds** | accumulation.memory[b8_acc4] |" in description
-    (report,) = folder.glob("reports/accumulation/*/report.md")
+    (report,) = ui.folder.glob("reports/accumulation/*/report.md")
     assert lines[-1] == f"Report: `{report.resolve()}`"
 
 
 def test_params_are_real_values_with_a_variant_and_no_claim(ui):
-    rest, experiment_id, _, _ = ui
-    children = by_role(rest.runs(experiment_id), "child")
+    children = by_role(ui.rest.runs(ui.experiment_id), "child")
     assert sorted(run["info"]["run_name"] for run in children) == ["b32", "b8", "b8_acc4", "full"]
     for run in children:
         logged = params(run)
@@ -123,15 +156,14 @@ def test_params_are_real_values_with_a_variant_and_no_claim(ui):
 
 
 def test_a_job_is_described_by_its_training_and_compile_seconds_and_charts_its_loss_by_epoch(ui):
-    rest, experiment_id, _, _ = ui
-    for run in by_role(rest.runs(experiment_id), "child"):
+    for run in by_role(ui.rest.runs(ui.experiment_id), "child"):
         metrics = {metric["key"]: metric["value"] for metric in run["data"]["metrics"]}
         description = tags(run)["mlflow.note.content"]
         assert description.startswith(f"**{run['info']['run_name']}**, repeat 0")
         assert f"`run_seconds` = {metrics['run_seconds']:.3g} s" in description
         assert f"`compile_seconds` = {metrics['compile_seconds']:.3g} s" in description
         assert "Duration counts the whole job" in description
-        history = rest.get("metrics/get-history", run_id=run["info"]["run_id"], metric_key="loss/total")["metrics"]
+        history = ui.rest.get("metrics/get-history", run_id=run["info"]["run_id"], metric_key="loss/total")["metrics"]
         assert sorted(point["step"] for point in history) == list(range(EPOCHS))
         assert sorted(history, key=lambda p: p["step"])[-1]["value"] == pytest.approx(metrics["final_loss"],
                                                                                       rel=1e-6)

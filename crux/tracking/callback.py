@@ -22,7 +22,7 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
-from crux.tracking.descriptions import COMMAND, NOTE, sweep_description
+from crux.tracking.descriptions import COMMAND, NOTE, runs_page, sweep_description
 from crux.tracking.store import Destination, child_runs, ensure_experiment, experiment_name, tracking_uri
 
 log = logging.getLogger(__name__)
@@ -83,3 +83,6 @@ class SweepCallback(Callback):
         client.log_batch(sweep.parent_run_id,
                          metrics=[Metric("jobs", len(statuses), now, 0), Metric("failed_jobs", failed, now, 0)])
         client.set_terminated(sweep.parent_run_id, "FINISHED" if statuses and not failed else "FAILED")
+        served = sweep.uri.startswith(("http://", "https://"))
+        log.info("MLflow: the sweep's runs at %s%s", runs_page(sweep.uri, sweep.experiment_id),
+                 "" if served else f" once `mlflow ui --backend-store-uri {sweep.uri}` serves them")

@@ -1,9 +1,13 @@
-"""What the MLflow UI shows first: an experiment's kind and description, and each run's description.
+"""What the MLflow UI shows first: an experiment's kind and description, each run's description, and the
+page that lists a sweep's runs.
 
 MLflow keeps the description of an experiment or a run in its tag
-``mlflow.note.content`` (Markdown). MLflow 3's UI opens an experiment on its GenAI
-overview unless the experiment tag ``mlflow.experimentKind`` says it holds model
-training (``custom_model_development``), so crux's experiments say that.
+``mlflow.note.content`` (Markdown), and an experiment's kind in its tag
+``mlflow.experimentKind``: crux's are ``custom_model_development`` (model
+training). MLflow 3.17's UI does not open an experiment by that tag, though: a
+switch in its sidebar, GenAI (the default) or Model training, which the browser
+remembers, decides between the GenAI overview and the runs, and so does
+``workflowType`` in the page's address (:func:`runs_page`).
 """
 from __future__ import annotations
 
@@ -22,6 +26,13 @@ def experiment_tags(claim: str) -> dict[str, str]:
     if claim.strip():
         tags[NOTE] = " ".join(claim.split())
     return tags
+
+
+def runs_page(uri: str, experiment_id: str) -> str:
+    """The address of the experiment's runs in MLflow's UI: on the tracking server ``uri`` is, else where
+    ``mlflow ui`` serves by default."""
+    server = uri if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
+    return f"{server.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
 
 
 def _cell(text: str) -> str:
