@@ -31,9 +31,14 @@ def configure_jax(cfg: DictConfig) -> None:
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode == RunMode.MULTIRUN and not hydra_cfg.launcher._target_.endswith(".BasicLauncher"):
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    if cfg.jax.compilation_cache_dir is not None:
-        cache = Path(cfg.jax.compilation_cache_dir).expanduser().resolve()
-        jax.config.update("jax_compilation_cache_dir", str(cache))
+    use_compilation_cache(cfg.jax.compilation_cache_dir)
+
+
+def use_compilation_cache(folder: str | None) -> None:
+    """Keep every compiled program in JAX's persistent cache at ``folder`` (``~`` is the home folder, a relative
+    path starts in the working directory); None leaves the cache off."""
+    if folder is not None:
+        jax.config.update("jax_compilation_cache_dir", str(Path(folder).expanduser().resolve()))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 
 
