@@ -41,9 +41,8 @@ def compare_view(page: Page, ui: str, experiment: str, metric: str, widen: int) 
     page.get_by_text("variant", exact=True).last.click()  # the param (the tag crux.variant is listed above it)
     page.keyboard.press("Escape")
     page.get_by_placeholder("Search metric charts").fill(metric)
-    handle = page.get_by_test_id("draggable-card-resize-handle").first
-    handle.wait_for()
-    corner = handle.bounding_box()
+    page.wait_for_timeout(2000)  # the charts re-render once the filter applies
+    corner = page.get_by_test_id("draggable-card-resize-handle").first.bounding_box()
     page.mouse.move(corner["x"] + 3, corner["y"] + 3)
     page.mouse.down()
     page.mouse.move(corner["x"] + widen, corner["y"] + 40, steps=20)
