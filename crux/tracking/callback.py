@@ -1,7 +1,7 @@
 """The parent run of a multirun, opened before its jobs and closed after them, whatever happened.
 
-Hydra calls ``on_multirun_end`` only when every job succeeded (FACTS.md), so the
-close is also registered with ``atexit``; it reads the jobs' outcomes from the
+Hydra 1.3 calls ``on_multirun_end`` only when every job succeeded (a failed job
+makes it re-raise after the batch instead), so the close is also registered with ``atexit``; it reads the jobs' outcomes from the
 store, because with a launcher such as joblib ``on_job_end`` runs in the
 workers, not here.
 """

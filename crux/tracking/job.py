@@ -3,7 +3,7 @@
 Layout (docs/CONTRACT.md): params are the settings the job ran with
 (:func:`crux.config.effective_settings`, flattened) and its ``variant``; every
 history is logged with ``step = epoch`` in one call, not one per step (5000
-epochs through ``log_metric`` cost 20-50 s, FACTS.md), straight into a SQL store
+epochs through one ``log_metric`` per value take 20-50 s on a 2-core CPU), straight into a SQL store
 (crux.tracking.history); summary metrics and the artifacts follow. On a 2-core
 CPU this adds 0.5-0.8 s to a sweep's repeat 5000-epoch poisson1d job (3-5%), about
 1.1 s to a process's first, plus 1.4-1.6 s the first time a process loads MLflow's
