@@ -8,17 +8,25 @@ optax's default, so no library default is copied here.
 
 Groups whose options differ in shape (``problem``, ``optimizer``, ``schedule``)
 have one schema per option, pulled in by the option's yaml (``defaults:
-[base_adam]``). Each option carries a ``name``; the optimizers and schedules of
-the later ``phases`` are untyped, so they are checked against the schema of
-their ``name`` when the job starts (:func:`training_phases`), still before any
-JAX work.
+[base_adam]``). A problem is a Hydra ``_target_`` naming the function that
+builds it (:func:`problem`); a user's own problem has no schema here, its fields
+are checked against that function's signature. Optimizers and schedules carry a
+``name``; those of the later ``phases`` are untyped, so they are checked against
+the schema of their ``name`` when the job starts (:func:`training_phases`),
+still before any JAX work.
+
+The configs ship inside the package: ``conf/`` as ``crux.conf`` (Hydra's
+``pkg://crux.conf``) and ``sweeps/`` as ``crux.sweeps``.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
+import inspect
+import os
+import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, ClassVar, Dict, List, Optional
 
 import jax
@@ -33,8 +41,8 @@ from crux.model import Model
 from crux.optim import soap
 from crux.schedules import Schedule, lrs
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-"""The checkout that holds ``conf/`` and ``sweeps/``: found from the package, not the working directory."""
+CONFIG_PACKAGE = "crux.conf"
+"""The package that holds the config groups (the repository's ``conf/``)."""
 
 
 def _keywords(spec: Any) -> dict[str, Any]:
@@ -42,21 +50,24 @@ def _keywords(spec: Any) -> dict[str, Any]:
     return {k: v for k, v in dataclasses.asdict(spec).items() if k != "name" and v is not None}
 
 
+def _defaults_filled(spec: Any, factory: Callable[..., Any]) -> dict[str, Any]:
+    """The option's fields, each one left ``None`` replaced by ``factory``'s default for it (kept ``None`` where
+    the factory has none): the values the job runs with."""
+    parameters = inspect.signature(factory).parameters
+    values = dataclasses.asdict(spec)
+    for key, value in values.items():
+        default = parameters[key].default if key in parameters else None
+        if value is None and default is not inspect.Parameter.empty:
+            values[key] = default
+    return values
+
+
 # -- problem -----------------------------------------------------------------------------------
 @dataclass
-class ProblemConfig:
-    """A built-in problem: ``crux.problems.<name>(**fields)``."""
+class Poisson1dConfig:
+    """``crux.problems.poisson1d``'s fields."""
 
-    name: str = MISSING
-
-    def build(self, model: "ModelConfig", seed: int) -> problems.Problem:
-        return getattr(problems, self.name)(hidden=(model.width,) * model.depth, activation=model.activation,
-                                            seed=seed, **_keywords(self))
-
-
-@dataclass
-class Poisson1dConfig(ProblemConfig):
-    name: str = "poisson1d"
+    _target_: str = MISSING
     n_interior: int = MISSING
     hard_boundary: bool = MISSING
     bc_weight: float = MISSING
@@ -64,8 +75,10 @@ class Poisson1dConfig(ProblemConfig):
 
 
 @dataclass
-class Heat1dConfig(ProblemConfig):
-    name: str = "heat1d"
+class Heat1dConfig:
+    """``crux.problems.heat1d``'s fields."""
+
+    _target_: str = MISSING
     n_interior: int = MISSING
     n_initial: int = MISSING
     n_boundary: int = MISSING
@@ -73,8 +86,10 @@ class Heat1dConfig(ProblemConfig):
 
 
 @dataclass
-class MixedPoisson1dConfig(ProblemConfig):
-    name: str = "mixed_poisson1d"
+class MixedPoisson1dConfig:
+    """``crux.problems.mixed_poisson1d``'s fields."""
+
+    _target_: str = MISSING
     n_interior: int = MISSING
 
 
@@ -90,6 +105,10 @@ class OptimizerConfig:
         """Give ``model`` a fresh optimizer state trained at ``schedule``."""
         keywords = _keywords(self)
         model.optimizer(functools.partial(self.factory, **keywords) if keywords else self.factory).scale(schedule)
+
+    def settings(self) -> dict[str, Any]:
+        """``name`` and every field, a field left ``None`` showing the factory's default: what the job uses."""
+        return _defaults_filled(self, self.factory)
 
 
 @dataclass
@@ -128,6 +147,7 @@ class SoapConfig(OptimizerConfig):
     """SOAP is a ready transform at unit step (``soap(1)``); the schedule scales its updates."""
 
     name: str = "soap"
+    factory: ClassVar = staticmethod(soap)
     b1: Optional[float] = None
     b2: Optional[float] = None
     eps: Optional[float] = None
@@ -146,6 +166,10 @@ class ScheduleConfig:
     def build(self, epochs: int) -> Schedule:
         """The schedule of a phase of ``epochs`` epochs."""
         raise NotImplementedError
+
+    def settings(self, epochs: int) -> dict[str, Any]:
+        """``name`` and every field, as the schedule of a phase of ``epochs`` epochs uses them."""
+        return dataclasses.asdict(self)
 
 
 @dataclass
@@ -169,6 +193,9 @@ class WarmupCosineConfig(ScheduleConfig):
 
     def build(self, epochs: int) -> Schedule:
         return lrs.warmup_cosine(self.total or epochs, self.warmup, self.peak, self.end)
+
+    def settings(self, epochs: int) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "total": self.total or epochs}
 
 
 @dataclass
@@ -222,7 +249,7 @@ class MemoryConfig:
 
 @dataclass
 class TrackingConfig:
-    """``uri=None``: ``$MLFLOW_TRACKING_URI``, else ``mlflow.db`` at the project root.
+    """``uri=None``: ``$MLFLOW_TRACKING_URI``, else ``mlflow.db`` in the working directory.
     ``experiment=None``: the sweep's name, or ``crux`` for a plain crux-run."""
 
     uri: Optional[str] = None
@@ -231,7 +258,8 @@ class TrackingConfig:
 
 @dataclass
 class JaxConfig:
-    """``compilation_cache_dir``: relative to the project root; ``None`` turns the persistent cache off."""
+    """``compilation_cache_dir``: ``~`` is the home folder, a relative path starts in the working directory;
+    ``None`` turns the persistent cache off."""
 
     compilation_cache_dir: Optional[str] = MISSING
 
@@ -256,7 +284,9 @@ class Config:
     """One job. Training runs (optimizer, schedule, solver.epochs), then each of ``phases`` on the same solver,
     in the order written.
 
-    ``claim`` is what a sweep sets out to check; ``repeat`` only tells repeated
+    ``claim`` is what a sweep sets out to check, in words, and ``claims`` the
+    checks (keys of ``crux.report.CHECKS``) its report runs; both describe the
+    sweep, not the job (:data:`SWEEP_KEYS`). ``repeat`` only tells repeated
     jobs apart (for timing); ``variant`` names the job in MLflow (``None``: the
     swept overrides of this job, e.g. ``b8_acc4``). ``roundoff_twin=k > 0`` moves
     every initial parameter one ulp up or down (:func:`roundoff_twin`, directions
@@ -276,12 +306,16 @@ class Config:
     jax: JaxConfig = MISSING
     phases: Dict[str, PhaseConfig] = field(default_factory=dict)
     claim: str = ""
+    claims: List[str] = field(default_factory=list)
     repeat: int = 0
     variant: Optional[str] = None
     roundoff_twin: int = 0
 
 
-PROBLEMS = {c.name: c for c in (Poisson1dConfig, Heat1dConfig, MixedPoisson1dConfig)}
+SWEEP_KEYS = ("claim", "claims")
+"""Keys that describe the sweep a job belongs to rather than the job: tags and descriptions, not params."""
+
+PROBLEMS = {"poisson1d": Poisson1dConfig, "heat1d": Heat1dConfig, "mixed_poisson1d": MixedPoisson1dConfig}
 OPTIMIZERS = {c.name: c for c in (AdamConfig, AdamWConfig, SGDConfig, LBFGSConfig, SoapConfig)}
 SCHEDULES = {c.name: c for c in (ConstantConfig, WarmupCosineConfig, ExponentialConfig)}
 
@@ -349,11 +383,93 @@ def roundoff_twin(params: Any, twin: int) -> Any:
     return jax.tree.map(move, params)
 
 
+def effective_settings(cfg: DictConfig) -> dict[str, Any]:
+    """The settings the job runs with, as a nested dict: the resolved config, each optimizer and schedule
+    (the first phase's and every later one's) as its ``settings()`` give them, without :data:`SWEEP_KEYS`.
+
+    Raises as :func:`training_phases` does.
+    """
+    settings = OmegaConf.to_container(cfg, resolve=True)
+    first, *later = training_phases(cfg)
+    settings["optimizer"], settings["schedule"] = first.optimizer.settings(), first.schedule.settings(first.epochs)
+    for name, phase in zip(cfg.phases, later):
+        settings["phases"][name].update(optimizer=phase.optimizer.settings(),
+                                        schedule=phase.schedule.settings(phase.epochs))
+    for key in SWEEP_KEYS:
+        settings.pop(key, None)
+    return settings
+
+
+def import_from_working_directory() -> None:
+    """Let a ``_target_`` name a module of the working directory, as ``python -m`` does: console scripts
+    start with their own folder on ``sys.path`` instead."""
+    folder = os.getcwd()
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+
+
+PROBLEM_ARGUMENTS = ("hidden", "activation", "seed")
+"""What a problem's function receives besides its own fields: ``hidden=(model.width,) * model.depth``,
+``activation=model.activation``, ``seed=solver.seed``."""
+
+
+def problem_function(target: str) -> Callable[..., problems.Problem]:
+    """The function a problem's ``_target_`` names (``package.module.function``); raises ValueError saying what
+    could not be found."""
+    module, _, name = target.rpartition(".")
+    try:
+        function = getattr(importlib.import_module(module), name, None) if module else None
+    except ImportError as error:
+        raise ValueError(f"problem._target_={target}: {error}; a problem's module is imported from the working "
+                         f"directory or from an installed package") from None
+    if not callable(function):
+        raise ValueError(f"problem._target_={target}: no function {name!r} in module {module or '(none given)'}; "
+                         f"write _target_ as module.function")
+    return function
+
+
+def build_problem(node: DictConfig, model: ModelConfig, seed: int) -> problems.Problem:
+    """``node._target_(**fields, hidden=..., activation=..., seed=seed)`` (:data:`PROBLEM_ARGUMENTS`), the
+    arguments checked against the function's signature before it is called.
+
+    Raises ValueError for a missing ``_target_`` or a field that the model or solver groups set, TypeError
+    for arguments the function does not take or a result that is not a ``crux.problems.Problem``.
+    """
+    fields = OmegaConf.to_container(node, resolve=True)
+    target = fields.pop("_target_", None)
+    if not target:
+        raise ValueError("problem: no _target_; a problem config names the function that builds the problem, "
+                         "e.g. `_target_: crux.problems.poisson1d`")
+    taken = sorted(set(fields) & set(PROBLEM_ARGUMENTS))
+    if taken:
+        raise ValueError(f"problem.{taken[0]}: set by model.width/depth/activation and solver.seed, not by the "
+                         f"problem config; remove it there")
+    function = problem_function(target)
+    arguments = {**fields, "hidden": (model.width,) * model.depth, "activation": model.activation, "seed": seed}
+    signature = inspect.signature(function)
+    if not any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
+        lacking = [name for name in PROBLEM_ARGUMENTS if name not in signature.parameters]
+        if lacking:
+            raise TypeError(f"problem: {target}{signature} must take {', '.join(PROBLEM_ARGUMENTS)} besides its "
+                            f"fields (crux passes them from the model group and solver.seed); it lacks {lacking}")
+        unknown = sorted(set(fields) - set(signature.parameters))
+        if unknown:
+            raise TypeError(f"problem.{unknown[0]}: {target}{signature} has no parameter {unknown[0]!r}; remove "
+                            f"it from the problem config or add it to the function")
+    try:
+        signature.bind(**arguments)
+    except TypeError as error:
+        raise TypeError(f"problem: {target}{signature}: {error}; set it in the problem config") from None
+    built = function(**arguments)
+    if not isinstance(built, problems.Problem):
+        raise TypeError(f"problem: {target} returned {type(built).__name__}, not a crux.problems.Problem")
+    return built
+
+
 def problem(cfg: DictConfig) -> problems.Problem:
     """The configured problem, its models built from ``cfg.model``, seeded with ``solver.seed`` and started as
     round-off twin ``roundoff_twin`` (0: as configured)."""
-    model = OmegaConf.to_object(cfg.model)
-    built = typed(cfg.problem, PROBLEMS).build(model, cfg.solver.seed)
+    built = build_problem(cfg.problem, OmegaConf.to_object(cfg.model), cfg.solver.seed)
     for network in built.models.values():
         network.params = roundoff_twin(network.params, cfg.roundoff_twin)
     return built

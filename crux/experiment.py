@@ -3,10 +3,15 @@
     crux-run                                   # conf/config.yaml as it is
     crux-run memory=b8_acc4 solver.epochs=500  # overrides
     crux-run --multirun memory=b8,b8_acc4      # one MLflow child run per job under a parent run
+    crux-run --config-dir ./myconf problem=mine  # a problem of one's own (myconf/problem/mine.yaml)
+
+The configs are the package's (``pkg://crux.conf``); everything a job writes goes
+under the working directory unless configured (docs/usage.md).
 """
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import hydra
 import jax
@@ -15,7 +20,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from crux import config
-from crux.config import PROJECT_ROOT, Phase
+from crux.config import CONFIG_PACKAGE, Phase
 from crux.problems import Problem
 from crux.tracking import JobRun, ParameterLeaves, parameter_leaves
 
@@ -26,8 +31,14 @@ def configure_jax(cfg: DictConfig) -> None:
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode == RunMode.MULTIRUN and not hydra_cfg.launcher._target_.endswith(".BasicLauncher"):
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    if cfg.jax.compilation_cache_dir is not None:
-        jax.config.update("jax_compilation_cache_dir", str(PROJECT_ROOT / cfg.jax.compilation_cache_dir))
+    use_compilation_cache(cfg.jax.compilation_cache_dir)
+
+
+def use_compilation_cache(folder: str | None) -> None:
+    """Keep every compiled program in JAX's persistent cache at ``folder`` (``~`` is the home folder, a relative
+    path starts in the working directory); None leaves the cache off."""
+    if folder is not None:
+        jax.config.update("jax_compilation_cache_dir", str(Path(folder).expanduser().resolve()))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 
 
@@ -54,13 +65,13 @@ def train(problem: Problem, phases: list[Phase], cfg: DictConfig,
         phase_ends.append(parameter_leaves(problem.models))
 
 
-@hydra.main(version_base="1.3", config_path=str(PROJECT_ROOT / "conf"), config_name="config")
-def main(cfg: DictConfig) -> float:
+@hydra.main(version_base="1.3", config_path=f"pkg://{CONFIG_PACKAGE}", config_name="config")
+def run_job(cfg: DictConfig) -> float:
     """One job; returns the final total loss (what a Hydra sweeper would minimise)."""
     configure_jax(cfg)
     with JobRun.start(cfg) as run:
-        run.log_config(cfg)
-        phases = config.training_phases(cfg)  # a malformed later phase is refused here, before any training
+        run.log_config(cfg)  # a malformed later phase is refused here, before any training
+        phases = config.training_phases(cfg)
         problem = config.problem(cfg)
         initial = parameter_leaves(problem.models)
         phase_ends: list[ParameterLeaves] = []
@@ -71,6 +82,12 @@ def main(cfg: DictConfig) -> float:
             if history is not None:
                 run.log_results(problem, history, initial, phase_ends)
         return float(history.total_loss[-1])
+
+
+def main() -> None:
+    """The console script: Hydra reads the command line."""
+    config.import_from_working_directory()
+    run_job()
 
 
 if __name__ == "__main__":

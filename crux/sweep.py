@@ -1,54 +1,167 @@
-"""``crux-sweep NAME [overrides]``: run ``sweeps/NAME.yaml`` as a multirun; the overrides apply to every job.
+"""``crux-sweep SWEEP [overrides]``: run a sweep as a Hydra multirun logged to MLflow; the overrides apply to
+every job.
 
-    crux-sweep --list
-    crux-sweep accumulation                    # as the sweep file says
-    crux-sweep accumulation solver.epochs=30   # shorter, every job
-    crux-sweep offload hydra/launcher=joblib   # jobs in parallel processes
+    crux-sweep --list                                      # the sweeps and the claims they check
+    crux-sweep accumulation                                # a built-in sweep, by name
+    crux-sweep accumulation solver.epochs=30               # shorter, every job
+    crux-sweep offload hydra/launcher=joblib               # jobs in parallel processes
+    crux-sweep ./my_sweep.yaml --config-dir ./myconf       # a sweep file, config groups of one's own
+    crux-sweep my_sweep --sweeps-dir ./sweeps              # a folder of one's own sweeps, by name
 
-``sweeps/`` is a Hydra config group put on the search path by its absolute
-location (the package's, not the working directory's); each file starts with
-``# @package _global_`` (without it Hydra silently runs one job, FACTS.md).
+A sweep file is a Hydra config merged at the top level of every job's config
+(whether or not it starts with ``# @package _global_``): ``hydra.sweeper.params``
+says what varies, ``claim`` says in words what the sweep checks, ``claims`` names
+the checks ``crux-report`` runs on it (keys of ``crux.report.CHECKS``). crux-sweep
+registers the file in Hydra's ConfigStore as option NAME of the group ``sweeps``
+(the ConfigStore travels to launchers' worker processes) and runs
+``crux-run --multirun +sweeps=NAME [overrides]``; the experiment is named NAME.
 """
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
-from crux.config import PROJECT_ROOT
+SWEEP_PACKAGE = "crux.sweeps"
+"""The package that holds the built-in sweeps (the repository's ``sweeps/``)."""
+SUFFIXES = (".yaml", ".yml")
 
-SWEEPS = PROJECT_ROOT / "sweeps"
+
+@dataclass(frozen=True)
+class SweepFile:
+    """A sweep: its name (the file's stem, which names the experiment), where it was read, its config."""
+
+    name: str
+    source: str
+    config: DictConfig
+
+    @property
+    def claim(self) -> str:
+        return str(self.config.get("claim", "")).strip()
+
+    @property
+    def claims(self) -> list[str]:
+        return list(self.config.get("claims", []))
 
 
-def available() -> dict[str, str]:
-    """Sweep name -> its claim."""
-    return {path.stem: str(OmegaConf.load(path).get("claim", "")) for path in sorted(SWEEPS.glob("*.yaml"))}
+def read_sweep(name: str, source: str, text: str) -> SweepFile:
+    """The sweep file ``source`` holding ``text``; raises ValueError naming the file for anything but a YAML
+    mapping whose ``claims`` is a list of names."""
+    try:
+        config = OmegaConf.create(text)
+    except Exception as error:  # omegaconf reports YAML errors as several exception types
+        raise ValueError(f"{source}: not a YAML mapping: {error}") from None
+    if not isinstance(config, DictConfig):
+        raise ValueError(f"{source}: a sweep file is a YAML mapping (claim, hydra.sweeper.params, ...)")
+    claims = config.get("claims", [])
+    if not OmegaConf.is_list(claims) and claims != []:
+        raise ValueError(f"{source}: claims: {claims!r} is not a list; write e.g. `claims: [accumulation]`")
+    return SweepFile(name, source, config)
+
+
+def sweeps_in(folder: Path) -> dict[str, SweepFile]:
+    """The sweep files of ``folder``, by name; raises ValueError when there is no such folder."""
+    if not folder.is_dir():
+        raise ValueError(f"--sweeps-dir {folder}: no such folder")
+    return {path.stem: read_sweep(path.stem, str(path), path.read_text())
+            for path in sorted(folder.iterdir()) if path.suffix in SUFFIXES}
+
+
+def builtin_sweeps() -> dict[str, SweepFile]:
+    """The sweeps installed with crux, by name."""
+    entries = sorted(files(SWEEP_PACKAGE).iterdir(), key=lambda entry: entry.name)
+    return {Path(entry.name).stem: read_sweep(Path(entry.name).stem, f"{SWEEP_PACKAGE}/{entry.name}",
+                                              entry.read_text())
+            for entry in entries if entry.name.endswith(SUFFIXES)}
+
+
+def available(folders: list[Path] | tuple[Path, ...] = ()) -> dict[str, SweepFile]:
+    """Sweep name -> sweep: the built-in ones, then those of each folder (a later one wins on a name)."""
+    sweeps = builtin_sweeps()
+    for folder in folders:
+        sweeps.update(sweeps_in(folder))
+    return sweeps
+
+
+def find_sweep(spec: str, folders: list[Path] | tuple[Path, ...] = ()) -> SweepFile:
+    """A sweep file's path (it ends ``.yaml`` or ``.yml``), else a sweep's name; raises ValueError saying what
+    there is to choose from."""
+    if spec.endswith(SUFFIXES):
+        path = Path(spec)
+        if not path.is_file():
+            raise ValueError(f"no sweep file {spec}")
+        return read_sweep(path.stem, str(path.resolve()), path.read_text())
+    sweeps = available(folders)
+    if spec not in sweeps:
+        raise ValueError(f"unknown sweep {spec!r}; choose one of {', '.join(sweeps)} (see --list), or give a "
+                         f"sweep file's path (my_sweep.yaml)")
+    return sweeps[spec]
+
+
+def check_claims(sweep: SweepFile) -> None:
+    """Raises ValueError when ``claims`` names a check crux-report does not have."""
+    from crux.report.claims import CHECKS  # imports JAX: only for a sweep that names checks
+
+    unknown = [claim for claim in sweep.claims if claim not in CHECKS]
+    if unknown:
+        raise ValueError(f"{sweep.source}: claims: no check named {', '.join(map(repr, unknown))}; "
+                         f"choose from {sorted(CHECKS)}")
+
+
+def register(sweep: SweepFile, command: str) -> None:
+    """Make ``sweep`` Hydra's option ``sweeps=<name>``, with ``command`` (the command line that runs it) for
+    the parent run's description."""
+    from hydra.core.config_store import ConfigStore
+
+    node = sweep.config.copy()
+    OmegaConf.update(node, "hydra.callbacks.mlflow.command", command, force_add=True)
+    ConfigStore.instance().store(group="sweeps", name=sweep.name, node=node, package="_global_",
+                                 provider="crux-sweep")
 
 
 def main(argv: list[str] | None = None) -> None:
     """The console script; ``argv`` defaults to the command line. Hands the multirun to ``crux-run``'s main."""
-    parser = argparse.ArgumentParser(prog="crux-sweep", description="Run sweeps/NAME.yaml as a Hydra multirun "
-                                     "logged to MLflow; the overrides apply to every job.",
-                                     epilog="Results: MLflow experiment NAME (see `mlflow ui`), Hydra outputs in "
-                                            "./multirun/.")
+    parser = argparse.ArgumentParser(prog="crux-sweep", description="Run a sweep as a Hydra multirun logged to "
+                                     "MLflow; the overrides apply to every job.",
+                                     epilog="Results go under the working directory: the MLflow store mlflow.db "
+                                            "(and mlartifacts/; MLFLOW_TRACKING_URI or tracking.uri= elsewhere), "
+                                            "Hydra's folders in multirun/. Then: crux-report NAME.")
     parser.add_argument("--list", action="store_true", help="name the sweeps and their claims")
-    parser.add_argument("name", nargs="?", help="a file of sweeps/ without .yaml")
-    parser.add_argument("overrides", nargs=argparse.REMAINDER, help="Hydra overrides for every job")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    sweeps = available()
-    if args.list:
-        width = max(map(len, sweeps))
-        for name, claim in sweeps.items():
-            print(f"{name:<{width}}  {claim}")
-        return
-    if args.name not in sweeps:
-        problem = f"unknown sweep {args.name!r}" if args.name else "name a sweep"
-        parser.error(f"{problem}; choose one of {', '.join(sweeps)} (see --list)")
+    parser.add_argument("sweep", nargs="?", help="a sweep's name (built-in or in --sweeps-dir) or a sweep "
+                                                 "file's path (ending .yaml)")
+    parser.add_argument("--sweeps-dir", action="append", type=Path, default=[], metavar="DIR",
+                        help="a folder of sweep files, found by name (repeatable; a later folder wins)")
+    parser.add_argument("--config-dir", "-cd", type=Path, metavar="DIR",
+                        help="a folder of config groups of one's own, e.g. problem/mine.yaml (Hydra's "
+                             "--config-dir): problem=mine")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides for every job")
+    words = sys.argv[1:] if argv is None else argv
+    args = parser.parse_intermixed_args(words)
+    try:
+        if args.list:
+            sweeps = available(args.sweeps_dir)
+            width = max(map(len, sweeps))
+            for name, sweep in sweeps.items():
+                print(f"{name:<{width}}  {' '.join(sweep.claim.split()) or '(no claim)'}")
+            return
+        if args.sweep is None:
+            parser.error("name a sweep (see --list) or give a sweep file's path")
+        sweep = find_sweep(args.sweep, args.sweeps_dir)
+        if args.config_dir is not None and not args.config_dir.is_dir():
+            raise ValueError(f"--config-dir {args.config_dir}: no such folder")
+        check_claims(sweep)
+    except ValueError as error:
+        parser.error(str(error))
+    register(sweep, shlex.join(["crux-sweep", *words]))
     from crux import experiment  # after the argument checks: importing JAX and Hydra takes seconds
 
-    sys.argv = [sys.argv[0], "--multirun", f"hydra.searchpath=[file://{PROJECT_ROOT}]", f"+sweeps={args.name}",
-                *args.overrides]
+    config_dir = ["--config-dir", str(args.config_dir.resolve())] if args.config_dir is not None else []
+    sys.argv = [sys.argv[0], "--multirun", *config_dir, f"+sweeps={sweep.name}", *args.overrides]
     experiment.main()
 
 

@@ -16,11 +16,11 @@ import statistics
 from collections import OrderedDict
 
 import jax
-from hydra import compose, initialize_config_dir
+from hydra import compose, initialize_config_module
 
 from crux import config, executables
-from crux.config import PROJECT_ROOT
-from crux.experiment import train
+from crux.config import CONFIG_PACKAGE
+from crux.experiment import train, use_compilation_cache
 
 COMMON = "optimizer=sgd problem.n_interior=1024 model.width=32 solver.epochs=20"  # accumulation.yaml, shorter
 SETTINGS = ("memory=full", "memory=b8", "memory=b32", "memory=b8_acc4")
@@ -41,11 +41,8 @@ def main() -> None:
     parser.add_argument("--common", default=COMMON, help=f"overrides for every setting (default: {COMMON!r})")
     parser.add_argument("settings", nargs="*", default=list(SETTINGS))
     args = parser.parse_args()
-    with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
-        cache = compose("config", overrides=args.common.split()).jax.compilation_cache_dir
-        if cache is not None:  # as crux-run does
-            jax.config.update("jax_compilation_cache_dir", str(PROJECT_ROOT / cache))
-            jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    with initialize_config_module(CONFIG_PACKAGE, version_base="1.3"):
+        use_compilation_cache(compose("config", overrides=args.common.split()).jax.compilation_cache_dir)
         seconds = {(setting, way): [] for setting in args.settings for way in WAYS}
         shared = executables._executables
         for round_ in range(args.rounds):

@@ -10,12 +10,14 @@ import json
 import os
 import subprocess
 import sys
+from importlib.resources import files
 from pathlib import Path
+from typing import Iterator
 
 import jax
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
+from hydra import compose, initialize_config_module
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import ConfigCompositionException
@@ -24,9 +26,9 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError
 
 from crux import config
-from crux.config import PROJECT_ROOT
+from crux.config import CONFIG_PACKAGE
 from crux.stats import Statistics
-from crux.sweep import available
+from crux.sweep import available, check_claims, register
 
 TINY = ["model.width=8", "model.depth=1", "solver.epochs=20"]
 ARTIFACTS = {"history.png", "stats.npz", "params.npz", "config.yaml", "environment.json"}
@@ -34,8 +36,7 @@ ARTIFACTS = {"history.png", "stats.npz", "params.npz", "config.yaml", "environme
 
 def launch(tmp_path: Path, module: str, *args: str) -> subprocess.CompletedProcess:
     """Run ``python -m module args`` logging into ``tmp_path/mlflow.db``, Hydra's folders in ``tmp_path``."""
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
-           "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
     return subprocess.run([sys.executable, "-m", module, *args, f"hydra.sweep.dir={tmp_path / 'multirun'}",
                            f"hydra.run.dir={tmp_path / 'outputs'}"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
@@ -82,7 +83,9 @@ def check_complete_child(client: MlflowClient, run, epochs: int, folder: Path) -
         distance = np.sqrt(sum(np.sum((params[f"final/u/{i}"] - params[f"initial/u/{i}"]) ** 2) for i in leaves))
     assert metrics["param_distance/u"] == pytest.approx(float(distance), rel=1e-5)
     resolved = OmegaConf.load(local / "config.yaml")
-    assert resolved.solver.epochs == epochs and str(resolved.memory.batchsize) == run.data.params["memory.batchsize"]
+    assert resolved.solver.epochs == epochs
+    assert run.data.params.get("memory.batchsize") == (None if resolved.memory.batchsize is None
+                                                       else str(resolved.memory.batchsize))
     env = json.loads((local / "environment.json").read_text())
     assert env["versions"]["jax"] and env["backend"] == jax.default_backend() and env["cpu"] and "git_commit" in env
 
@@ -97,12 +100,12 @@ def test_sweep_logs_one_closed_parent_and_a_complete_child_per_job(store):
     client, roles = runs_by_role(store, "accumulation")
     (parent,) = roles["parent"]
     children = roles["child"]
-    claim = available()["accumulation"]
+    claim = available()["accumulation"].claim
     assert parent.info.status == "FINISHED" and parent.data.tags["crux.claim"] == claim
     assert parent.data.metrics["jobs"] == 3 and parent.data.metrics["failed_jobs"] == 0
     assert sorted(c.data.tags["crux.variant"] for c in children) == ["b8", "b8_acc4", "full"]
     assert sorted(c.data.tags["crux.job"] for c in children) == ["0", "1", "2"]
-    batchsize = {"full": "None", "b8": "8", "b8_acc4": "8"}
+    batchsize = {"full": None, "b8": "8", "b8_acc4": "8"}  # a full batch has no batch size
     accumulation = {"full": "1", "b8": "1", "b8_acc4": "4"}
     for child in children:
         tags, params = child.data.tags, child.data.params
@@ -110,7 +113,7 @@ def test_sweep_logs_one_closed_parent_and_a_complete_child_per_job(store):
         assert tags["mlflow.parentRunId"] == parent.info.run_id
         assert tags["crux.sweep"] == "accumulation" and tags["crux.claim"] == claim
         assert child.info.run_name == tags["crux.variant"]  # repeat=0 on the command line: nothing repeats
-        assert params["memory.batchsize"] == batchsize[tags["crux.variant"]]
+        assert params.get("memory.batchsize") == batchsize[tags["crux.variant"]]
         assert params["memory.accumulation_steps"] == accumulation[tags["crux.variant"]]
         assert params["optimizer.name"] == "sgd" and params["model.width"] == "8"
         check_complete_child(client, child, 20, store / tags["crux.variant"])
@@ -169,21 +172,20 @@ def test_phases_run_on_one_solver_with_their_own_optimizers(store):
         assert not np.array_equal(snapshot[before], snapshot[after]), f"{after} did not move the parameters"
 
 
-def test_a_phase_is_shortened_by_name_in_every_job_of_the_phases_sweep(conf_dir):
+def test_a_phase_is_shortened_by_name_in_every_job_of_the_phases_sweep(hydra_configs):
     """Phases are keyed by name, so one override reaches the same phase in every job; a name the job does not
     have is refused with Hydra's message naming the key."""
     parser = OverridesParser.create()
-    base = [f"hydra.searchpath=[file://{PROJECT_ROOT}]", "+sweeps=phases"]
+    base = selected("phases")
     shorter = ["solver.epochs=30", "phases.lbfgs.epochs=20", "phases.soap.epochs=10"]
-    with initialize_config_dir(conf_dir, version_base="1.3"):
-        sweep = compose("config", overrides=base, return_hydra_config=True)
-        params = [f"{k}={v}" for k, v in sweep.hydra.sweeper.params.items()]
-        (jobs,) = BasicSweeper.split_arguments(parser.parse_overrides(params), None)
-        for job in jobs:
-            phases = config.training_phases(compose("config", overrides=base + list(job) + shorter))
-            assert [(p.optimizer.name, p.epochs) for p in phases] == [("adam", 30), ("lbfgs", 20), ("soap", 10)]
-        with pytest.raises(ConfigCompositionException, match="Could not override 'phases.soap.epochs'"):
-            compose("config", overrides=["phases=lbfgs", "phases.soap.epochs=10"])
+    sweep = compose("config", overrides=base, return_hydra_config=True)
+    params = [f"{k}={v}" for k, v in sweep.hydra.sweeper.params.items()]
+    (jobs,) = BasicSweeper.split_arguments(parser.parse_overrides(params), None)
+    for job in jobs:
+        phases = config.training_phases(compose("config", overrides=base + list(job) + shorter))
+        assert [(p.optimizer.name, p.epochs) for p in phases] == [("adam", 30), ("lbfgs", 20), ("soap", 10)]
+    with pytest.raises(ConfigCompositionException, match="Could not override 'phases.soap.epochs'"):
+        compose("config", overrides=["phases=lbfgs", "phases.soap.epochs=10"])
 
 
 @pytest.mark.integration
@@ -195,27 +197,33 @@ def test_a_wrong_type_is_refused_before_any_run_is_created(tmp_path):
     assert not (tmp_path / "mlflow.db").exists()
 
 
-@pytest.fixture(scope="module")
-def conf_dir() -> str:
-    return str(PROJECT_ROOT / "conf")
+@pytest.fixture
+def hydra_configs() -> Iterator[None]:
+    """Hydra initialised on the configs crux-run reads (``pkg://crux.conf``)."""
+    with initialize_config_module(CONFIG_PACKAGE, version_base="1.3"):
+        yield
 
 
-def test_unknown_keys_are_refused_in_groups_and_in_phases(conf_dir):
-    with initialize_config_dir(conf_dir, version_base="1.3"):
-        with pytest.raises(ConfigCompositionException, match="optimizer.b3"):
-            compose("config", overrides=["optimizer.b3=0.9"])
-        with pytest.raises(ConfigCompositionException, match="problem.nu"):  # heat1d's key, not poisson1d's
-            compose("config", overrides=["problem.nu=0.1"])
-        cfg = compose("config", overrides=["phases=lbfgs_soap", "+phases.soap.optimizer.momentum=0.9"])
+def selected(name: str) -> list[str]:
+    """The overrides that select built-in sweep ``name`` once it is registered, as crux-sweep does."""
+    register(available()[name], f"crux-sweep {name}")
+    return [f"+sweeps={name}"]
+
+
+def test_unknown_keys_are_refused_in_groups_and_in_phases(hydra_configs):
+    with pytest.raises(ConfigCompositionException, match="optimizer.b3"):
+        compose("config", overrides=["optimizer.b3=0.9"])
+    with pytest.raises(ConfigCompositionException, match="problem.nu"):  # heat1d's key, not poisson1d's
+        compose("config", overrides=["problem.nu=0.1"])
+    cfg = compose("config", overrides=["phases=lbfgs_soap", "+phases.soap.optimizer.momentum=0.9"])
     with pytest.raises(ConfigKeyError, match="Key 'momentum' not in 'SoapConfig'"):
         config.training_phases(cfg)
 
 
-def test_a_round_off_twin_starts_one_ulp_up_or_down_from_the_configured_parameters(conf_dir):
+def test_a_round_off_twin_starts_one_ulp_up_or_down_from_the_configured_parameters(hydra_configs):
     """roundoff_twin=k moves every nonzero initial parameter one ulp, in directions drawn with seed k; zeros stay."""
-    with initialize_config_dir(conf_dir, version_base="1.3"):
-        plain, first, second = (config.problem(compose("config", overrides=["model.width=8", f"roundoff_twin={k}"]))
-                                for k in (0, 1, 2))
+    plain, first, second = (config.problem(compose("config", overrides=["model.width=8", f"roundoff_twin={k}"]))
+                            for k in (0, 1, 2))
     start = np.concatenate([np.ravel(leaf) for leaf in jax.tree.leaves(plain.models["u"].params)])
     assert np.any(start == 0)
     directions = []
@@ -231,36 +239,37 @@ def test_a_round_off_twin_starts_one_ulp_up_or_down_from_the_configured_paramete
         config.roundoff_twin(plain.models["u"].params, -1)
 
 
-def test_every_config_option_composes(conf_dir):
-    groups = [d for d in Path(conf_dir).iterdir() if d.is_dir()]
+def test_every_config_option_composes(hydra_configs):
+    conf = Path(str(files(CONFIG_PACKAGE)))
+    groups = [d for d in conf.iterdir() if d.is_dir() and d.name != "__pycache__"]
     assert {d.name for d in groups} >= {"problem", "model", "optimizer", "schedule", "solver", "memory",
                                          "tracking", "phases"}
-    with initialize_config_dir(conf_dir, version_base="1.3"):
-        for group in groups:
-            for option in sorted(group.glob("*.yaml")):
-                cfg = compose("config", overrides=[f"{group.name}={option.stem}"])
-                phases = config.training_phases(cfg)
-                assert phases[0].epochs == cfg.solver.epochs
-    for option in (Path(conf_dir) / "memory").glob("*.yaml"):  # whole combinations, nothing left to a default
+    for group in groups:
+        for option in sorted(group.glob("*.yaml")):
+            cfg = compose("config", overrides=[f"{group.name}={option.stem}"])
+            phases = config.training_phases(cfg)
+            assert phases[0].epochs == cfg.solver.epochs
+    for option in (conf / "memory").glob("*.yaml"):  # whole combinations, nothing left to a default
         assert set(OmegaConf.load(option)) == {"batchsize", "accumulation_steps", "checkpoint_gradients",
                                                "offload_data"}, option.name
 
 
-def test_every_job_of_every_sweep_composes(conf_dir):
+def test_every_job_of_every_sweep_composes(hydra_configs):
     """Each Cartesian job of each sweep (repeats aside: they change nothing but a tag)."""
     sweeps = available()
     assert set(sweeps) >= {"accumulation", "inner_steps", "checkpoint", "offload", "substeps", "phases"}
     parser = OverridesParser.create()
-    with initialize_config_dir(conf_dir, version_base="1.3"):
-        for name, claim in sweeps.items():
-            base = [f"hydra.searchpath=[file://{PROJECT_ROOT}]", f"+sweeps={name}"]
-            sweep = compose("config", overrides=base, return_hydra_config=True)
-            assert claim and sweep.claim == claim, name
-            assert str(sweep.hydra.mode) == "RunMode.MULTIRUN", name
-            params = [f"{k}={v}" for k, v in sweep.hydra.sweeper.params.items() if k != "repeat"]
-            (jobs,) = BasicSweeper.split_arguments(parser.parse_overrides(params), None)
-            assert len(jobs) > 1, name
-            for job in jobs:
-                cfg = compose("config", overrides=base + list(job))
-                phases = config.training_phases(cfg)
-                assert all(p.epochs % cfg.solver.inner_steps == 0 for p in phases), (name, job)
+    for name, sweep_file in sweeps.items():
+        base = selected(name)
+        sweep = compose("config", overrides=base, return_hydra_config=True)
+        assert sweep_file.claim and sweep.claim == sweep_file.claim, name
+        check_claims(sweep_file)  # raises for a check crux-report does not have
+        assert list(sweep.claims) == sweep_file.claims and sweep_file.claims, name
+        assert str(sweep.hydra.mode) == "RunMode.MULTIRUN", name
+        params = [f"{k}={v}" for k, v in sweep.hydra.sweeper.params.items() if k != "repeat"]
+        (jobs,) = BasicSweeper.split_arguments(parser.parse_overrides(params), None)
+        assert len(jobs) > 1, name
+        for job in jobs:
+            cfg = compose("config", overrides=base + list(job))
+            phases = config.training_phases(cfg)
+            assert all(p.epochs % cfg.solver.inner_steps == 0 for p in phases), (name, job)

@@ -8,12 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 from typing import Iterator
 
@@ -21,6 +17,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from crux.report import HOLDS, load_sweep, main
+from mlflow_server import mlflow_server
 
 pytestmark = pytest.mark.integration  # runs sweeps in subprocesses and an MLflow server
 
@@ -48,34 +45,9 @@ def store(tmp_path_factory) -> str:
 
 @pytest.fixture
 def tracking_server(tmp_path, empty_store) -> Iterator[str]:
-    """The URI of an ``mlflow server`` on a free local port, on a copy of the empty SQLite store, serving
-    artifacts from ``tmp_path``; stopped afterwards."""
-    shutil.copy(empty_store, tmp_path / "server.db")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    command = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-               "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
-               "--artifacts-destination", str(tmp_path / "artifacts")]
-    with open(tmp_path / "server.log", "w") as log:
-        server = subprocess.Popen(command, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
-    uri = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"{uri}/health", timeout=1)
-                break
-            except OSError:
-                assert server.poll() is None and time.monotonic() < deadline, (tmp_path / "server.log").read_text()
-                time.sleep(0.5)
+    """The URI of an ``mlflow server`` on an empty store, serving artifacts from ``tmp_path``."""
+    with mlflow_server(tmp_path, empty_store) as uri:
         yield uri
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
 
 
 def report(out: Path, uri: str, monkeypatch, *extra: str) -> tuple[str, list[dict]]:

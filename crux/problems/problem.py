@@ -1,4 +1,4 @@
-"""A ready PINN problem: constraints, models, and the exact solution to score against."""
+"""A ready PINN problem: constraints, models, and the exact solution to score against where there is one."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -17,22 +17,41 @@ Field = Callable[[dict[str, Model], np.ndarray], np.ndarray]
 
 @dataclass
 class Problem:
-    """``predict[f](models, xs)`` and ``exact[f](xs)`` give field ``f`` at points ``(N, d)`` as ``(N,)``.
+    """A PINN problem: its constraints and models, and, where there is one, the exact solution to score
+    against.
 
-    Models come with Adam at a constant 1e-3 attached; replace it with ``.optimizer()``/``.scale()``.
+    ``predict[f](models, xs)`` and ``exact[f](xs)`` give field ``f`` at points
+    ``(N, d)`` as ``(N,)``; every field of ``exact`` needs its ``predict`` and the
+    ``test_points`` ``(N, d)`` to compare on. A problem without an exact solution
+    leaves all three out (:meth:`relative_l2` is then empty). Models come with Adam
+    at a constant 1e-3 attached; replace it with ``.optimizer()``/``.scale()``.
+
+    crux-run builds a problem from its config's ``_target_``, a function called as
+    ``function(**fields, hidden=(model.width,) * model.depth,
+    activation=model.activation, seed=solver.seed)``: ``fields`` are the problem
+    config's other keys, ``hidden`` and ``activation`` are meant for
+    ``crux.mlp(in_dim, out_dim, hidden, activation, seed=seed)``, and ``seed`` for
+    anything random (points, initial parameters). The built-in problems
+    (``crux.problems.poisson1d``, ...) are such functions.
     """
 
     name: str
     constraints: list[Constraint]
     models: dict[str, Model]
-    predict: dict[str, Field]
-    exact: dict[str, Callable[[np.ndarray], np.ndarray]]
-    test_points: np.ndarray
+    predict: dict[str, Field] = field(default_factory=dict)
+    exact: dict[str, Callable[[np.ndarray], np.ndarray]] = field(default_factory=dict)
+    test_points: np.ndarray | None = None
     description: str = ""
     seed: int = 0
     _solver: Crux | None = field(default=None, repr=False)
 
     def __post_init__(self):
+        unpredicted = sorted(set(self.exact) - set(self.predict))
+        if unpredicted:
+            raise ValueError(f"Problem {self.name!r}: exact solution for {unpredicted} without predict[...] to "
+                             f"compare it with")
+        if self.exact and self.test_points is None:
+            raise ValueError(f"Problem {self.name!r}: an exact solution needs test_points to compare on")
         for model in self.models.values():
             if not model.has_optimizer:
                 model.optimizer(optax.adam).scale(lrs(1e-3))

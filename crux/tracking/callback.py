@@ -1,14 +1,17 @@
 """The parent run of a multirun, opened before its jobs and closed after them, whatever happened.
 
-Hydra calls ``on_multirun_end`` only when every job succeeded (FACTS.md), so the
-close is also registered with ``atexit``; it reads the jobs' outcomes from the
+Hydra 1.3 calls ``on_multirun_end`` only when every job succeeded (a failed job
+makes it re-raise after the batch instead), so the close is also registered with ``atexit``; it reads the jobs' outcomes from the
 store, because with a launcher such as joblib ``on_job_end`` runs in the
 workers, not here.
 """
 from __future__ import annotations
 
 import atexit
+import json
 import logging
+import shlex
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,7 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
+from crux.tracking.descriptions import COMMAND, NOTE, runs_page, sweep_description
 from crux.tracking.store import Destination, child_runs, ensure_experiment, experiment_name, tracking_uri
 
 log = logging.getLogger(__name__)
@@ -36,20 +40,28 @@ def swept_keys(config: DictConfig) -> list[str]:
 
 
 class SweepCallback(Callback):
-    """Opens the parent run (tags ``crux.sweep``, ``crux.claim``, ``crux.role=parent``) and closes it
-    FINISHED when every child run finished, FAILED otherwise."""
+    """Opens the parent run (tags ``crux.sweep``, ``crux.claim``, ``crux.claims``, ``crux.command``,
+    ``crux.role=parent``, described by ``command``) and closes it FINISHED when every child run finished,
+    FAILED otherwise.
 
-    def __init__(self) -> None:
+    ``command`` is the command line that ran the multirun (crux-sweep gives its
+    own); by default ``crux-run`` with this process's arguments.
+    """
+
+    def __init__(self, command: str | None = None) -> None:
         self._sweep: Destination | None = None
+        self._command = command or shlex.join(["crux-run", *sys.argv[1:]])
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         uri = tracking_uri(config.tracking.uri)
         client = MlflowClient(uri)
         name = experiment_name(config.tracking.experiment, config.hydra.runtime.choices)
-        experiment_id = ensure_experiment(client, name, uri)
+        experiment_id = ensure_experiment(client, name, uri, config.claim)
         sweep_dir = Path(config.hydra.sweep.dir).resolve()
-        tags = {"crux.sweep": name, "crux.claim": config.claim, "crux.role": "parent",
-                "crux.sweep_dir": str(sweep_dir), "crux.overrides": " ".join(config.hydra.overrides.task)}
+        tags = {"crux.sweep": name, "crux.claim": config.claim, "crux.claims": json.dumps(list(config.claims)),
+                "crux.role": "parent", "crux.sweep_dir": str(sweep_dir),
+                "crux.overrides": " ".join(config.hydra.overrides.task), COMMAND: self._command,
+                NOTE: sweep_description(self._command)}
         run = client.create_run(experiment_id, run_name=f"{name} {time.strftime('%Y-%m-%d %H:%M:%S')}", tags=tags)
         self._sweep = Destination(uri, experiment_id, run.info.run_id, name, config.claim, swept_keys(config))
         self._sweep.save(sweep_dir)
@@ -71,3 +83,6 @@ class SweepCallback(Callback):
         client.log_batch(sweep.parent_run_id,
                          metrics=[Metric("jobs", len(statuses), now, 0), Metric("failed_jobs", failed, now, 0)])
         client.set_terminated(sweep.parent_run_id, "FINISHED" if statuses and not failed else "FAILED")
+        served = sweep.uri.startswith(("http://", "https://"))
+        log.info("MLflow: the sweep's runs at %s%s", runs_page(sweep.uri, sweep.experiment_id),
+                 "" if served else f" once `mlflow ui --backend-store-uri {sweep.uri}` serves them")

@@ -38,10 +38,17 @@ def _git(root: Path, *args: str) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
-def environment(root: Path) -> dict[str, Any]:
-    """Versions, backend, device, CPU model and the git commit of ``root`` (None outside git or before a commit)."""
+def environment(folder: Path) -> dict[str, Any]:
+    """Versions, backend, device, CPU model, and what identifies the code that ran.
+
+    ``git_commit`` is the commit of the git repository that holds ``folder`` (a
+    job passes its working directory, where a user's own problem code lives), or
+    ``crux <version>`` outside one; ``git_dirty`` says whether that repository had
+    uncommitted changes (None outside one).
+    """
     device = jax.devices()[0]
-    status = _git(root, "status", "--porcelain")
+    commit = _git(folder, "rev-parse", "HEAD")
+    status = _git(folder, "status", "--porcelain") if commit else None
     return {
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -51,6 +58,6 @@ def environment(root: Path) -> dict[str, Any]:
         "device_count": jax.device_count(),
         "cpu": _cpu_model(),
         "cpu_count": len(os.sched_getaffinity(0)),
-        "git_commit": _git(root, "rev-parse", "HEAD"),
+        "git_commit": commit or f"crux {_version('crux')}",
         "git_dirty": None if status is None else bool(status),
     }

@@ -1,8 +1,9 @@
 """The MLflow run of one job: opened first so that any failure is recorded, then filled as the job goes.
 
-Layout (docs/CONTRACT.md): params are the flattened resolved config; every
+Layout (docs/CONTRACT.md): params are the settings the job ran with
+(:func:`crux.config.effective_settings`, flattened) and its ``variant``; every
 history is logged with ``step = epoch`` in one call, not one per step (5000
-epochs through ``log_metric`` cost 20-50 s, FACTS.md), straight into a SQL store
+epochs through one ``log_metric`` per value take 20-50 s on a 2-core CPU), straight into a SQL store
 (crux.tracking.history); summary metrics and the artifacts follow. On a 2-core
 CPU this adds 0.5-0.8 s to a sweep's repeat 5000-epoch poisson1d job (3-5%), about
 1.1 s to a process's first, plus 1.4-1.6 s the first time a process loads MLflow's
@@ -26,10 +27,11 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
-from crux.config import PROJECT_ROOT
+from crux.config import effective_settings
 from crux.model import Model
 from crux.problems import Problem
 from crux.stats import Statistics
+from crux.tracking.descriptions import NOTE, job_description
 from crux.tracking.environment import environment
 from crux.tracking.history import log_history
 from crux.tracking.store import Destination, ensure_experiment, experiment_name, tracking_uri
@@ -41,13 +43,16 @@ MESSAGE_CHARS = 4000  # MLflow caps a tag value (8000 characters in 3.x)
 
 def flatten(node: Any, prefix: str = "") -> dict[str, str]:
     """``{"memory": {"batchsize": 8}}`` -> ``{"memory.batchsize": "8"}`` (``phases.lbfgs.epochs`` likewise); a
-    list is one JSON value (``solver.substeps``), an empty mapping one JSON value too (``phases: {}``)."""
-    if isinstance(node, dict) and node:
+    list is one JSON value (``solver.substeps``). ``None`` and empty mappings say that nothing is set (a full
+    batch's ``batchsize``, ``phases: {}``): they are left out."""
+    if isinstance(node, dict):
         flat: dict[str, str] = {}
         for key, value in node.items():
             flat.update(flatten(value, f"{prefix}{key}."))
         return flat
-    return {prefix[:-1]: json.dumps(node) if isinstance(node, (dict, list)) else str(node)}
+    if node is None:
+        return {}
+    return {prefix[:-1]: json.dumps(node) if isinstance(node, list) else str(node)}
 
 
 ParameterLeaves = dict[str, list[np.ndarray]]
@@ -87,8 +92,8 @@ class JobRun:
     whatever was logged before; the exception goes on.
     """
 
-    def __init__(self, client: MlflowClient, run_id: str, folder: Path):
-        self.client, self.run_id, self.folder = client, run_id, folder
+    def __init__(self, client: MlflowClient, run_id: str, folder: Path, variant: str, repeat: int):
+        self.client, self.run_id, self.folder, self.variant, self.repeat = client, run_id, folder, variant, repeat
 
     @classmethod
     def start(cls, cfg: DictConfig) -> "JobRun":
@@ -98,7 +103,8 @@ class JobRun:
         if where is None:  # a plain crux-run, or a multirun without the SweepCallback
             uri = tracking_uri(cfg.tracking.uri)
             name = experiment_name(cfg.tracking.experiment, hydra.runtime.choices)
-            where = Destination(uri, ensure_experiment(MlflowClient(uri), name, uri), None, name, cfg.claim)
+            where = Destination(uri, ensure_experiment(MlflowClient(uri), name, uri, cfg.claim), None, name,
+                                cfg.claim)
         variant = cfg.variant or variant_name(list(hydra.overrides.task), where.swept, set(hydra.runtime.choices))
         tags = {"crux.sweep": where.sweep, "crux.claim": cfg.claim, "crux.variant": variant,
                 "crux.job": str(hydra.job.num if multirun else 0), "crux.repeat": str(cfg.repeat),
@@ -108,7 +114,7 @@ class JobRun:
         name = f"{variant} r{cfg.repeat}" if "repeat" in where.swept else variant
         client = MlflowClient(where.uri)
         run = client.create_run(where.experiment_id, run_name=name, tags=tags)
-        return cls(client, run.info.run_id, Path(hydra.runtime.output_dir))
+        return cls(client, run.info.run_id, Path(hydra.runtime.output_dir), variant, cfg.repeat)
 
     def __enter__(self) -> "JobRun":
         return self
@@ -125,12 +131,13 @@ class JobRun:
 
     # -- what is logged ----------------------------------------------------------------------
     def log_config(self, cfg: DictConfig) -> None:
-        """Params (the flattened resolved config), ``config.yaml`` and ``environment.json``."""
-        resolved = OmegaConf.to_container(cfg, resolve=True)
-        self.client.log_batch(self.run_id, params=[Param(k, v) for k, v in flatten(resolved).items()])
+        """``config.yaml`` (resolved), ``environment.json`` (of the working directory), then the params: the
+        settings the job runs with and its ``variant``. Raises for a malformed later phase, the config kept."""
         self._artifact("config.yaml", lambda path: path.write_text(OmegaConf.to_yaml(cfg, resolve=True)))
         self._artifact("environment.json",
-                       lambda path: path.write_text(json.dumps(environment(PROJECT_ROOT), indent=1)))
+                       lambda path: path.write_text(json.dumps(environment(Path.cwd()), indent=1)))
+        params = {**flatten(effective_settings(cfg)), "variant": self.variant}
+        self.client.log_batch(self.run_id, params=[Param(k, v) for k, v in params.items()])
 
     def log_results(self, problem: Problem, stats: Statistics, initial: ParameterLeaves,
                     phase_ends: Sequence[ParameterLeaves] = ()) -> None:
@@ -151,7 +158,8 @@ class JobRun:
                                                                     for f, i in zip(final[name], initial[name]))))
                         for name in final})
         self.client.log_batch(self.run_id, metrics=[Metric(key, float(value), now, 0)
-                                                    for key, value in summary.items()])
+                                                    for key, value in summary.items()],
+                              tags=[RunTag(NOTE, job_description(self.variant, self.repeat, summary))])
         self._artifact("history.png", stats.plot)
         self._artifact("stats.npz", stats.save)
         snapshots = {"initial": initial, **{f"phase{k}": leaves for k, leaves in enumerate(phase_ends)},

@@ -1,8 +1,9 @@
 """Where runs go: one absolute tracking URI for every job, experiments created once, the parent run handed on.
 
-MLflow's defaults depend on the working directory (FACTS.md), and jobs of a
-sweep may start elsewhere (other processes, other nodes), so the URI is made
-absolute once and every job receives it with the parent run (:class:`Destination`).
+As MLflow's own default, the store is ``mlflow.db`` in the working directory;
+but jobs of a sweep may start elsewhere (other processes, other nodes), so the
+URI is made absolute once and every job receives it with the parent run
+(:class:`Destination`).
 """
 from __future__ import annotations
 
@@ -16,18 +17,18 @@ from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from crux.config import PROJECT_ROOT
+from crux.tracking.descriptions import experiment_tags
 
 SQLITE = "sqlite:///"
 SWEEP_FILE = "crux_mlflow.json"
 
 
 def tracking_uri(configured: str | None) -> str:
-    """``configured``, else ``$MLFLOW_TRACKING_URI``, else ``mlflow.db`` at the project root.
+    """``configured``, else ``$MLFLOW_TRACKING_URI``, else ``mlflow.db`` in the working directory.
 
     A relative SQLite path is made absolute against the working directory of the command that was typed.
     """
-    uri = configured or os.environ.get("MLFLOW_TRACKING_URI") or f"{SQLITE}{PROJECT_ROOT / 'mlflow.db'}"
+    uri = configured or os.environ.get("MLFLOW_TRACKING_URI") or f"{SQLITE}mlflow.db"
     if uri.startswith(SQLITE):
         return f"{SQLITE}{Path(uri[len(SQLITE):]).resolve()}"
     return uri
@@ -38,25 +39,30 @@ def experiment_name(configured: str | None, choices: Mapping[str, str | None]) -
     return configured or choices.get("sweeps") or "crux"
 
 
-def ensure_experiment(client: MlflowClient, name: str, uri: str) -> str:
-    """The id of experiment ``name``, created (artifacts in ``mlartifacts/`` beside a SQLite store) if absent.
+def ensure_experiment(client: MlflowClient, name: str, uri: str, claim: str = "") -> str:
+    """The id of experiment ``name``, created (artifacts in ``mlartifacts/`` beside a SQLite store) if absent,
+    tagged as training runs described by ``claim`` (:func:`crux.tracking.descriptions.experiment_tags`).
 
     A multirun calls this once before its jobs; a concurrent creation elsewhere
     (two plain crux-runs) is met by reading the winner's experiment back.
     """
     found = client.get_experiment_by_name(name)
+    tags = experiment_tags(claim)
     if found is None:
         location = None
         if uri.startswith(SQLITE):
             location = (Path(uri[len(SQLITE):]).parent / "mlartifacts" / name).as_uri()
         try:
-            return client.create_experiment(name, artifact_location=location)
+            return client.create_experiment(name, artifact_location=location, tags=tags)
         except MlflowException:
             found = client.get_experiment_by_name(name)
             if found is None:
                 raise
     if found.lifecycle_stage == "deleted":  # deleted in the UI: logging into it would fail
         client.restore_experiment(found.experiment_id)
+    for key, value in tags.items():
+        if found.tags.get(key) != value:
+            client.set_experiment_tag(found.experiment_id, key, value)
     return found.experiment_id
 
 

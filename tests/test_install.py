@@ -1,0 +1,152 @@
+"""crux installed from its wheel, as a user gets it: a fresh virtual environment, and the console scripts run
+from a folder outside the checkout. Everything they write lands in that folder; nothing lands in the
+installed package.
+
+The fresh environment takes crux from the wheel (installed with ``--no-deps``) and
+finds crux's dependencies in this test environment's site-packages through a
+``.pth`` line: installing jax, mlflow and the rest into it would take minutes on a
+small machine and is not what is tested. A ``.pth`` line naming a folder only puts
+that folder on ``sys.path`` (its own ``.pth`` files are not run), so the editable
+install's import hook there stays inactive and ``import crux`` finds the wheel's
+crux, which comes first on the path (checked).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+pytestmark = pytest.mark.integration  # builds a wheel, makes a venv, runs sweeps in subprocesses
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE_SOURCES = ("pyproject.toml", "README.md", "crux", "conf", "sweeps")
+TINY = ["solver.epochs=20", "model.width=8", "problem.n_interior=64", "repeat=0"]
+
+
+def files_under(folder: Path) -> dict[str, int]:
+    """Every file under ``folder`` with its modification time (ns)."""
+    return {str(path.relative_to(folder)): path.stat().st_mtime_ns for path in folder.rglob("*") if path.is_file()}
+
+
+class Installed:
+    """A fresh venv holding crux's wheel; ``run`` runs one of its console scripts in a folder."""
+
+    def __init__(self, venv: Path, wheel: Path, cache: Path):
+        self.venv, self.wheel, self.cache = venv, wheel, cache
+        self.site_packages = Path(subprocess.run(
+            [venv / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True, text=True, check=True).stdout.strip())
+
+    def run(self, folder: Path, *command: str, timeout: int = 900) -> subprocess.CompletedProcess:
+        env = {key: value for key, value in os.environ.items()
+               if key not in ("MLFLOW_TRACKING_URI", "PYTHONPATH", "VIRTUAL_ENV")}
+        env.update(PATH=f"{self.venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", XDG_CACHE_HOME=str(self.cache))
+        done = subprocess.run([str(self.venv / "bin" / command[0]), *command[1:]], cwd=folder, env=env,
+                              capture_output=True, text=True, timeout=timeout)
+        assert done.returncode == 0, f"{' '.join(command)}:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+        return done
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Installed:
+    """crux's wheel, built from a copy of the package's sources and installed into a fresh venv."""
+    root = tmp_path_factory.mktemp("install")
+    source = root / "source"
+    source.mkdir()
+    for name in PACKAGE_SOURCES:  # a copy: building in the checkout would leave build/ and egg-info there
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(REPO / name, source / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                    "-w", str(root / "wheels"), str(source)], check=True, capture_output=True, timeout=600)
+    (wheel,) = (root / "wheels").glob("crux-*.whl")
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
+                    "--no-deps", "--no-index", str(wheel)], check=True, capture_output=True, timeout=600)
+    found = Installed(venv, wheel, root / "cache")
+    (found.site_packages / "test_environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    where = subprocess.run([venv / "bin" / "python", "-c", "import crux; print(crux.__file__)"],
+                           capture_output=True, text=True, check=True, cwd=root).stdout.strip()
+    assert Path(where) == found.site_packages / "crux" / "__init__.py"
+    return found
+
+
+def test_the_wheel_carries_every_module_config_and_sweep_of_the_checkout(installed):
+    inside = set(zipfile.ZipFile(installed.wheel).namelist())
+    expected = {str(path.relative_to(REPO)) for path in (REPO / "crux").rglob("*.py")}
+    expected |= {f"crux/{path.relative_to(REPO)}" for folder in ("conf", "sweeps")
+                 for path in (REPO / folder).rglob("*") if path.suffix in (".yaml", ".py")}
+    assert expected - inside == set(), "missing from the wheel: add the package to [tool.setuptools] packages"
+    assert "crux/conf/problem/poisson1d.yaml" in inside and "crux/sweeps/accumulation.yaml" in inside
+
+
+def test_installed_commands_write_only_into_the_folder_they_run_in(installed, tmp_path):
+    """crux-sweep --list, crux-run, a short crux-sweep accumulation and crux-report accumulation from a folder
+    outside the checkout (not a git repository): the store, Hydra's folders and the report land there, the
+    compilation cache in $XDG_CACHE_HOME, and the installed package is left as it was."""
+    work = tmp_path / "work"
+    work.mkdir()
+    package = files_under(installed.site_packages / "crux")
+
+    listed = installed.run(work, "crux-sweep", "--list").stdout
+    assert listed.startswith("accumulation  accumulation_steps=4 with batchsize=8")
+    installed.run(work, "crux-run", "solver.epochs=5", "model.width=8")
+    installed.run(work, "crux-sweep", "accumulation", *TINY)
+    printed = installed.run(work, "crux-report", "accumulation").stdout
+
+    assert sorted(path.name for path in work.iterdir()) == ["mlartifacts", "mlflow.db", "multirun", "outputs",
+                                                            "reports"]
+    (report,) = work.glob("reports/accumulation/*/report.md")
+    verdicts = {v["id"]: v["verdict"] for v in json.loads((report.parent / "verdicts.json").read_text())}
+    assert verdicts["accumulation.effective_batch[b8_acc4]"] == "holds" and f"report: {report}" in printed
+    assert len(list(work.glob("multirun/*/*/*/.hydra/config.yaml"))) == 4
+    assert len(list(work.glob("outputs/*/*/.hydra/config.yaml"))) == 1
+    client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name(name).experiment_id for name in ("crux", "accumulation")])
+    assert len(runs) == 1 + 1 + 4  # the crux-run job, the sweep's parent and its jobs
+    for run in runs:
+        assert run.info.artifact_uri.startswith((work / "mlartifacts").as_uri())
+    (environment,) = {p.read_text() for p in work.glob("mlartifacts/crux/*/artifacts/environment.json")}
+    assert json.loads(environment)["git_commit"] == "crux 0.1.0"  # no repository here: the installed version
+    assert any((installed.cache / "crux" / "jax").iterdir())
+    assert files_under(installed.site_packages / "crux") == package
+
+
+def test_a_problem_and_a_sweep_of_ones_own_run_to_verdicts_through_the_installed_commands(installed, tmp_path):
+    """examples/own_problem copied into a git repository outside the checkout: a 2-D problem with its own
+    residual and no exact solution, its config folder and a sweep file that names its checks."""
+    project = tmp_path / "project"
+    shutil.copytree(REPO / "examples" / "own_problem", project, ignore=shutil.ignore_patterns("__pycache__"))
+    git = ["git", "-c", "user.name=crux", "-c", "user.email=crux@localhost"]
+    for command in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "a problem of one's own"]):
+        subprocess.run(git + command, cwd=project, check=True, timeout=60)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=project, capture_output=True, text=True,
+                            check=True).stdout.strip()
+
+    installed.run(project, "crux-sweep", "unit_square_accumulation.yaml", "--config-dir", "conf", "solver.epochs=30")
+    printed = installed.run(project, "crux-report", "unit_square_accumulation").stdout
+
+    (report,) = project.glob("reports/unit_square_accumulation/*/verdicts.json")
+    verdicts = {v["id"]: v["verdict"] for v in json.loads(report.read_text())}
+    assert verdicts == {"accumulation.effective_batch[b8_acc4]": "holds", "accumulation.memory[b8_acc4]": "holds"}
+    assert "holds         accumulation.effective_batch[b8_acc4]" in printed
+    client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("unit_square_accumulation")
+    runs = client.search_runs([experiment.experiment_id], "tags.`crux.role` = 'child'")
+    assert sorted(run.data.params["variant"] for run in runs) == ["b32", "b8", "b8_acc4", "full"]
+    for run in runs:
+        assert run.data.params["problem._target_"] == "nonlinear_poisson.unit_square"
+        assert {"loss/pde", "loss/edge", "run_seconds"} <= set(run.data.metrics)
+        assert not [key for key in run.data.metrics if key.startswith("error/")]  # no exact solution
+    environment = json.loads(next(project.glob("mlartifacts/*/*/artifacts/environment.json")).read_text())
+    assert environment["git_commit"] == commit

@@ -1,0 +1,165 @@
+"""A user's own problem (a Hydra ``_target_``) and own sweep (a file anywhere), and the params a job logs:
+how they are found, checked and composed, without running a job (tests/test_install.py runs them)."""
+from __future__ import annotations
+
+import inspect
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+
+import crux
+from crux import config
+from crux.config import CONFIG_PACKAGE, ModelConfig, build_problem, effective_settings
+from crux.problems import Problem
+from crux.sweep import available, find_sweep, main, register
+from crux.tracking.job import flatten
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "own_problem"
+received: dict = {}
+
+
+def recording_problem(n_points: int, scale: float, hidden, activation, seed) -> Problem:
+    """A problem function that keeps what it was called with."""
+    received.update(n_points=n_points, scale=scale, hidden=hidden, activation=activation, seed=seed)
+    points = np.linspace(0, 1, n_points, dtype=np.float32)[:, None]
+    return Problem("recording", [crux.Constraint("fit", lambda net, x: net.u(x) - scale * x[0], points)],
+                   {"u": crux.mlp(1, 1, hidden, activation, seed=seed)})
+
+
+def problem_node(**fields) -> OmegaConf:
+    return OmegaConf.create({"_target_": f"{__name__}.recording_problem", **fields})
+
+
+def test_a_problem_function_receives_its_fields_the_model_settings_and_the_seed():
+    built = build_problem(problem_node(n_points=5, scale=2.0), ModelConfig(width=16, depth=2, activation="sin"), 7)
+    assert received == {"n_points": 5, "scale": 2.0, "hidden": (16, 16), "activation": "sin", "seed": 7}
+    assert built.name == "recording" and [c.name for c in built.constraints] == ["fit"]
+
+
+def test_a_problem_config_is_checked_against_its_function_before_it_is_called():
+    received.clear()
+    model = ModelConfig(width=8, depth=1, activation="tanh")
+    with pytest.raises(TypeError, match=r"problem.n_pts: .*recording_problem\(n_points.* has no parameter 'n_pts'"):
+        build_problem(problem_node(n_pts=5, scale=2.0), model, 0)
+    with pytest.raises(TypeError, match="missing a required argument: 'scale'; set it in the problem config"):
+        build_problem(problem_node(n_points=5), model, 0)
+    with pytest.raises(TypeError, match=r"must take hidden, activation, seed .* it lacks \['hidden', 'activation', 'seed'\]"):
+        build_problem(OmegaConf.create({"_target_": "numpy.linspace", "start": 0, "stop": 1}), model, 0)
+    with pytest.raises(ValueError, match="problem.seed: set by model.width/depth/activation and solver.seed"):
+        build_problem(problem_node(n_points=5, scale=2.0, seed=1), model, 0)
+    with pytest.raises(ValueError, match="problem._target_=nowhere.at_all: No module named 'nowhere'; .* working "
+                                         "directory"):
+        build_problem(OmegaConf.create({"_target_": "nowhere.at_all"}), model, 0)
+    with pytest.raises(ValueError, match="problem._target_=crux.problems.poisson2d: no function 'poisson2d' in "
+                                         "module crux.problems"):
+        build_problem(OmegaConf.create({"_target_": "crux.problems.poisson2d"}), model, 0)
+    with pytest.raises(ValueError, match="no _target_"):
+        build_problem(OmegaConf.create({"n_points": 5}), model, 0)
+    assert received == {}  # refused before the function ran
+
+
+def test_a_problem_without_an_exact_solution_has_no_errors_and_an_exact_one_needs_its_prediction():
+    received.clear()
+    problem = recording_problem(4, 1.0, (4,), "tanh", 0)
+    assert problem.relative_l2() == {}
+    with pytest.raises(ValueError, match=r"exact solution for \['u'\] without predict"):
+        Problem("p", problem.constraints, problem.models, exact={"u": lambda xs: xs[:, 0]})
+    with pytest.raises(ValueError, match="needs test_points"):
+        Problem("p", problem.constraints, problem.models, predict={"u": lambda models, xs: xs[:, 0]},
+                exact={"u": lambda xs: xs[:, 0]})
+
+
+def test_the_problem_docstring_states_the_signature_crux_run_calls():
+    """docs/usage.md points here: the call it documents is the one build_problem makes."""
+    assert "hidden=(model.width,) * model.depth" in Problem.__doc__ and "seed=solver.seed" in Problem.__doc__
+    assert config.PROBLEM_ARGUMENTS == ("hidden", "activation", "seed")
+    assert set(config.PROBLEM_ARGUMENTS) <= set(inspect.signature(crux.problems.poisson1d).parameters)
+
+
+def write_sweep(folder: Path, name: str, claims: str = "[accumulation]") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.yaml"
+    path.write_text(f"claim: mine\nclaims: {claims}\nhydra:\n  sweeper:\n    params:\n      memory: b8,b8_acc4\n")
+    return path
+
+
+def test_a_sweep_is_found_by_path_anywhere_or_by_name_in_a_sweeps_folder(tmp_path, capsys):
+    path = write_sweep(tmp_path / "elsewhere", "my_sweep")
+    by_path = find_sweep(str(path))
+    assert by_path.name == "my_sweep" and by_path.source == str(path) and by_path.claims == ["accumulation"]
+    folder = tmp_path / "sweeps"
+    write_sweep(folder, "accumulation", "[]")  # a folder's sweep wins over the built-in one of its name
+    write_sweep(folder, "mine")
+    found = available([folder])
+    assert found["accumulation"].source == str(folder / "accumulation.yaml")
+    assert found["mine"].claims == ["accumulation"] and "inner_steps" in found
+    assert available()["accumulation"].source == "crux.sweeps/accumulation.yaml"
+    main(["--list", "--sweeps-dir", str(folder)])
+    listed = dict(line.split(None, 1) for line in capsys.readouterr().out.splitlines())
+    assert listed["mine"] == "mine" and listed["phases"].startswith("solve() called again resumes")
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["no_such_sweep"], "unknown sweep 'no_such_sweep'; choose one of accumulation"),
+    (["missing.yaml"], "no sweep file missing.yaml"),
+    (["accumulation", "--config-dir", "no/such/folder"], "--config-dir no/such/folder: no such folder"),
+    (["--sweeps-dir", "no/such/folder", "x"], "--sweeps-dir no/such/folder: no such folder"),
+])
+def test_crux_sweep_refuses_what_it_cannot_find_before_running(arguments, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(arguments)
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_sweep_naming_an_unknown_check_or_no_list_is_refused_before_running(tmp_path, capsys):
+    for claims, message in (("[acumulation]", "claims: no check named 'acumulation'; choose from ['accumulation'"),
+                            ("accumulation", "claims: 'accumulation' is not a list; write e.g. `claims: [")):
+        path = write_sweep(tmp_path, "typo", claims)
+        with pytest.raises(SystemExit):
+            main([str(path)])
+        assert f"{path}: {message}" in capsys.readouterr().err
+
+
+def test_the_example_sweep_composes_with_its_problem_from_its_config_folder(tmp_path, monkeypatch):
+    """examples/own_problem as a user runs it: crux-sweep unit_square_accumulation.yaml --config-dir conf
+    (Hydra's --config-dir puts the folder first on the search path, as hydra.searchpath does here)."""
+    shutil.copytree(EXAMPLE, tmp_path / "project")
+    monkeypatch.chdir(tmp_path / "project")
+    config.import_from_working_directory()
+    sweep = find_sweep("unit_square_accumulation.yaml")
+    register(sweep, "crux-sweep unit_square_accumulation.yaml --config-dir conf")
+    with initialize_config_module(CONFIG_PACKAGE, version_base="1.3"):
+        overrides = [f"hydra.searchpath=[file://{Path('conf').resolve()}]", "+sweeps=unit_square_accumulation"]
+        cfg = compose("config", overrides=overrides + ["memory=b8_acc4"], return_hydra_config=True)
+    assert cfg.problem._target_ == "nonlinear_poisson.unit_square" and cfg.optimizer.name == "sgd"
+    assert list(cfg.claims) == ["accumulation"] and cfg.memory.accumulation_steps == 4
+    assert cfg.hydra.callbacks.mlflow.command == "crux-sweep unit_square_accumulation.yaml --config-dir conf"
+    problem = config.problem(cfg)
+    assert [c.name for c in problem.constraints] == ["pde", "edge"] and problem.relative_l2() == {}
+    edge = np.asarray(problem.constraints[1].points)
+    assert edge.shape == (64, 2) and np.all(np.min(np.minimum(edge, 1 - edge), axis=1) == 0)  # on an edge
+
+
+def test_params_are_the_settings_the_job_ran_with_and_never_empty():
+    """Optimizer fields left null show optax's defaults, a schedule spanning its phase shows its length, nothing
+    unset (null, an empty mapping) and nothing that describes the sweep (its claim) is a param."""
+    with initialize_config_module(CONFIG_PACKAGE, version_base="1.3"):
+        cfg = compose("config", overrides=["schedule=warmup_cosine", "solver.epochs=300", "phases=lbfgs_soap",
+                                           "claim=a sentence", "claims=[accumulation]"])
+        plain = compose("config")
+    params = flatten(effective_settings(cfg))
+    assert {params[k] for k in ("optimizer.b1", "optimizer.b2", "optimizer.eps")} == {"0.9", "0.999", "1e-08"}
+    assert params["schedule.total"] == "300" and params["schedule.name"] == "warmup_cosine"
+    assert params["phases.lbfgs.optimizer.memory_size"] == "10"
+    assert params["phases.soap.optimizer.b1"] == "0.95" and params["phases.soap.optimizer.precondition_frequency"] == "10"
+    assert params["problem._target_"] == "crux.problems.poisson1d"
+    assert not {key for key in params if key.split(".")[0] in ("claim", "claims", "tracking")}
+    assert all(value not in ("None", "", "{}", "[]") for value in params.values()), params
+    plain_params = flatten(effective_settings(plain))
+    assert "memory.batchsize" not in plain_params and not any(k.startswith("phases") for k in plain_params)
+    assert json.loads(flatten({"solver": {"substeps": [[0], [[1, 2], 2]]}})["solver.substeps"]) == [[0], [[1, 2], 2]]
