@@ -23,6 +23,7 @@ import shlex
 import sys
 from dataclasses import dataclass
 from importlib.resources import files
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -34,11 +35,13 @@ SUFFIXES = (".yaml", ".yml")
 
 @dataclass(frozen=True)
 class SweepFile:
-    """A sweep: its name (the file's stem, which names the experiment), where it was read, its config."""
+    """A sweep: its name (the file's stem, which names the experiment), where it was read, its config, and the
+    folder it lives in (whose sub-folders are config groups the sweep may choose from, as ``sweeps/<sub-folder>``)."""
 
     name: str
     source: str
     config: DictConfig
+    folder: Traversable
 
     @property
     def claim(self) -> str:
@@ -49,7 +52,7 @@ class SweepFile:
         return list(self.config.get("claims", []))
 
 
-def read_sweep(name: str, source: str, text: str) -> SweepFile:
+def read_sweep(name: str, source: str, text: str, folder: Traversable) -> SweepFile:
     """The sweep file ``source`` holding ``text``; raises ValueError naming the file for anything but a YAML
     mapping whose ``claims`` is a list of names."""
     try:
@@ -61,22 +64,23 @@ def read_sweep(name: str, source: str, text: str) -> SweepFile:
     claims = config.get("claims", [])
     if not OmegaConf.is_list(claims) and claims != []:
         raise ValueError(f"{source}: claims: {claims!r} is not a list; write e.g. `claims: [accumulation]`")
-    return SweepFile(name, source, config)
+    return SweepFile(name, source, config, folder)
 
 
 def sweeps_in(folder: Path) -> dict[str, SweepFile]:
     """The sweep files of ``folder``, by name; raises ValueError when there is no such folder."""
     if not folder.is_dir():
         raise ValueError(f"--sweeps-dir {folder}: no such folder")
-    return {path.stem: read_sweep(path.stem, str(path), path.read_text())
+    return {path.stem: read_sweep(path.stem, str(path), path.read_text(), folder)
             for path in sorted(folder.iterdir()) if path.suffix in SUFFIXES}
 
 
 def builtin_sweeps() -> dict[str, SweepFile]:
     """The sweeps installed with crux, by name."""
-    entries = sorted(files(SWEEP_PACKAGE).iterdir(), key=lambda entry: entry.name)
+    folder = files(SWEEP_PACKAGE)
+    entries = sorted(folder.iterdir(), key=lambda entry: entry.name)
     return {Path(entry.name).stem: read_sweep(Path(entry.name).stem, f"{SWEEP_PACKAGE}/{entry.name}",
-                                              entry.read_text())
+                                              entry.read_text(), folder)
             for entry in entries if entry.name.endswith(SUFFIXES)}
 
 
@@ -95,7 +99,7 @@ def find_sweep(spec: str, folders: list[Path] | tuple[Path, ...] = ()) -> SweepF
         path = Path(spec)
         if not path.is_file():
             raise ValueError(f"no sweep file {spec}")
-        return read_sweep(path.stem, str(path.resolve()), path.read_text())
+        return read_sweep(path.stem, str(path.resolve()), path.read_text(), path.resolve().parent)
     sweeps = available(folders)
     if spec not in sweeps:
         raise ValueError(f"unknown sweep {spec!r}; choose one of {', '.join(sweeps)} (see --list), or give a "
@@ -115,13 +119,21 @@ def check_claims(sweep: SweepFile) -> None:
 
 def register(sweep: SweepFile, command: str) -> None:
     """Make ``sweep`` Hydra's option ``sweeps=<name>``, with ``command`` (the command line that runs it) for
-    the parent run's description."""
+    the parent run's description, and every file of a sub-folder ``G`` of its folder option ``sweeps/G=<stem>``
+    (a sweep's own group, chosen in its defaults list or swept: ``sweeps/G@_global_: a,b``)."""
     from hydra.core.config_store import ConfigStore
 
+    store = ConfigStore.instance()
     node = sweep.config.copy()
     OmegaConf.update(node, "hydra.callbacks.mlflow.command", command, force_add=True)
-    ConfigStore.instance().store(group="sweeps", name=sweep.name, node=node, package="_global_",
-                                 provider="crux-sweep")
+    store.store(group="sweeps", name=sweep.name, node=node, package="_global_", provider="crux-sweep")
+    for group in sweep.folder.iterdir():
+        if not group.is_dir():
+            continue
+        for option in group.iterdir():
+            if option.name.endswith(SUFFIXES):
+                store.store(group=f"sweeps/{group.name}", name=Path(option.name).stem,
+                            node=OmegaConf.create(option.read_text()), provider="crux-sweep")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -2,21 +2,21 @@
 from __future__ import annotations
 
 import pytest
-from hydra import compose, initialize_config_dir
+from hydra import compose, initialize_config_module
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig
 
 from crux import config
-from crux.config import PROJECT_ROOT
+from crux.config import CONFIG_PACKAGE
 from crux.report.store import phase_plan
-from test_pipeline import launch, runs_by_role
+from test_pipeline import launch, runs_by_role, selected
 
 
 def jobs(sweep: str, *overrides: str) -> list[DictConfig]:
     """Every job of ``sweep`` (repeats aside) composed with ``overrides``, as ``crux-sweep sweep overrides`` runs it."""
-    base = [f"hydra.searchpath=[file://{PROJECT_ROOT}]", f"+sweeps={sweep}"]
-    with initialize_config_dir(str(PROJECT_ROOT / "conf"), version_base="1.3"):
+    with initialize_config_module(CONFIG_PACKAGE, version_base="1.3"):
+        base = selected(sweep)
         swept = compose("config", overrides=base, return_hydra_config=True).hydra.sweeper.params
         params = [f"{k}={v}" for k, v in swept.items() if k != "repeat"]
         (split,) = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(params), None)
