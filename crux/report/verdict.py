@@ -60,6 +60,13 @@ def not_in_sweep(claim_id: str, claim: str, needs: str, what: str, run_ids: tupl
                    runs=run_ids)
 
 
+def cannot_judge(claim_id: str, claim: str, source: str, test: str, error: LookupError, run_ids: tuple[str, ...]
+                 ) -> Verdict:
+    """``inconclusive``: the verdict needs an artifact of one of its runs that could not be read (``error``
+    names the run, the artifact and what was wrong)."""
+    return Verdict(claim_id, claim, source, test, INCONCLUSIVE, f"cannot judge: {error}", runs=run_ids)
+
+
 def _finite_or_text(value: float) -> float | str:
     """JSON has no inf/NaN: write them as text rather than produce invalid JSON."""
     value = float(value)

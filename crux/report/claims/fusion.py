@@ -11,8 +11,8 @@ from __future__ import annotations
 from crux.report.claims.equivalence import same_numbers
 from crux.report.numerics import SPREAD_ORIGIN, STEP_TIME, Spread, compare_times, spread
 from crux.report.pairing import Pair, paired_settings, reference_and_twins, run_ids
-from crux.report.records import RunRecord
-from crux.report.verdict import (CLAIMS_SOURCE, FAILS, HOLDS, INCONCLUSIVE, Threshold, Verdict, fmt,
+from crux.report.records import RunRecord, UnreadableArtifact
+from crux.report.verdict import (CLAIMS_SOURCE, FAILS, HOLDS, INCONCLUSIVE, Threshold, Verdict, cannot_judge, fmt,
                                  not_in_sweep)
 
 IDENTICAL = ("inner_steps=N runs N gradient steps inside a single jax.lax.fori_loop [...] "
@@ -46,8 +46,12 @@ def check_inner_steps(records: list[RunRecord]) -> list[Verdict]:
 
 def _faster(fused: list[RunRecord], reference: list[RunRecord]) -> Verdict:
     k = fused[0].options.inner_steps
-    device = fused[0].device
     name = f"inner_steps.faster[K={k}]"
+    try:
+        device = fused[0].device
+    except UnreadableArtifact as error:
+        return cannot_judge(name, FASTER, CLAIMS_SOURCE, f"time per update of inner_steps={k} against inner_steps=1 "
+                            f"on the device the runs recorded", error, run_ids(fused, reference))
     test = (f"steady-state time per update ({STEP_TIME}) of inner_steps={k} against inner_steps=1 on {device}: "
             f"median and [min, max] over repeats; compile time reported separately (the slowest repeat's, as later "
             f"repeats may hit the persistent compilation cache)")
