@@ -54,7 +54,7 @@ def test_a_failed_job_is_listed_at_the_top_and_left_out_of_the_verdicts():
     failed = sweep(records, account(mlflow_run("parent0", "FAILED"), children, 3, plan))
     verdicts = judge_sound(failed, ["inner_steps"])
     text = report_markdown(failed, verdicts, [], ["inner_steps"]).splitlines()
-    assert text[2] == ("Sweep `inner_steps`, parent run `parent0`: **Incomplete: 2 of 3 planned jobs finished, and "
+    assert text[2] == ("Sweep `inner_steps`, parent run `parent0`: **incomplete: 2 of 3 planned jobs finished, and "
                        "its parent run is FAILED.**")
     assert text[8] == ("| job 2 (solver.inner_steps=20) | FAILED | ValueError: inner_steps=20 must divide epochs=10 "
                        "| `k20` |")

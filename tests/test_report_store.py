@@ -175,7 +175,7 @@ def test_report_of_an_incomplete_sweep_says_so_at_the_top_and_exits_3(writer, tm
     code, text, verdicts = report(writer, tmp_path / "r", monkeypatch, "--run", newer)
     assert code == 3
     lines = text.splitlines()
-    assert lines[2] == (f"Sweep `accumulation`, parent run `{newer}`, started 2026-05-28 21:26:40 UTC: **Incomplete: "
+    assert lines[2] == (f"Sweep `accumulation`, parent run `{newer}`, started 2026-05-28 21:26:40 UTC: **incomplete: "
                         f"5 of 7 planned jobs finished, and its parent run is KILLED.**")
     killed = load_sweep("accumulation", newer, writer.uri).missing[0].run_id
     assert lines[4:9] == ["Jobs without a finished run (verdicts that lack their runs are inconclusive):", "",
@@ -202,7 +202,7 @@ def test_with_no_complete_sweep_the_newest_is_judged_and_called_incomplete(write
     newest = interrupted_sweep(writer, T0 + 3_600_000)
     code, text, _ = report(writer, tmp_path / "r", monkeypatch)
     assert code == 3
-    assert f"parent run `{newest}`" in text.splitlines()[2] and "**Incomplete: 5 of 7" in text
+    assert f"parent run `{newest}`" in text.splitlines()[2] and "**incomplete: 5 of 7" in text
     assert "No sweep of `accumulation` in this store is complete: this is the newest." in text
 
 
@@ -214,7 +214,7 @@ def test_a_sweep_that_recorded_no_plan_counts_the_jobs_that_started(writer, tmp_
     writer.client.set_terminated(parent, "FAILED")
     code, text, verdicts = report(writer, tmp_path / "r", monkeypatch)
     assert code == 3
-    assert "**Incomplete: 4 of the 5 jobs that started finished (the sweep recorded no plan), and its parent run " \
+    assert "**incomplete: 4 of the 5 jobs that started finished (the sweep recorded no plan), and its parent run " \
            "is FAILED.**" in text
     assert "| job 4 (b4) | FAILED | ValueError: epochs must be >= 1, got 0 |" in text
     assert verdicts["accumulation.effective_batch[b8_acc4]"]["verdict"] == HOLDS

@@ -103,23 +103,22 @@ def _configs(records: Sequence[RunRecord]) -> list[str]:
 
 
 def completeness(sweep: Sweep) -> str:
-    """``complete: all 8 planned jobs finished`` or ``incomplete: 3 of 8 jobs finished ...``."""
-    finished = len(sweep.jobs.finished) if sweep.jobs is not None else len(sweep.records)
+    """``complete: 8 of 8 planned jobs finished`` or ``incomplete: 3 of 8 planned jobs finished, and its parent
+    run is KILLED``."""
     if sweep.jobs is not None and not sweep.jobs.plan_recorded:
-        counted = f"{finished} of the {sweep.planned} jobs that started finished (the sweep recorded no plan)"
+        counted = f"{sweep.finished} of the {sweep.planned} jobs that started finished (the sweep recorded no plan)"
     else:
-        counted = f"{finished} of {sweep.planned} planned jobs finished"
+        counted = f"{sweep.finished} of {sweep.planned} planned jobs finished"
     if sweep.complete:
         return f"complete: {counted}"
-    status = sweep.jobs.parent_status if sweep.jobs is not None else ""
+    status = sweep.jobs.parent_status
     return f"incomplete: {counted}" + (f", and its parent run is {status}" if status != FINISHED else "")
 
 
 def _sweep_status(sweep: Sweep) -> list[str]:
     """Which sweep, whether it is complete, which newer sweeps were passed over, what it lacks."""
     started = f", started {sweep.started}" if sweep.started else ""
-    state = completeness(sweep)
-    state = f"**{state[0].upper()}{state[1:]}.**" if not sweep.complete else f"{state}."
+    state = f"{completeness(sweep)}." if sweep.complete else f"**{completeness(sweep)}.**"
     lines = [f"Sweep `{sweep.name}`, parent run `{sweep.parent_id}`{started}: {state}", ""]
     if sweep.skipped:
         lines += [f"Newer sweeps of `{sweep.name}` passed over as incomplete: " + ", ".join(

@@ -136,6 +136,10 @@ class Sweep:
         return len(self.records) if self.jobs is None else self.jobs.planned
 
     @property
+    def finished(self) -> int:
+        return len(self.records) if self.jobs is None else len(self.jobs.finished)
+
+    @property
     def missing(self) -> tuple[MissingJob, ...]:
         return () if self.jobs is None else self.jobs.missing
 
@@ -154,11 +158,12 @@ def open_client(uri: str | None = None) -> tuple[MlflowClient, str]:
     resolved = tracking_uri(uri)
     if resolved.startswith(SQLITE):
         path = Path(resolved[len(SQLITE):])
-        if not path.exists():
+        if not path.is_file():
             raise StoreError(f"no tracking store at {resolved}: run a sweep first (crux-sweep NAME), or point "
                              f"MLFLOW_TRACKING_URI / --tracking-uri at the store that holds it")
         _check_sqlite(path, resolved)
-    return MlflowClient(resolved), resolved
+    with _reading(resolved):  # MLflow opens the store here
+        return MlflowClient(resolved), resolved
 
 
 def _check_sqlite(path: Path, uri: str) -> None:
@@ -202,12 +207,12 @@ def _reading(uri: str) -> Iterator[None]:
 
 def _brief(error: BaseException) -> str:
     """An exception in a few words: its innermost OS reason (``[Errno 111] Connection refused``) where it has
-    one, else its type and the first line of its message."""
+    one, else its type and the first sentence of its message."""
     text = str(error)
     reasons = re.findall(r"\[Errno -?\d+\] [^'\")]+", text)
     if reasons:
         return reasons[-1].strip()
-    first = text.strip().splitlines()[0] if text.strip() else ""
+    first = text.strip().splitlines()[0].split(". ")[0] if text.strip() else ""
     return f"{type(error).__name__}: {first}"[:PROBLEM_CHARS] if first else type(error).__name__
 
 
@@ -286,7 +291,9 @@ def _chosen_parent(client: MlflowClient, experiment_id: str, name: str, run_id: 
                          f"newest complete sweep") from None
     tags = run.data.tags
     if run.info.experiment_id != experiment_id:
-        raise StoreError(f"run {run_id} belongs to another experiment than {name!r}")
+        other = client.get_experiment(run.info.experiment_id).name
+        raise StoreError(f"run {run_id} belongs to experiment {other!r}, not {name!r}: crux-report {other} --run "
+                         f"{run_id}")
     if tags.get("crux.role") != "parent":
         sweep = tags.get("mlflow.parentRunId")
         raise StoreError(f"run {run_id} is " + (f"a job of the sweep {sweep}: pass --run {sweep}" if sweep else
