@@ -161,11 +161,13 @@ def test_default_report_judges_the_newest_complete_sweep_and_names_the_newer_inc
     assert code == 0
     assert text.splitlines()[2] == (f"Sweep `accumulation`, parent run `{complete}`, started 2026-05-28 20:26:40 "
                                     f"UTC: complete: 5 of 5 planned jobs finished.")
-    assert (f"Newer sweeps of `accumulation` passed over as incomplete: `{newer}` (started 2026-05-28 21:26:40 UTC, "
-            f"5 of 7 jobs finished, parent KILLED).") in text
+    assert (f"Newer sweeps of `accumulation` in this store: `{newer}` (started 2026-05-28 21:26:40 UTC, incomplete: 5 "
+            f"of 7 jobs finished, parent KILLED).") in text
     assert {v["verdict"] for v in verdicts.values()} == {HOLDS} and len(verdicts) == 4
     printed = capsys.readouterr().out
-    assert f"passed over 1 newer incomplete sweep(s): {newer}" in printed
+    assert f"newer sweeps of accumulation, passed over as incomplete: {newer}" in printed
+    chosen = report(writer, tmp_path / "chosen", monkeypatch, "--run", complete)
+    assert chosen[:2] == (code, text)  # the same sweep, the same report, however it was chosen
 
 
 def test_report_of_an_incomplete_sweep_says_so_at_the_top_and_exits_3(writer, tmp_path, monkeypatch):
@@ -197,13 +199,14 @@ def test_report_of_an_incomplete_sweep_says_so_at_the_top_and_exits_3(writer, tm
     assert (tmp_path / "again" / "verdicts.json").read_bytes() == (tmp_path / "r" / "verdicts.json").read_bytes()
 
 
-def test_with_no_complete_sweep_the_newest_is_judged_and_called_incomplete(writer, tmp_path, monkeypatch):
+def test_with_no_complete_sweep_the_newest_is_judged_and_called_incomplete(writer, tmp_path, monkeypatch, capsys):
     interrupted_sweep(writer, T0)
     newest = interrupted_sweep(writer, T0 + 3_600_000)
     code, text, _ = report(writer, tmp_path / "r", monkeypatch)
     assert code == 3
+    assert "no sweep of accumulation is complete: judged the newest" in capsys.readouterr().out
     assert f"parent run `{newest}`" in text.splitlines()[2] and "**incomplete: 5 of 7" in text
-    assert "No sweep of `accumulation` in this store is complete: this is the newest." in text
+    assert "Newer sweeps" not in text
 
 
 def test_a_sweep_that_recorded_no_plan_counts_the_jobs_that_started(writer, tmp_path, monkeypatch):

@@ -68,9 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     figures = draw(claims, sweep.records, out)
     write_report(out, sweep, verdicts, figures, claims)
     print(f"sweep {sweep.name}, parent run {sweep.parent_id} (started {sweep.started}): {completeness(sweep)}")
-    if sweep.skipped:
-        print(f"passed over {len(sweep.skipped)} newer incomplete sweep(s): "
-              f"{', '.join(s.parent_id for s in sweep.skipped)}")
+    if sweep.newer:
+        print(f"newer sweeps of {sweep.name}, " + ("passed over as incomplete" if args.parent is None else
+                                                  "named in the report") + ": "
+              + ", ".join(s.parent_id for s in sweep.newer))
     if sweep.none_complete:
         print(f"no sweep of {sweep.name} is complete: judged the newest")
     if sweep.unreadable:

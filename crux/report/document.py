@@ -2,8 +2,10 @@
 
 Nothing here reads the clock, the output folder or the machine the report is
 made on: the environment, commit and configs shown are those the runs recorded.
-The top says which sweep was judged and what it lacks: jobs that did not finish,
-artifacts that could not be read, and newer sweeps passed over as incomplete.
+The top says which sweep was judged and what it lacks (jobs that did not finish,
+artifacts that could not be read), and names the newer sweeps of the same name:
+the same sweep gives the same report whether it was chosen by default or with
+``--run``.
 """
 from __future__ import annotations
 
@@ -116,16 +118,14 @@ def completeness(sweep: Sweep) -> str:
 
 
 def _sweep_status(sweep: Sweep) -> list[str]:
-    """Which sweep, whether it is complete, which newer sweeps were passed over, what it lacks."""
+    """Which sweep, whether it is complete, the newer sweeps of its name, what it lacks."""
     started = f", started {sweep.started}" if sweep.started else ""
     state = f"{completeness(sweep)}." if sweep.complete else f"**{completeness(sweep)}.**"
     lines = [f"Sweep `{sweep.name}`, parent run `{sweep.parent_id}`{started}: {state}", ""]
-    if sweep.skipped:
-        lines += [f"Newer sweeps of `{sweep.name}` passed over as incomplete: " + ", ".join(
-            f"`{s.parent_id}` (started {s.started}, {s.finished} of {s.planned} jobs finished, parent {s.status})"
-            for s in sweep.skipped) + ".", ""]
-    if sweep.none_complete:
-        lines += [f"No sweep of `{sweep.name}` in this store is complete: this is the newest.", ""]
+    if sweep.newer:
+        lines += [f"Newer sweeps of `{sweep.name}` in this store: " + ", ".join(
+            f"`{s.parent_id}` (started {s.started}, {'complete' if s.complete else 'incomplete'}: {s.finished} of "
+            f"{s.planned} jobs finished, parent {s.status})" for s in sweep.newer) + ".", ""]
     if sweep.missing:
         lines += ["Jobs without a finished run (verdicts that lack their runs are inconclusive):", "",
                   "| job | status | why | run |", "|---|---|---|---|"]

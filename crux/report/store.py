@@ -85,11 +85,12 @@ class Unreadable:
 
 @dataclass(frozen=True)
 class OtherSweep:
-    """A sweep of the same name that the default choice passed over."""
+    """Another sweep of the same name, newer than the one judged."""
 
     parent_id: str
     started: str
     status: str
+    complete: bool
     finished: int
     planned: int
 
@@ -99,9 +100,10 @@ class Sweep:
     """A multirun read back: its parent run, its finished runs as records, and what it lacks.
 
     ``jobs`` accounts for every planned job (None: records made by hand, taken as complete);
-    ``skipped`` lists the newer incomplete sweeps the default choice passed over and
-    ``none_complete`` says that no sweep of the name was complete; ``unreadable`` lists
-    the artifacts of finished runs that could not be read.
+    ``newer`` lists the sweeps of the same name started after this one (by default
+    crux-report judges the newest complete sweep, so these are the incomplete ones it
+    passed over), ``none_complete`` that the default choice found no complete sweep;
+    ``unreadable`` lists the artifacts of finished runs that could not be read.
     """
 
     name: str
@@ -112,7 +114,7 @@ class Sweep:
     records: list[RunRecord]
     jobs: JobAccount | None = None
     started: str = ""
-    skipped: tuple[OtherSweep, ...] = ()
+    newer: tuple[OtherSweep, ...] = ()
     none_complete: bool = False
     unreadable: tuple[Unreadable, ...] = ()
 
@@ -229,14 +231,9 @@ def load_sweep(name: str, parent_run_id: str | None = None, uri: str | None = No
                 known = sorted(e.name for e in client.search_experiments())
                 raise StoreError(f"no experiment named {name!r} at {resolved}; experiments there: {known}. "
                                  f"Run `crux-sweep {name}` first, or set MLFLOW_TRACKING_URI")
-            skipped: list[OtherSweep] = []
-            none_complete = False
-            if parent_run_id is not None:
-                parent = _chosen_parent(client, experiment.experiment_id, name, parent_run_id, resolved)
-                children = list(child_runs(client, experiment.experiment_id, parent.info.run_id))
-            else:
-                parent, children, skipped, none_complete = _newest_complete(client, experiment.experiment_id, name)
-            return _read_sweep(client, name, resolved, experiment.experiment_id, parent, children, tuple(skipped),
+            parent, children, newer, none_complete = _sweeps(client, experiment.experiment_id, name,
+                                                             parent_run_id, resolved)
+            return _read_sweep(client, name, resolved, experiment.experiment_id, parent, children, tuple(newer),
                                none_complete)
 
 
@@ -257,20 +254,25 @@ def _planned(parent: Run) -> int | None:
     return int(count) if count.isdigit() else None
 
 
-def _newest_complete(client: MlflowClient, experiment_id: str, name: str
-                     ) -> tuple[Run, list[Run], list[OtherSweep], bool]:
-    """The newest parent whose sweep is complete, with its children and the newer sweeps passed over; the newest
-    parent (and ``none_complete``) when no sweep is complete."""
-    skipped: list[OtherSweep] = []
+def _sweeps(client: MlflowClient, experiment_id: str, name: str, chosen: str | None, uri: str
+            ) -> tuple[Run, list[Run], list[OtherSweep], bool]:
+    """The parent to judge (``chosen``, else the newest complete, else the newest), its children, the sweeps
+    newer than it, and whether the default choice found none complete."""
+    parent = _chosen_parent(client, experiment_id, name, chosen, uri) if chosen is not None else None
+    newer: list[OtherSweep] = []
     newest: tuple[Run, list[Run]] | None = None
-    for parent in _parents(client, experiment_id):
-        children = list(child_runs(client, experiment_id, parent.info.run_id))
-        jobs = account(parent, children, _planned(parent), None)
-        if jobs.complete:
-            return parent, children, skipped, False
-        newest = newest or (parent, children)
-        skipped.append(OtherSweep(parent.info.run_id, started(parent), parent.info.status, len(jobs.finished),
-                                  jobs.planned))
+    for candidate in _parents(client, experiment_id):
+        children = list(child_runs(client, experiment_id, candidate.info.run_id))
+        if parent is not None and candidate.info.run_id == parent.info.run_id:
+            return parent, children, newer, False
+        jobs = account(candidate, children, _planned(candidate), None)
+        if parent is None and jobs.complete:
+            return candidate, children, newer, False
+        newest = newest or (candidate, children)
+        newer.append(OtherSweep(candidate.info.run_id, started(candidate), candidate.info.status, jobs.complete,
+                                len(jobs.finished), jobs.planned))
+    if parent is not None:  # not among the listed parents: a run deleted in the UI
+        return parent, list(child_runs(client, experiment_id, parent.info.run_id)), newer, False
     if newest is None:
         raise StoreError(f"experiment {name!r} has no parent run (tag crux.role=parent): was it run as a sweep "
                          f"(crux-sweep {name})?")
@@ -307,7 +309,7 @@ def started(run: Run) -> str:
 
 
 def _read_sweep(client: MlflowClient, name: str, uri: str, experiment_id: str, parent: Run, children: list[Run],
-                skipped: tuple[OtherSweep, ...], none_complete: bool) -> Sweep:
+                newer: tuple[OtherSweep, ...], none_complete: bool) -> Sweep:
     unreadable: list[Unreadable] = []
     records: list[RunRecord] = []
     with tempfile.TemporaryDirectory(prefix="crux-report-") as scratch:
@@ -321,7 +323,7 @@ def _read_sweep(client: MlflowClient, name: str, uri: str, experiment_id: str, p
     records.sort(key=lambda r: (r.label, r.repeat, r.run_id))
     unreadable.sort(key=lambda u: (u.label, u.run_id, u.artifact))
     return Sweep(name, uri, experiment_id, parent.info.run_id, dict(parent.data.tags), records, jobs,
-                 started(parent), skipped, none_complete, tuple(unreadable))
+                 started(parent), newer, none_complete, tuple(unreadable))
 
 
 def _plan(client: MlflowClient, parent: Run, folder: Path, unreadable: list[Unreadable]
