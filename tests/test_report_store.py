@@ -209,6 +209,16 @@ def test_with_no_complete_sweep_the_newest_is_judged_and_called_incomplete(write
     assert "Newer sweeps" not in text
 
 
+def test_a_sweep_stopped_before_its_first_job_is_reported_with_every_job_missing(writer, tmp_path, monkeypatch):
+    parent = writer.parent(COMPLETE_JOBS, T0)
+    writer.client.set_terminated(parent, "KILLED")
+    code, text, verdicts = report(writer, tmp_path / "r", monkeypatch)
+    assert code == 3
+    assert "**incomplete: 0 of 5 planned jobs finished, and its parent run is KILLED.**" in text
+    assert text.count("| never started | no run: the sweep stopped before this job started |") == 5
+    assert [v["verdict"] for v in verdicts.values()] == [INCONCLUSIVE]
+
+
 def test_a_sweep_that_recorded_no_plan_counts_the_jobs_that_started(writer, tmp_path, monkeypatch):
     parent = writer.parent(COMPLETE_JOBS, T0, plan=False)
     for n, (b, a, r) in enumerate(COMPLETE_JOBS[:4]):
