@@ -74,7 +74,7 @@ def account(parent: Run, children: Iterable[Run], planned: int | None,
             plan: dict[int, tuple[str, ...]] | None) -> JobAccount:
     """What became of each job of ``parent``. ``planned`` is its ``crux.planned_jobs`` tag (None if absent);
     ``plan`` its planned overrides by job number (None if unknown: jobs are then told apart by variant)."""
-    varying = swept((plan or {}).values())
+    varying = _varying_keys((plan or {}).values())
     plan = {number: tuple(o for o in overrides if o.partition("=")[0] in varying)
             for number, overrides in (plan or {}).items()}
     attempts: dict[object, list[Run]] = {}
@@ -93,7 +93,7 @@ def account(parent: Run, children: Iterable[Run], planned: int | None,
         overrides = plan.get(number, ()) if number is not None else ()
         variant = runs[0].data.tags.get("crux.variant", "") if runs else ""
         if done:
-            finished[done[0].info.run_id] = setting(overrides, variant)
+            finished[done[0].info.run_id] = _setting(overrides, variant)
         elif runs:
             newest = runs[0]
             missing.append(MissingJob(number, overrides, variant, newest.info.run_id, newest.info.status,
@@ -103,12 +103,13 @@ def account(parent: Run, children: Iterable[Run], planned: int | None,
                                       "no run: the sweep stopped before this job started"))
     settings: dict[str, tuple[MissingJob, ...]] = {}
     for job in missing:
-        settings[setting(job.overrides, job.variant)] = settings.get(setting(job.overrides, job.variant), ()) + (job,)
+        key = _setting(job.overrides, job.variant)
+        settings[key] = settings.get(key, ()) + (job,)
     return JobAccount(parent.info.status, planned if planned is not None else len(keys), planned is not None,
                       finished, tuple(missing), settings)
 
 
-def setting(overrides: Sequence[str], variant: str) -> str:
+def _setting(overrides: Sequence[str], variant: str) -> str:
     """Jobs that differ only in ``repeat`` are repeats of one setting: their overrides without it, or, where
     no plan was recorded, their variant (which leaves the repeat out too)."""
     if not overrides:
@@ -116,7 +117,7 @@ def setting(overrides: Sequence[str], variant: str) -> str:
     return " ".join(o for o in overrides if o.split("=", 1)[0].lstrip("+~") != "repeat")
 
 
-def swept(jobs: Iterable[Sequence[str]]) -> set[str]:
+def _varying_keys(jobs: Iterable[Sequence[str]]) -> set[str]:
     """The override keys whose values differ between ``jobs``: what tells one job from another."""
     values: dict[str, set[str]] = {}
     for overrides in jobs:
