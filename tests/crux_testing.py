@@ -68,3 +68,11 @@ class CompileStages:
 
     def __exit__(self, *_) -> None:
         jax.monitoring.unregister_event_duration_listener(self._listen)
+
+
+def mlflow_run(run_id: str, status: str, tags: dict[str, str] | None = None, start_time: int = 0):
+    """An MLflow run entity as a search returns it."""
+    from mlflow.entities import Run, RunData, RunInfo, RunTag  # only the tests of the report need MLflow
+
+    info = RunInfo(run_id, "1", "user", status, start_time, None, "active")
+    return Run(info, RunData(tags=[RunTag(key, value) for key, value in (tags or {}).items()]))

@@ -29,6 +29,7 @@ from crux import config
 from crux.config import CONFIG_PACKAGE
 from crux.stats import Statistics
 from crux.sweep import available, check_claims, register
+from crux.tracking.callback import planned_jobs
 
 TINY = ["model.width=8", "model.depth=1", "solver.epochs=20"]
 ARTIFACTS = {"history.png", "stats.npz", "params.npz", "config.yaml", "environment.json"}
@@ -103,6 +104,10 @@ def test_sweep_logs_one_closed_parent_and_a_complete_child_per_job(store):
     claim = available()["accumulation"].claim
     assert parent.info.status == "FINISHED" and parent.data.tags["crux.claim"] == claim
     assert parent.data.metrics["jobs"] == 3 and parent.data.metrics["failed_jobs"] == 0
+    assert parent.data.tags["crux.planned_jobs"] == "3"
+    plan = json.loads((Path(client.download_artifacts(parent.info.run_id, "planned_jobs.json", str(store)))
+                       ).read_text())
+    assert [entry["job"] for entry in plan] == [0, 1, 2]
     assert sorted(c.data.tags["crux.variant"] for c in children) == ["b8", "b8_acc4", "full"]
     assert sorted(c.data.tags["crux.job"] for c in children) == ["0", "1", "2"]
     batchsize = {"full": None, "b8": "8", "b8_acc4": "8"}  # a full batch has no batch size
@@ -116,6 +121,7 @@ def test_sweep_logs_one_closed_parent_and_a_complete_child_per_job(store):
         assert params.get("memory.batchsize") == batchsize[tags["crux.variant"]]
         assert params["memory.accumulation_steps"] == accumulation[tags["crux.variant"]]
         assert params["optimizer.name"] == "sgd" and params["model.width"] == "8"
+        assert f"memory={tags['crux.variant']}" in plan[int(tags["crux.job"])]["overrides"]  # job n ran plan n
         check_complete_child(client, child, 20, store / tags["crux.variant"])
 
 
@@ -170,6 +176,21 @@ def test_phases_run_on_one_solver_with_their_own_optimizers(store):
     np.testing.assert_array_equal(snapshot["phase2"], snapshot["final"])
     for before, after in zip(stages, stages[1:4]):
         assert not np.array_equal(snapshot[before], snapshot[after]), f"{after} did not move the parameters"
+
+
+def test_the_plan_lists_each_job_as_the_basic_sweeper_numbers_them_and_nothing_it_cannot_list():
+    """The sweep file's params first, the command line after and winning (repeat=0 stops the repeats)."""
+    sweeper = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+    config = OmegaConf.create({"hydra": {"sweeper": {"_target_": sweeper, "params": {"memory": "b8,b32",
+                                                                                    "repeat": "0,1"}},
+                                         "overrides": {"task": ["+sweeps=accumulation", "repeat=0",
+                                                                "solver.epochs=20"]}}})
+    assert planned_jobs(config) == [["memory=b8", "repeat=0", "+sweeps=accumulation", "solver.epochs=20"],
+                                    ["memory=b32", "repeat=0", "+sweeps=accumulation", "solver.epochs=20"]]
+    config.hydra.sweeper.params.memory = "glob(b*)"  # expanded from the config group by the sweeper alone
+    assert planned_jobs(config) is None
+    config.hydra.sweeper._target_ = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
+    assert planned_jobs(config) is None
 
 
 def test_a_phase_is_shortened_by_name_in_every_job_of_the_phases_sweep(hydra_configs):

@@ -1,4 +1,4 @@
-"""report.md and verdicts.json from records alone: failed jobs, non-finite evidence, the verdict table."""
+"""report.md and verdicts.json from records alone: missing jobs, non-finite evidence, the verdict table."""
 from __future__ import annotations
 
 import json
@@ -6,9 +6,11 @@ import json
 import numpy as np
 import pytest
 
-from crux.report import FAILS, RunRecord, SolveOptions, Sweep, judge, report_markdown, verdicts_json
+from crux.report import FAILS, HOLDS, RunRecord, SolveOptions, Sweep, judge, judge_sound, report_markdown
+from crux.report import verdicts_json
 from crux.report.document import verdict_table
-from crux.report.store import FailedRun
+from crux.report.jobs import account
+from crux_testing import mlflow_run
 
 
 def record(run_id: str, epochs: int, final: float, rows: int | None = None, **options) -> RunRecord:
@@ -20,10 +22,10 @@ def record(run_id: str, epochs: int, final: float, rows: int | None = None, **op
                      config=f"solver:\n  inner_steps: {options.get('inner_steps', 1)}\n")
 
 
-def sweep(records, failed=()) -> Sweep:
+def sweep(records, jobs=None) -> Sweep:
     return Sweep("inner_steps", "sqlite:///x.db", "1", "parent0", {"crux.claim": "K steps fused are the same",
                                                                    "crux.overrides": "+sweeps=inner_steps repeat=0"},
-                 list(records), list(failed))
+                 list(records), jobs)
 
 
 def test_verdicts_file_stays_valid_json_when_evidence_is_infinite():
@@ -41,15 +43,24 @@ def test_verdicts_file_stays_valid_json_when_evidence_is_infinite():
     assert evidence["max_relative_history_difference"] == "inf"
 
 
-def test_failed_jobs_are_listed_and_left_out_of_the_verdicts():
+def test_a_failed_job_is_listed_at_the_top_and_left_out_of_the_verdicts():
     records = [record("k1", 10, 1.0), record("k5", 10, 1.0, inner_steps=5)]
-    failed = [FailedRun("k20", "K=20", "FAILED", "ValueError: inner_steps=20 must divide epochs=10")]
-    verdicts = judge(records, ["inner_steps"])
-    text = report_markdown(sweep(records, failed), verdicts, [], ["inner_steps"])
-    assert "2 finished run(s), 1 failed" in text
-    assert "- `k20` K=20 (FAILED): ValueError: inner_steps=20 must divide epochs=10" in text
+    plan = {n: ("+sweeps=inner_steps", f"solver.inner_steps={k}") for n, k in enumerate((1, 5, 20))}
+    children = [mlflow_run(run_id, status, {"crux.job": str(n), "crux.variant": f"K={k}", **error})
+                for n, (run_id, k, status, error) in enumerate([
+                    ("k1", 1, "FINISHED", {}), ("k5", 5, "FINISHED", {}),
+                    ("k20", 20, "FAILED", {"crux.error_type": "ValueError",
+                                           "crux.error_message": "inner_steps=20 must divide epochs=10"})])]
+    failed = sweep(records, account(mlflow_run("parent0", "FAILED"), children, 3, plan))
+    verdicts = judge_sound(failed, ["inner_steps"])
+    text = report_markdown(failed, verdicts, [], ["inner_steps"]).splitlines()
+    assert text[2] == ("Sweep `inner_steps`, parent run `parent0`: **incomplete: 2 of 3 planned jobs finished, and "
+                       "its parent run is FAILED.**")
+    assert text[8] == ("| job 2 (solver.inner_steps=20) | FAILED | ValueError: inner_steps=20 must divide epochs=10 "
+                       "| `k20` |")
     assert all("k20" not in v.runs for v in verdicts)
-    assert "crux-sweep inner_steps repeat=0" in text  # the sweep's own overrides, without +sweeps=
+    assert {v.id: v.verdict for v in verdicts}["inner_steps.identical[K=5]"] == HOLDS  # K=5 lacks no run
+    assert "crux-sweep inner_steps repeat=0" in "\n".join(text)  # the sweep's own overrides, without +sweeps=
 
 
 @pytest.mark.parametrize("final, outcome", [(1.0, "holds"), (2.0, "fails")])

@@ -68,6 +68,7 @@ def test_accumulation_report_from_mlflow_holds_and_shows_its_evidence(store, tmp
     assert "![" in text and "accumulation_b8_acc4.png" in text
     printed = capsys.readouterr().out
     assert "holds         accumulation.effective_batch[b8_acc4]" in printed
+    assert f"parent run {sweep.parent_id} (started {sweep.started}): complete: 3 of 3 planned jobs finished" in printed
 
 
 def test_report_is_byte_identical_for_the_same_runs(store, tmp_path, monkeypatch):
@@ -101,6 +102,22 @@ def test_report_never_creates_a_tracking_store(tmp_path, monkeypatch, capsys):
     assert main(["accumulation", "--out", str(tmp_path / "r")]) == 2
     assert "no tracking store at" in capsys.readouterr().err
     assert not missing.exists()
+
+
+@pytest.mark.parametrize("store_kind", ["server down", "random bytes"])
+def test_crux_report_on_a_store_it_cannot_read_prints_one_line_and_exits_2(tmp_path, store_kind):
+    """The console command itself: no traceback, no log lines, only crux-report's own line."""
+    uri = "http://127.0.0.1:9"
+    if store_kind == "random bytes":
+        (tmp_path / "mlflow.db").write_bytes(os.urandom(32 * 1024))
+        uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("MLFLOW_HTTP_REQUEST_")}
+    done = subprocess.run([sys.executable, "-m", "crux.report", "accumulation", "--out", str(tmp_path / "r")],
+                          env={**env, "MLFLOW_TRACKING_URI": uri}, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"crux-report: ") and uri in line
+    assert not (tmp_path / "r").exists()
 
 
 def test_a_sweep_logged_to_a_tracking_server_is_complete_and_judged_like_one_in_sqlite(

@@ -6,10 +6,12 @@ as on a sweep read from MLflow (:func:`load_sweep`).
 """
 from crux.report.claims import CHECKS, judge
 from crux.report.cli import main
+from crux.report.coverage import judge_sound
 from crux.report.document import report_markdown, verdicts_json, write_report
-from crux.report.records import PhasePlan, RunRecord, SolveOptions, record_from_solve
-from crux.report.store import Sweep, load_sweep
+from crux.report.records import PhasePlan, RunRecord, SolveOptions, UnreadableArtifact, record_from_solve
+from crux.report.store import StoreError, Sweep, load_sweep
 from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Verdict
 
-__all__ = ["CHECKS", "FAILS", "HOLDS", "INCONCLUSIVE", "PhasePlan", "RunRecord", "SolveOptions", "Sweep", "Verdict",
-           "judge", "load_sweep", "main", "record_from_solve", "report_markdown", "verdicts_json", "write_report"]
+__all__ = ["CHECKS", "FAILS", "HOLDS", "INCONCLUSIVE", "PhasePlan", "RunRecord", "SolveOptions", "StoreError", "Sweep",
+           "UnreadableArtifact", "Verdict", "judge", "judge_sound", "load_sweep", "main", "record_from_solve",
+           "report_markdown", "verdicts_json", "write_report"]

@@ -1,7 +1,7 @@
 """``crux-report NAME [--out DIR] [--run PARENT_RUN_ID]``: judge a sweep's claims from its MLflow runs.
 
-    crux-report accumulation                     # latest run of sweeps/accumulation.yaml
-    crux-report accumulation --run 3f2c...       # a given parent run
+    crux-report accumulation                     # the newest complete accumulation sweep
+    crux-report accumulation --run 3f2c...       # a given sweep (its parent run), complete or not
     crux-report my-experiment --claim inner_steps
 
 Writes report.md, verdicts.json and the figures into DIR (default
@@ -21,12 +21,26 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from crux.config import import_from_working_directory
-from crux.report.claims import CHECKS, judge
-from crux.report.document import verdict_table, write_report
+from crux.report.claims import CHECKS
+from crux.report.coverage import judge_sound
+from crux.report.document import completeness, verdict_table, write_report
 from crux.report.figures import draw
-from crux.report.store import Sweep, load_sweep
+from crux.report.store import StoreError, Sweep, load_sweep
 from crux.report.verdict import Verdict
 from crux.tracking.descriptions import COMMAND, NOTE, sweep_description
+
+COMPLETE, UNREAD, INCOMPLETE = 0, 2, 3
+EXIT_CODES = f"""exit codes:
+  {COMPLETE}  report written; the sweep is complete and every artifact was read
+  {UNREAD}  nothing written: the store, the sweep or the run could not be read (or the arguments are wrong)
+  {INCOMPLETE}  report written, but the sweep is incomplete or some artifacts could not be read: the verdicts
+     that lack data are inconclusive and the report's top says what is missing
+
+By default the newest complete sweep of NAME is judged (newer incomplete ones are
+named and passed over); with none complete, the newest. A tracking server that
+does not answer is given up within seconds (MLFLOW_HTTP_REQUEST_MAX_RETRIES,
+MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR and MLFLOW_HTTP_REQUEST_TIMEOUT, when set,
+take precedence)."""
 
 
 def default_out(sweep: str) -> Path:
@@ -53,11 +67,14 @@ def describe_verdicts(sweep: Sweep, verdicts: list[Verdict], report: Path) -> No
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Returns 0 when the report was written (whatever the verdicts), 2 when the sweep could not be read."""
-    parser = argparse.ArgumentParser(prog="crux-report", description=__doc__.split("\n")[0])
+    """The console script: 0 when the report of a complete sweep was written (whatever the verdicts), 2 when
+    nothing could be read, 3 when the report was written from an incomplete sweep or unreadable artifacts."""
+    parser = argparse.ArgumentParser(prog="crux-report", description=__doc__.split("\n")[0], epilog=EXIT_CODES,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("name", help="the sweep (= MLflow experiment) name, e.g. accumulation")
     parser.add_argument("--out", type=Path, help="output folder (default reports/<sweep>/<UTC time>/)")
-    parser.add_argument("--run", dest="parent", help="parent run id (default: the sweep's latest)")
+    parser.add_argument("--run", dest="parent", help="parent run id of the sweep to judge (default: the newest "
+                                                     "complete sweep)")
     parser.add_argument("--claim", action="append", choices=sorted(CHECKS),
                         help="claims to judge (repeatable; default: the sweep file's claims, else the sweep's "
                              "name if it is a claim, else all)")
@@ -68,16 +85,25 @@ def main(argv: list[str] | None = None) -> int:
     import_from_working_directory()  # a user's problem, which a substeps check traces
     try:
         sweep = load_sweep(args.name, args.parent, args.tracking_uri)
-    except LookupError as error:
+    except StoreError as error:
         print(f"crux-report: {error}", file=sys.stderr)
-        return 2
+        return UNREAD
     claims = args.claim or claims_of(sweep)
-    verdicts = judge(sweep.records, claims)
+    verdicts = judge_sound(sweep, claims)
     out = args.out or default_out(sweep.name)
     out.mkdir(parents=True, exist_ok=True)
     figures = draw(claims, sweep.records, out)
     write_report(out, sweep, verdicts, figures, claims)
+    print(f"sweep {sweep.name}, parent run {sweep.parent_id} (started {sweep.started}): {completeness(sweep)}")
+    if sweep.newer:
+        print(f"newer sweeps of {sweep.name}, " + ("passed over as incomplete" if args.parent is None else
+                                                  "named in the report") + ": "
+              + ", ".join(s.parent_id for s in sweep.newer))
+    if sweep.none_complete:
+        print(f"no sweep of {sweep.name} is complete: judged the newest")
+    if sweep.unreadable:
+        print(f"{len(sweep.unreadable)} artifact(s) could not be read: the report's top names them")
     print(verdict_table(verdicts))
     print(f"\nreport: {out / 'report.md'}")
     describe_verdicts(sweep, verdicts, out.resolve() / "report.md")
-    return 0
+    return COMPLETE if sweep.sound else INCOMPLETE

@@ -2,6 +2,10 @@
 
 Nothing here reads the clock, the output folder or the machine the report is
 made on: the environment, commit and configs shown are those the runs recorded.
+The top says which sweep was judged and what it lacks (jobs that did not finish,
+artifacts that could not be read), and names the newer sweeps of the same name:
+the same sweep gives the same report whether it was chosen by default or with
+``--run``.
 """
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from crux.report.figures import Figure
+from crux.report.jobs import FINISHED
 from crux.report.records import RunRecord, describe
 from crux.report.store import Sweep
 from crux.report.verdict import Verdict, fmt
@@ -90,7 +95,8 @@ def _commits(records: Sequence[RunRecord]) -> list[str]:
 def _configs(records: Sequence[RunRecord]) -> list[str]:
     seen: dict[str, list[str]] = {}
     for r in records:
-        seen.setdefault(r.config, []).append(r.label)
+        if r.config:  # empty where config.yaml could not be read
+            seen.setdefault(r.config, []).append(r.label)
     lines = []
     for text, labels in sorted(seen.items(), key=lambda item: sorted(item[1])):
         lines += [f"<details><summary>{', '.join(sorted(set(labels)))}</summary>", "", "```yaml", text.rstrip(),
@@ -98,13 +104,48 @@ def _configs(records: Sequence[RunRecord]) -> list[str]:
     return lines
 
 
+def completeness(sweep: Sweep) -> str:
+    """``complete: 8 of 8 planned jobs finished`` or ``incomplete: 3 of 8 planned jobs finished, and its parent
+    run is KILLED``."""
+    if sweep.jobs is not None and not sweep.jobs.plan_recorded:
+        counted = f"{sweep.finished} of the {sweep.planned} jobs that started finished (the sweep recorded no plan)"
+    else:
+        counted = f"{sweep.finished} of {sweep.planned} planned jobs finished"
+    if sweep.complete:
+        return f"complete: {counted}"
+    status = sweep.jobs.parent_status
+    return f"incomplete: {counted}" + (f", and its parent run is {status}" if status != FINISHED else "")
+
+
+def _sweep_status(sweep: Sweep) -> list[str]:
+    """Which sweep, whether it is complete, the newer sweeps of its name, what it lacks."""
+    started = f", started {sweep.started}" if sweep.started else ""
+    state = f"{completeness(sweep)}." if sweep.complete else f"**{completeness(sweep)}.**"
+    lines = [f"Sweep `{sweep.name}`, parent run `{sweep.parent_id}`{started}: {state}", ""]
+    if sweep.newer:
+        lines += [f"Newer sweeps of `{sweep.name}` in this store: " + ", ".join(
+            f"`{s.parent_id}` (started {s.started}, {'complete' if s.complete else 'incomplete'}: {s.finished} of "
+            f"{s.planned} jobs finished, parent {s.status})" for s in sweep.newer) + ".", ""]
+    if sweep.missing:
+        lines += ["Jobs without a finished run (verdicts that lack their runs are inconclusive):", "",
+                  "| job | status | why | run |", "|---|---|---|---|"]
+        lines += [f"| {_cell(j.name)} | {j.status} | {_cell(j.reason)} | "
+                  f"{f'`{j.run_id}`' if j.run_id else ''} |" for j in sweep.missing]
+        lines.append("")
+    if sweep.unreadable:
+        lines += ["Artifacts that could not be read (verdicts that need them are inconclusive):", ""]
+        lines += [f"- {u.artifact} of run `{u.run_id}` ({u.label}): {_cell(u.problem)}"
+                  + ("" if u.judged else "; the run is left out") for u in sweep.unreadable]
+        lines.append("")
+    return lines
+
+
 def report_markdown(sweep: Sweep, verdicts: Sequence[Verdict], figures: Sequence[Figure], claims: Sequence[str]
                     ) -> str:
     """The whole ``report.md``."""
     overrides = " ".join(sweep.overrides)
-    lines = [f"# crux claim report: {sweep.name}", "",
-             f"Sweep `{sweep.name}`, parent run `{sweep.parent_id}`: {len(sweep.records)} finished run(s), "
-             f"{len(sweep.failed)} failed. Claims judged: {', '.join(claims)}.", ""]
+    lines = [f"# crux claim report: {sweep.name}", ""] + _sweep_status(sweep)
+    lines += [f"Claims judged: {', '.join(claims)}.", ""]
     if sweep.statement:
         lines += [f"The sweep set out to check: *{sweep.statement.strip()}*", ""]
     lines += ["## Verdicts", "", "| claim | verdict | finding |", "|---|---|---|"]
@@ -119,10 +160,6 @@ def report_markdown(sweep: Sweep, verdicts: Sequence[Verdict], figures: Sequence
             if figure.claim == claim:
                 lines += [f"![{figure.caption}]({figure.file})", "", f"*{figure.caption}.*", ""]
     lines += ["## Runs", ""] + _runs_table(sweep.records) + [""]
-    if sweep.failed:
-        lines += ["Failed jobs (not judged):", ""]
-        lines += [f"- `{f.run_id}` {f.variant} ({f.status}): {_cell(f.error)}" for f in sweep.failed]
-        lines.append("")
     lines += ["## Reproduce", "", "From a checkout of the commit(s) the runs recorded:", ""] + _commits(sweep.records)
     lines += ["", "```sh", "pip install -e '.[test]'", f"crux-sweep {sweep.name} {overrides}".rstrip(),
               f"crux-report {sweep.name}", "```", "",

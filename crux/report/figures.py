@@ -18,7 +18,7 @@ from crux.report.claims.substeps import reached_models, substep_runs
 from crux.report.numerics import (STEP_TIME, TWIN_FACTOR, agreement, parameter_bound, relative_differences,
                                   twin_comparison)
 from crux.report.pairing import first, reference_and_twins
-from crux.report.records import RunRecord
+from crux.report.records import RunRecord, UnreadableArtifact
 from crux.report.verdict import fmt
 
 
@@ -270,5 +270,12 @@ FIGURES: dict[str, Callable[[list[RunRecord], Path], list[Figure]]] = {
 
 
 def draw(claims: Sequence[str], records: list[RunRecord], out: Path) -> list[Figure]:
-    """Every figure of ``claims`` into ``out``."""
-    return [figure for claim in claims for figure in FIGURES[claim](records, out)]
+    """Every figure of ``claims`` into ``out``; none for a claim whose figures need an artifact that could not
+    be read (its verdicts say which)."""
+    figures = []
+    for claim in claims:
+        try:
+            figures += FIGURES[claim](records, out)
+        except UnreadableArtifact:
+            _plt().close("all")
+    return figures

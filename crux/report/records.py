@@ -20,6 +20,14 @@ from crux.stats import Statistics
 Substeps = tuple[tuple[tuple[int, ...], int], ...]
 
 
+class UnreadableArtifact(LookupError):
+    """A check needs an artifact of a run that could not be read: the verdict it was building cannot be told."""
+
+    def __init__(self, run_id: str, label: str, artifact: str, problem: str):
+        super().__init__(f"{artifact} of run `{run_id}` ({label}) is unreadable: {problem}")
+        self.run_id, self.artifact, self.problem = run_id, artifact, problem
+
+
 @dataclass(frozen=True)
 class SolveOptions:
     """The ``solve()`` options of a run, normalised so paired runs compare equal.
@@ -67,6 +75,13 @@ class RunRecord:
     run shares with its partners beyond the solve options (problem, model,
     optimizer): runs of different groups are never compared. ``roundoff_twin``
     is nonzero for a round-off twin (initial parameters moved one ulp each).
+
+    ``unreadable`` maps an artifact the run logged but that could not be read
+    (or that it did not log) to what was wrong. What comes from it then raises
+    :class:`UnreadableArtifact` when a check asks for it (``params.npz``: the
+    snapshots; ``environment.json``: the device), so only the verdicts that need
+    it lose it; a run without ``stats.npz`` has ``stats=None``, which the checks
+    do without.
     """
 
     run_id: str
@@ -85,6 +100,7 @@ class RunRecord:
     params: Mapping[str, str] = field(default_factory=dict)
     environment: Mapping[str, Any] = field(default_factory=dict)
     config: str = ""
+    unreadable: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -97,6 +113,7 @@ class RunRecord:
 
         Timing verdicts hold for this device only.
         """
+        self.require("environment.json")
         backend = self.environment.get("backend")
         if not backend:
             return "an unrecorded device"
@@ -105,6 +122,7 @@ class RunRecord:
 
     def models(self) -> list[str]:
         """Model names present in the parameter snapshots, sorted."""
+        self.require("params.npz")
         return sorted({key.split("/")[1] for key in self.snapshots if key.startswith("final/")})
 
     def snapshot(self, which: str, model: str | None = None) -> np.ndarray:
@@ -113,6 +131,7 @@ class RunRecord:
         Leaves are taken in their saved order per model, models in sorted order,
         so two runs of the same network give vectors that line up.
         """
+        self.require("params.npz")
         models = [model] if model is not None else self.models()
         parts = []
         for name in models:
@@ -124,7 +143,13 @@ class RunRecord:
         return np.concatenate(parts)
 
     def has_snapshot(self, which: str) -> bool:
+        self.require("params.npz")
         return any(k.startswith(f"{which}/") for k in self.snapshots)
+
+    def require(self, artifact: str) -> None:
+        """Raise :class:`UnreadableArtifact` if ``artifact`` of this run could not be read."""
+        if artifact in self.unreadable:
+            raise UnreadableArtifact(self.run_id, self.label, artifact, self.unreadable[artifact])
 
     @property
     def updates(self) -> int:

@@ -1,24 +1,47 @@
-"""Reading a sweep back from MLflow into run records (the layout of docs/CONTRACT.md).
+"""Reading a sweep back from MLflow: which sweep, what became of its jobs, each finished run as a record.
 
-The solve options, the phase plan and the models each constraint reaches are
-read from the run's resolved ``config.yaml`` through the pipeline's own schema
-(``crux.config``), so the report judges what was actually configured rather
-than re-parsing flattened params.
+Which sweep: the one asked for, else the newest *complete* one (:mod:`crux.report.jobs`),
+else the newest. The solve options, the phase plan and the models each constraint
+reaches are read from a run's resolved ``config.yaml`` through the pipeline's own
+schema (``crux.config``), so the report judges what was actually configured. An
+artifact that cannot be read is recorded on the run's record, never raised: only
+the verdicts that need it lose it. A run whose ``config.yaml`` cannot be read is
+placed by its params (the same config, flattened), so that the verdicts that
+would use it can say they lack it.
+
+Reading never writes. A SQLite file is checked read-only before MLflow opens it
+(MLflow would give a file that is not yet a store a fresh schema), and a tracking
+server that does not answer is given up within seconds (:data:`HTTP_LIMITS`).
+Whatever keeps the store, the sweep or the run asked for from being read raises
+:class:`StoreError`, whose message names the store and the fix.
 """
 from __future__ import annotations
 
 import json
+import os
+import re
+import sqlite3
 import tempfile
+import time
+import zipfile
+import zlib
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator, Mapping, TypeVar
 
 import numpy as np
+import yaml
 from mlflow.entities import Run
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException, ValidationError
+from requests.exceptions import RequestException
+from sqlalchemy.exc import SQLAlchemyError
 
 from crux import config as crux_config
+from crux.report.jobs import JobAccount, MissingJob, account, plan_from_artifact
 from crux.report.records import PhasePlan, RunRecord, SolveOptions, normalise_substeps
 from crux.stats import Statistics
 from crux.tracking.store import SQLITE, child_runs, tracking_uri
@@ -28,21 +51,60 @@ HISTORY_PREFIXES = ("loss/", "lr/")
 # round-off twin): runs that differ in nothing else belong to one group and may be paired.
 NOT_GROUP = ("memory", "solver.inner_steps", "solver.substeps", "repeat", "roundoff_twin", "variant", "tracking",
              "jax")
+ARTIFACTS = ("config.yaml", "params.npz", "stats.npz", "environment.json")
+PLANNED_JOBS = "planned_jobs.json"
+# MLflow's own defaults retry a server that does not answer for about 4 minutes; these bound it to seconds.
+# Values the user set in the environment win.
+HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+               "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
+# What reading a damaged file raises: a truncated zip, a bad CRC, broken YAML or JSON, a config that does not fit
+# the schema, a missing array, JSON of another shape.
+READ_ERRORS = (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile, zlib.error, yaml.YAMLError,
+               OmegaConfBaseException)
+FETCH_ERRORS = (MlflowException, RequestException)
+STORE_ERRORS = (MlflowException, SQLAlchemyError, RequestException, sqlite3.Error)
+PROBLEM_CHARS = 300
+T = TypeVar("T")
+
+
+class StoreError(Exception):
+    """The store, the sweep or the run asked for could not be read; the message is one line for the user."""
 
 
 @dataclass(frozen=True)
-class FailedRun:
-    """A job of the sweep that did not finish: listed in the report, never judged."""
+class Unreadable:
+    """An artifact of a sweep's run that could not be read (or was never logged), and what was wrong.
+    ``judged`` is False when the run could not even be placed in the sweep, so it is left out."""
 
     run_id: str
-    variant: str
+    label: str
+    artifact: str
+    problem: str
+    judged: bool = True
+
+
+@dataclass(frozen=True)
+class OtherSweep:
+    """Another sweep of the same name, newer than the one judged."""
+
+    parent_id: str
+    started: str
     status: str
-    error: str
+    complete: bool
+    finished: int
+    planned: int
 
 
 @dataclass(frozen=True)
 class Sweep:
-    """A multirun read back: its parent run, its finished runs as records, its failed jobs."""
+    """A multirun read back: its parent run, its finished runs as records, and what it lacks.
+
+    ``jobs`` accounts for every planned job (None: records made by hand, taken as complete);
+    ``newer`` lists the sweeps of the same name started after this one (by default
+    crux-report judges the newest complete sweep, so these are the incomplete ones it
+    passed over), ``none_complete`` that the default choice found no complete sweep;
+    ``unreadable`` lists the artifacts of finished runs that could not be read.
+    """
 
     name: str
     uri: str
@@ -50,7 +112,11 @@ class Sweep:
     parent_id: str
     parent_tags: dict[str, str]
     records: list[RunRecord]
-    failed: list[FailedRun] = field(default_factory=list)
+    jobs: JobAccount | None = None
+    started: str = ""
+    newer: tuple[OtherSweep, ...] = ()
+    none_complete: bool = False
+    unreadable: tuple[Unreadable, ...] = ()
 
     @property
     def statement(self) -> str:
@@ -62,85 +128,323 @@ class Sweep:
         """The command-line overrides the sweep ran with, without the sweep selection crux-sweep adds."""
         return [o for o in self.parent_tags.get("crux.overrides", "").split() if not o.startswith("+sweeps=")]
 
+    @property
+    def complete(self) -> bool:
+        """Every planned job finished and its parent run FINISHED."""
+        return self.jobs is None or self.jobs.complete
+
+    @property
+    def planned(self) -> int:
+        return len(self.records) if self.jobs is None else self.jobs.planned
+
+    @property
+    def finished(self) -> int:
+        return len(self.records) if self.jobs is None else len(self.jobs.finished)
+
+    @property
+    def missing(self) -> tuple[MissingJob, ...]:
+        return () if self.jobs is None else self.jobs.missing
+
+    @property
+    def sound(self) -> bool:
+        """Complete, and every artifact of every finished run was read."""
+        return self.complete and not self.unreadable
+
 
 def open_client(uri: str | None = None) -> tuple[MlflowClient, str]:
     """A client on ``uri``, else the pipeline's URI (``$MLFLOW_TRACKING_URI``, else mlflow.db at the project root).
 
-    Raises LookupError for a SQLite store that does not exist: opening it would create an empty one.
+    Raises StoreError for a SQLite store that does not exist (opening it would create an empty one) or that is
+    not a readable MLflow store (MLflow would try to give it a schema).
     """
     resolved = tracking_uri(uri)
-    if resolved.startswith(SQLITE) and not Path(resolved[len(SQLITE):]).exists():
-        raise LookupError(f"no tracking store at {resolved}: run a sweep first (crux-sweep NAME), or point "
-                          f"MLFLOW_TRACKING_URI / --tracking-uri at the store that holds it")
-    return MlflowClient(resolved), resolved
+    if resolved.startswith(SQLITE):
+        path = Path(resolved[len(SQLITE):])
+        if not path.is_file():
+            raise StoreError(f"no tracking store at {resolved}: run a sweep first (crux-sweep NAME), or point "
+                             f"MLFLOW_TRACKING_URI / --tracking-uri at the store that holds it")
+        _check_sqlite(path, resolved)
+    with _reading(resolved):  # MLflow opens the store here
+        return MlflowClient(resolved), resolved
+
+
+def _check_sqlite(path: Path, uri: str) -> None:
+    """Read MLflow's schema version and experiments table, read-only: a file of another kind, or a truncated or
+    corrupt store, fails here before MLflow touches it."""
+    try:
+        with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
+            db.execute("SELECT version_num FROM alembic_version").fetchall()
+            db.execute("SELECT experiment_id, name FROM experiments").fetchall()
+    except sqlite3.Error as error:
+        raise StoreError(f"{uri} is not a readable MLflow store ({_brief(error)}): point MLFLOW_TRACKING_URI / "
+                         f"--tracking-uri at the store your sweeps logged to, or restore the file from a backup"
+                         ) from None
+
+
+@contextmanager
+def bounded_http() -> Iterator[None]:
+    """Within: MLflow's HTTP retries and timeout bounded by :data:`HTTP_LIMITS` where the user set none."""
+    unset = [key for key in HTTP_LIMITS if key not in os.environ]
+    os.environ.update({key: HTTP_LIMITS[key] for key in unset})
+    try:
+        yield
+    finally:
+        for key in unset:
+            os.environ.pop(key, None)
+
+
+@contextmanager
+def _reading(uri: str) -> Iterator[None]:
+    """Turn what the tracking store raises into one StoreError line naming the store and the fix."""
+    try:
+        yield
+    except STORE_ERRORS as error:
+        if uri.startswith(("http://", "https://")):
+            raise StoreError(f"the tracking server at {uri} did not answer ({_brief(error)}): start it, or point "
+                             f"MLFLOW_TRACKING_URI / --tracking-uri at a running one") from None
+        raise StoreError(f"the tracking store at {uri} could not be read ({_brief(error)}): point "
+                         f"MLFLOW_TRACKING_URI / --tracking-uri at the store your sweeps logged to, or restore "
+                         f"it from a backup") from None
+
+
+def _brief(error: BaseException) -> str:
+    """An exception in a few words: its innermost OS reason (``[Errno 111] Connection refused``) where it has
+    one, else its type and the first sentence of its message."""
+    text = str(error)
+    reasons = re.findall(r"\[Errno -?\d+\] [^'\")]+", text)
+    if reasons:
+        return reasons[-1].strip()
+    first = text.strip().splitlines()[0].split(". ")[0] if text.strip() else ""
+    return f"{type(error).__name__}: {first}"[:PROBLEM_CHARS] if first else type(error).__name__
 
 
 def load_sweep(name: str, parent_run_id: str | None = None, uri: str | None = None) -> Sweep:
-    """The runs of sweep ``name``: children of ``parent_run_id``, else of its latest parent run.
+    """Sweep ``name``: the sweep of parent run ``parent_run_id``, else its newest complete sweep, else its newest.
 
-    Raises LookupError naming what is missing (experiment, parent run, runs).
+    Raises StoreError naming what could not be read (store, experiment, run).
     """
-    client, resolved = open_client(uri)
-    experiment = client.get_experiment_by_name(name)
-    if experiment is None:
-        known = sorted(e.name for e in client.search_experiments())
-        raise LookupError(f"no experiment named {name!r} at {resolved}; experiments there: {known}. "
-                          f"Run `crux-sweep {name}` first, or set MLFLOW_TRACKING_URI")
-    if parent_run_id is None:
-        parents = client.search_runs([experiment.experiment_id], "tags.`crux.role` = 'parent'",
-                                     order_by=["attributes.start_time DESC"], max_results=1)
-        if not parents:
-            raise LookupError(f"experiment {name!r} has no parent run (tag crux.role=parent): was it run as a sweep?")
-        parent = parents[0]
-    else:
-        parent = client.get_run(parent_run_id)
-        if parent.info.experiment_id != experiment.experiment_id:
-            raise LookupError(f"run {parent_run_id} belongs to another experiment than {name!r}")
-    records, failed = [], []
+    with bounded_http():
+        client, resolved = open_client(uri)
+        with _reading(resolved):
+            experiment = client.get_experiment_by_name(name)
+            if experiment is None:
+                known = sorted(e.name for e in client.search_experiments())
+                raise StoreError(f"no experiment named {name!r} at {resolved}; experiments there: {known}. "
+                                 f"Run `crux-sweep {name}` first, or set MLFLOW_TRACKING_URI")
+            parent, children, newer, none_complete = _sweeps(client, experiment.experiment_id, name,
+                                                             parent_run_id, resolved)
+            return _read_sweep(client, name, resolved, experiment.experiment_id, parent, children, tuple(newer),
+                               none_complete)
+
+
+def _parents(client: MlflowClient, experiment_id: str) -> Iterator[Run]:
+    """The sweeps' parent runs, newest first, page by page."""
+    token = None
+    while True:
+        page = client.search_runs([experiment_id], "tags.`crux.role` = 'parent'",
+                                  order_by=["attributes.start_time DESC"], max_results=200, page_token=token)
+        yield from page
+        token = page.token
+        if not token:
+            return
+
+
+def _planned(parent: Run) -> int | None:
+    count = parent.data.tags.get("crux.planned_jobs", "")
+    return int(count) if count.isdigit() else None
+
+
+def _sweeps(client: MlflowClient, experiment_id: str, name: str, chosen: str | None, uri: str
+            ) -> tuple[Run, list[Run], list[OtherSweep], bool]:
+    """The parent to judge (``chosen``, else the newest complete, else the newest), its children, the sweeps
+    newer than it, and whether the default choice found none complete."""
+    parent = _chosen_parent(client, experiment_id, name, chosen, uri) if chosen is not None else None
+    newer: list[OtherSweep] = []
+    newest: tuple[Run, list[Run]] | None = None
+    for candidate in _parents(client, experiment_id):
+        children = list(child_runs(client, experiment_id, candidate.info.run_id))
+        if parent is not None and candidate.info.run_id == parent.info.run_id:
+            return parent, children, newer, False
+        jobs = account(candidate, children, _planned(candidate), None)
+        if parent is None and jobs.complete:
+            return candidate, children, newer, False
+        newest = newest or (candidate, children)
+        newer.append(OtherSweep(candidate.info.run_id, started(candidate), candidate.info.status, jobs.complete,
+                                len(jobs.finished), jobs.planned))
+    if parent is not None:  # not among the listed parents: a run deleted in the UI
+        return parent, list(child_runs(client, experiment_id, parent.info.run_id)), newer, False
+    if newest is None:
+        raise StoreError(f"experiment {name!r} has no parent run (tag crux.role=parent): was it run as a sweep "
+                         f"(crux-sweep {name})?")
+    return newest[0], newest[1], [], True
+
+
+def _chosen_parent(client: MlflowClient, experiment_id: str, name: str, run_id: str, uri: str) -> Run:
+    """The parent run ``run_id`` of sweep ``name``, or a StoreError saying what it is instead."""
+    try:
+        run = client.get_run(run_id)
+    except MlflowException as error:
+        if error.error_code != "RESOURCE_DOES_NOT_EXIST":
+            raise
+        newest = [f"{p.info.run_id} ({started(p)}, {p.info.status})" for _, p in zip(range(3), _parents(
+            client, experiment_id))]
+        raise StoreError(f"no run {run_id} at {uri}; the newest sweeps of {name!r} there: "
+                         f"{', '.join(newest) or 'none'}. Pass one of them to --run, or leave --run out for the "
+                         f"newest complete sweep") from None
+    tags = run.data.tags
+    if run.info.experiment_id != experiment_id:
+        other = client.get_experiment(run.info.experiment_id).name
+        raise StoreError(f"run {run_id} belongs to experiment {other!r}, not {name!r}: crux-report {other} --run "
+                         f"{run_id}")
+    if tags.get("crux.role") != "parent":
+        sweep = tags.get("mlflow.parentRunId")
+        raise StoreError(f"run {run_id} is " + (f"a job of the sweep {sweep}: pass --run {sweep}" if sweep else
+                                                "not a sweep's parent run (tag crux.role=parent)"))
+    return run
+
+
+def started(run: Run) -> str:
+    """When ``run`` started, in UTC to the second."""
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime((run.info.start_time or 0) / 1000))
+
+
+def _read_sweep(client: MlflowClient, name: str, uri: str, experiment_id: str, parent: Run, children: list[Run],
+                newer: tuple[OtherSweep, ...], none_complete: bool) -> Sweep:
+    unreadable: list[Unreadable] = []
+    records: list[RunRecord] = []
     with tempfile.TemporaryDirectory(prefix="crux-report-") as scratch:
-        for run in child_runs(client, experiment.experiment_id, parent.info.run_id):
-            if run.info.status == "FINISHED":
-                records.append(load_record(client, run, Path(scratch) / run.info.run_id))
-            else:
-                tags = run.data.tags
-                error = ": ".join(t for t in (tags.get("crux.error_type"), tags.get("crux.error_message")) if t)
-                failed.append(FailedRun(run.info.run_id, tags.get("crux.variant", ""), run.info.status,
-                                        error or "no error recorded"))
-    if not records and not failed:
-        raise LookupError(f"parent run {parent.info.run_id} of {name!r} has no child runs")
+        plan = _plan(client, parent, Path(scratch) / "plan", unreadable)
+        jobs = account(parent, children, _planned(parent), plan)
+        for run in children:
+            if run.info.run_id in jobs.finished:
+                record = load_record(client, run, Path(scratch) / run.info.run_id, unreadable)
+                if record is not None:
+                    records.append(record)
     records.sort(key=lambda r: (r.label, r.repeat, r.run_id))
-    failed.sort(key=lambda f: (f.variant, f.run_id))
-    return Sweep(name, resolved, experiment.experiment_id, parent.info.run_id, dict(parent.data.tags), records,
-                 failed)
+    unreadable.sort(key=lambda u: (u.label, u.run_id, u.artifact))
+    return Sweep(name, uri, experiment_id, parent.info.run_id, dict(parent.data.tags), records, jobs,
+                 started(parent), newer, none_complete, tuple(unreadable))
 
 
-def load_record(client: MlflowClient, run: Run, folder: Path) -> RunRecord:
-    """One finished child run as a record: histories from the metric store, arrays from its artifacts."""
-    run_id = run.info.run_id
+def _plan(client: MlflowClient, parent: Run, folder: Path, unreadable: list[Unreadable]
+          ) -> dict[int, tuple[str, ...]] | None:
+    """The parent's ``planned_jobs.json`` as job number -> overrides; None where it recorded no plan."""
+    if _planned(parent) is None:
+        return None
+    problems: dict[str, str] = {}
+    plan = _read_artifact(client, parent.info.run_id, PLANNED_JOBS, folder,
+                          lambda path: plan_from_artifact(json.loads(path.read_text())), problems)
+    unreadable.extend(Unreadable(parent.info.run_id, "the sweep's parent run", artifact, problem)
+                      for artifact, problem in problems.items())
+    return plan
+
+
+def _read_artifact(client: MlflowClient, run_id: str, artifact: str, folder: Path, parse: Callable[[Path], T],
+                   problems: dict[str, str]) -> T | None:
+    """``parse`` of the local copy of ``artifact``; None, with what was wrong in ``problems``, when it was not
+    logged, could not be fetched or could not be parsed."""
     folder.mkdir(parents=True, exist_ok=True)
-    names = {"config.yaml", "environment.json", "stats.npz", "params.npz"}
+    try:
+        path = Path(client.download_artifacts(run_id, artifact, str(folder)))
+        if not path.is_file():
+            raise FileNotFoundError(f"{artifact} was not logged")
+        return parse(path)
+    except FETCH_ERRORS as error:
+        problems[artifact] = f"could not be fetched ({_brief(error)})"
+    except READ_ERRORS as error:
+        problems[artifact] = _brief(error)
+    return None
+
+
+def load_record(client: MlflowClient, run: Run, folder: Path, unreadable: list[Unreadable]) -> RunRecord | None:
+    """One finished child run as a record: histories from the metric store, arrays from its artifacts.
+
+    Each artifact that cannot be read is added to ``unreadable`` and to the record's own ``unreadable``;
+    None when not even the run's configuration can be told (neither ``config.yaml`` nor its params).
+    """
+    run_id, tags = run.info.run_id, dict(run.data.tags)
+    label = tags.get("crux.variant", "") + (f" r{tags['crux.repeat']}" if "crux.repeat" in tags else "")
     present = {a.path for a in client.list_artifacts(run_id)}
-    for artifact in sorted(names & present):
-        client.download_artifacts(run_id, artifact, str(folder))
-    if "config.yaml" not in present or "params.npz" not in present:
-        raise LookupError(f"run {run_id} lacks config.yaml or params.npz; it was not written by crux-run")
-    config_text = (folder / "config.yaml").read_text()
-    # Typed by the pipeline's schema, as crux-run saw it (crux.config builds objects from typed nodes only).
-    cfg = OmegaConf.merge(OmegaConf.structured(crux_config.Config), OmegaConf.create(config_text))
-    with np.load(folder / "params.npz") as arrays:
-        snapshots = {key: arrays[key] for key in arrays.files}
-    stats = Statistics.load(folder / "stats.npz") if "stats.npz" in present else None
-    environment = json.loads((folder / "environment.json").read_text()) if "environment.json" in present else {}
+    problems = {artifact: "not logged" for artifact in ARTIFACTS if artifact not in present}
+
+    def read(artifact: str, parse: Callable[[Path], T]) -> T | None:
+        return _read_artifact(client, run_id, artifact, folder, parse, problems) if artifact in present else None
+
+    config_text = read("config.yaml", lambda path: path.read_text()) or ""
+    configured = None
+    if "config.yaml" not in problems:
+        try:
+            configured = configuration(_typed(OmegaConf.create(config_text)))
+        except READ_ERRORS as error:
+            problems["config.yaml"] = _brief(error)
+    if configured is None:
+        try:
+            configured = configuration(config_from_params(run.data.params))
+        except READ_ERRORS as error:
+            unreadable.append(Unreadable(run_id, label, "config.yaml", f"{problems['config.yaml']}; its params do "
+                                         f"not give a configuration either ({_brief(error)})", judged=False))
+            return None
+        config_text = ""
+    snapshots = read("params.npz", _arrays) or {}
+    stats = read("stats.npz", Statistics.load)
+    environment = read("environment.json", lambda path: dict(json.loads(path.read_text()))) or {}
+    unreadable.extend(Unreadable(run_id, label, artifact, problem) for artifact, problem in sorted(problems.items()))
     histories = {key: _history(client, run_id, key) for key in sorted(run.data.metrics)
                  if key.startswith(HISTORY_PREFIXES)}
+    return RunRecord(run_id=run_id, histories=histories, metrics=dict(run.data.metrics), snapshots=snapshots,
+                     stats=stats, repeat=int(tags.get("crux.repeat", 0)), variant=tags.get("crux.variant", ""),
+                     tags=tags, params=dict(run.data.params), environment=environment, config=config_text,
+                     unreadable=problems, **configured)
+
+
+def _arrays(path: Path) -> dict[str, np.ndarray]:
+    """Every array of an ``.npz`` file, read now (a damaged member fails here, not in a check)."""
+    with np.load(path) as arrays:
+        return {key: arrays[key] for key in arrays.files}
+
+
+def _typed(node: DictConfig) -> DictConfig:
+    """A resolved config typed by the pipeline's schema, as crux-run saw it (crux.config builds objects from
+    typed nodes only)."""
+    return OmegaConf.merge(OmegaConf.structured(crux_config.Config), node)
+
+
+def config_from_params(params: Mapping[str, str]) -> DictConfig:
+    """A run's config back from its params (crux.tracking.job logs the flattened settings the job ran with):
+    dotted keys nest, JSON values (lists, numbers) parse, ``True``/``False`` are Python's, and a value the job
+    left unset, which is not logged, is None again. Typed by the pipeline's schema; raises as it does."""
+    tree: dict[str, Any] = {}
+    for key, text in params.items():
+        *path, last = key.split(".")
+        node = tree
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = _param_value(text)
+    cfg = _typed(OmegaConf.create(tree))
+    while missing := sorted(OmegaConf.missing_keys(cfg)):
+        key = missing[0]
+        try:
+            OmegaConf.update(cfg, key, None)
+        except ValidationError:  # a node none of whose fields was set: its schema's defaults
+            OmegaConf.update(cfg, key, {})
+    return cfg
+
+
+def _param_value(text: str) -> Any:
+    if text in ("None", "True", "False"):
+        return {"None": None, "True": True, "False": False}[text]
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def configuration(cfg: DictConfig) -> dict[str, Any]:
+    """What a run's config tells the checks: its solve options, phases, pairing group, round-off twin and,
+    for substeps runs, the models each constraint reaches."""
     options = solve_options(cfg)
-    tags = dict(run.data.tags)
-    return RunRecord(run_id=run_id, options=options, histories=histories, metrics=dict(run.data.metrics),
-                     snapshots=snapshots, stats=stats, reach=_reach(cfg) if options.substeps else None,
-                     phases=phase_plan(cfg), group=group_of(cfg), repeat=int(tags.get("crux.repeat", 0)),
-                     roundoff_twin=int(cfg.roundoff_twin),
-                     variant=tags.get("crux.variant", ""), tags=tags, params=dict(run.data.params),
-                     environment=environment, config=config_text)
+    return {"options": options, "phases": phase_plan(cfg), "group": group_of(cfg),
+            "roundoff_twin": int(cfg.roundoff_twin), "reach": _reach(cfg) if options.substeps else None}
 
 
 def solve_options(cfg: DictConfig) -> SolveOptions:
@@ -166,8 +470,10 @@ def phase_plan(cfg: DictConfig) -> tuple[PhasePlan, ...]:
 
 
 def group_of(cfg: DictConfig) -> str:
-    """The configuration apart from the options claims vary: runs with equal groups may be paired."""
-    rest: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)
+    """The settings the job ran with (:func:`crux.config.effective_settings`: an optimizer's unset field is its
+    default, so a config read back from params groups with its config.yaml) apart from the options claims vary:
+    runs with equal groups may be paired."""
+    rest: dict[str, Any] = crux_config.effective_settings(cfg)
     for dotted in NOT_GROUP:
         *path, last = dotted.split(".")
         node = rest

@@ -82,6 +82,12 @@ def not_in_sweep(claim_id: str, claim: Claim, needs: str, what: str, run_ids: tu
     return claim.verdict(claim_id, f"needs {needs}", INCONCLUSIVE, f"the sweep has no {what} run", runs=run_ids)
 
 
+def cannot_judge(claim_id: str, claim: Claim, test: str, error: LookupError, run_ids: tuple[str, ...]) -> Verdict:
+    """``inconclusive``: the verdict needs an artifact of one of its runs that could not be read (``error``
+    names the run, the artifact and what was wrong)."""
+    return claim.verdict(claim_id, test, INCONCLUSIVE, f"cannot judge: {error}", runs=run_ids)
+
+
 def _finite_or_text(value: float) -> float | str:
     """JSON has no inf/NaN: write them as text rather than produce invalid JSON."""
     value = float(value)

@@ -1,9 +1,13 @@
 """The parent run of a multirun, opened before its jobs and closed after them, whatever happened.
 
 Hydra 1.3 calls ``on_multirun_end`` only when every job succeeded (a failed job
-makes it re-raise after the batch instead), so the close is also registered with ``atexit``; it reads the jobs' outcomes from the
-store, because with a launcher such as joblib ``on_job_end`` runs in the
-workers, not here.
+makes it re-raise after the batch instead), so the close is also registered with
+``atexit``; it reads the jobs' outcomes from the store, because with a launcher
+such as joblib ``on_job_end`` runs in the workers, not here.
+
+The parent also records the jobs it plans (tag ``crux.planned_jobs`` and the
+artifact ``planned_jobs.json``), so that a reader can tell a complete sweep from
+one whose jobs never ran (docs/CONTRACT.md).
 """
 from __future__ import annotations
 
@@ -12,11 +16,14 @@ import json
 import logging
 import shlex
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
 from hydra.experimental.callback import Callback
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
@@ -27,22 +34,56 @@ from crux.tracking.store import Destination, child_runs, ensure_experiment, expe
 
 log = logging.getLogger(__name__)
 
+PLANNED_JOBS = "planned_jobs.json"
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+
+
+def _sweep_overrides(config: DictConfig) -> list[str]:
+    """What Hydra's basic sweeper expands: ``hydra.sweeper.params``, then the command line (which wins)."""
+    params = OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}
+    return [f"{key}={value}" for key, value in params.items()] + list(config.hydra.overrides.task)
+
 
 def swept_keys(config: DictConfig) -> list[str]:
     """The keys that differ between the jobs: swept in ``hydra.sweeper.params`` or on the command line.
 
     As in Hydra's basic sweeper, the command line comes last and wins (``repeat=0`` stops a file's repeats).
     """
-    params = OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}
-    overrides = [f"{key}={value}" for key, value in params.items()] + list(config.hydra.overrides.task)
-    last = {o.key_or_group: o for o in OverridesParser.create().parse_overrides(overrides)}
+    last = {o.key_or_group: o for o in OverridesParser.create().parse_overrides(_sweep_overrides(config))}
     return sorted(key for key, override in last.items() if override.is_sweep_override())
+
+
+def planned_jobs(config: DictConfig) -> list[list[str]] | None:
+    """Each job's overrides, in the order Hydra's basic sweeper numbers the jobs (``hydra.job.num``).
+
+    None when another sweeper runs the multirun (it may choose its jobs as it goes), or when the sweep
+    needs what only the sweeper itself can expand (``glob(...)`` over a config group's options).
+    """
+    if OmegaConf.select(config, "hydra.sweeper._target_", default=None) != BASIC_SWEEPER:
+        return None
+    try:
+        overrides = OverridesParser.create().parse_overrides(_sweep_overrides(config))
+        batches = BasicSweeper.split_arguments(overrides, None)
+    except HydraException as error:
+        log.warning("the jobs of this sweep cannot be listed before it runs (%s); its report will count only the "
+                    "jobs that started", error)
+        return None
+    return [list(job) for batch in batches for job in batch]
+
+
+def _log_plan(client: MlflowClient, run_id: str, jobs: list[list[str]]) -> None:
+    """``planned_jobs.json``: ``[{"job": number, "overrides": [...]}, ...]``, the job number being ``crux.job``."""
+    with tempfile.TemporaryDirectory(prefix="crux-plan-") as folder:
+        path = Path(folder) / PLANNED_JOBS
+        path.write_text(json.dumps([{"job": number, "overrides": overrides} for number, overrides in enumerate(jobs)],
+                                   indent=1))
+        client.log_artifact(run_id, str(path))
 
 
 class SweepCallback(Callback):
     """Opens the parent run (tags ``crux.sweep``, ``crux.claim``, ``crux.claims``, ``crux.command``,
-    ``crux.role=parent``, described by ``command``) and closes it FINISHED when every child run finished,
-    FAILED otherwise.
+    ``crux.role=parent``, ``crux.planned_jobs``, described by ``command``; artifact ``planned_jobs.json``) and
+    closes it FINISHED when every child run finished, FAILED otherwise.
 
     ``command`` is the command line that ran the multirun (crux-sweep gives its
     own); by default ``crux-run`` with this process's arguments.
@@ -62,7 +103,12 @@ class SweepCallback(Callback):
                 "crux.role": "parent", "crux.sweep_dir": str(sweep_dir),
                 "crux.overrides": " ".join(config.hydra.overrides.task), COMMAND: self._command,
                 NOTE: sweep_description(self._command)}
+        jobs = planned_jobs(config)
+        if jobs is not None:
+            tags["crux.planned_jobs"] = str(len(jobs))
         run = client.create_run(experiment_id, run_name=f"{name} {time.strftime('%Y-%m-%d %H:%M:%S')}", tags=tags)
+        if jobs is not None:
+            _log_plan(client, run.info.run_id, jobs)
         self._sweep = Destination(uri, experiment_id, run.info.run_id, name, config.claim, swept_keys(config))
         self._sweep.save(sweep_dir)
         atexit.register(self.close)

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from crux.report.numerics import (HISTORY_RULE, ROUNDOFF_ALLOWANCE, ROUNDOFF_ORIGIN, ROUNDOFF_RULE, Agreement,
                                   agreement)
 from crux.report.pairing import first, repeats, run_ids, settings
-from crux.report.records import RunRecord
-from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt, not_in_sweep
+from crux.report.records import RunRecord, UnreadableArtifact
+from crux.report.verdict import (FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, cannot_judge, fmt,
+                                 not_in_sweep)
 
 EFFECTIVE_BATCH = Claim("accumulation_steps=N — Average gradients over N micro-batches before one optimizer "
                         "update — You want a larger effective batch than fits in memory [...] INFO: Gradient "
@@ -80,7 +81,10 @@ def _effective_batch(s: AccumulationSet) -> Verdict:
                                        f"the sweep has no run with {missing} (accumulation_steps=1) to compare with",
                                        runs=runs)
     # Both partners measured against the accumulated run, so one bound serves both comparisons.
-    big, plain = agreement(s.big_batch, s.accumulated), agreement(s.plain, s.accumulated)
+    try:
+        big, plain = agreement(s.big_batch, s.accumulated), agreement(s.plain, s.accumulated)
+    except UnreadableArtifact as error:
+        return cannot_judge(name, EFFECTIVE_BATCH, test, error, runs)
     evidence = {"N": n, "B": b, "updates": big.updates, "travel": big.travel, **big.evidence("vs_NxB_batch_"),
                 **plain.evidence("vs_plain_B_")}
     thresholds = {"parameter_distance": Threshold(big.parameter_bound, ROUNDOFF_RULE, ROUNDOFF_ORIGIN),

@@ -13,8 +13,8 @@ from __future__ import annotations
 from crux.report.claims.equivalence import same_numbers
 from crux.report.numerics import SPREAD_ORIGIN, STEP_TIME, ratio_range, spread
 from crux.report.pairing import Pair, first, paired_settings, reference_and_twins, run_ids
-from crux.report.records import RunRecord
-from crux.report.verdict import (FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt, fmt_bytes,
+from crux.report.records import RunRecord, UnreadableArtifact
+from crux.report.verdict import (FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, cannot_judge, fmt, fmt_bytes,
                                  not_in_sweep)
 
 SAVES_MEMORY = Claim("checkpoint_gradients=False, # True → gradient checkpointing (saves memory, ~30% slower)",
@@ -71,7 +71,11 @@ def _memory(label: str, on: RunRecord, off: RunRecord | None) -> Verdict:
 
 def _time(label: str, on: list[RunRecord], off: list[RunRecord]) -> Verdict:
     name = f"checkpoint.time_cost[{label}]"
-    device = on[0].device
+    try:
+        device = on[0].device
+    except UnreadableArtifact as error:
+        return cannot_judge(name, SAVES_MEMORY, "time per update with checkpointing over without, on "
+                            "the device the runs recorded", error, run_ids(on, off))
     test = (f"steady-state time per update ({STEP_TIME}) with checkpointing over without, on {device}: "
             f"the range of the ratio over repeats against the claimed ~1.3")
     mine, base = spread(on, STEP_TIME), spread(off, STEP_TIME)

@@ -15,8 +15,8 @@ from typing import Sequence
 from crux.report.numerics import (HISTORY_RULE, ROUNDOFF_ORIGIN, ROUNDOFF_RULE, TWIN_FACTOR, TWIN_HISTORY_RULE,
                                   TWIN_ORIGIN, TWIN_PARAMETER_RULE, TwinComparison, agreement, twin_comparison)
 from crux.report.pairing import run_ids
-from crux.report.records import RunRecord
-from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt
+from crux.report.records import RunRecord, UnreadableArtifact
+from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, cannot_judge, fmt
 
 
 def same_numbers(name: str, claim: Claim, run: RunRecord, reference: RunRecord | None, option: str,
@@ -28,9 +28,11 @@ def same_numbers(name: str, claim: Claim, run: RunRecord, reference: RunRecord |
     if reference is None:
         return claim.verdict(name, test, INCONCLUSIVE,
                              f"the sweep has no run without {option} and the same other options", runs=run_ids(run))
-    a = agreement(run, reference)
+    try:
+        a, twin = agreement(run, reference), twin_comparison(run, reference, twins)
+    except UnreadableArtifact as error:
+        return cannot_judge(name, claim, test, error, run_ids(run, reference, twins))
     evidence = {"updates": a.updates, "travel": a.travel, **a.evidence("")}
-    twin = twin_comparison(run, reference, twins)
     if twin is not None:
         test += ", each held to how far round-off twins of the reference drift from it"
         evidence.update(twin.evidence())

@@ -14,8 +14,9 @@ from __future__ import annotations
 from crux.report.claims.equivalence import same_numbers
 from crux.report.numerics import SPREAD_ORIGIN, STEP_TIME, Spread, compare_times, spread
 from crux.report.pairing import Pair, paired_settings, reference_and_twins, run_ids
-from crux.report.records import RunRecord, describe
-from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt, not_in_sweep
+from crux.report.records import RunRecord, UnreadableArtifact, describe
+from crux.report.verdict import (FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, cannot_judge, fmt,
+                                 not_in_sweep)
 
 IDENTICAL = Claim("inner_steps=N runs N gradient steps inside a single jax.lax.fori_loop [...] "
                   "Numerically identical [...] Fusing is a dispatch change, not a numerical one",
@@ -59,8 +60,12 @@ def check_inner_steps(records: list[RunRecord]) -> list[Verdict]:
 
 def _faster(fused: list[RunRecord], reference: list[RunRecord]) -> Verdict:
     k = fused[0].options.inner_steps
-    device = fused[0].device
     name = f"inner_steps.faster[{setting(fused[0])}]"
+    try:
+        device = fused[0].device
+    except UnreadableArtifact as error:
+        return cannot_judge(name, FASTER, f"time per update of inner_steps={k} against inner_steps=1 on the device "
+                            f"the runs recorded", error, run_ids(fused, reference))
     test = (f"steady-state time per update ({STEP_TIME}) of inner_steps={k} against inner_steps=1 on {device}: "
             f"median and [min, max] over repeats; compile time reported separately (the slowest repeat's, as later "
             f"repeats may hit the persistent compilation cache)")

@@ -20,8 +20,9 @@ import numpy as np
 
 from crux.report.numerics import EPS, ROUNDOFF_ALLOWANCE, history_difference
 from crux.report.pairing import first, run_ids, settings
-from crux.report.records import RunRecord
-from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt, not_in_sweep
+from crux.report.records import RunRecord, UnreadableArtifact
+from crux.report.verdict import (FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, cannot_judge, fmt,
+                                 not_in_sweep)
 
 RESUMES = Claim("Call solve() multiple times with different optimisers or schedules. The solver resumes from where it "
                 "left off", "phases-resume")
@@ -95,6 +96,11 @@ def _resume(runs: list[RunRecord]) -> Verdict:
 def _every_phase_moves(runs: list[RunRecord]) -> Verdict:
     test = ("per phase: distance between the parameters at its end and at its start (per-phase snapshots), or, "
             "without them, whether the full-batch loss/total changes within the phase")
+    try:
+        for run in runs:
+            run.require("params.npz")
+    except UnreadableArtifact as error:
+        return cannot_judge("phases.every_phase_moves", SWITCHES, test, error, run_ids(runs))
     evidence, still, unjudged = {}, [], []
     snapshots_used = all(run.has_snapshot("phase0") for run in runs)
     for run in runs:

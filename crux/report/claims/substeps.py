@@ -12,7 +12,7 @@ import numpy as np
 
 from crux.report.claims.equivalence import same_numbers
 from crux.report.pairing import first, reference_and_twins, repeats, run_ids, settings
-from crux.report.records import RunRecord
+from crux.report.records import RunRecord, UnreadableArtifact
 from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt
 
 REACHED_ONLY = Claim("Only the models a substep's constraints actually reach are updated in it — resolved statically "
@@ -66,6 +66,11 @@ def _reached_only(records: list[RunRecord]) -> Verdict:
         return verdict(INCONCLUSIVE, "the sweep has no run with substeps")
     if any(r.reach is None for r in runs):
         return verdict(INCONCLUSIVE, "which models each constraint reaches is unknown for these runs")
+    try:
+        for run in runs:
+            run.require("params.npz")
+    except UnreadableArtifact as error:
+        return verdict(INCONCLUSIVE, f"cannot judge: {error}")
     evidence: dict[str, float] = {}
     moved_unreached, still_reached, judged = [], [], 0
     for run in runs:

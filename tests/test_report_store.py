@@ -1,0 +1,365 @@
+"""crux-report on stores written straight with MlflowClient: which sweep it judges, what it says of an incomplete
+one, what a damaged artifact changes, and how it fails on a store it cannot read.
+
+The runs follow docs/CONTRACT.md (tags, params, histories, artifacts) with made-up numbers: two accumulated
+settings, 4×8 (against 32 and 8) and 2×4 (against 8 and 4), whose effective-batch and memory verdicts all hold.
+Nothing trains, so every test here takes seconds.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_module
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
+
+from crux.config import CONFIG_PACKAGE, effective_settings
+from crux.report import HOLDS, INCONCLUSIVE, load_sweep, main
+from crux.report.store import config_from_params, configuration
+from crux.stats import Statistics
+from crux.sweep import available
+from crux.tracking.callback import planned_jobs
+from crux.tracking.job import flatten
+from test_pipeline import hydra_configs, selected  # noqa: F401 (a fixture)
+
+EPOCHS = 20
+T0 = 1_780_000_000_000  # start of the first sweep, ms since the epoch (2026-05-28 20:26:40 UTC)
+# batchsize, accumulation_steps -> final parameters (all start at 1), loss/total history, compiled temp bytes.
+# N×B ends where one batch of N·B does, plain B elsewhere: both effective-batch verdicts hold, and
+# temp_bytes(N×B) < temp_bytes(N·B): both memory verdicts hold.
+SETTINGS = {(32, 1): (3.0, 1.0, 300), (8, 4): (3.0, 1.0, 100), (8, 1): (2.0, 1.2, 80), (4, 2): (2.0, 1.2, 50),
+            (4, 1): (1.5, 1.4, 40)}
+
+
+def variant(batchsize: int, steps: int) -> str:
+    return f"b{batchsize}" + (f"_acc{steps}" if steps > 1 else "")
+
+
+@pytest.fixture(scope="module")
+def base_config():
+    """The accumulation sweep's resolved job config, shortened; each job changes only its memory."""
+    with initialize_config_module(CONFIG_PACKAGE, version_base="1.3"):
+        return compose("config", overrides=selected("accumulation") + [f"solver.epochs={EPOCHS}", "model.width=8",
+                                                                       "memory=b8"])
+
+
+class SweepWriter:
+    """Logs sweeps as crux-sweep would: a parent with its plan, then a child run per job attempt."""
+
+    def __init__(self, folder: Path, base_config):
+        self.uri = f"sqlite:///{folder / 'mlflow.db'}"
+        self.client = MlflowClient(self.uri)
+        self.folder, self.base = folder, base_config
+        self.experiment = self.client.create_experiment("accumulation", (folder / "mlartifacts").as_uri())
+
+    def parent(self, jobs: list[tuple[int, int, int]], started: int, plan: bool = True) -> str:
+        """A parent run planning ``jobs`` (batchsize, accumulation_steps, repeat), left RUNNING."""
+        tags = {"crux.sweep": "accumulation", "crux.claim": "N×B is a batch of N·B", "crux.role": "parent",
+                "crux.overrides": f"+sweeps=accumulation solver.epochs={EPOCHS}"}
+        if plan:
+            tags["crux.planned_jobs"] = str(len(jobs))
+        parent = self.client.create_run(self.experiment, start_time=started, tags=tags).info.run_id
+        if plan:
+            entries = [{"job": n, "overrides": ["+sweeps=accumulation", f"memory.batchsize={b}",
+                                                f"memory.accumulation_steps={a}", f"repeat={r}"]}
+                       for n, (b, a, r) in enumerate(jobs)]
+            path = self.folder / "planned_jobs.json"
+            path.write_text(json.dumps(entries))
+            self.client.log_artifact(parent, str(path))
+        return parent
+
+    def job(self, parent: str, number: int, batchsize: int, steps: int, repeat: int, started: int,
+            status: str = "FINISHED", error: str | None = None) -> str:
+        """One attempt of job ``number``; a FINISHED one has everything crux-run logs."""
+        cfg = self.base.copy()
+        cfg.memory.batchsize, cfg.memory.accumulation_steps, cfg.repeat = batchsize, steps, repeat
+        tags = {"mlflow.parentRunId": parent, "crux.sweep": "accumulation", "crux.role": "child",
+                "crux.job": str(number), "crux.variant": variant(batchsize, steps), "crux.repeat": str(repeat)}
+        run_id = self.client.create_run(self.experiment, start_time=started, tags=tags).info.run_id
+        self.client.log_batch(run_id, params=[Param(k, v) for k, v in flatten(effective_settings(cfg)).items()])
+        folder = self.folder / run_id
+        folder.mkdir()
+        (folder / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        (folder / "environment.json").write_text(json.dumps({"backend": "cpu", "cpu": "test CPU"}))
+        self.client.log_artifact(run_id, str(folder / "config.yaml"))
+        self.client.log_artifact(run_id, str(folder / "environment.json"))
+        if status == "FINISHED":
+            final, last_loss, temp_bytes = SETTINGS[(batchsize, steps)]
+            history = np.linspace(2.0, last_loss, EPOCHS)
+            metrics = [Metric("loss/total", float(v), started, step) for step, v in enumerate(history)]
+            metrics += [Metric("memory/temp_bytes", temp_bytes, started, 0),
+                        Metric("median_step_seconds", 1e-3, started, 0)]
+            self.client.log_batch(run_id, metrics=metrics)
+            np.savez(folder / "params.npz", **{"initial/u/0": np.ones(4), "final/u/0": np.full(4, final)})
+            losses = np.stack([history, np.zeros(EPOCHS)], axis=1)
+            Statistics(["pde", "bc"], losses, np.arange(EPOCHS), phases=[0]).save(folder / "stats.npz")
+            self.client.log_artifact(run_id, str(folder / "params.npz"))
+            self.client.log_artifact(run_id, str(folder / "stats.npz"))
+        if error:
+            self.client.set_tag(run_id, "crux.error_type", error.split(":")[0])
+            self.client.set_tag(run_id, "crux.error_message", error.split(": ", 1)[1])
+        if status != "RUNNING":
+            self.client.set_terminated(run_id, status, end_time=started + 1000)
+        return run_id
+
+    def artifact(self, run_id: str, name: str) -> Path:
+        return Path(urlparse(self.client.get_run(run_id).info.artifact_uri).path) / name
+
+
+COMPLETE_JOBS = [(32, 1, 0), (8, 4, 0), (8, 1, 0), (4, 2, 0), (4, 1, 0)]
+
+
+def complete_sweep(writer: SweepWriter, started: int = T0) -> tuple[str, dict[str, str]]:
+    """Every planned job FINISHED, the parent FINISHED: returns the parent and the run of each variant."""
+    parent = writer.parent(COMPLETE_JOBS, started)
+    runs = {variant(b, a): writer.job(parent, n, b, a, r, started + 1000 * (n + 1))
+            for n, (b, a, r) in enumerate(COMPLETE_JOBS)}
+    writer.client.set_terminated(parent, "FINISHED", end_time=started + 10_000)
+    return parent, runs
+
+
+def interrupted_sweep(writer: SweepWriter, started: int) -> str:
+    """Seven planned jobs (every setting, plus repeats 1 and 2 of plain 4): job 2 failed and was run again, the
+    sweep was interrupted during job 5 (KILLED) and job 6 never started; the parent KILLED."""
+    jobs = COMPLETE_JOBS + [(4, 1, 1), (4, 1, 2)]
+    parent = writer.parent(jobs, started)
+    at = iter(range(started + 1000, started + 100_000, 1000))
+    for n, (b, a, r) in enumerate(jobs[:5]):
+        if n == 2:
+            writer.job(parent, n, b, a, r, next(at), "FAILED", "FloatingPointError: loss is nan at epoch 3")
+        writer.job(parent, n, b, a, r, next(at))
+    writer.job(parent, 5, 4, 1, 1, next(at), "KILLED", "KeyboardInterrupt: ")
+    writer.client.set_terminated(parent, "KILLED", end_time=started + 100_000)
+    return parent
+
+
+@pytest.fixture
+def writer(store, base_config) -> SweepWriter:
+    return SweepWriter(store, base_config)
+
+
+def report(writer: SweepWriter, out: Path, monkeypatch, *extra: str) -> tuple[int, str, dict[str, dict]]:
+    """crux-report accumulation on the writer's store: (exit code, report.md, verdicts by id)."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", writer.uri)
+    code = main(["accumulation", "--out", str(out), *extra])
+    verdicts = json.loads((out / "verdicts.json").read_text())
+    return code, (out / "report.md").read_text(), {v["id"]: v for v in verdicts}
+
+
+def test_default_report_judges_the_newest_complete_sweep_and_names_the_newer_incomplete_one(
+        writer, tmp_path, monkeypatch, capsys):
+    complete, _ = complete_sweep(writer)
+    newer = interrupted_sweep(writer, T0 + 3_600_000)
+    code, text, verdicts = report(writer, tmp_path / "r", monkeypatch)
+    assert code == 0
+    assert text.splitlines()[2] == (f"Sweep `accumulation`, parent run `{complete}`, started 2026-05-28 20:26:40 "
+                                    f"UTC: complete: 5 of 5 planned jobs finished.")
+    assert (f"Newer sweeps of `accumulation` in this store: `{newer}` (started 2026-05-28 21:26:40 UTC, incomplete: 5 "
+            f"of 7 jobs finished, parent KILLED).") in text
+    assert {v["verdict"] for v in verdicts.values()} == {HOLDS} and len(verdicts) == 4
+    printed = capsys.readouterr().out
+    assert f"newer sweeps of accumulation, passed over as incomplete: {newer}" in printed
+    chosen = report(writer, tmp_path / "chosen", monkeypatch, "--run", complete)
+    assert chosen[:2] == (code, text)  # the same sweep, the same report, however it was chosen
+
+
+def test_report_of_an_incomplete_sweep_says_so_at_the_top_and_exits_3(writer, tmp_path, monkeypatch):
+    """The 2×4 setting's plain partner lacks two of its repeats: its verdicts are inconclusive; 4×8's hold."""
+    complete_sweep(writer)
+    newer = interrupted_sweep(writer, T0 + 3_600_000)
+    code, text, verdicts = report(writer, tmp_path / "r", monkeypatch, "--run", newer)
+    assert code == 3
+    lines = text.splitlines()
+    assert lines[2] == (f"Sweep `accumulation`, parent run `{newer}`, started 2026-05-28 21:26:40 UTC: **incomplete: "
+                        f"5 of 7 planned jobs finished, and its parent run is KILLED.**")
+    killed = load_sweep("accumulation", newer, writer.uri).missing[0].run_id
+    assert lines[4:9] == ["Jobs without a finished run (verdicts that lack their runs are inconclusive):", "",
+                          "| job | status | why | run |", "|---|---|---|---|",
+                          f"| job 5 (memory.batchsize=4 memory.accumulation_steps=1 repeat=1) | KILLED | "
+                          f"interrupted (KeyboardInterrupt) | `{killed}` |"]
+    assert lines[9] == ("| job 6 (memory.batchsize=4 memory.accumulation_steps=1 repeat=2) | never started | no run: "
+                        "the sweep stopped before this job started |  |")
+    assert "FloatingPointError" not in text  # job 2 failed once, then finished: nothing is missing there
+    assert verdicts["accumulation.effective_batch[b8_acc4]"]["verdict"] == HOLDS
+    assert verdicts["accumulation.memory[b8_acc4]"]["verdict"] == HOLDS
+    for claim_id in ("accumulation.effective_batch[b4_acc2]", "accumulation.memory[b4_acc2]"):
+        assert verdicts[claim_id]["verdict"] == INCONCLUSIVE
+        assert verdicts[claim_id]["summary"] == (
+            "lacks data: job 5 (memory.batchsize=4 memory.accumulation_steps=1 repeat=1) did not finish (KILLED); "
+            "job 6 (memory.batchsize=4 memory.accumulation_steps=1 repeat=2) did not finish (never started)")
+    again = report(writer, tmp_path / "again", monkeypatch, "--run", newer)
+    assert again[1] == text  # the same runs give the same bytes
+    assert (tmp_path / "again" / "verdicts.json").read_bytes() == (tmp_path / "r" / "verdicts.json").read_bytes()
+
+
+def test_with_no_complete_sweep_the_newest_is_judged_and_called_incomplete(writer, tmp_path, monkeypatch, capsys):
+    interrupted_sweep(writer, T0)
+    newest = interrupted_sweep(writer, T0 + 3_600_000)
+    code, text, _ = report(writer, tmp_path / "r", monkeypatch)
+    assert code == 3
+    assert "no sweep of accumulation is complete: judged the newest" in capsys.readouterr().out
+    assert f"parent run `{newest}`" in text.splitlines()[2] and "**incomplete: 5 of 7" in text
+    assert "Newer sweeps" not in text
+
+
+def test_a_sweep_stopped_before_its_first_job_is_reported_with_every_job_missing(writer, tmp_path, monkeypatch):
+    parent = writer.parent(COMPLETE_JOBS, T0)
+    writer.client.set_terminated(parent, "KILLED")
+    code, text, verdicts = report(writer, tmp_path / "r", monkeypatch)
+    assert code == 3
+    assert "**incomplete: 0 of 5 planned jobs finished, and its parent run is KILLED.**" in text
+    assert text.count("| never started | no run: the sweep stopped before this job started |") == 5
+    assert [v["verdict"] for v in verdicts.values()] == [INCONCLUSIVE]
+
+
+def test_a_sweep_that_recorded_no_plan_counts_the_jobs_that_started(writer, tmp_path, monkeypatch):
+    parent = writer.parent(COMPLETE_JOBS, T0, plan=False)
+    for n, (b, a, r) in enumerate(COMPLETE_JOBS[:4]):
+        writer.job(parent, n, b, a, r, T0 + n)
+    writer.job(parent, 4, 4, 1, 0, T0 + 5, "FAILED", "ValueError: epochs must be >= 1, got 0")
+    writer.client.set_terminated(parent, "FAILED")
+    code, text, verdicts = report(writer, tmp_path / "r", monkeypatch)
+    assert code == 3
+    assert "**incomplete: 4 of the 5 jobs that started finished (the sweep recorded no plan), and its parent run " \
+           "is FAILED.**" in text
+    assert "| job 4 (b4) | FAILED | ValueError: epochs must be >= 1, got 0 |" in text
+    assert verdicts["accumulation.effective_batch[b8_acc4]"]["verdict"] == HOLDS
+
+
+def truncate(path: Path) -> str:
+    path.write_bytes(path.read_bytes()[:100])
+    return "BadZipFile: File is not a zip file"
+
+
+def flip_a_data_byte(path: Path) -> str:
+    data = bytearray(path.read_bytes())
+    data[data.index(b"final/u/0.npy") - 40] ^= 0xFF  # within the initial/u/0 array's data, covered by its CRC
+    path.write_bytes(bytes(data))
+    return "BadZipFile: Bad CRC-32 for file 'initial/u/0.npy'"
+
+
+def remove(path: Path) -> str:
+    path.unlink()
+    return "not logged"
+
+
+@pytest.mark.parametrize("artifact, damage, needed_by", [
+    ("params.npz", truncate, {"accumulation.effective_batch[b8_acc4]"}),
+    ("params.npz", flip_a_data_byte, {"accumulation.effective_batch[b8_acc4]"}),
+    ("config.yaml", lambda path: path.write_text("solver: [unclosed\n") and "ParserError",
+     {"accumulation.effective_batch[b8_acc4]", "accumulation.memory[b8_acc4]"}),
+    ("stats.npz", remove, set()),  # no check reads it: phase boundaries come from the config as well
+    ("environment.json", lambda path: path.write_text('{"backend": ') and "JSONDecodeError", set()),
+])
+def test_a_damaged_artifact_makes_only_the_verdicts_that_need_it_inconclusive(
+        writer, tmp_path, monkeypatch, artifact, damage, needed_by):
+    """The batch-32 run is the big batch of 4×8 only; 2×4's verdicts never read it."""
+    _, runs = complete_sweep(writer)
+    _, _, clean = report(writer, tmp_path / "clean", monkeypatch)
+    problem = damage(writer.artifact(runs["b32"], artifact))
+    code, text, broken = report(writer, tmp_path / "broken", monkeypatch)
+    assert code == 3
+    named = [line for line in text.splitlines() if line.startswith(f"- {artifact} of run `{runs['b32']}` (b32 r0): ")]
+    assert len(named) == 1 and problem in named[0], text[:2000]
+    assert broken.keys() == clean.keys()
+    for claim_id, verdict in broken.items():
+        if claim_id in needed_by:
+            assert verdict["verdict"] == INCONCLUSIVE
+            assert f"{artifact} of run `{runs['b32']}` (b32" in verdict["summary"] and problem in verdict["summary"]
+        else:
+            assert verdict == clean[claim_id]
+
+
+def test_a_run_neither_config_nor_params_describe_is_left_out_and_named(writer, tmp_path, monkeypatch):
+    _, runs = complete_sweep(writer)
+    writer.artifact(runs["b4"], "config.yaml").write_text("")
+    writer.client.log_param(runs["b4"], "solver.bogus", "1")  # params are immutable: add one the schema refuses
+    code, text, verdicts = report(writer, tmp_path / "r", monkeypatch)
+    assert code == 3
+    (line,) = [line for line in text.splitlines() if line.startswith("- config.yaml")]
+    assert line.startswith(f"- config.yaml of run `{runs['b4']}` (b4 r0): MissingMandatoryValue: ")
+    assert "; its params do not give a configuration either (ConfigKeyError: " in line
+    assert line.endswith("; the run is left out")
+    assert runs["b4"] not in {run for v in verdicts.values() for run in v["runs"]}
+
+
+def test_params_give_back_the_configuration_of_every_job_of_every_sweep(hydra_configs):
+    """A run whose config.yaml is unreadable is placed by its params (what crux-run logs: the settings the job
+    ran with, unset values left out): they must give what the checks read from config.yaml, i.e. the same solve
+    options, phases, pairing group and round-off twin (lists such as substeps, nested phases, None, floats in
+    exponent form)."""
+    for name in available():
+        sweep = compose("config", overrides=selected(name), return_hydra_config=True)
+        for job in planned_jobs(sweep):
+            if any(o.startswith("repeat=") and o != "repeat=0" for o in job):
+                continue  # a repeat changes nothing else
+            cfg = compose("config", overrides=job)
+            logged = flatten(effective_settings(cfg))
+            assert comparable(configuration(config_from_params(logged))) == comparable(configuration(cfg)), (name, job)
+
+
+def comparable(configured: dict) -> dict:
+    """A configuration with each phase's schedule (a function) as the learning rates it gives."""
+    phases = [(p.epochs, p.optimizer, p.fresh, np.asarray(p.schedule(np.arange(p.epochs))).tolist())
+              for p in configured["phases"]]
+    return {**configured, "phases": phases}
+
+
+# -- a store that cannot be read ---------------------------------------------------------------------------------
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("damage, says", [
+    (lambda db: db.write_bytes(np.random.default_rng(0).bytes(64 * 1024)), "(DatabaseError: file is not a database)"),
+    (lambda db: db.write_bytes(db.read_bytes()[:8192]), "(DatabaseError: database disk image is malformed)"),
+    (lambda db: db.write_bytes(b""), "(OperationalError: no such table: alembic_version)"),
+])
+def test_a_corrupt_store_is_one_line_and_exit_2_and_is_left_as_it_was(writer, tmp_path, monkeypatch, capsys,
+                                                                       damage, says):
+    complete_sweep(writer)
+    db = Path(writer.uri[len("sqlite:///"):])
+    damage(db)
+    before = digest(db)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", writer.uri)
+    assert main(["accumulation", "--out", str(tmp_path / "r")]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (f"crux-report: {writer.uri} is not a readable MLflow store {says}: point MLFLOW_TRACKING_URI / "
+                    f"--tracking-uri at the store your sweeps logged to, or restore the file from a backup")
+    assert digest(db) == before and not (tmp_path / "r").exists()
+
+
+def test_an_unknown_run_id_is_one_line_naming_the_sweeps_there(writer, tmp_path, monkeypatch, capsys):
+    complete, runs = complete_sweep(writer)
+    before = digest(Path(writer.uri[len("sqlite:///"):]))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", writer.uri)
+    assert main(["accumulation", "--run", "0123456789abcdef", "--out", str(tmp_path / "r")]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (f"crux-report: no run 0123456789abcdef at {writer.uri}; the newest sweeps of 'accumulation' "
+                    f"there: {complete} (2026-05-28 20:26:40 UTC, FINISHED). Pass one of them to --run, or leave "
+                    f"--run out for the newest complete sweep")
+    assert main(["accumulation", "--run", runs["b8"], "--out", str(tmp_path / "r")]) == 2
+    assert capsys.readouterr().err == (f"crux-report: run {runs['b8']} is a job of the sweep {complete}: "
+                                       f"pass --run {complete}\n")
+    assert digest(Path(writer.uri[len("sqlite:///"):])) == before
+
+
+def test_a_tracking_server_that_is_down_is_given_up_within_seconds(tmp_path, monkeypatch, capsys):
+    """MLflow alone retries a refused connection for about 4 minutes (7 retries, backoff 2 s doubling)."""
+    for variable in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
+                     "MLFLOW_HTTP_REQUEST_TIMEOUT"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")
+    start = time.monotonic()
+    assert main(["accumulation", "--out", str(tmp_path / "r")]) == 2
+    assert time.monotonic() - start < 30
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == ("crux-report: the tracking server at http://127.0.0.1:9 did not answer ([Errno 111] Connection "
+                    "refused): start it, or point MLFLOW_TRACKING_URI / --tracking-uri at a running one")
