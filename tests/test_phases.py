@@ -8,7 +8,7 @@ import pytest
 
 import crux
 from crux import executables
-from crux.engine import constraint_loss
+from crux.constraint import constraint_loss
 from crux.optim import soap
 from crux_testing import EPS32, CompileStages, flat, poisson, relative, train
 
