@@ -14,11 +14,9 @@ wrapped draw repeats points and is a different estimator.
 
 The same indices are drawn on the device (inside the compiled update) and on the
 host (for ``offload_data``), so both give the same numbers: Threefry is integer
-arithmetic, bit-identical on every backend.
-
-(``jax.random.fold_in`` and ``uniform`` per constraint drew the same kind of stream
-with three Threefry calls instead of one; lowering them took 0.04 s of each sweep job's
-compile, about a sixth of a mini-batch job's time from the persistent cache.)
+arithmetic, bit-identical on every backend. One Threefry call per update, rather
+than a ``fold_in`` and a ``uniform`` per constraint, also keeps the program that a
+sweep's every job lowers small.
 """
 from __future__ import annotations
 
@@ -26,12 +24,14 @@ import functools
 import queue
 import threading
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend.random import threefry_2x32
+
+PRODUCER_THREAD = "crux-host-batches"  # the name of the thread that gathers and sends offloaded batches
 
 
 @dataclass(frozen=True)
@@ -40,14 +40,16 @@ class PointStream:
 
     sizes: tuple[int, ...]
     batchsize: int | None
-    micro_batches: int = 1
+    accumulation_steps: int = 1
 
-    def batch_size(self, c: int) -> int:
+    def points_per_batch(self, c: int) -> int:
+        """``B_c``: the points constraint ``c`` puts in each micro-batch (all of them when ``N_c <= B``)."""
         n = self.sizes[c]
         return n if self.batchsize is None or n <= self.batchsize else self.batchsize
 
     def samples(self, c: int) -> bool:
-        return self.batch_size(c) < self.sizes[c]
+        """Whether constraint ``c`` draws a subset of its points (else every micro-batch holds all of them)."""
+        return self.points_per_batch(c) < self.sizes[c]
 
     def indices(self, key: jax.Array, step: jax.Array) -> tuple[jax.Array, ...]:
         """Per constraint, int32 indices of shape ``(A, B_c)`` for update ``step`` (``key``: a threefry key)."""
@@ -60,11 +62,11 @@ class PointStream:
                                        jnp.arange(pairs, dtype=jnp.uint32)])
             bits = threefry_2x32(jax.random.key_data(key), counter)[:total]
             # uniform floats in [0, 1) from the top 23 bits, as jax.random.uniform makes them: top_k on
-            # float32 is a library call on the CPU, on integers a full sort (2x the time of an update)
+            # float32 is a library call on the CPU, on integers a full sort
             ranking = jax.lax.bitcast_convert_type((bits >> 9) | np.uint32(0x3F800000), jnp.float32) - 1.0
         out = []
         for c, n in enumerate(self.sizes):
-            a, b = self.micro_batches, self.batch_size(c)
+            a, b = self.accumulation_steps, self.points_per_batch(c)
             if c not in offsets:
                 out.append(jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (a, n)))
                 continue
@@ -77,8 +79,21 @@ class PointStream:
     def gather(self, points: tuple[jax.Array, ...], key: jax.Array, step: jax.Array) -> tuple[jax.Array, ...]:
         """On the device: per constraint, the points ``(A, B_c, d)`` of update ``step``."""
         indices = self.indices(key, step)
-        return tuple(p[i] if self.samples(c) else jnp.broadcast_to(p, (self.micro_batches, *p.shape))
+        return tuple(p[i] if self.samples(c) else jnp.broadcast_to(p, (self.accumulation_steps, *p.shape))
                      for c, (p, i) in enumerate(zip(points, indices)))
+
+
+class DevicePoints(NamedTuple):
+    """What a compiled call draws its batches from when the points stay on the device."""
+
+    key: jax.Array  # the stream's Threefry key
+    points: tuple[jax.Array, ...]  # per constraint, (N_c, d)
+
+
+class StreamedBatches(NamedTuple):
+    """What a compiled call gets with ``offload_data``: its updates' batches, gathered on the host."""
+
+    batches: tuple[jax.Array, ...]  # per constraint, (updates of the call, A, B_c, d)
 
 
 @functools.lru_cache(maxsize=64)
@@ -91,7 +106,7 @@ def _host_draw(stream: PointStream) -> Callable[[jax.Array, jax.Array], tuple[ja
 class HostBatches:
     """Batches gathered on the host and sent to the device, one dispatch ahead, for ``offload_data``.
 
-    Each item holds ``steps_per_call`` updates: per constraint ``(K, A, B_c, d)``.
+    Each item holds the batches of ``steps_per_call`` updates.
     Indices are drawn with the same function as on the device (threefry is
     bit-identical across backends), jitted on the CPU in blocks of updates.
     """
@@ -118,7 +133,7 @@ class HostBatches:
                 block = self._indices(self.first_step + start, self._block)  # one shape: compiled once
                 for offset in range(0, count, k):
                     batch = tuple(p[i[offset:offset + k]] for p, i in zip(self.points, block))
-                    if not self._put(out, jax.device_put(batch, self.device), stop):
+                    if not self._put(out, StreamedBatches(jax.device_put(batch, self.device)), stop):
                         return
         except BaseException as error:  # surfaced in the consumer
             self._put(out, error, stop)
@@ -133,15 +148,22 @@ class HostBatches:
                 continue
         return False
 
-    def __iter__(self) -> Iterator[tuple[jax.Array, ...]]:
+    def shapes(self) -> StreamedBatches:
+        """The shape of every item, to compile the call before the first batch is drawn."""
+        return StreamedBatches(tuple(
+            jax.ShapeDtypeStruct((self.steps_per_call, self.stream.accumulation_steps,
+                                  self.stream.points_per_batch(c), p.shape[1]), p.dtype)
+            for c, p in enumerate(self.points)))
+
+    def __iter__(self) -> Iterator[StreamedBatches]:
         out: queue.Queue = queue.Queue(maxsize=2)
         stop = threading.Event()
-        threading.Thread(target=self._produce, args=(out, stop), daemon=True).start()
+        threading.Thread(target=self._produce, args=(out, stop), name=PRODUCER_THREAD, daemon=True).start()
         try:
             for _ in range(self.calls):
                 item = out.get()
                 if isinstance(item, BaseException):
                     raise item
                 yield item
-        finally:  # the solver stopped early (non-finite loss) or finished: let the producer go
+        finally:  # the solver finished, stopped early (non-finite loss) or was interrupted: let the producer go
             stop.set()

@@ -1,10 +1,15 @@
-"""A constraint: a pointwise residual, the collocation points it is enforced on, and its weight."""
+"""A constraint: a pointwise residual, the collocation points it is enforced on, its weight, and its loss."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+
+if TYPE_CHECKING:
+    from crux.model import Model
 
 Residual = Callable[[Any, Any], Any]
 
@@ -42,3 +47,43 @@ class Constraint:
     @property
     def size(self) -> int:
         return self.points.shape[0]
+
+
+class Nets:
+    """What a residual sees as ``net``: ``net.u(x)`` (or ``net["u"](x)``) evaluates model ``u`` at one point."""
+
+    def __init__(self, models: dict[str, Model], params: dict[str, Any], checkpointed: bool):
+        self._models, self._params, self._checkpointed = models, params, checkpointed
+
+    def __getitem__(self, name: str) -> Callable[[jax.Array], jax.Array]:
+        if name not in self._models:
+            raise KeyError(f"residual asked for model '{name}', but the solver has models {sorted(self._models)}")
+        model, params = self._models[name], self._params[name]
+        return lambda x: model.pointwise(params, x, self._checkpointed)
+
+    def __getattr__(self, name: str) -> Callable[[jax.Array], jax.Array]:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self[name]
+
+
+def constraint_loss(constraint: Constraint, models: dict[str, Model], params: dict[str, Any],
+                    points: jax.Array, checkpointed: bool = False) -> jax.Array:
+    """``weight * mean(residual**2)`` over ``points (B, d)``, with each model's parameters from ``params``."""
+    net = Nets(models, params, checkpointed)
+    residuals = jax.vmap(lambda x: constraint.residual(net, x))(points)
+    return constraint.weight * jnp.mean(jnp.square(residuals))
+
+
+def reached_models(constraint: Constraint, models: dict[str, Model], params: dict[str, Any]) -> set[str]:
+    """Models whose parameters enter the traced loss of ``constraint`` (tracing only, no compute)."""
+    names = sorted(params)
+    closed = jax.make_jaxpr(lambda p: constraint_loss(constraint, models, p, constraint.points[:1]))(params)
+    used = {id(v) for eqn in closed.jaxpr.eqns for v in eqn.invars} | {id(v) for v in closed.jaxpr.outvars}
+    reached, position = set(), 0
+    for name in names:  # make_jaxpr flattens the dict in sorted-key order
+        count = len(jax.tree.leaves(params[name]))
+        if any(id(v) in used for v in closed.jaxpr.invars[position:position + count]):
+            reached.add(name)
+        position += count
+    return reached

@@ -1,17 +1,14 @@
 """Derivatives of pointwise functions ``f: (d,) -> scalar``.
 
 Forward mode (nested ``jvp``) is used for second derivatives: for the small input
-dimensions of PINNs it costs ``d`` forward passes and no tape. Among general
-autodiff formulations ``scripts/bench.py`` found it the fastest in 1-D (reverse over
-reverse 1.07x slower, jacfwd(jacrev) 1.7-2x, jet 1.3x). ``laplacian`` goes one better
-through Taylor mode (``crux.taylor``) whenever it has a rule for everything ``f`` does:
-1.3x the training steps/s of forward-over-forward in 1-D, 1.6x in 2-D, 2x in 4-D.
+dimensions of PINNs it costs ``d`` forward passes and no tape, and of the general
+autodiff formulations ``scripts/bench.py`` compares (reverse over reverse, jacfwd of
+jacrev, jet) it trained fastest in 1-D. ``laplacian`` goes one better through Taylor
+mode (``crux.taylor``) whenever it has a rule for everything ``f`` does.
 
-One exception, measured: a tiny network on a CPU. For 64 points and a 1-32-32-32-1
-network, reverse over reverse took 0.15 ms of CPU per training update against 0.21 ms
-for Taylor mode (1.06-1.19x the steps/s on 2 cores); for 1024 points and 1-64-64-64-1 it
-took 7.4 ms against 5.1 (0.66x the steps/s), and on an H200 the hand-written reverse
-form was the slowest on both. Hence ``mode``.
+One exception: a tiny network on a CPU, where reverse over reverse spends less CPU per
+update than Taylor mode; on larger networks it is slower than Taylor mode, and on a GPU
+it was the slowest form. Hence ``mode``. The figures are in docs/BENCHMARK.md ("Measurements behind the library's design").
 """
 from __future__ import annotations
 
@@ -83,7 +80,7 @@ def _forward_over_forward(f: Pointwise) -> Pointwise:
             first = lambda y: jax.jvp(f, (y,), (e,))[1]
             return jax.jvp(first, (x,), (e,))[1]
         eye = jnp.eye(x.shape[0], dtype=x.dtype)
-        if x.shape[0] <= UNROLLED_DIMENSIONS:  # unrolled directions ran 1.4-1.7x faster than vmap in 2-D and 3-D
+        if x.shape[0] <= UNROLLED_DIMENSIONS:  # unrolled, the few directions train faster than under vmap
             return sum(second(e) for e in eye)
         return jnp.sum(jax.vmap(second)(eye), axis=0)
     return lap

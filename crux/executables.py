@@ -3,7 +3,7 @@
 A sweep runs its jobs in one process, and each job builds a new solver whose update traces to the same
 program as the job before when only the seed, the data or a learning rate differ. JAX reuses a lowering
 only for the same traced function object, so each new solver would lower its program again and load the
-executable from the persistent cache: 0.1–0.2 s of a repeat job, against 0.05 s to trace it.
+executable from the persistent cache; with this module it takes the executable an earlier solver compiled.
 
 Here the key is the traced program itself: every equation, parameter, literal and captured constant by
 value, the structure and placement of the arguments, the structure of the results, and JAX's
@@ -11,31 +11,99 @@ configuration. Constants and literals compare by their bytes (-0.0 is not 0.0), 
 parameters by their own equality, as JAX's cache of one-operation executables compares them (a function,
 a callback's among them, by identity; the key holds it, so no other object can take its address). What
 cannot be hashed compares by identity: it can make the key miss, never match another program.
+
+The key reads JAX's jaxpr objects field by field (``KEYED_FIELDS``). A JAX release whose jaxprs have a
+field this module does not know, or lack one it reads, turns sharing off with a warning (see
+``uncovered()``): each solver then compiles its own program, as JAX alone would. ``clear()`` drops every
+shared executable.
 """
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 from collections import OrderedDict
 from typing import Any, Callable
 
 import jax
 import jax.extend.core as jex
+import jax.numpy as jnp
 import numpy as np
+
+log = logging.getLogger("crux")
 
 CAPACITY = 32  # executables kept; the least recently used goes first
 # JAX lowers these from their call_jaxpr alone; their differentiation rules, new functions at every trace
 # (jax.nn.relu's among them), play no part in the compiled program.
 LOWERED_FROM_CALL_JAXPR = {"custom_jvp_call", "custom_vjp_call"}
+# The fields of JAX's jaxpr objects, named as their attributes (slots without the underscore), that the key
+# reads; some exist only in some JAX versions (from 0.11 a Jaxpr holds its constants, and its constvars and
+# invars are all_invars split at num_consts).
+KEYED_FIELDS = {
+    "ClosedJaxpr": {"jaxpr", "consts"},
+    "Jaxpr": {"constvars", "invars", "all_invars", "num_consts", "outvars", "eqns", "effects", "is_high", "consts"},
+    "JaxprEqn": {"invars", "outvars", "primitive", "params", "effects", "ctx"},
+    "Var": {"aval", "initial_qdd", "final_qdd"},
+    "Literal": {"val", "aval"},
+}
+# ... and those it leaves out on purpose: names and source locations, for messages and profiles only.
+IGNORED_FIELDS = {"Jaxpr": {"debug_info"}, "JaxprEqn": {"source_info"}}
 
 _executables: OrderedDict[tuple, Any] = OrderedDict()
 _lock = threading.Lock()
+_uncovered: list[str] | None = None  # uncovered(), once per process
+
+
+def clear() -> None:
+    """Drop every shared executable: later solvers compile (or load from JAX's persistent cache) anew.
+    A solver keeps the executables it already holds for its own later solve() calls."""
+    with _lock:
+        _executables.clear()
+
+
+def uncovered() -> list[str]:
+    """What of this JAX version's jaxprs the program key does not cover, one line each; empty when it covers
+    everything. A field the key neither reads nor ignores might set apart two programs that the key cannot
+    tell apart; a field the key reads that JAX no longer has breaks the key."""
+    closed = jax.make_jaxpr(lambda x: jnp.sin(x) + jax.nn.relu(x) + 1.0)(np.float32(1.0))
+    equations = closed.jaxpr.eqns
+    literal = next(v for e in equations for v in e.invars if isinstance(v, jex.Literal))
+    problems = []
+    for sample in (closed, closed.jaxpr, equations[0], closed.jaxpr.invars[0], literal):
+        name = type(sample).__name__
+        extra = _fields(sample) - KEYED_FIELDS.get(name, set()) - IGNORED_FIELDS.get(name, set())
+        if extra:
+            problems.append(f"{name} has fields {sorted(extra)} that the program key neither reads nor ignores")
+    try:
+        program_key(closed)
+    except Exception as error:  # noqa: BLE001 - any failure means the key no longer fits this JAX
+        problems.append(f"keying a program fails: {type(error).__name__}: {error}")
+    return problems
+
+
+def _fields(obj: Any) -> set[str]:
+    """An object's attributes as stored: its slots and instance dict, without a leading underscore."""
+    names = {slot for cls in type(obj).__mro__ for slot in getattr(cls, "__slots__", ())}
+    names |= set(getattr(obj, "__dict__", {}))
+    return {name.lstrip("_") for name in names - {"__weakref__", "__dict__"}}
+
+
+def _sharing() -> bool:
+    global _uncovered
+    if _uncovered is None:
+        _uncovered = uncovered()
+        if _uncovered:
+            log.warning("crux.executables: with jax %s every solver compiles its own program, as the program key "
+                        "does not cover this version: %s", jax.__version__, "; ".join(_uncovered))
+    return not _uncovered
 
 
 def compile_once(fun: Callable, *args: Any, donate_argnums: int | tuple[int, ...] = ()) -> Any:
     """``jax.jit(fun, donate_argnums=...).lower(*args).compile()``, or the executable of an earlier call that
     traced to the same program."""
     traced = jax.jit(fun, donate_argnums=donate_argnums).trace(*args)
+    if not _sharing():
+        return traced.lower().compile()
     placement = tuple(getattr(leaf, "sharding", None) for leaf in jax.tree.leaves(args))  # committed devices
     key = (program_key(traced.jaxpr), traced.in_tree, traced.out_tree, placement, donate_argnums,
            jax.default_backend(), tuple(sorted((name, repr(value)) for name, value in jax.config.values.items())))
@@ -101,7 +169,8 @@ class _Program:
         if isinstance(var, jex.DropVar):
             return ("dropped", var.aval)
         name = self.names[var] = len(self.names)
-        return (name, var.aval)
+        qdd = (getattr(var, "initial_qdd", None), getattr(var, "final_qdd", None))
+        return (name, var.aval, _param(qdd, self))
 
     def use(self, atom: Any) -> Any:
         if isinstance(atom, jex.Literal):

@@ -5,14 +5,14 @@ per array of the state; on a CPU each is its own small kernel. For an optimizer
 whose update does not depend on how the parameters are split into arrays
 (Adam, SGD, L-BFGS, ... : elementwise rules or inner products over all
 parameters), one flat vector gives the same numbers with one kernel per
-operation instead of one per layer: the small reference problem
-(``scripts/bench.py``) steps 1.25x faster and compiles 30% sooner. Optimizers
-that use the shapes (SOAP's per-matrix preconditioners, LAMB's per-layer trust
-ratios) and any tree-shaped argument (a weight-decay ``mask``) keep the tree.
+operation instead of one per layer. Optimizers that use the shapes (SOAP's
+per-matrix preconditioners, LAMB's per-layer trust ratios) and any tree-shaped
+argument (a weight-decay ``mask``) keep the tree.
 """
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -53,19 +53,24 @@ def _unravel(vector: jax.Array, spec: tuple) -> Any:
     return ravel_pytree(like)[1](vector)
 
 
+@dataclass(frozen=True)
 class Layout:
-    """A model's parameters in their form in the state (``packed``), and ``unpack`` to get the tree back.
+    """A model's parameters packed for the state (``pack``) and back (``unpack``): static, and hashable.
 
-    Packing and unpacking are each one compiled call, cached across solve() calls by the parameters'
-    shapes: done op by op they were about twenty dispatches per solve(), which on a GPU cost as much
-    as a few hundred updates of a small problem.
+    ``spec`` is the parameters' tree structure with each leaf's shape and dtype. Packing and unpacking
+    are each one compiled call, cached by ``spec``: done op by op they cost a dispatch per leaf.
     """
 
-    def __init__(self, params: Any, flat: bool):
-        self.flat = flat
+    flat: bool
+    spec: tuple
+
+    @classmethod
+    def of(cls, params: Any, flat: bool) -> "Layout":
         leaves, treedef = jax.tree.flatten(params)
-        self._spec = (treedef, tuple((jnp.shape(leaf), jnp.result_type(leaf)) for leaf in leaves))
-        self.packed: Any = _ravel(params) if flat else params
+        return cls(flat, (treedef, tuple((jnp.shape(leaf), jnp.result_type(leaf)) for leaf in leaves)))
+
+    def pack(self, params: Any) -> Any:
+        return _ravel(params) if self.flat else params
 
     def unpack(self, packed: Any) -> Any:
-        return _unravel(packed, self._spec) if self.flat else packed
+        return _unravel(packed, self.spec) if self.flat else packed

@@ -117,7 +117,8 @@ class Model:
                                      f".scale(crux.lrs(1e-3)) after .optimizer()")
                 tx = opt()
             else:
-                # Every other argument static: a traced memory_size breaks optax.lbfgs (FACTS.md).
+                # Every other argument static: inject_hyperparams would make them all traced hyperparameters,
+                # and optax.lbfgs fails on a traced memory_size (TracerBoolConversionError).
                 static = [a for a in arguments if a != "learning_rate"]
                 learning_rate = schedule.value if schedule.value is not None else schedule
                 tx = optax.inject_hyperparams(opt, static_args=static)(learning_rate=learning_rate)
@@ -164,8 +165,9 @@ def mlp(in_dim: int, out_dim: int, hidden: Sequence[int] = (64, 64, 64), activat
 
     Layers of equal shape are stored stacked, ``w: (count, d_in, d_out)``. With
     ``checkpoint_gradients`` a stack is applied by ``lax.scan`` over a rematerialised
-    body, the structure that lets XLA drop activations (checkpointing a whole small
-    MLP saves nothing; see FACTS.md); without, by a Python loop over its layers.
+    body, the structure that lets XLA drop activations (``jax.checkpoint`` around a
+    whole small MLP leaves the update's temporary memory as it was); without, by a
+    Python loop over its layers.
     """
     if activation not in ACTIVATIONS:
         raise ValueError(f"crux.mlp: unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}")
@@ -205,8 +207,8 @@ def _mlp_apply(activation: str, checkpointed: bool) -> Apply:
 
             if checkpointed and layer["w"].shape[0] > 1:
                 h, _ = jax.lax.scan(jax.checkpoint(layer_fn), h, (layer["w"], layer["b"]))
-            else:  # a Python loop over the stack: 4-10% less CPU per update than an unrolled scan on 3x64,
-                # ~8% more on the dispatch-bound 3x32 (interleaved A/B; scripts/bench.py problems)
+            else:  # a Python loop over the stack: less CPU per update than an unrolled scan on the standard
+                # problem, a little more on the small one (docs/BENCHMARK.md)
                 for k in range(layer["w"].shape[0]):
                     h, _ = layer_fn(h, (layer["w"][k], layer["b"][k]))
         return h

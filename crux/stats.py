@@ -101,9 +101,8 @@ class Statistics:
         """Losses per constraint (log scale), learning rates, time per update, phase boundaries; returns self.
 
         Drawn on a bare figure (no pyplot state, no backend choice) with fixed margins, plain ``1e-04`` loss
-        labels and no minor ticks on the log axis: a job draws it once. On a 2-core CPU ``tight_layout`` (drawing
-        the figure twice) and mathtext labels (building their parser) made that 0.7 s instead of 0.3 s, and the
-        minor ticks (some 50 tick objects) 0.4 s instead of 0.3 s.
+        labels and no minor ticks on the log axis, as a job draws it once: ``tight_layout`` draws the figure
+        twice, mathtext labels build their parser, and minor ticks add some 50 tick objects.
         """
         from matplotlib.figure import Figure
         from matplotlib.ticker import LogFormatter, NullLocator

@@ -4,12 +4,10 @@
 derivatives along each input axis (one array per axis, shaped like the value), ``L`` is the sum of
 the second derivatives. Values that do not depend on ``x`` (the network weights) stay plain arrays, so
 no derivative work is spent on them. Forward-over-forward instead carries a duplicate first-derivative
-stream, whose adjoint the reverse pass over the loss computes too. Measured on 2 shared CPU cores
-(value_and_grad + Adam in a scan, 1024 points, u = prod x_i(1 - x_i) * N with a 1-64-64-64-1 tanh N,
-medians of 3-9 interleaved rounds): 1.3x the steps/s of forward-over-forward in 1-D, 1.6x in 2-D, 2x in
-4-D, 3.4x in 8-D; level with a hand-written Taylor propagation in 1-D and 1.2-1.4x it in 2-D. Compile
-time is 0.7-1.2x forward-over-forward's up to 4-D, 3x at 8-D (one set of operations per axis). The
-generic ``folx`` was no faster than forward-over-forward, so the rules below stay lean.
+stream, whose adjoint the reverse pass over the loss computes too, so Taylor mode's lead grows with the
+input dimension; so does its compile time, as each axis has its own set of operations. The rules below
+stay lean: a generic forward Laplacian was no faster than forward-over-forward (figures in
+docs/BENCHMARK.md, "Measurements behind the library's design").
 
 Anything without a rule raises :class:`Unsupported` while tracing, and ``crux.laplacian`` then
 uses forward-over-forward for the whole call.
@@ -33,7 +31,7 @@ class Unsupported(Exception):
 class Taylor(NamedTuple):
     """A value depending on ``x``: ``jac[i]`` is its derivative along axis i, ``lap`` the summed second ones.
 
-    One array per axis rather than one ``(d, ...)`` array: the stacked layout trained 1.2-1.3x slower in 1-D."""
+    One array per axis rather than one stacked ``(d, ...)`` array, which trained slower."""
     value: jax.Array
     jac: tuple[jax.Array, ...]
     lap: jax.Array
@@ -86,11 +84,10 @@ def _transformed_once(rule: Callable, prim, params: dict) -> Callable[..., Any]:
     primitive, params), where the params are hashable and hold no jaxpr (those rules interpret one).
 
     The interpreter runs under the caller's vmap and value_and_grad, whose rules act on every operation
-    bound bare (a batched dot_general's rule alone took a third of tracing an update). A jit's
-    transformed jaxpr is cached by the inputs' shapes and structure, so an operation repeated in layers
-    of equal width, and in the next trace of the process (a sweep's next job), is transformed once. The
-    program is unchanged (the jit is inlined; same StableHLO): a repeat 4x8-accumulation job's trace took
-    about 0.05 s instead of 0.10-0.12 s on a 2-core CPU.
+    bound bare, and those rules were most of the time spent tracing an update. A jit's transformed jaxpr
+    is cached by the inputs' shapes and structure, so an operation repeated in layers of equal width, and
+    in the next trace of the process (a sweep's next job), is transformed once. The program is unchanged
+    (the jit is inlined; same StableHLO): only the trace gets shorter.
     """
     key = tuple(sorted(params.items()))
     try:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import dataclasses
 import functools
 import os
 import re
@@ -107,7 +108,7 @@ class _UnrolledScans:
 UNROLLED_4 = [(crux.engine, "jax", _UnrolledScans(4))]
 EVERY_UPDATE_APPLIED = [(crux.engine, "jnp", _EveryUpdateApplied())]
 EVERY_UPDATE_CHECKED = [(crux.solver, "make_call",
-                         lambda *args: crux.engine.make_call(*args[:-1], True))]  # its last argument: check_updates
+                         lambda plan: crux.engine.make_call(dataclasses.replace(plan, check_updates=True)))]
 TREE_LAYOUT = [(crux.model, "layout_free", lambda optimizer: False)]
 LAYER_ARRAYS = [(crux.problems.poisson, "mlp", layer_arrays_mlp), *TREE_LAYOUT]
 

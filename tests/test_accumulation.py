@@ -20,12 +20,12 @@ ROUND_OFF = 100 * EPS32
 def test_point_stream_splits_one_big_draw_into_disjoint_micro_batches():
     import jax
     key = jax.random.key(3)
-    accumulated = PointStream((256, 2), batchsize=8, micro_batches=4).indices(key, 7)
-    big = PointStream((256, 2), batchsize=32, micro_batches=1).indices(key, 7)
+    accumulated = PointStream((256, 2), batchsize=8, accumulation_steps=4).indices(key, 7)
+    big = PointStream((256, 2), batchsize=32, accumulation_steps=1).indices(key, 7)
     np.testing.assert_array_equal(np.asarray(accumulated[0]).reshape(-1), np.asarray(big[0]).reshape(-1))
     assert len(set(np.asarray(accumulated[0]).reshape(-1).tolist())) == 32  # different points in every micro-batch
     np.testing.assert_array_equal(np.asarray(accumulated[1]), [[0, 1]] * 4)  # N_c <= B: all points each time
-    later = PointStream((256, 2), batchsize=32, micro_batches=1).indices(key, 8)
+    later = PointStream((256, 2), batchsize=32, accumulation_steps=1).indices(key, 8)
     assert not np.array_equal(np.asarray(later[0]), np.asarray(big[0]))  # a new draw every update
 
 

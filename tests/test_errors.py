@@ -1,4 +1,6 @@
 """Bad input is refused before any compute, naming the option and the fix; a diverging loss stops the solve."""
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -86,9 +88,9 @@ def test_the_fast_calls_compute_what_fully_checked_calls_compute(monkeypatch):
     the numbers of calls that also check every update's parameters (the program a failing window replays)."""
     results, checked = [], []
 
-    def checked_call(*args):
-        checked.append(args[-1])  # the program the solver asked for: fast (False)
-        return make_call(*args[:-1], True)
+    def checked_call(plan):
+        checked.append(plan.check_updates)  # the program the solver asked for: fast (False)
+        return make_call(dataclasses.replace(plan, check_updates=True))
     for check_updates in (False, True):
         if check_updates:
             monkeypatch.setattr(crux.solver, "make_call", checked_call)

@@ -4,7 +4,7 @@ import optax
 import pytest
 
 import crux
-import crux.solver
+import crux.loop
 
 from crux_testing import EPS32, poisson, relative, train
 
@@ -40,8 +40,8 @@ def test_history_rows_keep_their_order_when_the_record_buffer_wraps(monkeypatch,
     # it wraps several times in 12 epochs. The numbers must be those of a run that never wraps, row for row.
     schedule = crux.lrs.exponential(1e-3, 0.9, 1)
     _, _, reference = train(poisson(optax.adam, schedule), 12, inner_steps=inner_steps)
-    monkeypatch.setattr(crux.solver, "RECORD_ROWS", 3)
-    monkeypatch.setattr(crux.solver, "SYNC_SECONDS", sync_seconds)
+    monkeypatch.setattr(crux.loop, "RECORD_ROWS", 3)
+    monkeypatch.setattr(crux.loop, "SYNC_SECONDS", sync_seconds)
     _, _, wrapped = train(poisson(optax.adam, schedule), 12, inner_steps=inner_steps)
     assert len(np.unique(reference.total_loss)) == 12 and len(np.unique(reference.lr["u"])) == 12
     np.testing.assert_array_equal(wrapped.losses, reference.losses)

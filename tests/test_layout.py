@@ -56,9 +56,10 @@ def test_only_layout_free_optimizers_go_flat():
 
 def test_packing_round_trips_any_leaves_exactly():
     params = {"scale": 1.5, "w": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.float32([-2.0, 0.25])}
-    layout = Layout(params, flat=True)
-    assert layout.packed.shape == (9,)
-    back = layout.unpack(layout.packed)
+    layout = Layout.of(params, flat=True)
+    packed = layout.pack(params)
+    assert packed.shape == (9,)
+    back = layout.unpack(packed)
     assert jax.tree.structure(back) == jax.tree.structure(params)
     for name in params:
         np.testing.assert_array_equal(back[name], params[name])  # a permutation or lost leaf would differ

@@ -1,6 +1,4 @@
 """Multi-phase training: solve() resumes; a new optimizer starts fresh; Adam -> L-BFGS -> SOAP each move."""
-from collections import OrderedDict
-
 import jax
 import numpy as np
 import optax
@@ -8,7 +6,7 @@ import pytest
 
 import crux
 from crux import executables
-from crux.engine import constraint_loss
+from crux.constraint import constraint_loss
 from crux.optim import soap
 from crux_testing import EPS32, CompileStages, flat, poisson, relative, train
 
@@ -38,8 +36,8 @@ def test_split_solve_equals_one_solve():
     (optax.adam, {"batchsize": 16, "offload_data": True}),
     (optax.lbfgs, {}),  # its initial state holds weak-typed scalars; the state a call returns does not
 ], ids=["device", "offload", "lbfgs"])
-def test_second_identical_solve_compiles_nothing(monkeypatch, optimizer, options):
-    monkeypatch.setattr(executables, "_executables", OrderedDict())  # no other test's program to reuse
+def test_second_identical_solve_compiles_nothing(optimizer, options):
+    executables.clear()  # no other test's program to reuse
     solver = poisson(optimizer).solver()
     with CompileStages() as first:
         solver.solve(5, **options)

@@ -1,0 +1,159 @@
+"""The host loop of one ``solve()``: compiled calls dispatched, synchronised now and then, a non-finite window
+replayed, and the synchronised part kept whatever stops the loop.
+
+A call returns before the device has run it, so the loop waits for the device only at a synchronisation:
+every ``SYNC_SECONDS``, when the device's record buffer is full, and after the last call. There it reads
+every waiting record with one transfer and updates the progress bar, the timing and the non-finite check.
+What the loop keeps is what it has synchronised: the records up to the last synchronisation and the state
+right after them, so that a loop stopped by a non-finite update, an exception or an interrupt leaves a
+history and a state that belong together.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Iterator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm.auto import tqdm
+
+from crux.engine import Columns, Data, Plan, State
+from crux.stats import Statistics
+
+SYNC_SECONDS = 0.25  # how often the loop waits for the device: progress, timing and the non-finite check
+RECORD_ROWS = 4096  # epochs' records the device holds between syncs (a few tens of KiB)
+
+Executable = Callable[[State, Data], State]
+
+
+@jax.jit
+def fresh_copy(tree: Any) -> Any:
+    """Every buffer copied, in one dispatch (a tree.map of copies costs one dispatch per leaf)."""
+    return jax.tree.map(jnp.copy, tree)
+
+
+def record_slots(inner_steps: int) -> int:
+    """Calls whose records the device holds between two syncs."""
+    return max(RECORD_ROWS // inner_steps, 1)
+
+
+class HostLoop:
+    """Runs the calls of one solve() and keeps what it synchronised (see :meth:`run` and :meth:`statistics`)."""
+
+    def __init__(self, plan: Plan, first_epoch: int):
+        self.plan, self.first_epoch = plan, first_epoch
+        self._rows: list[np.ndarray] = []  # one record per call; only the first ``synced[0]`` count
+        self._step_seconds: list[float] = []  # one per window; only the first ``synced[1]`` count
+        # (records, windows, state after them), replaced as one value so that it is never half updated;
+        # state None: nothing synchronised yet, the solver's own state is the last one
+        self._synced: tuple[int, int, State | None] = (0, 0, None)
+        self.replay_compile_seconds = 0.0
+        self.run_seconds = 0.0
+        self._peak_before = 0
+
+    @property
+    def state(self) -> State | None:
+        """The state after the last synchronised call (None before the first)."""
+        return self._synced[2]
+
+    def run(self, compiled: Executable, state: State, feed: Iterator[Data], calls: int,
+            checked: Callable[[State], tuple[Executable, float]] | None = None) -> None:
+        """Run ``calls`` calls of ``compiled`` on ``state`` (donated), one per item of ``feed``.
+
+        ``checked``, for calls that check only their loss and final parameters, gives the program that checks
+        every update (and the seconds it took to get): a window whose records are non-finite is run again with
+        it from a copy of the state at the window's start, to find the update that failed. The loop stops
+        after a non-finite window.
+        """
+        columns, epochs_per_call = self.plan.columns, self.plan.inner_steps
+        updates_per_call = epochs_per_call * self.plan.steps_per_epoch
+        device = jax.devices()[0]
+        self._peak_before = _peak_bytes(device) or 0
+        bar = tqdm(total=calls * epochs_per_call, desc="solve", disable=None, leave=False)
+        pending, start = 0, time.perf_counter()
+        window_start = start
+        try:
+            for index, data in enumerate(feed):
+                if not pending and (index or checked is not None):
+                    # A window starts: keep its state (the call donates the live one), to replay the window
+                    # or to be the state kept if the loop stops inside it.
+                    window_state = fresh_copy(state)
+                    if index:
+                        self._synced = (*self._synced[:2], window_state)
+                state = compiled(state, data)
+                pending += 1
+                if index < calls - 1 and pending < self.plan.record_slots and time.perf_counter() - window_start <= SYNC_SECONDS:
+                    continue
+                window = _read_window(state, index + 1 - pending, pending)
+                if checked is not None and not _finite(window, columns):
+                    program, seconds = checked(window_state)
+                    self.replay_compile_seconds += seconds
+                    state = fresh_copy(window_state)
+                    for _ in range(pending):
+                        state = program(state, data)  # the points on the device: the same data every call
+                    window = _read_window(state, index + 1 - pending, pending)
+                now = time.perf_counter()
+                self._rows += window
+                self._step_seconds.append((now - window_start) / (len(window) * updates_per_call))
+                self._synced = (len(self._rows), len(self._step_seconds), state)
+                pending, window_start = 0, now
+                bar.update(len(window) * epochs_per_call)
+                bar.set_postfix(loss=f"{np.nansum(window[-1][-1, columns.losses]):.3e}")
+                if not _finite(window, columns):
+                    break
+            jax.block_until_ready(state)
+        finally:
+            self.run_seconds = time.perf_counter() - start
+            bar.close()
+            close = getattr(feed, "close", None)
+            if close is not None:  # a host stream's producer thread stops
+                close()
+
+    def statistics(self, compile_seconds: float, memory: dict[str, int]) -> tuple[Statistics, str | None]:
+        """The synchronised epochs' Statistics, cut after the first non-finite one, and the error that
+        names it (None if every epoch was finite)."""
+        plan, columns = self.plan, self.plan.columns
+        rows, windows, _ = self._synced
+        table = np.concatenate(self._rows[:rows]) if rows else np.zeros((0, columns.width), np.float32)
+        losses = table[:, columns.losses]
+        lr = {m: table[:, column] for m, column in columns.lr.items()}
+        finite = table[:, columns.finite] > 0
+        error = None
+        if not finite.all():
+            row = int(np.argmin(finite))
+            losses, lr = losses[:row + 1], {m: v[:row + 1] for m, v in lr.items()}
+            evaluated = sorted({c for e in plan.entries for c in e.constraints})
+            bad = [plan.constraints[c].name for c in evaluated if not np.isfinite(losses[row, c])]
+            cause = (f"loss of constraint '{bad[0]}' became non-finite" if bad else
+                     f"the update made the parameters non-finite (loss {np.nansum(losses[row]):.3e})")
+            error = (f"{cause} at epoch {self.first_epoch + row}; training stopped. History up to that epoch is "
+                     f"kept in solver.history; the parameters are those before it (lower the learning rate, or "
+                     f"check the residual for a division by zero or a log of a negative number).")
+        memory = dict(memory)
+        peak = _peak_bytes(jax.devices()[0])
+        if peak is not None and peak > self._peak_before:  # the device peak is per process: only a new one is ours
+            memory["peak_bytes"] = peak
+        stats = Statistics(names=[c.name for c in plan.constraints], losses=losses,
+                           epoch=np.arange(self.first_epoch, self.first_epoch + len(losses)), lr=lr,
+                           compile_seconds=compile_seconds + self.replay_compile_seconds,
+                           run_seconds=self.run_seconds, step_seconds=np.asarray(self._step_seconds[:windows]),
+                           memory=memory, phases=[self.first_epoch])
+        return stats, error
+
+
+def _read_window(state: State, first_call: int, count: int) -> list[np.ndarray]:
+    """The records of ``count`` calls from call ``first_call`` on, from the ring buffer (waits for the last call;
+    a copy, as the next call donates the buffer)."""
+    rows = np.array(state.records.rows)
+    return [rows[(first_call + i) % len(rows)] for i in range(count)]
+
+
+def _finite(window: list[np.ndarray], columns: Columns) -> bool:
+    return all(np.all(record[:, columns.finite]) for record in window)
+
+
+def _peak_bytes(device: jax.Device) -> int | None:
+    """The device's peak memory in use since the process started, where the backend reports it (not on CPU)."""
+    stats = device.memory_stats()
+    return int(stats["peak_bytes_in_use"]) if stats and "peak_bytes_in_use" in stats else None

@@ -1,0 +1,96 @@
+"""The options of one ``solve()`` call, checked before anything is traced or compiled.
+
+Every refusal names the option as the caller typed it and says how to fix it.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+log = logging.getLogger("crux")
+
+SubstepPlan = tuple[tuple[tuple[int, ...], int], ...]  # ((constraint indices, updates), ...)
+
+
+@dataclass(frozen=True)
+class Options:
+    """The validated options of one solve() call (see :meth:`crux.Crux.solve` for their meaning)."""
+
+    epochs: int
+    batchsize: int | None
+    checkpoint_gradients: bool
+    offload_data: bool
+    accumulation_steps: int
+    inner_steps: int
+    substeps: SubstepPlan | None
+
+
+def validate(sizes: Sequence[int], epochs: Any, batchsize: Any = None, checkpoint_gradients: Any = False,
+             offload_data: Any = False, accumulation_steps: Any = 1, inner_steps: Any = 1,
+             substeps: Any = None) -> Options:
+    """The options of ``solve()`` for constraints of ``sizes`` points, or TypeError/ValueError naming the fix.
+
+    ``accumulation_steps`` with ``batchsize=None`` is not an error: every update already sees every point,
+    so it is logged and taken as 1.
+    """
+    epochs = _integer("epochs", epochs, "pass the number of epochs to train, e.g. solve(epochs=1000)")
+    if batchsize is not None:
+        batchsize = _integer("batchsize", batchsize, "pass a positive batch size, or None for full batch")
+    accumulation_steps = _integer("accumulation_steps", accumulation_steps,
+                                  "use 1 for no accumulation, or N > 1 micro-batches per update")
+    inner_steps = _integer("inner_steps", inner_steps, "use 1, or a divisor of epochs")
+    if epochs % inner_steps:
+        divisors = [k for k in range(1, min(epochs, 100) + 1) if epochs % k == 0]
+        raise ValueError(f"inner_steps={inner_steps} must divide epochs={epochs}; choose one of {divisors}")
+    if offload_data:
+        largest = max(sizes)
+        if batchsize is None or batchsize >= largest:
+            raise ValueError(f"offload_data=True streams mini-batches, so it needs batchsize smaller than the "
+                             f"largest constraint ({largest} points); got batchsize={batchsize}. Pass a "
+                             f"smaller batchsize or set offload_data=False")
+    plan = None
+    if substeps is not None:
+        if accumulation_steps > 1 or inner_steps > 1:
+            raise ValueError("substeps cannot be combined with accumulation_steps > 1 or inner_steps > 1 "
+                             "(each substep is its own update); set both to 1")
+        plan = _substep_plan(substeps, len(sizes))
+    if batchsize is None and accumulation_steps > 1:
+        log.warning("accumulation_steps=%d ignored: with batchsize=None every update already sees all points, "
+                    "so there is nothing to accumulate; using 1", accumulation_steps)
+        accumulation_steps = 1
+    return Options(epochs, batchsize, bool(checkpoint_gradients), bool(offload_data), accumulation_steps,
+                   inner_steps, plan)
+
+
+def _integer(name: str, value: Any, fix: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {value!r}; {fix}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}; {fix}")
+    return int(value)
+
+
+def _substep_plan(substeps: Any, n_constraints: int) -> SubstepPlan:
+    """``[[i, j], ([k], n), ...]`` -> ``(((i, j), 1), ((k,), n), ...)``, with every index checked."""
+    if not isinstance(substeps, (list, tuple)) or not substeps:
+        raise ValueError(f"substeps must be a non-empty list of entries like [0, 1] or ([0], 2), got {substeps!r}")
+    plan = []
+    for k, entry in enumerate(substeps):
+        steps = 1
+        if isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], (list, tuple)):
+            entry, steps = entry
+            steps = _integer(f"substeps[{k}] step count", steps, "write the entry as ([indices], n) with n >= 1")
+        if not isinstance(entry, (list, tuple)) or not entry:
+            raise ValueError(f"substeps[{k}] is {entry!r}: each entry needs at least one constraint index, "
+                             f"e.g. [0] or ([0, 1], 2)")
+        for i in entry:
+            if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < n_constraints:
+                raise ValueError(f"substeps[{k}] names constraint {i!r}, but indices run from 0 to "
+                                 f"{n_constraints - 1} (the order of the constraints given to crux.Crux)")
+        if len(set(entry)) != len(entry):
+            raise ValueError(f"substeps[{k}] repeats a constraint index: {list(entry)}")
+        plan.append((tuple(int(i) for i in entry), steps))
+    return tuple(plan)
