@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# A one-node Slurm cluster on this machine, for trying crux's submitit_slurm launcher (as root, on 127.0.0.1).
+#
+#   sudo bash scripts/slurm.sh start DIR   # installs slurm-wlm and munge if absent; prints `export SLURM_CONF=...`
+#   SLURM_CONF=DIR/slurm.conf crux-sweep accumulation hydra/launcher=submitit_slurm
+#   sudo bash scripts/slurm.sh stop DIR
+#
+# Everything lives in DIR: a munge key and socket, slurm.conf (free ports, every file path under DIR), the
+# controller's state, the logs. slurmctld and slurmd run in the foreground (-D) as background processes, with
+# no cgroup plugin (proctrack/linuxproc, task/none), so the cluster starts in a container without systemd.
+# Clients (sbatch, squeue, submitit) find it through SLURM_CONF. Slurm 22.05 has no accounting here, so
+# `sacct` answers nothing; submitit then follows jobs through squeue and their result files.
+set -euo pipefail
+
+usage() { echo "usage: $0 start|stop DIR" >&2; exit 2; }
+[[ $# -eq 2 ]] || usage
+action=$1
+dir=$(realpath -m "$2")
+
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+stop_pid_file() {  # stop the process named by a pid file and wait up to 30 s for it to exit
+    local file=$1 pid
+    [[ -s $file ]] || return 0
+    pid=$(<"$file")
+    if kill "$pid" 2>/dev/null; then
+        for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null
+    fi
+    rm -f "$file"
+}
+
+stop() {
+    stop_pid_file "$dir/slurmd.pid"
+    stop_pid_file "$dir/slurmctld.pid"
+    stop_pid_file "$dir/munge/munged.pid"
+}
+
+wait_for() {  # wait_for SECONDS LOG DESCRIPTION COMMAND...: until COMMAND succeeds, or fail showing LOG
+    local seconds=$1 log=$2 what=$3
+    shift 3
+    for _ in $(seq $((seconds * 5))); do
+        "$@" >/dev/null 2>&1 && return 0
+        sleep 0.2
+    done
+    echo "slurm.sh: $what did not come up within $seconds s; the end of $log:" >&2
+    tail -n 20 "$log" >&2 || true
+    stop
+    exit 1
+}
+
+start() {
+    [[ $(id -u) -eq 0 ]] || { echo "slurm.sh: start needs root (slurmd runs jobs as their users)" >&2; exit 1; }
+    if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge >/dev/null \
+            || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge >/dev/null; }
+    fi
+    mkdir -p "$dir"/{munge,state,spool}
+    chmod 755 "$dir"
+    chown munge:munge "$dir/munge"
+    chmod 700 "$dir/munge"
+    local key=$dir/munge/munge.key socket=$dir/munge/munge.socket
+    [[ -f $key ]] || runuser -u munge -- mungekey --create --keyfile="$key"
+    runuser -u munge -- munged --force --socket="$socket" --key-file="$key" --pid-file="$dir/munge/munged.pid" \
+        --log-file="$dir/munge/munged.log" --seed-file="$dir/munge/munged.seed"
+    wait_for 10 "$dir/munge/munged.log" munged bash -c "munge --socket='$socket' -n | unmunge --socket='$socket'"
+
+    local host cpus memory
+    host=$(hostname -s)
+    cpus=$(nproc)
+    memory=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 * 9 / 10 ))
+    cat >"$dir/slurm.conf" <<EOF
+ClusterName=crux
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$(free_port)
+SlurmdPort=$(free_port)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket=$socket
+CredType=cred/munge
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmdPidFile=$dir/slurmd.pid
+SlurmctldLogFile=$dir/slurmctld.log
+SlurmdLogFile=$dir/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+ReturnToService=2
+MpiDefault=none
+MailProg=/bin/true
+MinJobAge=3600
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory State=UNKNOWN
+PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
+EOF
+    export SLURM_CONF=$dir/slurm.conf
+    setsid slurmctld -D -i -f "$SLURM_CONF" >>"$dir/slurmctld.log" 2>&1 </dev/null &
+    wait_for 30 "$dir/slurmctld.log" slurmctld scontrol ping
+    setsid slurmd -D -f "$SLURM_CONF" >>"$dir/slurmd.log" 2>&1 </dev/null &
+    wait_for 30 "$dir/slurmd.log" "slurmd (node $host idle)" bash -c "sinfo -h -n '$host' -o %t | grep -qx idle"
+    echo "export SLURM_CONF=$SLURM_CONF"
+}
+
+case $action in
+    start) start ;;
+    stop) stop ;;
+    *) usage ;;
+esac
