@@ -1,9 +1,16 @@
 """The parent run of a multirun, opened before its jobs and closed after them, whatever happened.
 
-Hydra calls ``on_multirun_end`` only when every job succeeded (FACTS.md), so the
-close is also registered with ``atexit``; it reads the jobs' outcomes from the
-store, because with a launcher such as joblib ``on_job_end`` runs in the
-workers, not here.
+Hydra calls ``on_multirun_end`` only when every job succeeded (a job's exception
+ends the multirun first), so the close is also registered with ``atexit``; it
+reads the jobs' outcomes from the store, because with a launcher such as joblib
+``on_job_end`` runs in the workers, not here.
+
+Every launcher builds each job's config again from the files and the
+multirun's ``hydra.overrides.hydra`` (in the job's process for joblib and
+submitit, in this one for Ray), so that list is how something decided here
+reaches every job: the sweep folder goes into it as an absolute path. A
+relative one would be resolved in each job's working directory, which on a
+Ray cluster started elsewhere is the cluster's, not this command's.
 """
 from __future__ import annotations
 
@@ -17,7 +24,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from crux.tracking.store import Destination, child_runs, ensure_experiment, experiment_name, tracking_uri
 
@@ -35,6 +42,17 @@ def swept_keys(config: DictConfig) -> list[str]:
     return sorted(key for key, override in last.items() if override.is_sweep_override())
 
 
+def pin_sweep_dir(config: DictConfig) -> Path:
+    """Make ``hydra.sweep.dir`` absolute, in the multirun's config and in every job's (the last override of a
+    key wins), and return it."""
+    sweep_dir = Path(config.hydra.sweep.dir).resolve()
+    quoted = "'" + str(sweep_dir).replace("'", "\\'") + "'"
+    with read_write(config.hydra), open_dict(config.hydra):
+        config.hydra.sweep.dir = str(sweep_dir)
+        config.hydra.overrides.hydra.append(f"hydra.sweep.dir={quoted}")
+    return sweep_dir
+
+
 class SweepCallback(Callback):
     """Opens the parent run (tags ``crux.sweep``, ``crux.claim``, ``crux.role=parent``) and closes it
     FINISHED when every child run finished, FAILED otherwise."""
@@ -47,7 +65,7 @@ class SweepCallback(Callback):
         client = MlflowClient(uri)
         name = experiment_name(config.tracking.experiment, config.hydra.runtime.choices)
         experiment_id = ensure_experiment(client, name, uri)
-        sweep_dir = Path(config.hydra.sweep.dir).resolve()
+        sweep_dir = pin_sweep_dir(config)
         tags = {"crux.sweep": name, "crux.claim": config.claim, "crux.role": "parent",
                 "crux.sweep_dir": str(sweep_dir), "crux.overrides": " ".join(config.hydra.overrides.task)}
         run = client.create_run(experiment_id, run_name=f"{name} {time.strftime('%Y-%m-%d %H:%M:%S')}", tags=tags)
