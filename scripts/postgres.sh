@@ -4,6 +4,7 @@
 #   sudo bash scripts/postgres.sh start DIR   # prints the store's URI: postgresql://mlflow:...@127.0.0.1:PORT/mlflow
 #   MLFLOW_TRACKING_URI=$(cat DIR/uri) crux-sweep accumulation      # jobs write to the database directly, or
 #   bash scripts/mlflow_server.sh start DIR2 "$(cat DIR/uri)"         # a tracking server in front of it
+#   sudo bash scripts/postgres.sh database DIR NAME [TEMPLATE]   # one more database, owned by mlflow; prints its URI
 #   sudo bash scripts/postgres.sh stop DIR
 #
 # A fresh cluster in DIR/data (initdb), on a free port, listening on 127.0.0.1 only, its socket in DIR; a role
@@ -12,8 +13,8 @@
 # `pip install -e ".[postgres]"`.
 set -euo pipefail
 
-usage() { echo "usage: $0 start|stop DIR" >&2; exit 2; }
-[[ $# -eq 2 ]] || usage
+usage() { echo "usage: $0 start|stop DIR | database DIR NAME [TEMPLATE]" >&2; exit 2; }
+[[ $# -ge 2 ]] || usage
 action=$1
 dir=$(realpath -m "$2")
 
@@ -42,6 +43,9 @@ start() {
     mkdir -p "$dir"
     chown postgres:postgres "$dir"
     chmod 700 "$dir"
+    as_postgres test -w "$dir" || {
+        echo "postgres.sh: user postgres cannot reach $dir (a folder above it is closed to other users); choose a" \
+             "folder under /tmp or /srv" >&2; exit 1; }
     as_postgres "$bin/initdb" -D "$dir/data" -U postgres --auth-local=peer --auth-host=scram-sha-256 \
         --encoding=UTF8 >"$dir/initdb.log"
     if ! as_postgres "$bin/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 start \
@@ -57,8 +61,20 @@ start() {
     cat "$dir/uri"
 }
 
+database() {  # database NAME [TEMPLATE]: a new database owned by mlflow (a copy of TEMPLATE's tables if given)
+    [[ $# -ge 1 ]] || usage
+    local uri port
+    uri=$(<"$dir/uri")
+    port=${uri##*:}
+    port=${port%%/*}
+    as_postgres psql -q -h "$dir" -p "$port" -U postgres -v ON_ERROR_STOP=1 \
+        -c "CREATE DATABASE \"$1\" OWNER mlflow${2:+ TEMPLATE \"$2\"}"
+    echo "${uri%/*}/$1"
+}
+
 case $action in
-    start) start ;;
+    start) [[ $# -eq 2 ]] || usage; start ;;
     stop) stop ;;
+    database) shift 2; database "$@" ;;
     *) usage ;;
 esac

@@ -59,6 +59,9 @@ start() {
     chmod 755 "$dir"
     chown munge:munge "$dir/munge"
     chmod 700 "$dir/munge"
+    runuser -u munge -- test -w "$dir/munge" || {
+        echo "slurm.sh: user munge cannot reach $dir (a folder above it is closed to other users); choose a" \
+             "folder under /tmp or /srv" >&2; exit 1; }
     local key=$dir/munge/munge.key socket=$dir/munge/munge.socket
     [[ -f $key ]] || runuser -u munge -- mungekey --create --keyfile="$key"
     runuser -u munge -- munged --force --socket="$socket" --key-file="$key" --pid-file="$dir/munge/munged.pid" \
