@@ -261,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     spec = SweepSpec(args.launcher, args.repeats, args.epochs, args.parallel)
     sweeps = [spec] * args.sweeps
     experiment = f"load-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    # The first client of a fresh store creates MLflow's tables; sweeps started together would race to do it.
+    MlflowClient(args.tracking_uri).search_experiments()
     with tempfile.TemporaryDirectory(prefix="crux-load-") as scratch:
         folder = (args.folder or Path(scratch)).resolve()
         outcome = run(sweeps, args.tracking_uri, experiment, folder, args.timeout)
