@@ -17,42 +17,25 @@ usage() { echo "usage: $0 start DIR BACKEND_URI [WORKERS] | stop DIR" >&2; exit 
 action=$1
 dir=$(realpath -m "$2")
 
-stop() {
-    [[ -s $dir/server.pid ]] || return 0
-    local pid
-    pid=$(<"$dir/server.pid")
-    # The server runs in its own process group (setsid): stop the group, its workers included.
-    if kill -TERM -- "-$pid" 2>/dev/null; then
-        for _ in $(seq 300); do kill -0 -- "-$pid" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL -- "-$pid" 2>/dev/null || true
-    fi
-    rm -f "$dir/server.pid"
-}
+# shellcheck source=scripts/services.sh
+source "$(dirname "$0")/services.sh"
+
+stop() { stop_session "$dir/server.pid"; }
 
 start() {
     [[ $# -ge 1 ]] || usage
-    local backend=$1 workers=${2:-4} python=${PYTHON:-python3} port url
-    port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    url=http://127.0.0.1:$port
+    local backend=$1 workers=${2:-4} python=${PYTHON:-python3} url
+    url=http://127.0.0.1:$(free_port)
     mkdir -p "$dir/artifacts"
-    MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false setsid "$python" -m mlflow server --host 127.0.0.1 --port "$port" \
-        --workers "$workers" --backend-store-uri "$backend" --artifacts-destination "$dir/artifacts" \
-        >"$dir/server.log" 2>&1 </dev/null &
-    echo $! >"$dir/server.pid"
+    : >"$dir/server.log"
+    MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false start_session "$dir/server.pid" "$dir/server.log" \
+        "$python" -m mlflow server --host 127.0.0.1 --port "${url##*:}" --workers "$workers" \
+        --backend-store-uri "$backend" --artifacts-destination "$dir/artifacts"
     # The first start on an empty database creates MLflow's tables: allow two minutes on a busy machine.
-    for _ in $(seq 600); do
-        if "$python" -c "import urllib.request; urllib.request.urlopen('$url/health', timeout=1)" 2>/dev/null; then
-            echo "$url" >"$dir/url"
-            echo "$url"
-            return 0
-        fi
-        kill -0 "$(<"$dir/server.pid")" 2>/dev/null || break
-        sleep 0.2
-    done
-    echo "mlflow_server.sh: the server did not answer $url/health; the end of $dir/server.log:" >&2
-    tail -n 20 "$dir/server.log" >&2
-    stop
-    exit 1
+    wait_until 120 "$dir/server.pid" "$dir/server.log" "the server at $url" \
+        "$python" -c "import urllib.request; urllib.request.urlopen('$url/health', timeout=1)" || { stop; exit 1; }
+    echo "$url" >"$dir/url"
+    echo "$url"
 }
 
 case $action in

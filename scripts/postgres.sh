@@ -18,6 +18,9 @@ usage() { echo "usage: $0 start|stop DIR | database DIR NAME [TEMPLATE]" >&2; ex
 action=$1
 dir=$(realpath -m "$2")
 
+# shellcheck source=scripts/services.sh
+source "$(dirname "$0")/services.sh"
+
 bin_dir() {  # the newest installed PostgreSQL's programs (initdb and pg_ctl are not on PATH in Debian)
     ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1
 }
@@ -33,13 +36,10 @@ stop() {
 
 start() {
     [[ $(id -u) -eq 0 ]] || { echo "postgres.sh: start needs root (the server runs as user postgres)" >&2; exit 1; }
-    if [[ -z $(bin_dir) ]]; then
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null \
-            || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null; }
-    fi
+    [[ -n $(bin_dir) ]] || install_packages postgresql
     local bin port password
     bin=$(bin_dir)
-    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    port=$(free_port)
     mkdir -p "$dir"
     chown postgres:postgres "$dir"
     chmod 700 "$dir"

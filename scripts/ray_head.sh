@@ -20,45 +20,28 @@ usage() { echo "usage: $0 start|stop DIR" >&2; exit 2; }
 action=$1
 dir=$(realpath -m "$2")
 
-stop() {
-    [[ -s $dir/head.pid ]] || return 0
-    local session
-    session=$(<"$dir/head.pid")
-    pkill -TERM -s "$session" 2>/dev/null || true
-    for _ in $(seq 100); do pgrep -s "$session" >/dev/null || break; sleep 0.1; done
-    pkill -KILL -s "$session" 2>/dev/null || true  # Ray's GCS server does not always exit on SIGTERM
-    for _ in $(seq 50); do pgrep -s "$session" >/dev/null || break; sleep 0.1; done
-    rm -f "$dir/head.pid"
-}
+# shellcheck source=scripts/services.sh
+source "$(dirname "$0")/services.sh"
+
+stop() { stop_session "$dir/head.pid"; }  # Ray's GCS server may need the SIGKILL
 
 start() {
     local python=${PYTHON:-python3} port ray
     ray=$(dirname "$("$python" -c 'import sys; print(sys.executable)')")/ray
     [[ -x $ray ]] || { echo "ray_head.sh: no ray beside $python: pip install -e \".[ray]\"" >&2; exit 1; }
-    port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    port=$(free_port)
     mkdir -p "$dir/tmp"
     export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=$dir/auth_token RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
     [[ -s $RAY_AUTH_TOKEN_PATH ]] || "$python" -c 'import secrets; print(secrets.token_hex(32))' >"$RAY_AUTH_TOKEN_PATH"
     chmod 600 "$RAY_AUTH_TOKEN_PATH"
+    : >"$dir/head.log"
     # shellcheck disable=SC2086
-    setsid "$ray" start --head --block --node-ip-address=127.0.0.1 --port="$port" --temp-dir="$dir/tmp" \
-        --include-dashboard=false --disable-usage-stats ${CPUS:+--num-cpus=$CPUS} \
-        >"$dir/head.log" 2>&1 </dev/null &
-    echo $! >"$dir/head.pid"
-    for _ in $(seq 600); do
-        if RAY_ADDRESS=127.0.0.1:$port "$ray" status >/dev/null 2>&1; then
-            cat <<EOF
-export RAY_ADDRESS=127.0.0.1:$port RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=$RAY_AUTH_TOKEN_PATH RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
-EOF
-            return 0
-        fi
-        kill -0 "$(<"$dir/head.pid")" 2>/dev/null || break
-        sleep 0.2
-    done
-    echo "ray_head.sh: the head did not come up; the end of $dir/head.log:" >&2
-    tail -n 20 "$dir/head.log" >&2
-    stop
-    exit 1
+    start_session "$dir/head.pid" "$dir/head.log" "$ray" start --head --block --node-ip-address=127.0.0.1 \
+        --port="$port" --temp-dir="$dir/tmp" --include-dashboard=false --disable-usage-stats ${CPUS:+--num-cpus=$CPUS}
+    wait_until 120 "$dir/head.pid" "$dir/head.log" "the Ray head" env RAY_ADDRESS="127.0.0.1:$port" "$ray" status \
+        || { stop; exit 1; }
+    echo "export RAY_ADDRESS=127.0.0.1:$port RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=$RAY_AUTH_TOKEN_PATH" \
+         "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0"
 }
 
 case $action in

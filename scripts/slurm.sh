@@ -17,44 +17,18 @@ usage() { echo "usage: $0 start|stop DIR" >&2; exit 2; }
 action=$1
 dir=$(realpath -m "$2")
 
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-
-stop_pid_file() {  # stop the process named by a pid file and wait up to 30 s for it to exit
-    local file=$1 pid
-    [[ -s $file ]] || return 0
-    pid=$(<"$file")
-    if kill "$pid" 2>/dev/null; then
-        for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null
-    fi
-    rm -f "$file"
-}
+# shellcheck source=scripts/services.sh
+source "$(dirname "$0")/services.sh"
 
 stop() {
-    stop_pid_file "$dir/slurmd.pid"
-    stop_pid_file "$dir/slurmctld.pid"
-    stop_pid_file "$dir/munge/munged.pid"
-}
-
-wait_for() {  # wait_for SECONDS LOG DESCRIPTION COMMAND...: until COMMAND succeeds, or fail showing LOG
-    local seconds=$1 log=$2 what=$3
-    shift 3
-    for _ in $(seq $((seconds * 5))); do
-        "$@" >/dev/null 2>&1 && return 0
-        sleep 0.2
-    done
-    echo "slurm.sh: $what did not come up within $seconds s; the end of $log:" >&2
-    tail -n 20 "$log" >&2 || true
-    stop
-    exit 1
+    stop_session "$dir/slurmd.session"
+    stop_session "$dir/slurmctld.session"
+    stop_session "$dir/munge/munged.session"
 }
 
 start() {
     [[ $(id -u) -eq 0 ]] || { echo "slurm.sh: start needs root (slurmd runs jobs as their users)" >&2; exit 1; }
-    if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge >/dev/null \
-            || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge >/dev/null; }
-    fi
+    command -v slurmctld >/dev/null && command -v munged >/dev/null || install_packages slurm-wlm munge
     mkdir -p "$dir"/{munge,state,spool}
     chmod 755 "$dir"
     chown munge:munge "$dir/munge"
@@ -64,9 +38,11 @@ start() {
              "folder under /tmp or /srv" >&2; exit 1; }
     local key=$dir/munge/munge.key socket=$dir/munge/munge.socket
     [[ -f $key ]] || runuser -u munge -- mungekey --create --keyfile="$key"
-    runuser -u munge -- munged --force --socket="$socket" --key-file="$key" --pid-file="$dir/munge/munged.pid" \
-        --log-file="$dir/munge/munged.log" --seed-file="$dir/munge/munged.seed"
-    wait_for 10 "$dir/munge/munged.log" munged bash -c "munge --socket='$socket' -n | unmunge --socket='$socket'"
+    start_session "$dir/munge/munged.session" "$dir/munged.log" runuser -u munge -- munged --foreground --force \
+        --socket="$socket" --key-file="$key" --pid-file="$dir/munge/munged.pid" --log-file="$dir/munge/munged.log" \
+        --seed-file="$dir/munge/munged.seed"
+    wait_until 10 "$dir/munge/munged.session" "$dir/munged.log" munged \
+        bash -c "munge --socket='$socket' -n | unmunge --socket='$socket'" || { stop; exit 1; }
 
     local host cpus memory
     host=$(hostname -s)
@@ -102,10 +78,11 @@ NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
 EOF
     export SLURM_CONF=$dir/slurm.conf
-    setsid slurmctld -D -i -f "$SLURM_CONF" >>"$dir/slurmctld.log" 2>&1 </dev/null &
-    wait_for 30 "$dir/slurmctld.log" slurmctld scontrol ping
-    setsid slurmd -D -f "$SLURM_CONF" >>"$dir/slurmd.log" 2>&1 </dev/null &
-    wait_for 30 "$dir/slurmd.log" "slurmd (node $host idle)" bash -c "sinfo -h -n '$host' -o %t | grep -qx idle"
+    start_session "$dir/slurmctld.session" "$dir/slurmctld.log" slurmctld -D -i -f "$SLURM_CONF"
+    wait_until 30 "$dir/slurmctld.session" "$dir/slurmctld.log" slurmctld scontrol ping || { stop; exit 1; }
+    start_session "$dir/slurmd.session" "$dir/slurmd.log" slurmd -D -f "$SLURM_CONF"
+    wait_until 30 "$dir/slurmd.session" "$dir/slurmd.log" "slurmd (node $host idle)" \
+        bash -c "sinfo -h -n '$host' -o %t | grep -qx idle" || { stop; exit 1; }
     echo "export SLURM_CONF=$SLURM_CONF"
 }
 
