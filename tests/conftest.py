@@ -8,6 +8,9 @@ from pathlib import Path
 import jax
 import pytest
 
+from scale_out import (empty_postgres_store, postgres, postgres_store, ray_cluster, reference, slurm,  # noqa: F401
+                       team_server)
+
 jax.config.update("jax_compilation_cache_dir",
                   os.environ.get("CRUX_TEST_JAX_CACHE", os.path.join(tempfile.gettempdir(), "crux-test-jax-cache")))
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)

@@ -16,3 +16,4 @@ def _load(name: str):
 
 accuracy = _load("accuracy")
 bench = _load("bench")
+load_test = _load("load_test")

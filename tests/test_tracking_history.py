@@ -1,8 +1,9 @@
 """crux.tracking.history writes histories into MLflow's SQL store directly: MLflow's read API must not tell the
 result from ``MlflowClient.log_batch``'s.
 
-Each test logs the same histories to two runs of a SQLite store, one each way, and
-compares what ``get_metric_history`` and ``get_run`` give back.
+Each test logs the same histories to two runs of a store, one each way, and compares
+what ``get_metric_history`` and ``get_run`` give back; each runs on SQLite and on
+PostgreSQL (a server of its own, scripts/postgres.sh).
 """
 from __future__ import annotations
 
@@ -46,9 +47,12 @@ def read_back(client: MlflowClient, run_id: str) -> tuple[dict[str, list], dict[
     return histories, {key: repr(value) for key, value in run.data.metrics.items()}
 
 
-@pytest.fixture
-def client(store: Path) -> MlflowClient:
-    return MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
+def client(request, store: Path) -> MlflowClient:
+    """A client on a new store: a SQLite file, or a database on a PostgreSQL server (scripts/postgres.sh)."""
+    if request.param == "sqlite":
+        return MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
+    return MlflowClient(request.getfixturevalue("postgres_store"))
 
 
 @pytest.fixture

@@ -8,6 +8,13 @@ such as joblib ``on_job_end`` runs in the workers, not here.
 The parent also records the jobs it plans (tag ``crux.planned_jobs`` and the
 artifact ``planned_jobs.json``), so that a reader can tell a complete sweep from
 one whose jobs never ran (docs/CONTRACT.md).
+
+Every launcher builds each job's config again from the files and the
+multirun's ``hydra.overrides.hydra`` (in the job's process for joblib and
+submitit, in this one for Ray), so that list is how something decided here
+reaches every job: the sweep folder goes into it as an absolute path. A
+relative one would be resolved in each job's working directory, which on a
+Ray cluster started elsewhere is the cluster's, not this command's.
 """
 from __future__ import annotations
 
@@ -27,7 +34,7 @@ from hydra.errors import HydraException
 from hydra.experimental.callback import Callback
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from crux.tracking.descriptions import COMMAND, NOTE, runs_page, sweep_description
 from crux.tracking.store import Destination, child_runs, ensure_experiment, experiment_name, tracking_uri
@@ -51,6 +58,17 @@ def swept_keys(config: DictConfig) -> list[str]:
     """
     last = {o.key_or_group: o for o in OverridesParser.create().parse_overrides(_sweep_overrides(config))}
     return sorted(key for key, override in last.items() if override.is_sweep_override())
+
+
+def pin_sweep_dir(config: DictConfig) -> Path:
+    """Make ``hydra.sweep.dir`` absolute, in the multirun's config and in every job's (the last override of a
+    key wins), and return it."""
+    sweep_dir = Path(config.hydra.sweep.dir).resolve()
+    quoted = "'" + str(sweep_dir).replace("'", "\\'") + "'"
+    with read_write(config.hydra), open_dict(config.hydra):
+        config.hydra.sweep.dir = str(sweep_dir)
+        config.hydra.overrides.hydra.append(f"hydra.sweep.dir={quoted}")
+    return sweep_dir
 
 
 def planned_jobs(config: DictConfig) -> list[list[str]] | None:
@@ -98,7 +116,7 @@ class SweepCallback(Callback):
         client = MlflowClient(uri)
         name = experiment_name(config.tracking.experiment, config.hydra.runtime.choices)
         experiment_id = ensure_experiment(client, name, uri, config.claim)
-        sweep_dir = Path(config.hydra.sweep.dir).resolve()
+        sweep_dir = pin_sweep_dir(config)
         tags = {"crux.sweep": name, "crux.claim": config.claim, "crux.claims": json.dumps(list(config.claims)),
                 "crux.role": "parent", "crux.sweep_dir": str(sweep_dir),
                 "crux.overrides": " ".join(config.hydra.overrides.task), COMMAND: self._command,

@@ -9,12 +9,16 @@ MLflow's own ``metrics`` table and one ``latest_metrics`` row per key costs
 0.2-0.35 s, most of it SQLite maintaining the table's indexes
 (scripts/measure_logging.py prints both figures).
 
+MLflow's SQL store on PostgreSQL (a ``postgresql://`` URI) takes the same path;
+docs/scaling.md has its figures there.
+
 The trade-off: this relies on MLflow 3's SQL schema and store internals (its table
 objects, ``sanitize_metric_value``, ``_validate_metric``, the run lookup and its
-lifecycle check). tests/test_tracking_history.py checks that MLflow's read API sees
-the same histories and latest values either way. Any other store (a tracking
-server, the file store), other MLflow versions, an active logged model, or a
-value already stored (MLflow skips those) take ``log_batch``.
+lifecycle check). tests/test_tracking_history.py checks, on SQLite and on
+PostgreSQL, that MLflow's read API sees the same histories and latest values either
+way. Any other store (a tracking server, the file store), other MLflow versions, an
+active logged model, or a value already stored (MLflow skips those) take
+``log_batch``.
 """
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import time
 from pathlib import Path
 from types import TracebackType
@@ -34,7 +35,7 @@ from crux.stats import Statistics
 from crux.tracking.descriptions import NOTE, job_description
 from crux.tracking.environment import environment
 from crux.tracking.history import log_history
-from crux.tracking.store import Destination, ensure_experiment, experiment_name, tracking_uri
+from crux.tracking.store import SWEEP_FILE, Destination, ensure_experiment, experiment_name, tracking_uri
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,14 @@ class JobRun:
     def start(cls, cfg: DictConfig) -> "JobRun":
         hydra = HydraConfig.get()
         multirun = hydra.mode == RunMode.MULTIRUN
-        where = Destination.load(Path(hydra.sweep.dir).resolve()) if multirun else None
+        sweep_dir = Path(hydra.sweep.dir).resolve()
+        where = Destination.load(sweep_dir) if multirun else None
+        if where is None and multirun and any(str(callback.get("_target_", "")).endswith("SweepCallback")
+                                              for callback in hydra.callbacks.values()):
+            raise FileNotFoundError(
+                f"this job of a multirun finds no {SWEEP_FILE} in its sweep folder {sweep_dir} on "
+                f"{socket.gethostname()}: the launcher ran it where that folder is not visible; put "
+                f"hydra.sweep.dir on a filesystem that every job's machine shares")
         if where is None:  # a plain crux-run, or a multirun without the SweepCallback
             uri = tracking_uri(cfg.tracking.uri)
             name = experiment_name(cfg.tracking.experiment, hydra.runtime.choices)

@@ -1,0 +1,292 @@
+"""Several sweeps at once into one tracking store, then every run, parent link, status, metric point and artifact
+counted back through the store's API (MLflow's REST API for a server).
+
+    python scripts/load_test.py --tracking-uri http://127.0.0.1:PORT                  # 4 sweeps x 8 jobs x 2000 epochs
+    python scripts/load_test.py --tracking-uri sqlite:///$PWD/load.db                # the same on the embedded store
+    python scripts/load_test.py --tracking-uri URI --launcher ray                    # jobs on $RAY_ADDRESS's cluster
+    python scripts/load_test.py --tracking-uri URI --sweeps 2 --repeats 1 --epochs 50  # smaller
+
+Each sweep is ``crux-sweep accumulation`` (memory full, b8, b32, b8_acc4 x ``--repeats``) with
+``--parallel`` jobs at a time on the chosen launcher, all sweeps started together, each in its own
+folder, all into one new experiment. Afterwards each sweep's parent must hold exactly its own jobs,
+all FINISHED, each with its variant and repeat once; every history must have one point per epoch
+per series with the values of the run's ``stats.npz``; every run must have its five artifacts; the
+experiment must hold no other run. Prints what was found against what was expected, jobs per
+minute (all jobs over the wall time from the first start to the last exit), and each job's tracking
+share: the seconds in crux's tracking calls over the job's seconds, timed inside the job by
+:class:`TrackingTimer`, a Hydra callback the sweeps load from this folder. Services:
+scripts/postgres.sh, scripts/mlflow_server.sh and scripts/ray_head.sh (docs/scaling.md). Exits 1
+when anything is missing, duplicated or misplaced.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from hydra.experimental.callback import Callback
+from mlflow.entities import Run
+from mlflow.tracking import MlflowClient
+from omegaconf import DictConfig
+
+from crux.stats import Statistics
+from crux.tracking.store import Destination, child_runs
+
+SCRIPTS = Path(__file__).resolve().parent
+HISTORY_KEYS = ("loss/total", "loss/pde", "loss/bc", "lr/u")
+ARTIFACTS = {"history.png", "stats.npz", "params.npz", "config.yaml", "environment.json"}
+TIMING_FILE = "tracking_seconds.json"
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """One ``crux-sweep accumulation``: ``len(memory) * repeats`` jobs of ``epochs`` epochs on ``launcher``
+    (basic, joblib, ray, submitit_local or submitit_slurm), ``extra`` overrides for every job, each job timed by
+    :class:`TrackingTimer` when ``timed``. joblib runs ``parallel`` jobs of the sweep at a time; on Ray every job
+    takes one CPU of the cluster, so the cluster's CPUs bound the jobs running at once over all sweeps."""
+
+    launcher: str = "joblib"
+    repeats: int = 2
+    epochs: int = 2000
+    parallel: int = 2
+    memory: tuple[str, ...] = ("full", "b8", "b32", "b8_acc4")
+    extra: tuple[str, ...] = ()
+    timed: bool = True
+
+    @property
+    def jobs(self) -> int:
+        return len(self.memory) * self.repeats
+
+    def launcher_overrides(self) -> list[str]:
+        if self.launcher == "basic":
+            return []
+        if self.launcher == "joblib":
+            return ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={self.parallel}"]
+        if self.launcher == "ray":
+            # The workers of a cluster started elsewhere do not see this process's environment: Ray's runtime_env
+            # carries the path TrackingTimer is imported from. The launcher's default object store size is for a
+            # cluster it starts itself; Ray refuses it when connecting to one.
+            return ["hydra/launcher=ray", "+hydra.launcher.ray.init.object_store_memory=null",
+                    f"+hydra.launcher.ray.init.runtime_env={{env_vars:{{PYTHONPATH:'{SCRIPTS}'}}}}"]
+        if self.launcher in ("submitit_local", "submitit_slurm"):
+            return [f"hydra/launcher={self.launcher}"]
+        raise ValueError(f"launcher {self.launcher!r}: choose basic, joblib, ray, submitit_local or submitit_slurm")
+
+    def command(self, sweep_dir: Path, experiment: str) -> list[str]:
+        timer = ["+hydra.callbacks.tracking_timer._target_=load_test.TrackingTimer"] if self.timed else []
+        return [sys.executable, "-m", "crux.sweep", "accumulation", f"solver.epochs={self.epochs}",
+                f"memory={','.join(self.memory)}", f"repeat={','.join(map(str, range(self.repeats)))}",
+                f"tracking.experiment={experiment}", f"hydra.sweep.dir={sweep_dir}", *self.extra, *timer,
+                *self.launcher_overrides()]
+
+
+class TrackingTimer(Callback):
+    """Times crux's tracking calls inside each job (in the job's process, whichever launcher runs it) and writes
+    ``{"job": seconds, "tracking": seconds}`` into the job's output folder."""
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        import measure_tracking  # imports crux's pipeline: only in the jobs
+
+        if not getattr(measure_tracking, "patched", False):  # a worker process may run several jobs
+            for label, (owner, name) in measure_tracking.STEPS.items():
+                measure_tracking.timed(owner, name, label)
+            measure_tracking.patched = True
+        measure_tracking.SECONDS.clear()
+        self._start = time.perf_counter()
+
+    def on_job_end(self, config: DictConfig, **kwargs: Any) -> None:
+        import measure_tracking
+
+        tracking = sum(measure_tracking.SECONDS.get(label, 0.0) for label in measure_tracking.STEPS)
+        seconds = {"job": time.perf_counter() - self._start, "tracking": tracking}
+        (Path(config.hydra.runtime.output_dir) / TIMING_FILE).write_text(json.dumps(seconds))
+
+
+@dataclass
+class Outcome:
+    """The sweeps' folders and exit codes, the wall time from the first start to the last exit."""
+
+    folders: list[Path]
+    returncodes: list[int]
+    seconds: float
+    logs: list[str]
+
+
+def run(sweeps: list[SweepSpec], uri: str, experiment: str, folder: Path, timeout: float,
+        env: dict[str, str] | None = None) -> Outcome:
+    """Start ``sweeps`` at once into ``uri`` (with ``env`` on top of this process's environment) from ``folder``,
+    each in a folder of its own there, and wait for all of them (killed after ``timeout`` s)."""
+    env = {**os.environ, **(env or {}), "MLFLOW_TRACKING_URI": uri,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(SCRIPTS), os.environ.get("PYTHONPATH")]))}
+    folders = [folder / f"sweep-{k}" for k in range(len(sweeps))]
+    start = time.monotonic()
+    processes = []
+    for spec, sweep_dir in zip(sweeps, folders):
+        sweep_dir.parent.mkdir(parents=True, exist_ok=True)
+        log = open(f"{sweep_dir}.log", "w")
+        processes.append((subprocess.Popen(spec.command(sweep_dir, experiment), cwd=folder, env=env, stdout=log,
+                                           stderr=subprocess.STDOUT), log))
+    codes = []
+    for process, log in processes:
+        try:
+            codes.append(process.wait(timeout=max(1.0, timeout - (time.monotonic() - start))))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            codes.append(process.wait())
+        log.close()
+    seconds = time.monotonic() - start
+    return Outcome(folders, codes, seconds, [Path(f"{d}.log").read_text() for d in folders])
+
+
+@dataclass
+class Counts:
+    """What the store holds against what the load should have left there; ``problems`` lists every difference."""
+
+    expected: dict[str, int] = field(default_factory=dict)
+    found: dict[str, int] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    def add(self, what: str, expected: int, found: int) -> None:
+        self.expected[what] = self.expected.get(what, 0) + expected
+        self.found[what] = self.found.get(what, 0) + found
+
+
+def count(sweeps: list[SweepSpec], uri: str, experiment: str, folders: list[Path]) -> Counts:
+    """Read every sweep back from ``uri`` and compare it with its spec (see the module's docstring)."""
+    client, counts = MlflowClient(uri), Counts()
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        counts.problems.append(f"no experiment {experiment!r}")
+        return counts
+    every_run = {run.info.run_id: run for run in _all_runs(client, found.experiment_id)}
+    counts.add("runs in the experiment", sum(1 + spec.jobs for spec in sweeps), len(every_run))
+    accounted = set()
+    with tempfile.TemporaryDirectory() as scratch:
+        for spec, sweep_dir in zip(sweeps, folders):
+            wanted = Counter((memory, str(repeat)) for memory in spec.memory for repeat in range(spec.repeats))
+            destination = Destination.load(sweep_dir)
+            if destination is None:
+                counts.problems.append(f"{sweep_dir}: no parent run recorded")
+                continue
+            parent = every_run.get(destination.parent_run_id)
+            counts.add("parent runs FINISHED", 1, int(parent is not None and parent.info.status == "FINISHED"))
+            if parent is not None:
+                accounted.add(parent.info.run_id)
+                counts.add("parent 'jobs' metrics", spec.jobs, int(parent.data.metrics.get("jobs", -1)))
+            children = list(child_runs(client, found.experiment_id, destination.parent_run_id))
+            accounted.update(run.info.run_id for run in children)
+            counts.add("child runs", spec.jobs, len(children))
+            counts.add("child runs FINISHED", spec.jobs, sum(run.info.status == "FINISHED" for run in children))
+            variants = Counter((run.data.tags.get("crux.variant"), run.data.tags.get("crux.repeat"))
+                               for run in children)
+            if variants != wanted:
+                counts.problems.append(f"{sweep_dir.name}: jobs {dict(variants)} instead of {dict(wanted)}")
+            for run in children:
+                _check_run(client, run, spec.epochs, Path(scratch) / run.info.run_id, counts)
+    strays = set(every_run) - accounted
+    if strays:
+        counts.problems.append(f"{len(strays)} runs under no sweep's parent: {sorted(strays)[:5]}")
+    counts.problems += [f"{what}: {counts.found[what]} found, {expected} expected"
+                        for what, expected in counts.expected.items() if counts.found[what] != expected]
+    return counts
+
+
+def _all_runs(client: MlflowClient, experiment_id: str) -> list[Run]:
+    runs, token = [], None
+    while True:
+        page = client.search_runs([experiment_id], max_results=1000, page_token=token)
+        runs += page
+        token = page.token
+        if not token:
+            return runs
+
+
+def _check_run(client: MlflowClient, run: Run, epochs: int, folder: Path, counts: Counts) -> None:
+    """One child run: its artifacts, and every point of every history against its ``stats.npz``."""
+    run_id = run.info.run_id
+    present = {artifact.path for artifact in client.list_artifacts(run_id)}
+    counts.add("artifacts", len(ARTIFACTS), len(present & ARTIFACTS))
+    if "stats.npz" not in present:
+        return
+    folder.mkdir(parents=True)
+    stats = Statistics.load(client.download_artifacts(run_id, "stats.npz", str(folder)))
+    expected = {"loss/total": stats.total_loss, "lr/u": stats.lr["u"],
+                **{f"loss/{name}": stats.losses[:, j] for j, name in enumerate(stats.names)}}
+    for key in HISTORY_KEYS:
+        history = client.get_metric_history(run_id, key)
+        counts.add("metric points", epochs, len(history))
+        steps = [m.step for m in history]
+        if sorted(steps) != list(range(epochs)):
+            counts.problems.append(f"{run_id} {key}: steps are not each epoch once")
+            continue
+        values = np.array([m.value for m in sorted(history, key=lambda m: m.step)])
+        if not np.array_equal(values, np.asarray(expected[key], np.float64)):
+            counts.problems.append(f"{run_id} {key}: values differ from the run's stats.npz")
+
+
+def tracking_shares(folders: list[Path]) -> list[float]:
+    """Each job's tracking seconds over its seconds, from the files :class:`TrackingTimer` wrote."""
+    shares = []
+    for path in sorted(p for folder in folders for p in folder.glob(f"*/{TIMING_FILE}")):
+        seconds = json.loads(path.read_text())
+        shares.append(seconds["tracking"] / seconds["job"])
+    return shares
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tracking-uri", required=True, help="the store: http://host:port, postgresql://, sqlite:///")
+    parser.add_argument("--sweeps", type=int, default=4, help="sweeps started at once (4)")
+    parser.add_argument("--repeats", type=int, default=SweepSpec.repeats, help="repeats of the 4 memory settings (2)")
+    parser.add_argument("--epochs", type=int, default=SweepSpec.epochs, help="epochs per job (2000)")
+    parser.add_argument("--launcher", choices=["joblib", "ray"], default=SweepSpec.launcher)
+    parser.add_argument("--parallel", type=int, default=SweepSpec.parallel, help="joblib's jobs at a time per sweep (2)")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds before the sweeps are killed (3600)")
+    parser.add_argument("--folder", type=Path, help="the sweeps' folders (default: a temporary one)")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar per artifact read back
+    for name in ("sweeps", "repeats", "epochs", "parallel"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} {getattr(args, name)}: at least 1")
+    spec = SweepSpec(args.launcher, args.repeats, args.epochs, args.parallel)
+    sweeps = [spec] * args.sweeps
+    experiment = f"load-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    # The first client of a fresh store creates MLflow's tables; sweeps started together would race to do it.
+    MlflowClient(args.tracking_uri).search_experiments()
+    with tempfile.TemporaryDirectory(prefix="crux-load-") as scratch:
+        folder = (args.folder or Path(scratch)).resolve()
+        outcome = run(sweeps, args.tracking_uri, experiment, folder, args.timeout)
+        counts = count(sweeps, args.tracking_uri, experiment, outcome.folders)
+        shares = tracking_shares(outcome.folders)
+    jobs = len(sweeps) * spec.jobs
+    at_once = f"{spec.parallel} at a time per sweep" if spec.launcher == "joblib" else "one CPU each"
+    print(f"{len(sweeps)} sweeps x {spec.jobs} jobs x {spec.epochs} epochs on {spec.launcher} ({at_once}) into "
+          f"{args.tracking_uri.split('@')[-1]}, experiment {experiment}")
+    print(f"exit codes {outcome.returncodes}; {jobs} jobs in {outcome.seconds:.0f} s = "
+          f"{60 * jobs / outcome.seconds:.1f} jobs per minute")
+    if shares:
+        print(f"tracking share of a job: median {100 * statistics.median(shares):.1f}%, "
+              f"{100 * min(shares):.1f}-{100 * max(shares):.1f}% over {len(shares)} jobs")
+    width = max(map(len, counts.expected))
+    for what, expected in counts.expected.items():
+        print(f"  {what:<{width}}  {counts.found[what]:>7} of {expected}")
+    for problem in counts.problems:
+        print(f"PROBLEM: {problem}")
+    failed = [k for k, code in enumerate(outcome.returncodes) if code != 0]
+    for k in failed:
+        print(f"sweep {k} exited {outcome.returncodes[k]}; the end of its output:\n{outcome.logs[k][-2000:]}")
+    return 1 if counts.problems or failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""A team's tracking server: MLflow on PostgreSQL, on 127.0.0.1 (scripts/postgres.sh and scripts/mlflow_server.sh).
+
+crux-sweep and crux-report work against it unchanged, through the server
+(``MLFLOW_TRACKING_URI=http://...``) and straight on the database (``postgresql://...``),
+with the verdicts and the very numbers of a sweep on SQLite; several sweeps at once,
+on joblib and on a Ray cluster, lose nothing in it (scripts/load_test.py, small).
+"""
+from __future__ import annotations
+
+import pytest
+
+from scale_out import assert_same_as_reference, sweep_and_report
+from scripts_path import load_test
+
+pytestmark = pytest.mark.integration  # starts PostgreSQL, an MLflow server, a Ray cluster, sweeps in subprocesses
+
+
+def test_sweep_and_report_through_a_postgres_backed_server_are_those_of_sqlite(team_server, reference, tmp_path):
+    assert_same_as_reference(sweep_and_report(tmp_path, team_server, "basic"), reference)
+
+
+def test_sweep_and_report_on_a_postgresql_uri_are_those_of_sqlite(postgres_store, reference, tmp_path):
+    """The jobs write their histories with crux's direct SQL insert (test_tracking_history proves it on
+    PostgreSQL), the rest through MLflow's SQL store."""
+    assert_same_as_reference(sweep_and_report(tmp_path, postgres_store, "basic"), reference)
+
+
+def test_sweeps_at_once_on_joblib_and_ray_into_the_server_lose_nothing(team_server, ray_cluster, tmp_path):
+    """Two sweeps with two parallel joblib jobs each and one on the Ray cluster, started together into one
+    experiment: every parent holds exactly its jobs, every history every point, every run its artifacts."""
+    small = dict(repeats=1, epochs=30, memory=("b8", "b8_acc4"), extra=("model.width=8", "problem.n_interior=64"))
+    sweeps = [load_test.SweepSpec("joblib", parallel=2, **small), load_test.SweepSpec("joblib", parallel=2, **small),
+              load_test.SweepSpec("ray", **small)]
+    outcome = load_test.run(sweeps, team_server, "load", tmp_path, timeout=1500, env=ray_cluster)
+    assert outcome.returncodes == [0, 0, 0], [log[-2000:] for log in outcome.logs]
+    counts = load_test.count(sweeps, team_server, "load", outcome.folders)
+    assert counts.problems == []
+    assert counts.found == counts.expected == {
+        "runs in the experiment": 9, "parent runs FINISHED": 3, "parent 'jobs' metrics": 6, "child runs": 6,
+        "child runs FINISHED": 6, "artifacts": 30, "metric points": 6 * 4 * 30}
+    assert len(load_test.tracking_shares(outcome.folders)) == 6  # every job timed inside its own process
