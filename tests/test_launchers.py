@@ -18,7 +18,7 @@ from hydra._internal.utils import create_config_search_path
 from hydra.core.utils import setup_globals
 from hydra.types import RunMode
 
-from crux.config import PROJECT_ROOT
+from crux.config import CONFIG_PACKAGE
 from crux.tracking.callback import pin_sweep_dir
 from scale_out import assert_same_as_reference, sweep_and_report
 
@@ -29,7 +29,7 @@ def test_every_job_gets_the_sweep_folder_of_the_command_whatever_its_working_dir
     worker) would look for its parent run in another folder unless the sweep folder travels as an absolute
     path."""
     setup_globals()  # the ${now:...} resolver of the default sweep folder
-    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(PROJECT_ROOT / "conf")))
+    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(f"pkg://{CONFIG_PACKAGE}"))
     command, worker = tmp_path / "command", tmp_path / "worker"
     command.mkdir(), worker.mkdir()
     monkeypatch.chdir(command)
@@ -42,7 +42,6 @@ def test_every_job_gets_the_sweep_folder_of_the_command_whatever_its_working_dir
     job = loader.load_sweep_config(multirun, ["memory=b8"])
     assert job.hydra.sweep.dir == str(command / relative)
     assert job.memory.batchsize == 8
-
 
 
 @pytest.mark.integration  # starts a Ray cluster and sweeps in subprocesses
