@@ -1,4 +1,4 @@
-"""Accuracy of the seed problem (slow: run with `pytest -m slow`; the figure is in README.md)."""
+"""Accuracy on the 1-D Poisson problem (slow: run with `pytest -m slow`; the figure is in README.md)."""
 import pytest
 
 from scripts_path import accuracy

@@ -85,7 +85,7 @@ def test_adam_then_lbfgs_then_soap_each_move_the_parameters():
     solver.solve(30)
     snapshots.append(flat(solver.params))
     after_lbfgs = full_batch_loss(problem)
-    u.optimizer(soap(1)).scale(crux.lrs(1e-5))   # the seed's phase 3, as written
+    u.optimizer(soap(1)).scale(crux.lrs(1e-5))   # phase 3 of the documented multi-phase example, as written
     solver.solve(20)
     snapshots.append(flat(solver.params))
     assert solver.history.phases == [0, 300, 330]

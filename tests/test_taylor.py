@@ -66,7 +66,7 @@ def test_taylor_laplacian_equals_the_closed_form_and_is_what_crux_laplacian_runs
 STRUCTURES = [((8,), False), ((8, 8, 8), False), ((8, 8, 8), True)]
 
 
-@pytest.mark.parametrize("rotation, activation", enumerate(["tanh", "sin", "gelu", "silu"]))
+@pytest.mark.parametrize("rotation, activation", list(enumerate(["tanh", "sin", "gelu", "silu"])))
 def test_mlp_laplacian_equals_forward_over_forward(rotation, activation):
     cases = []
     for i, (hidden, checkpointed) in enumerate(STRUCTURES):

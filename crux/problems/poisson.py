@@ -27,8 +27,8 @@ def _interior(n: int) -> np.ndarray:
 def poisson1d(n_interior: int = 1024, hidden: Sequence[int] = (64, 64, 64), activation: str = "tanh",
               seed: int = 0, hard_boundary: bool = False, bc_weight: float = 1.0,
               laplacian_mode: str = "taylor") -> Problem:
-    """The seed problem. ``hard_boundary`` writes u = x(1-x) N(x), leaving the PDE residual alone;
-    ``laplacian_mode`` is how u'' is taken (``crux.laplacian``'s ``mode``)."""
+    """The problem of jNO's documented multi-phase example. ``hard_boundary`` writes u = x(1-x) N(x), leaving
+    the PDE residual alone; ``laplacian_mode`` is how u'' is taken (``crux.laplacian``'s ``mode``)."""
     if laplacian_mode not in LAPLACIAN_MODES:
         raise ValueError(f"poisson1d: laplacian_mode={laplacian_mode!r}; choose one of {list(LAPLACIAN_MODES)}")
     lap = lambda f: laplacian(f, laplacian_mode)
