@@ -4,6 +4,10 @@
     crux-report accumulation --run 3f2c...       # a given parent run
     crux-report my-experiment --claim inner_steps
 
+An experiment with sweeps of several backends (crux-sweep NAME backend=jno beside
+crux-sweep NAME) is reported side by side: the latest sweep of each, judged on its
+own runs, in DIR/<backend>/, and their verdicts and speeds in DIR/report.md.
+
 Writes report.md, verdicts.json and the figures into DIR (default
 reports/<sweep>/<UTC time>/ under the project root) and prints the verdicts.
 """
@@ -16,10 +20,10 @@ import time
 from pathlib import Path
 
 from crux.config import PROJECT_ROOT
+from crux.report.backends import load_sweeps
 from crux.report.claims import CHECKS, judge
-from crux.report.document import verdict_table, write_report
+from crux.report.document import side_by_side_table, verdict_table, write_report, write_side_by_side
 from crux.report.figures import draw
-from crux.report.store import load_sweep
 
 
 def default_out(sweep: str) -> Path:
@@ -40,16 +44,24 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar per artifact drowns the table
     try:
-        sweep = load_sweep(args.name, args.parent, args.tracking_uri)
+        sweeps = load_sweeps(args.name, args.parent, args.tracking_uri)
     except LookupError as error:
         print(f"crux-report: {error}", file=sys.stderr)
         return 2
     claims = args.claim or ([args.name] if args.name in CHECKS else list(CHECKS))
-    verdicts = judge(sweep.records, claims)
-    out = args.out or default_out(sweep.name)
-    out.mkdir(parents=True, exist_ok=True)
-    figures = draw(claims, sweep.records, out)
-    write_report(out, sweep, verdicts, figures, claims)
-    print(verdict_table(verdicts))
+    out = args.out or default_out(args.name)
+    judged = {}
+    for backend, sweep in sweeps.items():  # one library's runs at a time: never paired across libraries
+        folder = out / backend if len(sweeps) > 1 else out
+        folder.mkdir(parents=True, exist_ok=True)
+        verdicts = judge(sweep.records, claims)
+        figures = draw(claims, [r for r in sweep.records if not r.unsupported], folder)
+        write_report(folder, sweep, verdicts, figures, claims)
+        judged[backend] = (sweep, verdicts)
+    if len(sweeps) > 1:
+        write_side_by_side(out, args.name, judged)
+        print(side_by_side_table(judged))
+    else:
+        print(verdict_table(verdicts))
     print(f"\nreport: {out / 'report.md'}")
     return 0

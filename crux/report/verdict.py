@@ -6,6 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "fails", "inconclusive"
+NO_EFFECT = "no effect"  # the option changed nothing measurable: a finding about the option, not a pass
+NOT_SUPPORTED = "not supported"  # the library refused the option or fell back from it (its own message says so)
+VERDICTS = (HOLDS, FAILS, INCONCLUSIVE, NO_EFFECT, NOT_SUPPORTED)
 CLAIMS_SOURCE = "CLAIMS-SOURCE.md (jNO's 'Running Training' page)"
 DESIGN_SOURCE = "DESIGN.md §3 (crux's semantics of solve())"
 
@@ -24,7 +27,8 @@ class Threshold:
 
 @dataclass(frozen=True)
 class Verdict:
-    """``holds``, ``fails`` or ``inconclusive`` for one claim, with everything needed to check it by hand.
+    """``holds``, ``fails``, ``inconclusive``, ``no effect`` or ``not supported`` for one claim, with everything
+    needed to check it by hand.
 
     ``claim`` is quoted from ``source``; ``test`` says what was compared;
     ``summary`` is the one-line finding; ``evidence`` holds the numbers and
@@ -42,8 +46,8 @@ class Verdict:
     runs: tuple[str, ...] = ()
 
     def __post_init__(self):
-        if self.verdict not in (HOLDS, FAILS, INCONCLUSIVE):
-            raise ValueError(f"verdict must be holds, fails or inconclusive, got {self.verdict!r}")
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {', '.join(VERDICTS)}, got {self.verdict!r}")
 
     def as_dict(self) -> dict[str, Any]:
         """The ``verdicts.json`` entry: JSON-safe (non-finite numbers become strings)."""
