@@ -96,8 +96,9 @@ def check_gradient_noise(records: list[RunRecord]) -> list[Verdict]:
 
 
 def expected_ratios(items: int, a: int, b: int) -> tuple[float, float]:
-    """(A·B distinct items, A independent micro-batches): the variance of A micro-batches of B over plain B."""
-    return max(items - a * b, 0) / (a * (items - b)), 1.0 / a
+    """(A·B distinct items, A independent micro-batches): the variance of A micro-batches of B over plain B
+    (0 for the first when A·B items are all of them; when B items are, plain B has no noise to compare)."""
+    return (max(items - a * b, 0) / (a * (items - b)) if items > b else 0.0), 1.0 / a
 
 
 def _noise(accumulated: RunRecord, plain: RunRecord | None, big: RunRecord | None) -> Verdict:
