@@ -59,10 +59,19 @@ def check_backend(cfg: DictConfig) -> None:
 
 
 class BackendCheck(Callback):
-    """Runs :func:`check_backend` before a multirun's first job and before a single run."""
+    """Runs :func:`check_backend` before a multirun's first job and before a single run, and ends the command
+    with its message when it refuses (Hydra turns a callback's exceptions into warnings and goes on, so a
+    refusal must end the process itself; listed before the MLflow callback, it ends it before any run)."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        check_backend(config)
+        _refuse_unless_runnable(config)
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        check_backend(config)
+        _refuse_unless_runnable(config)
+
+
+def _refuse_unless_runnable(cfg: DictConfig) -> None:
+    try:
+        check_backend(cfg)
+    except (ValueError, ImportError) as error:
+        raise SystemExit(f"crux: {error}") from error
