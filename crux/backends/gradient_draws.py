@@ -8,6 +8,7 @@ its standard error, not the gradients.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import jax
@@ -60,11 +61,17 @@ def crux_gradient_draws(problem: Problem, draws: int, batchsize: int | None, acc
     solver = crux.Crux(problem.constraints, models, seed=seed)
     before = flat(start)
     rows = []
-    for _ in range(draws):
+    solver_log = logging.getLogger("crux")
+    level = solver_log.level
+    solver_log.setLevel(logging.WARNING)  # not the accumulation notice of every draw
+    try:
+        for _ in range(draws):
+            for name, model in models.items():
+                model.params = start[name]
+            solver.solve(1, batchsize=batchsize, accumulation_steps=accumulation_steps)
+            rows.append(before - flat({name: model.params for name, model in models.items()}))
+    finally:
+        solver_log.setLevel(level)
         for name, model in models.items():
             model.params = start[name]
-        solver.solve(1, batchsize=batchsize, accumulation_steps=accumulation_steps)
-        rows.append(before - flat({name: model.params for name, model in models.items()}))
-    for name, model in models.items():
-        model.params = start[name]
     return GradientDraws(np.stack(rows), max(c.size for c in problem.constraints))
