@@ -62,7 +62,7 @@ def main(cfg: DictConfig) -> float:
     with JobRun.start(cfg) as run:
         run.log_config(cfg)
         if cfg.backend.name != "crux":
-            return backends.run_job(cfg, run)
+            return backends.run_on_backend(cfg, run)
         phases = config.training_phases(cfg)  # a malformed later phase is refused here, before any training
         problem = config.problem(cfg)
         if cfg.gradient_draws:

@@ -1,4 +1,4 @@
-"""Every claim check on jNO: the jNO job (crux.backends.jno.job.run_job) run in this process on tiny problems,
+"""Every claim check on jNO: the jNO job (crux.backends.jno.job.train_and_log) run in this process on tiny problems,
 its outcome turned into run records as the report reads them from MLflow, and judged.
 
 jNO (the ``jno`` extra) is imported once for the module; each job builds its own
@@ -20,7 +20,7 @@ os.environ.setdefault("JNO_COMPILE_CACHE", jax.config.jax_compilation_cache_dir)
 pytest.importorskip("jno", reason='the jNO backend needs the jno extra: pip install -e ".[jno]"')
 
 from crux import config  # noqa: E402
-from crux.backends.jno.job import run_job  # noqa: E402
+from crux.backends.jno.job import train_and_log  # noqa: E402
 from crux.config import PROJECT_ROOT  # noqa: E402
 from crux.report import FAILS, HOLDS, INCONCLUSIVE, RunRecord, judge  # noqa: E402
 from crux.report.records import histories_of, summary_of  # noqa: E402
@@ -32,7 +32,7 @@ TINY = ["backend=jno", "model.width=8", "model.depth=2", "problem.n_interior=64"
 
 
 class CapturedRun:
-    """What run_job hands to crux.tracking.JobRun, kept in memory."""
+    """What train_and_log hands to crux.tracking.JobRun, kept in memory."""
 
     def __init__(self, folder: Path):
         self.folder, self.tags, self.metrics, self.outcome = folder, {}, {}, None
@@ -52,7 +52,7 @@ def jno_record(tmp_path: Path, run_id: str, *overrides: str, repeat: int = 0) ->
     with initialize_config_dir(str(PROJECT_ROOT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=TINY + list(overrides))
     run = CapturedRun(tmp_path / run_id)
-    run_job(cfg, run)
+    train_and_log(cfg, run)
     stats, errors, initial, phase_ends, final = run.outcome
     stages = {"initial": initial, **{f"phase{k}": p for k, p in enumerate(phase_ends)}, "final": final}
     snapshots = {f"{when}/{name}/{i}": leaf for when, params in stages.items() for name, leaves in params.items()

@@ -13,11 +13,11 @@ from crux.backends.gradient_draws import GradientDraws, crux_gradient_draws
 from crux.tracking import JobRun
 
 
-def run_job(cfg: DictConfig, run: JobRun) -> float:
+def run_on_backend(cfg: DictConfig, run: JobRun) -> float:
     """Train the job on its (non-crux) backend, logging into ``run``; returns the final total loss."""
-    from crux.backends.jno.job import run_job as run_jno_job  # jNO is imported only here
+    from crux.backends.jno.job import train_and_log  # jNO is imported only here
 
-    return run_jno_job(cfg, run)
+    return train_and_log(cfg, run)
 
 
-__all__ = ["BackendCheck", "GradientDraws", "builtin_problem", "check_backend", "crux_gradient_draws", "run_job"]
+__all__ = ["BackendCheck", "GradientDraws", "builtin_problem", "check_backend", "crux_gradient_draws", "run_on_backend"]

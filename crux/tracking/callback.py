@@ -48,8 +48,9 @@ class SweepCallback(Callback):
         name = experiment_name(config.tracking.experiment, config.hydra.runtime.choices)
         experiment_id = ensure_experiment(client, name, uri)
         sweep_dir = Path(config.hydra.sweep.dir).resolve()
-        tags = {"crux.sweep": name, "crux.claim": config.claim, "crux.role": "parent", "crux.backend": config.backend.name,
-                "crux.sweep_dir": str(sweep_dir), "crux.overrides": " ".join(config.hydra.overrides.task)}
+        tags = {"crux.sweep": name, "crux.claim": config.claim, "crux.role": "parent",
+                "crux.backend": config.backend.name, "crux.sweep_dir": str(sweep_dir),
+                "crux.overrides": " ".join(config.hydra.overrides.task)}
         run = client.create_run(experiment_id, run_name=f"{name} {time.strftime('%Y-%m-%d %H:%M:%S')}", tags=tags)
         self._sweep = Destination(uri, experiment_id, run.info.run_id, name, config.claim, swept_keys(config))
         self._sweep.save(sweep_dir)

@@ -174,7 +174,8 @@ class JobRun:
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
         """Tags on the run, each cut to what MLflow keeps."""
-        self.client.log_batch(self.run_id, tags=[RunTag(key, str(value)[:MESSAGE_CHARS]) for key, value in tags.items()])
+        self.client.log_batch(self.run_id, tags=[RunTag(key, str(value)[:MESSAGE_CHARS])
+                                                 for key, value in tags.items()])
 
     def _artifact(self, name: str, write: Callable[[Path], Any]) -> None:
         """Write ``name`` into the job's output folder with ``write(path)`` and log it."""

@@ -27,16 +27,17 @@ from omegaconf import DictConfig, OmegaConf
 from crux import config
 from crux.backends.choice import builtin_problem
 from crux.backends.gradient_draws import GradientDraws
-from crux.config import PROJECT_ROOT
+from crux.config import Phase
 from crux.schedules import Schedule, lrs
 from crux.stats import Statistics
 from crux.tracking import JobRun, ParameterLeaves
 
 
 def _environment(cfg: DictConfig, folder: Path) -> None:
-    """jNO's ``JNO_*`` settings for this job, before jNO is imported (its compilation cache is set at import)."""
-    cache = cfg.jax.compilation_cache_dir
-    os.environ["JNO_COMPILE_CACHE"] = str(PROJECT_ROOT / cache) if cache is not None else "0"
+    """jNO's ``JNO_*`` settings for this job, before jNO is imported (its compilation cache is set at import):
+    the cache is the one the job configured for JAX (``jax.compilation_cache_dir``), or none."""
+    cache = jax.config.jax_compilation_cache_dir
+    os.environ["JNO_COMPILE_CACHE"] = str(Path(cache).resolve()) if cache else "0"
     os.environ["JNO_LOG_DIR"] = str(folder / "jno")
     os.environ["JNO_SEED"] = str(cfg.solver.seed)
 
@@ -58,7 +59,38 @@ def _relative_l2(guess: np.ndarray, truth: np.ndarray) -> float:
     return float(np.linalg.norm(guess - truth) / np.linalg.norm(truth))
 
 
-def run_job(cfg: DictConfig, run: JobRun) -> float:
+BATCHING_OPTIONS = ("points", "batchsize", "accumulation_steps")
+"""What the gradient draws take from the job's options (an update hook refuses inner_steps > 1)."""
+
+
+def _train(problem: Any, phases: list[Phase], options: dict[str, Any], log: Any
+           ) -> tuple[list[Statistics], list[ParameterLeaves], list[str]]:
+    """Each phase a solve() on the same core: (the statistics of those that trained, the parameters after each,
+    jNO's messages where it refused or fell back). A phase whose optimizer and schedule equal the previous
+    one's continues its optimizer state; any other attaches a fresh optimizer, as crux-run does. Training stops
+    at a refusal."""
+    from crux.backends.jno import training
+
+    parts, phase_ends, unsupported = [], [], []
+    previous, epoch = None, 0
+    for phase in phases:
+        if (phase.optimizer, phase.schedule) != previous:
+            schedule = jno_schedule(phase.schedule.build(phase.epochs))
+            for net in problem.networks.values():
+                phase.optimizer.attach(net, schedule)  # jNO models take .optimizer(...).scale(...) as crux's do
+            previous = (phase.optimizer, phase.schedule)
+        result = training.solve(problem, phase.epochs, epoch, log, options)
+        if result.unsupported:
+            unsupported.append(result.unsupported)
+        if result.stats is None:
+            break
+        parts.append(result.stats)
+        phase_ends.append(_leaves(problem.networks))
+        epoch += phase.epochs
+    return parts, phase_ends, unsupported
+
+
+def train_and_log(cfg: DictConfig, run: JobRun) -> float:
     """Train the configured job on jNO and log it into ``run``; returns the final total loss (NaN when jNO
     refused)."""
     _environment(cfg, run.folder)
@@ -82,24 +114,7 @@ def run_job(cfg: DictConfig, run: JobRun) -> float:
     options = training.solve_options(memory.pop("batchsize"), batching.form, inner_steps=cfg.solver.inner_steps,
                                      substeps=OmegaConf.to_object(cfg.solver).substep_plan(), **memory)
     initial = _leaves(problem.networks)
-    phase_ends: list[ParameterLeaves] = []
-    parts: list[Statistics] = []
-    unsupported: list[str] = []
-    previous, epoch = None, 0
-    for phase in config.training_phases(cfg):
-        if (phase.optimizer, phase.schedule) != previous:
-            schedule = jno_schedule(phase.schedule.build(phase.epochs))
-            for net in problem.networks.values():
-                phase.optimizer.attach(net, schedule)  # jNO models take .optimizer(...).scale(...) as crux's do
-            previous = (phase.optimizer, phase.schedule)
-        result = training.solve(problem, phase.epochs, epoch, log, options)
-        if result.unsupported:
-            unsupported.append(result.unsupported)
-        if result.stats is None:
-            break
-        parts.append(result.stats)
-        phase_ends.append(_leaves(problem.networks))
-        epoch += phase.epochs
+    parts, phase_ends, unsupported = _train(problem, config.training_phases(cfg), options, log)
     if unsupported:
         run.set_tags({"crux.not_supported": "; ".join(unsupported)})
     if not parts:  # refused before training: nothing trained, the parameters are the initial ones
@@ -108,15 +123,15 @@ def run_job(cfg: DictConfig, run: JobRun) -> float:
         run.log_outcome(empty, {}, initial, [], initial)
         return math.nan
     stats = Statistics.concat(parts)
-    errors = {field: _relative_l2(predict(crux_problem.test_points), crux_problem.exact[field](crux_problem.test_points))
+    points = crux_problem.test_points
+    errors = {field: _relative_l2(predict(points), crux_problem.exact[field](points))
               for field, predict in problem.predict.items()}
     run.log_outcome(stats, errors, initial, phase_ends, _leaves(problem.networks))
     if cfg.gradient_draws:
         probe = build()
         for net in probe.networks.values():
             net.optimizer(optax.sgd).scale(jno_schedule(lrs(1.0)))
-        draws = training.gradient_draws(probe, cfg.gradient_draws, {k: v for k, v in options.items()
-                                                                     if k in ("points", "batchsize",
-                                                                              "accumulation_steps")})
+        batching_options = {k: v for k, v in options.items() if k in BATCHING_OPTIONS}
+        draws = training.gradient_draws(probe, cfg.gradient_draws, batching_options)
         run.log_metrics(GradientDraws(draws, probe.population).metrics())
     return float(stats.total_loss[-1])

@@ -105,14 +105,13 @@ def _noise(accumulated: RunRecord, plain: RunRecord | None, big: RunRecord | Non
     a, b = accumulated.options.accumulation_steps, int(accumulated.options.batchsize)
     name = f"accumulation.noise[{accumulated.label}]"
     test = (f"spread of the first update's gradient over many draws from the same parameters (gradient_draws): "
-            f"{a}×{b} against plain batch {b}, whose ratio must lie between the values for {a}·{b} distinct items and "
-            f"for {a} independent micro-batches, and below 1, within {STANDARD_ERRORS:g} standard errors")
+            f"{a}×{b} against plain batch {b}, whose ratio must lie between the values for {a}·{b} distinct items "
+            f"and for {a} independent micro-batches, and below 1, within {STANDARD_ERRORS:g} standard errors")
     runs = run_ids(accumulated, plain, big)
     mine, reference = Spread.of(accumulated), Spread.of(plain) if plain is not None else None
     if reference is None:
-        return Verdict(name, EFFECTIVE_BATCH, CLAIMS_SOURCE, test, INCONCLUSIVE,
-                       f"the sweep has no run with batchsize={b} (accumulation_steps=1) that measured its gradient "
-                       f"spread", runs=runs)
+        return _verdict(name, test, INCONCLUSIVE, f"the sweep has no run with batchsize={b} (accumulation_steps=1) "
+                                                  f"that measured its gradient spread", runs=runs)
     low, high = expected_ratios(mine.population, a, b)
     ratio = mine.variance / reference.variance if reference.variance > 0 else math.inf
     error = math.hypot(mine.relative_error, reference.relative_error)
@@ -131,7 +130,13 @@ def _noise(accumulated: RunRecord, plain: RunRecord | None, big: RunRecord | Non
                   "roundoff_floor": Threshold(reference.floor, "variance > (1e3·eps·(|theta_0| + |g|))^2",
                                               FLOOR_ORIGIN)}
     verdict, summary = _judge(mine, reference, big_spread, ratio, error, low, high, a, b)
-    return Verdict(name, EFFECTIVE_BATCH, CLAIMS_SOURCE, test, verdict, summary, evidence, thresholds, runs)
+    return _verdict(name, test, verdict, summary, evidence, thresholds, runs)
+
+
+def _verdict(name: str, test: str, verdict: str, summary: str, evidence: dict[str, float] | None = None,
+             thresholds: dict[str, Threshold] | None = None, runs: tuple[str, ...] = ()) -> Verdict:
+    """A verdict on the effective-batch claim, quoted from its source."""
+    return Verdict(name, EFFECTIVE_BATCH, CLAIMS_SOURCE, test, verdict, summary, evidence or {}, thresholds or {}, runs)
 
 
 def _judge(mine: Spread, reference: Spread, big: Spread | None, ratio: float, error: float, low: float,
@@ -154,7 +159,8 @@ def _judge(mine: Spread, reference: Spread, big: Spread | None, ratio: float, er
     if within and reduced:
         return HOLDS, f"{a}×{b} averages away noise like a batch of {a * b}: {position}"
     if within:
-        return INCONCLUSIVE, f"consistent with an effective batch of {a * b} and with none: more draws needed; {position}"
+        return INCONCLUSIVE, (f"consistent with an effective batch of {a * b} and with none: more draws needed; "
+                              f"{position}")
     if ratio > high:
         return FAILS, (f"{a}×{b} averages away less noise than {a} micro-batches would "
                        f"({'none: micro-batches that reuse the same points?' if not reduced else 'too little'}); "
