@@ -282,7 +282,8 @@ class Config:
     in the order written.
 
     ``gradient_draws=S > 0`` first measures the gradient of S first updates from the initial parameters, each
-    drawing its own mini-batches (the black-box accumulation check reads their spread; 0: none).
+    drawing its own mini-batches (the black-box accumulation check reads their spread; 0: none); a sweep's
+    first repeat measures them, the others repeat nothing the draws depend on.
     ``claim`` is what a sweep sets out to check; ``repeat`` only tells repeated
     jobs apart (for timing); ``variant`` names the job in MLflow (``None``: the
     swept overrides of this job, e.g. ``b8_acc4``). ``roundoff_twin=k > 0`` moves

@@ -65,8 +65,8 @@ def main(cfg: DictConfig) -> float:
             return backends.run_on_backend(cfg, run)
         phases = config.training_phases(cfg)  # a malformed later phase is refused here, before any training
         problem = config.problem(cfg)
-        if cfg.gradient_draws:
-            run.log_metrics(backends.crux_gradient_draws(problem, cfg.gradient_draws, cfg.memory.batchsize,
+        if backends.draws_wanted(cfg):
+            run.log_metrics(backends.crux_gradient_draws(problem, backends.draws_wanted(cfg), cfg.memory.batchsize,
                                                          cfg.memory.accumulation_steps, cfg.solver.seed).metrics())
         initial = parameter_leaves(problem.models)
         phase_ends: list[ParameterLeaves] = []

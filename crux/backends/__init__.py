@@ -9,7 +9,7 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from crux.backends.choice import BackendCheck, builtin_problem, check_backend
-from crux.backends.gradient_draws import GradientDraws, crux_gradient_draws
+from crux.backends.gradient_draws import GradientDraws, crux_gradient_draws, draws_wanted
 from crux.tracking import JobRun
 
 
@@ -20,4 +20,5 @@ def run_on_backend(cfg: DictConfig, run: JobRun) -> float:
     return train_and_log(cfg, run)
 
 
-__all__ = ["BackendCheck", "GradientDraws", "builtin_problem", "check_backend", "crux_gradient_draws", "run_on_backend"]
+__all__ = ["BackendCheck", "GradientDraws", "builtin_problem", "check_backend", "crux_gradient_draws", "draws_wanted",
+           "run_on_backend"]

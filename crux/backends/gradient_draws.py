@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 import optax
+from omegaconf import DictConfig
 
 import crux
 from crux.problems import Problem
@@ -46,6 +47,12 @@ class GradientDraws:
                 "gradient_noise/standard_error": float(terms.std(ddof=1) / np.sqrt(count)),
                 "gradient_noise/mean_norm": float(np.linalg.norm(mean)),
                 "gradient_noise/draws": float(count), "gradient_noise/population": float(self.population)}
+
+
+def draws_wanted(cfg: DictConfig) -> int:
+    """How many draws this job measures: ``gradient_draws`` in a sweep's first repeat, none in the others (the
+    draws depend on the seed and the options, not on the repeat, and the check reads the first repeat)."""
+    return int(cfg.gradient_draws) if cfg.repeat == 0 else 0
 
 
 def crux_gradient_draws(problem: Problem, draws: int, batchsize: int | None, accumulation_steps: int,

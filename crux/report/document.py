@@ -194,8 +194,8 @@ def _speed_rows(judged: Judged) -> list[str]:
         values = sorted(float(r.metrics[metric]) for r in runs or () if metric in r.metrics)
         if not values:
             return "–"
-        median = fmt(float(np.median(values)))
-        return median if len(values) == 1 else f"{median} [{fmt(values[0])}–{fmt(values[-1])}]"
+        shown = [f"{v:.0f}" if v >= 100 else fmt(v) for v in (float(np.median(values)), values[0], values[-1])]
+        return shown[0] if len(values) == 1 else f"{shown[0]} [{shown[1]}–{shown[2]}]"
 
     header = ["setting"] + [f"{b} steps/s" for b in judged] + [f"{b} compile s" for b in judged]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from crux import config
 from crux.backends.choice import builtin_problem
-from crux.backends.gradient_draws import GradientDraws
+from crux.backends.gradient_draws import GradientDraws, draws_wanted
 from crux.config import Phase
 from crux.schedules import Schedule, lrs
 from crux.stats import Statistics
@@ -127,11 +127,11 @@ def train_and_log(cfg: DictConfig, run: JobRun) -> float:
     errors = {field: _relative_l2(predict(points), crux_problem.exact[field](points))
               for field, predict in problem.predict.items()}
     run.log_outcome(stats, errors, initial, phase_ends, _leaves(problem.networks))
-    if cfg.gradient_draws:
+    if draws_wanted(cfg):
         probe = build()
         for net in probe.networks.values():
             net.optimizer(optax.sgd).scale(jno_schedule(lrs(1.0)))
         batching_options = {k: v for k, v in options.items() if k in BATCHING_OPTIONS}
-        draws = training.gradient_draws(probe, cfg.gradient_draws, batching_options)
+        draws = training.gradient_draws(probe, draws_wanted(cfg), batching_options)
         run.log_metrics(GradientDraws(draws, probe.population).metrics())
     return float(stats.total_loss[-1])
