@@ -9,8 +9,8 @@
 # as wheels in .whl/ at the repo root and are installed into /tmp/site; jNO and the packages it adds (the jno
 # extra, without jax/jaxlib) as wheels in .whl/jno/ (docs/jno.md says how to gather them). When jNO cannot be
 # imported there (jNO 0.4.2 asks for jax < 0.11), the log says why and the jNO sweeps are skipped. Every step
-# has a time limit taken from one budget (BUDGET_S, default 540 s: the whole check stays under 10 minutes),
-# and a step that fails or runs out of time does not stop the next. At most 8 files come back, so $OUT holds
+# has a time limit taken from one budget (BUDGET_S, default 540 s: the whole check stays under 10 minutes; 900 s
+# for the dry run on a small CPU), and a step that fails or runs out of time does not stop the next. At most 8 files come back, so $OUT holds
 # exactly:
 #   gpu_check.log   everything printed, with each step's exit status and seconds
 #   environment.txt device, driver, versions
@@ -34,7 +34,7 @@ work="$(mktemp -d /tmp/gpu_check.XXXXXX)"  # everything with many files; tarred 
 exec > >(tee -a "$OUT/gpu_check.log") 2>&1
 
 start=$(date +%s)
-budget=${BUDGET_S:-540}
+budget=${BUDGET_S:-$(( dry ? 900 : 540 ))}
 left() { echo $(( budget - ($(date +%s) - start) )); }
 
 # step NAME SHARE_OF_WHAT_IS_LEFT(%) MIN_S COMMAND...: run with a time limit, log status and seconds.
@@ -124,8 +124,8 @@ if (( dry )); then
         tiny=(model.width=8 model.depth=1 problem.n_interior=64 solver.epochs=10 repeat=0)
         step "sweep inner_steps on jNO" 50 30 python3 -m crux.sweep inner_steps backend=jno "${tiny[@]}" \
             solver.inner_steps=1,10 "hydra.sweep.dir=$work/multirun/inner_steps_jno"
-        step "sweep accumulation on jNO" 60 30 python3 -m crux.sweep accumulation backend=jno "${tiny[@]}" \
-            gradient_draws=8 "hydra.sweep.dir=$work/multirun/accumulation_jno"
+        step "sweep accumulation on jNO" 60 60 python3 -m crux.sweep accumulation backend=jno "${tiny[@]}" \
+            memory=b8,b8_acc4 gradient_draws=8 "hydra.sweep.dir=$work/multirun/accumulation_jno"
     fi
 else
     # The device run: every problem; the tables are rewritten after each, so a time limit keeps what was done.
@@ -146,8 +146,8 @@ else
             "hydra.sweep.dir=$work/multirun/accumulation_jno"
     fi
 fi
-step "report inner_steps" 50 15 python3 -m crux.report inner_steps --out "$work/reports/inner_steps"
-step "report accumulation" 100 15 python3 -m crux.report accumulation --out "$work/reports/accumulation"
+step "report inner_steps" 50 30 python3 -m crux.report inner_steps --out "$work/reports/inner_steps"
+step "report accumulation" 100 30 python3 -m crux.report accumulation --out "$work/reports/accumulation"
 
 # -- pack: many files go into one archive ----------------------------------------------------------------------
 if [[ -d "$OUT/mlartifacts" ]]; then  # crux.tracking puts artifacts beside a SQLite store
