@@ -17,11 +17,10 @@ import pytest
 
 from crux.backends import GradientDraws, crux_gradient_draws
 from crux.batching import PointStream
-from crux.report import FAILS, HOLDS, INCONCLUSIVE, RunRecord, SolveOptions
+from crux.report import FAILS, HOLDS, INCONCLUSIVE, NO_EFFECT, RunRecord, SolveOptions
 from crux.report.claims import check_gradient_noise, judge
 from crux.report.claims.gradient_noise import expected_ratios
 from crux.report.records import snapshot_arrays
-from crux.report.verdict import NO_EFFECT
 from crux_testing import poisson
 
 DRAWS = 64

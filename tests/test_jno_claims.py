@@ -22,10 +22,9 @@ pytest.importorskip("jno", reason='the jNO backend needs the jno extra: pip inst
 from crux import config  # noqa: E402
 from crux.backends.jno.job import train_and_log  # noqa: E402
 from crux.config import PROJECT_ROOT  # noqa: E402
-from crux.report import FAILS, HOLDS, INCONCLUSIVE, RunRecord, judge  # noqa: E402
+from crux.report import FAILS, HOLDS, INCONCLUSIVE, NO_EFFECT, NOT_SUPPORTED, RunRecord, judge  # noqa: E402
 from crux.report.records import histories_of, summary_of  # noqa: E402
 from crux.report.store import group_of, phase_plan, solve_options  # noqa: E402
-from crux.report.verdict import NO_EFFECT, NOT_SUPPORTED  # noqa: E402
 
 TINY = ["backend=jno", "model.width=8", "model.depth=2", "problem.n_interior=64", "solver.epochs=10",
         "jax.compilation_cache_dir=null"]

@@ -9,7 +9,8 @@ from crux.report.cli import main
 from crux.report.document import report_markdown, verdicts_json, write_report
 from crux.report.records import PhasePlan, RunRecord, SolveOptions, record_from_solve
 from crux.report.store import Sweep, load_sweep
-from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Verdict
+from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, NO_EFFECT, NOT_SUPPORTED, Verdict
 
-__all__ = ["CHECKS", "FAILS", "HOLDS", "INCONCLUSIVE", "PhasePlan", "RunRecord", "SolveOptions", "Sweep", "Verdict",
-           "judge", "load_sweep", "main", "record_from_solve", "report_markdown", "verdicts_json", "write_report"]
+__all__ = ["CHECKS", "FAILS", "HOLDS", "INCONCLUSIVE", "NO_EFFECT", "NOT_SUPPORTED", "PhasePlan", "RunRecord",
+           "SolveOptions", "Sweep", "Verdict", "judge", "load_sweep", "main", "record_from_solve", "report_markdown",
+           "verdicts_json", "write_report"]
