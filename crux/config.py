@@ -210,6 +210,31 @@ class ExponentialConfig(ScheduleConfig):
         return lrs.exponential(self.init, self.decay_rate, self.transition_steps, self.end)
 
 
+# -- backend -----------------------------------------------------------------------------------
+@dataclass
+class BackendConfig:
+    """The library that trains: ``crux`` (its own solver) or ``jno`` (jNO, installed with ``pip install -e
+    ".[jno]"``), chosen with ``backend=jno``.
+
+    ``batching`` is what a mini-batch is drawn from: ``points`` (collocation points: crux's ``batchsize``,
+    jNO's ``points=``) or ``samples`` (jNO's ``batchsize=`` over the samples of ``samples * domain``);
+    ``batching_forms`` lists the forms the accumulation sweep runs (comma-separated, Hydra's sweep syntax).
+    """
+
+    name: str = MISSING
+    batching: str = MISSING
+    batching_forms: str = MISSING
+
+
+@dataclass
+class JnoBackendConfig(BackendConfig):
+    """``samples``: the ``n`` of ``n * domain`` in the samples form; each sample holds ``n_interior / n``
+    interior points."""
+
+    name: str = "jno"
+    samples: int = MISSING
+
+
 # -- the single-schema groups ------------------------------------------------------------------
 @dataclass
 class ModelConfig:
@@ -284,6 +309,10 @@ class Config:
     """One job. Training runs (optimizer, schedule, solver.epochs), then each of ``phases`` on the same solver,
     in the order written.
 
+    ``gradient_draws=S > 0`` first measures the gradient of S first updates from the initial parameters, each
+    drawing its own mini-batches (the black-box accumulation check reads their spread; 0: none); a sweep's
+    first repeat measures them, the others repeat nothing the draws depend on.
+    ``claim`` is what a sweep sets out to check; ``repeat`` only tells repeated
     ``claim`` is what a sweep sets out to check, in words, and ``claims`` the
     checks (keys of ``crux.report.CHECKS``) its report runs; both describe the
     sweep, not the job (:data:`SWEEP_KEYS`). ``repeat`` only tells repeated
@@ -297,6 +326,7 @@ class Config:
     """
 
     problem: Any = MISSING
+    backend: Any = MISSING
     model: ModelConfig = MISSING
     optimizer: Any = MISSING
     schedule: Any = MISSING
@@ -307,6 +337,7 @@ class Config:
     phases: Dict[str, PhaseConfig] = field(default_factory=dict)
     claim: str = ""
     claims: List[str] = field(default_factory=list)
+    gradient_draws: int = 0
     repeat: int = 0
     variant: Optional[str] = None
     roundoff_twin: int = 0
@@ -318,12 +349,14 @@ SWEEP_KEYS = ("claim", "claims")
 PROBLEMS = {"poisson1d": Poisson1dConfig, "heat1d": Heat1dConfig, "mixed_poisson1d": MixedPoisson1dConfig}
 OPTIMIZERS = {c.name: c for c in (AdamConfig, AdamWConfig, SGDConfig, LBFGSConfig, SoapConfig)}
 SCHEDULES = {c.name: c for c in (ConstantConfig, WarmupCosineConfig, ExponentialConfig)}
+BACKENDS = {"crux": BackendConfig, "jno": JnoBackendConfig}
 
 
 def _register() -> None:
     store = ConfigStore.instance()
     store.store(name="base_config", node=Config)
-    for group, schemas in (("problem", PROBLEMS), ("optimizer", OPTIMIZERS), ("schedule", SCHEDULES)):
+    for group, schemas in (("problem", PROBLEMS), ("optimizer", OPTIMIZERS), ("schedule", SCHEDULES),
+                           ("backend", BACKENDS)):
         for name, schema in schemas.items():
             store.store(group=group, name=f"base_{name}", node=schema)
 

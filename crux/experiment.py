@@ -19,7 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from crux import config
+from crux import backends, config
 from crux.config import CONFIG_PACKAGE, Phase
 from crux.problems import Problem
 from crux.tracking import JobRun, ParameterLeaves, parameter_leaves
@@ -69,10 +69,16 @@ def train(problem: Problem, phases: list[Phase], cfg: DictConfig,
 def run_job(cfg: DictConfig) -> float:
     """One job; returns the final total loss (what a Hydra sweeper would minimise)."""
     configure_jax(cfg)
+    backends.check_backend(cfg)  # a swept option this job's backend cannot run: refused before its run exists
     with JobRun.start(cfg) as run:
         run.log_config(cfg)  # a malformed later phase is refused here, before any training
+        if cfg.backend.name != "crux":
+            return backends.run_on_backend(cfg, run)
         phases = config.training_phases(cfg)
         problem = config.problem(cfg)
+        if backends.draws_wanted(cfg):
+            run.log_metrics(backends.crux_gradient_draws(problem, backends.draws_wanted(cfg), cfg.memory.batchsize,
+                                                         cfg.memory.accumulation_steps, cfg.solver.seed).metrics())
         initial = parameter_leaves(problem.models)
         phase_ends: list[ParameterLeaves] = []
         try:

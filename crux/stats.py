@@ -13,7 +13,7 @@ class Statistics:
     """Histories with one row per epoch, and what the run cost.
 
     ``losses[steps, n_constraints]``, ``total_loss[steps]`` (sum over the constraints
-    that were evaluated), ``epoch[steps]`` (the solver's epoch counter, continuing
+    that were evaluated, NaN where none was), ``epoch[steps]`` (the solver's epoch counter, continuing
     across solve() calls), ``lr[model][steps]``; ``step_seconds`` is the time per
     update measured over each synchronisation window; ``phases`` are the first
     epoch of each solve() call; ``memory`` holds the compiled update's
@@ -33,7 +33,12 @@ class Statistics:
 
     @property
     def total_loss(self) -> np.ndarray:
-        return np.nansum(self.losses, axis=1) if self.losses.size else np.zeros(0, np.float32)
+        """Per row, the sum of the losses that were evaluated; NaN in a row with none (an epoch whose losses
+        were not reported)."""
+        if not self.losses.size:
+            return np.zeros(0, np.float32)
+        evaluated = ~np.all(np.isnan(self.losses), axis=1)
+        return np.where(evaluated, np.nansum(self.losses, axis=1), np.float32(np.nan)).astype(self.losses.dtype)
 
     @property
     def steps(self) -> int:
@@ -110,15 +115,16 @@ class Statistics:
         fig = Figure(figsize=(8, 9))
         ax_loss, ax_lr, ax_time = fig.subplots(3, 1)
         fig.subplots_adjust(left=0.14, right=0.97, bottom=0.06, top=0.97, hspace=0.35)
-        ax_loss.semilogy(self.epoch, self.total_loss, color="k", lw=1.5, label="total")
+        reported = np.isfinite(self.total_loss)  # rows of epochs with a recorded loss, joined by the lines
+        ax_loss.semilogy(self.epoch[reported], self.total_loss[reported], color="k", lw=1.5, label="total")
         for j, name in enumerate(self.names):
-            ax_loss.semilogy(self.epoch, self.losses[:, j], lw=1, label=name)
+            ax_loss.semilogy(self.epoch[reported], self.losses[reported, j], lw=1, label=name)
         ax_loss.set_ylabel("loss")
         ax_loss.yaxis.set_major_formatter(LogFormatter())
         ax_loss.yaxis.set_minor_locator(NullLocator())
         ax_loss.legend(loc="upper right", fontsize=8)
         for m, values in self.lr.items():
-            ax_lr.plot(self.epoch, values, label=m)
+            ax_lr.plot(self.epoch[np.isfinite(values)], values[np.isfinite(values)], label=m)
         ax_lr.set_ylabel("learning rate")
         if self.lr:
             ax_lr.legend(loc="upper right", fontsize=8)

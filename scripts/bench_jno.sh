@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# jNO column for scripts/bench.py: its own venv, jNO from PyPI, the reference problems through jNO's API.
+# jNO column for scripts/bench.py: its own venv with crux and the jno extra, the reference problems through jNO's
+# API as the jNO backend builds them (crux.backends.jno.problems).
 #
 #   bash scripts/bench_jno.sh                 # writes jno.json (override: JNO_OUT=path)
 #   bash scripts/bench_jno.sh --quick
@@ -26,7 +27,7 @@ if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import jno" 2>/dev/
     rm -rf "$probe"
     python3 -m venv "$venv"
     "$venv/bin/python" -m pip install --quiet --upgrade pip
-    "$venv/bin/python" -m pip install --quiet "jax-numerical-operators==$version"
+    "$venv/bin/python" -m pip install --quiet -e "$here/..[jno]" "jax-numerical-operators==$version"
 fi
 
 "$venv/bin/python" -c "import jno, jax; print('jNO', __import__('importlib.metadata').metadata.version('jax-numerical-operators'), 'jax', jax.__version__)" 2>/dev/null

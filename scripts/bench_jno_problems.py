@@ -3,7 +3,8 @@
 
     python scripts/bench_jno_problems.py --out jno.json [--quick] [--problems standard,small,accumulation]
 
-Runs in jNO's own virtual environment and never imports crux. Same protocol as bench.py: every
+Runs with the jno extra installed (pip install -e ".[jno]"); the problems are the jNO backend's
+(crux.backends.jno.problems), so the benchmark times what the claim sweeps run. Same protocol as bench.py: every
 variant's first solve() compiles (its time, less the steady time of its updates, is reported as
 compile seconds), then ``repeats`` interleaved rounds. A round is one solve() of ``steps`` updates
 and one of ``inner_steps`` updates: jNO's solve() has a fixed cost of its own (parameter summary,
@@ -12,10 +13,9 @@ logging, set-up), so the steady rate is taken from the difference of the two,
 (``solve_overhead_seconds``); ``whole_call_steps_per_second`` is ``steps / t_long``.
 Writes the variants in bench.py's JSON layout, so ``bench.py --jno FILE`` merges them as jNO rows.
 
-The problems, in jNO's words: a line domain on [0, 1] whose mesh has n nodes (jNO's interior
-points are the mesh nodes, so the end points 0 and 1 are among them, where the hard boundary
-makes the residual harmless), u = x(1-x) N(x) with N = foundax.mlp(1, hidden, tanh), residual
--u.d2(x) - pi^2 sin(pi x), jno.core([pde.mse]), Adam 1e-3. Mini-batches: solve(points=B).
+The problems: crux's poisson1d with a hard boundary (u = x(1-x) N(x), N a foundax MLP of three tanh
+layers) on crux's n interior points, residual -u'' - pi^2 sin(pi x), jno.core([pde.mse]), Adam at
+1e-3. Mini-batches: solve(points=B).
 """
 from __future__ import annotations
 
@@ -27,23 +27,23 @@ import sys
 import time
 from importlib.metadata import version
 
-import foundax
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 
-import jno
+import crux
+from crux.backends.jno.job import jno_schedule
+from crux.backends.jno.problems import Batching, build
+from crux.config import ModelConfig
 
 
 def make_core(n: int, width: int):
-    domain = jno.domain.line(mesh_size=1.0 / (n - 1))
-    x, _ = domain.variable("interior")
-    net = jno.nn.wrap(foundax.mlp(in_features=1, hidden_dims=width, num_layers=3, activation=jnp.tanh,
-                                  key=jax.random.PRNGKey(0))).optimizer(optax.adam(1e-3))
-    u = x * (1 - x) * net(x)
-    pde = -u.d2(x) - jnp.pi ** 2 * jno.np.sin(jnp.pi * x)
-    return jno.core([pde.mse], domain=domain)
+    model = ModelConfig(width=width, depth=3, activation="tanh")
+    fields = {"n_interior": n, "hard_boundary": True, "bc_weight": 1.0}
+    reference = crux.problems.poisson1d(n_interior=n, hidden=(width,) * 3, hard_boundary=True)
+    problem = build("poisson1d", reference, fields, model, seed=0, twin=0, batching=Batching("points", 1))
+    problem.networks["u"].optimizer(optax.adam).scale(jno_schedule(crux.lrs(1e-3)))
+    return problem.core
 
 
 class Variant:

@@ -19,12 +19,13 @@ ANCHOR = re.compile(r'<a id="([^"]+)"></a>')
 
 
 def defined_claims() -> dict[str, Claim]:
-    """Every claim a check module of crux.report.claims defines, by ``module.NAME``."""
-    found = {}
+    """Every claim a check module of crux.report.claims defines, by ``module.NAME`` (a claim another module
+    imports counts once, where it is defined)."""
+    found: dict[str, Claim] = {}
     for module in pkgutil.iter_modules(crux.report.claims.__path__):
         loaded = importlib.import_module(f"crux.report.claims.{module.name}")
         found.update({f"{module.name}.{name}": value for name, value in vars(loaded).items()
-                      if isinstance(value, Claim)})
+                      if isinstance(value, Claim) and not any(value is seen for seen in found.values())})
     return found
 
 

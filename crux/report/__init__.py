@@ -10,8 +10,8 @@ from crux.report.coverage import judge_sound
 from crux.report.document import report_markdown, verdicts_json, write_report
 from crux.report.records import PhasePlan, RunRecord, SolveOptions, UnreadableArtifact, record_from_solve
 from crux.report.store import StoreError, Sweep, load_sweep
-from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Verdict
+from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, NO_EFFECT, NOT_SUPPORTED, Verdict
 
-__all__ = ["CHECKS", "FAILS", "HOLDS", "INCONCLUSIVE", "PhasePlan", "RunRecord", "SolveOptions", "StoreError", "Sweep",
+__all__ = ["CHECKS", "FAILS", "HOLDS", "INCONCLUSIVE", "NO_EFFECT", "NOT_SUPPORTED", "PhasePlan", "RunRecord", "SolveOptions", "StoreError", "Sweep",
            "UnreadableArtifact", "Verdict", "judge", "judge_sound", "load_sweep", "main", "record_from_solve",
            "report_markdown", "verdicts_json", "write_report"]

@@ -4,6 +4,10 @@
     crux-report accumulation --run 3f2c...       # a given sweep (its parent run), complete or not
     crux-report my-experiment --claim inner_steps
 
+An experiment with sweeps of several backends (crux-sweep NAME backend=jno beside
+crux-sweep NAME) is reported side by side: the latest sweep of each, judged on its
+own runs, in DIR/<backend>/, and their verdicts and speeds in DIR/report.md.
+
 Writes report.md, verdicts.json and the figures into DIR (default
 reports/<sweep>/<UTC time>/ in the working directory), prints the verdicts and
 adds them to the description of the sweep's parent run in MLflow.
@@ -21,11 +25,13 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from crux.config import import_from_working_directory
+from crux.report.backends import load_sweeps
 from crux.report.claims import CHECKS
 from crux.report.coverage import judge_sound
-from crux.report.document import completeness, verdict_table, write_report
+from crux.report.document import (completeness, side_by_side_table, verdict_table, write_report,
+                                  write_side_by_side)
 from crux.report.figures import draw
-from crux.report.store import StoreError, Sweep, load_sweep
+from crux.report.store import StoreError, Sweep
 from crux.report.verdict import Verdict
 from crux.tracking.descriptions import COMMAND, NOTE, sweep_description
 
@@ -66,6 +72,21 @@ def describe_verdicts(sweep: Sweep, verdicts: list[Verdict], report: Path) -> No
         print(f"crux-report: could not describe parent run {sweep.parent_id}: {error}", file=sys.stderr)
 
 
+def say_which(sweep: Sweep, backend: str | None, chosen: bool) -> None:
+    """Print which sweep was judged (of ``backend``, when the report sets several side by side), how complete
+    it is, and what it passed over or could not read."""
+    of = f" ({backend})" if backend else ""
+    print(f"sweep {sweep.name}{of}, parent run {sweep.parent_id} (started {sweep.started}): {completeness(sweep)}")
+    if sweep.newer:
+        print(f"newer sweeps of {sweep.name}{of}, " + ("named in the report" if chosen else
+                                                      "passed over as incomplete") + ": "
+              + ", ".join(s.parent_id for s in sweep.newer))
+    if sweep.none_complete:
+        print(f"no sweep of {sweep.name}{of} is complete: judged the newest")
+    if sweep.unreadable:
+        print(f"{len(sweep.unreadable)} artifact(s) could not be read: the report's top names them")
+
+
 def main(argv: list[str] | None = None) -> int:
     """The console script: 0 when the report of a complete sweep was written (whatever the verdicts), 2 when
     nothing could be read, 3 when the report was written from an incomplete sweep or unreadable artifacts."""
@@ -84,26 +105,28 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar per artifact drowns the table
     import_from_working_directory()  # a user's problem, which a substeps check traces
     try:
-        sweep = load_sweep(args.name, args.parent, args.tracking_uri)
+        sweeps = load_sweeps(args.name, args.parent, args.tracking_uri)
     except StoreError as error:
         print(f"crux-report: {error}", file=sys.stderr)
         return UNREAD
-    claims = args.claim or claims_of(sweep)
-    verdicts = judge_sound(sweep, claims)
-    out = args.out or default_out(sweep.name)
-    out.mkdir(parents=True, exist_ok=True)
-    figures = draw(claims, sweep.records, out)
-    write_report(out, sweep, verdicts, figures, claims)
-    print(f"sweep {sweep.name}, parent run {sweep.parent_id} (started {sweep.started}): {completeness(sweep)}")
-    if sweep.newer:
-        print(f"newer sweeps of {sweep.name}, " + ("passed over as incomplete" if args.parent is None else
-                                                  "named in the report") + ": "
-              + ", ".join(s.parent_id for s in sweep.newer))
-    if sweep.none_complete:
-        print(f"no sweep of {sweep.name} is complete: judged the newest")
-    if sweep.unreadable:
-        print(f"{len(sweep.unreadable)} artifact(s) could not be read: the report's top names them")
-    print(verdict_table(verdicts))
+    claims = args.claim or claims_of(next(iter(sweeps.values())))
+    out = args.out or default_out(args.name)
+    judged = {}
+    for backend, sweep in sweeps.items():  # one library's runs at a time: never paired across libraries
+        folder = out / backend if len(sweeps) > 1 else out
+        folder.mkdir(parents=True, exist_ok=True)
+        verdicts = judge_sound(sweep, claims)
+        figures = draw(claims, [r for r in sweep.records if not r.unsupported], folder)
+        write_report(folder, sweep, verdicts, figures, claims)
+        judged[backend] = (sweep, verdicts)
+        say_which(sweep, backend if len(sweeps) > 1 else None, chosen=args.parent is not None)
+    if len(sweeps) > 1:
+        write_side_by_side(out, args.name, judged)
+        print(side_by_side_table(judged))
+    else:
+        print(verdict_table(verdicts))
     print(f"\nreport: {out / 'report.md'}")
-    describe_verdicts(sweep, verdicts, out.resolve() / "report.md")
-    return COMPLETE if sweep.sound else INCOMPLETE
+    for backend, (sweep, verdicts) in judged.items():
+        folder = out / backend if len(sweeps) > 1 else out
+        describe_verdicts(sweep, verdicts, folder.resolve() / "report.md")
+    return COMPLETE if all(sweep.sound for sweep, _ in judged.values()) else INCOMPLETE

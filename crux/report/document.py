@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
+
+import numpy as np
 
 from crux.report.figures import Figure
 from crux.report.jobs import FINISHED
@@ -25,7 +27,11 @@ SUMMARY_METRICS = ("final_loss", "median_step_seconds", "compile_seconds", "memo
 
 def verdicts_json(verdicts: Sequence[Verdict]) -> str:
     """The ``verdicts.json`` text: a list of objects with claim, verdict, evidence, threshold, runs (and more)."""
-    return json.dumps([v.as_dict() for v in verdicts], indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    return _json([v.as_dict() for v in verdicts])
+
+
+def _json(entries: list[dict]) -> str:
+    return json.dumps(entries, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
 def verdict_table(verdicts: Sequence[Verdict]) -> str:
@@ -176,3 +182,95 @@ def write_report(out: Path, sweep: Sweep, verdicts: Sequence[Verdict], figures: 
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.md").write_text(report_markdown(sweep, verdicts, figures, claims), encoding="utf-8")
     (out / "verdicts.json").write_text(verdicts_json(verdicts), encoding="utf-8")
+
+
+# -- several backends side by side ------------------------------------------------------------------------------
+SAME_AS_CRUX_BATCHING = "batching=points"
+"""The jNO form that draws collocation points, as crux does: its verdicts sit in crux's rows."""
+Judged = Mapping[str, tuple[Sweep, Sequence[Verdict]]]
+
+
+def _setting(label: str) -> str:
+    """A run label or verdict id without the qualifier that names crux's own way of batching."""
+    head, bracket, inner = label.partition("[")
+    parts = [p for p in (inner[:-1] if bracket else head).split(",") if p != SAME_AS_CRUX_BATCHING]
+    return f"{head}[{','.join(parts)}]" if bracket else ",".join(parts)
+
+
+def _by_row(judged: Judged) -> dict[str, dict[str, list[Verdict]]]:
+    rows: dict[str, dict[str, list[Verdict]]] = {}
+    for backend, (_, verdicts) in judged.items():
+        for v in verdicts:
+            rows.setdefault(_setting(v.id), {}).setdefault(backend, []).append(v)
+    return rows
+
+
+def _cell_of(verdicts: Sequence[Verdict] | None) -> str:
+    return " / ".join(v.verdict for v in verdicts) if verdicts else "–"
+
+
+def side_by_side_table(judged: Judged) -> str:
+    """Plain-text table for the terminal: one row per claim and setting, one verdict column per backend."""
+    rows = _by_row(judged)
+    width = max((len(r) for r in rows), default=5)
+    lines = [f"{'claim':<{width}}  " + "  ".join(f"{b:<13}" for b in judged)]
+    lines += [f"{row:<{width}}  " + "  ".join(f"{_cell_of(cells.get(b)):<13}" for b in judged)
+              for row, cells in rows.items()]
+    return "\n".join(lines)
+
+
+def _speed_rows(judged: Judged) -> list[str]:
+    """Per setting, steps per second and compile seconds of each backend: median [min–max] over repeats."""
+    settings: dict[str, dict[str, list[RunRecord]]] = {}
+    for backend, (sweep, _) in judged.items():
+        for r in sweep.records:
+            if not r.unsupported:
+                settings.setdefault(_setting(r.label), {}).setdefault(backend, []).append(r)
+
+    def spread(runs: Sequence[RunRecord] | None, metric: str) -> str:
+        values = sorted(float(r.metrics[metric]) for r in runs or () if metric in r.metrics)
+        if not values:
+            return "–"
+        shown = [f"{v:.0f}" if v >= 100 else fmt(v) for v in (float(np.median(values)), values[0], values[-1])]
+        return shown[0] if len(values) == 1 else f"{shown[0]} [{shown[1]}–{shown[2]}]"
+
+    header = ["setting"] + [f"{b} steps/s" for b in judged] + [f"{b} compile s" for b in judged]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for setting, runs in settings.items():
+        cells = [spread(runs.get(b), "steps_per_second") for b in judged]
+        cells += [spread(runs.get(b), "compile_seconds") for b in judged]
+        lines.append("| " + " | ".join([_cell(setting), *cells]) + " |")
+    return lines
+
+
+def side_by_side_markdown(name: str, judged: Judged) -> str:
+    """``report.md`` of a claim judged on several backends: their verdicts and speeds side by side, each backend's
+    full report in its own folder."""
+    backends = list(judged)
+    lines = [f"# crux claim report: {name}, {' vs '.join(backends)}", "",
+             "Each library's latest sweep, judged on its own runs (a run is never paired with another library's). "
+             f"Rows name the claim and the setting; `{SAME_AS_CRUX_BATCHING}` (mini-batches of collocation points) is "
+             "how crux batches, so those verdicts share crux's row.", ""]
+    lines += [f"- {b}: parent run `{sweep.parent_id}`, {len(sweep.records)} finished run(s), {len(sweep.failed)} "
+              f"failed, on {sweep.records[0].device if sweep.records else 'no recorded device'}; full report: "
+              f"[{b}/report.md]({b}/report.md)" for b, (sweep, _) in judged.items()]
+    lines += ["", "## Verdicts", "", "| claim | " + " | ".join(backends) + " |", "|---|" + "---|" * len(backends)]
+    for row, cells in _by_row(judged).items():
+        lines.append(f"| {_cell(row)} | " + " | ".join(f"**{_cell_of(cells.get(b))}**" for b in backends) + " |")
+    lines += ["", "## Findings", ""]
+    for row, cells in _by_row(judged).items():
+        for b in backends:
+            lines += [f"- {_cell(row)}, {b}: {_cell(v.summary)}" for v in cells.get(b, ())]
+    lines += ["", "## Speed", "", "Steps (epochs) per second of training, compile excluded, and the seconds before "
+              "training (compiling; jNO's set-up and warm-up calls too): median [min–max] over repeats.", ""]
+    lines += _speed_rows(judged)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_side_by_side(out: Path, name: str, judged: Judged) -> None:
+    """``report.md`` (the comparison) and ``verdicts.json`` (every backend's verdicts, each with its
+    ``backend``) into ``out``; each backend's own report goes to ``out/<backend>/`` (:func:`write_report`)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.md").write_text(side_by_side_markdown(name, judged), encoding="utf-8")
+    entries = [{**v.as_dict(), "backend": backend} for backend, (_, verdicts) in judged.items() for v in verdicts]
+    (out / "verdicts.json").write_text(_json(entries), encoding="utf-8")

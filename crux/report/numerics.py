@@ -69,23 +69,24 @@ def loss_travel(history: np.ndarray) -> float:
 
 
 def relative_differences(run: np.ndarray, reference: np.ndarray) -> np.ndarray | None:
-    """``|run - reference| / |reference|`` per epoch; None when lengths or NaN positions differ.
+    """``|run - reference| / |reference|`` per epoch, compared at the epochs both recorded (0 at the others);
+    None when the lengths differ or no epoch has both.
 
-    NaN marks a constraint no update evaluated (substeps), so both runs must
-    have it in the same epochs; such epochs count as equal.
+    NaN marks an epoch whose value was not recorded: a constraint no update
+    evaluated (substeps), or a library that reports one loss per fused call.
     """
     run, reference = np.asarray(run, np.float64), np.asarray(reference, np.float64)
     if run.shape != reference.shape:
         return None
-    missing = np.isnan(run)
-    if not np.array_equal(missing, np.isnan(reference)):
+    missing = np.isnan(run) | np.isnan(reference)
+    if missing.all() and missing.size:
         return None
     scale = np.maximum(np.abs(reference), np.finfo(np.float64).tiny)
     return np.where(missing, 0.0, np.abs(run - reference) / np.where(missing, 1.0, scale))
 
 
 def history_difference(run: np.ndarray, reference: np.ndarray) -> float:
-    """Max over epochs of ``|run - reference| / |reference|``; inf when lengths or NaN positions differ."""
+    """Max over epochs of ``|run - reference| / |reference|``; inf when the histories do not line up."""
     differences = relative_differences(run, reference)
     return math.inf if differences is None else float(np.max(differences, initial=0.0))
 

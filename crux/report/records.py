@@ -108,6 +108,16 @@ class RunRecord:
         return self.variant or describe(self.options)
 
     @property
+    def backend(self) -> str:
+        """The library that trained the run (tag ``crux.backend``; runs from before the tag were crux's)."""
+        return self.tags.get("crux.backend", "crux")
+
+    @property
+    def unsupported(self) -> str | None:
+        """The library's own message when it refused an option of this run or fell back from it."""
+        return self.tags.get("crux.not_supported")
+
+    @property
     def device(self) -> str:
         """What the run ran on, from environment.json: ``cpu (<CPU model>)`` or ``gpu (<device kind>)``.
 

@@ -218,8 +218,10 @@ def _brief(error: BaseException) -> str:
     return f"{type(error).__name__}: {first}"[:PROBLEM_CHARS] if first else type(error).__name__
 
 
-def load_sweep(name: str, parent_run_id: str | None = None, uri: str | None = None) -> Sweep:
-    """Sweep ``name``: the sweep of parent run ``parent_run_id``, else its newest complete sweep, else its newest.
+def load_sweep(name: str, parent_run_id: str | None = None, uri: str | None = None,
+               backend: str | None = None) -> Sweep:
+    """Sweep ``name``: the sweep of parent run ``parent_run_id``, else its newest complete sweep, else its newest
+    (of those run on ``backend``, the parent's tag ``crux.backend``, when one is given).
 
     Raises StoreError naming what could not be read (store, experiment, run).
     """
@@ -232,18 +234,27 @@ def load_sweep(name: str, parent_run_id: str | None = None, uri: str | None = No
                 raise StoreError(f"no experiment named {name!r} at {resolved}; experiments there: {known}. "
                                  f"Run `crux-sweep {name}` first, or set MLFLOW_TRACKING_URI")
             parent, children, newer, none_complete = _sweeps(client, experiment.experiment_id, name,
-                                                             parent_run_id, resolved)
+                                                             parent_run_id, resolved, backend)
             return _read_sweep(client, name, resolved, experiment.experiment_id, parent, children, tuple(newer),
                                none_complete)
 
 
-def _parents(client: MlflowClient, experiment_id: str) -> Iterator[Run]:
-    """The sweeps' parent runs, newest first, page by page."""
+DEFAULT_BACKEND = "crux"
+"""The library of a parent run without a ``crux.backend`` tag (logged before there was a choice)."""
+
+
+def backend_of(parent: Run) -> str:
+    """The library the sweep of ``parent`` trained with."""
+    return parent.data.tags.get("crux.backend", DEFAULT_BACKEND)
+
+
+def parents(client: MlflowClient, experiment_id: str, backend: str | None = None) -> Iterator[Run]:
+    """The sweeps' parent runs (of ``backend`` only, when given), newest first, page by page."""
     token = None
     while True:
         page = client.search_runs([experiment_id], "tags.`crux.role` = 'parent'",
                                   order_by=["attributes.start_time DESC"], max_results=200, page_token=token)
-        yield from page
+        yield from (run for run in page if backend is None or backend_of(run) == backend)
         token = page.token
         if not token:
             return
@@ -254,14 +265,14 @@ def _planned(parent: Run) -> int | None:
     return int(count) if count.isdigit() else None
 
 
-def _sweeps(client: MlflowClient, experiment_id: str, name: str, chosen: str | None, uri: str
-            ) -> tuple[Run, list[Run], list[OtherSweep], bool]:
-    """The parent to judge (``chosen``, else the newest complete, else the newest), its children, the sweeps
-    newer than it, and whether the default choice found none complete."""
+def _sweeps(client: MlflowClient, experiment_id: str, name: str, chosen: str | None, uri: str,
+            backend: str | None) -> tuple[Run, list[Run], list[OtherSweep], bool]:
+    """The parent to judge (``chosen``, else the newest complete of ``backend``'s, else its newest), its
+    children, the sweeps newer than it, and whether the default choice found none complete."""
     parent = _chosen_parent(client, experiment_id, name, chosen, uri) if chosen is not None else None
     newer: list[OtherSweep] = []
     newest: tuple[Run, list[Run]] | None = None
-    for candidate in _parents(client, experiment_id):
+    for candidate in parents(client, experiment_id, None if chosen is not None else backend):
         children = list(child_runs(client, experiment_id, candidate.info.run_id))
         if parent is not None and candidate.info.run_id == parent.info.run_id:
             return parent, children, newer, False
@@ -286,7 +297,7 @@ def _chosen_parent(client: MlflowClient, experiment_id: str, name: str, run_id: 
     except MlflowException as error:
         if error.error_code != "RESOURCE_DOES_NOT_EXIST":
             raise
-        newest = [f"{p.info.run_id} ({started(p)}, {p.info.status})" for _, p in zip(range(3), _parents(
+        newest = [f"{p.info.run_id} ({started(p)}, {p.info.status})" for _, p in zip(range(3), parents(
             client, experiment_id))]
         raise StoreError(f"no run {run_id} at {uri}; the newest sweeps of {name!r} there: "
                          f"{', '.join(newest) or 'none'}. Pass one of them to --run, or leave --run out for the "

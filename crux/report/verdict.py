@@ -9,6 +9,9 @@ from typing import Any
 HOLDS, FAILS, INCONCLUSIVE = "holds", "fails", "inconclusive"
 CLAIMS_DOCUMENT = "docs/claims.md"
 """Where every judged claim is written down: quoted with its origin, or stated as one of crux's own guarantees."""
+NO_EFFECT = "no effect"  # the option changed nothing measurable: a finding about the option, not a pass
+NOT_SUPPORTED = "not supported"  # the library refused the option or fell back from it (its own message says so)
+VERDICTS = (HOLDS, FAILS, INCONCLUSIVE, NO_EFFECT, NOT_SUPPORTED)
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,8 @@ class Claim:
 
 @dataclass(frozen=True)
 class Verdict:
-    """``holds``, ``fails`` or ``inconclusive`` for one claim, with everything needed to check it by hand.
+    """``holds``, ``fails``, ``inconclusive``, ``no effect`` or ``not supported`` for one claim, with everything
+    needed to check it by hand.
 
     ``claim`` is quoted from ``source`` (a section of ``docs/claims.md``); ``test`` says what was compared;
     ``summary`` is the one-line finding; ``evidence`` holds the numbers and
@@ -65,8 +69,8 @@ class Verdict:
     runs: tuple[str, ...] = ()
 
     def __post_init__(self):
-        if self.verdict not in (HOLDS, FAILS, INCONCLUSIVE):
-            raise ValueError(f"verdict must be holds, fails or inconclusive, got {self.verdict!r}")
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {', '.join(VERDICTS)}, got {self.verdict!r}")
 
     def as_dict(self) -> dict[str, Any]:
         """The ``verdicts.json`` entry: JSON-safe (non-finite numbers become strings)."""

@@ -118,7 +118,7 @@ class SweepCallback(Callback):
         experiment_id = ensure_experiment(client, name, uri, config.claim)
         sweep_dir = pin_sweep_dir(config)
         tags = {"crux.sweep": name, "crux.claim": config.claim, "crux.claims": json.dumps(list(config.claims)),
-                "crux.role": "parent", "crux.sweep_dir": str(sweep_dir),
+                "crux.role": "parent", "crux.backend": config.backend.name, "crux.sweep_dir": str(sweep_dir),
                 "crux.overrides": " ".join(config.hydra.overrides.task), COMMAND: self._command,
                 NOTE: sweep_description(self._command)}
         jobs = planned_jobs(config)

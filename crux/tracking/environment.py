@@ -10,7 +10,7 @@ from typing import Any
 
 import jax
 
-PACKAGES = ("crux", "jax", "jaxlib", "optax", "numpy", "mlflow", "hydra-core", "omegaconf")
+PACKAGES = ("crux", "jax", "jaxlib", "optax", "numpy", "mlflow", "hydra-core", "omegaconf", "jax-numerical-operators")
 
 
 def _version(package: str) -> str | None:

@@ -17,7 +17,7 @@ import socket
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import jax
 import numpy as np
@@ -116,6 +116,7 @@ class JobRun:
         variant = cfg.variant or variant_name(list(hydra.overrides.task), where.swept, set(hydra.runtime.choices))
         tags = {"crux.sweep": where.sweep, "crux.claim": cfg.claim, "crux.variant": variant,
                 "crux.job": str(hydra.job.num if multirun else 0), "crux.repeat": str(cfg.repeat),
+                "crux.backend": cfg.backend.name,
                 "crux.role": "run" if where.parent_run_id is None else "child"}
         if where.parent_run_id is not None:
             tags["mlflow.parentRunId"] = where.parent_run_id
@@ -152,8 +153,13 @@ class JobRun:
         """Histories, summary metrics, ``history.png``, ``stats.npz`` and ``params.npz``: the parameters
         before training (``initial``), after each finished phase (``phase<k>``, from ``phase_ends``) and now
         (``final``)."""
+        self.log_outcome(stats, problem.relative_l2(), initial, phase_ends, parameter_leaves(problem.models))
+
+    def log_outcome(self, stats: Statistics, errors: Mapping[str, float], initial: ParameterLeaves,
+                    phase_ends: Sequence[ParameterLeaves], final: ParameterLeaves) -> None:
+        """:meth:`log_results` from plain values, for a job whose models are not crux's (another backend):
+        ``errors`` are the relative L2 errors per field, the parameters are host arrays per model."""
         start = time.perf_counter()
-        final = parameter_leaves(problem.models)
         now = int(time.time() * 1000)
         log_history(self.client, self.run_id, stats.epoch, history_series(stats), now)
         summary = {"compile_seconds": stats.compile_seconds, "run_seconds": stats.run_seconds,
@@ -161,7 +167,7 @@ class JobRun:
                    "steps_per_second": stats.steps / stats.run_seconds if stats.run_seconds else float("nan"),
                    "final_loss": float(stats.total_loss[-1]) if stats.steps else float("nan")}
         summary.update({f"memory/{key}": value for key, value in stats.memory.items()})
-        summary.update({f"error/{field}": value for field, value in problem.relative_l2().items()})
+        summary.update({f"error/{field}": value for field, value in errors.items()})
         summary.update({f"param_distance/{name}": float(np.sqrt(sum(np.sum((f - i) ** 2)
                                                                     for f, i in zip(final[name], initial[name]))))
                         for name in final})
@@ -176,6 +182,16 @@ class JobRun:
                   for name, model_leaves in params.items() for i, leaf in enumerate(model_leaves)}
         self._artifact("params.npz", lambda path: np.savez(path, **leaves))
         log.info("logged %d epochs, the summary and the artifacts in %.2f s", stats.steps, time.perf_counter() - start)
+
+    def log_metrics(self, values: Mapping[str, float]) -> None:
+        """Summary metrics (step 0), e.g. a measurement made beside the training."""
+        now = int(time.time() * 1000)
+        self.client.log_batch(self.run_id, metrics=[Metric(key, float(value), now, 0) for key, value in values.items()])
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        """Tags on the run, each cut to what MLflow keeps."""
+        self.client.log_batch(self.run_id, tags=[RunTag(key, str(value)[:MESSAGE_CHARS])
+                                                 for key, value in tags.items()])
 
     def _artifact(self, name: str, write: Callable[[Path], Any]) -> None:
         """Write ``name`` into the job's output folder with ``write(path)`` and log it."""

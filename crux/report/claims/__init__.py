@@ -1,7 +1,10 @@
 """The claim checks: pure functions from run records to verdicts, one module per claim.
 
 ``CHECKS`` maps a sweep's claim (its ``crux.claim`` tag, which is also the
-sweep's name for the built-in sweeps) to its check.
+sweep's name for the built-in sweeps) to its check. Runs of another library than
+crux (``crux.backend``) are judged by the same checks, except those that rely on
+crux's own point stream; a run whose library refused an option or fell back from it
+gets a "not supported" verdict quoting the library, and no other.
 """
 from __future__ import annotations
 
@@ -10,15 +13,16 @@ from typing import Callable, Sequence
 from crux.report.claims.accumulation import check_accumulation
 from crux.report.claims.checkpoint import check_checkpoint
 from crux.report.claims.fusion import check_inner_steps
+from crux.report.claims.gradient_noise import check_gradient_noise
 from crux.report.claims.offload import check_offload
 from crux.report.claims.phases import check_phases
 from crux.report.claims.resume import check_resume
 from crux.report.claims.substeps import check_substeps
 from crux.report.records import RunRecord
-from crux.report.verdict import Verdict
+from crux.report.verdict import CLAIMS_DOCUMENT, NOT_SUPPORTED, Verdict
 
 CHECKS: dict[str, Callable[[list[RunRecord]], list[Verdict]]] = {
-    "accumulation": check_accumulation,
+    "accumulation": lambda records: check_accumulation(records) + check_gradient_noise(records),
     "inner_steps": check_inner_steps,
     "checkpoint": check_checkpoint,
     "offload": check_offload,
@@ -33,8 +37,24 @@ def judge(records: Sequence[RunRecord], claims: Sequence[str]) -> list[Verdict]:
     unknown = [c for c in claims if c not in CHECKS]
     if unknown:
         raise ValueError(f"no check for claim(s) {unknown}; known claims: {sorted(CHECKS)}")
-    return [verdict for claim in claims for verdict in CHECKS[claim](list(records))]
+    refused = [r for r in records if r.unsupported]
+    judged = [r for r in records if not r.unsupported]
+    other_library = {r.run_id for r in judged if r.backend != "crux"}
+    verdicts = [verdict for claim in claims for verdict in CHECKS[claim](judged)
+                if not (verdict.id.startswith(NEEDS_CRUX_POINT_STREAM) and other_library & set(verdict.runs))]
+    return verdicts + [_not_supported(claim, r) for claim in claims for r in refused]
 
 
-__all__ = ["CHECKS", "check_accumulation", "check_checkpoint", "check_inner_steps", "check_offload", "check_phases",
-           "check_resume", "check_substeps", "judge"]
+NEEDS_CRUX_POINT_STREAM = ("accumulation.effective_batch",)
+"""Verdicts whose test needs micro-batches that see exactly the points of one batch of N·B (crux's stream);
+other libraries draw each micro-batch on their own, and accumulation.noise judges the claim for them."""
+
+
+def _not_supported(claim: str, record: RunRecord) -> Verdict:
+    return Verdict(f"{claim}.supported[{record.label}]", record.tags.get("crux.claim", claim),
+                   f"{CLAIMS_DOCUMENT}#not-supported", f"{record.backend} trains {record.label} as configured",
+                   NOT_SUPPORTED, f"{record.backend}: {record.unsupported}", runs=(record.run_id,))
+
+
+__all__ = ["CHECKS", "check_accumulation", "check_checkpoint", "check_gradient_noise", "check_inner_steps",
+           "check_offload", "check_phases", "check_resume", "check_substeps", "judge"]

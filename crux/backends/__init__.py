@@ -1,0 +1,24 @@
+"""The libraries a pipeline job can train with (the ``backend`` config group).
+
+``crux`` is crux's own solver (crux/experiment.py runs it); ``jno`` builds the same
+built-in problem in jNO's API and logs the same MLflow layout
+(:mod:`crux.backends.jno`, imported only when chosen, so crux never needs jNO).
+"""
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from crux.backends.choice import BackendCheck, builtin_problem, check_backend
+from crux.backends.gradient_draws import GradientDraws, crux_gradient_draws, draws_wanted
+from crux.tracking import JobRun
+
+
+def run_on_backend(cfg: DictConfig, run: JobRun) -> float:
+    """Train the job on its (non-crux) backend, logging into ``run``; returns the final total loss."""
+    from crux.backends.jno.job import train_and_log  # jNO is imported only here
+
+    return train_and_log(cfg, run)
+
+
+__all__ = ["BackendCheck", "GradientDraws", "builtin_problem", "check_backend", "crux_gradient_draws", "draws_wanted",
+           "run_on_backend"]

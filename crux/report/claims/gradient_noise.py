@@ -1,0 +1,167 @@
+"""Claim 1, black box: accumulating N micro-batches of B shrinks the sampling noise of the gradient like a batch of
+N·B, whatever library draws the batches.
+
+The accumulation check proper needs to know which points each micro-batch sees
+(crux's point stream); this one needs only what any library does with a batch
+option. Each job of the accumulation sweep measures, from the same initial
+parameters, the gradient of many first updates, each drawing its own mini-batches
+(``gradient_draws``; the pipeline logs their spread as ``gradient_noise/*``). For
+mini-batches drawn without replacement from N items (points, or a library's
+samples) with per-item variance sigma², one batch of B has gradient variance
+(sigma²/B)·(N - B)/(N - 1). Relative to plain B:
+
+- N micro-batches drawn independently: 1/N;
+- N micro-batches holding N·B distinct items (crux's stream, one batch of N·B): (1/N)·(N_items - N·B)/(N_items - B);
+- N micro-batches that reuse the same points: 1, no reduction at all.
+
+The measured ratio must lie between the first two within its sampling error, and
+below 1 beyond it. When no setting shows any spread beyond round-off, every draw
+gives the same gradient: the batch option changes nothing, which is a finding
+about the option ("no effect"), not a pass.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from crux.report.claims.accumulation import EFFECTIVE_BATCH
+from crux.report.numerics import EPS, ROUNDOFF_ALLOWANCE
+from crux.report.pairing import first, repeats, run_ids, settings
+from crux.report.records import RunRecord
+from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, NO_EFFECT, Threshold, Verdict, fmt, not_in_sweep
+
+PREFIX = "gradient_noise/"
+STANDARD_ERRORS = 3.0
+EXPECTED_ORIGIN = (
+    "draws without replacement: the mean gradient of B of N items has variance (sigma^2/B)(N - B)/(N - 1), sigma^2 "
+    "the items' variance; averaging A independent micro-batches of B divides it by A (ratio 1/A to plain B); A "
+    "micro-batches that together hold A·B distinct items, as one batch of A·B does, give (1/A)(N - A·B)/(N - B). "
+    "Either is an effective batch of A·B; micro-batches that reuse the same items give 1")
+SAMPLING_ORIGIN = (
+    "sampling error: each variance is estimated from S draws to within its standard error (the standard deviation of "
+    "the per-draw terms over sqrt S); the log of the ratio of two independent estimates has standard error "
+    "sqrt((se_a/V_a)^2 + (se_b/V_b)^2); a ratio counts as different from a value only beyond 3 standard errors "
+    "(3 in 1000 by chance under normal tails)")
+FLOOR_ORIGIN = (
+    "float32 round-off: a gradient (or a step of learning rate 1, read back as a parameter difference) is resolved to "
+    "about eps·(|theta_0| + |g|); the factor 1e3 is the allowance of every round-off bound in these reports. A spread "
+    "below it is no sampling noise at all")
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The measured gradient spread of one run: variance, its standard error, and what bounds it from below."""
+
+    variance: float
+    standard_error: float
+    population: int
+    floor: float
+
+    @staticmethod
+    def of(record: RunRecord) -> "Spread | None":
+        metrics = record.metrics
+        if f"{PREFIX}variance" not in metrics:
+            return None
+        resolution = EPS * (float(np.linalg.norm(record.snapshot("initial"))) + metrics[f"{PREFIX}mean_norm"])
+        return Spread(metrics[f"{PREFIX}variance"], metrics[f"{PREFIX}standard_error"],
+                      int(metrics[f"{PREFIX}population"]), (ROUNDOFF_ALLOWANCE * resolution) ** 2)
+
+    @property
+    def noisy(self) -> bool:
+        return self.variance > self.floor
+
+    @property
+    def relative_error(self) -> float:
+        return self.standard_error / self.variance if self.variance > 0 else math.inf
+
+
+def check_gradient_noise(records: list[RunRecord]) -> list[Verdict]:
+    """Per accumulated setting whose runs measured their gradient spread: one verdict on the noise reduction."""
+    verdicts = []
+    for (group, options), runs in settings(records, lambda o: o.accumulation_steps > 1 and o.batchsize).items():
+        accumulated = first(runs)
+        if Spread.of(accumulated) is None:
+            continue
+        plain = first(repeats(records, group, options.but(accumulation_steps=1)))
+        big = first(repeats(records, group, options.but(batchsize=options.batchsize * options.accumulation_steps,
+                                                         accumulation_steps=1)))
+        verdicts.append(_noise(accumulated, plain, big))
+    if not verdicts:
+        return [not_in_sweep("accumulation.noise", EFFECTIVE_BATCH, "an accumulated run with gradient_draws > 0",
+                             "accumulated run that measured its gradient spread", run_ids(records))]
+    return verdicts
+
+
+def expected_ratios(items: int, a: int, b: int) -> tuple[float, float]:
+    """(A·B distinct items, A independent micro-batches): the variance of A micro-batches of B over plain B
+    (0 for the first when A·B items are all of them; when B items are, plain B has no noise to compare)."""
+    return (max(items - a * b, 0) / (a * (items - b)) if items > b else 0.0), 1.0 / a
+
+
+def _noise(accumulated: RunRecord, plain: RunRecord | None, big: RunRecord | None) -> Verdict:
+    a, b = accumulated.options.accumulation_steps, int(accumulated.options.batchsize)
+    name = f"accumulation.noise[{accumulated.label}]"
+    test = (f"spread of the first update's gradient over many draws from the same parameters (gradient_draws): "
+            f"{a}×{b} against plain batch {b}, whose ratio must lie between the values for {a}·{b} distinct items "
+            f"and for {a} independent micro-batches, and below 1, within {STANDARD_ERRORS:g} standard errors")
+    runs = run_ids(accumulated, plain, big)
+    mine, reference = Spread.of(accumulated), Spread.of(plain) if plain is not None else None
+    if reference is None:
+        return _verdict(name, test, INCONCLUSIVE, f"the sweep has no run with batchsize={b} (accumulation_steps=1) "
+                                                  f"that measured its gradient spread", runs=runs)
+    low, high = expected_ratios(mine.population, a, b)
+    ratio = mine.variance / reference.variance if reference.variance > 0 else math.inf
+    error = math.hypot(mine.relative_error, reference.relative_error)
+    evidence = {"A": a, "B": b, "items": mine.population, "variance_AxB": mine.variance,
+                "standard_error_AxB": mine.standard_error, "variance_B": reference.variance,
+                "standard_error_B": reference.standard_error, "ratio_AxB_to_B": ratio,
+                "log_ratio_standard_error": error, "expected_ratio_distinct_items": low,
+                "expected_ratio_independent_micro_batches": high, "roundoff_floor": reference.floor}
+    big_spread = Spread.of(big) if big is not None else None
+    if big_spread is not None:
+        evidence.update({"variance_AB": big_spread.variance, "ratio_AB_to_B": big_spread.variance / reference.variance
+                         if reference.variance > 0 else math.inf})
+    thresholds = {"ratio_AxB_to_B": Threshold(high, f"log ratio within {STANDARD_ERRORS:g} standard errors of "
+                                              f"[log {fmt(low)}, log {fmt(high)}] and below 0 by more than "
+                                              f"{STANDARD_ERRORS:g}", f"{EXPECTED_ORIGIN}. {SAMPLING_ORIGIN}"),
+                  "roundoff_floor": Threshold(reference.floor, "variance > (1e3·eps·(|theta_0| + |g|))^2",
+                                              FLOOR_ORIGIN)}
+    verdict, summary = _judge(mine, reference, big_spread, ratio, error, low, high, a, b)
+    return _verdict(name, test, verdict, summary, evidence, thresholds, runs)
+
+
+def _verdict(name: str, test: str, verdict: str, summary: str, evidence: dict[str, float] | None = None,
+             thresholds: dict[str, Threshold] | None = None, runs: tuple[str, ...] = ()) -> Verdict:
+    """A verdict on the effective-batch claim, quoted from its source."""
+    return EFFECTIVE_BATCH.verdict(name, test, verdict, summary, evidence, thresholds, runs)
+
+
+def _judge(mine: Spread, reference: Spread, big: Spread | None, ratio: float, error: float, low: float,
+           high: float, a: int, b: int) -> tuple[str, str]:
+    if not any(s.noisy for s in (mine, reference, big) if s is not None):
+        return NO_EFFECT, (f"the batch option changes nothing here: every draw of batch {b}, of {a}×{b}"
+                           + (f" and of {a * b}" if big is not None else "") +
+                           f" gives the same gradient (spread {fmt(reference.variance)}, round-off floor "
+                           f"{fmt(reference.floor)}), so mini-batches carry no sampling noise to average away")
+    if not reference.noisy:
+        return FAILS, (f"plain batch {b} shows no sampling noise (spread {fmt(reference.variance)}) but {a}×{b} "
+                       f"does ({fmt(mine.variance)}): accumulating adds noise")
+    log_ratio, margin = math.log(ratio) if ratio > 0 else -math.inf, STANDARD_ERRORS * error
+    within = log_ratio - margin <= math.log(high) and (low == 0 or log_ratio + margin >= math.log(low))
+    reduced = log_ratio + margin < 0
+    position = (f"spread of {a}×{b} is {fmt(ratio)}× that of batch {b} (log standard error {fmt(error)}); "
+                f"expected {fmt(low)} ({a}·{b} distinct items) to {fmt(high)} ({a} independent micro-batches)")
+    if big is not None:
+        position += f"; one batch of {a * b}: {fmt(big.variance / reference.variance)}×"
+    if within and reduced:
+        return HOLDS, f"{a}×{b} averages away noise like a batch of {a * b}: {position}"
+    if within:
+        return INCONCLUSIVE, (f"consistent with an effective batch of {a * b} and with none: more draws needed; "
+                              f"{position}")
+    if ratio > high:
+        return FAILS, (f"{a}×{b} averages away less noise than {a} micro-batches would "
+                       f"({'none: micro-batches that reuse the same points?' if not reduced else 'too little'}); "
+                       f"{position}")
+    return FAILS, f"{a}×{b} has less noise than {a}·{b} distinct items allow; {position}"

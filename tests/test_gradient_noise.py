@@ -1,0 +1,133 @@
+"""The black-box accumulation check (accumulation.noise): its expected ratios, and its verdicts on crux.
+
+The check sees only the spread of first-update gradients, so it runs on any
+library. On crux it holds; with micro-batches planted to reuse the same points
+(``PointStream.indices`` monkeypatched, only here) it turns to ``fails``; where
+every batch is the whole point set it says the batch option changes nothing.
+"""
+from __future__ import annotations
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from crux.backends import GradientDraws, crux_gradient_draws
+from crux.batching import PointStream
+from crux.report import FAILS, HOLDS, INCONCLUSIVE, NO_EFFECT, RunRecord, SolveOptions
+from crux.report.claims import check_gradient_noise, judge
+from crux.report.claims.gradient_noise import expected_ratios
+from crux.report.records import snapshot_arrays
+from crux_testing import poisson
+
+DRAWS = 64
+A, B = 4, 8  # 4 micro-batches of 8 against one batch of 32 and plain 8, from 64 interior points
+
+
+def variance_of_mean(items: np.ndarray, batches: list[tuple[int, ...]]) -> float:
+    """Exact variance (trace) of the mean of ``items`` over equally likely ``batches`` (index tuples)."""
+    means = np.array([items[list(batch)].mean(axis=0) for batch in batches])
+    return float(np.sum((means - means.mean(axis=0)) ** 2) / len(means))
+
+
+def test_expected_ratios_are_those_of_draws_without_replacement():
+    """Enumerating every draw of 6 items (vectors in R^3): the mean of 2 micro-batches of 2 distinct items that
+    together hold 4 distinct items, and of 2 independent micro-batches, against one batch of 2. Exact sums over
+    at most 90 draws of O(1) numbers: float64 agreement to 1e-12."""
+    items = np.random.default_rng(0).normal(size=(6, 3))
+    n, a, b = 6, 2, 2
+    plain = variance_of_mean(items, list(itertools.combinations(range(n), b)))
+    distinct = variance_of_mean(items, list(itertools.permutations(range(n), a * b)))
+    pairs = list(itertools.combinations(range(n), b))
+    independent = variance_of_mean(items, [p + q for p, q in itertools.product(pairs, pairs)])
+    low, high = expected_ratios(n, a, b)
+    assert distinct / plain == pytest.approx(low, rel=1e-12)
+    assert independent / plain == pytest.approx(high, rel=1e-12)
+
+
+def noise_record(run_id: str, draws: GradientDraws, initial, **options) -> RunRecord:
+    """A run of the accumulation sweep as the check reads it: options, the initial parameters, the spread."""
+    snapshots = {**snapshot_arrays(initial, "initial"), **snapshot_arrays(initial, "final")}
+    return RunRecord(run_id, SolveOptions(epochs=1, **options), {"loss/total": np.ones(1)}, draws.metrics(),
+                     snapshots)
+
+
+def measured(n_interior: int = 64, **options) -> tuple[GradientDraws, dict]:
+    problem = poisson(optax.sgd, n=n_interior, hidden=(8, 8))
+    initial = jax.tree.map(np.array, {name: m.params for name, m in problem.models.items()})
+    draws = crux_gradient_draws(problem, DRAWS, options.get("batchsize"), options.get("accumulation_steps", 1),
+                                seed=0)
+    return draws, initial
+
+
+def sweep_records(n_interior: int = 64) -> list[RunRecord]:
+    settings = {"b8": dict(batchsize=B), "b32": dict(batchsize=A * B), "b8_acc4": dict(batchsize=B,
+                                                                                        accumulation_steps=A)}
+    records = []
+    for run_id, options in settings.items():
+        draws, initial = measured(n_interior, **options)
+        records.append(noise_record(run_id, draws, initial, **options))
+    return records
+
+
+def only_noise(records: list[RunRecord]):
+    (verdict,) = check_gradient_noise(records)
+    return verdict
+
+
+def test_crux_accumulation_shrinks_the_noise_like_one_big_batch():
+    verdict = only_noise(sweep_records())
+    assert verdict.verdict == HOLDS, verdict.summary
+    e = verdict.evidence
+    # crux's 4 micro-batches hold 32 distinct points: the same draws as one batch of 32, so the same spread
+    assert e["variance_AxB"] == pytest.approx(e["variance_AB"], rel=1e-6)
+    assert e["ratio_AxB_to_B"] < 0.5 and set(verdict.runs) == {"b8", "b32", "b8_acc4"}
+
+
+def test_micro_batches_that_reuse_the_same_points_fail(monkeypatch):
+    """The planted defect: every micro-batch of an update takes the points of the first."""
+    draw = PointStream.indices
+
+    def first_micro_batch_again(self, key, step):
+        return tuple(jnp.broadcast_to(i[:1], i.shape) for i in draw(self, key, step))
+
+    monkeypatch.setattr(PointStream, "indices", first_micro_batch_again)
+    verdict = only_noise(sweep_records())
+    assert verdict.verdict == FAILS, verdict.summary
+    assert "reuse the same points" in verdict.summary
+    assert verdict.evidence["ratio_AxB_to_B"] > verdict.thresholds["ratio_AxB_to_B"].value
+
+
+def test_batches_of_every_point_are_no_effect_not_a_pass():
+    """8 interior points and 2 boundary points: a batch of 8 is the whole set (and so is every micro-batch of
+    4 x 8), so every draw has the same gradient."""
+    verdict = only_noise(sweep_records(n_interior=8))
+    assert verdict.verdict == NO_EFFECT, verdict.summary
+    assert "changes nothing" in verdict.summary
+    assert verdict.evidence["variance_B"] <= verdict.thresholds["roundoff_floor"].value
+
+
+@pytest.mark.parametrize("ratio, error, outcome", [(0.24, 0.05, HOLDS), (1.0, 0.05, FAILS), (0.02, 0.05, FAILS),
+                                                   (0.24, 0.6, INCONCLUSIVE)])
+def test_the_ratio_is_held_to_its_sampling_error(ratio, error, outcome):
+    """Synthetic spreads: within 3 standard errors of [0.244, 0.25] and below 1 holds; 1 (no reduction) and
+    far below what distinct points allow fail; an error too large to tell 0.25 from 1 is inconclusive."""
+    initial = {"u": [np.ones(3)]}
+
+    def record(run_id: str, variance: float, **options) -> RunRecord:
+        metrics = {"gradient_noise/variance": variance, "gradient_noise/standard_error": variance * error / np.sqrt(2),
+                   "gradient_noise/mean_norm": 1.0, "gradient_noise/population": 1024.0}
+        snapshots = {**snapshot_arrays(initial, "initial"), **snapshot_arrays(initial, "final")}
+        return RunRecord(run_id, SolveOptions(epochs=1, **options), {}, metrics, snapshots)
+
+    verdict = only_noise([record("b8", 1.0, batchsize=8), record("acc", ratio, batchsize=8, accumulation_steps=4)])
+    assert verdict.verdict == outcome, verdict.summary
+
+
+def test_the_noise_check_belongs_to_the_accumulation_claim():
+    records = sweep_records()
+    assert [v.id for v in judge(records, ["accumulation"]) if v.id.startswith("accumulation.noise")] == \
+        ["accumulation.noise[b8_acc4]"]

@@ -1,0 +1,103 @@
+"""crux-sweep on both backends into one store, and crux-report setting them side by side.
+
+One short accumulation sweep on crux and the same on jNO (3 jobs of 20 epochs each,
+jNO's points form) feed every test here, through the real console entry points.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mlflow.tracking import MlflowClient
+
+from crux.report import HOLDS, load_sweep, main
+from crux.report.backends import load_sweeps
+from crux.stats import Statistics
+
+pytest.importorskip("jno", reason='the jNO backend needs the jno extra: pip install -e ".[jno]"')
+pytestmark = pytest.mark.integration  # runs sweeps in subprocesses
+
+SWEEP = ["solver.epochs=20", "model.width=8", "problem.n_interior=64", "memory=b8,b32,b8_acc4", "repeat=0",
+         "gradient_draws=16"]
+ARTIFACTS = {"history.png", "stats.npz", "params.npz", "config.yaml", "environment.json"}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> tuple[str, Path]:
+    """A tracking URI holding a crux and a jNO accumulation sweep, and the folder the sweeps ran in."""
+    folder = tmp_path_factory.mktemp("sweeps")
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    for name, backend in (("crux", []), ("jno", ["backend=jno", "backend.batching=points"])):
+        done = subprocess.run([sys.executable, "-m", "crux.sweep", "accumulation", *SWEEP, *backend,
+                               f"hydra.sweep.dir={folder / name}"], cwd=folder, capture_output=True, text=True,
+                              env={**os.environ, "MLFLOW_TRACKING_URI": uri},
+                              timeout=1200)
+        assert done.returncode == 0, done.stderr[-3000:]
+    return uri, folder
+
+
+def test_a_jno_job_logs_the_layout_of_a_crux_job(store, tmp_path):
+    uri, folder = store
+    sweep = load_sweeps("accumulation", None, uri)["jno"]
+    assert sweep.parent_tags["crux.backend"] == "jno" and len(sweep.records) == 3
+    client = MlflowClient(uri)
+    record = next(r for r in sweep.records if r.label == "b8_acc4")
+    run = client.get_run(record.run_id)
+    assert run.data.tags["crux.backend"] == "jno" and run.info.status == "FINISHED"
+    for key in ("loss/total", "loss/pde", "loss/bc", "lr/u"):
+        steps = sorted(m.step for m in client.get_metric_history(record.run_id, key))
+        assert steps == list(range(20)), key
+    metrics = run.data.metrics
+    for key in ("compile_seconds", "run_seconds", "median_step_seconds", "steps_per_second", "final_loss",
+                "error/u", "param_distance/u", "gradient_noise/variance", "gradient_noise/standard_error"):
+        assert np.isfinite(metrics[key]) and metrics[key] > 0, key
+    assert metrics["gradient_noise/draws"] == 16 and metrics["gradient_noise/population"] == 64
+    assert {a.path for a in client.list_artifacts(record.run_id)} == ARTIFACTS
+    local = Path(client.download_artifacts(record.run_id, "", str(tmp_path)))
+    stats = Statistics.load(local / "stats.npz")
+    assert stats.names == ["pde", "bc"] and stats.losses.shape == (20, 2)
+    np.testing.assert_allclose(record.histories["loss/total"], stats.total_loss, rtol=1e-6)
+    assert np.linalg.norm(record.snapshot("final") - record.snapshot("initial")) == pytest.approx(
+        metrics["param_distance/u"], rel=1e-5)
+    assert record.environment["versions"]["jax-numerical-operators"]
+    assert len(list((folder / "jno").glob("*/jno/log.log"))) == 3, "jNO's own log belongs in each job's folder"
+
+
+def test_the_report_sets_the_backends_side_by_side_and_never_pairs_across_them(store, tmp_path, monkeypatch,
+                                                                                capsys):
+    uri, _ = store
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    out = tmp_path / "report"
+    assert main(["accumulation", "--out", str(out)]) == 0
+    text = (out / "report.md").read_text()
+    assert "| claim | crux | jno |" in text
+    assert "| accumulation.noise[b8_acc4] | **holds** | **holds** |" in text
+    assert "| accumulation.effective_batch[b8_acc4] | **holds** | **–** |" in text  # crux's point stream only
+    assert "| setting | crux steps/s | jno steps/s | crux compile s | jno compile s |" in text
+    assert (out / "crux" / "report.md").exists() and (out / "jno" / "report.md").exists()
+    printed = capsys.readouterr().out
+    assert "accumulation.noise[b8_acc4]" in printed and "crux" in printed and "jno" in printed
+
+    backend_of = {}
+    for backend, sweep in load_sweeps("accumulation", None, uri).items():
+        backend_of.update({r.run_id: backend for r in sweep.records})
+    verdicts = json.loads((out / "verdicts.json").read_text())
+    assert {v["backend"] for v in verdicts} == {"crux", "jno"}
+    for v in verdicts:
+        assert {backend_of[run] for run in v["runs"]} <= {v["backend"]}, v["id"]
+    noise = {v["backend"]: v for v in verdicts if v["id"] == "accumulation.noise[b8_acc4]"}
+    assert noise["crux"]["verdict"] == noise["jno"]["verdict"] == HOLDS
+
+
+def test_one_parent_run_is_reported_alone(store, tmp_path, monkeypatch):
+    uri, _ = store
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    jno_parent = load_sweeps("accumulation", None, uri)["jno"].parent_id
+    assert main(["accumulation", "--out", str(tmp_path), "--run", jno_parent]) == 0
+    text = (tmp_path / "report.md").read_text()
+    assert f"parent run `{jno_parent}`" in text and "| claim | crux | jno |" not in text
