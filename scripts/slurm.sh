@@ -12,13 +12,9 @@
 # `sacct` answers nothing; submitit then follows jobs through squeue and their result files.
 set -euo pipefail
 
-usage() { echo "usage: $0 start|stop DIR" >&2; exit 2; }
-[[ $# -eq 2 ]] || usage
-action=$1
-dir=$(realpath -m "$2")
-
 # shellcheck source=scripts/services.sh
 source "$(dirname "$0")/services.sh"
+service_arguments "start|stop DIR" "$@"  # sets action and dir
 
 stop() {
     stop_session "$dir/slurmd.session"
