@@ -9,7 +9,7 @@
 # controller's state, the logs. slurmctld and slurmd run in the foreground (-D) as background processes, with
 # no cgroup plugin (proctrack/linuxproc, task/none), so the cluster starts in a container without systemd.
 # Clients (sbatch, squeue, submitit) find it through SLURM_CONF. Slurm 22.05 has no accounting here, so
-# `sacct` answers nothing; submitit then follows jobs through squeue and their result files.
+# `sacct` answers nothing; submitit then follows jobs by their result files.
 set -euo pipefail
 
 # shellcheck source=scripts/services.sh
