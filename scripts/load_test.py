@@ -91,14 +91,15 @@ class SweepSpec:
 
 
 class TrackingTimer(Callback):
-    """Times crux's tracking calls inside each job (in the job's process, whichever launcher runs it) and writes
-    ``{"job": seconds, "tracking": seconds}`` into the job's output folder."""
+    """Times crux's tracking calls inside each job (in the job's process, whichever launcher runs it) as
+    scripts/measure_tracking.py does, and writes ``{"job": seconds, "tracking": seconds, "parts": {call: seconds}}``
+    into the job's output folder."""
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         import measure_tracking  # imports crux's pipeline: only in the jobs
 
         if not getattr(measure_tracking, "patched", False):  # a worker process may run several jobs
-            for label, (owner, name) in measure_tracking.STEPS.items():
+            for label, (owner, name) in {**measure_tracking.STEPS, **measure_tracking.PARTS}.items():
                 measure_tracking.timed(owner, name, label)
             measure_tracking.patched = True
         measure_tracking.SECONDS.clear()
@@ -108,7 +109,9 @@ class TrackingTimer(Callback):
         import measure_tracking
 
         tracking = sum(measure_tracking.SECONDS.get(label, 0.0) for label in measure_tracking.STEPS)
-        seconds = {"job": time.perf_counter() - self._start, "tracking": tracking}
+        seconds = {"job": time.perf_counter() - self._start, "tracking": tracking,
+                   "parts": {label.strip(): measure_tracking.SECONDS.get(label, 0.0)
+                             for label in measure_tracking.PARTS}}
         (Path(config.hydra.runtime.output_dir) / TIMING_FILE).write_text(json.dumps(seconds))
 
 
@@ -212,35 +215,35 @@ def _all_runs(client: MlflowClient, experiment_id: str) -> list[Run]:
 
 
 def _check_run(client: MlflowClient, run: Run, epochs: int, folder: Path, counts: Counts) -> None:
-    """One child run: its artifacts, and every point of every history against its ``stats.npz``."""
+    """One child run: its artifacts, and every point of every history (against its ``stats.npz`` if there)."""
     run_id = run.info.run_id
     present = {artifact.path for artifact in client.list_artifacts(run_id)}
     counts.add("artifacts", len(ARTIFACTS), len(present & ARTIFACTS))
-    if "stats.npz" not in present:
-        return
-    folder.mkdir(parents=True)
-    stats = Statistics.load(client.download_artifacts(run_id, "stats.npz", str(folder)))
-    expected = {"loss/total": stats.total_loss, "lr/u": stats.lr["u"],
-                **{f"loss/{name}": stats.losses[:, j] for j, name in enumerate(stats.names)}}
+    expected = {}
+    if "stats.npz" in present:
+        folder.mkdir(parents=True)
+        stats = Statistics.load(client.download_artifacts(run_id, "stats.npz", str(folder)))
+        expected = {"loss/total": stats.total_loss, "lr/u": stats.lr["u"],
+                    **{f"loss/{name}": stats.losses[:, j] for j, name in enumerate(stats.names)}}
     for key in HISTORY_KEYS:
         history = client.get_metric_history(run_id, key)
         counts.add("metric points", epochs, len(history))
-        steps = [m.step for m in history]
-        if sorted(steps) != list(range(epochs)):
+        if sorted(m.step for m in history) != list(range(epochs)):
             counts.problems.append(f"{run_id} {key}: steps are not each epoch once")
-            continue
-        values = np.array([m.value for m in sorted(history, key=lambda m: m.step)])
-        if not np.array_equal(values, np.asarray(expected[key], np.float64)):
-            counts.problems.append(f"{run_id} {key}: values differ from the run's stats.npz")
+        elif key in expected:
+            values = np.array([m.value for m in sorted(history, key=lambda m: m.step)])
+            if not np.array_equal(values, np.asarray(expected[key], np.float64)):
+                counts.problems.append(f"{run_id} {key}: values differ from the run's stats.npz")
+
+
+def timings(folders: list[Path]) -> list[dict[str, Any]]:
+    """What :class:`TrackingTimer` wrote for each job of the sweeps in ``folders``."""
+    return [json.loads(path.read_text()) for folder in folders for path in sorted(folder.glob(f"*/{TIMING_FILE}"))]
 
 
 def tracking_shares(folders: list[Path]) -> list[float]:
-    """Each job's tracking seconds over its seconds, from the files :class:`TrackingTimer` wrote."""
-    shares = []
-    for path in sorted(p for folder in folders for p in folder.glob(f"*/{TIMING_FILE}")):
-        seconds = json.loads(path.read_text())
-        shares.append(seconds["tracking"] / seconds["job"])
-    return shares
+    """Each job's tracking seconds over its seconds."""
+    return [seconds["tracking"] / seconds["job"] for seconds in timings(folders)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -267,16 +270,22 @@ def main(argv: list[str] | None = None) -> int:
         folder = (args.folder or Path(scratch)).resolve()
         outcome = run(sweeps, args.tracking_uri, experiment, folder, args.timeout)
         counts = count(sweeps, args.tracking_uri, experiment, outcome.folders)
-        shares = tracking_shares(outcome.folders)
+        jobs_timed = timings(outcome.folders)
     jobs = len(sweeps) * spec.jobs
     at_once = f"{spec.parallel} at a time per sweep" if spec.launcher == "joblib" else "one CPU each"
     print(f"{len(sweeps)} sweeps x {spec.jobs} jobs x {spec.epochs} epochs on {spec.launcher} ({at_once}) into "
           f"{args.tracking_uri.split('@')[-1]}, experiment {experiment}")
     print(f"exit codes {outcome.returncodes}; {jobs} jobs in {outcome.seconds:.0f} s = "
           f"{60 * jobs / outcome.seconds:.1f} jobs per minute")
+    shares = [t["tracking"] / t["job"] for t in jobs_timed]
     if shares:
         print(f"tracking share of a job: median {100 * statistics.median(shares):.1f}%, "
-              f"{100 * min(shares):.1f}-{100 * max(shares):.1f}% over {len(shares)} jobs")
+              f"{100 * min(shares):.1f}-{100 * max(shares):.1f}% over {len(shares)} jobs; medians: job "
+              f"{statistics.median(t['job'] for t in jobs_timed):.1f} s, tracking "
+              f"{statistics.median(t['tracking'] for t in jobs_timed):.1f} s, of which")
+        parts = {part: statistics.median(t["parts"][part] for t in jobs_timed) for part in jobs_timed[0]["parts"]}
+        print("  " + ", ".join(f"{part} {seconds:.2f} s" for part, seconds in
+                               sorted(parts.items(), key=lambda item: -item[1]) if seconds >= 0.01))
     width = max(map(len, counts.expected))
     for what, expected in counts.expected.items():
         print(f"  {what:<{width}}  {counts.found[what]:>7} of {expected}")

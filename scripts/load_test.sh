@@ -4,8 +4,9 @@
 #   sudo PYTHON=.venv/bin/python bash scripts/load_test.sh [scripts/load_test.py options, e.g. --epochs 200]
 #
 # Starts PostgreSQL with an MLflow server in front of it (4 workers) and a Ray cluster of CPUS (default 8) CPUs,
-# then runs scripts/load_test.py four times: joblib and Ray, each into the server and into a fresh SQLite file
-# (the embedded store, no server). Everything is stopped and removed at the end, whatever happened.
+# then runs scripts/load_test.py six times: joblib and Ray, each into the server, straight into a database of
+# the same PostgreSQL (postgresql://) and into a fresh SQLite file (the embedded store, no server). Everything
+# is stopped and removed at the end, whatever happened.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHON=${PYTHON:-python3}
@@ -20,12 +21,13 @@ cleanup() {
 trap cleanup EXIT
 store=$(bash scripts/postgres.sh start "$work/postgres")
 server=$(bash scripts/mlflow_server.sh start "$work/server" "$store" 4)
+direct=$(bash scripts/postgres.sh database "$work/postgres" direct)
 eval "$(CPUS=${CPUS:-8} bash scripts/ray_head.sh start "$work/ray")"
 echo "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD), $(nproc) CPUs:" \
      "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load $(cut -d' ' -f1-3 /proc/loadavg)"
 status=0
 for launcher in joblib ray; do
-    for uri in "$server" "sqlite:///$work/$launcher.db"; do
+    for uri in "$server" "$direct" "sqlite:///$work/$launcher.db"; do
         "$PYTHON" scripts/load_test.py --tracking-uri "$uri" --launcher "$launcher" "$@" || status=1
         echo "load $(cut -d' ' -f1-3 /proc/loadavg)"
     done

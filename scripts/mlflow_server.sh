@@ -12,13 +12,9 @@
 # workers (default 4). MLflow's job runner is off: crux uses none, and it would start more processes.
 set -euo pipefail
 
-usage() { echo "usage: $0 start DIR BACKEND_URI [WORKERS] | stop DIR" >&2; exit 2; }
-[[ $# -ge 2 ]] || usage
-action=$1
-dir=$(realpath -m "$2")
-
 # shellcheck source=scripts/services.sh
 source "$(dirname "$0")/services.sh"
+service_arguments "start DIR BACKEND_URI [WORKERS] | stop DIR" "$@"  # sets action and dir
 
 stop() { stop_session "$dir/server.pid"; }
 

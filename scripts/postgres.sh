@@ -13,13 +13,9 @@
 # `pip install -e ".[postgres]"`.
 set -euo pipefail
 
-usage() { echo "usage: $0 start|stop DIR | database DIR NAME [TEMPLATE]" >&2; exit 2; }
-[[ $# -ge 2 ]] || usage
-action=$1
-dir=$(realpath -m "$2")
-
 # shellcheck source=scripts/services.sh
 source "$(dirname "$0")/services.sh"
+service_arguments "start|stop DIR | database DIR NAME [TEMPLATE]" "$@"  # sets action and dir
 
 bin_dir() {  # the newest installed PostgreSQL's programs (initdb and pg_ctl are not on PATH in Debian)
     ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1

@@ -15,13 +15,9 @@
 # PATH) must be the environment with `pip install -e ".[ray]"`; CPUS (default: all) caps the cluster's CPUs.
 set -euo pipefail
 
-usage() { echo "usage: $0 start|stop DIR" >&2; exit 2; }
-[[ $# -eq 2 ]] || usage
-action=$1
-dir=$(realpath -m "$2")
-
 # shellcheck source=scripts/services.sh
 source "$(dirname "$0")/services.sh"
+service_arguments "start|stop DIR" "$@"  # sets action and dir
 
 stop() { stop_session "$dir/head.pid"; }  # Ray's GCS server may need the SIGKILL
 

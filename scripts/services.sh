@@ -1,6 +1,15 @@
 # Sourced by scripts/{postgres,mlflow_server,ray_head,slurm}.sh: each runs its daemons in sessions of their own,
 # with the session ids in pid files under the service's folder, and stops exactly those sessions' processes.
 
+service_arguments() {  # service_arguments USAGE ACTION DIR [MORE...]: sets action and dir (absolute), or fails
+    usage_line=$1
+    [[ $# -ge 3 ]] || usage
+    action=$2
+    dir=$(realpath -m "$3")
+}
+
+usage() { echo "usage: $0 $usage_line" >&2; exit 2; }
+
 install_packages() {  # install_packages PACKAGE...: Debian's packages, the package lists refreshed if needed
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >/dev/null 2>&1 \
         || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >/dev/null; }

@@ -9,16 +9,12 @@
 # controller's state, the logs. slurmctld and slurmd run in the foreground (-D) as background processes, with
 # no cgroup plugin (proctrack/linuxproc, task/none), so the cluster starts in a container without systemd.
 # Clients (sbatch, squeue, submitit) find it through SLURM_CONF. Slurm 22.05 has no accounting here, so
-# `sacct` answers nothing; submitit then follows jobs through squeue and their result files.
+# `sacct` answers nothing; submitit then follows jobs by their result files.
 set -euo pipefail
-
-usage() { echo "usage: $0 start|stop DIR" >&2; exit 2; }
-[[ $# -eq 2 ]] || usage
-action=$1
-dir=$(realpath -m "$2")
 
 # shellcheck source=scripts/services.sh
 source "$(dirname "$0")/services.sh"
+service_arguments "start|stop DIR" "$@"  # sets action and dir
 
 stop() {
     stop_session "$dir/slurmd.session"

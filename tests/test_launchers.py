@@ -15,12 +15,20 @@ from pathlib import Path
 import pytest
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra._internal.utils import create_config_search_path
+from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import setup_globals
 from hydra.types import RunMode
 
 from crux.config import CONFIG_PACKAGE
+from crux.tracking import JobRun
 from crux.tracking.callback import pin_sweep_dir
 from scale_out import assert_same_as_reference, sweep_and_report
+
+
+def config_loader() -> ConfigLoaderImpl:
+    """Hydra's config loader on the project's configs: what every launcher builds a job's config with."""
+    setup_globals()  # the ${now:...} resolver of the default sweep folder
+    return ConfigLoaderImpl(config_search_path=create_config_search_path(f"pkg://{CONFIG_PACKAGE}"))
 
 
 def test_every_job_gets_the_sweep_folder_of_the_command_whatever_its_working_directory(tmp_path, monkeypatch):
@@ -28,8 +36,7 @@ def test_every_job_gets_the_sweep_folder_of_the_command_whatever_its_working_dir
     loader used here; Hydra's default sweep folder is relative, so a job running elsewhere (a Ray cluster's
     worker) would look for its parent run in another folder unless the sweep folder travels as an absolute
     path."""
-    setup_globals()  # the ${now:...} resolver of the default sweep folder
-    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(f"pkg://{CONFIG_PACKAGE}"))
+    loader = config_loader()
     command, worker = tmp_path / "command", tmp_path / "worker"
     command.mkdir(), worker.mkdir()
     monkeypatch.chdir(command)
@@ -42,6 +49,25 @@ def test_every_job_gets_the_sweep_folder_of_the_command_whatever_its_working_dir
     job = loader.load_sweep_config(multirun, ["memory=b8"])
     assert job.hydra.sweep.dir == str(command / relative)
     assert job.memory.batchsize == 8
+
+
+def test_a_job_that_cannot_see_its_sweep_folder_fails_naming_it_instead_of_logging_elsewhere(tmp_path,
+                                                                                                monkeypatch):
+    """Without the sweep's file a job used to log a run of its own, into the store and experiment its own
+    machine would choose (the project's mlflow.db for a Ray worker, which lacks the command's environment)."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'elsewhere.db'}")
+    loader = config_loader()
+    job = loader.load_sweep_config(loader.load_configuration(
+        "config", overrides=["hydra.mode=MULTIRUN", f"hydra.sweep.dir={tmp_path}", "memory=b8,b32"],
+        run_mode=RunMode.MULTIRUN),
+        ["memory=b8"])
+    HydraConfig.instance().set_config(job)
+    try:
+        with pytest.raises(FileNotFoundError, match=f"finds no crux_mlflow.json in its sweep folder {tmp_path} on "):
+            JobRun.start(job)
+    finally:
+        HydraConfig.instance().cfg = None
+    assert not (tmp_path / "elsewhere.db").exists()
 
 
 @pytest.mark.integration  # starts a Ray cluster and sweeps in subprocesses
