@@ -30,6 +30,7 @@ import functools
 import importlib
 import inspect
 import os
+import secrets
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Dict, List, Optional
@@ -321,6 +322,20 @@ class Config:
     roundoff_twin: int = checked(NOT_NEGATIVE, 0)
 
 
+@dataclass
+class SweeperConfig:
+    """``hydra/sweeper=crux`` (``hydra_plugins/crux_sweeper``): ``params`` and ``max_batch_size`` as for
+    Hydra's basic sweeper; ``resume``: continue the newest sweep of the name, running the jobs of its plan that
+    did not finish, instead of starting one; ``command``: the command line that runs the sweep, for the parent
+    run's description and the messages (default: ``crux-run`` and the process's arguments)."""
+
+    _target_: str = "hydra_plugins.crux_sweeper.crux_sweeper.CruxSweeper"
+    max_batch_size: Optional[int] = None
+    params: Optional[Dict[str, str]] = None
+    resume: bool = False
+    command: Optional[str] = None
+
+
 SWEEP_KEYS = ("claim", "claims")
 """Keys that describe the sweep a job belongs to rather than the job: tags and descriptions, not params."""
 
@@ -332,12 +347,17 @@ SCHEDULES = {c.name: c for c in (ConstantConfig, WarmupCosineConfig, Exponential
 def _register() -> None:
     store = ConfigStore.instance()
     store.store(name="base_config", node=Config)
+    store.store(group="hydra/sweeper", name="crux", node=SweeperConfig, provider="crux")
     for group, schemas in (("problem", PROBLEMS), ("optimizer", OPTIMIZERS), ("schedule", SCHEDULES)):
         for name, schema in schemas.items():
             store.store(group=group, name=f"base_{name}", node=schema)
 
 
 _register()
+
+INVOCATION = secrets.token_hex(3)
+"""This process's id, in the name of its default sweep folder (``${crux.invocation:}`` in conf/config.yaml)."""
+OmegaConf.register_new_resolver("crux.invocation", lambda: INVOCATION, replace=True)
 
 
 # -- from a composed config to objects ---------------------------------------------------------

@@ -19,7 +19,7 @@ from hydra.core.utils import setup_globals
 from hydra.types import RunMode
 
 from crux.config import CONFIG_PACKAGE
-from crux.tracking.callback import pin_sweep_dir
+from crux.tracking.multirun import pin_sweep_dir
 from scale_out import assert_same_as_reference, sweep_and_report
 
 

@@ -1,9 +1,10 @@
 """MLflow tracking for crux-run and crux-sweep (the library itself never imports MLflow).
 
-``SweepCallback`` (a Hydra callback) opens and closes the parent run of a
-multirun; ``JobRun`` is the run of one job. The layout is docs/CONTRACT.md's.
+``Multirun`` runs a sweep (crux's Hydra sweeper hands it the multirun): it checks
+every job's config and the store, and opens and closes the parent run; ``JobRun``
+is the run of one job. The layout is docs/CONTRACT.md's.
 """
-from crux.tracking.callback import SweepCallback
 from crux.tracking.job import JobRun, ParameterLeaves, parameter_leaves
+from crux.tracking.multirun import Multirun
 
-__all__ = ["JobRun", "ParameterLeaves", "SweepCallback", "parameter_leaves"]
+__all__ = ["JobRun", "Multirun", "ParameterLeaves", "parameter_leaves"]
