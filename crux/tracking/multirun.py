@@ -292,6 +292,8 @@ class Multirun:
 
     # -- the jobs ------------------------------------------------------------------------------
     def _launch(self, opened: Opened) -> list[Sequence[JobReturn]]:
+        """Hand the parent run to the jobs, launch those to run, close the parent whatever happens; the
+        launcher's returns, or SystemExit when stopped or when jobs failed."""
         hand_over(self.config, f"hydra.job.env_set.{PARENT_RUN}", opened.parent_id)
         hand_over(self.config, f"hydra.job.env_set.{TRACKING_URI}", opened.uri)
         heartbeat = Heartbeat(opened.client, opened.parent_id).start()
@@ -302,7 +304,10 @@ class Multirun:
             sweep_dir.mkdir(parents=True, exist_ok=True)
             OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
             for batch in self._batches(opened.todo):
-                returns.append(self.launcher.launch([opened.jobs[n] for n in batch], initial_job_idx=batch[0]))
+                try:
+                    returns.append(self.launcher.launch([opened.jobs[n] for n in batch], initial_job_idx=batch[0]))
+                except Exception as error:  # noqa: BLE001 - a job the launcher lost (a Slurm job past its time
+                    log.error("the launcher failed on jobs %s", batch, exc_info=error)  # limit): the others go on
         except KeyboardInterrupt as error:
             stopped = error
         finally:
