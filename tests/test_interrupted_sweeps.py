@@ -2,9 +2,9 @@
 ``kill -9``, leaves no run RUNNING once it or the next command has looked, and ``crux-sweep NAME --resume`` runs
 only what it lacks, under the same parent, which then closes FINISHED and is what crux-report judges.
 
-The sweep has four jobs on the default launcher (one process); job 2 trains long enough to be stopped while it
-trains: the test waits for its "training phase" line, then for a few of the loop's synchronisations (every
-0.25 s)."""
+The sweep has four jobs on the default launcher (one process); job 2 trains for several seconds, and is stopped
+3 s after Hydra announces it: it has opened its run and trained through several of the loop's
+synchronisations (every 0.25 s) by then."""
 from __future__ import annotations
 
 import os
@@ -54,10 +54,11 @@ def stop_while_job_2_trains(folder: Path, how: signal.Signals) -> tuple[int, str
         sweep = subprocess.Popen(command("crux-sweep", "stoppable.yaml"), cwd=folder, env=environment(folder),
                                  stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 600
-        while f"training phase 1 of 1: {LONG} epochs" not in log.read_text():
+        while f"#2 : solver.epochs={LONG}" not in log.read_text():
             assert sweep.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.1)
-        time.sleep(1.5)
+        time.sleep(3)
+        assert sweep.poll() is None and f"logged {LONG} epochs" not in log.read_text(), "job 2 ended too soon"
         sweep.send_signal(how)
         status = sweep.wait(timeout=600)
     return status, log.read_text()
