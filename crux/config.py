@@ -15,6 +15,11 @@ are checked against that function's signature. Optimizers and schedules carry a
 the schema of their ``name`` when the job starts (:func:`training_phases`),
 still before any JAX work.
 
+Values of the right type that no run could use (``solver.epochs=-1``,
+``optimizer.b1=2``) are refused too, before any run is created: each field
+declares its range or choices (:mod:`crux.ranges`), and :func:`out_of_range`
+names every value outside them in the command line's terms.
+
 The configs ship inside the package: ``conf/`` as ``crux.conf`` (Hydra's
 ``pkg://crux.conf``) and ``sweeps/`` as ``crux.sweeps``.
 """
@@ -25,6 +30,7 @@ import functools
 import importlib
 import inspect
 import os
+import secrets
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Dict, List, Optional
@@ -37,8 +43,12 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from crux import problems
-from crux.model import Model
+from crux.derivatives import LAPLACIAN_MODES
+from crux.model import ACTIVATIONS, Model
 from crux.optim import soap
+from crux.options import divisors
+from crux.ranges import AT_LEAST_ONE, FRACTION, NOT_NEGATIVE, POSITIVE, Choice, checked
+from crux.ranges import problems as range_problems
 from crux.schedules import Schedule, lrs
 
 CONFIG_PACKAGE = "crux.conf"
@@ -68,10 +78,10 @@ class Poisson1dConfig:
     """``crux.problems.poisson1d``'s fields."""
 
     _target_: str = MISSING
-    n_interior: int = MISSING
+    n_interior: int = checked(AT_LEAST_ONE)
     hard_boundary: bool = MISSING
-    bc_weight: float = MISSING
-    laplacian_mode: str = MISSING
+    bc_weight: float = checked(NOT_NEGATIVE)
+    laplacian_mode: str = checked(Choice(LAPLACIAN_MODES))
 
 
 @dataclass
@@ -79,10 +89,10 @@ class Heat1dConfig:
     """``crux.problems.heat1d``'s fields."""
 
     _target_: str = MISSING
-    n_interior: int = MISSING
-    n_initial: int = MISSING
-    n_boundary: int = MISSING
-    nu: float = MISSING
+    n_interior: int = checked(AT_LEAST_ONE)
+    n_initial: int = checked(AT_LEAST_ONE)
+    n_boundary: int = checked(AT_LEAST_ONE)
+    nu: float = checked(POSITIVE)
 
 
 @dataclass
@@ -90,7 +100,7 @@ class MixedPoisson1dConfig:
     """``crux.problems.mixed_poisson1d``'s fields."""
 
     _target_: str = MISSING
-    n_interior: int = MISSING
+    n_interior: int = checked(AT_LEAST_ONE)
 
 
 # -- optimizer ---------------------------------------------------------------------------------
@@ -115,23 +125,23 @@ class OptimizerConfig:
 class AdamConfig(OptimizerConfig):
     name: str = "adam"
     factory: ClassVar = staticmethod(optax.adam)
-    b1: Optional[float] = None
-    b2: Optional[float] = None
-    eps: Optional[float] = None
+    b1: Optional[float] = checked(FRACTION, None)
+    b2: Optional[float] = checked(FRACTION, None)
+    eps: Optional[float] = checked(NOT_NEGATIVE, None)
 
 
 @dataclass
 class AdamWConfig(AdamConfig):
     name: str = "adamw"
     factory: ClassVar = staticmethod(optax.adamw)
-    weight_decay: Optional[float] = None
+    weight_decay: Optional[float] = checked(NOT_NEGATIVE, None)
 
 
 @dataclass
 class SGDConfig(OptimizerConfig):
     name: str = "sgd"
     factory: ClassVar = staticmethod(optax.sgd)
-    momentum: Optional[float] = None
+    momentum: Optional[float] = checked(FRACTION, None)
     nesterov: Optional[bool] = None
 
 
@@ -139,7 +149,7 @@ class SGDConfig(OptimizerConfig):
 class LBFGSConfig(OptimizerConfig):
     name: str = "lbfgs"
     factory: ClassVar = staticmethod(optax.lbfgs)
-    memory_size: Optional[int] = None
+    memory_size: Optional[int] = checked(AT_LEAST_ONE, None)
 
 
 @dataclass
@@ -148,11 +158,11 @@ class SoapConfig(OptimizerConfig):
 
     name: str = "soap"
     factory: ClassVar = staticmethod(soap)
-    b1: Optional[float] = None
-    b2: Optional[float] = None
-    eps: Optional[float] = None
-    weight_decay: Optional[float] = None
-    precondition_frequency: Optional[int] = None
+    b1: Optional[float] = checked(FRACTION, None)
+    b2: Optional[float] = checked(FRACTION, None)
+    eps: Optional[float] = checked(NOT_NEGATIVE, None)
+    weight_decay: Optional[float] = checked(NOT_NEGATIVE, None)
+    precondition_frequency: Optional[int] = checked(AT_LEAST_ONE, None)
 
     def attach(self, model: Model, schedule: Schedule) -> None:
         model.optimizer(soap(1, **_keywords(self))).scale(schedule)
@@ -175,7 +185,7 @@ class ScheduleConfig:
 @dataclass
 class ConstantConfig(ScheduleConfig):
     name: str = "constant"
-    value: float = MISSING
+    value: float = checked(POSITIVE)
 
     def build(self, epochs: int) -> Schedule:
         return lrs(self.value)
@@ -186,10 +196,10 @@ class WarmupCosineConfig(ScheduleConfig):
     """``total=None`` spans the phase's epochs."""
 
     name: str = "warmup_cosine"
-    total: Optional[int] = None
-    warmup: int = MISSING
-    peak: float = MISSING
-    end: float = MISSING
+    total: Optional[int] = checked(AT_LEAST_ONE, None)
+    warmup: int = checked(NOT_NEGATIVE)
+    peak: float = checked(POSITIVE)
+    end: float = checked(NOT_NEGATIVE)
 
     def build(self, epochs: int) -> Schedule:
         return lrs.warmup_cosine(self.total or epochs, self.warmup, self.peak, self.end)
@@ -201,10 +211,10 @@ class WarmupCosineConfig(ScheduleConfig):
 @dataclass
 class ExponentialConfig(ScheduleConfig):
     name: str = "exponential"
-    init: float = MISSING
-    decay_rate: float = MISSING
-    transition_steps: int = MISSING
-    end: Optional[float] = None
+    init: float = checked(POSITIVE)
+    decay_rate: float = checked(POSITIVE)
+    transition_steps: int = checked(AT_LEAST_ONE)
+    end: Optional[float] = checked(NOT_NEGATIVE, None)
 
     def build(self, epochs: int) -> Schedule:
         return lrs.exponential(self.init, self.decay_rate, self.transition_steps, self.end)
@@ -240,19 +250,19 @@ class JnoBackendConfig(BackendConfig):
 class ModelConfig:
     """An MLP of ``depth`` hidden layers of ``width``, for every model of the problem."""
 
-    width: int = MISSING
-    depth: int = MISSING
-    activation: str = MISSING
+    width: int = checked(AT_LEAST_ONE)
+    depth: int = checked(AT_LEAST_ONE)
+    activation: str = checked(Choice(tuple(ACTIVATIONS)))
 
 
 @dataclass
 class SolverConfig:
     """``substeps`` entries are ``[i, j]`` (one step) or ``[[i, j], n]`` (n steps), as in solve()."""
 
-    epochs: int = MISSING
-    inner_steps: int = MISSING
+    epochs: int = checked(AT_LEAST_ONE)
+    inner_steps: int = checked(AT_LEAST_ONE)
     substeps: Optional[List[Any]] = None
-    seed: int = MISSING
+    seed: int = checked(NOT_NEGATIVE)
 
     def substep_plan(self) -> list | None:
         """``substeps`` in solve()'s form: YAML has no tuples, so ``[[i, j], n]`` becomes ``([i, j], n)``."""
@@ -266,8 +276,8 @@ class SolverConfig:
 class MemoryConfig:
     """A whole combination of solve()'s memory options: sweeps are Cartesian, claims need paired settings."""
 
-    batchsize: Optional[int] = MISSING
-    accumulation_steps: int = MISSING
+    batchsize: Optional[int] = checked(AT_LEAST_ONE)
+    accumulation_steps: int = checked(AT_LEAST_ONE)
     checkpoint_gradients: bool = MISSING
     offload_data: bool = MISSING
 
@@ -301,7 +311,7 @@ class PhaseConfig:
 
     optimizer: Any = MISSING
     schedule: Any = MISSING
-    epochs: int = MISSING
+    epochs: int = checked(AT_LEAST_ONE)
 
 
 @dataclass
@@ -337,10 +347,24 @@ class Config:
     phases: Dict[str, PhaseConfig] = field(default_factory=dict)
     claim: str = ""
     claims: List[str] = field(default_factory=list)
-    gradient_draws: int = 0
-    repeat: int = 0
+    gradient_draws: int = checked(NOT_NEGATIVE, 0)
+    repeat: int = checked(NOT_NEGATIVE, 0)
     variant: Optional[str] = None
-    roundoff_twin: int = 0
+    roundoff_twin: int = checked(NOT_NEGATIVE, 0)
+
+
+@dataclass
+class SweeperConfig:
+    """``hydra/sweeper=crux`` (``hydra_plugins/crux_sweeper``): ``params`` and ``max_batch_size`` as for
+    Hydra's basic sweeper; ``resume``: continue the newest sweep of the name, running the jobs of its plan that
+    did not finish, instead of starting one; ``command``: the command line that runs the sweep, for the parent
+    run's description and the messages (default: ``crux-run`` and the process's arguments)."""
+
+    _target_: str = "hydra_plugins.crux_sweeper.crux_sweeper.CruxSweeper"
+    max_batch_size: Optional[int] = None
+    params: Optional[Dict[str, str]] = None
+    resume: bool = False
+    command: Optional[str] = None
 
 
 SWEEP_KEYS = ("claim", "claims")
@@ -355,6 +379,7 @@ BACKENDS = {"crux": BackendConfig, "jno": JnoBackendConfig}
 def _register() -> None:
     store = ConfigStore.instance()
     store.store(name="base_config", node=Config)
+    store.store(group="hydra/sweeper", name="crux", node=SweeperConfig, provider="crux")
     for group, schemas in (("problem", PROBLEMS), ("optimizer", OPTIMIZERS), ("schedule", SCHEDULES),
                            ("backend", BACKENDS)):
         for name, schema in schemas.items():
@@ -362,6 +387,10 @@ def _register() -> None:
 
 
 _register()
+
+INVOCATION = secrets.token_hex(3)
+"""This process's id, in the name of its default sweep folder (``${crux.invocation:}`` in conf/config.yaml)."""
+OmegaConf.register_new_resolver("crux.invocation", lambda: INVOCATION, replace=True)
 
 
 # -- from a composed config to objects ---------------------------------------------------------
@@ -390,6 +419,34 @@ def training_phases(cfg: DictConfig) -> list[Phase]:
     first = Phase(typed(cfg.optimizer, OPTIMIZERS), typed(cfg.schedule, SCHEDULES), cfg.solver.epochs)
     return [first] + [Phase(typed(p.optimizer, OPTIMIZERS), typed(p.schedule, SCHEDULES), p.epochs)
                       for p in cfg.phases.values()]
+
+
+def out_of_range(cfg: DictConfig) -> list[str]:
+    """Every value of a job's config that its run could not use, in the command line's terms
+    (``solver.epochs=-1: must be >= 1``): the ranges and choices of the schema's fields (:mod:`crux.ranges`),
+    and what depends on several of them (``solver.inner_steps`` divides the epochs of every phase; offloading
+    streams mini-batches; a substep is one update). What needs the problem's points, such as a batch size
+    below the largest constraint's, is left to ``solve()``.
+
+    Raises as :func:`training_phases` does for a malformed later phase.
+    """
+    first, *later = training_phases(cfg)
+    found = range_problems(OmegaConf.to_object(cfg))
+    for name, phase in zip(cfg.phases, later):
+        found += range_problems(phase.optimizer, f"phases.{name}.optimizer.")
+        found += range_problems(phase.schedule, f"phases.{name}.schedule.")
+    steps, memory = cfg.solver.inner_steps, cfg.memory
+    epochs = {"solver.epochs": first.epochs, **{f"phases.{name}.epochs": p.epochs for name, p in zip(cfg.phases, later)}}
+    if steps >= 1:
+        found += [f"solver.inner_steps={steps} must divide {key}={count} (every phase runs with it); choose one of "
+                  f"{divisors(count)}" for key, count in epochs.items() if count >= 1 and count % steps]
+    if memory.offload_data and memory.batchsize is None:
+        found.append("memory.offload_data=true streams mini-batches, so it needs memory.batchsize; choose a memory "
+                     "option that sets one (memory=offload_b8)")
+    if cfg.solver.substeps is not None and (memory.accumulation_steps > 1 or steps > 1):
+        found.append(f"solver.substeps makes each substep an update of its own, so memory.accumulation_steps="
+                     f"{memory.accumulation_steps} and solver.inner_steps={steps} must both be 1")
+    return found
 
 
 def roundoff_twin(params: Any, twin: int) -> Any:

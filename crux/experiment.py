@@ -10,19 +10,29 @@ under the working directory unless configured (docs/usage.md).
 """
 from __future__ import annotations
 
+import logging
 import os
+import sys
 from pathlib import Path
 
 import hydra
 import jax
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.plugins import Plugins
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from hydra_plugins.crux_sweeper.crux_sweeper import CruxSweeper
 
 from crux import backends, config
 from crux.config import CONFIG_PACKAGE, Phase
 from crux.problems import Problem
 from crux.tracking import JobRun, ParameterLeaves, parameter_leaves
+from crux.tracking.interrupt import exit_status, interruptible, signal_name
+from crux.tracking.store import StoreError
+
+log = logging.getLogger(__name__)
 
 
 def configure_jax(cfg: DictConfig) -> None:
@@ -55,7 +65,8 @@ def train(problem: Problem, phases: list[Phase], cfg: DictConfig,
     memory = OmegaConf.to_container(cfg.memory)
     substeps = OmegaConf.to_object(cfg.solver).substep_plan()
     previous = None
-    for phase in phases:
+    for number, phase in enumerate(phases, 1):
+        log.info("training phase %d of %d: %d epochs, %s", number, len(phases), phase.epochs, phase.optimizer.name)
         if (phase.optimizer, phase.schedule) != previous:
             schedule = phase.schedule.build(phase.epochs)
             for model in problem.models.values():
@@ -67,33 +78,48 @@ def train(problem: Problem, phases: list[Phase], cfg: DictConfig,
 
 @hydra.main(version_base="1.3", config_path=f"pkg://{CONFIG_PACKAGE}", config_name="config")
 def run_job(cfg: DictConfig) -> float:
-    """One job; returns the final total loss (what a Hydra sweeper would minimise)."""
+    """One job; returns the final total loss (what a Hydra sweeper would minimise). Stopped by SIGINT or
+    SIGTERM, it closes its run KILLED with the history so far and raises KeyboardInterrupt."""
     configure_jax(cfg)
-    backends.check_backend(cfg)  # a swept option this job's backend cannot run: refused before its run exists
-    with JobRun.start(cfg) as run:
-        run.log_config(cfg)  # a malformed later phase is refused here, before any training
-        if cfg.backend.name != "crux":
-            return backends.run_on_backend(cfg, run)
-        phases = config.training_phases(cfg)
-        problem = config.problem(cfg)
-        if backends.draws_wanted(cfg):
-            run.log_metrics(backends.crux_gradient_draws(problem, backends.draws_wanted(cfg), cfg.memory.batchsize,
-                                                         cfg.memory.accumulation_steps, cfg.solver.seed).metrics())
-        initial = parameter_leaves(problem.models)
-        phase_ends: list[ParameterLeaves] = []
+    with interruptible():
         try:
-            train(problem, phases, cfg, phase_ends)
-        finally:  # a failed phase keeps the history and the parameter snapshots up to it
-            history = problem.solver().history
-            if history is not None:
-                run.log_results(problem, history, initial, phase_ends)
-        return float(history.total_loss[-1])
+            # crux's sweeper checked every job's config before the first; a single run is checked here
+            problems = config.out_of_range(cfg) + backends.backend_problems(cfg)
+            if problems:
+                raise ValueError("; ".join(problems))
+            run = JobRun.start(cfg)
+        except (ValueError, StoreError, OmegaConfBaseException) as error:  # no run yet: nothing to record
+            raise SystemExit(f"crux-run: {error}") from None
+        with run:
+            run.log_config(cfg)
+            if cfg.backend.name != "crux":
+                return backends.run_on_backend(cfg, run)
+            phases = config.training_phases(cfg)
+            problem = config.problem(cfg)
+            if backends.draws_wanted(cfg):
+                run.log_metrics(backends.crux_gradient_draws(problem, backends.draws_wanted(cfg), cfg.memory.batchsize,
+                                                             cfg.memory.accumulation_steps, cfg.solver.seed).metrics())
+            initial = parameter_leaves(problem.models)
+            phase_ends: list[ParameterLeaves] = []
+            try:
+                train(problem, phases, cfg, phase_ends)
+            finally:  # a failed or stopped phase keeps the history and the parameter snapshots up to it
+                history = problem.solver().history
+                if history is not None:
+                    run.log_results(problem, history, initial, phase_ends)
+            return float(history.total_loss[-1])
 
 
 def main() -> None:
     """The console script: Hydra reads the command line."""
     config.import_from_working_directory()
-    run_job()
+    Plugins.instance().register(CruxSweeper)  # Hydra's scan misses it in an editable install
+    try:
+        run_job()
+    except KeyboardInterrupt as stopped:
+        print(f"crux-run: stopped by {signal_name(stopped)}; the run closed KILLED with what it had logged",
+              file=sys.stderr)
+        raise SystemExit(exit_status(stopped)) from None
 
 
 if __name__ == "__main__":

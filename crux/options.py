@@ -43,8 +43,7 @@ def validate(sizes: Sequence[int], epochs: Any, batchsize: Any = None, checkpoin
                                   "use 1 for no accumulation, or N > 1 micro-batches per update")
     inner_steps = _integer("inner_steps", inner_steps, "use 1, or a divisor of epochs")
     if epochs % inner_steps:
-        divisors = [k for k in range(1, min(epochs, 100) + 1) if epochs % k == 0]
-        raise ValueError(f"inner_steps={inner_steps} must divide epochs={epochs}; choose one of {divisors}")
+        raise ValueError(f"inner_steps={inner_steps} must divide epochs={epochs}; choose one of {divisors(epochs)}")
     if offload_data:
         largest = max(sizes)
         if batchsize is None or batchsize >= largest:
@@ -63,6 +62,11 @@ def validate(sizes: Sequence[int], epochs: Any, batchsize: Any = None, checkpoin
         accumulation_steps = 1
     return Options(epochs, batchsize, bool(checkpoint_gradients), bool(offload_data), accumulation_steps,
                    inner_steps, plan)
+
+
+def divisors(epochs: int, up_to: int = 100) -> list[int]:
+    """The values of ``inner_steps`` up to ``up_to`` that divide ``epochs``."""
+    return [k for k in range(1, min(epochs, up_to) + 1) if epochs % k == 0]
 
 
 def _integer(name: str, value: Any, fix: str) -> int:

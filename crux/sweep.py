@@ -7,6 +7,7 @@ every job.
     crux-sweep offload hydra/launcher=joblib               # jobs in parallel processes
     crux-sweep ./my_sweep.yaml --config-dir ./myconf       # a sweep file, config groups of one's own
     crux-sweep my_sweep --sweeps-dir ./sweeps              # a folder of one's own sweeps, by name
+    crux-sweep accumulation --resume                       # the jobs of the newest one that did not finish
 
 A sweep file is a Hydra config merged at the top level of every job's config
 (whether or not it starts with ``# @package _global_``): ``hydra.sweeper.params``
@@ -15,6 +16,8 @@ the checks ``crux-report`` runs on it (keys of ``crux.report.CHECKS``). crux-swe
 registers the file in Hydra's ConfigStore as option NAME of the group ``sweeps``
 (the ConfigStore travels to launchers' worker processes) and runs
 ``crux-run --multirun +sweeps=NAME [overrides]``; the experiment is named NAME.
+crux's Hydra sweeper (:mod:`crux.tracking.multirun`) runs the multirun, ``--resume``
+sets its ``hydra.sweeper.resume``.
 """
 from __future__ import annotations
 
@@ -125,7 +128,7 @@ def register(sweep: SweepFile, command: str) -> None:
 
     store = ConfigStore.instance()
     node = sweep.config.copy()
-    OmegaConf.update(node, "hydra.callbacks.mlflow.command", command, force_add=True)
+    OmegaConf.update(node, "hydra.sweeper.command", command, force_add=True)
     store.store(group="sweeps", name=sweep.name, node=node, package="_global_", provider="crux-sweep")
     for group in sweep.folder.iterdir():
         if not group.is_dir():
@@ -151,6 +154,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config-dir", "-cd", type=Path, metavar="DIR",
                         help="a folder of config groups of one's own, e.g. problem/mine.yaml (Hydra's "
                              "--config-dir): problem=mine")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the newest sweep of this name under its parent run: run its jobs that did "
+                             "not finish (failed, stopped, never started) as it planned them; nothing if it is "
+                             "complete")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every job")
     words = sys.argv[1:] if argv is None else argv
     args = parser.parse_intermixed_args(words)
@@ -173,7 +180,8 @@ def main(argv: list[str] | None = None) -> None:
     from crux import experiment  # after the argument checks: importing JAX and Hydra takes seconds
 
     config_dir = ["--config-dir", str(args.config_dir.resolve())] if args.config_dir is not None else []
-    sys.argv = [sys.argv[0], "--multirun", *config_dir, f"+sweeps={sweep.name}", *args.overrides]
+    resume = ["hydra.sweeper.resume=true"] if args.resume else []
+    sys.argv = [sys.argv[0], "--multirun", *config_dir, f"+sweeps={sweep.name}", *args.overrides, *resume]
     experiment.main()
 
 

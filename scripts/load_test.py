@@ -40,7 +40,7 @@ from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig
 
 from crux.stats import Statistics
-from crux.tracking.store import Destination, child_runs
+from crux.tracking.store import child_runs
 
 SCRIPTS = Path(__file__).resolve().parent
 HISTORY_KEYS = ("loss/total", "loss/pde", "loss/bc", "lr/u")
@@ -177,16 +177,16 @@ def count(sweeps: list[SweepSpec], uri: str, experiment: str, folders: list[Path
     with tempfile.TemporaryDirectory() as scratch:
         for spec, sweep_dir in zip(sweeps, folders):
             wanted = Counter((memory, str(repeat)) for memory in spec.memory for repeat in range(spec.repeats))
-            destination = Destination.load(sweep_dir)
-            if destination is None:
-                counts.problems.append(f"{sweep_dir}: no parent run recorded")
+            parents = [run for run in every_run.values() if run.data.tags.get("crux.role") == "parent"
+                       and run.data.tags.get("crux.sweep_dir") == str(sweep_dir.resolve())]
+            if len(parents) != 1:
+                counts.problems.append(f"{sweep_dir}: {len(parents)} parent runs with this sweep folder")
                 continue
-            parent = every_run.get(destination.parent_run_id)
-            counts.add("parent runs FINISHED", 1, int(parent is not None and parent.info.status == "FINISHED"))
-            if parent is not None:
-                accounted.add(parent.info.run_id)
-                counts.add("parent 'jobs' metrics", spec.jobs, int(parent.data.metrics.get("jobs", -1)))
-            children = list(child_runs(client, found.experiment_id, destination.parent_run_id))
+            (parent,) = parents
+            counts.add("parent runs FINISHED", 1, int(parent.info.status == "FINISHED"))
+            accounted.add(parent.info.run_id)
+            counts.add("parent 'jobs' metrics", spec.jobs, int(parent.data.metrics.get("jobs", -1)))
+            children = list(child_runs(client, found.experiment_id, parent.info.run_id))
             accounted.update(run.info.run_id for run in children)
             counts.add("child runs", spec.jobs, len(children))
             counts.add("child runs FINISHED", spec.jobs, sum(run.info.status == "FINISHED" for run in children))
@@ -264,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     spec = SweepSpec(args.launcher, args.repeats, args.epochs, args.parallel)
     sweeps = [spec] * args.sweeps
     experiment = f"load-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    # The first client of a fresh store creates MLflow's tables; sweeps started together would race to do it.
+    # crux creates a new SQLite store's tables under a lock on its folder; a new database of a server's has its
+    # tables created here, before the sweeps would race to create them.
     MlflowClient(args.tracking_uri).search_experiments()
     with tempfile.TemporaryDirectory(prefix="crux-load-") as scratch:
         folder = (args.folder or Path(scratch)).resolve()

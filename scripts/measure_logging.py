@@ -58,7 +58,7 @@ def main(epochs: int, repeats: int, uri: str | None) -> None:
                 seconds[way].append(time.perf_counter() - start)
                 logged[way] = len(client.get_metric_history(run_id, "loss/total"))
 
-        job = JobRun(client, client.create_run(experiment).info.run_id, Path(folder, "job"))
+        job = JobRun(client, client.create_run(experiment).info.run_id, "job", 0)
         start = time.perf_counter()
         job.log_results(problem, stats, initial)
         results_seconds = time.perf_counter() - start

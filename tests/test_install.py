@@ -27,7 +27,7 @@ from mlflow.tracking import MlflowClient
 pytestmark = pytest.mark.integration  # builds a wheel, makes a venv, runs sweeps in subprocesses
 
 REPO = Path(__file__).resolve().parent.parent
-PACKAGE_SOURCES = ("pyproject.toml", "README.md", "crux", "conf", "sweeps")
+PACKAGE_SOURCES = ("pyproject.toml", "README.md", "crux", "conf", "sweeps", "hydra_plugins")
 TINY = ["solver.epochs=20", "model.width=8", "problem.n_interior=64", "repeat=0"]
 
 
@@ -83,7 +83,8 @@ def installed(tmp_path_factory) -> Installed:
 
 def test_the_wheel_carries_every_module_config_and_sweep_of_the_checkout(installed):
     inside = set(zipfile.ZipFile(installed.wheel).namelist())
-    expected = {str(path.relative_to(REPO)) for path in (REPO / "crux").rglob("*.py")}
+    expected = {str(path.relative_to(REPO)) for package in ("crux", "hydra_plugins")
+                for path in (REPO / package).rglob("*.py")}
     expected |= {f"crux/{path.relative_to(REPO)}" for folder in ("conf", "sweeps")
                  for path in (REPO / folder).rglob("*") if path.suffix in (".yaml", ".py")}
     assert expected - inside == set(), "missing from the wheel: add the package to [tool.setuptools] packages"

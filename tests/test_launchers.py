@@ -20,8 +20,7 @@ from hydra.core.utils import setup_globals
 from hydra.types import RunMode
 
 from crux.config import CONFIG_PACKAGE
-from crux.tracking import JobRun
-from crux.tracking.callback import pin_sweep_dir
+from crux.tracking.multirun import pin_sweep_dir
 from scale_out import assert_same_as_reference, sweep_and_report
 
 
@@ -49,25 +48,6 @@ def test_every_job_gets_the_sweep_folder_of_the_command_whatever_its_working_dir
     job = loader.load_sweep_config(multirun, ["memory=b8"])
     assert job.hydra.sweep.dir == str(command / relative)
     assert job.memory.batchsize == 8
-
-
-def test_a_job_that_cannot_see_its_sweep_folder_fails_naming_it_instead_of_logging_elsewhere(tmp_path,
-                                                                                                monkeypatch):
-    """Without the sweep's file a job used to log a run of its own, into the store and experiment its own
-    machine would choose (the project's mlflow.db for a Ray worker, which lacks the command's environment)."""
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'elsewhere.db'}")
-    loader = config_loader()
-    job = loader.load_sweep_config(loader.load_configuration(
-        "config", overrides=["hydra.mode=MULTIRUN", f"hydra.sweep.dir={tmp_path}", "memory=b8,b32"],
-        run_mode=RunMode.MULTIRUN),
-        ["memory=b8"])
-    HydraConfig.instance().set_config(job)
-    try:
-        with pytest.raises(FileNotFoundError, match=f"finds no crux_mlflow.json in its sweep folder {tmp_path} on "):
-            JobRun.start(job)
-    finally:
-        HydraConfig.instance().cfg = None
-    assert not (tmp_path / "elsewhere.db").exists()
 
 
 @pytest.mark.integration  # starts a Ray cluster and sweeps in subprocesses

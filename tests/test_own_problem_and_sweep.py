@@ -138,7 +138,7 @@ def test_the_example_sweep_composes_with_its_problem_from_its_config_folder(tmp_
         cfg = compose("config", overrides=overrides + ["memory=b8_acc4"], return_hydra_config=True)
     assert cfg.problem._target_ == "nonlinear_poisson.unit_square" and cfg.optimizer.name == "sgd"
     assert list(cfg.claims) == ["accumulation"] and cfg.memory.accumulation_steps == 4
-    assert cfg.hydra.callbacks.mlflow.command == "crux-sweep unit_square_accumulation.yaml --config-dir conf"
+    assert cfg.hydra.sweeper.command == "crux-sweep unit_square_accumulation.yaml --config-dir conf"
     problem = config.problem(cfg)
     assert [c.name for c in problem.constraints] == ["pde", "edge"] and problem.relative_l2() == {}
     edge = np.asarray(problem.constraints[1].points)

@@ -25,7 +25,7 @@ from crux.report import HOLDS, INCONCLUSIVE, load_sweep, main
 from crux.report.store import config_from_params, configuration
 from crux.stats import Statistics
 from crux.sweep import available
-from crux.tracking.callback import planned_jobs
+from crux.tracking.multirun import planned_jobs
 from crux.tracking.job import flatten
 from test_pipeline import hydra_configs, selected  # noqa: F401 (a fixture)
 

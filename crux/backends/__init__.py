@@ -6,11 +6,15 @@ built-in problem in jNO's API and logs the same MLflow layout
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from omegaconf import DictConfig
 
-from crux.backends.choice import BackendCheck, builtin_problem, check_backend
+from crux.backends.choice import backend_problems, builtin_problem, check_backend
 from crux.backends.gradient_draws import GradientDraws, crux_gradient_draws, draws_wanted
-from crux.tracking import JobRun
+
+if TYPE_CHECKING:  # crux.tracking's sweeper checks jobs with this package
+    from crux.tracking import JobRun
 
 
 def run_on_backend(cfg: DictConfig, run: JobRun) -> float:
@@ -20,5 +24,5 @@ def run_on_backend(cfg: DictConfig, run: JobRun) -> float:
     return train_and_log(cfg, run)
 
 
-__all__ = ["BackendCheck", "GradientDraws", "builtin_problem", "check_backend", "crux_gradient_draws", "draws_wanted",
+__all__ = ["GradientDraws", "backend_problems", "builtin_problem", "check_backend", "crux_gradient_draws", "draws_wanted",
            "run_on_backend"]

@@ -2,15 +2,15 @@
 
 ``backend=crux`` (the default) trains with crux's own solver; ``backend=jno`` trains
 the same built-in problem through jNO's API (an optional install). A job that
-cannot run on its backend is refused here, from a Hydra callback that runs before
-the sweep's parent run is opened, in the terms the user typed.
+cannot run on its backend is refused in the terms the user typed: by crux's sweeper
+for every job of a sweep before its parent run is opened, and by a single run
+before its run exists.
 """
 from __future__ import annotations
 
 import importlib.util
 from typing import Any
 
-from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from crux import config
@@ -53,20 +53,11 @@ def check_backend(cfg: DictConfig) -> None:
                           f"`{JNO_INSTALL}` in the crux checkout, or choose backend=crux")
 
 
-class BackendCheck(Callback):
-    """Runs :func:`check_backend` before a multirun's first job and before a single run, and ends the command
-    with its message when it refuses (Hydra turns a callback's exceptions into warnings and goes on, so a
-    refusal must end the process itself; listed before the MLflow callback, it ends it before any run)."""
-
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        _refuse_unless_runnable(config)
-
-    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        _refuse_unless_runnable(config)
-
-
-def _refuse_unless_runnable(cfg: DictConfig) -> None:
+def backend_problems(cfg: DictConfig) -> list[str]:
+    """What :func:`check_backend` refuses in this job's config, as a list of one-line messages (none when it runs);
+    crux's sweeper checks every job of a sweep with it before the first starts."""
     try:
         check_backend(cfg)
     except (ValueError, ImportError) as error:
-        raise SystemExit(f"crux: {error}") from error
+        return [str(error)]
+    return []

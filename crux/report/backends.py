@@ -7,8 +7,8 @@ never paired with another library's, and sets the verdicts side by side.
 """
 from __future__ import annotations
 
-from crux.report.store import (DEFAULT_BACKEND, Sweep, _reading, backend_of, bounded_http, load_sweep, open_client,
-                               parents)
+from crux.report.store import DEFAULT_BACKEND, Sweep, backend_of, load_sweep, open_client, parents
+from crux.tracking.store import READING, bounded_http, store_errors
 
 
 def backends_in(name: str, uri: str | None = None) -> list[str]:
@@ -16,7 +16,7 @@ def backends_in(name: str, uri: str | None = None) -> list[str]:
     or its parents do not exist (:func:`load_sweep` then says what is missing)."""
     with bounded_http():
         client, resolved = open_client(uri)
-        with _reading(resolved):
+        with store_errors(resolved, READING):
             experiment = client.get_experiment_by_name(name)
             if experiment is None:
                 return []

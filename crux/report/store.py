@@ -9,23 +9,23 @@ the verdicts that need it lose it. A run whose ``config.yaml`` cannot be read is
 placed by its params (the same config, flattened), so that the verdicts that
 would use it can say they lack it.
 
-Reading never writes. A SQLite file is checked read-only before MLflow opens it
-(MLflow would give a file that is not yet a store a fresh schema), and a tracking
-server that does not answer is given up within seconds (:data:`HTTP_LIMITS`).
+Reading writes one thing only: runs left RUNNING by a process that is gone (killed,
+or lost with its machine) are closed KILLED first, as crux-sweep does
+(:mod:`crux.tracking.liveness`), so that an interrupted sweep is told from a running
+one. A SQLite file is checked read-only before MLflow opens it (MLflow would give a
+file that is not yet a store a fresh schema), and a tracking server that does not
+answer is given up within seconds (:data:`crux.tracking.store.HTTP_LIMITS`).
 Whatever keeps the store, the sweep or the run asked for from being read raises
 :class:`StoreError`, whose message names the store and the fix.
 """
 from __future__ import annotations
 
 import json
-import os
-import re
-import sqlite3
+import logging
 import tempfile
 import time
 import zipfile
 import zlib
-from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, TypeVar
@@ -38,13 +38,16 @@ from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException, ValidationError
 from requests.exceptions import RequestException
-from sqlalchemy.exc import SQLAlchemyError
 
 from crux import config as crux_config
 from crux.report.jobs import JobAccount, MissingJob, account, plan_from_artifact
 from crux.report.records import PhasePlan, RunRecord, SolveOptions, normalise_substeps
 from crux.stats import Statistics
-from crux.tracking.store import SQLITE, child_runs, tracking_uri
+from crux.tracking.liveness import close_orphans
+from crux.tracking.store import (READING, SQLITE, STORE_ERRORS, StoreError, bounded_http, brief, check_sqlite,
+                                 child_runs, store_errors, tracking_uri)
+
+log = logging.getLogger(__name__)
 
 HISTORY_PREFIXES = ("loss/", "lr/")
 # Config keys that are the solve options under test, or only tell repeated jobs apart (a repeat may be a
@@ -53,22 +56,12 @@ NOT_GROUP = ("memory", "solver.inner_steps", "solver.substeps", "repeat", "round
              "jax")
 ARTIFACTS = ("config.yaml", "params.npz", "stats.npz", "environment.json")
 PLANNED_JOBS = "planned_jobs.json"
-# MLflow's own defaults retry a server that does not answer for about 4 minutes; these bound it to seconds.
-# Values the user set in the environment win.
-HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-               "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
 # What reading a damaged file raises: a truncated zip, a bad CRC, broken YAML or JSON, a config that does not fit
 # the schema, a missing array, JSON of another shape.
 READ_ERRORS = (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile, zlib.error, yaml.YAMLError,
                OmegaConfBaseException)
 FETCH_ERRORS = (MlflowException, RequestException)
-STORE_ERRORS = (MlflowException, SQLAlchemyError, RequestException, sqlite3.Error)
-PROBLEM_CHARS = 300
 T = TypeVar("T")
-
-
-class StoreError(Exception):
-    """The store, the sweep or the run asked for could not be read; the message is one line for the user."""
 
 
 @dataclass(frozen=True)
@@ -163,59 +156,9 @@ def open_client(uri: str | None = None) -> tuple[MlflowClient, str]:
         if not path.is_file():
             raise StoreError(f"no tracking store at {resolved}: run a sweep first (crux-sweep NAME), or point "
                              f"MLFLOW_TRACKING_URI / --tracking-uri at the store that holds it")
-        _check_sqlite(path, resolved)
-    with _reading(resolved):  # MLflow opens the store here
+        check_sqlite(path, resolved, READING)
+    with store_errors(resolved, READING):  # MLflow opens the store here
         return MlflowClient(resolved), resolved
-
-
-def _check_sqlite(path: Path, uri: str) -> None:
-    """Read MLflow's schema version and experiments table, read-only: a file of another kind, or a truncated or
-    corrupt store, fails here before MLflow touches it."""
-    try:
-        with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
-            db.execute("SELECT version_num FROM alembic_version").fetchall()
-            db.execute("SELECT experiment_id, name FROM experiments").fetchall()
-    except sqlite3.Error as error:
-        raise StoreError(f"{uri} is not a readable MLflow store ({_brief(error)}): point MLFLOW_TRACKING_URI / "
-                         f"--tracking-uri at the store your sweeps logged to, or restore the file from a backup"
-                         ) from None
-
-
-@contextmanager
-def bounded_http() -> Iterator[None]:
-    """Within: MLflow's HTTP retries and timeout bounded by :data:`HTTP_LIMITS` where the user set none."""
-    unset = [key for key in HTTP_LIMITS if key not in os.environ]
-    os.environ.update({key: HTTP_LIMITS[key] for key in unset})
-    try:
-        yield
-    finally:
-        for key in unset:
-            os.environ.pop(key, None)
-
-
-@contextmanager
-def _reading(uri: str) -> Iterator[None]:
-    """Turn what the tracking store raises into one StoreError line naming the store and the fix."""
-    try:
-        yield
-    except STORE_ERRORS as error:
-        if uri.startswith(("http://", "https://")):
-            raise StoreError(f"the tracking server at {uri} did not answer ({_brief(error)}): start it, or point "
-                             f"MLFLOW_TRACKING_URI / --tracking-uri at a running one") from None
-        raise StoreError(f"the tracking store at {uri} could not be read ({_brief(error)}): point "
-                         f"MLFLOW_TRACKING_URI / --tracking-uri at the store your sweeps logged to, or restore "
-                         f"it from a backup") from None
-
-
-def _brief(error: BaseException) -> str:
-    """An exception in a few words: its innermost OS reason (``[Errno 111] Connection refused``) where it has
-    one, else its type and the first sentence of its message."""
-    text = str(error)
-    reasons = re.findall(r"\[Errno -?\d+\] [^'\")]+", text)
-    if reasons:
-        return reasons[-1].strip()
-    first = text.strip().splitlines()[0].split(". ")[0] if text.strip() else ""
-    return f"{type(error).__name__}: {first}"[:PROBLEM_CHARS] if first else type(error).__name__
 
 
 def load_sweep(name: str, parent_run_id: str | None = None, uri: str | None = None,
@@ -227,12 +170,16 @@ def load_sweep(name: str, parent_run_id: str | None = None, uri: str | None = No
     """
     with bounded_http():
         client, resolved = open_client(uri)
-        with _reading(resolved):
+        with store_errors(resolved, READING):
             experiment = client.get_experiment_by_name(name)
             if experiment is None:
                 known = sorted(e.name for e in client.search_experiments())
                 raise StoreError(f"no experiment named {name!r} at {resolved}; experiments there: {known}. "
                                  f"Run `crux-sweep {name}` first, or set MLFLOW_TRACKING_URI")
+            try:  # what a killed process left RUNNING is told from a sweep still running
+                close_orphans(client, experiment.experiment_id, "crux-report")
+            except STORE_ERRORS as error:  # a store this user may only read: the runs stay as they are
+                log.warning("runs left RUNNING by processes that are gone were not closed: %s", brief(error))
             parent, children, newer, none_complete = _sweeps(client, experiment.experiment_id, name,
                                                              parent_run_id, resolved, backend)
             return _read_sweep(client, name, resolved, experiment.experiment_id, parent, children, tuple(newer),
@@ -361,9 +308,9 @@ def _read_artifact(client: MlflowClient, run_id: str, artifact: str, folder: Pat
             raise FileNotFoundError(f"{artifact} was not logged")
         return parse(path)
     except FETCH_ERRORS as error:
-        problems[artifact] = f"could not be fetched ({_brief(error)})"
+        problems[artifact] = f"could not be fetched ({brief(error)})"
     except READ_ERRORS as error:
-        problems[artifact] = _brief(error)
+        problems[artifact] = brief(error)
     return None
 
 
@@ -387,13 +334,13 @@ def load_record(client: MlflowClient, run: Run, folder: Path, unreadable: list[U
         try:
             configured = configuration(_typed(OmegaConf.create(config_text)))
         except READ_ERRORS as error:
-            problems["config.yaml"] = _brief(error)
+            problems["config.yaml"] = brief(error)
     if configured is None:
         try:
             configured = configuration(config_from_params(run.data.params))
         except READ_ERRORS as error:
             unreadable.append(Unreadable(run_id, label, "config.yaml", f"{problems['config.yaml']}; its params do "
-                                         f"not give a configuration either ({_brief(error)})", judged=False))
+                                         f"not give a configuration either ({brief(error)})", judged=False))
             return None
         config_text = ""
     snapshots = read("params.npz", _arrays) or {}

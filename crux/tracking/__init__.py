@@ -1,7 +1,8 @@
 """MLflow tracking for crux-run and crux-sweep (the library itself never imports MLflow).
 
-``SweepCallback`` (a Hydra callback) opens and closes the parent run of a
-multirun; ``JobRun`` is the run of one job. The layout is docs/CONTRACT.md's.
+``Multirun`` runs a sweep (crux's Hydra sweeper hands it the multirun): it checks
+every job's config and the store, and opens and closes the parent run; ``JobRun``
+is the run of one job. The layout is docs/CONTRACT.md's.
 
 Importing this package turns MLflow's usage telemetry off unless
 ``MLFLOW_DISABLE_TELEMETRY`` is set already (``false`` keeps it on). MLflow 3
@@ -16,7 +17,7 @@ import os
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
-from crux.tracking.callback import SweepCallback  # noqa: E402 (after the telemetry setting)
-from crux.tracking.job import JobRun, ParameterLeaves, parameter_leaves  # noqa: E402
+from crux.tracking.job import JobRun, ParameterLeaves, parameter_leaves  # noqa: E402 (after the telemetry setting)
+from crux.tracking.multirun import Multirun  # noqa: E402
 
-__all__ = ["JobRun", "ParameterLeaves", "SweepCallback", "parameter_leaves"]
+__all__ = ["JobRun", "Multirun", "ParameterLeaves", "parameter_leaves"]

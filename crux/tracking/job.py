@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
+import os
+import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
@@ -35,7 +36,10 @@ from crux.stats import Statistics
 from crux.tracking.descriptions import NOTE, job_description
 from crux.tracking.environment import environment
 from crux.tracking.history import log_history
-from crux.tracking.store import SWEEP_FILE, Destination, ensure_experiment, experiment_name, tracking_uri
+from crux.tracking.interrupt import deferred, signal_name
+from crux.tracking.liveness import Heartbeat, process_tags
+from crux.tracking.store import (PARENT_RUN, TRACKING_URI, Destination, ensure_experiment, experiment_name,
+                                 tracking_uri, writable_store)
 
 log = logging.getLogger(__name__)
 
@@ -89,56 +93,63 @@ class JobRun:
     """A child run of the multirun's parent, or a run of its own for a plain crux-run.
 
     Use as a context manager: leaving it closes the run FINISHED, or FAILED with
-    tags ``crux.error_type`` and ``crux.error_message`` (KILLED on Ctrl-C), keeping
-    whatever was logged before; the exception goes on.
+    tags ``crux.error_type`` and ``crux.error_message``, KILLED when the job was
+    stopped (Ctrl-C, SIGTERM, an exit), keeping whatever was logged before; the
+    exception goes on. While open, the run's heartbeat beats
+    (:mod:`crux.tracking.liveness`).
     """
 
-    def __init__(self, client: MlflowClient, run_id: str, folder: Path, variant: str, repeat: int):
-        self.client, self.run_id, self.folder, self.variant, self.repeat = client, run_id, folder, variant, repeat
+    def __init__(self, client: MlflowClient, run_id: str, variant: str, repeat: int):
+        self.client, self.run_id, self.variant, self.repeat = client, run_id, variant, repeat
+        self._files = tempfile.TemporaryDirectory(prefix=f"crux-run-{run_id}-")
+        self._heartbeat = Heartbeat(client, run_id).start()
 
     @classmethod
     def start(cls, cfg: DictConfig) -> "JobRun":
+        """The job's run, opened in the store and under the parent run that its multirun handed over (in the
+        job's environment: :mod:`crux.tracking.multirun`), else a run of its own."""
         hydra = HydraConfig.get()
         multirun = hydra.mode == RunMode.MULTIRUN
-        sweep_dir = Path(hydra.sweep.dir).resolve()
-        where = Destination.load(sweep_dir) if multirun else None
-        if where is None and multirun and any(str(callback.get("_target_", "")).endswith("SweepCallback")
-                                              for callback in hydra.callbacks.values()):
-            raise FileNotFoundError(
-                f"this job of a multirun finds no {SWEEP_FILE} in its sweep folder {sweep_dir} on "
-                f"{socket.gethostname()}: the launcher ran it where that folder is not visible; put "
-                f"hydra.sweep.dir on a filesystem that every job's machine shares")
-        if where is None:  # a plain crux-run, or a multirun without the SweepCallback
+        parent = os.environ.get(PARENT_RUN) if multirun else None
+        if parent:
+            client = MlflowClient(os.environ[TRACKING_URI])
+            where = Destination.of_parent(client, os.environ[TRACKING_URI], parent)
+        else:  # a plain crux-run, or a multirun of another sweeper
             uri = tracking_uri(cfg.tracking.uri)
+            client = writable_store(uri)
             name = experiment_name(cfg.tracking.experiment, hydra.runtime.choices)
-            where = Destination(uri, ensure_experiment(MlflowClient(uri), name, uri, cfg.claim), None, name,
-                                cfg.claim)
+            where = Destination(uri, ensure_experiment(client, name, uri, cfg.claim), None, name, cfg.claim)
         variant = cfg.variant or variant_name(list(hydra.overrides.task), where.swept, set(hydra.runtime.choices))
         tags = {"crux.sweep": where.sweep, "crux.claim": cfg.claim, "crux.variant": variant,
                 "crux.job": str(hydra.job.num if multirun else 0), "crux.repeat": str(cfg.repeat),
                 "crux.backend": cfg.backend.name,
-                "crux.role": "run" if where.parent_run_id is None else "child"}
+                "crux.role": "run" if where.parent_run_id is None else "child", **process_tags()}
         if where.parent_run_id is not None:
             tags["mlflow.parentRunId"] = where.parent_run_id
         name = f"{variant} r{cfg.repeat}" if "repeat" in where.swept else variant
-        client = MlflowClient(where.uri)
-        run = client.create_run(where.experiment_id, run_name=name, tags=tags)
-        return cls(client, run.info.run_id, Path(hydra.runtime.output_dir), variant, cfg.repeat)
+        with deferred():
+            run = client.create_run(where.experiment_id, run_name=name, tags=tags)
+            return cls(client, run.info.run_id, variant, cfg.repeat)
 
     def __enter__(self) -> "JobRun":
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  traceback: TracebackType | None) -> bool:
+        self._heartbeat.stop()
         status = "FINISHED"
-        if error is not None:
-            status = "KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED"
-            self.client.log_batch(self.run_id, tags=[RunTag("crux.error_type", kind.__name__),
-                                                     RunTag("crux.error_message", str(error)[:MESSAGE_CHARS])])
-        self.client.set_terminated(self.run_id, status)
+        with deferred():
+            if error is not None:
+                status = "KILLED" if isinstance(error, (KeyboardInterrupt, SystemExit)) else "FAILED"
+                what = f"stopped by {signal_name(error)}" if isinstance(error, KeyboardInterrupt) else str(error)
+                self.client.log_batch(self.run_id, tags=[RunTag("crux.error_type", kind.__name__),
+                                                         RunTag("crux.error_message", what[:MESSAGE_CHARS])])
+            self.client.set_terminated(self.run_id, status)
+        self._files.cleanup()
         return False
 
-    # -- what is logged ----------------------------------------------------------------------
+    # -- what is logged (a signal waits until it is: crux.tracking.interrupt) -----------------
+    @deferred()
     def log_config(self, cfg: DictConfig) -> None:
         """``config.yaml`` (resolved), ``environment.json`` (of the working directory), then the params: the
         settings the job runs with and its ``variant``. Raises for a malformed later phase, the config kept."""
@@ -148,6 +159,7 @@ class JobRun:
         params = {**flatten(effective_settings(cfg)), "variant": self.variant}
         self.client.log_batch(self.run_id, params=[Param(k, v) for k, v in params.items()])
 
+    @deferred()
     def log_results(self, problem: Problem, stats: Statistics, initial: ParameterLeaves,
                     phase_ends: Sequence[ParameterLeaves] = ()) -> None:
         """Histories, summary metrics, ``history.png``, ``stats.npz`` and ``params.npz``: the parameters
@@ -194,8 +206,8 @@ class JobRun:
                                                  for key, value in tags.items()])
 
     def _artifact(self, name: str, write: Callable[[Path], Any]) -> None:
-        """Write ``name`` into the job's output folder with ``write(path)`` and log it."""
-        self.folder.mkdir(parents=True, exist_ok=True)
-        path = self.folder / name
+        """Write ``name`` with ``write(path)`` into a folder of this run's own (jobs of sweeps that share a
+        Hydra folder write side by side) and log it."""
+        path = Path(self._files.name) / name
         write(path)
         self.client.log_artifact(self.run_id, str(path))

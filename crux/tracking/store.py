@@ -1,26 +1,78 @@
-"""Where runs go: one absolute tracking URI for every job, experiments created once, the parent run handed on.
+"""Where runs go: one absolute tracking URI for every job, the store checked before anything is written to it,
+experiments created once.
 
 As MLflow's own default, the store is ``mlflow.db`` in the working directory;
 but jobs of a sweep may start elsewhere (other processes, other nodes), so the
-URI is made absolute once and every job receives it with the parent run
-(:class:`Destination`).
+URI is made absolute once and every job receives it with its parent run
+(:mod:`crux.tracking.multirun` hands both over).
+
+Whatever keeps a command from using the store raises :class:`StoreError`, whose
+message is one line naming the store and the fix. A SQLite file is checked with
+SQLite itself before MLflow opens it (MLflow would give a file that is not yet a
+store a fresh schema, and report a damaged one with a long traceback), and a
+tracking server that does not answer is given up within seconds (:data:`HTTP_LIMITS`;
+MLflow's own defaults retry for about 4 minutes).
+
+MLflow creates a new SQLite store's tables the first time a process opens it, in
+several steps; two processes doing so at once break each other's migration
+(``alembic_version ... 0 found``). :func:`writable_store` therefore creates them
+while holding a lock on the store's folder, which every crux command takes before
+opening a store that has no tables yet.
 """
 from __future__ import annotations
 
+import fcntl
 import json
+import logging
 import os
-from dataclasses import asdict, dataclass, field
+import re
+import sqlite3
+from contextlib import closing, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping
 
 from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+from requests.exceptions import RequestException
+from sqlalchemy.exc import SQLAlchemyError
 
 from crux.tracking.descriptions import experiment_tags
 
+log = logging.getLogger(__name__)
+
 SQLITE = "sqlite:///"
-SWEEP_FILE = "crux_mlflow.json"
+PARENT_RUN, TRACKING_URI = "CRUX_PARENT_RUN_ID", "CRUX_TRACKING_URI"
+"""The environment variables that give each job of a sweep its parent run and its store."""
+SWEPT = "crux.swept"
+"""The parent run's tag listing the keys that differ between its jobs (JSON)."""
+SERVERS = ("http://", "https://")
+# Values the user set in the environment win.
+HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+               "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
+STORE_ERRORS = (MlflowException, SQLAlchemyError, RequestException, sqlite3.Error)
+PROBLEM_CHARS = 300
+
+
+class StoreError(Exception):
+    """The tracking store cannot be used as a command needs it; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class Access:
+    """How a command uses the store, for its messages: what it ``does`` to it, the option that names the
+    store (``setting``), the store it ``needs``, and whether a store that fails it may need restoring."""
+
+    does: str
+    setting: str
+    needs: str
+    restore: bool
+
+
+READING = Access("read", "--tracking-uri", "the store your sweeps logged to", restore=True)
+WRITING = Access("written", "tracking.uri=", "a store this command can write (sqlite:///PATH/mlflow.db or "
+                                             "http://HOST:PORT)", restore=False)
 
 
 def tracking_uri(configured: str | None) -> str:
@@ -39,14 +91,139 @@ def experiment_name(configured: str | None, choices: Mapping[str, str | None]) -
     return configured or choices.get("sweeps") or "crux"
 
 
-def ensure_experiment(client: MlflowClient, name: str, uri: str, claim: str = "") -> str:
-    """The id of experiment ``name``, created (artifacts in ``mlartifacts/`` beside a SQLite store) if absent,
-    tagged as training runs described by ``claim`` (:func:`crux.tracking.descriptions.experiment_tags`).
+# -- checking a store ---------------------------------------------------------------------------
+@contextmanager
+def bounded_http() -> Iterator[None]:
+    """Within: MLflow's HTTP retries and timeout bounded by :data:`HTTP_LIMITS` where the user set none."""
+    unset = [key for key in HTTP_LIMITS if key not in os.environ]
+    os.environ.update({key: HTTP_LIMITS[key] for key in unset})
+    try:
+        yield
+    finally:
+        for key in unset:
+            os.environ.pop(key, None)
 
-    A multirun calls this once before its jobs; a concurrent creation elsewhere
-    (two plain crux-runs) is met by reading the winner's experiment back.
+
+@contextmanager
+def store_errors(uri: str, access: Access) -> Iterator[None]:
+    """Turn what the tracking store raises within into one StoreError line naming the store and the fix."""
+    try:
+        yield
+    except STORE_ERRORS as error:
+        where = f"MLFLOW_TRACKING_URI / {access.setting}"
+        if uri.startswith(SERVERS):
+            raise StoreError(f"the tracking server at {uri} did not answer ({brief(error)}): start it, or point "
+                             f"{where} at a running one") from None
+        raise StoreError(f"the tracking store at {uri} could not be {access.does} ({brief(error)}): point {where} "
+                         f"at {access.needs}" + (", or restore it from a backup" if access.restore else "")) from None
+
+
+def brief(error: BaseException) -> str:
+    """An exception in a few words: its innermost OS reason (``[Errno 111] Connection refused``) where it has
+    one, else its type and the first sentence of its message."""
+    text = str(error)
+    reasons = re.findall(r"\[Errno -?\d+\] [^'\")]+", text)
+    if reasons:
+        return reasons[-1].strip()
+    first = text.strip().splitlines()[0].split(". ")[0] if text.strip() else ""
+    return f"{type(error).__name__}: {first}"[:PROBLEM_CHARS] if first else type(error).__name__
+
+
+def check_sqlite(path: Path, uri: str, access: Access) -> None:
+    """Read MLflow's schema version and experiments table, read-only: a file of another kind, or a truncated or
+    corrupt store, fails here before MLflow touches it."""
+    try:
+        with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
+            db.execute("SELECT version_num FROM alembic_version").fetchall()
+            db.execute("SELECT experiment_id, name FROM experiments").fetchall()
+    except sqlite3.Error as error:
+        raise StoreError(f"{uri} is not a readable MLflow store ({brief(error)}): point MLFLOW_TRACKING_URI / "
+                         f"{access.setting} at {access.needs}, or restore the file from a backup") from None
+
+
+def writable_store(uri: str) -> MlflowClient:
+    """A client on ``uri`` once the store is known to take a command's runs: a SQLite store's folder exists
+    and may be written, its file (if any) is an MLflow store, and its tables exist (created now, under the
+    folder's lock, for a new one); any other store answers a query. Raises StoreError otherwise."""
+    if uri.startswith(SQLITE):
+        path = Path(uri[len(SQLITE):])
+        folder = path.parent
+        problem = (f"its folder {folder} does not exist" if not folder.exists() else
+                   f"{folder} is not a folder" if not folder.is_dir() else
+                   f"its folder {folder} cannot be written" if not os.access(folder, os.W_OK) else
+                   f"{path} cannot be written" if path.exists() and not os.access(path, os.W_OK) else None)
+        if problem:
+            raise StoreError(f"the tracking store at {uri} cannot be written: {problem}; point MLFLOW_TRACKING_URI / "
+                             f"{WRITING.setting} at {WRITING.needs}")
+        if not _has_tables(path, uri):
+            with _locked(folder):  # another process may be creating them: wait, then look again
+                if not _has_tables(path, uri):
+                    return _open(uri)
+    return _open(uri)
+
+
+def _has_tables(path: Path, uri: str) -> bool:
+    """Whether the SQLite file at ``path`` holds MLflow's tables: False for no file or a database without
+    tables, StoreError for anything but an MLflow store."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return False
+    try:
+        with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
+            if not db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+                return False
+    except sqlite3.Error:
+        pass  # check_sqlite names what is wrong
+    check_sqlite(path, uri, WRITING)
+    return True
+
+
+@contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """Within: an exclusive lock on ``folder`` (held by one process at a time, released if it dies)."""
+    handle = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(handle)
+
+
+def _open(uri: str) -> MlflowClient:
+    """A client on ``uri`` that has answered a query (a new SQLite store's tables are created by it). The
+    HTTP client's warning at each retry is held back: the StoreError says it all."""
+    retries = logging.getLogger("urllib3.connectionpool")
+    level = retries.level
+    retries.setLevel(logging.ERROR)
+    try:
+        with bounded_http(), store_errors(uri, WRITING):
+            client = MlflowClient(uri)
+            client.search_experiments(max_results=1)
+    finally:
+        retries.setLevel(level)
+    return client
+
+
+# -- experiments and runs -----------------------------------------------------------------------
+def ensure_experiment(client: MlflowClient, name: str, uri: str, claim: str = "") -> str:
+    """The id of experiment ``name``, created (artifacts in ``mlartifacts/<name>/`` beside a SQLite store) if
+    absent, tagged as training runs described by ``claim`` (:func:`crux.tracking.descriptions.experiment_tags`).
+
+    A sweep calls this once before its jobs; a concurrent creation elsewhere (two
+    plain crux-runs) is met by reading the winner's experiment back. An experiment
+    of that name that was deleted (in the UI) stays deleted, with its runs: MLflow
+    keeps the name of a deleted experiment taken, so it is renamed
+    ``<name> (deleted, id <id>)`` first, and a new experiment ``name`` is created,
+    with a warning saying so.
     """
     found = client.get_experiment_by_name(name)
+    if found is not None and found.lifecycle_stage == "deleted":
+        kept = f"{name} (deleted, id {found.experiment_id})"
+        client.restore_experiment(found.experiment_id)  # MLflow renames active experiments only
+        client.rename_experiment(found.experiment_id, kept)
+        client.delete_experiment(found.experiment_id)
+        log.warning("experiment %r (id %s) was deleted: it stays deleted, with its runs, renamed %r; these runs "
+                    "go to a new experiment %r", name, found.experiment_id, kept, name)
+        found = None
     tags = experiment_tags(claim)
     if found is None:
         location = None
@@ -58,8 +235,6 @@ def ensure_experiment(client: MlflowClient, name: str, uri: str, claim: str = ""
             found = client.get_experiment_by_name(name)
             if found is None:
                 raise
-    if found.lifecycle_stage == "deleted":  # deleted in the UI: logging into it would fail
-        client.restore_experiment(found.experiment_id)
     for key, value in tags.items():
         if found.tags.get(key) != value:
             client.set_experiment_tag(found.experiment_id, key, value)
@@ -68,25 +243,25 @@ def ensure_experiment(client: MlflowClient, name: str, uri: str, claim: str = ""
 
 def child_runs(client: MlflowClient, experiment_id: str, parent_run_id: str) -> Iterator[Run]:
     """Every run whose ``mlflow.parentRunId`` is ``parent_run_id``, page by page."""
+    return runs_where(client, experiment_id, f"tags.mlflow.parentRunId = '{parent_run_id}'")
+
+
+def runs_where(client: MlflowClient, experiment_id: str, where: str, order_by: list[str] | None = None
+               ) -> Iterator[Run]:
+    """The runs of the experiment that match MLflow's filter ``where``, page by page."""
     token = None
     while True:
-        page = client.search_runs([experiment_id], f"tags.mlflow.parentRunId = '{parent_run_id}'",
-                                  max_results=1000, page_token=token)
+        page = client.search_runs([experiment_id], where, order_by=order_by, max_results=1000, page_token=token)
         yield from page
         token = page.token
         if not token:
             return
 
 
-@dataclass
+@dataclass(frozen=True)
 class Destination:
     """Where a job logs: the store, the experiment, the parent run (None for a lone crux-run), and what the
-    sweep is (its name, claim and swept keys).
-
-    A multirun keeps it as a file in the sweep's folder, not an environment
-    variable: launchers run jobs in fresh processes or on other machines, but
-    all of them write into the sweep folder.
-    """
+    sweep is (its name, claim and swept keys)."""
 
     uri: str
     experiment_id: str
@@ -95,11 +270,10 @@ class Destination:
     claim: str
     swept: list[str] = field(default_factory=list)
 
-    def save(self, sweep_dir: Path) -> None:
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        (sweep_dir / SWEEP_FILE).write_text(json.dumps(asdict(self), indent=1))
-
     @staticmethod
-    def load(sweep_dir: Path) -> "Destination | None":
-        path = sweep_dir / SWEEP_FILE
-        return Destination(**json.loads(path.read_text())) if path.exists() else None
+    def of_parent(client: MlflowClient, uri: str, parent_run_id: str) -> "Destination":
+        """Where the jobs of the sweep whose parent run is ``parent_run_id`` log, read from that run."""
+        parent = client.get_run(parent_run_id)
+        tags = parent.data.tags
+        return Destination(uri, parent.info.experiment_id, parent_run_id, tags.get("crux.sweep", ""),
+                           tags.get("crux.claim", ""), json.loads(tags.get(SWEPT, "[]")))

@@ -1,0 +1,88 @@
+"""What a config field accepts beyond its type: a range or a set of choices, said in the command line's terms.
+
+Hydra checks types while composing; a value of the right type can still be one no
+run could use (``solver.epochs=-1``, ``model.width=0``) or one that trains without
+a word of warning to no purpose (``optimizer.b1=2``). The schema
+(:mod:`crux.config`) declares each field's check with :func:`checked`, and
+:func:`problems` names every value that fails one, as ``solver.epochs=-1: must be
+>= 1``, so that a job is refused before any run is created.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from omegaconf import MISSING
+
+CHECK = "crux.check"
+"""The key of a field's check in its dataclass metadata."""
+
+
+class Check(Protocol):
+    def problem(self, value: Any) -> str | None:
+        """What is wrong with ``value``, or None."""
+
+
+@dataclass(frozen=True)
+class Range:
+    """``low <= value`` (``low < value`` when ``low_open``) and, when ``high`` is given, ``value < high``."""
+
+    low: float
+    high: float | None = None
+    low_open: bool = False
+
+    def problem(self, value: Any) -> str | None:
+        below = value <= self.low if self.low_open else value < self.low
+        if not below and (self.high is None or value < self.high):
+            return None
+        if self.high is None:
+            return f"must be {'>' if self.low_open else '>='} {self.low:g}"
+        return f"must be in {'(' if self.low_open else '['}{self.low:g}, {self.high:g})"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One of ``options``."""
+
+    options: tuple[str, ...]
+
+    def problem(self, value: Any) -> str | None:
+        return None if value in self.options else f"must be one of {', '.join(self.options)}"
+
+
+AT_LEAST_ONE = Range(1)
+NOT_NEGATIVE = Range(0)
+POSITIVE = Range(0, low_open=True)
+FRACTION = Range(0, 1)
+"""``0 <= value < 1``: a moment's decay (Adam's ``b1``, ``b2``), a momentum."""
+
+
+def checked(check: Check, default: Any = MISSING) -> Any:
+    """A dataclass field whose value, when set, must pass ``check``."""
+    return dataclasses.field(default=default, metadata={CHECK: check})
+
+
+def problems(node: Any, prefix: str = "") -> list[str]:
+    """``<key>=<value>: <what is wrong>`` for every checked field that fails its check, in ``node`` (a
+    dataclass instance, as ``OmegaConf.to_object`` builds from a typed config) and in the dataclasses it holds
+    (directly or in a mapping), keys dotted from ``prefix``."""
+    if isinstance(node, dict):
+        return [problem for key, value in node.items() for problem in problems(value, f"{prefix}{key}.")]
+    if not dataclasses.is_dataclass(node):
+        return []
+    found = []
+    for field in dataclasses.fields(node):
+        value = getattr(node, field.name)
+        check = field.metadata.get(CHECK)
+        if check is not None and value is not None:
+            problem = check.problem(value)
+            if problem:
+                found.append(f"{prefix}{field.name}={as_typed(value)}: {problem}")
+        found += problems(value, f"{prefix}{field.name}.")
+    return found
+
+
+def as_typed(value: Any) -> str:
+    """``value`` as it is written on the command line: ``true``, ``-1``, ``2.0``."""
+    return str(value).lower() if isinstance(value, bool) else str(value)

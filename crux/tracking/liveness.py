@@ -1,0 +1,120 @@
+"""Whether the process that opened a run is still there, so that the runs a killed process left RUNNING
+(``kill -9``, out of memory, a lost machine) are closed KILLED by the next command that looks.
+
+Every run crux opens records its process: tags ``crux.host``, ``crux.pid`` and
+``crux.process``, an identity that a later process with the same pid does not
+share (on Linux, the machine's boot id and the process's start time; empty
+elsewhere, where the pid alone is checked). A run of this machine is orphaned when
+no process with that identity runs. A run of another machine cannot be checked
+that way: while the run is open its process sets tag ``crux.heartbeat`` (Unix
+time) every :data:`HEARTBEAT_SECONDS`, and a run whose heartbeat is older than
+:data:`STALE_SECONDS` is taken for lost with its machine. Both limits are generous
+so that clocks a few minutes apart do not close a live run.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Mapping
+
+from mlflow.entities import RunTag
+from mlflow.tracking import MlflowClient
+
+from crux.tracking.store import runs_where
+
+log = logging.getLogger(__name__)
+
+HOST, PID, PROCESS, HEARTBEAT = "crux.host", "crux.pid", "crux.process", "crux.heartbeat"
+HEARTBEAT_SECONDS = 60.0
+STALE_SECONDS = 15 * 60.0
+GONE = "ProcessGone"
+"""The ``crux.error_type`` of a run closed because its process was gone."""
+
+
+def process_identity(pid: int) -> str | None:
+    """``<boot id>/<start time in clock ticks>`` of process ``pid`` on Linux; None where no such process runs
+    or the system does not tell."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return f"{boot}/{stat[stat.rindex(')') + 2:].split()[19]}"  # field 22, the start time; fields 3- follow ')'
+
+
+def process_tags() -> dict[str, str]:
+    """The tags that say which process opens a run: this one."""
+    pid = os.getpid()
+    return {HOST: socket.gethostname(), PID: str(pid), PROCESS: process_identity(pid) or "",
+            HEARTBEAT: str(int(time.time()))}
+
+
+def is_gone(tags: Mapping[str, str], now: float) -> bool:
+    """Whether the process recorded in a run's ``tags`` has ended for sure (False for a run that recorded none)."""
+    if tags.get(HOST) == socket.gethostname() and PID in tags:
+        recorded = tags.get(PROCESS, "")
+        this_boot = process_identity(os.getpid())
+        if recorded and this_boot and recorded.split("/")[0] == this_boot.split("/")[0]:
+            return process_identity(int(tags[PID])) != recorded
+        if not recorded:
+            return not _exists(int(tags[PID]))
+    beat = tags.get(HEARTBEAT)
+    return beat is not None and now - float(beat) > STALE_SECONDS
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it runs, as another user
+        return True
+    return True
+
+
+def close_orphans(client: MlflowClient, experiment_id: str, closer: str) -> list[str]:
+    """Close KILLED every RUNNING run of the experiment whose process is gone (:func:`is_gone`), with tags
+    ``crux.error_type`` = ``ProcessGone`` and ``crux.error_message`` saying whose process and who closed it
+    (``closer``, e.g. ``crux-sweep``); their ids."""
+    now, closed = time.time(), []
+    for run in list(runs_where(client, experiment_id, "attributes.status = 'RUNNING'")):
+        tags = run.data.tags
+        if not is_gone(tags, now):
+            continue
+        where = f"pid {tags.get(PID)} on {tags.get(HOST)}"
+        message = (f"its process ({where}) ended without closing the run: killed (kill -9, out of memory), or its "
+                   f"machine lost; closed by {closer} on {time.strftime('%Y-%m-%d %H:%M:%S')}")
+        client.log_batch(run.info.run_id, tags=[RunTag("crux.error_type", GONE), RunTag("crux.error_message", message)])
+        client.set_terminated(run.info.run_id, "KILLED")
+        closed.append(run.info.run_id)
+        log.warning("run %s (%s) was left RUNNING by a process that is gone (%s): closed KILLED",
+                    run.info.run_id, run.info.run_name, where)
+    return closed
+
+
+class Heartbeat:
+    """Sets a run's ``crux.heartbeat`` to the time every :data:`HEARTBEAT_SECONDS` from a daemon thread, from
+    :meth:`start` until :meth:`stop`. A beat that fails (a store briefly away) is skipped."""
+
+    def __init__(self, client: MlflowClient, run_id: str):
+        self.client, self.run_id = client, run_id
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"crux-heartbeat-{run_id}", daemon=True)
+
+    def start(self) -> "Heartbeat":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def _beat(self) -> None:
+        while not self._stopped.wait(HEARTBEAT_SECONDS):
+            try:
+                self.client.set_tag(self.run_id, HEARTBEAT, str(int(time.time())))
+            except Exception as error:  # noqa: BLE001 - whatever the store raised, the next beat tries again
+                log.debug("heartbeat of run %s skipped: %s", self.run_id, error)

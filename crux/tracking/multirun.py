@@ -1,0 +1,383 @@
+"""A sweep from start to end: every job's config checked, the store checked, the parent run opened (or, on
+``--resume``, reopened), the jobs launched, the parent closed with the truth whatever happens.
+
+Hydra runs a multirun through its sweeper; crux's (``hydra/sweeper=crux``, the
+default in ``conf/config.yaml``, in ``hydra_plugins/crux_sweeper``) hands it to
+:class:`Multirun`. The layout it writes is docs/CONTRACT.md's: the parent run
+records the jobs it plans before the first starts (tag ``crux.planned_jobs``,
+artifact ``planned_jobs.json``) and closes FINISHED only when every planned job has
+a FINISHED run, else FAILED, or KILLED when the sweep was stopped (SIGINT,
+SIGTERM: :mod:`crux.tracking.interrupt`); runs of its jobs still RUNNING then are
+closed KILLED too. A resumed sweep runs the jobs of its plan that did not finish
+again, each as a new child run with the same ``crux.job``, under the same parent.
+
+Nothing is created before every job's config is known to be usable
+(:func:`crux.config.out_of_range`) and the store to take writes
+(:func:`crux.tracking.store.writable_store`); a refusal is one line and exit
+status 1, with no run and no job.
+
+How a job finds its parent: every launcher builds each job's config again from
+the config files and the multirun's ``hydra.overrides.hydra`` (in the job's
+process for joblib and submitit, in this one for Ray), so that list is how what
+is decided here reaches every job, whatever machine runs it. The sweep folder
+goes into it as an absolute path (a relative one would be resolved in each job's
+working directory, which on a Ray cluster started elsewhere is the cluster's),
+and the parent run's id and the absolute tracking URI go into
+``hydra.job.env_set``, the environment Hydra gives each job while it runs.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.errors import HydraException
+from hydra.plugins.launcher import Launcher
+from mlflow.entities import Metric, Run, RunTag
+from mlflow.tracking import MlflowClient
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf.errors import OmegaConfBaseException
+
+from crux.backends.choice import backend_problems
+from crux.config import effective_settings, out_of_range
+from crux.tracking.descriptions import COMMAND, NOTE, runs_page, sweep_description
+from crux.tracking.interrupt import deferred, exit_status, interruptible, signal_name
+from crux.tracking.job import flatten
+from crux.tracking.liveness import HOST, PID, Heartbeat, close_orphans, process_tags
+from crux.tracking.store import (PARENT_RUN, SWEPT, TRACKING_URI, WRITING, StoreError, child_runs,
+                                 ensure_experiment, experiment_name, store_errors, tracking_uri, writable_store)
+
+log = logging.getLogger(__name__)
+
+PLANNED_JOBS = "planned_jobs.json"
+FINISHED = "FINISHED"
+UNCOMPARED = ("tracking.", "jax.")
+"""Settings a resumed sweep may change: where runs and compiled programs are kept, not what a job computes."""
+CONFIG_ERRORS = (HydraException, OmegaConfBaseException, ValueError, TypeError)
+ERROR_TAGS = {"crux.error_type", "crux.error_message"}
+
+
+class Refused(Exception):
+    """The sweep cannot start as asked; the message is one line for the user."""
+
+
+# -- what the sweep plans ------------------------------------------------------------------------
+def _sweep_overrides(config: DictConfig) -> list[str]:
+    """What the sweeper expands: ``hydra.sweeper.params``, then the command line (which wins)."""
+    params = OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}
+    return [f"{key}={value}" for key, value in params.items()] + list(config.hydra.overrides.task)
+
+
+def swept_keys(config: DictConfig) -> list[str]:
+    """The keys that differ between the jobs: swept in ``hydra.sweeper.params`` or on the command line.
+
+    As in Hydra's basic sweeper, the command line comes last and wins (``repeat=0`` stops a file's repeats).
+    """
+    last = {o.key_or_group: o for o in OverridesParser.create().parse_overrides(_sweep_overrides(config))}
+    return sorted(key for key, override in last.items() if override.is_sweep_override())
+
+
+def planned_jobs(config: DictConfig, parser: OverridesParser | None = None) -> list[list[str]]:
+    """Each job's overrides, numbered as Hydra's basic sweeper numbers them (``hydra.job.num``), which
+    crux's sweeper keeps. ``glob(...)`` over a config group's options needs ``parser`` made with the
+    config loader."""
+    overrides = (parser or OverridesParser.create()).parse_overrides(_sweep_overrides(config))
+    return [list(job) for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
+
+
+def hand_over(config: DictConfig, key: str, value: str) -> None:
+    """Set ``key`` to ``value`` in the multirun's config and, as the last override of that key, in every
+    job's."""
+    quoted = "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    with read_write(config.hydra), open_dict(config.hydra):
+        OmegaConf.update(config, key, value, force_add=True)
+        config.hydra.overrides.hydra.append(f"++{key}={quoted}")
+
+
+def pin_sweep_dir(config: DictConfig) -> Path:
+    """Make ``hydra.sweep.dir`` absolute, in the multirun's config and in every job's, and return it."""
+    sweep_dir = Path(config.hydra.sweep.dir).resolve()
+    hand_over(config, "hydra.sweep.dir", str(sweep_dir))
+    return sweep_dir
+
+
+@dataclass
+class Opened:
+    """A sweep whose parent run is open: the jobs it plans, and those this invocation runs."""
+
+    client: MlflowClient
+    uri: str
+    experiment_id: str
+    parent_id: str
+    jobs: list[list[str]]
+    todo: list[int]
+
+
+class Multirun:
+    """One invocation of a sweep (new or resumed) on ``launcher``. ``compose`` builds a job's config from the
+    multirun's and the job's overrides, as the launcher will (Hydra's ``load_sweep_config``); ``command`` is the
+    command line that ran the sweep, for the parent's description and the messages (its first word names the
+    program)."""
+
+    def __init__(self, config: DictConfig, parser: OverridesParser, launcher: Launcher,
+                 compose: Callable[[DictConfig, list[str]], DictConfig], max_batch_size: int | None, command: str):
+        self.config, self.parser, self.launcher, self.compose = config, parser, launcher, compose
+        self.max_batch_size, self.command = max_batch_size, command
+        self.program = command.split()[0]
+        self.uri = tracking_uri(config.tracking.uri)
+        self.name = experiment_name(config.tracking.experiment, config.hydra.runtime.choices)
+
+    @property
+    def resume_command(self) -> str:
+        flag = "--resume" if self.program == "crux-sweep" else "hydra.sweeper.resume=true"
+        return f"{self.command} {flag}" if flag not in self.command else self.command
+
+    def run(self, resume: bool) -> list[Sequence[JobReturn]]:
+        """Check, open, launch, close; raises SystemExit with one line when refused, with the shell's status of
+        the signal when stopped, and with a summary when jobs failed."""
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar for a one-file download
+        with interruptible():
+            try:
+                opened = self._reopen() if resume else self._open()
+            except (Refused, StoreError) as error:
+                raise SystemExit(f"{self.program}: {error}") from None
+            if opened is None:
+                return []
+            return self._launch(opened)
+
+    # -- before any job ------------------------------------------------------------------------
+    def _checked(self, jobs: list[list[str]]) -> list[DictConfig]:
+        """Each job's config, composed as its launcher will compose it; Refused naming every value out of
+        range (:func:`crux.config.out_of_range`), a backend that cannot run it
+        (:func:`crux.backends.choice.backend_problems`) or config that does not compose, and the jobs it is in."""
+        configs, problems = [], {}
+        for number, overrides in enumerate(jobs):
+            cfg = None
+            try:
+                cfg = self.compose(self.config, list(overrides))
+                with read_write(cfg), open_dict(cfg):
+                    del cfg["hydra"]
+                found = out_of_range(cfg) + backend_problems(cfg)
+            except CONFIG_ERRORS as error:
+                found = [_one_line(error)]
+            configs.append(cfg)
+            for problem in found:
+                problems.setdefault(problem, []).append(number)
+        if problems:
+            raise Refused("; ".join(f"{problem} (in {_which(numbers, jobs)})" for problem, numbers in problems.items())
+                          + "; nothing was run")
+        return configs
+
+    @deferred()
+    def _open(self) -> Opened:
+        """A new sweep: its parent run opened, with its plan."""
+        try:
+            jobs = planned_jobs(self.config, self.parser)
+        except CONFIG_ERRORS as error:
+            raise Refused(_one_line(error)) from None
+        self._checked(jobs)
+        client = writable_store(self.uri)
+        with store_errors(self.uri, WRITING):
+            experiment_id = ensure_experiment(client, self.name, self.uri, self.config.claim)
+            close_orphans(client, experiment_id, self.program)
+            sweep_dir = pin_sweep_dir(self.config)
+            tags = {"crux.sweep": self.name, "crux.claim": self.config.claim,
+                    "crux.claims": json.dumps(list(self.config.claims)), "crux.role": "parent",
+                    "crux.backend": self.config.backend.name, "crux.sweep_dir": str(sweep_dir),
+                    "crux.overrides": " ".join(self.config.hydra.overrides.task),
+                    COMMAND: self.command, NOTE: sweep_description(self.command), "crux.planned_jobs": str(len(jobs)),
+                    SWEPT: json.dumps(swept_keys(self.config)), **process_tags()}
+            run = client.create_run(experiment_id, run_name=f"{self.name} {time.strftime('%Y-%m-%d %H:%M:%S')}",
+                                    tags=tags)
+            self._log_plan(client, run.info.run_id, jobs)
+        log.info("MLflow: experiment %r, parent run %s at %s", self.name, run.info.run_id, self.uri)
+        return Opened(client, self.uri, experiment_id, run.info.run_id, jobs, list(range(len(jobs))))
+
+    @deferred()
+    def _reopen(self) -> Opened | None:
+        """The newest sweep of the name, reopened with the jobs it lacks; None when it lacks none."""
+        client = writable_store(self.uri)
+        with store_errors(self.uri, WRITING):
+            experiment = client.get_experiment_by_name(self.name)
+            if experiment is None or experiment.lifecycle_stage != "active":
+                raise Refused(f"no sweep of {self.name!r} at {self.uri} to resume: start one without --resume")
+            close_orphans(client, experiment.experiment_id, self.program)
+            (parent, *_) = client.search_runs([experiment.experiment_id], "tags.`crux.role` = 'parent'",
+                                              order_by=["attributes.start_time DESC"], max_results=1) or [None]
+            if parent is None:
+                raise Refused(f"experiment {self.name!r} at {self.uri} holds no sweep to resume: start one without "
+                              f"--resume")
+            jobs = self._recorded_plan(client, parent)
+            finished = self._finished(client, parent, jobs)
+        todo = [n for n in range(len(jobs)) if n not in finished]
+        parent_id = parent.info.run_id
+        with store_errors(self.uri, WRITING):
+            if not todo:
+                if parent.info.status != FINISHED:
+                    client.set_terminated(parent_id, FINISHED)
+                log.info("sweep %s (parent run %s) is complete: every one of its %d jobs finished; nothing to run",
+                         self.name, parent_id, len(jobs))
+                return None
+            resumes = int(parent.data.tags.get("crux.resumes", "0")) + 1
+            client.update_run(parent_id, status="RUNNING")
+            for key in ERROR_TAGS & parent.data.tags.keys():  # why it ended before no longer holds
+                client.delete_tag(parent_id, key)
+            client.log_batch(parent_id, tags=[RunTag(k, v) for k, v in
+                                              {**process_tags(), "crux.resumes": str(resumes)}.items()])
+        pin_sweep_dir(self.config)
+        log.info("MLflow: resuming sweep %s (parent run %s at %s): %d of its %d jobs to run (%s)", self.name,
+                 parent_id, self.uri, len(todo), len(jobs), ", ".join(map(str, todo)))
+        return Opened(client, self.uri, parent.info.experiment_id, parent_id, jobs, todo)
+
+    def _recorded_plan(self, client: MlflowClient, parent: Run) -> list[list[str]]:
+        """The jobs the sweep of ``parent`` planned; Refused where it is still running, recorded no plan, or
+        the command line asks for other settings than the sweep ran with."""
+        tags, parent_id = parent.data.tags, parent.info.run_id
+        if parent.info.status == "RUNNING":
+            raise Refused(f"the newest sweep of {self.name!r} (parent run {parent_id}) is still running (pid "
+                          f"{tags.get(PID, '?')} on {tags.get(HOST, '?')}): wait for it to end, or stop it, then "
+                          f"resume")
+        if "crux.planned_jobs" not in tags:
+            raise Refused(f"the newest sweep of {self.name!r} (parent run {parent_id}) recorded no plan of its jobs, "
+                          f"so what it lacks is not known: run it again without --resume")
+        recorded = tags.get("crux.overrides", "").split()
+        extra = [o for o in " ".join(self.config.hydra.overrides.task).split() if o not in recorded]
+        if extra:
+            raise Refused(f"--resume runs the jobs sweep {parent_id} planned, with the overrides it ran with "
+                          f"({' '.join(recorded)}); {' '.join(extra)} is not among them: leave it out, or start a "
+                          f"new sweep without --resume")
+        with tempfile.TemporaryDirectory(prefix="crux-plan-") as folder:
+            plan = json.loads(Path(client.download_artifacts(parent_id, PLANNED_JOBS, folder)).read_text())
+        return [list(entry["overrides"]) for entry in sorted(plan, key=lambda entry: entry["job"])]
+
+    def _finished(self, client: MlflowClient, parent: Run, jobs: list[list[str]]) -> dict[int, Run]:
+        """Job number -> its newest FINISHED run, each checked to have run with the settings its config gives
+        now; Refused naming those that did not (the sweep's files changed since)."""
+        finished = {}
+        for run in sorted(child_runs(client, parent.info.experiment_id, parent.info.run_id),
+                          key=lambda run: run.info.start_time or 0):
+            number = run.data.tags.get("crux.job", "")
+            if run.info.status == FINISHED and number.isdigit() and int(number) < len(jobs):
+                finished[int(number)] = run
+        configs = self._checked(jobs)
+        changed = []
+        for number, run in sorted(finished.items()):
+            now = flatten(effective_settings(configs[number]))
+            before = {key: value for key, value in run.data.params.items() if key != "variant"}
+            differ = sorted(key for key in now.keys() | before.keys()
+                            if not key.startswith(UNCOMPARED) and now.get(key) != before.get(key))
+            if differ:
+                changed.append(f"job {number}: " + ", ".join(f"{key} {before.get(key)} -> {now.get(key)}"
+                                                              for key in differ[:3]))
+        if changed:
+            raise Refused(f"the finished jobs of sweep {parent.info.run_id} ran with other settings than its config "
+                          f"gives now ({'; '.join(changed)}): restore the files it ran with, or start a new sweep "
+                          f"without --resume")
+        return finished
+
+    @staticmethod
+    def _log_plan(client: MlflowClient, run_id: str, jobs: list[list[str]]) -> None:
+        """``planned_jobs.json``: ``[{"job": number, "overrides": [...]}, ...]``, the number being ``crux.job``."""
+        with tempfile.TemporaryDirectory(prefix="crux-plan-") as folder:
+            path = Path(folder) / PLANNED_JOBS
+            path.write_text(json.dumps([{"job": n, "overrides": overrides} for n, overrides in enumerate(jobs)],
+                                       indent=1))
+            client.log_artifact(run_id, str(path))
+
+    # -- the jobs ------------------------------------------------------------------------------
+    def _launch(self, opened: Opened) -> list[Sequence[JobReturn]]:
+        """Hand the parent run to the jobs, launch those to run, close the parent whatever happens; the
+        launcher's returns, or SystemExit when stopped or when jobs failed."""
+        hand_over(self.config, f"hydra.job.env_set.{PARENT_RUN}", opened.parent_id)
+        hand_over(self.config, f"hydra.job.env_set.{TRACKING_URI}", opened.uri)
+        heartbeat = Heartbeat(opened.client, opened.parent_id).start()
+        returns: list[Sequence[JobReturn]] = []
+        stopped: KeyboardInterrupt | None = None
+        try:
+            sweep_dir = Path(self.config.hydra.sweep.dir)
+            sweep_dir.mkdir(parents=True, exist_ok=True)
+            OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+            for batch in self._batches(opened.todo):
+                try:
+                    returns.append(self.launcher.launch([opened.jobs[n] for n in batch], initial_job_idx=batch[0]))
+                except Exception as error:  # noqa: BLE001 - a job the launcher lost (a Slurm job past its time
+                    log.error("the launcher failed on jobs %s", batch, exc_info=error)  # limit): the others go on
+        except KeyboardInterrupt as error:
+            stopped = error
+        finally:
+            heartbeat.stop()
+            status, missing = self._close(opened, stopped)
+        if stopped is not None:
+            print(f"{self.program}: stopped by {signal_name(stopped)}: parent run {opened.parent_id} closed {status} "
+                  f"with {len(opened.jobs) - len(missing)} of {len(opened.jobs)} jobs finished; `{self.resume_command}` "
+                  f"runs the others", file=sys.stderr)
+            raise SystemExit(exit_status(stopped))
+        for result in (result for results in returns for result in results if result.status == JobStatus.FAILED):
+            try:
+                result.return_value
+            except Exception as error:  # noqa: BLE001 - the job's own exception, shown with its traceback
+                log.error("job with overrides %s failed", " ".join(result.overrides), exc_info=error)
+        if missing:
+            raise SystemExit(f"{self.program}: {len(missing)} of the {len(opened.jobs)} jobs did not finish (jobs "
+                             f"{', '.join(map(str, missing))}); parent run {opened.parent_id} closed {status}; "
+                             f"`{self.resume_command}` runs them again")
+        return returns
+
+    def _batches(self, todo: list[int]) -> Iterator[list[int]]:
+        """``todo`` in runs of consecutive job numbers (a launcher numbers the jobs of one launch in a row), each
+        cut to ``max_batch_size``."""
+        size = self.max_batch_size or len(todo) or 1
+        block: list[int] = []
+        for number in todo + [-1]:
+            if block and (number != block[-1] + 1 or len(block) == size):
+                yield block
+                block = []
+            block.append(number)
+
+    @deferred()
+    def _close(self, opened: Opened, stopped: KeyboardInterrupt | None) -> tuple[str, list[int]]:
+        """Close the parent with the truth read from the store, after closing KILLED the runs of its jobs still
+        RUNNING (processes stopped with the sweep); its status and the planned jobs with no FINISHED run."""
+        client = opened.client
+        finished: set[int] = set()
+        for run in child_runs(client, opened.experiment_id, opened.parent_id):
+            if run.info.status == "RUNNING":
+                why = f"stopped by {signal_name(stopped)}" if stopped else "ended"
+                client.log_batch(run.info.run_id, tags=[
+                    RunTag("crux.error_type", "SweepStopped"),
+                    RunTag("crux.error_message", f"its sweep {why} while it ran; closed by {self.program}")])
+                client.set_terminated(run.info.run_id, "KILLED")
+            elif run.info.status == FINISHED and run.data.tags.get("crux.job", "").isdigit():
+                finished.add(int(run.data.tags["crux.job"]))
+        missing = [n for n in range(len(opened.jobs)) if n not in finished]
+        status = FINISHED if not missing else "KILLED" if stopped else "FAILED"
+        now = int(time.time() * 1000)
+        client.log_batch(opened.parent_id, metrics=[Metric("jobs", len(opened.jobs), now, 0),
+                                                    Metric("failed_jobs", len(missing), now, 0)])
+        client.set_terminated(opened.parent_id, status)
+        served = opened.uri.startswith(("http://", "https://"))
+        log.info("MLflow: the sweep's runs at %s%s", runs_page(opened.uri, opened.experiment_id),
+                 "" if served else f" once `mlflow ui --backend-store-uri {opened.uri}` serves them")
+        return status, missing
+
+
+def _which(numbers: list[int], jobs: list[list[str]]) -> str:
+    """``every job``, or ``job 2 (memory=b8), 5 (memory=b32)``: each by the overrides that tell it apart."""
+    if len(numbers) == len(jobs):
+        return "every job"
+    varying = {o for job in jobs for o in job if not all(o in other for other in jobs)}
+    return "job " + ", ".join(f"{n} ({' '.join(o for o in jobs[n] if o in varying)})" for n in numbers)
+
+
+def _one_line(error: BaseException) -> str:
+    """A config error's message (Hydra's run over several lines) on one line."""
+    return " ".join(str(error).split()) or type(error).__name__

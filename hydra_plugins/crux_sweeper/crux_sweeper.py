@@ -1,0 +1,44 @@
+"""crux's sweeper: Hydra's basic sweeper's jobs (every combination of the swept values, numbered alike), run as a
+crux sweep with a parent run in MLflow (:mod:`crux.tracking.multirun`).
+
+Hydra instantiates a sweeper only from the ``hydra_plugins`` package, and imports
+every module there when any Hydra application starts: this one is thin and imports
+crux when it sweeps. Hydra's scan of ``hydra_plugins`` misses a package installed
+in editable mode, so crux-run registers the class itself, and :mod:`crux.config`
+registers its config, ``hydra/sweeper=crux`` (:class:`crux.config.SweeperConfig`).
+"""
+
+from typing import Any, Dict, List, Optional
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig
+
+
+class CruxSweeper(Sweeper):
+    """The fields of :class:`crux.config.SweeperConfig`."""
+
+    def __init__(self, max_batch_size: Optional[int] = None, params: Optional[Dict[str, str]] = None,
+                 resume: bool = False, command: Optional[str] = None) -> None:
+        super().__init__()
+        self.max_batch_size, self.params, self.resume, self.command = max_batch_size, params, resume, command
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        from hydra.core.plugins import Plugins
+
+        self.hydra_context, self.config = hydra_context, config
+        self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context,
+                                                                task_function=task_function, config=config)
+
+    def sweep(self, arguments: List[str]) -> Any:
+        """Run the multirun (its ``hydra.sweeper.params`` and command line are in the config)."""
+        import shlex
+        import sys
+
+        from crux.tracking.multirun import Multirun
+
+        loader = self.hydra_context.config_loader
+        command = self.command or shlex.join(["crux-run", *sys.argv[1:]])
+        return Multirun(self.config, OverridesParser.create(config_loader=loader), self.launcher,
+                        loader.load_sweep_config, self.max_batch_size, command).run(self.resume)

@@ -1,0 +1,71 @@
+"""Values of the right type that no run could use are named in the command line's terms before anything runs
+(crux.config.out_of_range); the shipped configs have none."""
+from __future__ import annotations
+
+from typing import Iterator
+
+import pytest
+from hydra import compose, initialize_config_module
+
+from crux import config
+from crux.config import CONFIG_PACKAGE
+from crux.ranges import Choice, Range
+
+
+@pytest.fixture
+def hydra_configs() -> Iterator[None]:
+    with initialize_config_module(CONFIG_PACKAGE, version_base="1.3"):
+        yield
+
+
+@pytest.mark.parametrize("overrides, problems", [
+    (["solver.epochs=-1"], ["solver.epochs=-1: must be >= 1"]),
+    (["model.width=0", "model.depth=0"], ["model.width=0: must be >= 1", "model.depth=0: must be >= 1"]),
+    (["optimizer.b1=2", "optimizer.b2=1.0", "optimizer.eps=-1e-8"],
+     ["optimizer.b1=2.0: must be in [0, 1)", "optimizer.b2=1.0: must be in [0, 1)", "optimizer.eps=-1e-08: must be >= 0"]),
+    (["schedule.value=0"], ["schedule.value=0.0: must be > 0"]),
+    (["schedule=warmup_cosine", "schedule.peak=-1", "schedule.warmup=-5"],
+     ["schedule.warmup=-5: must be >= 0", "schedule.peak=-1.0: must be > 0"]),
+    (["memory=b8", "memory.batchsize=0", "memory.accumulation_steps=0"],
+     ["memory.batchsize=0: must be >= 1", "memory.accumulation_steps=0: must be >= 1"]),
+    (["model.activation=swish", "problem.laplacian_mode=backward"],
+     ["problem.laplacian_mode=backward: must be one of taylor, forward, reverse",
+      "model.activation=swish: must be one of tanh, sin, gelu, silu, softplus, relu"]),
+    (["problem=heat1d", "problem.nu=0", "problem.n_boundary=0"],
+     ["problem.n_boundary=0: must be >= 1", "problem.nu=0.0: must be > 0"]),
+    (["solver.seed=-3", "repeat=-1"], ["solver.seed=-3: must be >= 0", "repeat=-1: must be >= 0"]),
+    (["solver.epochs=10", "solver.inner_steps=3"],
+     ["solver.inner_steps=3 must divide solver.epochs=10 (every phase runs with it); choose one of [1, 2, 5, 10]"]),
+    (["phases=lbfgs_soap", "phases.lbfgs.epochs=0", "+phases.soap.optimizer.b2=1.5"],
+     ["phases.lbfgs.epochs=0: must be >= 1", "phases.soap.optimizer.b2=1.5: must be in [0, 1)"]),
+    (["phases=lbfgs", "solver.inner_steps=4", "solver.epochs=1000", "phases.lbfgs.epochs=10"],
+     ["solver.inner_steps=4 must divide phases.lbfgs.epochs=10 (every phase runs with it); choose one of "
+      "[1, 2, 5, 10]"]),
+    (["memory.batchsize=null", "memory.offload_data=true"],
+     ["memory.offload_data=true streams mini-batches, so it needs memory.batchsize; choose a memory option that "
+      "sets one (memory=offload_b8)"]),
+    (["memory=b8_acc4", "+solver.substeps=[[0],[1]]"],
+     ["solver.substeps makes each substep an update of its own, so memory.accumulation_steps=4 and "
+      "solver.inner_steps=1 must both be 1"]),
+])
+def test_each_value_out_of_range_is_named_as_it_was_typed(hydra_configs, overrides, problems):
+    assert config.out_of_range(compose("config", overrides=overrides)) == problems
+
+
+def test_a_range_says_its_bounds_and_lets_them_in_or_out_as_declared():
+    assert [Range(1).problem(v) for v in (0, 1)] == ["must be >= 1", None]
+    assert [Range(0, low_open=True).problem(v) for v in (0.0, 1e-30)] == ["must be > 0", None]
+    assert [Range(0, 1).problem(v) for v in (-0.1, 0.0, 0.999, 1.0)] == [
+        "must be in [0, 1)", None, None, "must be in [0, 1)"]
+    assert Choice(("a", "b")).problem("c") == "must be one of a, b" and Choice(("a", "b")).problem("b") is None
+
+
+def test_every_option_of_every_group_is_in_range(hydra_configs):
+    """The shipped configs, each option on its own (every job of every sweep: tests/test_pipeline.py)."""
+    from importlib.resources import files
+    from pathlib import Path
+
+    conf = Path(str(files(CONFIG_PACKAGE)))
+    for group in (d for d in conf.iterdir() if d.is_dir() and d.name != "__pycache__"):
+        for option in sorted(group.glob("*.yaml")):
+            assert config.out_of_range(compose("config", overrides=[f"{group.name}={option.stem}"])) == [], option

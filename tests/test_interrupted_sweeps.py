@@ -1,0 +1,135 @@
+"""A sweep stopped half way, by SIGTERM (what ``timeout``, ``docker stop`` and Slurm at its time limit send) or by
+``kill -9``, leaves no run RUNNING once it or the next command has looked, and ``crux-sweep NAME --resume`` runs
+only what it lacks, under the same parent, which then closes FINISHED and is what crux-report judges.
+
+The sweep has four jobs on the default launcher (one process); job 2 trains for several seconds, and is stopped
+3 s after Hydra announces it: it has opened its run and trained through several of the loop's
+synchronisations (every 0.25 s) by then."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mlflow.tracking import MlflowClient
+
+from crux.stats import Statistics
+
+pytestmark = pytest.mark.integration  # sweeps and reports in subprocesses
+
+LONG = 20000  # epochs of job 2: several seconds of training on a 2-core CPU
+SWEEP = f"""
+claim: a sweep to stop half way
+claims: [accumulation]
+model: {{width: 32, depth: 2}}
+problem: {{n_interior: 256}}
+hydra:
+  mode: MULTIRUN
+  sweeper:
+    params:
+      solver.epochs: 20,21,{LONG},22
+"""
+
+
+def command(program: str, *args: str) -> list[str]:
+    """``crux-sweep`` or ``crux-report`` with ``args``, run by this Python."""
+    return [sys.executable, "-m", {"crux-sweep": "crux.sweep", "crux-report": "crux.report"}[program], *args]
+
+
+def environment(folder: Path) -> dict[str, str]:
+    """This process's environment, with the store ``folder/mlflow.db``."""
+    return {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{folder / 'mlflow.db'}"}
+
+
+def stop_while_job_2_trains(folder: Path, how: signal.Signals) -> tuple[int, str]:
+    """Start the sweep, send ``how`` once job 2 has trained for a moment; its exit status and output."""
+    (folder / "stoppable.yaml").write_text(SWEEP)
+    log = folder / "sweep.log"
+    with open(log, "w") as out:
+        sweep = subprocess.Popen(command("crux-sweep", "stoppable.yaml"), cwd=folder, env=environment(folder),
+                                 stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 600
+        while f"#2 : solver.epochs={LONG}" not in log.read_text():
+            assert sweep.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.1)
+        time.sleep(3)
+        assert sweep.poll() is None and f"logged {LONG} epochs" not in log.read_text(), "job 2 ended too soon"
+        sweep.send_signal(how)
+        status = sweep.wait(timeout=600)
+    return status, log.read_text()
+
+
+def resume(folder: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(command("crux-sweep", "stoppable.yaml", "--resume"), cwd=folder,
+                          env=environment(folder), capture_output=True, text=True, timeout=900)
+
+
+def sweep_runs(folder: Path) -> tuple[MlflowClient, object, list]:
+    """The client, the sweep's parent run and its children, oldest first."""
+    client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("stoppable").experiment_id
+    (parent,) = client.search_runs([experiment], "tags.`crux.role` = 'parent'")
+    children = client.search_runs([experiment], "tags.`crux.role` = 'child'", order_by=["attributes.start_time ASC"])
+    return client, parent, list(children)
+
+
+def jobs(children: list) -> list[tuple[str, str]]:
+    """Each run's job number and status."""
+    return [(run.data.tags["crux.job"], run.info.status) for run in children]
+
+
+def test_sigterm_closes_the_sweep_killed_with_the_history_so_far_and_resume_completes_it(tmp_path):
+    status, output = stop_while_job_2_trains(tmp_path, signal.SIGTERM)
+    assert status == 128 + signal.SIGTERM, output[-3000:]
+    assert output.splitlines()[-1].startswith("crux-sweep: stopped by SIGTERM: parent run ")
+    assert output.splitlines()[-1].endswith("closed KILLED with 2 of 4 jobs finished; `crux-sweep stoppable.yaml "
+                                            "--resume` runs the others")
+    client, parent, children = sweep_runs(tmp_path)
+    assert parent.info.status == "KILLED" and jobs(children) == [("0", "FINISHED"), ("1", "FINISHED"), ("2", "KILLED")]
+    stopped = children[2]
+    assert stopped.data.tags["crux.error_message"] == "stopped by SIGTERM"
+    steps = sorted(m.step for m in client.get_metric_history(stopped.info.run_id, "loss/total"))
+    assert 0 < len(steps) < LONG and steps == list(range(len(steps)))  # every epoch up to the last sync
+    kept = Statistics.load(client.download_artifacts(stopped.info.run_id, "stats.npz", str(tmp_path)))
+    assert kept.steps == len(steps)
+    finished_before = {run.info.run_id for run in children[:2]}
+
+    resumed = resume(tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "2 of its 4 jobs to run (2, 3)" in resumed.stdout + resumed.stderr
+    client, again, children = sweep_runs(tmp_path)
+    assert again.info.run_id == parent.info.run_id and again.info.status == "FINISHED"
+    assert jobs(children) == [("0", "FINISHED"), ("1", "FINISHED"), ("2", "KILLED"), ("2", "FINISHED"),
+                              ("3", "FINISHED")]
+    assert {run.info.run_id for run in children[:2]} == finished_before
+    assert len(client.get_metric_history(children[3].info.run_id, "loss/total")) == LONG
+
+    report = subprocess.run(command("crux-report", "stoppable", "--out", str(tmp_path / "report")),
+                            cwd=tmp_path, env=environment(tmp_path), capture_output=True, text=True, timeout=900)
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert report.stdout.splitlines()[0].startswith(f"sweep stoppable, parent run {parent.info.run_id} ")
+    assert report.stdout.splitlines()[0].endswith("complete: 4 of 4 planned jobs finished")
+
+
+def test_after_kill_9_resume_closes_the_orphans_killed_and_completes_the_sweep(tmp_path):
+    status, output = stop_while_job_2_trains(tmp_path, signal.SIGKILL)
+    assert status == -signal.SIGKILL
+    client, parent, children = sweep_runs(tmp_path)
+    assert parent.info.status == "RUNNING" and jobs(children)[-1] == ("2", "RUNNING")  # nothing could close them
+
+    resumed = resume(tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    client, again, children = sweep_runs(tmp_path)
+    assert again.info.run_id == parent.info.run_id and again.info.status == "FINISHED"
+    assert jobs(children) == [("0", "FINISHED"), ("1", "FINISHED"), ("2", "KILLED"), ("2", "FINISHED"),
+                              ("3", "FINISHED")]
+    orphan = children[2].data.tags
+    assert orphan["crux.error_type"] == "ProcessGone"
+    assert orphan["crux.error_message"].startswith(f"its process (pid {orphan['crux.pid']} on ")
+    assert "crux.error_type" not in again.data.tags  # it was closed KILLED as an orphan, then resumed
+    assert np.all([run.info.status != "RUNNING" for run in children])

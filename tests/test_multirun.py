@@ -1,0 +1,164 @@
+"""A sweep's life in the store, run by crux's sweeper on Hydra's own basic launcher with a job that opens its run
+and logs its config but trains nothing: the parent run, its plan, the hand-over to the jobs, the close after an
+interruption, ``--resume``, and the refusals that leave nothing behind. The same with real training, signals
+and other processes is tests/test_interrupted_sweeps.py."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hydra._internal.callbacks import Callbacks
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+from hydra._internal.utils import create_config_search_path
+from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.utils import setup_globals
+from hydra.types import HydraContext, RunMode
+from hydra import version
+from mlflow.tracking import MlflowClient
+from omegaconf import DictConfig
+
+from crux.config import CONFIG_PACKAGE
+from crux.tracking import JobRun
+from crux.tracking.liveness import PID, PROCESS, process_tags
+from crux.tracking.multirun import Multirun
+from crux.tracking.store import PARENT_RUN, TRACKING_URI
+
+STOP_AT = 7
+stopping = {STOP_AT}  # a job with one of these many epochs is stopped (Ctrl-C) once its run is open
+
+
+def logging_job(cfg: DictConfig) -> None:
+    """What crux-run does up to training: open the run, log the config; stopped as Ctrl-C would stop it."""
+    with JobRun.start(cfg) as run:
+        run.log_config(cfg)
+        if cfg.solver.epochs in stopping:
+            raise KeyboardInterrupt
+
+
+def sweep(store: Path, *overrides: str, resume: bool = False) -> tuple[list[list[str]], Any]:
+    """Run a multirun of ``logging_job`` into ``store/mlflow.db`` as crux-run --multirun would; the launches it
+    made (each job's overrides and number) and what it returned or raised."""
+    setup_globals()
+    version.setbase("1.3")  # as crux-run's hydra.main: jobs run in the working directory
+    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(f"pkg://{CONFIG_PACKAGE}"))
+    config = loader.load_configuration("config", overrides=[*overrides, f"hydra.sweep.dir={store / 'multirun'}",
+                                                            "hydra.mode=MULTIRUN"],  # as --multirun adds
+                                       run_mode=RunMode.MULTIRUN)
+    launcher, launched = BasicLauncher(), []
+    launcher.setup(hydra_context=HydraContext(config_loader=loader, callbacks=Callbacks(config)),
+                   task_function=logging_job, config=config)
+    real_launch = launcher.launch
+    launcher.launch = lambda jobs, initial_job_idx: (launched.append((initial_job_idx, [list(j) for j in jobs]))
+                                                    or real_launch(jobs, initial_job_idx))
+    multirun = Multirun(config, OverridesParser.create(config_loader=loader), launcher, loader.load_sweep_config,
+                        None, "crux-run --multirun " + " ".join(overrides))
+    try:
+        outcome: Any = multirun.run(resume)
+    except SystemExit as stop:
+        outcome = stop
+    finally:
+        os.environ.pop(PARENT_RUN, None), os.environ.pop(TRACKING_URI, None)
+    return launched, outcome
+
+
+@pytest.fixture
+def store(store: Path, monkeypatch) -> Path:
+    """The session's empty store, copied, as the store crux uses (``MLFLOW_TRACKING_URI``)."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store / 'mlflow.db'}")
+    return store
+
+
+def runs(store: Path) -> tuple[MlflowClient, Any, list]:
+    """The client, the newest parent run of experiment ``crux`` and its children, oldest first."""
+    client = MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("crux").experiment_id
+    (parent, *_) = client.search_runs([experiment], "tags.`crux.role` = 'parent'",
+                                      order_by=["attributes.start_time DESC"])
+    children = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{parent.info.run_id}'",
+                                  order_by=["attributes.start_time ASC"])
+    return client, parent, list(children)
+
+
+def test_a_sweep_records_its_plan_before_its_jobs_and_every_job_logs_under_its_parent(store):
+    launched, outcome = sweep(store, "memory=b8,b32", "solver.seed=0,1")
+    assert [r.status.name for batch in outcome for r in batch] == ["COMPLETED"] * 4
+    assert launched == [(0, [["memory=b8", "solver.seed=0"], ["memory=b8", "solver.seed=1"],
+                             ["memory=b32", "solver.seed=0"], ["memory=b32", "solver.seed=1"]])]
+    client, parent, children = runs(store)
+    assert parent.info.status == "FINISHED" and parent.data.tags["crux.planned_jobs"] == "4"
+    assert json.loads(parent.data.tags["crux.swept"]) == ["memory", "solver.seed"]
+    assert parent.data.metrics == {"jobs": 4, "failed_jobs": 0}
+    assert parent.data.tags["crux.sweep_dir"] == str(store / "multirun")
+    assert parent.data.tags[PID] == str(os.getpid()) and parent.data.tags[PROCESS] == process_tags()[PROCESS]
+    plan = json.loads(Path(client.download_artifacts(parent.info.run_id, "planned_jobs.json", str(store))
+                           ).read_text())
+    assert plan == [{"job": n, "overrides": jobs} for n, jobs in enumerate(launched[0][1])]
+    assert [(c.data.tags["crux.job"], c.data.tags["crux.variant"], c.info.status) for c in children] == [
+        ("0", "b8,seed=0", "FINISHED"), ("1", "b8,seed=1", "FINISHED"), ("2", "b32,seed=0", "FINISHED"),
+        ("3", "b32,seed=1", "FINISHED")]
+    assert PARENT_RUN not in os.environ  # handed to the jobs through Hydra's env_set, only while they ran
+
+
+def test_an_interrupted_sweep_closes_killed_and_its_resume_runs_only_the_jobs_that_did_not_finish(store,
+                                                                                                   monkeypatch):
+    launched, stopped = sweep(store, f"solver.epochs=20,21,{STOP_AT},22")
+    assert isinstance(stopped, SystemExit) and stopped.code == 130  # the shell's status for SIGINT
+    client, parent, children = runs(store)
+    assert parent.info.status == "KILLED" and parent.data.metrics == {"jobs": 4, "failed_jobs": 2}
+    assert [(c.data.tags["crux.job"], c.info.status) for c in children] == [
+        ("0", "FINISHED"), ("1", "FINISHED"), ("2", "KILLED")]
+    assert children[2].data.tags["crux.error_message"] == "stopped by SIGINT"
+
+    launched, refused = sweep(store, "solver.epochs=20,21,5,22", resume=True)  # the plan is the recorded one
+    assert launched == [] and "solver.epochs=20,21,5,22 is not among them" in refused.code
+    monkeypatch.setattr(__import__(__name__), "stopping", set())
+    launched, outcome = sweep(store, f"solver.epochs=20,21,{STOP_AT},22", resume=True)
+    assert launched == [(2, [[f"solver.epochs={STOP_AT}"], ["solver.epochs=22"]])]  # numbered as planned
+    client, again, children = runs(store)
+    assert again.info.run_id == parent.info.run_id and again.info.status == "FINISHED"
+    assert again.data.tags["crux.resumes"] == "1" and again.data.metrics == {"jobs": 4, "failed_jobs": 0}
+    assert [(c.data.tags["crux.job"], c.info.status) for c in children] == [
+        ("0", "FINISHED"), ("1", "FINISHED"), ("2", "KILLED"), ("2", "FINISHED"), ("3", "FINISHED")]
+
+
+def test_resuming_a_complete_sweep_runs_nothing_and_leaves_it_as_it_was(store):
+    sweep(store, "memory=b8,b32")
+    client, parent, children = runs(store)
+    launched, outcome = sweep(store, "memory=b8,b32", resume=True)
+    assert launched == [] and outcome == []
+    client, again, still = runs(store)
+    assert again.info.status == "FINISHED" and again.info.end_time == parent.info.end_time
+    assert [c.info.run_id for c in still] == [c.info.run_id for c in children]
+
+
+def test_a_resume_whose_finished_jobs_ran_other_settings_is_refused_naming_them(store):
+    """The sweep's file changed after it was interrupted (here: the registered sweep option): resuming would
+    mix jobs of two configurations under one parent."""
+    store_option = ConfigStore.instance()
+    store_option.store(group="sweeps", name="drifting", node={"model": {"depth": 1}}, package="_global_")
+    sweep(store, "+sweeps=drifting", f"solver.epochs=20,{STOP_AT}")
+    store_option.store(group="sweeps", name="drifting", node={"model": {"depth": 2}}, package="_global_")
+    launched, refused = sweep(store, "+sweeps=drifting", f"solver.epochs=20,{STOP_AT}", resume=True)
+    assert launched == []
+    assert "ran with other settings than its config gives now (job 0: model.depth 1 -> 2)" in refused.code
+
+
+def test_a_sweep_still_running_is_not_resumed(store):
+    sweep(store, f"solver.epochs=20,{STOP_AT}")
+    client, parent, _ = runs(store)
+    client.update_run(parent.info.run_id, status="RUNNING")  # as its own process (this one) would leave it
+    launched, refused = sweep(store, f"solver.epochs=20,{STOP_AT}", resume=True)
+    assert launched == [] and f"is still running (pid {os.getpid()}" in refused.code
+
+
+def test_a_job_out_of_range_refuses_the_sweep_before_the_store_is_opened(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    launched, refused = sweep(tmp_path, "solver.inner_steps=4", "solver.epochs=20,30")
+    assert launched == [] and not (tmp_path / "mlflow.db").exists() and not (tmp_path / "multirun").exists()
+    assert refused.code == ("crux-run: solver.inner_steps=4 must divide solver.epochs=30 (every phase runs with it); "
+                            "choose one of [1, 2, 3, 5, 6, 10, 15, 30] (in job 1 (solver.epochs=30)); nothing was run")
