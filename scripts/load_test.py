@@ -53,7 +53,8 @@ class SweepSpec:
     """One ``crux-sweep accumulation``: ``len(memory) * repeats`` jobs of ``epochs`` epochs on ``launcher``
     (basic, joblib, ray, submitit_local or submitit_slurm), ``extra`` overrides for every job, each job timed by
     :class:`TrackingTimer` when ``timed``. joblib runs ``parallel`` jobs of the sweep at a time; on Ray every job
-    takes one CPU of the cluster, so the cluster's CPUs bound the jobs running at once over all sweeps."""
+    takes one CPU of the cluster, so the cluster's CPUs bound the jobs running at once over all sweeps. ``python``
+    runs the sweep: for Ray, that of an environment with crux's [ray] extra."""
 
     launcher: str = "joblib"
     repeats: int = 2
@@ -62,6 +63,7 @@ class SweepSpec:
     memory: tuple[str, ...] = ("full", "b8", "b32", "b8_acc4")
     extra: tuple[str, ...] = ()
     timed: bool = True
+    python: str = sys.executable
 
     @property
     def jobs(self) -> int:
@@ -84,7 +86,7 @@ class SweepSpec:
 
     def command(self, sweep_dir: Path, experiment: str) -> list[str]:
         timer = ["+hydra.callbacks.tracking_timer._target_=load_test.TrackingTimer"] if self.timed else []
-        return [sys.executable, "-m", "crux.sweep", "accumulation", f"solver.epochs={self.epochs}",
+        return [self.python, "-m", "crux.sweep", "accumulation", f"solver.epochs={self.epochs}",
                 f"memory={','.join(self.memory)}", f"repeat={','.join(map(str, range(self.repeats)))}",
                 f"tracking.experiment={experiment}", f"hydra.sweep.dir={sweep_dir}", *self.extra, *timer,
                 *self.launcher_overrides()]
@@ -253,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=SweepSpec.repeats, help="repeats of the 4 memory settings (2)")
     parser.add_argument("--epochs", type=int, default=SweepSpec.epochs, help="epochs per job (2000)")
     parser.add_argument("--launcher", choices=["joblib", "ray"], default=SweepSpec.launcher)
+    parser.add_argument("--python", default=sys.executable,
+                        help="the Python that runs the sweeps (for --launcher ray, one with crux's [ray] extra)")
     parser.add_argument("--parallel", type=int, default=SweepSpec.parallel, help="joblib's jobs at a time per sweep (2)")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds before the sweeps are killed (3600)")
     parser.add_argument("--folder", type=Path, help="the sweeps' folders (default: a temporary one)")
@@ -261,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("sweeps", "repeats", "epochs", "parallel"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} {getattr(args, name)}: at least 1")
-    spec = SweepSpec(args.launcher, args.repeats, args.epochs, args.parallel)
+    spec = SweepSpec(args.launcher, args.repeats, args.epochs, args.parallel, python=args.python)
     sweeps = [spec] * args.sweeps
     experiment = f"load-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     # crux creates a new SQLite store's tables under a lock on its folder; a new database of a server's has its

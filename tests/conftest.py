@@ -8,8 +8,8 @@ from pathlib import Path
 import jax
 import pytest
 
-from scale_out import (empty_postgres_store, postgres, postgres_store, ray_cluster, reference, slurm,  # noqa: F401
-                       team_server)
+from scale_out import (empty_postgres_store, postgres, postgres_store, ray_cluster, ray_python, reference,  # noqa: F401
+                       slurm, team_server)
 
 jax.config.update("jax_compilation_cache_dir",
                   os.environ.get("CRUX_TEST_JAX_CACHE", os.path.join(tempfile.gettempdir(), "crux-test-jax-cache")))

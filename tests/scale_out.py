@@ -11,6 +11,7 @@ for every session, so MLflow and the scripts are imported only when a test runs.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import shlex
@@ -26,18 +27,24 @@ from typing import Iterator
 import numpy as np
 import pytest
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "scripts"
+RAY_VENV = ROOT / ".venv-ray"
+"""Where the tests make an environment with crux's [ray] extra when the running one lacks it: the Ray launcher
+caps cloudpickle below 3 and jNO needs 3 or later, so ``.[ray]`` and ``.[jno]`` cannot share one."""
 # The accumulation sweep, small: one job per memory setting, 20 epochs (as in test_report_mlflow).
 SMALL = dict(repeats=1, epochs=20, memory=("b8", "b32", "b8_acc4"), extra=("model.width=8", "problem.n_interior=64"),
              timed=False)
 
 
-def start(script: str, folder: Path, *args: str, cwd: Path | None = None, timeout: float = 600) -> str:
-    """``bash scripts/<script> start <folder> <args>``'s output; the calling test is skipped when it fails."""
+def start(script: str, folder: Path, *args: str, cwd: Path | None = None, timeout: float = 600,
+          python: str = sys.executable) -> str:
+    """``bash scripts/<script> start <folder> <args>``'s output, run with ``PYTHON=python``; the calling test is
+    skipped when it fails."""
     if os.geteuid() != 0 and script in ("postgres.sh", "slurm.sh"):
         pytest.skip(f"scripts/{script} needs root (it installs packages and starts daemons as their users)")
     done = subprocess.run(["bash", str(SCRIPTS / script), "start", str(folder), *args], cwd=cwd, timeout=timeout,
-                          capture_output=True, text=True, env={**os.environ, "PYTHON": sys.executable})
+                          capture_output=True, text=True, env={**os.environ, "PYTHON": python})
     if done.returncode != 0:
         pytest.skip(f"scripts/{script} could not start here: {done.stderr.strip()[-2000:]}")
     return done.stdout.strip()
@@ -48,13 +55,14 @@ def stop(script: str, folder: Path) -> None:
 
 
 @contextlib.contextmanager
-def service(script: str, *args: str, cwd: Path | None = None) -> Iterator[tuple[Path, str]]:
+def service(script: str, *args: str, cwd: Path | None = None,
+            python: str = sys.executable) -> Iterator[tuple[Path, str]]:
     """A service started by ``scripts/<script>`` in a new folder, and that script's output; stopped and removed
     afterwards. The folder is made in the system's temporary folder rather than pytest's, which is closed to
     other users: PostgreSQL and munge run as users of their own."""
     folder = Path(tempfile.mkdtemp(prefix=f"crux-test-{script.removesuffix('.sh')}-"))
     try:
-        output = start(script, folder, *args, cwd=cwd)
+        output = start(script, folder, *args, cwd=cwd, python=python)
         try:
             yield folder, output
         finally:
@@ -117,11 +125,29 @@ def team_server(postgres, empty_postgres_store) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def ray_cluster(tmp_path_factory) -> Iterator[dict[str, str]]:
+def ray_python() -> str:
+    """A Python with this checkout's crux and its [ray] extra: the running one where it has them, else that of
+    :data:`RAY_VENV`, made (minutes) where it is missing or holds another checkout's crux."""
+    if importlib.util.find_spec("hydra_plugins.hydra_ray_launcher"):
+        return sys.executable
+    python = RAY_VENV / "bin" / "python"
+    ready = (f"import sys, hydra_plugins.hydra_ray_launcher, crux; "
+             f"sys.exit(not crux.__file__.startswith({str(ROOT)!r}))")
+    if python.exists() and subprocess.run([str(python), "-c", ready], capture_output=True).returncode == 0:
+        return str(python)
+    for step in ([sys.executable, "-m", "venv", "--clear", str(RAY_VENV)],
+                 [str(python), "-m", "pip", "install", "--quiet", "-e", f"{ROOT}[ray]"]):
+        done = subprocess.run(step, capture_output=True, text=True, timeout=1800)
+        if done.returncode != 0:
+            pytest.skip(f"an environment with crux[ray] could not be made in {RAY_VENV}: {done.stderr[-2000:]}")
+    return str(python)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(tmp_path_factory, ray_python) -> Iterator[dict[str, str]]:
     """The environment that points Ray at a one-node cluster on 127.0.0.1, started from a folder of its own: its
     jobs run there, not where the sweep was typed."""
-    pytest.importorskip("hydra_plugins.hydra_ray_launcher", reason='the Ray launcher: pip install -e ".[ray]"')
-    with service("ray_head.sh", cwd=tmp_path_factory.mktemp("ray-cwd")) as (_, exports):
+    with service("ray_head.sh", cwd=tmp_path_factory.mktemp("ray-cwd"), python=ray_python) as (_, exports):
         yield exported(exports)
 
 
@@ -142,14 +168,15 @@ class Judged:
     results: dict[str, bytes]
 
 
-def sweep_and_report(folder: Path, uri: str, launcher: str, env: dict[str, str] | None = None) -> Judged:
-    """Run the small accumulation sweep on ``launcher`` into ``uri``, check that the store holds all of it
+def sweep_and_report(folder: Path, uri: str, launcher: str, env: dict[str, str] | None = None,
+                     python: str = sys.executable) -> Judged:
+    """Run the small accumulation sweep on ``launcher`` (from ``python``'s environment) into ``uri``, check that the store holds all of it
     (load_test.count), and judge it with ``crux-report`` run as a user would (``MLFLOW_TRACKING_URI=uri``)."""
     from mlflow.tracking import MlflowClient
 
     from scripts_path import load_test
 
-    spec = load_test.SweepSpec(launcher=launcher, **SMALL)
+    spec = load_test.SweepSpec(launcher=launcher, python=python, **SMALL)
     experiment = f"accumulation-{launcher}"
     outcome = load_test.run([spec], uri, experiment, folder, timeout=900, env=env)
     assert outcome.returncodes == [0], outcome.logs[0][-3000:]

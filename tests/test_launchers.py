@@ -51,10 +51,10 @@ def test_every_job_gets_the_sweep_folder_of_the_command_whatever_its_working_dir
 
 
 @pytest.mark.integration  # starts a Ray cluster and sweeps in subprocesses
-def test_ray_sweep_on_a_cluster_started_elsewhere_gives_the_default_launchers_verdicts(ray_cluster, reference,
-                                                                                         tmp_path):
-    assert_same_as_reference(sweep_and_report(tmp_path, f"sqlite:///{tmp_path / 'mlflow.db'}", "ray", ray_cluster),
-                             reference)
+def test_ray_sweep_on_a_cluster_started_elsewhere_gives_the_default_launchers_verdicts(ray_cluster, ray_python,
+                                                                                         reference, tmp_path):
+    assert_same_as_reference(sweep_and_report(tmp_path, f"sqlite:///{tmp_path / 'mlflow.db'}", "ray", ray_cluster,
+                                              ray_python), reference)
 
 
 @pytest.mark.integration

@@ -43,12 +43,13 @@ def test_sweep_and_report_on_a_postgresql_uri_are_those_of_sqlite(postgres_store
     assert_same_as_reference(sweep_and_report(tmp_path, postgres_store, "basic"), reference)
 
 
-def test_sweeps_at_once_on_joblib_and_ray_into_the_server_lose_nothing(team_server, ray_cluster, tmp_path):
+def test_sweeps_at_once_on_joblib_and_ray_into_the_server_lose_nothing(team_server, ray_cluster, ray_python,
+                                                                       tmp_path):
     """Two sweeps with two parallel joblib jobs each and one on the Ray cluster, started together into one
     experiment: every parent holds exactly its jobs, every history every point, every run its artifacts."""
     small = dict(repeats=1, epochs=30, memory=("b8", "b8_acc4"), extra=("model.width=8", "problem.n_interior=64"))
     sweeps = [load_test.SweepSpec("joblib", parallel=2, **small), load_test.SweepSpec("joblib", parallel=2, **small),
-              load_test.SweepSpec("ray", **small)]
+              load_test.SweepSpec("ray", python=ray_python, **small)]
     outcome = load_test.run(sweeps, team_server, "load", tmp_path, timeout=1500, env=ray_cluster)
     assert outcome.returncodes == [0, 0, 0], [log[-2000:] for log in outcome.logs]
     counts = load_test.count(sweeps, team_server, "load", outcome.folders)
