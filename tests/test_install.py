@@ -139,7 +139,8 @@ def test_a_problem_and_a_sweep_of_ones_own_run_to_verdicts_through_the_installed
 
     (report,) = project.glob("reports/unit_square_accumulation/*/verdicts.json")
     verdicts = {v["id"]: v["verdict"] for v in json.loads(report.read_text())}
-    assert verdicts == {"accumulation.effective_batch[b8_acc4]": "holds", "accumulation.memory[b8_acc4]": "holds"}
+    assert verdicts == {"accumulation.effective_batch[b8_acc4]": "holds", "accumulation.memory[b8_acc4]": "holds",
+                        "accumulation.noise[b8_acc4]": "holds"}
     assert "holds         accumulation.effective_batch[b8_acc4]" in printed
     client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("unit_square_accumulation")

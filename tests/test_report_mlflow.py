@@ -120,6 +120,7 @@ def test_crux_report_on_a_store_it_cannot_read_prints_one_line_and_exits_2(tmp_p
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow  # test_team_server runs the same through a server on PostgreSQL
 def test_a_sweep_logged_to_a_tracking_server_is_complete_and_judged_like_one_in_sqlite(
         tracking_server, tmp_path, monkeypatch):
     """Through the REST API every history takes log_batch (not the direct SQL path) and artifacts are

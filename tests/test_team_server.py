@@ -37,12 +37,14 @@ def test_sweep_and_report_through_a_postgres_backed_server_are_those_of_sqlite(t
     assert_same_as_reference(sweep_and_report(tmp_path, team_server, "basic"), reference)
 
 
+@pytest.mark.slow  # the direct history path on PostgreSQL is test_tracking_history's; this is the whole sweep
 def test_sweep_and_report_on_a_postgresql_uri_are_those_of_sqlite(postgres_store, reference, tmp_path):
     """The jobs write their histories with crux's direct SQL insert (test_tracking_history proves it on
     PostgreSQL), the rest through MLflow's SQL store."""
     assert_same_as_reference(sweep_and_report(tmp_path, postgres_store, "basic"), reference)
 
 
+@pytest.mark.slow  # makes .venv-ray and starts a Ray cluster (minutes)
 def test_sweeps_at_once_on_joblib_and_ray_into_the_server_lose_nothing(team_server, ray_cluster, ray_python,
                                                                        tmp_path):
     """Two sweeps with two parallel joblib jobs each and one on the Ray cluster, started together into one

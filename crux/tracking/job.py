@@ -205,9 +205,14 @@ class JobRun:
         self.client.log_batch(self.run_id, tags=[RunTag(key, str(value)[:MESSAGE_CHARS])
                                                  for key, value in tags.items()])
 
+    @property
+    def folder(self) -> Path:
+        """A folder of this run's own for the files written while it is open (jobs of sweeps that share a Hydra
+        folder write side by side); removed when the run closes, after its artifacts are logged."""
+        return Path(self._files.name)
+
     def _artifact(self, name: str, write: Callable[[Path], Any]) -> None:
-        """Write ``name`` with ``write(path)`` into a folder of this run's own (jobs of sweeps that share a
-        Hydra folder write side by side) and log it."""
-        path = Path(self._files.name) / name
+        """Write ``name`` with ``write(path)`` into :attr:`folder` and log it."""
+        path = self.folder / name
         write(path)
         self.client.log_artifact(self.run_id, str(path))
