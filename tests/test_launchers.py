@@ -51,7 +51,6 @@ def test_every_job_gets_the_sweep_folder_of_the_command_whatever_its_working_dir
 
 
 @pytest.mark.integration  # starts a Ray cluster and sweeps in subprocesses
-@pytest.mark.slow  # makes .venv-ray (minutes) where this environment lacks the Ray launcher
 def test_ray_sweep_on_a_cluster_started_elsewhere_gives_the_default_launchers_verdicts(ray_cluster, ray_python,
                                                                                          reference, tmp_path):
     assert_same_as_reference(sweep_and_report(tmp_path, f"sqlite:///{tmp_path / 'mlflow.db'}", "ray", ray_cluster,

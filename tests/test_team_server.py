@@ -44,7 +44,6 @@ def test_sweep_and_report_on_a_postgresql_uri_are_those_of_sqlite(postgres_store
     assert_same_as_reference(sweep_and_report(tmp_path, postgres_store, "basic"), reference)
 
 
-@pytest.mark.slow  # makes .venv-ray and starts a Ray cluster (minutes)
 def test_sweeps_at_once_on_joblib_and_ray_into_the_server_lose_nothing(team_server, ray_cluster, ray_python,
                                                                        tmp_path):
     """Two sweeps with two parallel joblib jobs each and one on the Ray cluster, started together into one

@@ -251,8 +251,9 @@ def side_by_side_markdown(name: str, judged: Judged) -> str:
              "Each library's latest sweep, judged on its own runs (a run is never paired with another library's). "
              f"Rows name the claim and the setting; `{SAME_AS_CRUX_BATCHING}` (mini-batches of collocation points) is "
              "how crux batches, so those verdicts share crux's row.", ""]
-    lines += [f"- {b}: parent run `{sweep.parent_id}`, {len(sweep.records)} finished run(s), {len(sweep.failed)} "
-              f"failed, on {sweep.records[0].device if sweep.records else 'no recorded device'}; full report: "
+    lines += [f"- {b}: parent run `{sweep.parent_id}`, {len(sweep.records)} finished run(s), "
+              f"{len(sweep.jobs.missing) if sweep.jobs else 0} planned job(s) without one, on "
+              f"{sweep.records[0].device if sweep.records else 'no recorded device'}; full report: "
               f"[{b}/report.md]({b}/report.md)" for b, (sweep, _) in judged.items()]
     lines += ["", "## Verdicts", "", "| claim | " + " | ".join(backends) + " |", "|---|" + "---|" * len(backends)]
     for row, cells in _by_row(judged).items():

@@ -22,6 +22,7 @@ import equinox as eqx
 import jax
 import numpy as np
 import optax
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from crux import config
@@ -93,12 +94,13 @@ def _train(problem: Any, phases: list[Phase], options: dict[str, Any], log: Any
 def train_and_log(cfg: DictConfig, run: JobRun) -> float:
     """Train the configured job on jNO and log it into ``run``; returns the final total loss (NaN when jNO
     refused)."""
-    _environment(cfg, run.folder)
+    folder = Path(HydraConfig.get().runtime.output_dir) if HydraConfig.initialized() else run.folder
+    _environment(cfg, folder)  # jNO's own log and files go into the job's Hydra folder, beside the job's log
     import jno  # after _environment: jNO configures its compilation cache at import
 
     from crux.backends.jno import problems, training
 
-    log = jno.logger(run.folder / "jno", log_print=(True, False))
+    log = jno.logger(folder / "jno", log_print=(True, False))
     backend = config.typed(cfg.backend, config.BACKENDS)
     batching = problems.Batching(backend.batching, backend.samples)
     name = builtin_problem(cfg.problem)
