@@ -30,6 +30,8 @@ from crux.tracking.store import PARENT_RUN, TRACKING_URI
 
 STOP_AT = 7
 stopping = {STOP_AT}  # a job with one of these many epochs is stopped (Ctrl-C) once its run is open
+TIME_LIMIT_AT = 9
+at_time_limit: set[int] = set()  # a job with one of these many epochs meets Slurm's time limit under submitit
 
 
 def logging_job(cfg: DictConfig) -> None:
@@ -38,6 +40,10 @@ def logging_job(cfg: DictConfig) -> None:
         run.log_config(cfg)
         if cfg.solver.epochs in stopping:
             raise KeyboardInterrupt
+        if cfg.solver.epochs in at_time_limit:  # what submitit raises in a job that Slurm signals at its limit
+            from submitit.core.utils import UncompletedJobError
+
+            raise UncompletedJobError("Job not requeued because: timed-out too many times.")
 
 
 def sweep(store: Path, *overrides: str, resume: bool = False) -> tuple[list[list[str]], Any]:
@@ -124,6 +130,22 @@ def test_an_interrupted_sweep_closes_killed_and_its_resume_runs_only_the_jobs_th
     assert again.data.tags["crux.resumes"] == "1" and again.data.metrics == {"jobs": 4, "failed_jobs": 0}
     assert [(c.data.tags["crux.job"], c.info.status) for c in children] == [
         ("0", "FINISHED"), ("1", "FINISHED"), ("2", "KILLED"), ("2", "FINISHED"), ("3", "FINISHED")]
+
+
+def test_a_job_stopped_at_its_time_limit_closes_killed_with_the_reason_and_resume_runs_it(store, monkeypatch):
+    """Slurm stops a job at its time limit; submitit turns its signal into UncompletedJobError in the job."""
+    pytest.importorskip("submitit", reason='submitit: pip install -e ".[slurm]"')
+    monkeypatch.setattr(__import__(__name__), "at_time_limit", {TIME_LIMIT_AT})
+    launched, failed = sweep(store, f"solver.epochs=20,{TIME_LIMIT_AT}")
+    assert isinstance(failed, SystemExit) and "1 of the 2 jobs did not finish (jobs 1)" in failed.code
+    client, parent, children = runs(store)
+    assert parent.info.status == "FAILED"
+    assert [(c.data.tags["crux.job"], c.info.status) for c in children] == [("0", "FINISHED"), ("1", "KILLED")]
+    assert children[1].data.tags["crux.error_type"] == "UncompletedJobError"
+    monkeypatch.setattr(__import__(__name__), "at_time_limit", set())
+    launched, outcome = sweep(store, f"solver.epochs=20,{TIME_LIMIT_AT}", resume=True)
+    assert launched == [(1, [[f"solver.epochs={TIME_LIMIT_AT}"]])]
+    assert runs(store)[1].info.status == "FINISHED"
 
 
 def test_resuming_a_complete_sweep_runs_nothing_and_leaves_it_as_it_was(store):

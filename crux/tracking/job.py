@@ -44,6 +44,9 @@ from crux.tracking.store import (PARENT_RUN, TRACKING_URI, Destination, ensure_e
 log = logging.getLogger(__name__)
 
 MESSAGE_CHARS = 4000  # MLflow caps a tag value (8000 characters in 3.x)
+STOPPED_FROM_OUTSIDE = ("UncompletedJobError",)
+"""Errors by which a launcher ends a job that was stopped rather than failed: submitit raises its
+``UncompletedJobError`` in a job that Slurm signals at its time limit. Such a run closes KILLED."""
 
 
 def flatten(node: Any, prefix: str = "") -> dict[str, str]:
@@ -140,7 +143,8 @@ class JobRun:
         status = "FINISHED"
         with deferred():
             if error is not None:
-                status = "KILLED" if isinstance(error, (KeyboardInterrupt, SystemExit)) else "FAILED"
+                stopped = isinstance(error, (KeyboardInterrupt, SystemExit)) or kind.__name__ in STOPPED_FROM_OUTSIDE
+                status = "KILLED" if stopped else "FAILED"
                 what = f"stopped by {signal_name(error)}" if isinstance(error, KeyboardInterrupt) else str(error)
                 self.client.log_batch(self.run_id, tags=[RunTag("crux.error_type", kind.__name__),
                                                          RunTag("crux.error_message", what[:MESSAGE_CHARS])])
