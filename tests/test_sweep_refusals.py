@@ -1,4 +1,4 @@
-"""What keeps a sweep from running is said in one line within seconds, before any job or run exists: a store it
+"""What keeps a sweep from running is said in one line, before any job or run exists: a store it
 cannot write (a folder that is not one, a damaged ``mlflow.db``, a tracking server that does not answer) and
 values out of range."""
 from __future__ import annotations
@@ -7,7 +7,6 @@ import hashlib
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,14 +16,12 @@ pytestmark = pytest.mark.integration  # crux-sweep and crux-run in subprocesses
 TINY = ["solver.epochs=20", "model.width=8", "problem.n_interior=64", "repeat=0"]
 
 
-def run(folder: Path, module: str, *args: str, uri: str) -> tuple[subprocess.CompletedProcess, float]:
-    """``python -m module args`` in ``folder`` with the store ``uri``, MLflow's HTTP limits left to crux; what
-    it did and how many seconds it took."""
+def run(folder: Path, module: str, *args: str, uri: str) -> subprocess.CompletedProcess:
+    """``python -m module args`` in ``folder`` with the store ``uri``, MLflow's HTTP limits left to crux (how
+    many times a server that is down is tried: test_report_store)."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("MLFLOW_HTTP_REQUEST_")}
-    start = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", module, *args], cwd=folder, env={**env, "MLFLOW_TRACKING_URI": uri},
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=folder, env={**env, "MLFLOW_TRACKING_URI": uri},
                           capture_output=True, text=True, timeout=300)
-    return done, time.monotonic() - start
 
 
 def digest(folder: Path) -> dict[str, str]:
@@ -34,7 +31,7 @@ def digest(folder: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("store", ["a folder that is a file", "random bytes", "server down"])
-def test_a_store_that_cannot_take_the_sweep_is_one_line_within_seconds_and_nothing_runs(tmp_path, store):
+def test_a_store_that_cannot_take_the_sweep_is_one_line_and_nothing_runs(tmp_path, store):
     if store == "a folder that is a file":
         (tmp_path / "data").write_text("")
         uri = f"sqlite:///{tmp_path / 'data' / 'mlflow.db'}"
@@ -44,8 +41,8 @@ def test_a_store_that_cannot_take_the_sweep_is_one_line_within_seconds_and_nothi
     else:
         uri = "http://127.0.0.1:9"
     before = digest(tmp_path)
-    done, seconds = run(tmp_path, "crux.sweep", "accumulation", *TINY, uri=uri)
-    assert done.returncode != 0 and seconds < 30
+    done = run(tmp_path, "crux.sweep", "accumulation", *TINY, uri=uri)
+    assert done.returncode != 0
     (line,) = done.stderr.splitlines()
     assert line.startswith("crux-sweep: ") and uri in line
     assert "Launching" not in done.stdout
@@ -54,17 +51,17 @@ def test_a_store_that_cannot_take_the_sweep_is_one_line_within_seconds_and_nothi
 
 def test_values_out_of_range_are_refused_before_any_run_exists(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    done, _ = run(tmp_path, "crux.sweep", "accumulation", *TINY, "solver.epochs=-1", uri=uri)
+    done = run(tmp_path, "crux.sweep", "accumulation", *TINY, "solver.epochs=-1", uri=uri)
     assert done.returncode == 1
     assert done.stderr.splitlines() == ["crux-sweep: solver.epochs=-1: must be >= 1 (in every job); nothing was run"]
-    done, _ = run(tmp_path, "crux.sweep", "inner_steps", *TINY, "solver.epochs=25", uri=uri)  # K = 1, 10, epochs
+    done = run(tmp_path, "crux.sweep", "inner_steps", *TINY, "solver.epochs=25", uri=uri)  # K = 1, 10, epochs
     assert done.returncode == 1
     assert done.stderr.splitlines() == [
         "crux-sweep: solver.inner_steps=10 must divide solver.epochs=25 (every phase runs with it); choose one of "
         "[1, 5, 25] (in job 1 (memory=full solver.inner_steps=10), 4 (memory=b8_acc4 solver.inner_steps=10)); "
         "nothing was run"]
     assert not (tmp_path / "multirun").exists()
-    done, _ = run(tmp_path, "crux.experiment", "model.width=0", "optimizer.b1=2", uri=uri)
+    done = run(tmp_path, "crux.experiment", "model.width=0", "optimizer.b1=2", uri=uri)
     assert done.returncode == 1
     assert done.stderr.splitlines() == ["crux-run: model.width=0: must be >= 1; optimizer.b1=2.0: must be in [0, 1)"]
     assert not (tmp_path / "mlflow.db").exists()
