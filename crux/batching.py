@@ -1,16 +1,21 @@
 """The point stream: which collocation points each update sees.
 
-At update ``t`` a sampled constraint ``c`` ranks its ``N_c`` points by random keys and
-takes the first ``M = A*B`` (when ``M > N_c``, its whole ranking, wrapped around), split
-into ``A`` micro-batches of ``B``: the first ``M`` of a random permutation, without sorting
-all ``N_c``. The keys come from Threefry in counter mode, keyed by the seed: word
+At update ``t`` a constraint ``c`` with more points than the update's ``M = A*B`` slots
+ranks its ``N_c`` points by random keys and takes the first ``M``, split into ``A``
+micro-batches of ``B``: the first ``M`` of a random permutation, without sorting all
+``N_c``. The keys come from Threefry in counter mode, keyed by the seed: word
 ``offset_c + i`` of the outputs for the counters ``(t, 0), (t, 1), ...`` (two words
-each) ranks point ``i`` (``offset_c``: the sizes of the sampled constraints before
+each) ranks point ``i`` (``offset_c``: the sizes of the ranking constraints before
 ``c``), so one Threefry call draws every constraint's keys for an update. A
-constraint with ``N_c <= B`` uses all its points in every micro-batch.
-So accumulation ``A x B`` sees exactly the points of one batch of ``A*B``
-whenever every constraint has ``N_c >= A*B`` or ``N_c <= B``; in between, the
-wrapped draw repeats points and is a different estimator.
+constraint with ``N_c <= B`` uses all its points in every micro-batch. One with
+``B < N_c <= A*B`` has all its points in the update's effective batch: its ``A*B``
+slots hold them in order, once, and then repeat the first ones, which
+:meth:`PointStream.slot_weights` weighs 0 (the rest ``A / N_c``), so that the mean
+over the micro-batches is the mean over its ``N_c`` points; it ranks nothing, so the
+other constraints draw the keys they draw in one batch of ``A*B``, where it is not
+sampled either. So accumulation ``A x B`` sees exactly the points of one batch of
+``A*B``, each once, for every constraint size; where every constraint has
+``N_c > A*B`` or ``N_c <= B`` the draw is the one it has always been.
 
 The same indices are drawn on the device (inside the compiled update) and on the
 host (for ``offload_data``), so both give the same numbers: Threefry is integer
@@ -51,12 +56,31 @@ class PointStream:
         """Whether constraint ``c`` draws a subset of its points (else every micro-batch holds all of them)."""
         return self.points_per_batch(c) < self.sizes[c]
 
+    def ranks(self, c: int) -> bool:
+        """Whether constraint ``c`` draws a random subset: more points than the update's ``A*B`` slots. A
+        constraint with ``B < N_c <= A*B`` is sampled by each micro-batch but not by the update, whose
+        effective batch is all its points: it takes them in their order, and draws no random keys, so that
+        the other constraints' keys are those of one batch of ``A*B`` (where it is not sampled either)."""
+        return self.samples(c) and self.sizes[c] > self.accumulation_steps * self.points_per_batch(c)
+
+    def slot_weights(self, c: int) -> np.ndarray | None:
+        """Per slot of constraint ``c``'s micro-batches, ``(A, B_c)`` float32, what its squared residual counts in
+        the micro-batch's loss, where the slots do not hold distinct points (``B < N_c < A*B``): ``A / N_c``
+        for the first ``N_c`` slots, which hold every point once, 0 for the repeats after them, so that the
+        mean of the ``A`` micro-batch losses is the mean over the ``N_c`` points. ``None`` where each
+        micro-batch's loss is its plain mean (every slot a distinct point of the effective batch, or every
+        micro-batch all the points)."""
+        a, b, n = self.accumulation_steps, self.points_per_batch(c), self.sizes[c]
+        if not self.samples(c) or a * b <= n:
+            return None
+        return np.where(np.arange(a * b) < n, np.float32(a / n), np.float32(0)).astype(np.float32).reshape(a, b)
+
     def indices(self, key: jax.Array, step: jax.Array) -> tuple[jax.Array, ...]:
         """Per constraint, int32 indices of shape ``(A, B_c)`` for update ``step`` (``key``: a threefry key)."""
-        sampled = [c for c in range(len(self.sizes)) if self.samples(c)]
-        offsets = dict(zip(sampled, np.cumsum([0] + [self.sizes[c] for c in sampled]).tolist()))
-        if sampled:
-            total = offsets[sampled[-1]] + self.sizes[sampled[-1]]
+        ranked = [c for c in range(len(self.sizes)) if self.ranks(c)]
+        offsets = dict(zip(ranked, np.cumsum([0] + [self.sizes[c] for c in ranked]).tolist()))
+        if ranked:
+            total = offsets[ranked[-1]] + self.sizes[ranked[-1]]
             pairs = (total + 1) // 2  # each counter (t, j) gives two words
             counter = jnp.concatenate([jnp.broadcast_to(jnp.asarray(step).astype(jnp.uint32), (pairs,)),
                                        jnp.arange(pairs, dtype=jnp.uint32)])
@@ -67,13 +91,13 @@ class PointStream:
         out = []
         for c, n in enumerate(self.sizes):
             a, b = self.accumulation_steps, self.points_per_batch(c)
-            if c not in offsets:
+            if not self.samples(c):
                 out.append(jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (a, n)))
-                continue
-            take = jax.lax.top_k(ranking[offsets[c]:offsets[c] + n], min(a * b, n))[1]
-            if a * b > n:  # the whole ranking, wrapped around
-                take = take[np.arange(a * b) % n]
-            out.append(take.astype(jnp.int32).reshape(a, b))
+            elif c not in offsets:  # every point once, then the first again in slots that slot_weights zeroes
+                out.append(jnp.asarray(np.arange(a * b, dtype=np.int32).reshape(a, b) % n))
+            else:
+                take = jax.lax.top_k(ranking[offsets[c]:offsets[c] + n], a * b)[1]
+                out.append(take.astype(jnp.int32).reshape(a, b))
         return tuple(out)
 
     def gather(self, points: tuple[jax.Array, ...], key: jax.Array, step: jax.Array) -> tuple[jax.Array, ...]:

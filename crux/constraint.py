@@ -68,11 +68,18 @@ class Nets:
 
 
 def constraint_loss(constraint: Constraint, models: dict[str, Model], params: dict[str, Any],
-                    points: jax.Array, checkpointed: bool = False) -> jax.Array:
-    """``weight * mean(residual**2)`` over ``points (B, d)``, with each model's parameters from ``params``."""
+                    points: jax.Array, checkpointed: bool = False, slot_weights: jax.Array | None = None) -> jax.Array:
+    """``weight * mean(residual**2)`` over ``points (B, d)``, with each model's parameters from ``params``.
+
+    With ``slot_weights`` (shape ``(B,)``) the mean over the points becomes the sum of each point's mean
+    squared residual times its slot's weight (a micro-batch whose slots repeat points, see
+    :meth:`crux.batching.PointStream.slot_weights`)."""
     net = Nets(models, params, checkpointed)
-    residuals = jax.vmap(lambda x: constraint.residual(net, x))(points)
-    return constraint.weight * jnp.mean(jnp.square(residuals))
+    squares = jnp.square(jax.vmap(lambda x: constraint.residual(net, x))(points))
+    if slot_weights is None:
+        return constraint.weight * jnp.mean(squares)
+    per_point = jnp.mean(squares, axis=tuple(range(1, squares.ndim))) if squares.ndim > 1 else squares
+    return constraint.weight * jnp.sum(slot_weights * per_point)
 
 
 def reached_models(constraint: Constraint, models: dict[str, Model], params: dict[str, Any]) -> set[str]:

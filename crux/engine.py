@@ -202,13 +202,21 @@ def _update(plan: Plan, index: int, data: Data, state: TrainState, step_batches:
     return new_state, (per, lr, finite)
 
 
-def _entry_losses(plan: Plan, entry: Entry, trainable: dict, params: dict,
-                  batch: Sequence[jax.Array]) -> tuple[jax.Array, jax.Array]:
-    """(total, per-constraint losses) of the entry's constraints on one micro-batch."""
+def _entry_losses(plan: Plan, entry: Entry, trainable: dict, params: dict, batch: Sequence[jax.Array],
+                  weights: Sequence[jax.Array | None]) -> tuple[jax.Array, jax.Array]:
+    """(total, per-constraint losses) of the entry's constraints on one micro-batch (``weights``: per
+    constraint, its slots' weights in this micro-batch, or None for the plain mean)."""
     full = {name: plan.layouts[name].unpack(p) for name, p in {**params, **trainable}.items()}
-    per = jnp.stack([constraint_loss(plan.constraints[c], plan.models, full, points, plan.checkpoint_gradients)
-                     for c, points in zip(entry.constraints, batch)])
+    per = jnp.stack([constraint_loss(plan.constraints[c], plan.models, full, points, plan.checkpoint_gradients, w)
+                     for c, points, w in zip(entry.constraints, batch, weights)])
     return jnp.sum(per), per
+
+
+def _micro_batches(plan: Plan, entry: Entry, batches: Sequence[jax.Array]) -> tuple[list, list]:
+    """What the scan over micro-batches runs on: per constraint its ``(A, B_c, d)`` points and its slots'
+    ``(A, B_c)`` weights (None where the micro-batch's loss is its plain mean)."""
+    weights = [plan.stream.slot_weights(c) for c in entry.constraints]
+    return list(batches), [None if w is None else jnp.asarray(w) for w in weights]
 
 
 def _gradient(plan: Plan, entry: Entry, trainable: dict, params: dict,
@@ -217,24 +225,24 @@ def _gradient(plan: Plan, entry: Entry, trainable: dict, params: dict,
     micro-batches; they are scanned, so that memory holds one micro-batch's activations at a time."""
     value_and_grad = jax.value_and_grad(functools.partial(_entry_losses, plan, entry), has_aux=True)
     micro = plan.stream.accumulation_steps
-    if micro == 1:
-        (value, per), grads = value_and_grad(trainable, params, [b[0] for b in batches])
+    if micro == 1:  # one micro-batch of B slots: each a distinct point, or all N_c <= B of them
+        (value, per), grads = value_and_grad(trainable, params, [b[0] for b in batches], [None] * len(batches))
         return value, per, grads
 
     def accumulate(total, micro_batch):
-        (v, p), g = value_and_grad(trainable, params, micro_batch)
+        (v, p), g = value_and_grad(trainable, params, *micro_batch)
         return jax.tree.map(jnp.add, total, g), (v, p)
     zeros = jax.tree.map(jnp.zeros_like, trainable)
-    total, (values, pers) = jax.lax.scan(accumulate, zeros, batches)
+    total, (values, pers) = jax.lax.scan(accumulate, zeros, _micro_batches(plan, entry, batches))
     return jnp.mean(values), jnp.mean(pers, axis=0), jax.tree.map(lambda g: g / micro, total)
 
 
 def _mean_loss(plan: Plan, entry: Entry, trainable: dict, params: dict, batches: Sequence[jax.Array]) -> jax.Array:
     """The loss alone over all micro-batches, for an optimizer's line search (L-BFGS's ``value_fn``)."""
     if plan.stream.accumulation_steps == 1:
-        return _entry_losses(plan, entry, trainable, params, [b[0] for b in batches])[0]
-    _, values = jax.lax.scan(lambda _, mb: (None, _entry_losses(plan, entry, trainable, params, mb)[0]), None,
-                             batches)
+        return _entry_losses(plan, entry, trainable, params, [b[0] for b in batches], [None] * len(batches))[0]
+    _, values = jax.lax.scan(lambda _, mb: (None, _entry_losses(plan, entry, trainable, params, *mb)[0]), None,
+                             _micro_batches(plan, entry, batches))
     return jnp.mean(values)
 
 

@@ -23,6 +23,21 @@ def poisson(optimizer=optax.sgd, lr: float | crux.Schedule = 1e-3, n: int = 256,
     return problem
 
 
+def with_probes(problem: crux.problems.Problem, *sizes: int) -> crux.problems.Problem:
+    """``problem`` (with a model ``u`` of one input) plus, per size, a constraint pinning ``u`` to sin(pi x) on
+    that many points of [0.05, 0.95]: small constraints of any size beside the interior. The last one's residual
+    is a vector of two components, so that the mean over components is exercised too."""
+    import jax.numpy as jnp
+
+    for i, n in enumerate(sizes):
+        points = np.linspace(0.05, 0.95, n, dtype=np.float32)[:, None] + np.float32(1e-3 * i)
+        misfit = lambda net, x: net.u(x) - jnp.sin(jnp.pi * x[0])
+        residual = (lambda net, x: jnp.stack([misfit(net, x), 0.5 * misfit(net, x)])) if i == len(sizes) - 1 \
+            else misfit
+        problem.constraints.append(crux.Constraint(f"probe{n}", residual, points))
+    return problem
+
+
 def mixed(optimizer=optax.adamw, lr: float = 1e-3, n: int = 64, hidden=(8, 8)) -> crux.problems.Problem:
     """The two-network problem, small: constraint 0 reaches only q, 1 reaches u and q, 2 reaches only u.
     Every model trains with ``optimizer`` at ``lr``."""

@@ -7,7 +7,7 @@ import pytest
 
 import crux
 from crux.batching import PointStream
-from crux_testing import EPS32, poisson, relative, train
+from crux_testing import EPS32, poisson, relative, train, with_probes
 
 UPDATES = 30
 # Each update's gradient is a mean over the same 32 points summed in another order (4 partial means of 8
@@ -78,3 +78,61 @@ def test_accumulation_logs_the_effective_batch(caplog):
     with caplog.at_level(logging.INFO, logger="crux"):
         train(poisson(optax.sgd), 1, batchsize=8, accumulation_steps=4)
     assert "Gradient accumulation enabled: 4 micro-batches per update (effective batch = 8 × 4 = 32)" in caplog.text
+
+
+# Constraint sizes that put each of the three regimes in one problem, for (A, B) = (4, 8), (3, 5) and (2, 16):
+# the interior (256) has more points than A·B; the boundary (2) no more than B; the probes of 12 and 20 points
+# lie between B and A·B for (4, 8), 12 of them for (3, 5) (20 > 15) and 20 for (2, 16) (12 <= 16).
+PROBES = (12, 20)
+SHAPES = [(4, 8), (3, 5), (2, 16)]
+
+
+def test_point_stream_covers_a_constraint_between_one_micro_batch_and_the_effective_batch_once():
+    import jax
+    key = jax.random.key(3)
+    stream = PointStream((256, 20, 2), batchsize=8, accumulation_steps=4)
+    accumulated = [np.asarray(i) for i in stream.indices(key, 7)]
+    big = [np.asarray(i) for i in PointStream((256, 20, 2), batchsize=32, accumulation_steps=1).indices(key, 7)]
+    # The ranked constraint draws what one batch of 32 draws: the 20-point one takes no keys from it.
+    np.testing.assert_array_equal(accumulated[0].reshape(-1), big[0].reshape(-1))
+    # 20 points in 32 slots: each point weighs A/N_c once, the 12 repeats weigh 0, so the micro-batches' mean is
+    # the mean over the 20 points.
+    weights = stream.slot_weights(1)
+    per_point = np.zeros(20)
+    np.add.at(per_point, accumulated[1].reshape(-1), weights.reshape(-1))
+    np.testing.assert_allclose(per_point / 4, np.full(20, 1 / 20), rtol=EPS32)
+    assert stream.slot_weights(0) is None and stream.slot_weights(2) is None
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("optimizer", [optax.sgd, optax.adam], ids=["sgd", "adam"])
+def test_accumulation_equals_one_big_batch_for_every_constraint_size(optimizer, shape):
+    a, b = shape
+    problem = lambda: with_probes(poisson(optimizer), *PROBES)
+    initial, accumulated, stats_a = train(problem(), UPDATES, batchsize=b, accumulation_steps=a)
+    _, big, stats_big = train(problem(), UPDATES, batchsize=a * b)
+    _, small, _ = train(problem(), UPDATES, batchsize=b)
+    travel = np.linalg.norm(accumulated - initial)
+    # Each constraint's mean is over the same points, grouped and weighted (A/N_c, itself rounded) otherwise:
+    # the same few ulp per update as above.
+    assert relative(accumulated, big, travel) < ROUND_OFF
+    np.testing.assert_allclose(stats_a.losses, stats_big.losses, rtol=ROUND_OFF)
+    assert relative(accumulated, small, travel) > 100 * ROUND_OFF
+
+
+@pytest.mark.parametrize("options", [dict(offload_data=True), dict(inner_steps=5)], ids=["offload", "inner_steps"])
+def test_accumulation_between_regimes_is_the_same_offloaded_and_fused(options):
+    problem = lambda: with_probes(poisson(optax.adam), *PROBES)
+    _, reference, stats = train(problem(), 10, batchsize=8, accumulation_steps=4)
+    _, other, other_stats = train(problem(), 10, batchsize=8, accumulation_steps=4, **options)
+    np.testing.assert_array_equal(other, reference)
+    np.testing.assert_array_equal(other_stats.losses, stats.losses)
+
+
+def test_accumulation_between_regimes_keeps_one_micro_batch_of_memory():
+    def temp_bytes(batchsize, accumulation):
+        problem = with_probes(poisson(optax.adam, n=4096, hidden=(64, 64, 64)), 300)  # 128 < 300 < 4 x 128
+        return train(problem, 1, batchsize=batchsize, accumulation_steps=accumulation)[2].memory["temp_bytes"]
+    micro, accumulated, big = temp_bytes(128, 1), temp_bytes(128, 4), temp_bytes(512, 1)
+    assert accumulated < 1.5 * micro
+    assert accumulated < 0.5 * big
