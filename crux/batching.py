@@ -15,7 +15,9 @@ over the micro-batches is the mean over its ``N_c`` points; it ranks nothing, so
 other constraints draw the keys they draw in one batch of ``A*B``, where it is not
 sampled either. So accumulation ``A x B`` sees exactly the points of one batch of
 ``A*B``, each once, for every constraint size; where every constraint has
-``N_c > A*B`` or ``N_c <= B`` the draw is the one it has always been.
+``N_c > A*B`` or ``N_c <= B`` the draw is the one it has always been. On ``D``
+devices the update's micro-batches are ``A*D`` (``A`` on each device), drawn as one
+device draws ``A*D`` of them.
 
 The same indices are drawn on the device (inside the compiled update) and on the
 host (for ``offload_data``), so both give the same numbers: Threefry is integer
@@ -41,42 +43,57 @@ PRODUCER_THREAD = "crux-host-batches"  # the name of the thread that gathers and
 
 @dataclass(frozen=True)
 class PointStream:
-    """Static description of the stream: constraint sizes, batch size, micro-batches per update."""
+    """Static description of the stream: constraint sizes, batch size, micro-batches per update and device.
+
+    An update has ``G = accumulation_steps * devices`` micro-batches; with several devices each takes
+    ``accumulation_steps`` consecutive ones, so an update on ``D`` devices draws what one device draws with
+    ``D * accumulation_steps`` micro-batches. With ``batchsize=None`` and several devices, each constraint's
+    points are split over the devices (``ceil(N_c / D)`` slots each, the slots past ``N_c`` weighted 0).
+    """
 
     sizes: tuple[int, ...]
     batchsize: int | None
     accumulation_steps: int = 1
+    devices: int = 1
+
+    @property
+    def micro_batches(self) -> int:
+        """``G``: the micro-batches of one update, over all devices."""
+        return self.accumulation_steps * self.devices
 
     def points_per_batch(self, c: int) -> int:
-        """``B_c``: the points constraint ``c`` puts in each micro-batch (all of them when ``N_c <= B``)."""
+        """``B_c``: the slots constraint ``c`` has in each micro-batch (all its points when ``N_c <= B``)."""
         n = self.sizes[c]
-        return n if self.batchsize is None or n <= self.batchsize else self.batchsize
+        if self.batchsize is None:
+            return -(-n // self.devices)
+        return n if n <= self.batchsize else self.batchsize
 
     def samples(self, c: int) -> bool:
-        """Whether constraint ``c`` draws a subset of its points (else every micro-batch holds all of them)."""
+        """Whether constraint ``c``'s micro-batches hold parts of its points (else each holds all of them)."""
         return self.points_per_batch(c) < self.sizes[c]
 
     def ranks(self, c: int) -> bool:
-        """Whether constraint ``c`` draws a random subset: more points than the update's ``A*B`` slots. A
-        constraint with ``B < N_c <= A*B`` is sampled by each micro-batch but not by the update, whose
+        """Whether constraint ``c`` draws a random subset: more points than the update's ``G*B`` slots. A
+        constraint with ``B < N_c <= G*B`` is sampled by each micro-batch but not by the update, whose
         effective batch is all its points: it takes them in their order, and draws no random keys, so that
-        the other constraints' keys are those of one batch of ``A*B`` (where it is not sampled either)."""
-        return self.samples(c) and self.sizes[c] > self.accumulation_steps * self.points_per_batch(c)
+        the other constraints' keys are those of one batch of ``G*B`` (where it is not sampled either)."""
+        return (self.batchsize is not None and self.samples(c)
+                and self.sizes[c] > self.micro_batches * self.points_per_batch(c))
 
     def slot_weights(self, c: int) -> np.ndarray | None:
-        """Per slot of constraint ``c``'s micro-batches, ``(A, B_c)`` float32, what its squared residual counts in
-        the micro-batch's loss, where the slots do not hold distinct points (``B < N_c < A*B``): ``A / N_c``
+        """Per slot of constraint ``c``'s micro-batches, ``(G, B_c)`` float32, what its squared residual counts in
+        the micro-batch's loss, where the slots do not hold distinct points (``B_c < N_c < G*B_c``): ``G / N_c``
         for the first ``N_c`` slots, which hold every point once, 0 for the repeats after them, so that the
-        mean of the ``A`` micro-batch losses is the mean over the ``N_c`` points. ``None`` where each
+        mean of the ``G`` micro-batch losses is the mean over the ``N_c`` points. ``None`` where each
         micro-batch's loss is its plain mean (every slot a distinct point of the effective batch, or every
         micro-batch all the points)."""
-        a, b, n = self.accumulation_steps, self.points_per_batch(c), self.sizes[c]
-        if not self.samples(c) or a * b <= n:
+        g, b, n = self.micro_batches, self.points_per_batch(c), self.sizes[c]
+        if not self.samples(c) or g * b <= n:
             return None
-        return np.where(np.arange(a * b) < n, np.float32(a / n), np.float32(0)).astype(np.float32).reshape(a, b)
+        return np.where(np.arange(g * b) < n, np.float32(g / n), np.float32(0)).astype(np.float32).reshape(g, b)
 
     def indices(self, key: jax.Array, step: jax.Array) -> tuple[jax.Array, ...]:
-        """Per constraint, int32 indices of shape ``(A, B_c)`` for update ``step`` (``key``: a threefry key)."""
+        """Per constraint, int32 indices of shape ``(G, B_c)`` for update ``step`` (``key``: a threefry key)."""
         ranked = [c for c in range(len(self.sizes)) if self.ranks(c)]
         offsets = dict(zip(ranked, np.cumsum([0] + [self.sizes[c] for c in ranked]).tolist()))
         if ranked:
@@ -90,20 +107,20 @@ class PointStream:
             ranking = jax.lax.bitcast_convert_type((bits >> 9) | np.uint32(0x3F800000), jnp.float32) - 1.0
         out = []
         for c, n in enumerate(self.sizes):
-            a, b = self.accumulation_steps, self.points_per_batch(c)
+            g, b = self.micro_batches, self.points_per_batch(c)
             if not self.samples(c):
-                out.append(jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (a, n)))
+                out.append(jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (g, n)))
             elif c not in offsets:  # every point once, then the first again in slots that slot_weights zeroes
-                out.append(jnp.asarray(np.arange(a * b, dtype=np.int32).reshape(a, b) % n))
+                out.append(jnp.asarray(np.arange(g * b, dtype=np.int32).reshape(g, b) % n))
             else:
-                take = jax.lax.top_k(ranking[offsets[c]:offsets[c] + n], a * b)[1]
-                out.append(take.astype(jnp.int32).reshape(a, b))
+                take = jax.lax.top_k(ranking[offsets[c]:offsets[c] + n], g * b)[1]
+                out.append(take.astype(jnp.int32).reshape(g, b))
         return tuple(out)
 
     def gather(self, points: tuple[jax.Array, ...], key: jax.Array, step: jax.Array) -> tuple[jax.Array, ...]:
-        """On the device: per constraint, the points ``(A, B_c, d)`` of update ``step``."""
+        """On the device: per constraint, the points ``(G, B_c, d)`` of update ``step``."""
         indices = self.indices(key, step)
-        return tuple(p[i] if self.samples(c) else jnp.broadcast_to(p, (self.accumulation_steps, *p.shape))
+        return tuple(p[i] if self.samples(c) else jnp.broadcast_to(p, (self.micro_batches, *p.shape))
                      for c, (p, i) in enumerate(zip(points, indices)))
 
 
@@ -117,7 +134,7 @@ class DevicePoints(NamedTuple):
 class StreamedBatches(NamedTuple):
     """What a compiled call gets with ``offload_data``: its updates' batches, gathered on the host."""
 
-    batches: tuple[jax.Array, ...]  # per constraint, (updates of the call, A, B_c, d)
+    batches: tuple[jax.Array, ...]  # per constraint, (updates of the call, G, B_c, d)
 
 
 @functools.lru_cache(maxsize=64)
@@ -136,7 +153,9 @@ class HostBatches:
     """
 
     def __init__(self, stream: PointStream, points: tuple[np.ndarray, ...], key: jax.Array, first_step: int,
-                 steps_per_call: int, calls: int, device: jax.Device, block: int = 256):
+                 steps_per_call: int, calls: int, device: jax.Device | jax.sharding.Sharding, block: int = 256):
+        # device: where the batches go; a sharding that splits their micro-batch axis over several devices
+        # sends each device its own micro-batches
         self.stream, self.points, self.device = stream, points, device
         self.first_step, self.steps_per_call, self.calls = first_step, steps_per_call, calls
         cpu = jax.devices("cpu")[0]
@@ -174,9 +193,10 @@ class HostBatches:
 
     def shapes(self) -> StreamedBatches:
         """The shape of every item, to compile the call before the first batch is drawn."""
+        sharding = self.device if isinstance(self.device, jax.sharding.Sharding) else None
         return StreamedBatches(tuple(
-            jax.ShapeDtypeStruct((self.steps_per_call, self.stream.accumulation_steps,
-                                  self.stream.points_per_batch(c), p.shape[1]), p.dtype)
+            jax.ShapeDtypeStruct((self.steps_per_call, self.stream.micro_batches,
+                                  self.stream.points_per_batch(c), p.shape[1]), p.dtype, sharding=sharding)
             for c, p in enumerate(self.points)))
 
     def __iter__(self) -> Iterator[StreamedBatches]:

@@ -263,6 +263,7 @@ class SolverConfig:
     inner_steps: int = checked(AT_LEAST_ONE)
     substeps: Optional[List[Any]] = None
     seed: int = checked(NOT_NEGATIVE)
+    devices: int = checked(AT_LEAST_ONE)
 
     def substep_plan(self) -> list | None:
         """``substeps`` in solve()'s form: YAML has no tuples, so ``[[i, j], n]`` becomes ``([i, j], n)``."""

@@ -20,7 +20,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.sharding import PartitionSpec as P
 
+from crux import sharding
 from crux.batching import DevicePoints, PointStream, StreamedBatches
 from crux.constraint import Constraint, constraint_loss
 from crux.layout import Layout
@@ -213,8 +215,8 @@ def _entry_losses(plan: Plan, entry: Entry, trainable: dict, params: dict, batch
 
 
 def _micro_batches(plan: Plan, entry: Entry, batches: Sequence[jax.Array]) -> tuple[list, list]:
-    """What the scan over micro-batches runs on: per constraint its ``(A, B_c, d)`` points and its slots'
-    ``(A, B_c)`` weights (None where the micro-batch's loss is its plain mean)."""
+    """What the scan over micro-batches runs on: per constraint its ``(G, B_c, d)`` points and its slots'
+    ``(G, B_c)`` weights (None where the micro-batch's loss is its plain mean)."""
     weights = [plan.stream.slot_weights(c) for c in entry.constraints]
     return list(batches), [None if w is None else jnp.asarray(w) for w in weights]
 
@@ -222,9 +224,10 @@ def _micro_batches(plan: Plan, entry: Entry, batches: Sequence[jax.Array]) -> tu
 def _gradient(plan: Plan, entry: Entry, trainable: dict, params: dict,
               batches: Sequence[jax.Array]) -> tuple[jax.Array, jax.Array, dict]:
     """(loss, per-constraint losses, gradient of the trainable parameters), each the mean over the
-    micro-batches; they are scanned, so that memory holds one micro-batch's activations at a time."""
+    micro-batches; they are scanned, so that memory holds one micro-batch's activations at a time. On
+    several devices each scans its own micro-batches and the devices add their sums."""
     value_and_grad = jax.value_and_grad(functools.partial(_entry_losses, plan, entry), has_aux=True)
-    micro = plan.stream.accumulation_steps
+    micro = plan.stream.micro_batches
     if micro == 1:  # one micro-batch of B slots: each a distinct point, or all N_c <= B of them
         (value, per), grads = value_and_grad(trainable, params, [b[0] for b in batches], [None] * len(batches))
         return value, per, grads
@@ -233,13 +236,24 @@ def _gradient(plan: Plan, entry: Entry, trainable: dict, params: dict,
         (v, p), g = value_and_grad(trainable, params, *micro_batch)
         return jax.tree.map(jnp.add, total, g), (v, p)
     zeros = jax.tree.map(jnp.zeros_like, trainable)
-    total, (values, pers) = jax.lax.scan(accumulate, zeros, _micro_batches(plan, entry, batches))
-    return jnp.mean(values), jnp.mean(pers, axis=0), jax.tree.map(lambda g: g / micro, total)
+    if plan.stream.devices == 1:
+        total, (values, pers) = jax.lax.scan(accumulate, zeros, _micro_batches(plan, entry, batches))
+        return jnp.mean(values), jnp.mean(pers, axis=0), jax.tree.map(lambda g: g / micro, total)
+
+    def on_each_device(micro_batches):
+        total, (values, pers) = jax.lax.scan(accumulate, zeros, micro_batches)
+        return jax.lax.psum((total, jnp.sum(values), jnp.sum(pers, axis=0)), sharding.AXIS)
+    # Explicit sums (check_vma off): the parameters enter every device whole, and each device's gradient is
+    # its own micro-batches' alone until the psum.
+    total, value, per = jax.shard_map(on_each_device, mesh=sharding.mesh(plan.stream.devices),
+                                      in_specs=(P(sharding.AXIS),), out_specs=P(), check_vma=False)(
+        _micro_batches(plan, entry, batches))
+    return value / micro, per / micro, jax.tree.map(lambda g: g / micro, total)
 
 
 def _mean_loss(plan: Plan, entry: Entry, trainable: dict, params: dict, batches: Sequence[jax.Array]) -> jax.Array:
     """The loss alone over all micro-batches, for an optimizer's line search (L-BFGS's ``value_fn``)."""
-    if plan.stream.accumulation_steps == 1:
+    if plan.stream.micro_batches == 1:
         return _entry_losses(plan, entry, trainable, params, [b[0] for b in batches], [None] * len(batches))[0]
     _, values = jax.lax.scan(lambda _, mb: (None, _entry_losses(plan, entry, trainable, params, *mb)[0]), None,
                              _micro_batches(plan, entry, batches))

@@ -72,7 +72,8 @@ def train(problem: Problem, phases: list[Phase], cfg: DictConfig,
             for model in problem.models.values():
                 phase.optimizer.attach(model, schedule)
             previous = (phase.optimizer, phase.schedule)
-        solver.solve(phase.epochs, inner_steps=cfg.solver.inner_steps, substeps=substeps, **memory)
+        solver.solve(phase.epochs, inner_steps=cfg.solver.inner_steps, substeps=substeps,
+                     devices=cfg.solver.devices, **memory)
         phase_ends.append(parameter_leaves(problem.models))
 
 

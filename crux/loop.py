@@ -7,6 +7,10 @@ every waiting record with one transfer and updates the progress bar, the timing 
 What the loop keeps is what it has synchronised: the records up to the last synchronisation and the state
 right after them, so that a loop stopped by a non-finite update, an exception or an interrupt leaves a
 history and a state that belong together.
+
+One exception to running ahead: a call split over several CPU devices waits for the one before it. XLA's CPU
+collectives can deadlock when several such calls are queued (a device's thread waits at a sum that the
+other devices' threads, still in an earlier call, never reach), which ends the process after 40 s.
 """
 from __future__ import annotations
 
@@ -51,6 +55,7 @@ class HostLoop:
         self.replay_compile_seconds = 0.0
         self.run_seconds = 0.0
         self._peak_before = 0
+        self._one_call_at_a_time = plan.stream.devices > 1 and jax.devices()[0].platform == "cpu"
 
     @property
     def state(self) -> State | None:
@@ -81,7 +86,7 @@ class HostLoop:
                     window_state = fresh_copy(state)
                     if index:
                         self._synced = (*self._synced[:2], window_state)
-                state = compiled(state, data)
+                state = self._call(compiled, state, data)
                 pending += 1
                 if index < calls - 1 and pending < self.plan.record_slots and time.perf_counter() - window_start <= SYNC_SECONDS:
                     continue
@@ -91,7 +96,7 @@ class HostLoop:
                     self.replay_compile_seconds += seconds
                     state = fresh_copy(window_state)
                     for _ in range(pending):
-                        state = program(state, data)  # the points on the device: the same data every call
+                        state = self._call(program, state, data)  # the points on the device: the same each call
                     window = _read_window(state, index + 1 - pending, pending)
                 now = time.perf_counter()
                 self._rows += window
@@ -109,6 +114,11 @@ class HostLoop:
             close = getattr(feed, "close", None)
             if close is not None:  # a host stream's producer thread stops
                 close()
+
+    def _call(self, executable: Executable, state: State, data: Data) -> State:
+        """One call dispatched; run to its end first where calls must not queue (see the module's docstring)."""
+        state = executable(state, data)
+        return jax.block_until_ready(state) if self._one_call_at_a_time else state
 
     def statistics(self, compile_seconds: float, memory: dict[str, int]) -> tuple[Statistics, str | None]:
         """The synchronised epochs' Statistics, cut after the first non-finite one, and the error that

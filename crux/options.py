@@ -26,15 +26,16 @@ class Options:
     accumulation_steps: int
     inner_steps: int
     substeps: SubstepPlan | None
+    devices: int = 1
 
 
 def validate(sizes: Sequence[int], epochs: Any, batchsize: Any = None, checkpoint_gradients: Any = False,
              offload_data: Any = False, accumulation_steps: Any = 1, inner_steps: Any = 1,
-             substeps: Any = None) -> Options:
+             substeps: Any = None, devices: Any = 1, available_devices: int = 1) -> Options:
     """The options of ``solve()`` for constraints of ``sizes`` points, or TypeError/ValueError naming the fix.
 
     ``accumulation_steps`` with ``batchsize=None`` is not an error: every update already sees every point,
-    so it is logged and taken as 1.
+    so it is logged and taken as 1. ``available_devices``: how many devices ``devices`` may use.
     """
     epochs = _integer("epochs", epochs, "pass the number of epochs to train, e.g. solve(epochs=1000)")
     if batchsize is not None:
@@ -42,6 +43,12 @@ def validate(sizes: Sequence[int], epochs: Any, batchsize: Any = None, checkpoin
     accumulation_steps = _integer("accumulation_steps", accumulation_steps,
                                   "use 1 for no accumulation, or N > 1 micro-batches per update")
     inner_steps = _integer("inner_steps", inner_steps, "use 1, or a divisor of epochs")
+    devices = _integer("devices", devices, "use 1, or the number of devices to split each update's batch over")
+    if devices > available_devices:
+        raise ValueError(f"devices={devices}, but JAX sees {available_devices} device(s) (jax.devices()); pass "
+                         f"devices={available_devices} or fewer. On a CPU, XLA_FLAGS="
+                         f"--xla_force_host_platform_device_count={devices} (set before JAX starts) makes "
+                         f"{devices} host devices")
     if epochs % inner_steps:
         raise ValueError(f"inner_steps={inner_steps} must divide epochs={epochs}; choose one of {divisors(epochs)}")
     if offload_data:
@@ -61,7 +68,7 @@ def validate(sizes: Sequence[int], epochs: Any, batchsize: Any = None, checkpoin
                     "so there is nothing to accumulate; using 1", accumulation_steps)
         accumulation_steps = 1
     return Options(epochs, batchsize, bool(checkpoint_gradients), bool(offload_data), accumulation_steps,
-                   inner_steps, plan)
+                   inner_steps, plan, devices)
 
 
 def divisors(epochs: int, up_to: int = 100) -> list[int]:

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from crux import sharding
 from crux.batching import DevicePoints, HostBatches, PointStream
 from crux.constraint import Constraint, reached_models
 from crux.engine import Data, Entry, OptimizerState, Plan, State, TrainState, make_call
@@ -65,7 +66,7 @@ class Crux:
         self._epoch = 0
         self._opt_states: dict[tuple, tuple[int, OptimizerState]] = {}  # (entry key, model) -> (version, state)
         self._compiled: dict[tuple, Compiled] = {}
-        self._points_on_device: tuple[jax.Array, ...] | None = None
+        self._points_on_device: tuple[int, tuple[jax.Array, ...]] | None = None  # (devices, points)
         self._reach: list[set[str]] | None = None
         self._history: list[Statistics] = []
 
@@ -90,7 +91,7 @@ class Crux:
     # -- solve -------------------------------------------------------------------------
     def solve(self, epochs: int, batchsize: int | None = None, checkpoint_gradients: bool = False,
               offload_data: bool = False, accumulation_steps: int = 1, inner_steps: int = 1,
-              substeps: Sequence | None = None) -> Statistics:
+              substeps: Sequence | None = None, devices: int = 1) -> Statistics:
         """Train for ``epochs`` epochs; return their Statistics (also appended to ``history``).
 
         ``batchsize``: points per constraint and update (None: all of them); ``accumulation_steps``:
@@ -98,7 +99,9 @@ class Crux:
         call (a divisor of ``epochs``); ``checkpoint_gradients``: rematerialise activations in the backward
         pass; ``offload_data``: keep the points on the host and stream each call's batches;
         ``substeps``: entries ``[i, j]`` or ``([i, j], n)`` run in order each epoch, each updating only the
-        models its constraints reach.
+        models its constraints reach; ``devices``: split each update's micro-batches over the first
+        ``devices`` devices (each takes ``accumulation_steps`` micro-batches of ``batchsize``, the gradients
+        are averaged over all of them), parameters and optimizer states whole on each.
 
         Raises ValueError/TypeError for bad options before any compute, and FloatingPointError when a loss
         or update turns non-finite. Whatever stops it (that error, an exception, KeyboardInterrupt), the
@@ -107,7 +110,7 @@ class Crux:
         solve() resumes from there.
         """
         options = validate([c.size for c in self.constraints], epochs, batchsize, checkpoint_gradients,
-                           offload_data, accumulation_steps, inner_steps, substeps)
+                           offload_data, accumulation_steps, inner_steps, substeps, devices, len(jax.devices()))
         entries = self._entries(options)
         for entry in entries:
             for name in entry.models:
@@ -143,7 +146,8 @@ class Crux:
         parameters it leaves, and a failing window is replayed with every update checked (see
         :class:`crux.engine.Plan`); a call of one update checks it fully, and so do offloaded calls,
         whose streamed batches are not kept for a replay (a window could hold thousands)."""
-        stream = PointStream(tuple(c.size for c in self.constraints), options.batchsize, options.accumulation_steps)
+        stream = PointStream(tuple(c.size for c in self.constraints), options.batchsize, options.accumulation_steps,
+                             options.devices)
         layouts = {name: Layout.of(m.params, m.trains_flat) for name, m in self.models.items()}
         transforms = {n: self.models[n].transform(n) for e in entries for n in e.models}
         steps_per_call = options.inner_steps * sum(e.steps for e in entries)
@@ -158,11 +162,13 @@ class Crux:
         state = self._initial_state(plan, options)
         if plan.offload_data:
             self._points_on_device = None  # offloading is for when they should not stay on the device
+            target = jax.devices()[0] if options.devices == 1 else sharding.split(options.devices, 1)
             host = HostBatches(plan.stream, tuple(c.points for c in self.constraints), self._key, self._step,
-                               options.inner_steps * plan.steps_per_epoch, calls, jax.devices()[0])
+                               options.inner_steps * plan.steps_per_epoch, calls, target)
             feed, example = iter(host), host.shapes()
         else:
-            example = DevicePoints(self._key, self._device_points())
+            example = jax.device_put(DevicePoints(self._key, self._device_points(options.devices)),
+                                     sharding.placement(options.devices))
             feed = itertools.repeat(example, calls)
         compiled = self._compile(plan, state, example)
         checked = None
@@ -182,11 +188,13 @@ class Crux:
             raise FloatingPointError(error)
         return stats
 
-    def _device_points(self) -> tuple[jax.Array, ...]:
-        """The constraints' points on the device, sent once and kept for later solve() calls."""
-        if self._points_on_device is None:
-            self._points_on_device = tuple(jax.device_put(c.points) for c in self.constraints)
-        return self._points_on_device
+    def _device_points(self, devices: int) -> tuple[jax.Array, ...]:
+        """The constraints' points on the device (whole on each of ``devices``), sent once and kept for later
+        solve() calls on as many devices."""
+        if self._points_on_device is None or self._points_on_device[0] != devices:
+            target = sharding.placement(devices)
+            self._points_on_device = (devices, tuple(jax.device_put(c.points, target) for c in self.constraints))
+        return self._points_on_device[1]
 
     @staticmethod
     def _entry_key(options: Options, index: int) -> tuple:
@@ -208,8 +216,8 @@ class Crux:
         state = State(TrainState(params, tuple(opt), np.int32(self._step), np.bool_(False)),
                       plan.empty_records())
         # Fresh buffers: the call donates them, and L-BFGS's state holds the parameter arrays themselves.
-        # One dispatch; host leaves (counters, the record buffer) travel with it.
-        return fresh_copy(state)
+        # Host leaves (counters, the record buffer) travel with them, to the devices the call runs on.
+        return fresh_copy(jax.device_put(state, sharding.placement(options.devices)))
 
     def _compile(self, plan: Plan, state: State, data: Data) -> Compiled:
         """The compiled call of ``plan``, kept per static key, so a later solve() traces nothing; a new key is

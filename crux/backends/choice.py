@@ -48,6 +48,9 @@ def check_backend(cfg: DictConfig) -> None:
                          f"not {what}: choose one of them (problem=poisson1d) or backend=crux")
     if backend.samples < 1:
         raise ValueError(f"backend.samples={backend.samples}: must be >= 1")
+    if cfg.solver.get("devices", 1) != 1:
+        raise ValueError(f"solver.devices={cfg.solver.devices}: the jNO backend trains on one device; "
+                         f"drop the override or choose backend=crux")
     if importlib.util.find_spec("jno") is None:
         raise ImportError(f"backend=jno needs jNO (PyPI jax-numerical-operators), which is not installed: run "
                           f"`{JNO_INSTALL}` in the crux checkout, or choose backend=crux")

@@ -1,0 +1,91 @@
+"""solve(devices=D): each update's micro-batches split over D devices, the gradients summed inside the call.
+
+The same point stream on D devices gives what one device gives with the batch of all of them: the numbers
+differ only in the order of the gradient's sum (the devices add their partial sums), so the parameters of
+T updates drift apart by float32 round-off of that sum, at most about T * D * eps of the distance travelled.
+A plain batch of B on one device (what a broken split would train) is four orders of magnitude further.
+The multi-device runs need devices before JAX starts: they run in a process of their own on forced host
+devices (XLA_FLAGS=--xla_force_host_platform_device_count).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from crux.backends.choice import backend_problems
+from crux_testing import EPS32, poisson
+from test_backend_choice import composed
+
+TESTS = Path(__file__).resolve().parent
+DEVICES, EPOCHS = 4, 20  # more devices than CI has cores: they need not be real
+ROUND_OFF = EPOCHS * DEVICES * EPS32  # the parameters' drift bound, relative to the distance travelled
+CASES = ["poisson/sgd", "heat/adam"]  # tests/devices_run.py runs the other two pairs as well
+
+
+def test_more_devices_than_there_are_is_refused_naming_the_flag():
+    solver = poisson().solver()
+    with pytest.raises(ValueError, match=r"devices=2, but JAX sees 1 device.*xla_force_host_platform_device_count"):
+        solver.solve(10, batchsize=8, devices=2)
+    assert solver.history is None  # nothing trained
+
+
+@pytest.mark.parametrize("devices", [0, -1, 1.5])
+def test_a_device_count_that_is_not_a_positive_integer_is_refused(devices):
+    with pytest.raises((TypeError, ValueError), match="devices"):
+        poisson().solver().solve(10, batchsize=8, devices=devices)
+
+
+def test_the_jno_backend_refuses_several_devices():
+    assert backend_problems(composed("backend=jno", "solver.devices=2")) == [
+        "solver.devices=2: the jNO backend trains on one device; drop the override or choose backend=crux"]
+    assert backend_problems(composed("backend=jno")) == []
+
+
+@pytest.fixture(scope="module")
+def on_devices() -> dict[str, dict[str, float]]:
+    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={DEVICES}", "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run([sys.executable, "devices_run.py", str(DEVICES), str(EPOCHS), ",".join(CASES)], cwd=TESTS,
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = next(l for l in done.stdout.splitlines() if l.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("case", CASES)
+def test_devices_times_batch_is_one_device_with_the_whole_batch(on_devices, case):
+    result = on_devices[case]
+    assert result["one_device_batch"] <= ROUND_OFF
+    assert result["loss_one_device_batch"] <= ROUND_OFF
+    assert result["plain_batch"] > 1e3 * ROUND_OFF  # the check can tell a batch of B from one of D*B
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("case", CASES)
+def test_devices_are_accumulation_over_as_many_micro_batches(on_devices, case):
+    assert on_devices[case]["accumulation"] <= ROUND_OFF
+    assert on_devices[case]["devices_accumulation_batch"] <= 2 * ROUND_OFF  # 2 micro-batches on each
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("option", ["offload", "fused", "checkpointed"])
+def test_the_other_options_compose_with_devices(on_devices, case, option):
+    assert on_devices[case][option] <= ROUND_OFF
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("case", CASES)
+def test_substeps_on_devices_are_substeps_with_the_whole_batch(on_devices, case):
+    assert on_devices[case]["substeps_batch"] <= 2 * ROUND_OFF  # two updates an epoch
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("case", CASES)
+def test_a_full_batch_split_over_devices_is_the_unsplit_one(on_devices, case):
+    assert on_devices[case]["full_batch"] <= ROUND_OFF
