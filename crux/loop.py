@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
+from crux import sharding
 from crux.engine import Columns, Data, Plan, State
 from crux.stats import Statistics
 
@@ -55,7 +56,7 @@ class HostLoop:
         self.replay_compile_seconds = 0.0
         self.run_seconds = 0.0
         self._peak_before = 0
-        self._one_call_at_a_time = plan.stream.devices > 1 and jax.devices()[0].platform == "cpu"
+        self._one_call_at_a_time = plan.stream.devices > 1 and jax.local_devices()[0].platform == "cpu"
 
     @property
     def state(self) -> State | None:
@@ -73,7 +74,7 @@ class HostLoop:
         """
         columns, epochs_per_call = self.plan.columns, self.plan.inner_steps
         updates_per_call = epochs_per_call * self.plan.steps_per_epoch
-        device = jax.devices()[0]
+        device = jax.local_devices()[0]
         self._peak_before = _peak_bytes(device) or 0
         bar = tqdm(total=calls * epochs_per_call, desc="solve", disable=None, leave=False)
         pending, start = 0, time.perf_counter()
@@ -141,7 +142,7 @@ class HostLoop:
                      f"kept in solver.history; the parameters are those before it (lower the learning rate, or "
                      f"check the residual for a division by zero or a log of a negative number).")
         memory = dict(memory)
-        peak = _peak_bytes(jax.devices()[0])
+        peak = _peak_bytes(jax.local_devices()[0])
         if peak is not None and peak > self._peak_before:  # the device peak is per process: only a new one is ours
             memory["peak_bytes"] = peak
         stats = Statistics(names=[c.name for c in plan.constraints], losses=losses,
@@ -155,7 +156,7 @@ class HostLoop:
 def _read_window(state: State, first_call: int, count: int) -> list[np.ndarray]:
     """The records of ``count`` calls from call ``first_call`` on, from the ring buffer (waits for the last call;
     a copy, as the next call donates the buffer)."""
-    rows = np.array(state.records.rows)
+    rows = np.array(sharding.local(state.records.rows))
     return [rows[(first_call + i) % len(rows)] for i in range(count)]
 
 

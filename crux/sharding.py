@@ -7,6 +7,7 @@ and the devices add theirs inside the compiled call.
 from __future__ import annotations
 
 import jax
+import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
 AXIS = "devices"  # the mesh axis the micro-batches are split over
@@ -20,10 +21,31 @@ def mesh(count: int) -> Mesh:
 def placement(count: int) -> jax.sharding.Sharding:
     """Where a call's state and points live: on the first device, or whole on each of the first ``count``."""
     if count == 1:
-        return SingleDeviceSharding(jax.devices()[0])
+        return SingleDeviceSharding(jax.local_devices()[0])
     return NamedSharding(mesh(count), PartitionSpec())
 
 
 def split(count: int, axis: int) -> NamedSharding:
     """Arrays split along ``axis`` over the first ``count`` devices (a stream of offloaded batches)."""
     return NamedSharding(mesh(count), PartitionSpec(*([None] * axis), AXIS))
+
+
+def put(tree, target: jax.sharding.Sharding):
+    """``tree`` on ``target``. Where ``target`` spans devices of other processes (``jax.distributed``), every
+    process passes the same values and each places its own devices' part."""
+    if target.is_fully_addressable:
+        return jax.device_put(tree, target)
+
+    def place(leaf):
+        if jax.dtypes.issubdtype(getattr(leaf, "dtype", None), jax.dtypes.prng_key):
+            return jax.random.wrap_key_data(place(jax.random.key_data(leaf)), impl=jax.random.key_impl(leaf))
+        value = np.asarray(leaf)
+        return jax.make_array_from_callback(value.shape, target, lambda index: value[index])
+    return jax.tree.map(place, tree)
+
+
+def local(tree):
+    """``tree`` with every array that spans several processes replaced by this process's copy (the arrays a
+    solve() keeps are whole on every device)."""
+    return jax.tree.map(lambda x: x.addressable_data(0) if isinstance(x, jax.Array) and not x.is_fully_addressable
+                        else x, tree)

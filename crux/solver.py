@@ -162,13 +162,13 @@ class Crux:
         state = self._initial_state(plan, options)
         if plan.offload_data:
             self._points_on_device = None  # offloading is for when they should not stay on the device
-            target = jax.devices()[0] if options.devices == 1 else sharding.split(options.devices, 1)
+            target = jax.local_devices()[0] if options.devices == 1 else sharding.split(options.devices, 1)
             host = HostBatches(plan.stream, tuple(c.points for c in self.constraints), self._key, self._step,
                                options.inner_steps * plan.steps_per_epoch, calls, target)
             feed, example = iter(host), host.shapes()
         else:
-            example = jax.device_put(DevicePoints(self._key, self._device_points(options.devices)),
-                                     sharding.placement(options.devices))
+            example = sharding.put(DevicePoints(self._key, self._device_points(options.devices)),
+                                   sharding.placement(options.devices))
             feed = itertools.repeat(example, calls)
         compiled = self._compile(plan, state, example)
         checked = None
@@ -193,7 +193,7 @@ class Crux:
         solve() calls on as many devices."""
         if self._points_on_device is None or self._points_on_device[0] != devices:
             target = sharding.placement(devices)
-            self._points_on_device = (devices, tuple(jax.device_put(c.points, target) for c in self.constraints))
+            self._points_on_device = (devices, tuple(sharding.put(c.points, target) for c in self.constraints))
         return self._points_on_device[1]
 
     @staticmethod
@@ -217,7 +217,7 @@ class Crux:
                       plan.empty_records())
         # Fresh buffers: the call donates them, and L-BFGS's state holds the parameter arrays themselves.
         # Host leaves (counters, the record buffer) travel with them, to the devices the call runs on.
-        return fresh_copy(jax.device_put(state, sharding.placement(options.devices)))
+        return fresh_copy(sharding.put(state, sharding.placement(options.devices)))
 
     def _compile(self, plan: Plan, state: State, data: Data) -> Compiled:
         """The compiled call of ``plan``, kept per static key, so a later solve() traces nothing; a new key is
@@ -241,6 +241,7 @@ class Crux:
 
     def _commit(self, state: State, plan: Plan, options: Options, epochs: int) -> None:
         """Keep what the next solve() resumes from: parameters, optimizer states, counters after ``epochs``."""
+        state = sharding.local(state)
         for name, params in state.train.params.items():
             self.models[name].params = plan.layouts[name].unpack(params)
         for index, entry in enumerate(plan.entries):

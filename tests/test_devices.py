@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from crux.backends.choice import backend_problems
@@ -89,3 +91,27 @@ def test_substeps_on_devices_are_substeps_with_the_whole_batch(on_devices, case)
 @pytest.mark.parametrize("case", CASES)
 def test_a_full_batch_split_over_devices_is_the_unsplit_one(on_devices, case):
     assert on_devices[case]["full_batch"] <= ROUND_OFF
+
+
+@pytest.mark.integration
+def test_two_processes_train_what_one_process_with_two_devices_trains(tmp_path):
+    """jax.distributed on 127.0.0.1: each process holds one device of the mesh and computes the same update."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env.pop("XLA_FLAGS", None)
+    workers = [subprocess.Popen([sys.executable, "processes_run.py", str(tmp_path / f"process{i}.npy"),
+                                 "distributed", str(port), str(i)], cwd=TESTS, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    local = subprocess.run([sys.executable, "processes_run.py", str(tmp_path / "local.npy"), "local"], cwd=TESTS,
+                           env={**env, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"},
+                           capture_output=True, text=True, timeout=600)
+    assert local.returncode == 0, local.stderr[-3000:]
+    for worker in workers:
+        output = worker.communicate(timeout=600)[0]
+        assert worker.returncode == 0, output[-3000:]
+    (start, one), first, second = (np.load(tmp_path / f"{name}.npy") for name in ("local", "process0", "process1"))
+    assert np.linalg.norm(one - start) > 0
+    np.testing.assert_array_equal(first, second)  # every process ends with the same parameters ...
+    np.testing.assert_array_equal(first[1], one)  # ... those of one process with two devices, bit for bit
