@@ -22,6 +22,7 @@ import pytest
 from crux.backends.choice import backend_problems
 from crux_testing import EPS32, poisson
 from test_backend_choice import composed
+from test_pipeline import launch, runs_by_role
 
 TESTS = Path(__file__).resolve().parent
 DEVICES, EPOCHS = 4, 20  # more devices than CI has cores: they need not be real
@@ -115,3 +116,38 @@ def test_two_processes_train_what_one_process_with_two_devices_trains(tmp_path):
     assert np.linalg.norm(one - start) > 0
     np.testing.assert_array_equal(first, second)  # every process ends with the same parameters ...
     np.testing.assert_array_equal(first[1], one)  # ... those of one process with two devices, bit for bit
+
+
+def devices_claim() -> dict[str, dict[str, str]]:
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run([sys.executable, "devices_claims_run.py"], cwd=TESTS, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(next(l for l in done.stdout.splitlines() if l.startswith("RESULT "))[len("RESULT "):])
+
+
+@pytest.mark.integration
+def test_the_devices_check_holds_on_crux_and_fails_when_each_device_keeps_its_own_gradient():
+    found = devices_claim()
+    assert found["crux"]["verdict"] == "holds", found["crux"]["summary"]
+    assert found["own_gradient_only"]["verdict"] == "fails", found["own_gradient_only"]["summary"]
+    assert found["crux"]["id"] == found["own_gradient_only"]["id"] == "devices.one_batch[b4_d2]"
+
+
+@pytest.mark.integration
+def test_the_devices_sweep_runs_on_two_host_devices_and_its_report_judges_it(tmp_path):
+    done = launch(tmp_path, "crux.sweep", "devices", "solver.epochs=40", "repeat=0,1", "model.width=8",
+                  "problem.n_interior=64")
+    assert done.returncode == 0, done.stderr[-3000:]
+    _, roles = runs_by_role(tmp_path, "devices")
+    children = roles["child"]
+    assert all(child.info.status == "FINISHED" for child in children)
+    assert sorted((c.data.params["memory.batchsize"], c.data.params["solver.devices"]) for c in children) == \
+        sorted([("8", "1"), ("16", "1"), ("8", "2")] * 2)
+    store = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    report = subprocess.run([sys.executable, "-m", "crux.report", "devices", "--out", str(tmp_path / "report")],
+                            cwd=tmp_path, env=store, capture_output=True, text=True, timeout=600)
+    assert report.returncode == 0, report.stderr[-3000:]
+    (verdict,) = json.loads((tmp_path / "report" / "verdicts.json").read_text())
+    assert (verdict["id"], verdict["verdict"]) == ("devices.one_batch[b8_d2]", "holds"), verdict["summary"]
+    assert "time_ratio_median" in verdict["evidence"]

@@ -10,6 +10,7 @@ import numpy as np
 
 from crux.report.claims.accumulation import accumulation_sets
 from crux.report.claims.checkpoint import checkpoint_pairs
+from crux.report.claims.devices import device_sets
 from crux.report.claims.fusion import batches, fused_pairs
 from crux.report.claims.offload import offload_pairs
 from crux.report.claims.phases import expected_lr, phase_bounds, phased_runs
@@ -61,32 +62,50 @@ def _bars(ax, labels: Sequence[str], values: Sequence[float], ylabel: str, log: 
 
 def accumulation_figures(records: list[RunRecord], out: Path) -> list[Figure]:
     figures = []
-    plt = _plt()
     for s in accumulation_sets(records):
         n, b = s.n, s.b
-        runs = [(f"{n}×{b}", s.accumulated), (f"{n * b}", s.big_batch), (f"{b}", s.plain)]
-        fig, (ax_loss, ax_dist, ax_mem) = plt.subplots(1, 3, figsize=(14, 4))
-        for (label, run), style in zip(runs, ("-", "--", ":")):
-            if run is not None:
-                ax_loss.semilogy(run.histories["loss/total"], style, lw=1.2, label=f"batch {label}")
-        ax_loss.set_xlabel("epoch")
-        ax_loss.set_ylabel("loss/total")
-        ax_loss.legend(fontsize=8)
-        ax_loss.set_title("loss curves overlaid")
-        if s.big_batch is not None and s.plain is not None:
-            big, plain = agreement(s.big_batch, s.accumulated), agreement(s.plain, s.accumulated)
-            _bars(ax_dist, [f"|{n}×{b} − {n * b}|", f"|{n}×{b} − {b}|", "round-off bound", "travel"],
-                  [big.distance, plain.distance, big.parameter_bound, big.travel], "L2 distance of final parameters",
-                  log=True)
-            ax_dist.set_title("parameter differences")
-        memory = [r.metrics.get("memory/temp_bytes", np.nan) if r is not None else np.nan for _, r in runs]
-        _bars(ax_mem, [f"batch {label}" for label, _ in runs], memory, "compiled temp bytes")
-        ax_mem.set_title("memory of the update")
-        file = _save(fig, out, f"accumulation_{s.accumulated.label}")
-        figures.append(Figure(file, f"{n}×{b} against one batch of {n * b} and plain {b}: loss curves, distances of "
-                                    f"the final parameters (log scale, zero not drawn), compiled temporary memory",
-                              "accumulation"))
+        figures.append(_one_batch_figure([(f"{n}×{b}", s.accumulated), (f"{n * b}", s.big_batch), (f"{b}", s.plain)],
+                                         out, f"accumulation_{s.accumulated.label}", "accumulation",
+                                         f"{n}×{b} against one batch of {n * b} and plain {b}"))
     return figures
+
+
+def devices_figures(records: list[RunRecord], out: Path) -> list[Figure]:
+    figures = []
+    for s in device_sets(records):
+        d, b = s.d, s.b
+        figures.append(_one_batch_figure([(f"{d} devices × {b}", s.split[0]), (f"{d * b}", first(s.big_batch)),
+                                          (f"{b}", s.plain)], out, f"devices_{s.split[0].label}", "devices",
+                                         f"{d} devices × {b} against one device's batch of {d * b} and plain {b}"))
+    return figures
+
+
+def _one_batch_figure(runs: list[tuple[str, RunRecord | None]], out: Path, name: str, claim: str,
+                      what: str) -> Figure:
+    """Loss curves, final-parameter distances and compiled memory of a run that should train one big batch
+    (``runs[0]``) beside that batch (``runs[1]``) and the small batch it is made of (``runs[2]``)."""
+    plt = _plt()
+    (mine_label, mine), (big_label, big_run), (plain_label, plain_run) = runs
+    fig, (ax_loss, ax_dist, ax_mem) = plt.subplots(1, 3, figsize=(14, 4))
+    for (label, run), style in zip(runs, ("-", "--", ":")):
+        if run is not None:
+            ax_loss.semilogy(run.histories["loss/total"], style, lw=1.2, label=f"batch {label}")
+    ax_loss.set_xlabel("epoch")
+    ax_loss.set_ylabel("loss/total")
+    ax_loss.legend(fontsize=8)
+    ax_loss.set_title("loss curves overlaid")
+    if big_run is not None and plain_run is not None:
+        big, plain = agreement(big_run, mine), agreement(plain_run, mine)
+        _bars(ax_dist, [f"|{mine_label} − {big_label}|", f"|{mine_label} − {plain_label}|", "round-off bound",
+                        "travel"],
+              [big.distance, plain.distance, big.parameter_bound, big.travel], "L2 distance of final parameters",
+              log=True)
+        ax_dist.set_title("parameter differences")
+    memory = [r.metrics.get("memory/temp_bytes", np.nan) if r is not None else np.nan for _, r in runs]
+    _bars(ax_mem, [f"batch {label}" for label, _ in runs], memory, "compiled temp bytes")
+    ax_mem.set_title("memory of the update")
+    return Figure(_save(fig, out, name), f"{what}: loss curves, distances of the final parameters (log scale, zero "
+                                         f"not drawn), compiled temporary memory", claim)
 
 
 def inner_steps_figures(records: list[RunRecord], out: Path) -> list[Figure]:
@@ -266,6 +285,7 @@ FIGURES: dict[str, Callable[[list[RunRecord], Path], list[Figure]]] = {
     "substeps": substeps_figures,
     "phases": phases_figures,
     "resume": resume_figures,
+    "devices": devices_figures,
 }
 
 

@@ -42,6 +42,7 @@ class SolveOptions:
     checkpoint_gradients: bool = False
     offload_data: bool = False
     substeps: Substeps | None = None
+    devices: int = 1
 
     def but(self, **changes: Any) -> "SolveOptions":
         """The same options with ``changes``: the partner a claim compares against."""
@@ -180,6 +181,8 @@ def describe(options: SolveOptions) -> str:
         parts.append("ckpt")
     if options.offload_data:
         parts.append("offload")
+    if options.devices > 1:
+        parts[0] += f"_d{options.devices}"
     if options.substeps is not None:
         parts.append("substeps=" + ",".join(
             "[" + ",".join(map(str, c)) + "]" + (f"x{n}" if n > 1 else "") for c, n in options.substeps))

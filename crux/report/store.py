@@ -52,8 +52,8 @@ log = logging.getLogger(__name__)
 HISTORY_PREFIXES = ("loss/", "lr/")
 # Config keys that are the solve options under test, or only tell repeated jobs apart (a repeat may be a
 # round-off twin): runs that differ in nothing else belong to one group and may be paired.
-NOT_GROUP = ("memory", "solver.inner_steps", "solver.substeps", "repeat", "roundoff_twin", "variant", "tracking",
-             "jax")
+NOT_GROUP = ("memory", "solver.inner_steps", "solver.substeps", "solver.devices", "repeat", "roundoff_twin",
+             "variant", "tracking", "jax")
 ARTIFACTS = ("config.yaml", "params.npz", "stats.npz", "environment.json")
 PLANNED_JOBS = "planned_jobs.json"
 # What reading a damaged file raises: a truncated zip, a bad CRC, broken YAML or JSON, a config that does not fit
@@ -413,7 +413,8 @@ def solve_options(cfg: DictConfig) -> SolveOptions:
                         checkpoint_gradients=bool(cfg.memory.checkpoint_gradients),
                         offload_data=bool(cfg.memory.offload_data),
                         substeps=normalise_substeps(OmegaConf.to_container(cfg.solver.substeps)
-                                                    if cfg.solver.substeps is not None else None))
+                                                    if cfg.solver.substeps is not None else None),
+                        devices=int(cfg.solver.get("devices", 1)))
 
 
 def phase_plan(cfg: DictConfig) -> tuple[PhasePlan, ...]:

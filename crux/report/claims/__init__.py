@@ -12,6 +12,7 @@ from typing import Callable, Sequence
 
 from crux.report.claims.accumulation import check_accumulation
 from crux.report.claims.checkpoint import check_checkpoint
+from crux.report.claims.devices import check_devices
 from crux.report.claims.fusion import check_inner_steps
 from crux.report.claims.gradient_noise import check_gradient_noise
 from crux.report.claims.offload import check_offload
@@ -29,6 +30,7 @@ CHECKS: dict[str, Callable[[list[RunRecord]], list[Verdict]]] = {
     "substeps": check_substeps,
     "phases": check_phases,
     "resume": check_resume,
+    "devices": check_devices,
 }
 
 
@@ -45,7 +47,7 @@ def judge(records: Sequence[RunRecord], claims: Sequence[str]) -> list[Verdict]:
     return verdicts + [_not_supported(claim, r) for claim in claims for r in refused]
 
 
-NEEDS_CRUX_POINT_STREAM = ("accumulation.effective_batch",)
+NEEDS_CRUX_POINT_STREAM = ("accumulation.effective_batch", "devices.one_batch")
 """Verdicts whose test needs micro-batches that see exactly the points of one batch of N·B (crux's stream);
 other libraries draw each micro-batch on their own, and accumulation.noise judges the claim for them."""
 
@@ -56,5 +58,5 @@ def _not_supported(claim: str, record: RunRecord) -> Verdict:
                    NOT_SUPPORTED, f"{record.backend}: {record.unsupported}", runs=(record.run_id,))
 
 
-__all__ = ["CHECKS", "check_accumulation", "check_checkpoint", "check_gradient_noise", "check_inner_steps",
+__all__ = ["CHECKS", "check_accumulation", "check_checkpoint", "check_devices", "check_gradient_noise", "check_inner_steps",
            "check_offload", "check_phases", "check_resume", "check_substeps", "judge"]

@@ -1,0 +1,112 @@
+"""solve(devices=D): D devices × B points per update train one batch of D·B, judged on the sweep's numbers.
+
+The test rests on crux's own guarantee: on D devices an update's micro-batches are
+those one device takes with D times as many, so D×B follows one batch of D·B to
+round-off (only the order of the gradient's sum changes), while plain B follows
+another trajectory. A run that follows plain B computed one device's share and
+dropped the others'. The time per update against one batch of D·B on one device is
+reported beside it, not judged: devices that share one machine's cores (CPU host
+devices) cannot be faster than one of them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from crux.report.numerics import (HISTORY_RULE, ROUNDOFF_ALLOWANCE, ROUNDOFF_ORIGIN, ROUNDOFF_RULE, STEP_TIME,
+                                  Agreement, agreement, ratio_range, spread)
+from crux.report.pairing import first, repeats, run_ids, settings
+from crux.report.records import RunRecord, UnreadableArtifact
+from crux.report.verdict import (FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, cannot_judge, fmt,
+                                 not_in_sweep)
+
+ONE_BATCH = Claim("solve(devices=D) splits each update's batch over D devices and sums their gradients inside "
+                  "the update: D devices × B points train the updates of one device with a batch of D·B, to "
+                  "round-off", "devices-one-batch")
+
+
+@dataclass(frozen=True)
+class DeviceSet:
+    """What the claim compares: the repeats on D devices × B, of one device with D·B, the first of plain B."""
+
+    split: list[RunRecord]
+    big_batch: list[RunRecord]
+    plain: RunRecord | None
+
+    @property
+    def d(self) -> int:
+        return self.split[0].options.devices
+
+    @property
+    def b(self) -> int:
+        return int(self.split[0].options.batchsize)
+
+
+def device_sets(records: list[RunRecord]) -> list[DeviceSet]:
+    """One set per setting of the sweep on several devices with a batch size."""
+    found = []
+    for (group, options), runs in settings(records, lambda o: o.devices > 1 and o.batchsize is not None).items():
+        big = repeats(records, group, options.but(batchsize=options.devices * options.batchsize, devices=1))
+        found.append(DeviceSet(runs, big, first(repeats(records, group, options.but(devices=1)))))
+    return found
+
+
+def check_devices(records: list[RunRecord]) -> list[Verdict]:
+    """A verdict per setting of the sweep on several devices with a batch size."""
+    sets = device_sets(records)
+    if not sets:
+        return [not_in_sweep("devices.one_batch", ONE_BATCH, "a run with solver.devices > 1 and a batchsize",
+                             "on several devices", run_ids(records))]
+    return [_one_batch(s) for s in sets]
+
+
+def _one_batch(s: DeviceSet) -> Verdict:
+    d, b = s.d, s.b
+    name = f"devices.one_batch[{s.split[0].label}]"
+    test = (f"final parameters and loss/total history of {d} devices × {b} against one device with batch {d * b} "
+            f"(must agree to round-off) and against plain batch {b} (must differ beyond round-off)")
+    runs = run_ids(s.split, s.big_batch, s.plain)
+    if not s.big_batch or s.plain is None:
+        missing = " and ".join(x for x, r in ((f"batchsize={d * b}", s.big_batch), (f"batchsize={b}", s.plain))
+                               if not r)
+        return ONE_BATCH.verdict(name, test, INCONCLUSIVE, f"the sweep has no run on one device with {missing} "
+                                 f"to compare with", runs=runs)
+    try:
+        together, alone = agreement(s.big_batch[0], s.split[0]), agreement(s.plain, s.split[0])
+    except UnreadableArtifact as error:
+        return cannot_judge(name, ONE_BATCH, test, error, runs)
+    evidence = {"D": d, "B": b, "updates": together.updates, "travel": together.travel,
+                **together.evidence("vs_one_device_DB_"), **alone.evidence("vs_plain_B_"),
+                **_speed(s.split, s.big_batch)}
+    thresholds = {"parameter_distance": Threshold(together.parameter_bound, ROUNDOFF_RULE, ROUNDOFF_ORIGIN),
+                  "history_difference": Threshold(together.history_bound, HISTORY_RULE, ROUNDOFF_ORIGIN)}
+    verdict, summary = _judge(together, alone, d, b)
+    if "time_ratio_median" in evidence:
+        summary += (f"; time per update {fmt(evidence['time_ratio_median'])}× that of one device with batch "
+                    f"{d * b} ({fmt(evidence['time_ratio_low'])}–{fmt(evidence['time_ratio_high'])} over repeats; "
+                    f"a finding, not judged)")
+    return ONE_BATCH.verdict(name, test, verdict, summary, evidence, thresholds, runs)
+
+
+def _judge(together: Agreement, alone: Agreement, d: int, b: int) -> tuple[str, str]:
+    if together.travel == 0:
+        return INCONCLUSIVE, "the parameters did not move, so no trajectory can be told apart"
+    position = (f"distance in units of eps·sqrt(T)·travel: vs {d * b} on one device {fmt(together.in_eps_units)}, "
+                f"vs {b} {fmt(alone.in_eps_units)}, round-off bound {fmt(ROUNDOFF_ALLOWANCE)}")
+    if together.within_roundoff and not alone.within_roundoff:
+        return HOLDS, f"{d} devices × {b} follow one batch of {d * b} to round-off and not batch {b}; {position}"
+    if together.within_roundoff:
+        return INCONCLUSIVE, (f"{d}×{b}, {d * b} and {b} follow one trajectory: every batch holds all points, so "
+                              f"this sweep cannot tell the devices' batches apart; {position}")
+    if alone.within_roundoff:
+        return FAILS, (f"{d} devices × {b} follow plain batch {b}: the update saw one device's points; "
+                       f"{position}")
+    return FAILS, f"{d} devices × {b} follow neither one batch of {d * b} nor batch {b}; {position}"
+
+
+def _speed(split: list[RunRecord], big: list[RunRecord]) -> dict[str, float]:
+    """The time per update on the devices over one device's with the whole batch, where both have repeats."""
+    mine, base = spread(split, STEP_TIME), spread(big, STEP_TIME)
+    if len(mine.values) < 2 or len(base.values) < 2:
+        return {}
+    low, high = ratio_range(mine, base)
+    return {"time_ratio_median": mine.median / base.median, "time_ratio_low": low, "time_ratio_high": high}
