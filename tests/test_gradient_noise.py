@@ -43,7 +43,7 @@ def test_expected_ratios_are_those_of_draws_without_replacement():
     distinct = variance_of_mean(items, list(itertools.permutations(range(n), a * b)))
     pairs = list(itertools.combinations(range(n), b))
     independent = variance_of_mean(items, [p + q for p, q in itertools.product(pairs, pairs)])
-    low, high = expected_ratios(n, a, b)
+    low, high = expected_ratios((n,), a, b)
     assert distinct / plain == pytest.approx(low, rel=1e-12)
     assert independent / plain == pytest.approx(high, rel=1e-12)
 
@@ -85,6 +85,9 @@ def test_crux_accumulation_shrinks_the_noise_like_one_big_batch():
     # crux's 4 micro-batches hold 32 distinct points: the same draws as one batch of 32, so the same spread
     assert e["variance_AxB"] == pytest.approx(e["variance_AB"], rel=1e-6)
     assert e["ratio_AxB_to_B"] < 0.5 and set(verdict.runs) == {"b8", "b32", "b8_acc4"}
+    # each constraint's size is logged; the 2 boundary points are in every batch and set no factor
+    assert (e["items/pde"], e["items/bc"]) == (64, 2) and "expected_ratio_distinct_items/bc" not in e
+    assert e["expected_ratio_distinct_items/pde"] == e["expected_ratio_distinct_items"] == pytest.approx(1 / 7)
 
 
 def test_micro_batches_that_reuse_the_same_points_fail(monkeypatch):
@@ -110,21 +113,58 @@ def test_batches_of_every_point_are_no_effect_not_a_pass():
     assert verdict.evidence["variance_B"] <= verdict.thresholds["roundoff_floor"].value
 
 
-@pytest.mark.parametrize("ratio, error, outcome", [(0.24, 0.05, HOLDS), (1.0, 0.05, FAILS), (0.02, 0.05, FAILS),
-                                                   (0.24, 0.6, INCONCLUSIVE)])
-def test_the_ratio_is_held_to_its_sampling_error(ratio, error, outcome):
-    """Synthetic spreads: within 3 standard errors of [0.244, 0.25] and below 1 holds; 1 (no reduction) and
-    far below what distinct points allow fail; an error too large to tell 0.25 from 1 is inconclusive."""
+def synthetic_verdict(ratio: float, error: float, sizes: dict[str, int] | None = None):
+    """The verdict on 4 x 8 against plain 8 whose spreads are 1 and ``ratio``, each measured to a relative
+    standard error of ``error / sqrt 2`` (so the log ratio's is ``error``), from constraints of ``sizes``
+    items (only the largest, 1024, logged where None)."""
     initial = {"u": [np.ones(3)]}
+    items = {f"gradient_noise/items/{name}": float(n) for name, n in (sizes or {}).items()}
 
     def record(run_id: str, variance: float, **options) -> RunRecord:
         metrics = {"gradient_noise/variance": variance, "gradient_noise/standard_error": variance * error / np.sqrt(2),
-                   "gradient_noise/mean_norm": 1.0, "gradient_noise/population": 1024.0}
+                   "gradient_noise/mean_norm": 1.0, "gradient_noise/population": 1024.0, **items}
         snapshots = {**snapshot_arrays(initial, "initial"), **snapshot_arrays(initial, "final")}
         return RunRecord(run_id, SolveOptions(epochs=1, **options), {}, metrics, snapshots)
 
-    verdict = only_noise([record("b8", 1.0, batchsize=8), record("acc", ratio, batchsize=8, accumulation_steps=4)])
+    return only_noise([record("b8", 1.0, batchsize=8), record("acc", ratio, batchsize=8, accumulation_steps=4)])
+
+
+@pytest.mark.parametrize("ratio, error, outcome", [(0.24, 0.05, HOLDS), (1.0, 0.05, FAILS), (0.02, 0.05, FAILS),
+                                                   (0.24, 0.6, INCONCLUSIVE), (0.163, 0.05, FAILS)])
+def test_the_ratio_is_held_to_its_sampling_error(ratio, error, outcome):
+    """Synthetic spreads: within 3 standard errors of [0.244, 0.25] and below 1 holds; 1 (no reduction) and
+    far below what distinct points allow fail; an error too large to tell 0.25 from 1 is inconclusive. One
+    constraint of 1024: 0.163 is 0.40 below log 0.244, beyond 3 x 0.05, so it fails."""
+    verdict = synthetic_verdict(ratio, error)
     assert verdict.verdict == outcome, verdict.summary
+
+
+def test_each_constraint_shrinks_by_its_own_factor():
+    """4 x 8 of constraints of 1024, 64 and 64 points (and one of 8, in every batch): the 1024-point one shrinks
+    by (1/4)(1024 - 32)/(1024 - 8) = 0.244, the 64-point ones by (1/4)(64 - 32)/(64 - 8) = 0.143; the 8-point one
+    has no noise in either and drops out. The total's ratio mixes them with weights the sweep does not measure,
+    so anything from 0.143 to 1/4 is expected."""
+    sizes = {"interior": 1024, "boundary": 64, "initial": 64, "anchor": 8}
+    low, high = expected_ratios(tuple(sizes.values()), A, B)
+    assert low == pytest.approx(32 / 224, rel=1e-12) and high == 0.25
+    assert low < 0.143 < 0.244 < high
+    verdict = synthetic_verdict(0.163, 0.05, sizes)
+    assert verdict.verdict == HOLDS, verdict.summary
+    e = verdict.evidence
+    assert e["expected_ratio_distinct_items"] == pytest.approx(low, rel=1e-12)
+    assert e["expected_ratio_distinct_items/interior"] == pytest.approx(992 / 4064, rel=1e-12)
+    assert e["expected_ratio_distinct_items/boundary"] == e["expected_ratio_distinct_items/initial"] == low
+    assert "expected_ratio_distinct_items/anchor" not in e
+    assert [e[f"items/{name}"] for name in sizes] == list(sizes.values())
+    assert "boundary's 64" in verdict.summary
+
+
+@pytest.mark.parametrize("ratio", [0.02, 1.0, 4.0])
+def test_defects_still_fail_with_several_constraints(ratio):
+    """Far below the least factor (0.02), no reduction (1: micro-batches that repeat each other) and micro-batches
+    summed instead of averaged (A² times the averaged ratio: about 16 x 0.244 = 3.9)."""
+    verdict = synthetic_verdict(ratio, 0.05, {"interior": 1024, "boundary": 64, "initial": 64})
+    assert verdict.verdict == FAILS, verdict.summary
 
 
 def test_the_noise_check_belongs_to_the_accumulation_claim():

@@ -9,7 +9,8 @@ its standard error, not the gradients.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Mapping
 
 import jax
 import numpy as np
@@ -20,6 +21,10 @@ import crux
 from crux.problems import Problem
 
 
+ITEMS = "gradient_noise/items/"
+"""Prefix of the metrics giving each constraint's size: ``gradient_noise/items/<constraint>``."""
+
+
 def flat(params) -> np.ndarray:
     """Every leaf of a parameter tree as one float64 vector (leaves in ``jax.tree.leaves`` order)."""
     return np.concatenate([np.ravel(np.asarray(leaf, np.float64)) for leaf in jax.tree.leaves(params)])
@@ -28,15 +33,19 @@ def flat(params) -> np.ndarray:
 @dataclass(frozen=True)
 class GradientDraws:
     """``gradients[s]`` is draw ``s`` (all models' parameters, flattened); ``population`` is how many items
-    (collocation points, or jNO's samples) a mini-batch of the sampled constraint is drawn from."""
+    (collocation points, or jNO's samples) a mini-batch of the sampled constraint is drawn from, the largest
+    where there are several; ``sizes`` gives every constraint's own, where the library draws per constraint:
+    each constraint's noise shrinks by its own factor, so the check needs them all."""
 
     gradients: np.ndarray
     population: int
+    sizes: Mapping[str, int] = field(default_factory=dict)
 
     def metrics(self) -> dict[str, float]:
         """``gradient_noise/variance``: ``sum_s |g_s - mean|^2 / (S - 1)``, the unbiased estimate of the total
         variance (trace of the covariance) of one draw; ``gradient_noise/standard_error`` of that estimate
-        (the standard deviation of the per-draw terms over sqrt S); the mean's norm, ``S`` and the population."""
+        (the standard deviation of the per-draw terms over sqrt S); the mean's norm, ``S``, the population and
+        ``gradient_noise/items/<constraint>``, each constraint's size."""
         draws = np.asarray(self.gradients, np.float64)
         count = len(draws)
         if count < 2:
@@ -46,7 +55,8 @@ class GradientDraws:
         return {"gradient_noise/variance": float(terms.mean()),
                 "gradient_noise/standard_error": float(terms.std(ddof=1) / np.sqrt(count)),
                 "gradient_noise/mean_norm": float(np.linalg.norm(mean)),
-                "gradient_noise/draws": float(count), "gradient_noise/population": float(self.population)}
+                "gradient_noise/draws": float(count), "gradient_noise/population": float(self.population),
+                **{f"{ITEMS}{name}": float(size) for name, size in self.sizes.items()}}
 
 
 def draws_wanted(cfg: DictConfig) -> int:
@@ -81,4 +91,5 @@ def crux_gradient_draws(problem: Problem, draws: int, batchsize: int | None, acc
         solver_log.setLevel(level)
         for name, model in models.items():
             model.params = start[name]
-    return GradientDraws(np.stack(rows), max(c.size for c in problem.constraints))
+    sizes = {c.name: c.size for c in problem.constraints}
+    return GradientDraws(np.stack(rows), max(sizes.values()), sizes)

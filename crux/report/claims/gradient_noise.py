@@ -14,8 +14,13 @@ samples) with per-item variance sigma², one batch of B has gradient variance
 - N micro-batches holding N·B distinct items (crux's stream, one batch of N·B): (1/N)·(N_items - N·B)/(N_items - B);
 - N micro-batches that reuse the same points: 1, no reduction at all.
 
-The measured ratio must lie between the first two within its sampling error, and
-below 1 beyond it. When no setting shows any spread beyond round-off, every draw
+With several constraints, each drawn on its own, the total variance is the sum of
+theirs, and each shrinks by its own factor: the second value, with its own N_items
+(0 where N·B covers all of them; a constraint with no more items than B has no
+noise in either and drops out). The total's ratio is a mix of those factors,
+weighted by the constraints' shares of the noise, which the sweep does not measure:
+it lies between the least of them and 1/N. The measured ratio must lie in that
+range within its sampling error, and below 1 beyond it. When no setting shows any spread beyond round-off, every draw
 gives the same gradient: the batch option changes nothing, which is a finding
 about the option ("no effect"), not a pass.
 """
@@ -26,6 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from typing import Mapping, Sequence
+
+from crux.backends.gradient_draws import ITEMS
 from crux.report.claims.accumulation import EFFECTIVE_BATCH
 from crux.report.numerics import EPS, ROUNDOFF_ALLOWANCE
 from crux.report.pairing import first, repeats, run_ids, settings
@@ -38,7 +46,10 @@ EXPECTED_ORIGIN = (
     "draws without replacement: the mean gradient of B of N items has variance (sigma^2/B)(N - B)/(N - 1), sigma^2 "
     "the items' variance; averaging A independent micro-batches of B divides it by A (ratio 1/A to plain B); A "
     "micro-batches that together hold A·B distinct items, as one batch of A·B does, give (1/A)(N - A·B)/(N - B). "
-    "Either is an effective batch of A·B; micro-batches that reuse the same items give 1")
+    "Either is an effective batch of A·B; micro-batches that reuse the same items give 1. Constraints drawn on their "
+    "own add their variances, each shrunk by its own factor (its own N; 0 where A·B >= N; none where B >= N), so "
+    "the total's ratio is a weighted mean of the constraints' factors with unmeasured weights: between the least "
+    "of them and 1/A")
 SAMPLING_ORIGIN = (
     "sampling error: each variance is estimated from S draws to within its standard error (the standard deviation of "
     "the per-draw terms over sqrt S); the log of the ratio of two independent estimates has standard error "
@@ -52,12 +63,17 @@ FLOOR_ORIGIN = (
 
 @dataclass(frozen=True)
 class Spread:
-    """The measured gradient spread of one run: variance, its standard error, and what bounds it from below."""
+    """The measured gradient spread of one run: variance, its standard error, and what bounds it from below.
+
+    ``sizes`` maps each constraint to its number of items; runs that logged only the largest (``population``)
+    have none, and are judged as if that constraint were the only one.
+    """
 
     variance: float
     standard_error: float
     population: int
     floor: float
+    sizes: Mapping[str, int]
 
     @staticmethod
     def of(record: RunRecord) -> "Spread | None":
@@ -65,8 +81,14 @@ class Spread:
         if f"{PREFIX}variance" not in metrics:
             return None
         resolution = EPS * (float(np.linalg.norm(record.snapshot("initial"))) + metrics[f"{PREFIX}mean_norm"])
+        sizes = {key[len(ITEMS):]: int(value) for key, value in sorted(metrics.items()) if key.startswith(ITEMS)}
         return Spread(metrics[f"{PREFIX}variance"], metrics[f"{PREFIX}standard_error"],
-                      int(metrics[f"{PREFIX}population"]), (ROUNDOFF_ALLOWANCE * resolution) ** 2)
+                      int(metrics[f"{PREFIX}population"]), (ROUNDOFF_ALLOWANCE * resolution) ** 2, sizes)
+
+    @property
+    def populations(self) -> tuple[int, ...]:
+        """Every constraint's number of items (the largest alone where the run logged no others)."""
+        return tuple(self.sizes.values()) or (self.population,)
 
     @property
     def noisy(self) -> bool:
@@ -94,24 +116,32 @@ def check_gradient_noise(records: list[RunRecord]) -> list[Verdict]:
     return verdicts
 
 
-def expected_ratios(items: int, a: int, b: int) -> tuple[float, float]:
-    """(A·B distinct items, A independent micro-batches): the variance of A micro-batches of B over plain B
-    (0 for the first when A·B items are all of them; when B items are, plain B has no noise to compare)."""
-    return (max(items - a * b, 0) / (a * (items - b)) if items > b else 0.0), 1.0 / a
+def distinct_items_ratio(items: int, a: int, b: int) -> float:
+    """The variance of A micro-batches of B holding A·B distinct of ``items`` (one batch of A·B) over plain B:
+    (1/A)(N - A·B)/(N - B), 0 where A·B items are all of them. Only for ``items > b`` (else plain B has no noise)."""
+    return max(items - a * b, 0) / (a * (items - b))
+
+
+def expected_ratios(sizes: Sequence[int], a: int, b: int) -> tuple[float, float]:
+    """The range of the variance of A micro-batches of B over plain B, for constraints of ``sizes`` items drawn
+    each on its own: (the least constraint's :func:`distinct_items_ratio`, 1/A for A independent micro-batches).
+    Constraints with no more than B items have no noise in either and drop out; 0 for the first when none is left."""
+    sampled = [distinct_items_ratio(n, a, b) for n in sizes if n > b]
+    return (min(sampled) if sampled else 0.0), 1.0 / a
 
 
 def _noise(accumulated: RunRecord, plain: RunRecord | None, big: RunRecord | None) -> Verdict:
     a, b = accumulated.options.accumulation_steps, int(accumulated.options.batchsize)
     name = f"accumulation.noise[{accumulated.label}]"
     test = (f"spread of the first update's gradient over many draws from the same parameters (gradient_draws): "
-            f"{a}×{b} against plain batch {b}, whose ratio must lie between the values for {a}·{b} distinct items "
-            f"and for {a} independent micro-batches, and below 1, within {STANDARD_ERRORS:g} standard errors")
+            f"{a}×{b} against plain batch {b}, whose ratio must lie between the least of the constraints' values for "
+            f"{a}·{b} distinct items and the value for {a} independent micro-batches, and below 1, within {STANDARD_ERRORS:g} standard errors")
     runs = run_ids(accumulated, plain, big)
     mine, reference = Spread.of(accumulated), Spread.of(plain) if plain is not None else None
     if reference is None:
         return _verdict(name, test, INCONCLUSIVE, f"the sweep has no run with batchsize={b} (accumulation_steps=1) "
                                                   f"that measured its gradient spread", runs=runs)
-    low, high = expected_ratios(mine.population, a, b)
+    low, high = expected_ratios(mine.populations, a, b)
     ratio = mine.variance / reference.variance if reference.variance > 0 else math.inf
     error = math.hypot(mine.relative_error, reference.relative_error)
     evidence = {"A": a, "B": b, "items": mine.population, "variance_AxB": mine.variance,
@@ -119,6 +149,10 @@ def _noise(accumulated: RunRecord, plain: RunRecord | None, big: RunRecord | Non
                 "standard_error_B": reference.standard_error, "ratio_AxB_to_B": ratio,
                 "log_ratio_standard_error": error, "expected_ratio_distinct_items": low,
                 "expected_ratio_independent_micro_batches": high, "roundoff_floor": reference.floor}
+    for constraint, items in mine.sizes.items():
+        evidence[f"items/{constraint}"] = items
+        if items > b:
+            evidence[f"expected_ratio_distinct_items/{constraint}"] = distinct_items_ratio(items, a, b)
     big_spread = Spread.of(big) if big is not None else None
     if big_spread is not None:
         evidence.update({"variance_AB": big_spread.variance, "ratio_AB_to_B": big_spread.variance / reference.variance
@@ -152,7 +186,8 @@ def _judge(mine: Spread, reference: Spread, big: Spread | None, ratio: float, er
     within = log_ratio - margin <= math.log(high) and (low == 0 or log_ratio + margin >= math.log(low))
     reduced = log_ratio + margin < 0
     position = (f"spread of {a}×{b} is {fmt(ratio)}× that of batch {b} (log standard error {fmt(error)}); "
-                f"expected {fmt(low)} ({a}·{b} distinct items) to {fmt(high)} ({a} independent micro-batches)")
+                f"expected {fmt(low)} ({a}·{b} distinct items{_least(mine, a, b)}) to {fmt(high)} "
+                f"({a} independent micro-batches)")
     if big is not None:
         position += f"; one batch of {a * b}: {fmt(big.variance / reference.variance)}×"
     if within and reduced:
@@ -165,3 +200,12 @@ def _judge(mine: Spread, reference: Spread, big: Spread | None, ratio: float, er
                        f"({'none: micro-batches that reuse the same points?' if not reduced else 'too little'}); "
                        f"{position}")
     return FAILS, f"{a}×{b} has less noise than {a}·{b} distinct items allow; {position}"
+
+
+def _least(spread: Spread, a: int, b: int) -> str:
+    """Where several constraints are sampled: which one's factor sets the lower end of the range."""
+    sampled = {name: n for name, n in spread.sizes.items() if n > b}
+    if len(sampled) < 2:
+        return ""
+    name = min(sampled, key=lambda c: distinct_items_ratio(sampled[c], a, b))
+    return f" of constraint {name}'s {sampled[name]}, the least of {len(sampled)} sampled constraints"
