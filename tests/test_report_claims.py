@@ -240,6 +240,26 @@ def test_chaotic_runs_are_held_to_how_far_their_round_off_twin_drifts(drift, out
     assert "twin" in verdict.summary
 
 
+def still(run_id: str, loss_factor: float, final: float = 1.0, **options) -> RunRecord:
+    """A run whose parameters start and end at ``final`` (they do not move) and whose loss is ``loss_factor`` that
+    of the chaotic run."""
+    return RunRecord(run_id, SolveOptions(epochs=CHAOS_EPOCHS, **options), {"loss/total": CHAOS_LOSS * loss_factor},
+                     {}, {"initial/u/0": np.ones(3), "final/u/0": np.full(3, final)})
+
+
+@pytest.mark.parametrize("loss_factor, final, outcome, words", [
+    (20.0, 1.0, FAILS, "loss history differs by up to 19"),  # a history 20x off decides alone
+    (1.0, 1.5, FAILS, "final parameters are 0.5 of their size"),
+    (1.0, 1.0, INCONCLUSIVE, "nothing to compare"),  # nothing moved and nothing differs
+])
+def test_a_reference_that_did_not_move_still_fails_a_run_far_from_it(loss_factor, final, outcome, words):
+    verdict = only(check_checkpoint([still("plain", 1.0), still("ckpt", loss_factor, final,
+                                                                 checkpoint_gradients=True)]),
+                   "checkpoint.same_numbers")
+    assert verdict.verdict == outcome, verdict.summary
+    assert words in verdict.summary
+
+
 # -- claim 6: substeps and phases ---------------------------------------------------------------------------
 def small_mixed(optimizer=optax.adamw) -> crux.problems.Problem:
     """Two networks; constraint 0 reaches only q. AdamW's weight decay moves any model it steps."""
