@@ -20,10 +20,11 @@ from hydra.core.utils import setup_globals
 from hydra.types import HydraContext, RunMode
 from hydra import version
 from mlflow.tracking import MlflowClient
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from crux.config import CONFIG_PACKAGE
 from crux.tracking import JobRun
+from crux.tracking.job import variant_name
 from crux.tracking.liveness import PID, PROCESS, process_tags
 from crux.tracking.multirun import Multirun
 from crux.tracking.store import PARENT_RUN, TRACKING_URI
@@ -184,3 +185,10 @@ def test_a_job_out_of_range_refuses_the_sweep_before_the_store_is_opened(tmp_pat
     assert launched == [] and not (tmp_path / "mlflow.db").exists() and not (tmp_path / "multirun").exists()
     assert refused.code == ("crux-run: solver.inner_steps=4 must divide solver.epochs=30 (every phase runs with it); "
                             "choose one of [1, 2, 3, 5, 6, 10, 15, 30] (in job 1 (solver.epochs=30)); nothing was run")
+
+
+def test_a_job_is_named_by_its_group_choices_and_by_values_as_it_resolves_them():
+    cfg = OmegaConf.create({"solver": {"epochs": 1000, "inner_steps": "${solver.epochs}"}})
+    overrides = ["memory=b8_acc4", "solver.inner_steps=${solver.epochs}", "repeat=1"]
+    name = variant_name(overrides, ["memory", "solver.inner_steps", "repeat"], {"memory"}, cfg)
+    assert name == "b8_acc4,inner_steps=1000"

@@ -72,14 +72,17 @@ def parameter_leaves(models: dict[str, Model]) -> ParameterLeaves:
     return {name: [np.array(leaf) for leaf in jax.tree.leaves(model.params)] for name, model in models.items()}
 
 
-def variant_name(overrides: list[str], swept: list[str], groups: set[str]) -> str:
+def variant_name(overrides: list[str], swept: list[str], groups: set[str], cfg: DictConfig | None = None) -> str:
     """What sets this job apart from the others of its multirun: ``b8_acc4`` for a group choice,
-    ``epochs=20`` for a value; ``repeat`` is left out (it has its own tag)."""
+    ``epochs=20`` for a value, as ``cfg`` resolves it (``inner_steps=1000`` for ``${solver.epochs}``);
+    ``repeat`` is left out (it has its own tag)."""
     parts = []
     for override in OverridesParser.create().parse_overrides(overrides):
         key = override.key_or_group
         if key in swept and key != "repeat":
             value = override.get_value_element_as_str()
+            if key not in groups and cfg is not None and OmegaConf.select(cfg, key) is not None:
+                value = str(OmegaConf.select(cfg, key))
             parts.append(value if key in groups else f"{key.rsplit('.', 1)[-1]}={value}")
     return ",".join(parts) or "default"
 
@@ -122,7 +125,8 @@ class JobRun:
             client = writable_store(uri)
             name = experiment_name(cfg.tracking.experiment, hydra.runtime.choices)
             where = Destination(uri, ensure_experiment(client, name, uri, cfg.claim), None, name, cfg.claim)
-        variant = cfg.variant or variant_name(list(hydra.overrides.task), where.swept, set(hydra.runtime.choices))
+        variant = cfg.variant or variant_name(list(hydra.overrides.task), where.swept, set(hydra.runtime.choices),
+                                             cfg)
         tags = {"crux.sweep": where.sweep, "crux.claim": cfg.claim, "crux.variant": variant,
                 "crux.job": str(hydra.job.num if multirun else 0), "crux.repeat": str(cfg.repeat),
                 "crux.backend": cfg.backend.name,
