@@ -426,7 +426,9 @@ def out_of_range(cfg: DictConfig) -> list[str]:
     """Every value of a job's config that its run could not use, in the command line's terms
     (``solver.epochs=-1: must be >= 1``): the ranges and choices of the schema's fields (:mod:`crux.ranges`),
     and what depends on several of them (``solver.inner_steps`` divides the epochs of every phase; offloading
-    streams mini-batches; a substep is one update). What needs the problem's points, such as a batch size
+    streams mini-batches and accumulation splits one, so both need a batch size: crux's solve() would take
+    accumulation as 1 while the run's params recorded it, where jNO's own fallback is judged "not supported";
+    a substep is one update). What needs the problem's points, such as a batch size
     below the largest constraint's, is left to ``solve()``.
 
     Raises as :func:`training_phases` does for a malformed later phase.
@@ -444,6 +446,10 @@ def out_of_range(cfg: DictConfig) -> list[str]:
     if memory.offload_data and memory.batchsize is None:
         found.append("memory.offload_data=true streams mini-batches, so it needs memory.batchsize; choose a memory "
                      "option that sets one (memory=offload_b8)")
+    if memory.accumulation_steps > 1 and memory.batchsize is None and cfg.backend.name == "crux":
+        found.append(f"memory.accumulation_steps={memory.accumulation_steps} splits a mini-batch, but "
+                     f"memory.batchsize is unset (every update sees every point): set memory.batchsize "
+                     f"(memory=b8_acc4) or memory.accumulation_steps=1")
     if cfg.solver.substeps is not None and (memory.accumulation_steps > 1 or steps > 1):
         found.append(f"solver.substeps makes each substep an update of its own, so memory.accumulation_steps="
                      f"{memory.accumulation_steps} and solver.inner_steps={steps} must both be 1")

@@ -44,6 +44,9 @@ def hydra_configs() -> Iterator[None]:
     (["memory.batchsize=null", "memory.offload_data=true"],
      ["memory.offload_data=true streams mini-batches, so it needs memory.batchsize; choose a memory option that "
       "sets one (memory=offload_b8)"]),
+    (["memory.accumulation_steps=4"],
+     ["memory.accumulation_steps=4 splits a mini-batch, but memory.batchsize is unset (every update sees every "
+      "point): set memory.batchsize (memory=b8_acc4) or memory.accumulation_steps=1"]),
     (["memory=b8_acc4", "+solver.substeps=[[0],[1]]"],
      ["solver.substeps makes each substep an update of its own, so memory.accumulation_steps=4 and "
       "solver.inner_steps=1 must both be 1"]),
