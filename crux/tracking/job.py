@@ -39,7 +39,7 @@ from crux.tracking.history import log_history
 from crux.tracking.interrupt import deferred, signal_name
 from crux.tracking.liveness import Heartbeat, process_tags
 from crux.tracking.store import (PARENT_RUN, TRACKING_URI, Destination, ensure_experiment, experiment_name,
-                                 tracking_uri, writable_store)
+                                 shown_uri, tracking_uri, writable_store)
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +85,19 @@ def variant_name(overrides: list[str], swept: list[str], groups: set[str], cfg: 
                 value = str(OmegaConf.select(cfg, key))
             parts.append(value if key in groups else f"{key.rsplit('.', 1)[-1]}={value}")
     return ",".join(parts) or "default"
+
+
+def outcome_line(stats: Statistics, errors: Mapping[str, float], run_id: str, uri: str) -> str:
+    """How the job ended, in one line: final loss in total and per constraint, the error per field where the
+    problem knows its solution, and where the run is (``uri`` with any password masked)."""
+    if not stats.steps:
+        losses = "no epoch trained"
+    else:
+        final = stats.losses[-1]
+        losses = (f"final loss {stats.total_loss[-1]:.4g} (" +
+                  ", ".join(f"{name} {value:.4g}" for name, value in zip(stats.names, final)) + ")")
+    shown = "".join(f", error/{field} {value:.4g}" for field, value in errors.items())
+    return f"{losses}{shown}; run {run_id} in {uri}"
 
 
 def history_series(stats: Statistics) -> dict[str, np.ndarray]:
@@ -202,6 +215,7 @@ class JobRun:
                   for name, model_leaves in params.items() for i, leaf in enumerate(model_leaves)}
         self._artifact("params.npz", lambda path: np.savez(path, **leaves))
         log.info("logged %d epochs, the summary and the artifacts in %.2f s", stats.steps, time.perf_counter() - start)
+        log.info("%s", outcome_line(stats, errors, self.run_id, shown_uri(self.client.tracking_uri)))
 
     def log_metrics(self, values: Mapping[str, float]) -> None:
         """Summary metrics (step 0), e.g. a measurement made beside the training."""

@@ -86,6 +86,11 @@ def tracking_uri(configured: str | None) -> str:
     return uri
 
 
+def shown_uri(uri: str) -> str:
+    """``uri`` as it may be printed or written: a password in it (``postgresql://user:secret@host/db``) masked."""
+    return re.sub(r"(//[^/:@]*:)[^@/]*@", r"\1***@", uri)
+
+
 def experiment_name(configured: str | None, choices: Mapping[str, str | None]) -> str:
     """``configured``, else the sweep's name (Hydra's choice of ``sweeps``), else ``crux``."""
     return configured or choices.get("sweeps") or "crux"
