@@ -194,7 +194,7 @@ def test_the_plan_lists_each_job_as_the_basic_sweeper_numbers_them(tmp_path):
     config.hydra.sweeper.params.memory = "glob(b*)"
     loader = ConfigLoaderImpl(config_search_path=create_config_search_path(f"pkg://{CONFIG_PACKAGE}"))
     assert [job[0] for job in planned_jobs(config, OverridesParser.create(config_loader=loader))] == [
-        "memory=b32", "memory=b8", "memory=b8_acc4"]
+        "memory=b16", "memory=b32", "memory=b8", "memory=b8_acc4", "memory=b8_d2"]
 
 
 def test_a_phase_is_shortened_by_name_in_every_job_of_the_phases_sweep(hydra_configs):
