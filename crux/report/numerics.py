@@ -19,7 +19,8 @@ from typing import Sequence
 
 import numpy as np
 
-from crux.report.records import RunRecord
+from crux.report.records import RunRecord, UnreadableArtifact
+from crux.report.verdict import fmt
 
 EPS = float(np.finfo(np.float32).eps)  # 2**-23: relative spacing of float32
 ROUNDOFF_ALLOWANCE = 1e3
@@ -209,12 +210,18 @@ class TwinComparison:
                 "parameter_ratio_to_twins": self.parameter_ratio}
 
 
+def _lined_up_twins(reference: RunRecord, twins: Sequence[RunRecord]) -> list[tuple[RunRecord, np.ndarray]]:
+    """``(twin, its relative loss/total difference from reference per epoch)`` for every twin that lines up."""
+    losses = reference.histories["loss/total"]
+    return [(twin, drift) for twin in twins
+            if (drift := relative_differences(twin.histories["loss/total"], losses)) is not None]
+
+
 def twin_comparison(run: RunRecord, reference: RunRecord, twins: Sequence[RunRecord]) -> TwinComparison | None:
     """``run`` against ``reference``, with ``twins`` (round-off twins of the reference) as the measure of
     round-off; None when no twin lines up with the reference."""
     losses = reference.histories["loss/total"]
-    lined_up = [(twin, drift) for twin in twins
-                if (drift := relative_differences(twin.histories["loss/total"], losses)) is not None]
+    lined_up = _lined_up_twins(reference, twins)
     if not lined_up:
         return None
     twin_drift = np.maximum.accumulate(np.max([drift for _, drift in lined_up], axis=0))
@@ -224,6 +231,59 @@ def twin_comparison(run: RunRecord, reference: RunRecord, twins: Sequence[RunRec
     distance = float(np.linalg.norm(mine - final)) if mine.shape == final.shape else math.inf
     return TwinComparison(relative_differences(run.histories["loss/total"], losses), twin_drift, distance,
                           twin_distance, EPS * float(np.linalg.norm(final)), len(lined_up))
+
+
+def roundoff_floor(updates: int) -> float:
+    """``1e3 · eps · sqrt(T)``: the relative difference round-off explains after T updates when there is no
+    travel to scale by (a reference that did not move, a loss that did not change)."""
+    return ROUNDOFF_ALLOWANCE * EPS * math.sqrt(max(updates, 1))
+
+
+def history_departure(run: RunRecord, reference: RunRecord, twins: Sequence[RunRecord] = ()) -> str:
+    """How ``run``'s loss/total history departs from ``reference``'s beyond round-off, in words ('' where it does
+    not). Histories alone, so it decides where the parameters cannot be read or did not move: held to
+    ``TWIN_FACTOR`` times the drift of the round-off ``twins`` where they line up, else to the assumed
+    ``1e3 · eps · sqrt(T)`` times the log loss's total variation, never below ``1e3 · eps · sqrt(T)``."""
+    losses = reference.histories["loss/total"]
+    differences = relative_differences(run.histories["loss/total"], losses)
+    if differences is None:
+        return f"the loss histories do not line up ({len(run.histories['loss/total'])} and {len(losses)} epochs)"
+    worst = float(np.max(differences, initial=0.0))
+    lined_up = _lined_up_twins(reference, twins)
+    if lined_up:
+        drift = np.maximum.accumulate(np.max([d for _, d in lined_up], axis=0))
+        ratio = float(np.max(differences / np.maximum(drift, EPS), initial=0.0))
+        return (f"the loss history differs by up to {fmt(worst)} relative, {fmt(ratio)}× as far as round-off "
+                f"twins drift (bound {fmt(TWIN_FACTOR)}×)") if ratio > TWIN_FACTOR else ""
+    bound = max(history_bound(reference.updates, loss_travel(losses)), roundoff_floor(reference.updates))
+    return (f"the loss history differs by up to {fmt(worst)} relative (round-off allows {fmt(bound)})"
+            if worst > bound else "")
+
+
+def parameter_departure(run: RunRecord, reference: RunRecord) -> str:
+    """How ``run``'s final parameters depart from those of a ``reference`` that did not move, in words ('' where
+    they do not): further than ``1e3 · eps · sqrt(T)`` of their size. Raises :class:`UnreadableArtifact`."""
+    final, ref_final = run.snapshot("final"), reference.snapshot("final")
+    if final.shape != ref_final.shape:
+        return f"the final parameters have {final.size} and {ref_final.size} values"
+    size, distance = float(np.linalg.norm(ref_final)), float(np.linalg.norm(final - ref_final))
+    if distance > roundoff_floor(reference.updates) * size:
+        return (f"the final parameters are {fmt(distance / size)} of their size apart" if size > 0
+                else f"the final parameters are {fmt(distance)} apart, the reference's all 0")
+    return ""
+
+
+def departures(run: RunRecord, reference: RunRecord, twins: Sequence[RunRecord] = ()) -> tuple[list[str], str]:
+    """What tells ``run`` apart from ``reference`` far beyond round-off, from whatever evidence can be read, with
+    no travel needed (for a reference that did not move, or parameters that cannot be read): the findings, and
+    the unreadable artifact that left the parameters uncompared ('' where none)."""
+    found = [history_departure(run, reference, twins)]
+    try:
+        found.append(parameter_departure(run, reference))
+        missing = ""
+    except UnreadableArtifact as error:
+        missing = str(error)
+    return [f for f in found if f], missing
 
 
 def parameter_bound(run: RunRecord, reference: RunRecord, twins: Sequence[RunRecord]) -> float:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from crux.report.numerics import (HISTORY_RULE, ROUNDOFF_ALLOWANCE, ROUNDOFF_ORIGIN, ROUNDOFF_RULE, Agreement,
-                                  agreement)
+                                  agreement, departures, history_departure)
 from crux.report.pairing import first, repeats, run_ids, settings
 from crux.report.records import RunRecord, UnreadableArtifact
 from crux.report.verdict import (FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, cannot_judge, fmt,
@@ -74,30 +74,45 @@ def _effective_batch(s: AccumulationSet) -> Verdict:
     test = (f"final parameters and loss/total history of {n}×{b} against one batch of {n * b} (must agree to "
             f"round-off) and against plain batch {b} (must differ beyond round-off)")
     runs = run_ids(s.accumulated, s.big_batch, s.plain)
-    if s.big_batch is None or s.plain is None:
-        missing = " and ".join(x for x, r in ((f"batchsize={n * b}", s.big_batch), (f"batchsize={b}", s.plain))
-                               if r is None)
+    if s.big_batch is None:
+        missing = " and ".join([f"batchsize={n * b}"] + ([f"batchsize={b}"] if s.plain is None else []))
         return EFFECTIVE_BATCH.verdict(name, test, INCONCLUSIVE,
                                        f"the sweep has no run with {missing} (accumulation_steps=1) to compare with",
                                        runs=runs)
     # Both partners measured against the accumulated run, so one bound serves both comparisons.
     try:
-        big, plain = agreement(s.big_batch, s.accumulated), agreement(s.plain, s.accumulated)
+        big = agreement(s.big_batch, s.accumulated)
+        plain = agreement(s.plain, s.accumulated) if s.plain is not None else None
     except UnreadableArtifact as error:
-        return cannot_judge(name, EFFECTIVE_BATCH, test, error, runs)
+        found = history_departure(s.big_batch, s.accumulated)
+        if not found:
+            return cannot_judge(name, EFFECTIVE_BATCH, test, error, runs)
+        return EFFECTIVE_BATCH.verdict(name, test, FAILS, f"{n}×{b} departs from one batch of {n * b}: {found} "
+                                                          f"(parameters not compared: {error})", runs=runs)
     evidence = {"N": n, "B": b, "updates": big.updates, "travel": big.travel, **big.evidence("vs_NxB_batch_"),
-                **plain.evidence("vs_plain_B_")}
+                **(plain.evidence("vs_plain_B_") if plain is not None else {})}
     thresholds = {"parameter_distance": Threshold(big.parameter_bound, ROUNDOFF_RULE, ROUNDOFF_ORIGIN),
                   "history_difference": Threshold(big.history_bound, HISTORY_RULE, ROUNDOFF_ORIGIN)}
-    verdict, summary = _judge(big, plain, n, b)
+    verdict, summary = _judge(s, big, plain)
     return EFFECTIVE_BATCH.verdict(name, test, verdict, summary, evidence, thresholds, runs)
 
 
-def _judge(big: Agreement, plain: Agreement, n: int, b: int) -> tuple[str, str]:
+def _judge(s: AccumulationSet, big: Agreement, plain: Agreement | None) -> tuple[str, str]:
+    n, b = s.n, s.b
     if big.travel == 0:
+        found, _ = departures(s.big_batch, s.accumulated)
+        if found:
+            return FAILS, (f"{n}×{b} did not move the parameters and departs from one batch of {n * b}: "
+                           + "; ".join(found))
         return INCONCLUSIVE, "the parameters did not move, so no trajectory can be told apart"
-    position = (f"distance in units of eps·sqrt(T)·travel: vs {n * b} {fmt(big.in_eps_units)}, vs {b} "
-                f"{fmt(plain.in_eps_units)}, round-off bound {fmt(ROUNDOFF_ALLOWANCE)}")
+    position = (f"distance in units of eps·sqrt(T)·travel: vs {n * b} {fmt(big.in_eps_units)}"
+                + (f", vs {b} {fmt(plain.in_eps_units)}" if plain is not None else "")
+                + f", round-off bound {fmt(ROUNDOFF_ALLOWANCE)}")
+    if plain is None:
+        if big.within_roundoff:
+            return INCONCLUSIVE, (f"{n}×{b} follows one batch of {n * b} to round-off, but the sweep has no run "
+                                  f"with batchsize={b} (accumulation_steps=1) to show the two differ; {position}")
+        return FAILS, f"{n}×{b} does not follow one batch of {n * b}; {position}"
     if big.within_roundoff and not plain.within_roundoff:
         return HOLDS, f"{n}×{b} follows one batch of {n * b} to round-off and not batch {b}; {position}"
     if big.within_roundoff:

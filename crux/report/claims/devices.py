@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from crux.report.numerics import (HISTORY_RULE, ROUNDOFF_ALLOWANCE, ROUNDOFF_ORIGIN, ROUNDOFF_RULE, STEP_TIME,
-                                  Agreement, agreement, ratio_range, spread)
+                                  Agreement, agreement, departures, history_departure, ratio_range, spread)
 from crux.report.pairing import first, repeats, run_ids, settings
 from crux.report.records import RunRecord, UnreadableArtifact
 from crux.report.verdict import (FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, cannot_judge, fmt,
@@ -65,21 +65,25 @@ def _one_batch(s: DeviceSet) -> Verdict:
     test = (f"final parameters and loss/total history of {d} devices × {b} against one device with batch {d * b} "
             f"(must agree to round-off) and against plain batch {b} (must differ beyond round-off)")
     runs = run_ids(s.split, s.big_batch, s.plain)
-    if not s.big_batch or s.plain is None:
-        missing = " and ".join(x for x, r in ((f"batchsize={d * b}", s.big_batch), (f"batchsize={b}", s.plain))
-                               if not r)
+    if not s.big_batch:
+        missing = " and ".join([f"batchsize={d * b}"] + ([f"batchsize={b}"] if s.plain is None else []))
         return ONE_BATCH.verdict(name, test, INCONCLUSIVE, f"the sweep has no run on one device with {missing} "
                                  f"to compare with", runs=runs)
     try:
-        together, alone = agreement(s.big_batch[0], s.split[0]), agreement(s.plain, s.split[0])
+        together = agreement(s.big_batch[0], s.split[0])
+        alone = agreement(s.plain, s.split[0]) if s.plain is not None else None
     except UnreadableArtifact as error:
-        return cannot_judge(name, ONE_BATCH, test, error, runs)
+        found = history_departure(s.big_batch[0], s.split[0])
+        if not found:
+            return cannot_judge(name, ONE_BATCH, test, error, runs)
+        return ONE_BATCH.verdict(name, test, FAILS, f"{d} devices × {b} depart from one device with batch {d * b}: "
+                                                    f"{found} (parameters not compared: {error})", runs=runs)
     evidence = {"D": d, "B": b, "updates": together.updates, "travel": together.travel,
-                **together.evidence("vs_one_device_DB_"), **alone.evidence("vs_plain_B_"),
-                **_speed(s.split, s.big_batch)}
+                **together.evidence("vs_one_device_DB_"),
+                **(alone.evidence("vs_plain_B_") if alone is not None else {}), **_speed(s.split, s.big_batch)}
     thresholds = {"parameter_distance": Threshold(together.parameter_bound, ROUNDOFF_RULE, ROUNDOFF_ORIGIN),
                   "history_difference": Threshold(together.history_bound, HISTORY_RULE, ROUNDOFF_ORIGIN)}
-    verdict, summary = _judge(together, alone, d, b)
+    verdict, summary = _judge(s, together, alone)
     if "time_ratio_median" in evidence:
         summary += (f"; time per update {fmt(evidence['time_ratio_median'])}× that of one device with batch "
                     f"{d * b} ({fmt(evidence['time_ratio_low'])}–{fmt(evidence['time_ratio_high'])} over repeats; "
@@ -87,11 +91,23 @@ def _one_batch(s: DeviceSet) -> Verdict:
     return ONE_BATCH.verdict(name, test, verdict, summary, evidence, thresholds, runs)
 
 
-def _judge(together: Agreement, alone: Agreement, d: int, b: int) -> tuple[str, str]:
+def _judge(s: DeviceSet, together: Agreement, alone: Agreement | None) -> tuple[str, str]:
+    d, b = s.d, s.b
     if together.travel == 0:
+        found, _ = departures(s.big_batch[0], s.split[0])
+        if found:
+            return FAILS, (f"{d} devices × {b} did not move the parameters and depart from one device with batch "
+                           f"{d * b}: " + "; ".join(found))
         return INCONCLUSIVE, "the parameters did not move, so no trajectory can be told apart"
-    position = (f"distance in units of eps·sqrt(T)·travel: vs {d * b} on one device {fmt(together.in_eps_units)}, "
-                f"vs {b} {fmt(alone.in_eps_units)}, round-off bound {fmt(ROUNDOFF_ALLOWANCE)}")
+    position = (f"distance in units of eps·sqrt(T)·travel: vs {d * b} on one device {fmt(together.in_eps_units)}"
+                + (f", vs {b} {fmt(alone.in_eps_units)}" if alone is not None else "")
+                + f", round-off bound {fmt(ROUNDOFF_ALLOWANCE)}")
+    if alone is None:
+        if together.within_roundoff:
+            return INCONCLUSIVE, (f"{d} devices × {b} follow one device with batch {d * b} to round-off, but the "
+                                  f"sweep has no run with batchsize={b} on one device to show the two differ; "
+                                  f"{position}")
+        return FAILS, f"{d} devices × {b} do not follow one device with batch {d * b}; {position}"
     if together.within_roundoff and not alone.within_roundoff:
         return HOLDS, f"{d} devices × {b} follow one batch of {d * b} to round-off and not batch {b}; {position}"
     if together.within_roundoff:

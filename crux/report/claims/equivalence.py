@@ -10,14 +10,11 @@ is the assumed ``1e3 · eps · sqrt(T) · travel``.
 """
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
-import numpy as np
-
-from crux.report.numerics import (EPS, HISTORY_RULE, ROUNDOFF_ALLOWANCE, ROUNDOFF_ORIGIN, ROUNDOFF_RULE, TWIN_FACTOR,
-                                  TWIN_HISTORY_RULE, TWIN_ORIGIN, TWIN_PARAMETER_RULE, Agreement, TwinComparison,
-                                  agreement, twin_comparison)
+from crux.report.numerics import (HISTORY_RULE, ROUNDOFF_ORIGIN, ROUNDOFF_RULE, TWIN_FACTOR, TWIN_HISTORY_RULE,
+                                  TWIN_ORIGIN, TWIN_PARAMETER_RULE, TwinComparison, agreement, departures,
+                                  history_departure, twin_comparison)
 from crux.report.pairing import run_ids
 from crux.report.records import RunRecord, UnreadableArtifact
 from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, cannot_judge, fmt
@@ -35,7 +32,11 @@ def same_numbers(name: str, claim: Claim, run: RunRecord, reference: RunRecord |
     try:
         a, twin = agreement(run, reference), twin_comparison(run, reference, twins)
     except UnreadableArtifact as error:
-        return cannot_judge(name, claim, test, error, run_ids(run, reference, twins))
+        found = history_departure(run, reference, twins)
+        if not found:
+            return cannot_judge(name, claim, test, error, run_ids(run, reference, twins))
+        return claim.verdict(name, test, FAILS, f"{option} departs from the reference: {found} (parameters not "
+                             f"compared: {error})", runs=run_ids(run, reference, twins))
     evidence = {"updates": a.updates, "travel": a.travel, **a.evidence("")}
     if twin is not None:
         test += ", each held to how far round-off twins of the reference drift from it"
@@ -46,7 +47,7 @@ def same_numbers(name: str, claim: Claim, run: RunRecord, reference: RunRecord |
         thresholds = {"parameter_distance": Threshold(a.parameter_bound, ROUNDOFF_RULE, ROUNDOFF_ORIGIN),
                       "history_difference": Threshold(a.history_bound, HISTORY_RULE, ROUNDOFF_ORIGIN)}
     if a.travel == 0:
-        verdict, summary = _without_travel(option, a, reference)
+        verdict, summary = _without_travel(option, run, reference, twins)
     elif a.bit_identical:
         verdict, summary = HOLDS, f"{option} is bit-identical to the reference ({a.updates} updates)"
     elif twin is not None:
@@ -62,17 +63,11 @@ def same_numbers(name: str, claim: Claim, run: RunRecord, reference: RunRecord |
     return claim.verdict(name, test, verdict, summary, evidence, thresholds, run_ids(run, reference, twins))
 
 
-def _without_travel(option: str, a: Agreement, reference: RunRecord) -> tuple[str, str]:
+def _without_travel(option: str, run: RunRecord, reference: RunRecord, twins: Sequence[RunRecord]
+                    ) -> tuple[str, str]:
     """A reference whose parameters did not move leaves no distance to scale by, but a history or parameters
     that differ far beyond round-off (``ROUNDOFF_ALLOWANCE · eps · sqrt(T)`` relative) still decide."""
-    floor = ROUNDOFF_ALLOWANCE * EPS * math.sqrt(max(a.updates, 1))
-    size = float(np.linalg.norm(reference.snapshot("final")))
-    found = []
-    if a.history_difference > max(a.history_bound, floor):
-        found.append(f"its loss history differs by up to {fmt(a.history_difference)} relative (round-off allows "
-                     f"{fmt(max(a.history_bound, floor))})")
-    if size > 0 and a.distance > floor * size:
-        found.append(f"its final parameters are {fmt(a.distance / size)} of their size from the reference's")
+    found, _ = departures(run, reference, twins)
     if found:
         return FAILS, f"{option} departs from the reference, whose parameters did not move: " + "; ".join(found)
     return INCONCLUSIVE, "the reference's parameters did not move and the run agrees with it: nothing to compare"

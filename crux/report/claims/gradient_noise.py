@@ -28,17 +28,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Mapping, Sequence
 
 import numpy as np
-
-from typing import Mapping, Sequence
 
 from crux.backends.gradient_draws import ITEMS
 from crux.report.claims.accumulation import EFFECTIVE_BATCH
 from crux.report.numerics import EPS, ROUNDOFF_ALLOWANCE
 from crux.report.pairing import first, repeats, run_ids, settings
-from crux.report.records import RunRecord
-from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, NO_EFFECT, Threshold, Verdict, fmt, not_in_sweep
+from crux.report.records import RunRecord, UnreadableArtifact
+from crux.report.verdict import (FAILS, HOLDS, INCONCLUSIVE, NO_EFFECT, Threshold, Verdict, cannot_judge, fmt,
+                                 not_in_sweep)
 
 PREFIX = "gradient_noise/"
 STANDARD_ERRORS = 3.0
@@ -76,9 +76,16 @@ class Spread:
     sizes: Mapping[str, int]
 
     @staticmethod
+    def measured(record: RunRecord) -> bool:
+        """Whether the run measured its gradient spread (``gradient_draws``)."""
+        return f"{PREFIX}variance" in record.metrics
+
+    @staticmethod
     def of(record: RunRecord) -> "Spread | None":
+        """The run's spread (None where it measured none); its round-off floor reads the initial parameters
+        (raises :class:`UnreadableArtifact` where ``params.npz`` cannot be read)."""
         metrics = record.metrics
-        if f"{PREFIX}variance" not in metrics:
+        if not Spread.measured(record):
             return None
         resolution = EPS * (float(np.linalg.norm(record.snapshot("initial"))) + metrics[f"{PREFIX}mean_norm"])
         sizes = {key[len(ITEMS):]: int(value) for key, value in sorted(metrics.items()) if key.startswith(ITEMS)}
@@ -104,7 +111,7 @@ def check_gradient_noise(records: list[RunRecord]) -> list[Verdict]:
     verdicts = []
     for (group, options), runs in settings(records, lambda o: o.accumulation_steps > 1 and o.batchsize).items():
         accumulated = first(runs)
-        if Spread.of(accumulated) is None:
+        if not Spread.measured(accumulated):
             continue
         plain = first(repeats(records, group, options.but(accumulation_steps=1)))
         big = first(repeats(records, group, options.but(batchsize=options.batchsize * options.accumulation_steps,
@@ -137,7 +144,11 @@ def _noise(accumulated: RunRecord, plain: RunRecord | None, big: RunRecord | Non
             f"{a}×{b} against plain batch {b}, whose ratio must lie between the least of the constraints' values for "
             f"{a}·{b} distinct items and the value for {a} independent micro-batches, and below 1, within {STANDARD_ERRORS:g} standard errors")
     runs = run_ids(accumulated, plain, big)
-    mine, reference = Spread.of(accumulated), Spread.of(plain) if plain is not None else None
+    try:
+        mine, reference = Spread.of(accumulated), Spread.of(plain) if plain is not None else None
+        big_spread = Spread.of(big) if big is not None else None
+    except UnreadableArtifact as error:  # the round-off floor needs the initial parameters
+        return cannot_judge(name, EFFECTIVE_BATCH, test, error, runs)
     if reference is None:
         return _verdict(name, test, INCONCLUSIVE, f"the sweep has no run with batchsize={b} (accumulation_steps=1) "
                                                   f"that measured its gradient spread", runs=runs)
@@ -153,7 +164,6 @@ def _noise(accumulated: RunRecord, plain: RunRecord | None, big: RunRecord | Non
         evidence[f"items/{constraint}"] = items
         if items > b:
             evidence[f"expected_ratio_distinct_items/{constraint}"] = distinct_items_ratio(items, a, b)
-    big_spread = Spread.of(big) if big is not None else None
     if big_spread is not None:
         evidence.update({"variance_AB": big_spread.variance, "ratio_AB_to_B": big_spread.variance / reference.variance
                          if reference.variance > 0 else math.inf})

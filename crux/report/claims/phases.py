@@ -21,8 +21,7 @@ import numpy as np
 from crux.report.numerics import EPS, ROUNDOFF_ALLOWANCE, history_difference
 from crux.report.pairing import first, run_ids, settings
 from crux.report.records import RunRecord, UnreadableArtifact
-from crux.report.verdict import (FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, cannot_judge, fmt,
-                                 not_in_sweep)
+from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt, not_in_sweep
 
 RESUMES = Claim("Call solve() multiple times with different optimisers or schedules. The solver resumes from where it "
                 "left off", "phases-resume")
@@ -96,19 +95,20 @@ def _resume(runs: list[RunRecord]) -> Verdict:
 def _every_phase_moves(runs: list[RunRecord]) -> Verdict:
     test = ("per phase: distance between the parameters at its end and at its start (per-phase snapshots), or, "
             "without them, whether the full-batch loss/total changes within the phase")
-    try:
-        for run in runs:
-            run.require("params.npz")
-    except UnreadableArtifact as error:
-        return cannot_judge("phases.every_phase_moves", SWITCHES, test, error, run_ids(runs))
-    evidence, still, unjudged = {}, [], []
-    snapshots_used = all(run.has_snapshot("phase0") for run in runs)
+    evidence, still, unjudged, unreadable = {}, [], [], []
+    snapshots_used = True
     for run in runs:
+        try:
+            snapshots = run.has_snapshot("phase0")
+        except UnreadableArtifact as error:  # its full-batch loss may still tell; its snapshots cannot
+            unreadable.append(str(error))
+            snapshots = False
+        snapshots_used &= snapshots
         bounds = phase_bounds(run)
         loss = np.asarray(run.histories["loss/total"], np.float64)
         for k, (start, end) in enumerate(bounds):
             key = f"{run.label}/phase{k}"
-            if run.has_snapshot(f"phase{k}"):
+            if snapshots and run.has_snapshot(f"phase{k}"):
                 before = run.snapshot("initial" if k == 0 else f"phase{k - 1}")
                 moved = float(np.linalg.norm(run.snapshot(f"phase{k}") - before))
             elif run.options.batchsize is None and min(end + 1, len(loss)) - start >= 2:
@@ -121,18 +121,21 @@ def _every_phase_moves(runs: list[RunRecord]) -> Verdict:
             evidence[f"{key}/moved"] = moved
             if moved == 0:
                 still.append(key)
-        evidence[f"{run.label}/final_vs_initial"] = float(np.linalg.norm(run.snapshot("final") -
-                                                                          run.snapshot("initial")))
+        if "params.npz" not in run.unreadable:
+            evidence[f"{run.label}/final_vs_initial"] = float(np.linalg.norm(run.snapshot("final") -
+                                                                              run.snapshot("initial")))
     how = "per-phase parameter snapshots" if snapshots_used else \
-        "full-batch loss changes within each phase, as params.npz has no per-phase snapshots"
+        "full-batch loss changes within each phase, as params.npz has no per-phase snapshots" if not unreadable \
+        else "full-batch loss changes within each phase where params.npz cannot be read"
+    unread = "".join(f"; {u}" for u in unreadable)
     threshold = {"moved": Threshold(0.0, "> 0 for every phase", MOVE_ORIGIN)}
     if still:
         verdict, summary = FAILS, f"phases that did not move the parameters: {', '.join(still)} (judged from {how})"
     elif unjudged:
         verdict, summary = INCONCLUSIVE, (f"could not judge {', '.join(unjudged)}: mini-batch phases need per-phase "
-                                          f"parameter snapshots")
+                                          f"parameter snapshots{unread}")
     else:
-        verdict, summary = HOLDS, f"every phase moved the parameters (judged from {how})"
+        verdict, summary = HOLDS, f"every phase moved the parameters (judged from {how}{unread})"
     return SWITCHES.verdict("phases.every_phase_moves", test, verdict, summary, evidence, threshold, run_ids(runs))
 
 

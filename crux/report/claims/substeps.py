@@ -64,16 +64,17 @@ def _reached_only(records: list[RunRecord]) -> Verdict:
 
     if not runs:
         return verdict(INCONCLUSIVE, "the sweep has no run with substeps")
-    if any(r.reach is None for r in runs):
-        return verdict(INCONCLUSIVE, "which models each constraint reaches is unknown for these runs")
-    try:
-        for run in runs:
-            run.require("params.npz")
-    except UnreadableArtifact as error:
-        return verdict(INCONCLUSIVE, f"cannot judge: {error}")
     evidence: dict[str, float] = {}
-    moved_unreached, still_reached, judged = [], [], 0
+    moved_unreached, still_reached, judged, unjudged = [], [], 0, []
     for run in runs:
+        if run.reach is None:
+            unjudged.append(f"which models each constraint of {run.label} reaches is unknown")
+            continue
+        try:
+            run.require("params.npz")
+        except UnreadableArtifact as error:
+            unjudged.append(str(error))
+            continue
         reached = reached_models(run)
         for model in run.models():
             initial, final = run.snapshot("initial", model), run.snapshot("final", model)
@@ -91,6 +92,8 @@ def _reached_only(records: list[RunRecord]) -> Verdict:
                ([f"reached models did not move: {', '.join(still_reached)}"] if still_reached else [])
     if problems:
         return verdict(FAILS, "; ".join(problems), evidence)
+    if unjudged:
+        return verdict(INCONCLUSIVE, f"cannot judge: {'; '.join(unjudged)}", evidence)
     if not judged:
         return verdict(INCONCLUSIVE, "every run's substeps reach every model; add one that reaches only some, "
                                      "e.g. substeps=[[0]]", evidence)
