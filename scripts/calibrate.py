@@ -1,0 +1,319 @@
+"""How often the claim checks fail correct code, and how often they catch a planted defect.
+
+    python scripts/calibrate.py --cases 200            # the full run (minutes): the table in docs/claims.md
+    python scripts/calibrate.py --cases 12 --seed 7    # a quick one
+
+Each case is a small problem generated from its seed: one model of 1 to 3 inputs,
+1 to 4 constraints of 2 to 4096 points each (some above the batch size, so
+sampled, some at or below it, so in every batch), a batch size, an accumulation
+count, a number of gradient draws and a split of the epochs into solve() calls.
+Runs are made with the library directly (a tiny MLP, a few updates) and judged by
+the claim checks' own functions, not through MLflow.
+
+Families and the defects planted in them, each through a seam (the function that
+trains a run, or the draws a run reports), never by patching the library:
+
+- ``accumulation`` (accumulation.effective_batch, accumulation.noise): N×B against
+  one batch of N·B and plain B. Defects: micro-batches that repeat each other,
+  gradients summed instead of averaged, half the micro-batches dropped, a point
+  stream that stops moving (every update on the same points).
+- ``resume`` (resume.same_as_one_call) and ``phases`` (phases.*): a run trained in
+  several solve() calls against one call. Defect: a solve() that does not carry
+  the parameters to the next call (each call starts from the run's first
+  parameters).
+
+A *false fail* is a ``fails`` on the real code; a defect is *caught* when a verdict
+of its family says ``fails`` (or ``no effect``), counted only on cases where the
+defect changed the numbers the check reads. Each miss is printed with the seed
+that reproduces it: ``--seed S --cases 1``.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import sys
+from dataclasses import dataclass, field, replace
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import crux
+from crux.config import roundoff_twin
+from crux.backends.gradient_draws import GradientDraws, crux_gradient_draws
+from crux.problems import Problem
+from crux.report import FAILS, NO_EFFECT, PhasePlan, RunRecord, SolveOptions, Verdict
+from crux.report.claims import check_accumulation, check_gradient_noise, check_phases, check_resume
+from crux.report.records import histories_of, snapshot_arrays, summary_of
+
+LEARNING_RATE = 1e-2
+UPDATES = 6  # per accumulation run: enough for trajectories to part, few enough to stay quick
+CAUGHT = (FAILS, NO_EFFECT)
+DRAWS = (32, 64, 128, 256)  # gradient draws per run (each a solve() call of its own: the bulk of a case's time)
+
+Train = Callable[[crux.Crux, int, dict], crux.Statistics]
+"""How a run is trained: ``train(solver, epochs, options)`` with solve()'s keyword options."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One generated problem and the options its runs use."""
+
+    seed: int
+    dim: int
+    sizes: tuple[int, ...]
+    batchsize: int
+    accumulation: int
+    draws: int
+    calls: tuple[int, ...]
+
+    def describe(self) -> str:
+        return (f"seed {self.seed}: dim {self.dim}, constraints {list(self.sizes)}, {self.accumulation}×"
+                f"{self.batchsize}, {self.draws} draws, calls {'+'.join(map(str, self.calls))}")
+
+
+def generate(seed: int) -> Case:
+    """The case of ``seed``: sizes log-uniform in [2, 4096], batch sizes 2 to 64, 2 to 8 micro-batches, 2 or 3
+    solve() calls of 2 to 7 epochs."""
+    rng = np.random.default_rng(seed)
+    sizes = tuple(int(round(math.exp(rng.uniform(math.log(2), math.log(4096))))) for _ in range(rng.integers(1, 5)))
+    return Case(seed, int(rng.integers(1, 4)), sizes, int(2 ** rng.integers(1, 7)), int(rng.integers(2, 9)),
+                int(rng.choice(DRAWS)), tuple(int(n) for n in rng.integers(2, 8, rng.integers(2, 4))))
+
+
+def problem(case: Case, sizes: Sequence[int] | None = None, points_seed: int | None = None) -> Problem:
+    """The case's problem: u of ``dim`` inputs pinned to sin(w_c · x) on each constraint's points (a tiny MLP of
+    one hidden layer of 8, plain SGD); ``sizes`` keeps only the first that many points of each constraint."""
+    rng = np.random.default_rng(case.seed if points_seed is None else points_seed)
+    constraints = []
+    for i, n in enumerate(case.sizes):
+        points = rng.uniform(0.0, 1.0, (n, case.dim)).astype(np.float32)
+        w = jnp.asarray(rng.normal(0.0, 2.0, case.dim), jnp.float32)
+        keep = n if sizes is None else sizes[i]
+        constraints.append(crux.Constraint(f"c{i}", lambda net, x, w=w: net.u(x) - jnp.sin(jnp.dot(w, x)),
+                                           points[:keep]))
+    model = crux.mlp(case.dim, 1, (8,), "tanh", seed=case.seed)
+    model.optimizer(optax.sgd).scale(crux.lrs(LEARNING_RATE))
+    return Problem("calibration", constraints, {"u": model}, seed=case.seed)
+
+
+def honest(solver: crux.Crux, epochs: int, options: dict) -> crux.Statistics:
+    """The library as it is."""
+    return solver.solve(epochs, **options)
+
+
+def repeated_micro_batches(solver: crux.Crux, epochs: int, options: dict) -> crux.Statistics:
+    """N micro-batches that are all the same B points: their average is one batch of B."""
+    return solver.solve(epochs, **{**options, "accumulation_steps": 1})
+
+
+def summed_micro_batches(solver: crux.Crux, epochs: int, options: dict) -> crux.Statistics:
+    """The N micro-batches' gradients summed, not averaged: N times the effective batch's gradient, which plain
+    SGD turns into N times its step."""
+    n = options["accumulation_steps"]
+    for model in solver.models.values():
+        model.optimizer(optax.sgd).scale(crux.lrs(LEARNING_RATE * n))
+    return solver.solve(epochs, **{**options, "batchsize": options["batchsize"] * n, "accumulation_steps": 1})
+
+
+def dropped_micro_batches(solver: crux.Crux, epochs: int, options: dict) -> crux.Statistics:
+    """Only the first half of the N micro-batches (at least one) reach the update."""
+    kept = max(options["accumulation_steps"] // 2, 1)
+    return solver.solve(epochs, **{**options, "batchsize": options["batchsize"] * kept, "accumulation_steps": 1})
+
+
+def forgetful(solve: Callable[..., crux.Statistics]) -> Callable[..., crux.Statistics]:
+    """``solve`` made to forget the parameters between calls: every call after a solver's first starts from the
+    parameters its first call started from (optimizer state, schedule and point stream still carry over)."""
+    first: dict[int, dict] = {}
+
+    def forgetting(solver: crux.Crux, epochs: int, **options) -> crux.Statistics:
+        start = first.setdefault(id(solver), jax.tree.map(np.array, solver.params))
+        for name, model in solver.models.items():
+            model.params = jax.tree.map(jnp.asarray, start[name])
+        return solve(solver, epochs, **options)
+
+    return forgetting
+
+
+@dataclass
+class Tally:
+    """Per check: cases judged on the real code, false fails, and per defect the cases it changed and caught."""
+
+    judged: int = 0
+    false_fails: list[str] = field(default_factory=list)
+    changed: dict[str, int] = field(default_factory=dict)
+    missed: dict[str, list[str]] = field(default_factory=dict)
+
+    def real(self, verdict: Verdict, case: Case) -> None:
+        self.judged += 1
+        if verdict.verdict == FAILS:
+            self.false_fails.append(f"{case.describe()}: {verdict.summary}")
+
+    def defect(self, name: str, verdict: Verdict, case: Case) -> None:
+        self.changed[name] = self.changed.get(name, 0) + 1
+        misses = self.missed.setdefault(name, [])
+        if verdict.verdict not in CAUGHT:
+            misses.append(f"{case.describe()}: {verdict.verdict}: {verdict.summary}")
+
+
+def record(run_id: str, case: Case, train: Train, options: dict, calls: Sequence[int] = (UPDATES,),
+           sizes: Sequence[int] | None = None) -> RunRecord:
+    """A run of the case trained by ``train`` in ``calls`` (one solve() call each, the later ones continuing the
+    first's optimizer), recorded as the pipeline records it, with parameters after every call."""
+    solver = problem(case, sizes).solver()
+    initial = jax.tree.map(np.array, solver.params)
+    snapshots = {}
+    for k, epochs in enumerate(calls):
+        train(solver, epochs, options)
+        snapshots.update(snapshot_arrays(solver.params, f"phase{k}"))
+    stats = solver.history
+    schedule = crux.lrs(LEARNING_RATE)
+    plans = tuple(PhasePlan(epochs, "sgd", schedule, fresh=k == 0) for k, epochs in enumerate(calls))
+    recorded = SolveOptions(epochs=calls[0], batchsize=options.get("batchsize"),
+                            accumulation_steps=options.get("accumulation_steps", 1))
+    return RunRecord(run_id, recorded, histories_of(stats), summary_of(stats),
+                     {**snapshot_arrays(initial, "initial"), **snapshot_arrays(solver.params, "final"), **snapshots},
+                     stats, phases=plans if len(calls) > 1 else ())
+
+
+def with_draws(run: RunRecord, draws: GradientDraws) -> RunRecord:
+    return replace(run, metrics={**run.metrics, **draws.metrics()})
+
+
+def draws_of(case: Case, batchsize: int, accumulation: int, seed: int) -> GradientDraws:
+    return crux_gradient_draws(problem(case), case.draws, batchsize, accumulation, seed)
+
+
+def only(verdicts: list[Verdict], prefix: str) -> Verdict:
+    (found,) = [v for v in verdicts if v.id.startswith(prefix)]
+    return found
+
+
+def differs(a: RunRecord, b: RunRecord) -> bool:
+    """Whether two runs' numbers differ at all (a defect that changes nothing cannot be caught)."""
+    return not (np.array_equal(a.snapshot("final"), b.snapshot("final"))
+                and np.array_equal(a.histories["loss/total"], b.histories["loss/total"]))
+
+
+def calibrate_accumulation(case: Case, tallies: dict[str, Tally]) -> None:
+    """accumulation.effective_batch and accumulation.noise on the real code and the four defects."""
+    a, b = case.accumulation, case.batchsize
+    acc_options = {"batchsize": b, "accumulation_steps": a}
+    acc = record("acc", case, honest, acc_options)
+    big = record("big", case, honest, {"batchsize": a * b})
+    plain = record("plain", case, honest, {"batchsize": b})
+    effective, noise = tallies["accumulation.effective_batch"], tallies["accumulation.noise"]
+    effective.real(only(check_accumulation([acc, big, plain]), "accumulation.effective_batch"), case)
+    # the frozen stream: every update on the same points, the first A·B of each constraint
+    frozen_sizes = [min(n, a * b) for n in case.sizes]
+    defects = {"repeated micro-batches": record("acc", case, repeated_micro_batches, acc_options),
+               "summed micro-batches": record("acc", case, summed_micro_batches, acc_options),
+               "dropped micro-batches": record("acc", case, dropped_micro_batches, acc_options),
+               "frozen point stream": replace(record("acc", case, honest, {}, sizes=frozen_sizes),
+                                              options=acc.options)}
+    for name, broken in defects.items():
+        if differs(broken, acc):
+            effective.defect(name, only(check_accumulation([broken, big, plain]), "accumulation.effective_batch"),
+                             case)
+    if not any(n > b for n in case.sizes):
+        return  # no constraint is sampled: no draw differs from another, nothing for the noise check to measure
+    mine, theirs = draws_of(case, b, a, case.seed), draws_of(case, b, 1, case.seed)
+    noise.real(only(check_gradient_noise([with_draws(acc, mine), big, with_draws(plain, theirs)]),
+                    "accumulation.noise"), case)
+    # a defect's draws come from another seed than the plain run's, as another job's would
+    repeated = draws_of(case, b, 1, case.seed + 1)
+    planted = {"repeated micro-batches": repeated,
+               "summed micro-batches": GradientDraws(mine.gradients * a, mine.population, mine.sizes),
+               "dropped micro-batches": repeated if a // 2 == 1 else draws_of(case, b * (a // 2), 1, case.seed + 1)}
+    for name, draws in planted.items():
+        verdicts = check_gradient_noise([with_draws(acc, draws), big, with_draws(plain, theirs)])
+        noise.defect(name, only(verdicts, "accumulation.noise"), case)
+
+
+def calibrate_calls(case: Case, tallies: dict[str, Tally]) -> None:
+    """resume.same_as_one_call and the phases verdicts on a run in several calls against one call (and a
+    round-off twin of it), on the real code and with a solve() that forgets the parameters between calls."""
+    options = {"batchsize": case.batchsize}
+    one_call = record("one call", case, honest, options, (sum(case.calls),))
+    twin = _twin(case, options)
+    split = record("calls", case, honest, options, case.calls)
+    tallies["resume.same_as_one_call"].real(only(check_resume([split, one_call, twin]), "resume.same_as_one_call"),
+                                            case)
+    for verdict in check_phases([split]):
+        tallies[verdict.id].real(verdict, case)
+    forgetting = forgetful(crux.Crux.solve)
+    broken = record("calls", case, lambda s, e, o: forgetting(s, e, **o), options, case.calls)
+    if differs(broken, split):
+        name = "solve() forgets the parameters"
+        tallies["resume.same_as_one_call"].defect(
+            name, only(check_resume([broken, one_call, twin]), "resume.same_as_one_call"), case)
+        tallies["phases.resume"].defect(name, only(check_phases([broken]), "phases.resume"), case)
+
+
+def _twin(case: Case, options: dict) -> RunRecord:
+    """The one-call run started one ulp per parameter away (crux-run's round-off twin)."""
+    base = problem(case)
+    for model in base.models.values():
+        model.params = roundoff_twin(model.params, 1)
+    solver = base.solver()
+    initial = jax.tree.map(np.array, solver.params)
+    solver.solve(sum(case.calls), **options)
+    stats = solver.history
+    return RunRecord("one call, twin", SolveOptions(epochs=sum(case.calls), batchsize=options["batchsize"]),
+                     histories_of(stats), summary_of(stats),
+                     {**snapshot_arrays(initial, "initial"), **snapshot_arrays(solver.params, "final")}, stats,
+                     roundoff_twin=1)
+
+
+FAMILIES = {"accumulation": (calibrate_accumulation, ("accumulation.effective_batch", "accumulation.noise")),
+            "calls": (calibrate_calls, ("resume.same_as_one_call", "phases.resume", "phases.every_phase_moves",
+                                        "phases.fresh_optimizer"))}
+
+
+def run(seeds: Sequence[int], families: Sequence[str]) -> dict[str, Tally]:
+    """Every family's checks over the cases of ``seeds``."""
+    tallies = {check: Tally() for family in families for check in FAMILIES[family][1]}
+    for seed in seeds:
+        case = generate(seed)
+        for family in families:
+            FAMILIES[family][0](case, tallies)
+    return tallies
+
+
+def table(tallies: dict[str, Tally]) -> str:
+    """The figures as a Markdown table: per check, false fails on the real code and catches per defect."""
+    lines = ["| check | real code: false fails | defect: caught / changed the numbers |", "|---|---|---|"]
+    for check, tally in tallies.items():
+        caught = "; ".join(f"{name}: {count - len(tally.missed[name])}/{count}"
+                           for name, count in tally.changed.items()) or "–"
+        lines.append(f"| {check} | {len(tally.false_fails)}/{tally.judged} | {caught} |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--cases", type=int, default=200, help="how many problems to generate (default 200)")
+    parser.add_argument("--seed", type=int, default=0, help="the first case's seed; case k has seed + k")
+    parser.add_argument("--family", action="append", choices=sorted(FAMILIES),
+                        help="families to run (repeatable; default all)")
+    args = parser.parse_args(argv)
+    if args.cases < 1:
+        parser.error(f"--cases {args.cases}: give at least 1")
+    logging.getLogger("crux").setLevel(logging.WARNING)
+    tallies = run(range(args.seed, args.seed + args.cases), args.family or sorted(FAMILIES))
+    print(table(tallies))
+    for check, tally in tallies.items():
+        for miss in tally.false_fails:
+            print(f"false fail, {check}, {miss}")
+        for name, misses in tally.missed.items():
+            for miss in misses:
+                print(f"missed {name}, {check}, {miss}")
+    return 1 if any(t.false_fails for t in tallies.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
