@@ -17,10 +17,11 @@ trains a run, or the draws a run reports), never by patching the library:
   one batch of N·B and plain B. Defects: micro-batches that repeat each other,
   gradients summed instead of averaged, half the micro-batches dropped, a point
   stream that stops moving (every update on the same points).
-- ``resume`` (resume.same_as_one_call) and ``phases`` (phases.*): a run trained in
-  several solve() calls against one call. Defect: a solve() that does not carry
-  the parameters to the next call (each call starts from the run's first
-  parameters).
+- ``calls`` (resume.same_as_one_call, phases.*): a run trained in several solve()
+  calls against one call. Defects: a solve() that does not carry the parameters
+  to the next call, either starting every later call from the run's first
+  parameters or never handing the trained parameters back (then the one-call run,
+  made with the same solve(), does not move either).
 
 A *false fail* is a ``fails`` on the real code; a defect is *caught* when a verdict
 of its family says ``fails`` (or ``no effect``), counted only on cases where the
@@ -139,6 +140,24 @@ def forgetful(solve: Callable[..., crux.Statistics]) -> Callable[..., crux.Stati
     return forgetting
 
 
+def never_hand_back(solve: Callable[..., crux.Statistics]) -> Callable[..., crux.Statistics]:
+    """``solve`` made to leave the models' parameters where the call found them: it trains, but no call starts
+    where the last ended and the run ends where it started."""
+    def keeping(solver: crux.Crux, epochs: int, **options) -> crux.Statistics:
+        kept = {name: jax.tree.map(np.array, model.params) for name, model in solver.models.items()}
+        stats = solve(solver, epochs, **options)
+        for name, model in solver.models.items():
+            model.params = jax.tree.map(jnp.asarray, kept[name])
+        return stats
+
+    return keeping
+
+
+CARRY_DEFECTS = {"later calls start from the first's parameters": forgetful,
+                 "parameters never handed back": never_hand_back}
+"""solve() made not to carry the parameters from one call to the next, two ways."""
+
+
 @dataclass
 class Tally:
     """Per check: cases judged on the real code, false fails, and per defect the cases it changed and caught."""
@@ -161,10 +180,14 @@ class Tally:
 
 
 def record(run_id: str, case: Case, train: Train, options: dict, calls: Sequence[int] = (UPDATES,),
-           sizes: Sequence[int] | None = None) -> RunRecord:
+           sizes: Sequence[int] | None = None, twin: int = 0) -> RunRecord:
     """A run of the case trained by ``train`` in ``calls`` (one solve() call each, the later ones continuing the
-    first's optimizer), recorded as the pipeline records it, with parameters after every call."""
-    solver = problem(case, sizes).solver()
+    first's optimizer), recorded as the pipeline records it, with parameters after every call; ``twin > 0``
+    starts it one ulp per parameter away (crux-run's round-off twin)."""
+    base = problem(case, sizes)
+    for model in base.models.values():
+        model.params = roundoff_twin(model.params, twin)
+    solver = base.solver()
     initial = jax.tree.map(np.array, solver.params)
     snapshots = {}
     for k, epochs in enumerate(calls):
@@ -177,7 +200,7 @@ def record(run_id: str, case: Case, train: Train, options: dict, calls: Sequence
                             accumulation_steps=options.get("accumulation_steps", 1))
     return RunRecord(run_id, recorded, histories_of(stats), summary_of(stats),
                      {**snapshot_arrays(initial, "initial"), **snapshot_arrays(solver.params, "final"), **snapshots},
-                     stats, phases=plans if len(calls) > 1 else ())
+                     stats, phases=plans if len(calls) > 1 else (), roundoff_twin=twin)
 
 
 def with_draws(run: RunRecord, draws: GradientDraws) -> RunRecord:
@@ -238,35 +261,26 @@ def calibrate_calls(case: Case, tallies: dict[str, Tally]) -> None:
     """resume.same_as_one_call and the phases verdicts on a run in several calls against one call (and a
     round-off twin of it), on the real code and with a solve() that forgets the parameters between calls."""
     options = {"batchsize": case.batchsize}
-    one_call = record("one call", case, honest, options, (sum(case.calls),))
-    twin = _twin(case, options)
-    split = record("calls", case, honest, options, case.calls)
+    split, one_call, twin = sweep_in_calls(case, honest, options)
     tallies["resume.same_as_one_call"].real(only(check_resume([split, one_call, twin]), "resume.same_as_one_call"),
                                             case)
     for verdict in check_phases([split]):
         tallies[verdict.id].real(verdict, case)
-    forgetting = forgetful(crux.Crux.solve)
-    broken = record("calls", case, lambda s, e, o: forgetting(s, e, **o), options, case.calls)
-    if differs(broken, split):
-        name = "solve() forgets the parameters"
-        tallies["resume.same_as_one_call"].defect(
-            name, only(check_resume([broken, one_call, twin]), "resume.same_as_one_call"), case)
-        tallies["phases.resume"].defect(name, only(check_phases([broken]), "phases.resume"), case)
+    for name, defect in CARRY_DEFECTS.items():
+        solve = defect(crux.Crux.solve)
+        broken = sweep_in_calls(case, lambda solver, epochs, o: solve(solver, epochs, **o), options)
+        if differs(broken[0], split):
+            tallies["resume.same_as_one_call"].defect(name, only(check_resume(broken), "resume.same_as_one_call"),
+                                                      case)
+            tallies["phases.resume"].defect(name, only(check_phases(broken[:1]), "phases.resume"), case)
 
 
-def _twin(case: Case, options: dict) -> RunRecord:
-    """The one-call run started one ulp per parameter away (crux-run's round-off twin)."""
-    base = problem(case)
-    for model in base.models.values():
-        model.params = roundoff_twin(model.params, 1)
-    solver = base.solver()
-    initial = jax.tree.map(np.array, solver.params)
-    solver.solve(sum(case.calls), **options)
-    stats = solver.history
-    return RunRecord("one call, twin", SolveOptions(epochs=sum(case.calls), batchsize=options["batchsize"]),
-                     histories_of(stats), summary_of(stats),
-                     {**snapshot_arrays(initial, "initial"), **snapshot_arrays(solver.params, "final")}, stats,
-                     roundoff_twin=1)
+def sweep_in_calls(case: Case, train: Train, options: dict) -> list[RunRecord]:
+    """What the resume sweep runs, each trained by ``train``: the case's calls, one call of the same epochs, and a
+    round-off twin of that."""
+    total = (sum(case.calls),)
+    return [record("calls", case, train, options, case.calls), record("one call", case, train, options, total),
+            record("one call, twin", case, train, options, total, twin=1)]
 
 
 FAMILIES = {"accumulation": (calibrate_accumulation, ("accumulation.effective_batch", "accumulation.noise")),
@@ -281,6 +295,7 @@ def run(seeds: Sequence[int], families: Sequence[str]) -> dict[str, Tally]:
         case = generate(seed)
         for family in families:
             FAMILIES[family][0](case, tallies)
+        print(f"done: {case.describe()}", file=sys.stderr, flush=True)
     return tallies
 
 

@@ -15,5 +15,6 @@ def _load(name: str):
 
 
 accuracy = _load("accuracy")
+calibrate = _load("calibrate")
 bench = _load("bench")
 load_test = _load("load_test")

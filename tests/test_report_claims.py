@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import jax
 import numpy as np
@@ -21,11 +22,12 @@ from crux.config import roundoff_twin
 from crux.model import Model
 from crux.report import FAILS, HOLDS, INCONCLUSIVE, PhasePlan, RunRecord, SolveOptions, judge, record_from_solve
 from crux.report.claims import check_accumulation, check_checkpoint, check_inner_steps, check_phases
-from crux.report.claims import check_offload, check_substeps
+from crux.report.claims import check_devices, check_offload, check_substeps
 from crux.report.document import verdicts_json
 from crux.report.records import normalise_substeps, snapshot_arrays
 from crux.solver import Crux
 from crux_testing import mixed, poisson as small_poisson
+from scripts_path import calibrate
 
 EPOCHS = 30
 B, N = 4, 4  # micro-batches of 4, four per update: the points of one batch of 16 (64 interior points >= 16)
@@ -260,6 +262,74 @@ def test_a_reference_that_did_not_move_still_fails_a_run_far_from_it(loss_factor
     assert words in verdict.summary
 
 
+# -- decisive evidence decides, whatever else is missing ------------------------------------------------------
+UNREADABLE = {"params.npz": "BadZipFile: File is not a zip file"}
+
+
+def plain_record(run_id: str, loss_factor: float = 1.0, final: float = 1.0, unreadable=None,
+                 **options) -> RunRecord:
+    """A run of 10 epochs from parameters 0 to ``final`` whose loss falls from 2 to 1, times ``loss_factor``."""
+    return RunRecord(run_id, SolveOptions(epochs=10, **options), {"loss/total": np.linspace(2.0, 1.0, 10) * loss_factor},
+                     {}, {"initial/u/0": np.zeros(3), "final/u/0": np.full(3, final)}, unreadable=unreadable or {})
+
+
+def test_a_history_far_beyond_round_off_fails_where_the_parameters_cannot_be_read():
+    """inner_steps=5 whose params.npz is unreadable: its loss is 20x the reference's, far beyond the 1e3·eps·sqrt(T)
+    relative round-off allows (about 4e-4 here), so the history decides alone; one that agrees cannot hold."""
+    reference = plain_record("k1")
+    far = plain_record("k5", 20.0, unreadable=UNREADABLE, inner_steps=5)
+    verdict = only(check_inner_steps([reference, far]), "inner_steps.identical")
+    assert verdict.verdict == FAILS, verdict.summary
+    assert "loss history differs by up to 19 relative" in verdict.summary
+    assert "params.npz of run `k5`" in verdict.summary
+    near = plain_record("k5", 1.0, unreadable=UNREADABLE, inner_steps=5)
+    assert only(check_inner_steps([reference, near]), "inner_steps.identical").verdict == INCONCLUSIVE
+
+
+ACC, BIG, PLAIN = dict(batchsize=4, accumulation_steps=4), dict(batchsize=16), dict(batchsize=4)
+
+
+@pytest.mark.parametrize("runs, outcome, words", [
+    # 4x4's parameters unreadable, one batch of 16's history 20x off: the history decides
+    ([plain_record("acc", unreadable=UNREADABLE, **ACC), plain_record("big", 20.0, **BIG), plain_record("plain", **PLAIN)],
+     FAILS, "loss history differs by up to 19"),
+    # 4x4 did not move while one batch of 16 did: the parameters decide with no travel to scale by
+    ([plain_record("acc", final=0.0, **ACC), plain_record("big", **BIG), plain_record("plain", **PLAIN)],
+     FAILS, "did not move the parameters"),
+    # no plain batch 4 in the sweep, but 4x4 departs from one batch of 16 far beyond round-off
+    ([plain_record("acc", **ACC), plain_record("big", final=2.0, **BIG)], FAILS, "does not follow one batch of 16"),
+    # no plain batch 4, and 4x4 agrees with one batch of 16: not shown to differ from batch 4
+    ([plain_record("acc", **ACC), plain_record("big", **BIG)], INCONCLUSIVE, "no run with batchsize=4"),
+])
+def test_the_effective_batch_is_decided_by_whatever_evidence_is_decisive(runs, outcome, words):
+    verdict = only(check_accumulation(runs), "accumulation.effective_batch")
+    assert verdict.verdict == outcome, verdict.summary
+    assert words in verdict.summary
+
+
+def test_devices_that_part_from_one_device_far_beyond_round_off_fail_without_their_parameters():
+    runs = [plain_record("d2", unreadable=UNREADABLE, batchsize=4, devices=2), plain_record("b8", 20.0, batchsize=8),
+            plain_record("b4", batchsize=4)]
+    verdict = only(check_devices(runs), "devices.one_batch")
+    assert verdict.verdict == FAILS, verdict.summary
+    assert "loss history differs by up to 19" in verdict.summary and "params.npz of run `d2`" in verdict.summary
+
+
+def test_substeps_fail_on_the_runs_they_can_read():
+    """One substeps run's params.npz is unreadable; another shows an unreached model that moved: that decides."""
+    reach = (("q",), ("q", "u"), ("u",))
+    moved = {"initial/u/0": np.zeros(2), "final/u/0": np.ones(2), "initial/q/0": np.zeros(2), "final/q/0": np.ones(2)}
+    records = [RunRecord(f"r{i}", SolveOptions(epochs=10, substeps=normalise_substeps(plan)),
+                         {"loss/total": np.ones(10)}, {}, moved, reach=reach, unreadable=unreadable)
+               for i, (plan, unreadable) in enumerate((([[0]], UNREADABLE), ([[2]], {})))]
+    verdict = only(check_substeps(records), "substeps.reached_only")
+    assert verdict.verdict == FAILS, verdict.summary
+    assert "unreached models moved: q in" in verdict.summary
+    records[1] = replace(records[1], snapshots={**moved, "final/q/0": np.zeros(2)})
+    verdict = only(check_substeps(records), "substeps.reached_only")
+    assert verdict.verdict == INCONCLUSIVE and "params.npz of run `r0`" in verdict.summary
+
+
 # -- claim 6: substeps and phases ---------------------------------------------------------------------------
 def small_mixed(optimizer=optax.adamw) -> crux.problems.Problem:
     """Two networks; constraint 0 reaches only q. AdamW's weight decay moves any model it steps."""
@@ -355,6 +425,21 @@ def test_mini_batch_phases_are_judged_from_their_parameter_snapshots(second_lr, 
     assert (verdict.evidence["b8/phase1/moved"] == 0) == (outcome == FAILS)
 
 
+@pytest.mark.parametrize("defect, stalls", [(calibrate.forgetful, False), (calibrate.never_hand_back, True)],
+                         ids=["later calls start from the first call's parameters", "parameters never handed back"])
+def test_a_solve_that_does_not_carry_the_parameters_fails_the_phases(defect, stalls, monkeypatch):
+    """Phase 2 starts from the run's first parameters: on the full batch its first loss is the run's first loss
+    bit for bit, nearer that start than the loss phase 1 ended on. Parameters never handed back also leave every
+    phase's snapshot where the run started."""
+    monkeypatch.setattr(Crux, "solve", defect(Crux.solve))
+    verdicts = check_phases([two_phases("forgetful")])
+    resume = only(verdicts, "phases.resume")
+    assert resume.verdict == FAILS, resume.summary
+    assert resume.evidence["full/boundary1/to_earlier_start"] == 0.0  # the same loss, bit for bit
+    moves = only(verdicts, "phases.every_phase_moves")
+    assert moves.verdict == (FAILS if stalls else HOLDS), moves.summary
+
+
 def test_phase_switch_that_keeps_the_old_optimizer_fails(monkeypatch):
     """Setting an optimizer no longer counts as a change, so the solver resumes the old one."""
     for method in ("optimizer", "scale"):
@@ -428,6 +513,13 @@ def test_phase_boundary_that_jumps_back_or_a_phase_that_stalls_fails():
     moves = only(check_phases([record(stalled)]), "phases.every_phase_moves")
     assert moves.verdict == FAILS
     assert "phase1" in moves.summary and "phase0" not in moves.summary
+    # another run's params.npz unreadable (its mini-batch phases cannot be judged): the stalled phase still decides
+    unread = replace(record(resumed), run_id="u", options=SolveOptions(epochs=20, batchsize=8),
+                     unreadable={"params.npz": "BadZipFile: File is not a zip file"})
+    moves = only(check_phases([record(stalled), unread]), "phases.every_phase_moves")
+    assert moves.verdict == FAILS, moves.summary
+    moves = only(check_phases([record(resumed), unread]), "phases.every_phase_moves")
+    assert moves.verdict == INCONCLUSIVE and "params.npz of run `u`" in moves.summary
 
 
 def test_verdicts_file_gives_claim_verdict_evidence_threshold_and_runs(batches):

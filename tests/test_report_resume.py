@@ -22,6 +22,7 @@ from crux.report import FAILS, HOLDS, INCONCLUSIVE, PhasePlan, RunRecord, SolveO
 from crux.report.claims import check_resume
 from crux.solver import Crux
 from crux_testing import poisson
+from scripts_path import calibrate
 
 CALLS = (10, 20, 15)  # uneven, so no restart lines up with a period of the one-call run
 TOTAL = sum(CALLS)
@@ -151,3 +152,18 @@ def test_runs_not_configured_alike_or_without_a_one_call_run_are_inconclusive():
     assert f"no run of the same configuration that trains {TOTAL} epochs in one call" in verdict.summary
     (verdict,) = check_resume([synthetic("one", (TOTAL,), (SCHEDULE,))])
     assert verdict.verdict == INCONCLUSIVE and verdict.id == "resume.same_as_one_call"
+
+
+
+@pytest.mark.parametrize("defect", [calibrate.forgetful, calibrate.never_hand_back],
+                         ids=["later calls start from the first call's parameters", "parameters never handed back"])
+def test_a_solve_that_does_not_carry_the_parameters_fails_never_inconclusive(defect, monkeypatch):
+    """The loss at call 2's first epoch is taken on the run's first parameters instead of the trained ones, so the
+    histories part at epoch CALLS[0]. Where the parameters are never handed back the one-call run did not move
+    either, leaving no travel to scale by: the history alone decides."""
+    monkeypatch.setattr(Crux, "solve", defect(Crux.solve))
+    verdict = judged()
+    assert verdict.verdict == FAILS, verdict.summary
+    assert verdict.evidence["first_epoch_loss_differs"] == CALLS[0]
+    assert "loss" in verdict.summary and f"the loss first differs at epoch {CALLS[0]}, epoch 1 of call 2" \
+        in verdict.summary

@@ -96,6 +96,7 @@ class SweepWriter:
             metrics = [Metric("loss/total", float(v), started, step) for step, v in enumerate(history)]
             metrics += [Metric("memory/temp_bytes", temp_bytes, started, 0),
                         Metric("median_step_seconds", 1e-3, started, 0)]
+            metrics += [Metric(key, value, started, 0) for key, value in gradient_noise(batchsize, steps).items()]
             self.client.log_batch(run_id, metrics=metrics)
             np.savez(folder / "params.npz", **{"initial/u/0": np.ones(4), "final/u/0": np.full(4, final)})
             losses = np.stack([history, np.zeros(EPOCHS)], axis=1)
@@ -111,6 +112,18 @@ class SweepWriter:
 
     def artifact(self, run_id: str, name: str) -> Path:
         return Path(urlparse(self.client.get_run(run_id).info.artifact_uri).path) / name
+
+
+def gradient_noise(batchsize: int, steps: int) -> dict[str, float]:
+    """The spread of first-update gradients as a job with gradient_draws logs it, from 1024 interior points and 2
+    boundary points (in every batch): 1/B for plain B, and for N×B the 1024-point constraint's factor
+    (1/N)(1024 - N·B)/(1024 - B) times that (0.244 for 4×8, 0.498 for 2×4), within 2% standard errors, so both
+    noise verdicts hold."""
+    factor = (1024 - steps * batchsize) / (steps * (1024 - batchsize)) if steps > 1 else 1.0
+    variance = factor / batchsize
+    return {"gradient_noise/variance": variance, "gradient_noise/standard_error": 0.02 * variance,
+            "gradient_noise/mean_norm": 1.0, "gradient_noise/draws": 64.0, "gradient_noise/population": 1024.0,
+            "gradient_noise/items/pde": 1024.0, "gradient_noise/items/bc": 2.0}
 
 
 COMPLETE_JOBS = [(32, 1, 0), (8, 4, 0), (8, 1, 0), (4, 2, 0), (4, 1, 0)]
@@ -252,29 +265,34 @@ def remove(path: Path) -> str:
     return "not logged"
 
 
-@pytest.mark.parametrize("artifact, damage, needed_by", [
-    ("params.npz", truncate, {"accumulation.effective_batch[b8_acc4]"}),
-    ("params.npz", flip_a_data_byte, {"accumulation.effective_batch[b8_acc4]"}),
-    ("config.yaml", lambda path: path.write_text("solver: [unclosed\n") and "ParserError",
-     {"accumulation.effective_batch[b8_acc4]", "accumulation.memory[b8_acc4]"}),
-    ("stats.npz", remove, set()),  # no check reads it: phase boundaries come from the config as well
-    ("environment.json", lambda path: path.write_text('{"backend": ') and "JSONDecodeError", set()),
+@pytest.mark.parametrize("run, artifact, damage, needed_by", [
+    # the batch-32 run is the big batch of 4×8 only (its gradient spread beside the noise verdict, not in it)
+    ("b32", "params.npz", truncate, {"accumulation.effective_batch[b8_acc4]"}),
+    ("b32", "params.npz", flip_a_data_byte, {"accumulation.effective_batch[b8_acc4]"}),
+    ("b32", "config.yaml", lambda path: path.write_text("solver: [unclosed\n") and "ParserError",
+     {"accumulation.effective_batch[b8_acc4]", "accumulation.memory[b8_acc4]", "accumulation.noise[b8_acc4]"}),
+    ("b32", "stats.npz", remove, set()),  # no check reads it: phase boundaries come from the config as well
+    ("b32", "environment.json", lambda path: path.write_text('{"backend": ') and "JSONDecodeError", set()),
+    # 4×8's own parameters: its trajectory and its spread's round-off floor read them, its memory does not
+    ("b8_acc4", "params.npz", truncate, {"accumulation.effective_batch[b8_acc4]", "accumulation.noise[b8_acc4]"}),
 ])
 def test_a_damaged_artifact_makes_only_the_verdicts_that_need_it_inconclusive(
-        writer, tmp_path, monkeypatch, artifact, damage, needed_by):
-    """The batch-32 run is the big batch of 4×8 only; 2×4's verdicts never read it."""
+        writer, tmp_path, monkeypatch, run, artifact, damage, needed_by):
+    """Every verdict id stays; those that do not read the damaged artifact keep their value; 2×4's never read
+    the runs damaged here."""
     _, runs = complete_sweep(writer)
     _, _, clean = report(writer, tmp_path / "clean", monkeypatch)
-    problem = damage(writer.artifact(runs["b32"], artifact))
+    assert {v["verdict"] for v in clean.values()} == {HOLDS} and len(clean) == 6
+    problem = damage(writer.artifact(runs[run], artifact))
     code, text, broken = report(writer, tmp_path / "broken", monkeypatch)
     assert code == 3
-    named = [line for line in text.splitlines() if line.startswith(f"- {artifact} of run `{runs['b32']}` (b32 r0): ")]
+    named = [line for line in text.splitlines() if line.startswith(f"- {artifact} of run `{runs[run]}` ({run} r0): ")]
     assert len(named) == 1 and problem in named[0], text[:2000]
     assert broken.keys() == clean.keys()
     for claim_id, verdict in broken.items():
         if claim_id in needed_by:
             assert verdict["verdict"] == INCONCLUSIVE
-            assert f"{artifact} of run `{runs['b32']}` (b32" in verdict["summary"] and problem in verdict["summary"]
+            assert f"{artifact} of run `{runs[run]}` ({run}" in verdict["summary"] and problem in verdict["summary"]
         else:
             assert verdict == clean[claim_id]
 

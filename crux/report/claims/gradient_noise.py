@@ -81,13 +81,20 @@ class Spread:
         return f"{PREFIX}variance" in record.metrics
 
     @staticmethod
-    def of(record: RunRecord) -> "Spread | None":
-        """The run's spread (None where it measured none); its round-off floor reads the initial parameters
-        (raises :class:`UnreadableArtifact` where ``params.npz`` cannot be read)."""
+    def of(record: RunRecord, floor_needed: bool = True) -> "Spread | None":
+        """The run's spread (None where it measured none). Its round-off floor reads the initial parameters:
+        where ``params.npz`` cannot be read, :class:`UnreadableArtifact` is raised, or, if not ``floor_needed``,
+        the floor is unknown (infinite: the spread never counts as noise)."""
         metrics = record.metrics
         if not Spread.measured(record):
             return None
-        resolution = EPS * (float(np.linalg.norm(record.snapshot("initial"))) + metrics[f"{PREFIX}mean_norm"])
+        try:
+            size = float(np.linalg.norm(record.snapshot("initial")))
+        except UnreadableArtifact:
+            if floor_needed:
+                raise
+            size = math.inf
+        resolution = EPS * (size + metrics[f"{PREFIX}mean_norm"])
         sizes = {key[len(ITEMS):]: int(value) for key, value in sorted(metrics.items()) if key.startswith(ITEMS)}
         return Spread(metrics[f"{PREFIX}variance"], metrics[f"{PREFIX}standard_error"],
                       int(metrics[f"{PREFIX}population"]), (ROUNDOFF_ALLOWANCE * resolution) ** 2, sizes)
@@ -144,11 +151,11 @@ def _noise(accumulated: RunRecord, plain: RunRecord | None, big: RunRecord | Non
             f"{a}×{b} against plain batch {b}, whose ratio must lie between the least of the constraints' values for "
             f"{a}·{b} distinct items and the value for {a} independent micro-batches, and below 1, within {STANDARD_ERRORS:g} standard errors")
     runs = run_ids(accumulated, plain, big)
-    try:
+    try:  # the round-off floors read the initial parameters
         mine, reference = Spread.of(accumulated), Spread.of(plain) if plain is not None else None
-        big_spread = Spread.of(big) if big is not None else None
-    except UnreadableArtifact as error:  # the round-off floor needs the initial parameters
+    except UnreadableArtifact as error:
         return cannot_judge(name, EFFECTIVE_BATCH, test, error, runs)
+    big_spread = Spread.of(big, floor_needed=False) if big is not None else None  # evidence beside the verdict
     if reference is None:
         return _verdict(name, test, INCONCLUSIVE, f"the sweep has no run with batchsize={b} (accumulation_steps=1) "
                                                   f"that measured its gradient spread", runs=runs)
