@@ -53,7 +53,7 @@ from crux.report.records import histories_of, snapshot_arrays, summary_of
 LEARNING_RATE = 1e-2
 UPDATES = 6  # per accumulation run: enough for trajectories to part, few enough to stay quick
 CAUGHT = (FAILS, NO_EFFECT)
-DRAWS = (32, 64, 128, 256)  # gradient draws per run (each a solve() call of its own: the bulk of a case's time)
+DRAWS = (16, 32, 64, 128)  # gradient draws per run (each a solve() call of its own: the bulk of a case's time)
 
 Train = Callable[[crux.Crux, int, dict], crux.Statistics]
 """How a run is trained: ``train(solver, epochs, options)`` with solve()'s keyword options."""

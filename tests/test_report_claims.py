@@ -496,6 +496,22 @@ def test_checkpoint_time_cost_is_read_at_the_claims_precision(checkpointed_times
     assert words in verdict.summary
 
 
+def test_checkpointing_memory_finding_says_the_model_depth_and_width_decide_it():
+    """The same sweep at depth 8 and depth 3 (groups of their own): 0.79× holds at depth 8, 1.04× fails at depth 3,
+    and each finding gives its model and both ratios, so a failure reads as the model's, not the option's."""
+    def run(run_id, depth, bytes_, **options):
+        return replace(timed(run_id, SolveOptions(epochs=10, **options), 1.0, 0), group=f"depth{depth}",
+                       metrics={"memory/temp_bytes": bytes_}, params={"model.depth": str(depth), "model.width": "64"})
+
+    records = [run("d8", 8, 1000), run("d8-ckpt", 8, 790, checkpoint_gradients=True),
+               run("d3", 3, 1000), run("d3-ckpt", 3, 1040, checkpoint_gradients=True)]
+    memory = {v.evidence["model_depth"]: v for v in check_checkpoint(records) if v.id.startswith("checkpoint.saves")}
+    assert (memory[8].verdict, memory[3].verdict) == (HOLDS, FAILS)
+    assert "on a model of depth 3, width 64" in memory[3].summary and "grows with the depth" in memory[3].summary
+    for verdict in memory.values():
+        assert verdict.summary.endswith("across this sweep: 1.04× at depth 3 width 64, 0.79× at depth 8 width 64")
+
+
 def test_phase_boundary_that_jumps_back_or_a_phase_that_stalls_fails():
     decay = np.exp(-np.arange(20) / 5.0)
     options = SolveOptions(epochs=20)

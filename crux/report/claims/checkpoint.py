@@ -10,6 +10,9 @@ within noise.
 """
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 from crux.report.claims.equivalence import same_numbers
 from crux.report.numerics import SPREAD_ORIGIN, STEP_TIME, ratio_range, spread
 from crux.report.pairing import Pair, first, paired_settings, reference_and_twins, run_ids
@@ -50,7 +53,7 @@ def check_checkpoint(records: list[RunRecord]) -> list[Verdict]:
                                      "checkpoint_gradients=True", twins))
         verdicts.append(_memory(label, on[0], first(off)))
         verdicts.append(_time(label, on, off))
-    return verdicts
+    return _across_models(verdicts)
 
 
 def _memory(label: str, on: RunRecord, off: RunRecord | None) -> Verdict:
@@ -62,11 +65,47 @@ def _memory(label: str, on: RunRecord, off: RunRecord | None) -> Verdict:
                                     f"needs {key} of a run with and one without checkpointing", runs=run_ids(on, off))
     with_, without = on.metrics[key], off.metrics[key]
     ratio = with_ / without
-    evidence = {"temp_bytes_checkpointed": with_, "temp_bytes_plain": without, "ratio": ratio}
+    evidence = {"temp_bytes_checkpointed": with_, "temp_bytes_plain": without, "ratio": ratio, **model_shape(on)}
     threshold = {"temp_bytes_checkpointed": Threshold(without, "temp_bytes(on) < temp_bytes(off)", MEMORY_ORIGIN)}
-    summary = f"checkpointing needs {fmt(ratio)}× the temporary memory ({fmt_bytes(with_)} vs {fmt_bytes(without)})"
+    summary = (f"checkpointing needs {fmt(ratio)}× the temporary memory ({fmt_bytes(with_)} vs "
+               f"{fmt_bytes(without)}){_what_decides(evidence)}")
     return SAVES_MEMORY.verdict(name, test, HOLDS if with_ < without else FAILS, summary, evidence, threshold,
                                 run_ids(on, off))
+
+
+def model_shape(run: RunRecord) -> dict[str, float]:
+    """``model_depth`` and ``model_width`` of the run's resolved config (its ``model.depth`` and ``model.width``
+    params), those it has."""
+    shape = {}
+    for field in ("depth", "width"):
+        value = run.params.get(f"model.{field}")
+        if value is not None and value.isdigit():
+            shape[f"model_{field}"] = float(value)
+    return shape
+
+
+def _what_decides(evidence: dict[str, float]) -> str:
+    """The model the memory was measured on, and why that decides it: checkpointing keeps one layer's input per
+    layer and recomputes the rest, so what it saves grows with the depth, and with the width each layer holds."""
+    if "model_depth" not in evidence:
+        return ""
+    depth = int(evidence["model_depth"])
+    width = f", width {int(evidence['model_width'])}" if "model_width" in evidence else ""
+    return (f", on a model of depth {depth}{width}: checkpointing keeps each layer's input and recomputes the "
+            f"rest, so what it saves grows with the depth and width of the model (measure at your own)")
+
+
+def _across_models(verdicts: list[Verdict]) -> list[Verdict]:
+    """Where the sweep measured the memory on models of several shapes, each memory finding lists them all."""
+    memory = [v for v in verdicts if v.id.startswith("checkpoint.saves_memory") and "ratio" in v.evidence
+              and "model_depth" in v.evidence]
+    shapes = {(v.evidence["model_depth"], v.evidence.get("model_width", math.nan)): v.evidence["ratio"]
+              for v in memory}
+    if len(shapes) < 2:
+        return verdicts
+    listed = ", ".join(f"{fmt(ratio)}× at depth {int(depth)}" + (f" width {int(width)}" if width == width else "")
+                       for (depth, width), ratio in sorted(shapes.items()))
+    return [replace(v, summary=f"{v.summary}; across this sweep: {listed}") if v in memory else v for v in verdicts]
 
 
 def _time(label: str, on: list[RunRecord], off: list[RunRecord]) -> Verdict:
