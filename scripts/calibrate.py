@@ -13,10 +13,13 @@ the claim checks' own functions, not through MLflow.
 Families and the defects planted in them, each through a seam (the function that
 trains a run, or the draws a run reports), never by patching the library:
 
-- ``accumulation`` (accumulation.effective_batch, accumulation.noise): N×B against
-  one batch of N·B and plain B. Defects: micro-batches that repeat each other,
-  gradients summed instead of averaged, half the micro-batches dropped, a point
-  stream that stops moving (every update on the same points).
+- ``accumulation`` (accumulation.effective_batch): N×B against one batch of N·B and
+  plain B. Defects: micro-batches that repeat each other, gradients summed instead
+  of averaged, half the micro-batches dropped, a point stream that stops moving
+  (every update on the same points).
+- ``noise`` (accumulation.noise): the spread of first-update gradients of N×B
+  against plain B, on the same defects but the frozen stream (whose first update
+  is drawn as any other). The slowest family: every draw is a solve() call.
 - ``calls`` (resume.same_as_one_call, phases.*): a run trained in several solve()
   calls against one call. Defects: a solve() that does not carry the parameters
   to the next call, either starting every later call from the run's first
@@ -76,13 +79,13 @@ class Case:
                 f"{self.batchsize}, {self.draws} draws, calls {'+'.join(map(str, self.calls))}")
 
 
-def generate(seed: int) -> Case:
+def generate(seed: int, draws: Sequence[int] = DRAWS) -> Case:
     """The case of ``seed``: sizes log-uniform in [2, 4096], batch sizes 2 to 64, 2 to 8 micro-batches, 2 or 3
     solve() calls of 2 to 7 epochs."""
     rng = np.random.default_rng(seed)
     sizes = tuple(int(round(math.exp(rng.uniform(math.log(2), math.log(4096))))) for _ in range(rng.integers(1, 5)))
     return Case(seed, int(rng.integers(1, 4)), sizes, int(2 ** rng.integers(1, 7)), int(rng.integers(2, 9)),
-                int(rng.choice(DRAWS)), tuple(int(n) for n in rng.integers(2, 8, rng.integers(2, 4))))
+                int(rng.choice(draws)), tuple(int(n) for n in rng.integers(2, 8, rng.integers(2, 4))))
 
 
 def problem(case: Case, sizes: Sequence[int] | None = None, points_seed: int | None = None) -> Problem:
@@ -222,28 +225,53 @@ def differs(a: RunRecord, b: RunRecord) -> bool:
                 and np.array_equal(a.histories["loss/total"], b.histories["loss/total"]))
 
 
-def calibrate_accumulation(case: Case, tallies: dict[str, Tally]) -> None:
-    """accumulation.effective_batch and accumulation.noise on the real code and the four defects."""
+def accumulation_runs(case: Case) -> tuple[RunRecord, RunRecord, RunRecord]:
+    """N×B, one batch of N·B, plain B: what the accumulation sweep runs."""
     a, b = case.accumulation, case.batchsize
-    acc_options = {"batchsize": b, "accumulation_steps": a}
-    acc = record("acc", case, honest, acc_options)
-    big = record("big", case, honest, {"batchsize": a * b})
-    plain = record("plain", case, honest, {"batchsize": b})
-    effective, noise = tallies["accumulation.effective_batch"], tallies["accumulation.noise"]
+    return (record("acc", case, honest, {"batchsize": b, "accumulation_steps": a}),
+            record("big", case, honest, {"batchsize": a * b}), record("plain", case, honest, {"batchsize": b}))
+
+
+def frozen_point_stream(case: Case, acc: RunRecord) -> RunRecord:
+    """N×B whose point stream stops moving: every update on the same points, the first N·B of each constraint
+    (a full-batch run on those)."""
+    sizes = [min(n, case.accumulation * case.batchsize) for n in case.sizes]
+    return replace(record("acc", case, honest, {}, sizes=sizes), options=acc.options)
+
+
+def trained_by(train: Train) -> Callable[[Case, RunRecord], RunRecord]:
+    """The defect of N×B that ``train`` plants."""
+    return lambda case, acc: record("acc", case, train, {"batchsize": case.batchsize,
+                                                         "accumulation_steps": case.accumulation})
+
+
+ACCUMULATION_DEFECTS = {"repeated micro-batches": trained_by(repeated_micro_batches),
+                        "summed micro-batches": trained_by(summed_micro_batches),
+                        "dropped micro-batches": trained_by(dropped_micro_batches),
+                        "frozen point stream": frozen_point_stream}
+"""Each defect's N×B run of a case, given the honest one."""
+
+
+def calibrate_effective_batch(case: Case, tallies: dict[str, Tally]) -> None:
+    """accumulation.effective_batch on the real code and the four defects."""
+    acc, big, plain = accumulation_runs(case)
+    effective = tallies["accumulation.effective_batch"]
     effective.real(only(check_accumulation([acc, big, plain]), "accumulation.effective_batch"), case)
-    # the frozen stream: every update on the same points, the first A·B of each constraint
-    frozen_sizes = [min(n, a * b) for n in case.sizes]
-    defects = {"repeated micro-batches": record("acc", case, repeated_micro_batches, acc_options),
-               "summed micro-batches": record("acc", case, summed_micro_batches, acc_options),
-               "dropped micro-batches": record("acc", case, dropped_micro_batches, acc_options),
-               "frozen point stream": replace(record("acc", case, honest, {}, sizes=frozen_sizes),
-                                              options=acc.options)}
+    defects = {name: plant(case, acc) for name, plant in ACCUMULATION_DEFECTS.items()}
     for name, broken in defects.items():
         if differs(broken, acc):
             effective.defect(name, only(check_accumulation([broken, big, plain]), "accumulation.effective_batch"),
                              case)
+
+
+def calibrate_noise(case: Case, tallies: dict[str, Tally]) -> None:
+    """accumulation.noise on the real code and the three defects that change a first update's gradient (a
+    frozen point stream does not: its first batch is drawn as any other)."""
+    a, b = case.accumulation, case.batchsize
     if not any(n > b for n in case.sizes):
         return  # no constraint is sampled: no draw differs from another, nothing for the noise check to measure
+    acc, big, plain = accumulation_runs(case)
+    noise = tallies["accumulation.noise"]
     mine, theirs = draws_of(case, b, a, case.seed), draws_of(case, b, 1, case.seed)
     noise.real(only(check_gradient_noise([with_draws(acc, mine), big, with_draws(plain, theirs)]),
                     "accumulation.noise"), case)
@@ -283,19 +311,24 @@ def sweep_in_calls(case: Case, train: Train, options: dict) -> list[RunRecord]:
             record("one call, twin", case, train, options, total, twin=1)]
 
 
-FAMILIES = {"accumulation": (calibrate_accumulation, ("accumulation.effective_batch", "accumulation.noise")),
+FAMILIES = {"accumulation": (calibrate_effective_batch, ("accumulation.effective_batch",)),
+            "noise": (calibrate_noise, ("accumulation.noise",)),
             "calls": (calibrate_calls, ("resume.same_as_one_call", "phases.resume", "phases.every_phase_moves",
                                         "phases.fresh_optimizer"))}
 
 
-def run(seeds: Sequence[int], families: Sequence[str]) -> dict[str, Tally]:
-    """Every family's checks over the cases of ``seeds``."""
+def run(seeds: Sequence[int], families: Sequence[str], draws: Sequence[int] = DRAWS, progress: int = 0
+        ) -> dict[str, Tally]:
+    """Every family's checks over the cases of ``seeds``, each run's gradient draws one of ``draws``; every
+    ``progress`` cases (0: never) the table so far goes to stderr."""
     tallies = {check: Tally() for family in families for check in FAMILIES[family][1]}
-    for seed in seeds:
-        case = generate(seed)
+    for count, seed in enumerate(seeds, 1):
+        case = generate(seed, draws)
         for family in families:
             FAMILIES[family][0](case, tallies)
         print(f"done: {case.describe()}", file=sys.stderr, flush=True)
+        if progress and count % progress == 0:
+            print(f"after {count} cases:\n{table(tallies)}", file=sys.stderr, flush=True)
     return tallies
 
 
@@ -315,11 +348,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="the first case's seed; case k has seed + k")
     parser.add_argument("--family", action="append", choices=sorted(FAMILIES),
                         help="families to run (repeatable; default all)")
+    parser.add_argument("--progress", type=int, default=0, metavar="K",
+                        help="print the table so far to stderr every K cases")
     args = parser.parse_args(argv)
     if args.cases < 1:
         parser.error(f"--cases {args.cases}: give at least 1")
     logging.getLogger("crux").setLevel(logging.WARNING)
-    tallies = run(range(args.seed, args.seed + args.cases), args.family or sorted(FAMILIES))
+    tallies = run(range(args.seed, args.seed + args.cases), args.family or sorted(FAMILIES), progress=args.progress)
     print(table(tallies))
     for check, tally in tallies.items():
         for miss in tally.false_fails:
