@@ -20,7 +20,7 @@ from typing import Sequence
 import numpy as np
 
 from crux.report.records import RunRecord, UnreadableArtifact
-from crux.report.verdict import fmt
+from crux.report.verdict import FAILS, INCONCLUSIVE, fmt
 
 EPS = float(np.finfo(np.float32).eps)  # 2**-23: relative spacing of float32
 ROUNDOFF_ALLOWANCE = 1e3
@@ -284,6 +284,15 @@ def departures(run: RunRecord, reference: RunRecord, twins: Sequence[RunRecord] 
     except UnreadableArtifact as error:
         missing = str(error)
     return [f for f in found if f], missing
+
+
+def unmoved(run: RunRecord, reference: RunRecord, departs: str) -> tuple[str, str]:
+    """The verdict on ``run`` against a ``reference`` whose parameters did not move: ``fails`` where
+    :func:`departures` finds a decisive difference (``departs`` says what that means), else ``inconclusive``."""
+    found, _ = departures(run, reference)
+    if found:
+        return FAILS, f"{departs}: " + "; ".join(found)
+    return INCONCLUSIVE, "the parameters did not move, so no trajectory can be told apart"
 
 
 def parameter_bound(run: RunRecord, reference: RunRecord, twins: Sequence[RunRecord]) -> float:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from crux.report.numerics import (HISTORY_RULE, ROUNDOFF_ALLOWANCE, ROUNDOFF_ORIGIN, ROUNDOFF_RULE, Agreement,
-                                  agreement, departures, history_departure)
+                                  agreement, history_departure, unmoved)
 from crux.report.pairing import first, repeats, run_ids, settings
 from crux.report.records import RunRecord, UnreadableArtifact
 from crux.report.verdict import (FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, cannot_judge, fmt,
@@ -100,11 +100,8 @@ def _effective_batch(s: AccumulationSet) -> Verdict:
 def _judge(s: AccumulationSet, big: Agreement, plain: Agreement | None) -> tuple[str, str]:
     n, b = s.n, s.b
     if big.travel == 0:
-        found, _ = departures(s.big_batch, s.accumulated)
-        if found:
-            return FAILS, (f"{n}×{b} did not move the parameters and departs from one batch of {n * b}: "
-                           + "; ".join(found))
-        return INCONCLUSIVE, "the parameters did not move, so no trajectory can be told apart"
+        return unmoved(s.big_batch, s.accumulated, f"{n}×{b} did not move the parameters and departs from one "
+                                                   f"batch of {n * b}")
     position = (f"distance in units of eps·sqrt(T)·travel: vs {n * b} {fmt(big.in_eps_units)}"
                 + (f", vs {b} {fmt(plain.in_eps_units)}" if plain is not None else "")
                 + f", round-off bound {fmt(ROUNDOFF_ALLOWANCE)}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from crux.report.numerics import (HISTORY_RULE, ROUNDOFF_ALLOWANCE, ROUNDOFF_ORIGIN, ROUNDOFF_RULE, STEP_TIME,
-                                  Agreement, agreement, departures, history_departure, ratio_range, spread)
+                                  Agreement, agreement, history_departure, ratio_range, spread, unmoved)
 from crux.report.pairing import first, repeats, run_ids, settings
 from crux.report.records import RunRecord, UnreadableArtifact
 from crux.report.verdict import (FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, cannot_judge, fmt,
@@ -94,11 +94,8 @@ def _one_batch(s: DeviceSet) -> Verdict:
 def _judge(s: DeviceSet, together: Agreement, alone: Agreement | None) -> tuple[str, str]:
     d, b = s.d, s.b
     if together.travel == 0:
-        found, _ = departures(s.big_batch[0], s.split[0])
-        if found:
-            return FAILS, (f"{d} devices × {b} did not move the parameters and depart from one device with batch "
-                           f"{d * b}: " + "; ".join(found))
-        return INCONCLUSIVE, "the parameters did not move, so no trajectory can be told apart"
+        return unmoved(s.big_batch[0], s.split[0], f"{d} devices × {b} did not move the parameters and depart "
+                                                   f"from one device with batch {d * b}")
     position = (f"distance in units of eps·sqrt(T)·travel: vs {d * b} on one device {fmt(together.in_eps_units)}"
                 + (f", vs {b} {fmt(alone.in_eps_units)}" if alone is not None else "")
                 + f", round-off bound {fmt(ROUNDOFF_ALLOWANCE)}")
