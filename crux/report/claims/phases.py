@@ -66,20 +66,30 @@ def check_phases(records: list[RunRecord]) -> list[Verdict]:
 
 def _resume(runs: list[RunRecord]) -> Verdict:
     test = ("at every phase boundary b: |log L[b] - log L[b-1]| (L = loss/total) against |log L[b] - log L[s]| for "
-            "the first epoch s of every earlier phase")
-    evidence, jumps, judged = {}, [], 0
+            "the first epoch s of every earlier phase; on mini-batches a start nearer an earlier one fails only "
+            "beyond the largest epoch-to-epoch change of log L in the phases on either side (the batch noise)")
+    evidence, jumps, noisy, judged = {}, [], [], 0
     for run in runs:
         log_loss = np.log(np.asarray(run.histories["loss/total"], np.float64))
-        starts = [start for start, _ in phase_bounds(run)]
+        bounds = phase_bounds(run)
+        starts = [start for start, _ in bounds]
         for k, b in enumerate(starts[1:], start=1):
             jump = abs(log_loss[b] - log_loss[b - 1])
             to_start = min(abs(log_loss[b] - log_loss[s]) for s in starts[:k])
             evidence[f"{run.label}/boundary{k}/jump"] = jump
             evidence[f"{run.label}/boundary{k}/to_earlier_start"] = to_start
             judged += 1
-            if not jump < to_start:
-                jumps.append(f"{run.label} at epoch {b}: {fmt(jump)} from the previous epoch, {fmt(to_start)} from "
-                             f"an earlier start")
+            if jump < to_start:
+                continue
+            found = (f"{run.label} at epoch {b}: {fmt(jump)} from the previous epoch, {fmt(to_start)} from an "
+                     f"earlier start")
+            noise = _batch_noise(run, log_loss, bounds[k - 1], bounds[k])
+            evidence[f"{run.label}/boundary{k}/batch_noise"] = noise
+            if jump - to_start > noise:
+                jumps.append(found)
+            else:
+                noisy.append(f"{found}, within the {fmt(noise)} one epoch's loss differs from the next's on "
+                             f"mini-batches")
     threshold = {"boundary_jump": Threshold(min((v for k, v in evidence.items() if k.endswith("to_earlier_start")),
                                                 default=math.nan),
                                             "jump < distance to every earlier phase start (per boundary)",
@@ -87,9 +97,22 @@ def _resume(runs: list[RunRecord]) -> Verdict:
     if jumps:
         verdict, summary = FAILS, "a phase starts nearer an earlier start than where the last one ended: " + \
             "; ".join(jumps)
+    elif noisy:
+        verdict, summary = INCONCLUSIVE, "a phase's start cannot be placed beyond the batch noise: " + \
+            "; ".join(noisy)
     else:
         verdict, summary = HOLDS, f"every phase continues from where the previous one ended ({judged} boundaries)"
     return RESUMES.verdict("phases.resume", test, verdict, summary, evidence, threshold, run_ids(runs))
+
+
+def _batch_noise(run: RunRecord, log_loss: np.ndarray, before: tuple[int, int], after: tuple[int, int]) -> float:
+    """How far one epoch's log loss differs from the next's within the phases on either side of a boundary, the
+    largest such step: a mini-batch loss changes with the batch as well as with the parameters, so a boundary
+    decides only beyond it (0 on the full batch, whose loss depends on the parameters alone)."""
+    if run.options.batchsize is None:
+        return 0.0
+    steps = [np.abs(np.diff(log_loss[start:end])) for start, end in (before, after) if end - start >= 2]
+    return float(max((np.max(s) for s in steps), default=math.inf))
 
 
 def _every_phase_moves(runs: list[RunRecord]) -> Verdict:
