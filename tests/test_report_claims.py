@@ -269,8 +269,9 @@ UNREADABLE = {"params.npz": "BadZipFile: File is not a zip file"}
 def plain_record(run_id: str, loss_factor: float = 1.0, final: float = 1.0, unreadable=None,
                  **options) -> RunRecord:
     """A run of 10 epochs from parameters 0 to ``final`` whose loss falls from 2 to 1, times ``loss_factor``."""
-    return RunRecord(run_id, SolveOptions(epochs=10, **options), {"loss/total": np.linspace(2.0, 1.0, 10) * loss_factor},
-                     {}, {"initial/u/0": np.zeros(3), "final/u/0": np.full(3, final)}, unreadable=unreadable or {})
+    history = {"loss/total": np.linspace(2.0, 1.0, 10) * loss_factor}
+    return RunRecord(run_id, SolveOptions(epochs=10, **options), history, {},
+                     {"initial/u/0": np.zeros(3), "final/u/0": np.full(3, final)}, unreadable=unreadable or {})
 
 
 def test_a_history_far_beyond_round_off_fails_where_the_parameters_cannot_be_read():
@@ -291,8 +292,8 @@ ACC, BIG, PLAIN = dict(batchsize=4, accumulation_steps=4), dict(batchsize=16), d
 
 @pytest.mark.parametrize("runs, outcome, words", [
     # 4x4's parameters unreadable, one batch of 16's history 20x off: the history decides
-    ([plain_record("acc", unreadable=UNREADABLE, **ACC), plain_record("big", 20.0, **BIG), plain_record("plain", **PLAIN)],
-     FAILS, "loss history differs by up to 19"),
+    ([plain_record("acc", unreadable=UNREADABLE, **ACC), plain_record("big", 20.0, **BIG),
+      plain_record("plain", **PLAIN)], FAILS, "loss history differs by up to 19"),
     # 4x4 did not move while one batch of 16 did: the parameters decide with no travel to scale by
     ([plain_record("acc", final=0.0, **ACC), plain_record("big", **BIG), plain_record("plain", **PLAIN)],
      FAILS, "did not move the parameters"),
@@ -536,6 +537,23 @@ def test_phase_boundary_that_jumps_back_or_a_phase_that_stalls_fails():
     assert moves.verdict == FAILS, moves.summary
     moves = only(check_phases([record(resumed), unread]), "phases.every_phase_moves")
     assert moves.verdict == INCONCLUSIVE and "params.npz of run `u`" in moves.summary
+
+
+@pytest.mark.parametrize("second_start, outcome", [(0.0, FAILS), (-1.0, INCONCLUSIVE), (-1.5, HOLDS)])
+def test_a_mini_batch_phase_start_is_placed_against_the_batch_noise(second_start, outcome):
+    """Log loss on batches of 8: phase 1 falls from 0 to -2 over 20 epochs, every epoch 0.2 above or below that
+    line by the batch drawn, so it starts at 0.2 and ends at -2.2, and one epoch differs from the next by 0.505 at
+    most (the batch noise). Phase 2 starts at ``second_start`` + 0.2: at 0.2 it is 2.4 from the end and 0 from
+    the start, a restart beyond the noise; at -0.8, 1.4 from the end and 1.0 from the start, 0.4 apart, within
+    it; at -1.3, 0.9 from the end, nearer it than the start."""
+    wiggle = np.where(np.arange(20) % 2 == 0, 0.2, -0.2)
+    first = np.exp(np.linspace(0.0, -2.0, 20) + wiggle)
+    second = np.exp(second_start + np.linspace(0.0, -1.0, 20) + wiggle)
+    phases = (PhasePlan(20, "adam", crux.lrs(1e-3), True), PhasePlan(20, "sgd", crux.lrs(1e-3), True))
+    record = RunRecord("r", SolveOptions(epochs=20, batchsize=8), {"loss/total": np.concatenate([first, second])},
+                       {}, {"initial/u/0": np.zeros(2), "final/u/0": np.ones(2)}, phases=phases)
+    verdict = only(check_phases([record]), "phases.resume")
+    assert verdict.verdict == outcome, verdict.summary
 
 
 def test_verdicts_file_gives_claim_verdict_evidence_threshold_and_runs(batches):

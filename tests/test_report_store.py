@@ -178,7 +178,8 @@ def test_default_report_judges_the_newest_complete_sweep_and_names_the_newer_inc
                                     f"UTC: complete: 5 of 5 planned jobs finished.")
     assert (f"Newer sweeps of `accumulation` in this store: `{newer}` (started 2026-05-28 21:26:40 UTC, incomplete: 5 "
             f"of 7 jobs finished, parent KILLED).") in text
-    assert {v["verdict"] for v in verdicts.values()} == {HOLDS} and len(verdicts) == 6  # 2 settings: effective batch, memory, noise
+    # 2 accumulated settings, each with effective batch, memory and noise verdicts
+    assert {v["verdict"] for v in verdicts.values()} == {HOLDS} and len(verdicts) == 6
     printed = capsys.readouterr().out
     assert f"newer sweeps of accumulation, passed over as incomplete: {newer}" in printed
     chosen = report(writer, tmp_path / "chosen", monkeypatch, "--run", complete)

@@ -149,7 +149,8 @@ def _noise(accumulated: RunRecord, plain: RunRecord | None, big: RunRecord | Non
     name = f"accumulation.noise[{accumulated.label}]"
     test = (f"spread of the first update's gradient over many draws from the same parameters (gradient_draws): "
             f"{a}×{b} against plain batch {b}, whose ratio must lie between the least of the constraints' values for "
-            f"{a}·{b} distinct items and the value for {a} independent micro-batches, and below 1, within {STANDARD_ERRORS:g} standard errors")
+            f"{a}·{b} distinct items and the value for {a} independent micro-batches, and below 1, within "
+            f"{STANDARD_ERRORS:g} standard errors")
     runs = run_ids(accumulated, plain, big)
     try:  # the round-off floors read the initial parameters
         mine, reference = Spread.of(accumulated), Spread.of(plain) if plain is not None else None
