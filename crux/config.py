@@ -295,9 +295,14 @@ class TrackingConfig:
 @dataclass
 class JaxConfig:
     """``compilation_cache_dir``: ``~`` is the home folder, a relative path starts in the working directory;
-    ``None`` turns the persistent cache off."""
+    ``None`` turns the persistent cache off. ``processes > 1``: the job is one of that many processes that train
+    together (``jax.distributed``), joining the coordinator at ``coordinator`` (``host:port`` of process 0) as
+    process ``process_id``; both ``None`` where the cluster names them (Slurm's tasks)."""
 
     compilation_cache_dir: Optional[str] = MISSING
+    processes: int = checked(AT_LEAST_ONE)
+    coordinator: Optional[str] = None
+    process_id: Optional[int] = checked(NOT_NEGATIVE, None)
 
 
 @dataclass
@@ -450,6 +455,11 @@ def out_of_range(cfg: DictConfig) -> list[str]:
         found.append(f"memory.accumulation_steps={memory.accumulation_steps} splits a mini-batch, but "
                      f"memory.batchsize is unset (every update sees every point): set memory.batchsize "
                      f"(memory=b8_acc4) or memory.accumulation_steps=1")
+    processes, devices = cfg.jax.processes, cfg.solver.devices
+    if processes > 1 and devices % processes:
+        found.append(f"jax.processes={processes} train one job together, so each must hold devices of it: "
+                     f"solver.devices={devices} must be a multiple of {processes} (solver.devices={processes} "
+                     f"with one device a process)")
     if cfg.solver.substeps is not None and (memory.accumulation_steps > 1 or steps > 1):
         found.append(f"solver.substeps makes each substep an update of its own, so memory.accumulation_steps="
                      f"{memory.accumulation_steps} and solver.inner_steps={steps} must both be 1")

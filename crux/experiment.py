@@ -25,7 +25,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from hydra_plugins.crux_sweeper.crux_sweeper import CruxSweeper
 
-from crux import backends, config
+from crux import backends, config, processes
 from crux.config import CONFIG_PACKAGE, Phase
 from crux.problems import Problem
 from crux.tracking import JobRun, ParameterLeaves, parameter_leaves
@@ -88,7 +88,8 @@ def run_job(cfg: DictConfig) -> float:
             problems = config.out_of_range(cfg) + backends.backend_problems(cfg)
             if problems:
                 raise ValueError("; ".join(problems))
-            run = JobRun.start(cfg)
+            processes.join(cfg.jax, cfg.solver.devices)
+            run = JobRun.start(cfg) if processes.records() else processes.Unrecorded()
         except (ValueError, StoreError, OmegaConfBaseException) as error:  # no run yet: nothing to record
             raise SystemExit(f"crux-run: {error}") from None
         with run:
