@@ -43,6 +43,7 @@ from crux import config as crux_config
 from crux.report.jobs import JobAccount, MissingJob, account, plan_from_artifact
 from crux.report.records import PhasePlan, RunRecord, SolveOptions, normalise_substeps
 from crux.stats import Statistics
+from crux.tracking.history import history_series
 from crux.tracking.liveness import close_orphans
 from crux.tracking.store import (READING, SQLITE, STORE_ERRORS, StoreError, bounded_http, brief, check_sqlite,
                                  child_runs, store_errors, tracking_uri)
@@ -347,8 +348,7 @@ def load_record(client: MlflowClient, run: Run, folder: Path, unreadable: list[U
     stats = read("stats.npz", Statistics.load)
     environment = read("environment.json", lambda path: dict(json.loads(path.read_text()))) or {}
     unreadable.extend(Unreadable(run_id, label, artifact, problem) for artifact, problem in sorted(problems.items()))
-    histories = {key: _history(client, run_id, key) for key in sorted(run.data.metrics)
-                 if key.startswith(HISTORY_PREFIXES)}
+    histories = _histories(client, run, stats)
     return RunRecord(run_id=run_id, histories=histories, metrics=dict(run.data.metrics), snapshots=snapshots,
                      stats=stats, repeat=int(tags.get("crux.repeat", 0)), variant=tags.get("crux.variant", ""),
                      tags=tags, params=dict(run.data.params), environment=environment, config=config_text,
@@ -446,6 +446,16 @@ def _reach(cfg: DictConfig) -> tuple[tuple[str, ...], ...]:
     """Per constraint, the models its residual reaches: traced on the configured problem (no training)."""
     solver = crux_config.problem(cfg).solver()
     return tuple(tuple(sorted(models)) for models in solver.reach)
+
+
+def _histories(client: MlflowClient, run: Run, stats: Statistics | None) -> dict[str, np.ndarray]:
+    """Every epoch of the run's loss and learning-rate histories: from ``stats.npz``, which holds them all (a job
+    sends MLflow evenly spaced epochs of them, ``tracking.history_points``); from the store's metrics where that
+    file cannot be read."""
+    if stats is not None:
+        return {key: np.asarray(values, np.float64) for key, values in history_series(stats).items()}
+    return {key: _history(client, run.info.run_id, key) for key in sorted(run.data.metrics)
+            if key.startswith(HISTORY_PREFIXES)}
 
 
 def _history(client: MlflowClient, run_id: str, key: str) -> np.ndarray:

@@ -1,13 +1,11 @@
 """The MLflow run of one job: opened first so that any failure is recorded, then filled as the job goes.
 
 Layout (docs/CONTRACT.md): params are the settings the job ran with
-(:func:`crux.config.effective_settings`, flattened) and its ``variant``; every
-history is logged with ``step = epoch`` in one call, not one per step (5000
-epochs through one ``log_metric`` per value take 20-50 s on a 2-core CPU), straight into a SQL store
-(crux.tracking.history); summary metrics and the artifacts follow. On a 2-core
-CPU this adds 0.5-0.8 s to a sweep's repeat 5000-epoch poisson1d job (3-5%), about
-1.1 s to a process's first, plus 1.4-1.6 s the first time a process loads MLflow's
-SQL store and matplotlib (scripts/measure_tracking.py).
+(:func:`crux.config.effective_settings`, flattened) and its ``variant``; the
+histories go to MLflow as evenly spaced epochs in one call, every epoch in
+``stats.npz`` (:mod:`crux.tracking.history`); summary metrics and the artifacts
+follow. What each step costs a job is measured by scripts/measure_tracking.py
+(docs/BENCHMARK.md).
 """
 from __future__ import annotations
 
@@ -35,7 +33,7 @@ from crux.problems import Problem
 from crux.stats import Statistics
 from crux.tracking.descriptions import NOTE, job_description
 from crux.tracking.environment import environment
-from crux.tracking.history import log_history
+from crux.tracking.history import history_series, log_history, thinned
 from crux.tracking.interrupt import deferred, signal_name
 from crux.tracking.liveness import Heartbeat, process_tags
 from crux.tracking.store import (PARENT_RUN, TRACKING_URI, Destination, ensure_experiment, experiment_name,
@@ -44,6 +42,9 @@ from crux.tracking.store import (PARENT_RUN, TRACKING_URI, Destination, ensure_e
 log = logging.getLogger(__name__)
 
 MESSAGE_CHARS = 4000  # MLflow caps a tag value (8000 characters in 3.x)
+HISTORY_POINTS = "crux.history_points"
+"""The run's tag ``<sent> of <epochs>``: how many epochs of each history went to MLflow as metrics (every one is
+in ``stats.npz``)."""
 STOPPED_FROM_OUTSIDE = ("UncompletedJobError",)
 """Errors by which a launcher ends a job that was stopped rather than failed: submitit raises its
 ``UncompletedJobError`` in a job that Slurm signals at its time limit. Such a run closes KILLED."""
@@ -100,14 +101,6 @@ def outcome_line(stats: Statistics, errors: Mapping[str, float], run_id: str, ur
     return f"{losses}{shown}; run {run_id} in {uri}"
 
 
-def history_series(stats: Statistics) -> dict[str, np.ndarray]:
-    """``loss/total``, ``loss/<constraint>`` and ``lr/<model>``, one value per epoch (``stats.epoch``)."""
-    series = {"loss/total": stats.total_loss}
-    series.update({f"loss/{name}": stats.losses[:, j] for j, name in enumerate(stats.names)})
-    series.update({f"lr/{model}": values for model, values in stats.lr.items()})
-    return series
-
-
 class JobRun:
     """A child run of the multirun's parent, or a run of its own for a plain crux-run.
 
@@ -118,8 +111,10 @@ class JobRun:
     (:mod:`crux.tracking.liveness`).
     """
 
-    def __init__(self, client: MlflowClient, run_id: str, variant: str, repeat: int):
+    def __init__(self, client: MlflowClient, run_id: str, variant: str, repeat: int,
+                 history_points: int | None = None):
         self.client, self.run_id, self.variant, self.repeat = client, run_id, variant, repeat
+        self.history_points = history_points  # per series sent as metrics; None: every epoch
         self._files = tempfile.TemporaryDirectory(prefix=f"crux-run-{run_id}-")
         self._heartbeat = Heartbeat(client, run_id).start()
 
@@ -149,7 +144,7 @@ class JobRun:
         name = f"{variant} r{cfg.repeat}" if "repeat" in where.swept else variant
         with deferred():
             run = client.create_run(where.experiment_id, run_name=name, tags=tags)
-            return cls(client, run.info.run_id, variant, cfg.repeat)
+            return cls(client, run.info.run_id, variant, cfg.repeat, cfg.tracking.history_points)
 
     def __enter__(self) -> "JobRun":
         return self
@@ -194,7 +189,8 @@ class JobRun:
         ``errors`` are the relative L2 errors per field, the parameters are host arrays per model."""
         start = time.perf_counter()
         now = int(time.time() * 1000)
-        log_history(self.client, self.run_id, stats.epoch, history_series(stats), now)
+        steps, series = thinned(stats.epoch, history_series(stats), self.history_points)
+        log_history(self.client, self.run_id, steps, series, now)
         summary = {"compile_seconds": stats.compile_seconds, "run_seconds": stats.run_seconds,
                    "median_step_seconds": stats.median_step_seconds,
                    "steps_per_second": stats.steps / stats.run_seconds if stats.run_seconds else float("nan"),
@@ -206,7 +202,8 @@ class JobRun:
                         for name in final})
         self.client.log_batch(self.run_id, metrics=[Metric(key, float(value), now, 0)
                                                     for key, value in summary.items()],
-                              tags=[RunTag(NOTE, job_description(self.variant, self.repeat, summary))])
+                              tags=[RunTag(NOTE, job_description(self.variant, self.repeat, summary)),
+                                    RunTag(HISTORY_POINTS, f"{len(steps)} of {stats.steps}")])
         self._artifact("history.png", stats.plot)
         self._artifact("stats.npz", stats.save)
         snapshots = {"initial": initial, **{f"phase{k}": leaves for k, leaves in enumerate(phase_ends)},
