@@ -160,11 +160,21 @@ def writable_store(uri: str) -> MlflowClient:
         if problem:
             raise StoreError(f"the tracking store at {uri} cannot be written: {problem}; point MLFLOW_TRACKING_URI / "
                              f"{WRITING.setting} at {WRITING.needs}")
-        if not _has_tables(path, uri):
-            with _locked(folder):  # another process may be creating them: wait, then look again
+        if not _looks_complete(path, uri):
+            with _locked(folder):  # another process may be creating the tables: wait, then judge the file
                 if not _has_tables(path, uri):
                     return _open(uri)
     return _open(uri)
+
+
+def _looks_complete(path: Path, uri: str) -> bool:
+    """Whether the SQLite file at ``path`` is a whole MLflow store, looked at without the folder's lock: a store
+    that another process is creating (its tables made in several steps) is not yet, and is judged under the
+    lock, once that process is done."""
+    try:
+        return _has_tables(path, uri)
+    except StoreError:
+        return False
 
 
 def _has_tables(path: Path, uri: str) -> bool:
