@@ -11,7 +11,10 @@ from types import SimpleNamespace
 import numpy as np
 import optax
 import pytest
+from hydra import compose, initialize_config_module
 
+from crux import config
+from crux.config import CONFIG_PACKAGE
 from crux.report import FAILS, HOLDS, INCONCLUSIVE, RunRecord, SolveOptions
 from crux.report.claims import check_checkpoint, check_inner_steps
 from crux.report.claims.checkpoint import CLAIMED_COST
@@ -19,7 +22,7 @@ from crux.report.claims.fusion import FASTER_BAND
 from crux.report.numerics import paired_timing
 from crux.timing import (FIRST_LOOK, OUTSIDE, UNDECIDED, WITHIN, Band, Machine, PairedTimes, Side, chunk_epochs,
                          ratio_interval, time_paired)
-from crux.tracking.paired_timing import logged
+from crux.tracking.paired_timing import logged, reference_options, solve_options
 from crux_testing import poisson
 
 MACHINE = Machine("Test CPU", 2, "cpu")
@@ -226,3 +229,31 @@ def test_fused_steps_that_dispatch_every_update_fail_faster():
     times = time_paired(Side(fused, {"inner_steps": 10}), Side(poisson(optax.adam, hidden=(16, 16)).solver(), {}),
                         FASTER_BAND, budget_seconds=20)
     assert fused_verdict(times).verdict == FAILS
+
+
+# -- the job's config ------------------------------------------------------------------------------------------
+@pytest.fixture
+def hydra_configs():
+    with initialize_config_module(CONFIG_PACKAGE, version_base="1.3"):
+        yield
+
+
+@pytest.mark.parametrize("overrides, problems", [
+    (["+timing.against.epochs=5"],
+     ["timing.against.epochs: not a solve() option the timing can change; choose among batchsize, "
+      "accumulation_steps, checkpoint_gradients, offload_data, inner_steps, devices"]),
+    (["timing.band=[1.35,1.25]"], ["timing.band=[1.35, 1.25]: must be [low, high] with 0 <= low < high "
+                                   "(timing.band=[1.25,1.35])"]),
+    (["timing.budget_seconds=0"], ["timing.budget_seconds=0.0: must be > 0"]),
+])
+def test_a_timing_the_job_could_not_run_is_refused_before_training(hydra_configs, overrides, problems):
+    assert config.out_of_range(compose("config", overrides=overrides)) == problems
+
+
+def test_a_job_is_timed_against_its_own_options_with_those_of_timing_against_changed(hydra_configs):
+    against = "+timing.against={checkpoint_gradients: false}"
+    checkpointed = compose("config", overrides=["memory=checkpoint", against])
+    assert reference_options(checkpointed) == {**solve_options(checkpointed), "checkpoint_gradients": False}
+    assert solve_options(checkpointed)["checkpoint_gradients"] is True
+    assert reference_options(compose("config", overrides=["memory=full", against])) is None  # itself: nothing
+    assert reference_options(compose("config", overrides=["memory=checkpoint"])) is None  # no timing.against
