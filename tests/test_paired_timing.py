@@ -16,7 +16,7 @@ from hydra import compose, initialize_config_module
 from crux import config
 from crux.config import CONFIG_PACKAGE
 from crux.report import FAILS, HOLDS, INCONCLUSIVE, RunRecord, SolveOptions
-from crux.report.claims import check_checkpoint, check_inner_steps
+from crux.report.claims import check_checkpoint, check_devices, check_inner_steps
 from crux.report.claims.checkpoint import CLAIMED_COST
 from crux.report.claims.fusion import FASTER_BAND
 from crux.report.numerics import paired_timing
@@ -40,7 +40,7 @@ def chunks(ratio: float, pairs: int, noise: float, seed: int = 0) -> tuple[np.nd
 def record(run_id: str, options: SolveOptions, times: PairedTimes | None = None) -> RunRecord:
     """A run with a trivial trajectory and, where given, the paired timing it logged."""
     histories: dict = {"loss/total": np.ones(options.epochs)}
-    metrics: dict = {"compile_seconds": 1.0}
+    metrics: dict = {"compile_seconds": 1.0, "median_step_seconds": 1e-3}
     tags: dict = {}
     if times is not None:
         series, summary, tags = logged(times, {})
@@ -257,3 +257,16 @@ def test_a_job_is_timed_against_its_own_options_with_those_of_timing_against_cha
     assert solve_options(checkpointed)["checkpoint_gradients"] is True
     assert reference_options(compose("config", overrides=["memory=full", against])) is None  # itself: nothing
     assert reference_options(compose("config", overrides=["memory=checkpoint"])) is None  # no timing.against
+
+
+def test_the_devices_time_finding_is_the_paired_interval_where_the_split_runs_timed_themselves():
+    def runs(times: PairedTimes | None) -> list[RunRecord]:
+        split = [record(f"d2-{i}", SolveOptions(epochs=10, batchsize=8, devices=2), times) for i in range(2)]
+        return split + [record(f"b16-{i}", SolveOptions(epochs=10, batchsize=16)) for i in range(2)] + \
+            [record("b8", SolveOptions(epochs=10, batchsize=8))]
+
+    paired = only(check_devices(runs(synthetic(1.5))), "devices.one_batch")
+    assert "128 chunks of 10 epochs, 2 runs), paired in one process" in paired.summary
+    assert paired.evidence["timed_pairs"] == 64  # two split runs, 32 pairs each
+    unpaired = only(check_devices(runs(None)), "devices.one_batch")
+    assert "over repeats of separate jobs, no confidence stated" in unpaired.summary
