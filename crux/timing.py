@@ -159,7 +159,8 @@ def chunk_epochs(candidate: Side, reference: Side, min_seconds: float = MIN_CHUN
     """The chunk length: the smallest multiple of both sides' ``inner_steps``, doubled until a chunk of
     either side takes ``min_seconds``. The chunks run here also warm both sides up (their first compiles)."""
     epochs = math.lcm(candidate.inner_steps, reference.inner_steps)
-    candidate.chunk(epochs), reference.chunk(epochs)  # compile and warm up
+    for side in (candidate, reference):  # compile and warm up
+        side.chunk(epochs)
     while min(candidate.chunk(epochs), reference.chunk(epochs)) * epochs < min_seconds:
         epochs *= 2
     return epochs
