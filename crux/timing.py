@@ -89,16 +89,28 @@ class RatioInterval:
 
 
 def ratio_interval(candidate: np.ndarray, reference: np.ndarray, confidence: float = CONFIDENCE,
-                   resamples: int = RESAMPLES, seed: int = 0) -> RatioInterval:
+                   resamples: int = RESAMPLES, seed: int = 0, runs: np.ndarray | None = None) -> RatioInterval:
     """The median of the per-pair ratios ``candidate[i] / reference[i]`` and its percentile bootstrap interval
-    (pairs resampled with replacement, ``resamples`` times, with ``seed``: deterministic)."""
+    (``resamples`` resamples drawn with ``seed``: deterministic).
+
+    ``runs`` labels each pair with the run that timed it. Pairs of one run are resampled with replacement;
+    pairs of several runs in two stages, the runs with replacement and then the pairs of each drawn run, so
+    that the interval also holds how much the ratio moved between the runs (a run's moment on a shared
+    machine is a condition of its own), not only within them.
+    """
     candidate, reference = np.asarray(candidate, np.float64), np.asarray(reference, np.float64)
     if candidate.shape != reference.shape or candidate.ndim != 1 or len(candidate) < 2:
         raise ValueError(f"paired timing needs two equally long series of at least 2 chunks, got "
                          f"{candidate.shape} and {reference.shape}")
     logs = np.log(candidate / reference)
-    draws = np.random.default_rng(seed).integers(0, len(logs), size=(resamples, len(logs)))
-    medians = np.median(logs[draws], axis=1)
+    rng = np.random.default_rng(seed)
+    groups = [logs[np.asarray(runs) == run] for run in np.unique(runs)] if runs is not None else [logs]
+    if len(groups) == 1:
+        medians = np.median(logs[rng.integers(0, len(logs), size=(resamples, len(logs)))], axis=1)
+    else:
+        medians = np.array([np.median(np.concatenate([group[rng.integers(0, len(group), len(group))] for group in
+                                                      (groups[g] for g in rng.integers(0, len(groups), len(groups)))]))
+                            for _ in range(resamples)])
     tail = (1 - confidence) / 2 * 100
     low, high = np.percentile(medians, [tail, 100 - tail])
     return RatioInterval(float(np.exp(np.median(logs))), float(np.exp(low)), float(np.exp(high)), len(logs),

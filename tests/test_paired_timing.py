@@ -123,6 +123,17 @@ def test_the_pairs_of_every_run_that_timed_a_setting_are_pooled():
     assert "48 chunks" in verdict.summary
 
 
+def test_a_run_that_found_another_ratio_widens_the_interval_however_few_pairs_it_took():
+    short, long = chunks(1.2, 8, noise=0.01, seed=1), chunks(1.3, 64, noise=0.01, seed=2)
+    candidate, reference = (np.concatenate([a, b]) for a, b in zip(short, long))
+    runs = np.repeat([0, 1], [8, 64])
+    # as one series, 64 pairs at 1.3 outvote 8 at 1.2; drawn run by run, a quarter of the resamples hold the
+    # 1.2 run alone, so the 2.5% quantile is near 1.2
+    assert CLAIMED_COST.place(ratio_interval(candidate, reference)) == WITHIN
+    assert ratio_interval(candidate, reference, runs=runs).low < 1.2 * 1.01
+    assert CLAIMED_COST.place(ratio_interval(candidate, reference, runs=runs)) == UNDECIDED
+
+
 def test_an_undecided_timing_on_a_busy_machine_says_so():
     busy = checkpoint_verdict(synthetic(1.25, noise=0.1, load=5.0))
     quiet = checkpoint_verdict(synthetic(1.25, noise=0.1, load=1.0))

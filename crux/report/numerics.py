@@ -277,13 +277,13 @@ def ratio_range(numerator: Spread, denominator: Spread) -> tuple[float, float]:
 
 TIMING = "timing/"  # the metrics of a paired timing (crux/tracking/paired_timing.py)
 TIMING_RULE = ("the median over pairs of chunks of (candidate / reference seconds per epoch), its 95% interval a "
-               "percentile bootstrap over the pairs (2000 resamples, seed 0): holds when the interval lies within "
-               "the band, fails when it lies wholly outside, inconclusive otherwise")
+               "percentile bootstrap (2000 resamples, seed 0) over the runs that timed it and the pairs of each, so "
+               "that it holds how much the ratio moved between runs: holds when the interval lies within the "
+               "band, fails when it lies wholly outside, inconclusive otherwise")
 TIMING_ORIGIN = ("both settings run in one process in alternating chunks (A B, B A, ...), so a load on the machine "
                  "that drifts hits both sides of a pair alike and cancels in the pair's ratio; each job kept adding "
                  "pairs, looking after 8, 16, 32, ... of them, until its interval was in or out of the band or its "
-                 "budget (timing.budget_seconds) was spent; the report pools the pairs of every job that timed "
-                 "the setting (docs/claims.md#timing-rule)")
+                 "budget (timing.budget_seconds) was spent (docs/claims.md#timing-rule)")
 
 
 @dataclass(frozen=True)
@@ -292,13 +292,15 @@ class PairedTiming:
 
     ``candidate`` and ``reference`` hold seconds per epoch of each chunk (pair
     i is their i-th values), ``load`` the 1-minute load average after each
-    pair; ``budget`` and ``spent`` sum the runs' budgets and seconds;
-    ``chunk_epochs`` lists each run's chunk length.
+    pair, ``run_of_pair`` the number of the run that timed it; ``budget`` and
+    ``spent`` sum the runs' budgets and seconds; ``chunk_epochs`` lists each
+    run's chunk length.
     """
 
     candidate: np.ndarray
     reference: np.ndarray
     load: np.ndarray
+    run_of_pair: np.ndarray
     chunk_epochs: tuple[int, ...]
     budget: float
     spent: float
@@ -309,7 +311,7 @@ class PairedTiming:
 
     @property
     def interval(self) -> RatioInterval:
-        return ratio_interval(self.candidate, self.reference)
+        return ratio_interval(self.candidate, self.reference, runs=self.run_of_pair)
 
     @property
     def chunks(self) -> int:
@@ -363,7 +365,9 @@ def paired_timing(records: Sequence[RunRecord]) -> PairedTiming | None:
     series = {key: np.concatenate([np.asarray(r.histories[f"{TIMING}{key}"], np.float64) for r in timed])
               for key in ("candidate_seconds", "reference_seconds", "load1")}
     total = lambda key: float(sum(r.metrics.get(f"{TIMING}{key}", math.nan) for r in timed))
-    return PairedTiming(series["candidate_seconds"], series["reference_seconds"], series["load1"],
+    run_of_pair = np.concatenate([np.full(len(r.histories[f"{TIMING}candidate_seconds"]), n)
+                                  for n, r in enumerate(timed)])
+    return PairedTiming(series["candidate_seconds"], series["reference_seconds"], series["load1"], run_of_pair,
                         tuple(int(r.metrics.get(f"{TIMING}chunk_epochs", 0)) for r in timed),
                         total("budget_seconds"), total("spent_seconds"),
                         int(min(r.metrics.get(f"{TIMING}cores", 1) for r in timed)),
