@@ -63,8 +63,10 @@ def only(verdicts, prefix: str):
 
 
 def checkpoint_verdict(*timings: PairedTimes):
+    """The time-cost verdict on checkpointed runs that logged ``timings`` (one that logged none if none given)."""
     on = SolveOptions(epochs=10, checkpoint_gradients=True)
-    runs = [record(f"on-{i}", on, t) for i, t in enumerate(timings or (None,))] + [record("off", SolveOptions(epochs=10))]
+    runs = [record(f"on-{i}", on, t) for i, t in enumerate(timings or (None,))]
+    runs.append(record("off", SolveOptions(epochs=10)))
     return only(check_checkpoint(runs), "checkpoint.time_cost")
 
 
