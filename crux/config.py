@@ -284,6 +284,32 @@ class MemoryConfig:
 
 
 @dataclass
+class TimingConfig:
+    """Paired timing after training (:mod:`crux.timing`): the job's solve() options against ``against`` (the
+    options that differ, e.g. ``{checkpoint_gradients: false}``; empty, or the job's own: no timing), in
+    alternating chunks until the ratio's interval lies in or out of ``band`` ([low, high) of candidate over
+    reference time) or ``budget_seconds`` are spent."""
+
+    against: Dict[str, Any] = field(default_factory=dict)
+    band: List[float] = field(default_factory=lambda: [0.0, 1.0])
+    budget_seconds: float = checked(POSITIVE, 60.0)
+
+
+TIMED_OPTIONS = ("batchsize", "accumulation_steps", "checkpoint_gradients", "offload_data", "inner_steps", "devices")
+"""The solve() options ``timing.against`` may change."""
+
+
+def timing_problems(cfg: DictConfig) -> list[str]:
+    """What in ``cfg.timing`` a timing could not use, in the command line's terms."""
+    found = [f"timing.against.{key}: not a solve() option the timing can change; choose among "
+             f"{', '.join(TIMED_OPTIONS)}" for key in sorted(set(cfg.timing.against) - set(TIMED_OPTIONS))]
+    band = list(cfg.timing.band)
+    if len(band) != 2 or not 0 <= band[0] < band[1]:
+        found.append(f"timing.band={band}: must be [low, high] with 0 <= low < high (timing.band=[1.25,1.35])")
+    return found
+
+
+@dataclass
 class TrackingConfig:
     """``uri=None``: ``$MLFLOW_TRACKING_URI``, else ``mlflow.db`` in the working directory.
     ``experiment=None``: the sweep's name, or ``crux`` for a plain crux-run. ``history_points``: how many
@@ -360,6 +386,7 @@ class Config:
     repeat: int = checked(NOT_NEGATIVE, 0)
     variant: Optional[str] = None
     roundoff_twin: int = checked(NOT_NEGATIVE, 0)
+    timing: TimingConfig = field(default_factory=TimingConfig)
 
 
 @dataclass
@@ -466,7 +493,7 @@ def out_of_range(cfg: DictConfig) -> list[str]:
     if cfg.solver.substeps is not None and (memory.accumulation_steps > 1 or steps > 1):
         found.append(f"solver.substeps makes each substep an update of its own, so memory.accumulation_steps="
                      f"{memory.accumulation_steps} and solver.inner_steps={steps} must both be 1")
-    return found
+    return found + timing_problems(cfg)
 
 
 def roundoff_twin(params: Any, twin: int) -> Any:

@@ -30,6 +30,7 @@ from crux.config import CONFIG_PACKAGE, Phase
 from crux.problems import Problem
 from crux.tracking import JobRun, ParameterLeaves, parameter_leaves
 from crux.tracking.interrupt import exit_status, interruptible, signal_name
+from crux.tracking.paired_timing import time_against
 from crux.tracking.store import StoreError
 
 log = logging.getLogger(__name__)
@@ -109,6 +110,8 @@ def run_job(cfg: DictConfig) -> float:
                 history = problem.solver().history
                 if history is not None:
                     run.log_results(problem, history, initial, phase_ends)
+            if processes.records():  # one process of several times nothing: its timing would share the cores
+                time_against(cfg, run)
             return float(history.total_loss[-1])
 
 

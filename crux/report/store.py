@@ -50,7 +50,7 @@ from crux.tracking.store import (READING, SQLITE, STORE_ERRORS, StoreError, boun
 
 log = logging.getLogger(__name__)
 
-HISTORY_PREFIXES = ("loss/", "lr/")
+HISTORY_PREFIXES = ("loss/", "lr/", "timing/")  # timing/: a paired timing's chunks, by pair (crux/tracking/paired_timing.py)
 # Config keys that are the solve options under test, or only tell repeated jobs apart (a repeat may be a
 # round-off twin): runs that differ in nothing else belong to one group and may be paired.
 NOT_GROUP = ("memory", "solver.inner_steps", "solver.substeps", "solver.devices", "repeat", "roundoff_twin",
