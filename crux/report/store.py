@@ -449,13 +449,13 @@ def _reach(cfg: DictConfig) -> tuple[tuple[str, ...], ...]:
 
 
 def _histories(client: MlflowClient, run: Run, stats: Statistics | None) -> dict[str, np.ndarray]:
-    """Every epoch of the run's loss and learning-rate histories: from ``stats.npz``, which holds them all (a job
-    sends MLflow evenly spaced epochs of them, ``tracking.history_points``); from the store's metrics where that
-    file cannot be read."""
-    if stats is not None:
-        return {key: np.asarray(values, np.float64) for key, values in history_series(stats).items()}
-    return {key: _history(client, run.info.run_id, key) for key in sorted(run.data.metrics)
-            if key.startswith(HISTORY_PREFIXES)}
+    """The run's series by step: every epoch of its loss and learning-rate histories from ``stats.npz``, which
+    holds them all (a job sends MLflow evenly spaced epochs of them, ``tracking.history_points``), or from the
+    store's metrics where that file cannot be read; a paired timing's series (``timing/``) from the store."""
+    from_stats = {} if stats is None else {key: np.asarray(values, np.float64)
+                                           for key, values in history_series(stats).items()}
+    return {**{key: _history(client, run.info.run_id, key) for key in sorted(run.data.metrics)
+               if key.startswith(HISTORY_PREFIXES) and key not in from_stats}, **from_stats}
 
 
 def _history(client: MlflowClient, run_id: str, key: str) -> np.ndarray:
