@@ -30,6 +30,7 @@ from crux.config import CONFIG_PACKAGE, Phase
 from crux.problems import Problem
 from crux.tracking import JobRun, ParameterLeaves, parameter_leaves
 from crux.tracking.interrupt import exit_status, interruptible, signal_name
+from crux.tracking.secrets import without_passwords
 from crux.tracking.store import StoreError
 
 log = logging.getLogger(__name__)
@@ -115,6 +116,7 @@ def main() -> None:
     """The console script: Hydra reads the command line."""
     config.import_from_working_directory()
     Plugins.instance().register(CruxSweeper)  # Hydra's scan misses it in an editable install
+    sys.argv = without_passwords(sys.argv)  # Hydra saves the overrides, crux records them
     try:
         run_job()
     except KeyboardInterrupt as stopped:

@@ -38,8 +38,9 @@ from crux.tracking.environment import environment
 from crux.tracking.history import log_history
 from crux.tracking.interrupt import deferred, signal_name
 from crux.tracking.liveness import Heartbeat, process_tags
+from crux.tracking.secrets import masked
 from crux.tracking.store import (PARENT_RUN, TRACKING_URI, Destination, ensure_experiment, experiment_name,
-                                 shown_uri, tracking_uri, writable_store)
+                                 tracking_uri, writable_store)
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +216,7 @@ class JobRun:
                   for name, model_leaves in params.items() for i, leaf in enumerate(model_leaves)}
         self._artifact("params.npz", lambda path: np.savez(path, **leaves))
         log.info("logged %d epochs, the summary and the artifacts in %.2f s", stats.steps, time.perf_counter() - start)
-        log.info("%s", outcome_line(stats, errors, self.run_id, shown_uri(self.client.tracking_uri)))
+        log.info("%s", outcome_line(stats, errors, self.run_id, masked(self.client.tracking_uri)))
 
     def log_metrics(self, values: Mapping[str, float]) -> None:
         """Summary metrics (step 0), e.g. a measurement made beside the training."""

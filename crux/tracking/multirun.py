@@ -53,6 +53,7 @@ from crux.tracking.descriptions import COMMAND, NOTE, runs_page, sweep_descripti
 from crux.tracking.interrupt import deferred, exit_status, interruptible, signal_name
 from crux.tracking.job import flatten
 from crux.tracking.liveness import HOST, PID, Heartbeat, close_orphans, process_tags
+from crux.tracking.secrets import masked
 from crux.tracking.store import (PARENT_RUN, SWEPT, TRACKING_URI, WRITING, StoreError, child_runs,
                                  ensure_experiment, experiment_name, store_errors, tracking_uri, writable_store)
 
@@ -149,7 +150,7 @@ class Multirun:
             try:
                 opened = self._reopen() if resume else self._open()
             except (Refused, StoreError) as error:
-                raise SystemExit(f"{self.program}: {error}") from None
+                raise SystemExit(f"{self.program}: {masked(str(error))}") from None
             if opened is None:
                 return []
             return self._launch(opened)
@@ -199,7 +200,7 @@ class Multirun:
             run = client.create_run(experiment_id, run_name=f"{self.name} {time.strftime('%Y-%m-%d %H:%M:%S')}",
                                     tags=tags)
             self._log_plan(client, run.info.run_id, jobs)
-        log.info("MLflow: experiment %r, parent run %s at %s", self.name, run.info.run_id, self.uri)
+        log.info("MLflow: experiment %r, parent run %s at %s", self.name, run.info.run_id, masked(self.uri))
         return Opened(client, self.uri, experiment_id, run.info.run_id, jobs, list(range(len(jobs))))
 
     @deferred()
@@ -235,7 +236,7 @@ class Multirun:
                                               {**process_tags(), "crux.resumes": str(resumes)}.items()])
         pin_sweep_dir(self.config)
         log.info("MLflow: resuming sweep %s (parent run %s at %s): %d of its %d jobs to run (%s)", self.name,
-                 parent_id, self.uri, len(todo), len(jobs), ", ".join(map(str, todo)))
+                 parent_id, masked(self.uri), len(todo), len(jobs), ", ".join(map(str, todo)))
         return Opened(client, self.uri, parent.info.experiment_id, parent_id, jobs, todo)
 
     def _recorded_plan(self, client: MlflowClient, parent: Run) -> list[list[str]]:
@@ -365,8 +366,8 @@ class Multirun:
                                                     Metric("failed_jobs", len(missing), now, 0)])
         client.set_terminated(opened.parent_id, status)
         served = opened.uri.startswith(("http://", "https://"))
-        log.info("MLflow: the sweep's runs at %s%s", runs_page(opened.uri, opened.experiment_id),
-                 "" if served else f" once `mlflow ui --backend-store-uri {opened.uri}` serves them")
+        log.info("MLflow: the sweep's runs at %s%s", masked(runs_page(opened.uri, opened.experiment_id)),
+                 "" if served else f" once `mlflow ui --backend-store-uri {masked(opened.uri)}` serves them")
         return status, missing
 
 

@@ -39,6 +39,7 @@ from requests.exceptions import RequestException
 from sqlalchemy.exc import SQLAlchemyError
 
 from crux.tracking.descriptions import experiment_tags
+from crux.tracking.secrets import masked, without_password
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,11 @@ PROBLEM_CHARS = 300
 
 
 class StoreError(Exception):
-    """The tracking store cannot be used as a command needs it; the message is one line for the user."""
+    """The tracking store cannot be used as a command needs it; the message is one line for the user, with any
+    credential in it masked (:func:`crux.tracking.secrets.masked`)."""
+
+    def __init__(self, message: str):
+        super().__init__(masked(message))
 
 
 @dataclass(frozen=True)
@@ -78,17 +83,13 @@ WRITING = Access("written", "tracking.uri=", "a store this command can write (sq
 def tracking_uri(configured: str | None) -> str:
     """``configured``, else ``$MLFLOW_TRACKING_URI``, else ``mlflow.db`` in the working directory.
 
-    A relative SQLite path is made absolute against the working directory of the command that was typed.
+    A relative SQLite path is made absolute against the working directory of the command that was typed; a
+    PostgreSQL password is moved out of the URI into the environment (:func:`crux.tracking.secrets.without_password`).
     """
-    uri = configured or os.environ.get("MLFLOW_TRACKING_URI") or f"{SQLITE}mlflow.db"
+    uri = without_password(configured or os.environ.get("MLFLOW_TRACKING_URI") or f"{SQLITE}mlflow.db")
     if uri.startswith(SQLITE):
         return f"{SQLITE}{Path(uri[len(SQLITE):]).resolve()}"
     return uri
-
-
-def shown_uri(uri: str) -> str:
-    """``uri`` as it may be printed or written: a password in it (``postgresql://user:secret@host/db``) masked."""
-    return re.sub(r"(//[^/:@]*:)[^@/]*@", r"\1***@", uri)
 
 
 def experiment_name(configured: str | None, choices: Mapping[str, str | None]) -> str:
