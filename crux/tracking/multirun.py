@@ -187,7 +187,7 @@ class Multirun:
             raise Refused(_one_line(error)) from None
         self._checked(jobs)
         client = writable_store(self.uri)
-        with store_errors(self.uri, WRITING):
+        with store_errors(self.uri, WRITING, self.name):
             experiment_id = ensure_experiment(client, self.name, self.uri, self.config.claim)
             close_orphans(client, experiment_id, self.program)
             sweep_dir = pin_sweep_dir(self.config)
@@ -207,7 +207,7 @@ class Multirun:
     def _reopen(self) -> Opened | None:
         """The newest sweep of the name, reopened with the jobs it lacks; None when it lacks none."""
         client = writable_store(self.uri)
-        with store_errors(self.uri, WRITING):
+        with store_errors(self.uri, WRITING, self.name):
             experiment = client.get_experiment_by_name(self.name)
             if experiment is None or experiment.lifecycle_stage != "active":
                 raise Refused(f"no sweep of {self.name!r} at {self.uri} to resume: start one without --resume")
@@ -221,7 +221,7 @@ class Multirun:
             finished = self._finished(client, parent, jobs)
         todo = [n for n in range(len(jobs)) if n not in finished]
         parent_id = parent.info.run_id
-        with store_errors(self.uri, WRITING):
+        with store_errors(self.uri, WRITING, self.name):
             if not todo:
                 if parent.info.status != FINISHED:
                     client.set_terminated(parent_id, FINISHED)
