@@ -286,10 +286,13 @@ class MemoryConfig:
 @dataclass
 class TrackingConfig:
     """``uri=None``: ``$MLFLOW_TRACKING_URI``, else ``mlflow.db`` in the working directory.
-    ``experiment=None``: the sweep's name, or ``crux`` for a plain crux-run."""
+    ``experiment=None``: the sweep's name, or ``crux`` for a plain crux-run.
+    ``retry_seconds``: how long a write waits for a store that is away (a server restarting, a full disk)
+    before the sweep stops (crux.tracking.faults)."""
 
     uri: Optional[str] = None
     experiment: Optional[str] = None
+    retry_seconds: float = 60.0
 
 
 @dataclass

@@ -70,10 +70,12 @@ start() {
         [[ $host == 127.0.0.1 ]] || options+=(--allowed-hosts "$host:$port")
     fi
     (   # with --auth the server's users (DIR/auth.db) are written with mode 600 too
-        [[ -z $auth ]] || umask 077
-        MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false MLFLOW_AUTH_CONFIG_PATH=$dir/auth.ini \
-            MLFLOW_FLASK_SERVER_SECRET_KEY=$( [[ -z $auth ]] || cat "$dir/secret_key" ) \
-            start_session "$dir/server.pid" "$dir/server.log" "$python" -m mlflow server "${options[@]}"
+        export MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false
+        if [[ -n $auth ]]; then
+            umask 077
+            export MLFLOW_AUTH_CONFIG_PATH=$dir/auth.ini MLFLOW_FLASK_SERVER_SECRET_KEY=$(<"$dir/secret_key")
+        fi
+        start_session "$dir/server.pid" "$dir/server.log" "$python" -m mlflow server "${options[@]}"
     )
     # The first start on an empty database creates MLflow's tables: allow two minutes on a busy machine.
     wait_until 120 "$dir/server.pid" "$dir/server.log" "the server at $url" \

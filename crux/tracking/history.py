@@ -18,7 +18,8 @@ lifecycle check). tests/test_tracking_history.py checks, on SQLite and on
 PostgreSQL, that MLflow's read API sees the same histories and latest values either
 way. Any other store (a tracking server, the file store), other MLflow versions, an
 active logged model, or a value already stored (MLflow skips those) take
-``log_batch``.
+``log_batch``. A store that is away is waited for (:func:`crux.tracking.faults.patiently`); a failed
+insert rolls back whole, so trying again writes each value once.
 """
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 from sqlalchemy import Table, insert, select, update
 from sqlalchemy.exc import IntegrityError
+
+from crux.tracking.faults import patiently
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +70,8 @@ def log_history(client: MlflowClient, run_id: str, steps: Sequence[int], series:
     if not steps:
         return
     target = _sql_target(client)
-    if target is None or mlflow.get_active_model_id() is not None or not _write(target, run_id, steps, series,
-                                                                                 timestamp):
+    if target is None or mlflow.get_active_model_id() is not None or not patiently(
+            lambda: _write(target, run_id, steps, series, timestamp), "the history insert"):
         client.log_batch(run_id, metrics=history_metrics(steps, series, timestamp))
 
 

@@ -35,6 +35,7 @@ from crux.problems import Problem
 from crux.stats import Statistics
 from crux.tracking.descriptions import NOTE, job_description
 from crux.tracking.environment import environment
+from crux.tracking.faults import PatientClient, StoreFault, record_fault, recorded_fault, set_retry_budget
 from crux.tracking.history import log_history
 from crux.tracking.interrupt import deferred, signal_name
 from crux.tracking.liveness import Heartbeat, process_tags
@@ -119,8 +120,9 @@ class JobRun:
     (:mod:`crux.tracking.liveness`).
     """
 
-    def __init__(self, client: MlflowClient, run_id: str, variant: str, repeat: int):
+    def __init__(self, client: MlflowClient, run_id: str, variant: str, repeat: int, sweep_dir: Path | None = None):
         self.client, self.run_id, self.variant, self.repeat = client, run_id, variant, repeat
+        self.sweep_dir = sweep_dir
         self._files = tempfile.TemporaryDirectory(prefix=f"crux-run-{run_id}-")
         self._heartbeat = Heartbeat(client, run_id).start()
 
@@ -131,12 +133,17 @@ class JobRun:
         hydra = HydraConfig.get()
         multirun = hydra.mode == RunMode.MULTIRUN
         parent = os.environ.get(PARENT_RUN) if multirun else None
+        set_retry_budget(cfg.tracking.retry_seconds)
+        sweep_dir = Path(hydra.sweep.dir) if parent else None
+        fault = recorded_fault(sweep_dir)
+        if fault is not None:  # an earlier job of the sweep waited for the store in vain: this one would too
+            raise StoreFault(f"not started: {fault['message']}")
         if parent:
-            client = MlflowClient(os.environ[TRACKING_URI])
+            client = PatientClient(MlflowClient(os.environ[TRACKING_URI]))
             where = Destination.of_parent(client, os.environ[TRACKING_URI], parent)
         else:  # a plain crux-run, or a multirun of another sweeper
             uri = tracking_uri(cfg.tracking.uri)
-            client = writable_store(uri)
+            client = PatientClient(writable_store(uri))
             name = experiment_name(cfg.tracking.experiment, hydra.runtime.choices)
             where = Destination(uri, ensure_experiment(client, name, uri, cfg.claim), None, name, cfg.claim)
         variant = cfg.variant or variant_name(list(hydra.overrides.task), where.swept, set(hydra.runtime.choices),
@@ -150,7 +157,7 @@ class JobRun:
         name = f"{variant} r{cfg.repeat}" if "repeat" in where.swept else variant
         with deferred():
             run = client.create_run(where.experiment_id, run_name=name, tags=tags)
-            return cls(client, run.info.run_id, variant, cfg.repeat)
+            return cls(client, run.info.run_id, variant, cfg.repeat, sweep_dir)
 
     def __enter__(self) -> "JobRun":
         return self
@@ -159,6 +166,13 @@ class JobRun:
                  traceback: TracebackType | None) -> bool:
         self._heartbeat.stop()
         status = "FINISHED"
+        if isinstance(error, StoreFault):  # the store is away: the run is closed later, with this cause
+            log.error("the tracking store failed: %s; run %s stays open until the next crux-sweep --resume or "
+                      "crux-report closes it", error, self.run_id)
+            if self.sweep_dir is not None:
+                record_fault(self.sweep_dir, self.run_id, str(error))
+            self._files.cleanup()
+            return False
         with deferred():
             if error is not None:
                 stopped = isinstance(error, (KeyboardInterrupt, SystemExit)) or kind.__name__ in STOPPED_FROM_OUTSIDE

@@ -49,12 +49,14 @@ from omegaconf.errors import OmegaConfBaseException
 
 from crux.backends.choice import backend_problems
 from crux.config import effective_settings, out_of_range
+from crux.tracking.faults import (PatientClient, StoreFault, clear_fault, record_fault, recorded_fault,
+                                  set_retry_budget)
 from crux.tracking.descriptions import COMMAND, NOTE, runs_page, sweep_description
 from crux.tracking.interrupt import deferred, exit_status, interruptible, signal_name
 from crux.tracking.job import flatten
 from crux.tracking.liveness import HOST, PID, Heartbeat, close_orphans, process_tags
 from crux.tracking.secrets import masked
-from crux.tracking.store import (PARENT_RUN, SWEPT, TRACKING_URI, WRITING, StoreError, child_runs,
+from crux.tracking.store import (PARENT_RUN, STORE_ERRORS, SWEPT, TRACKING_URI, WRITING, StoreError, child_runs,
                                  ensure_experiment, experiment_name, store_errors, tracking_uri, writable_store)
 
 log = logging.getLogger(__name__)
@@ -146,10 +148,11 @@ class Multirun:
         """Check, open, launch, close; raises SystemExit with one line when refused, with the shell's status of
         the signal when stopped, and with a summary when jobs failed."""
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar for a one-file download
+        set_retry_budget(self.config.tracking.retry_seconds)
         with interruptible():
             try:
                 opened = self._reopen() if resume else self._open()
-            except (Refused, StoreError) as error:
+            except (Refused, StoreError, StoreFault) as error:
                 raise SystemExit(f"{self.program}: {masked(str(error))}") from None
             if opened is None:
                 return []
@@ -186,7 +189,7 @@ class Multirun:
         except CONFIG_ERRORS as error:
             raise Refused(_one_line(error)) from None
         self._checked(jobs)
-        client = writable_store(self.uri)
+        client = PatientClient(writable_store(self.uri))
         with store_errors(self.uri, WRITING, self.name):
             experiment_id = ensure_experiment(client, self.name, self.uri, self.config.claim)
             close_orphans(client, experiment_id, self.program)
@@ -206,7 +209,7 @@ class Multirun:
     @deferred()
     def _reopen(self) -> Opened | None:
         """The newest sweep of the name, reopened with the jobs it lacks; None when it lacks none."""
-        client = writable_store(self.uri)
+        client = PatientClient(writable_store(self.uri))
         with store_errors(self.uri, WRITING, self.name):
             experiment = client.get_experiment_by_name(self.name)
             if experiment is None or experiment.lifecycle_stage != "active":
@@ -302,21 +305,26 @@ class Multirun:
         hand_over(self.config, f"hydra.job.env_set.{TRACKING_URI}", opened.uri)
         heartbeat = Heartbeat(opened.client, opened.parent_id).start()
         returns: list[Sequence[JobReturn]] = []
+        completed: list[int] = []
         stopped: KeyboardInterrupt | None = None
+        sweep_dir = Path(self.config.hydra.sweep.dir)
         try:
-            sweep_dir = Path(self.config.hydra.sweep.dir)
             sweep_dir.mkdir(parents=True, exist_ok=True)
+            clear_fault(sweep_dir)  # a resumed sweep in the same folder: that fault is over
             OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
             for batch in self._batches(opened.todo):
+                if recorded_fault(sweep_dir) is not None:
+                    break  # the store is away: the jobs left would wait for it in vain
                 try:
                     returns.append(self.launcher.launch([opened.jobs[n] for n in batch], initial_job_idx=batch[0]))
+                    completed += [n for n, result in zip(batch, returns[-1]) if result.status == JobStatus.COMPLETED]
                 except Exception as error:  # noqa: BLE001 - a job the launcher lost (a Slurm job past its time
                     log.error("the launcher failed on jobs %s", batch, exc_info=error)  # limit): the others go on
         except KeyboardInterrupt as error:
             stopped = error
         finally:
             heartbeat.stop()
-            status, missing = self._close(opened, stopped)
+            status, missing = self._close_or_report(opened, stopped, sweep_dir, completed)
         if stopped is not None:
             print(f"{self.program}: stopped by {signal_name(stopped)}: parent run {opened.parent_id} closed {status} "
                   f"with {len(opened.jobs) - len(missing)} of {len(opened.jobs)} jobs finished; `{self.resume_command}` "
@@ -325,6 +333,8 @@ class Multirun:
         for result in (result for results in returns for result in results if result.status == JobStatus.FAILED):
             try:
                 result.return_value
+            except StoreFault:
+                continue  # said in one line by the job and by the sweep's end
             except Exception as error:  # noqa: BLE001 - the job's own exception, shown with its traceback
                 log.error("job with overrides %s failed", " ".join(result.overrides), exc_info=error)
         if missing:
@@ -343,6 +353,31 @@ class Multirun:
                 yield block
                 block = []
             block.append(number)
+
+    def _close_or_report(self, opened: Opened, stopped: KeyboardInterrupt | None, sweep_dir: Path,
+                         completed: list[int]) -> tuple[str, list[int]]:
+        """:meth:`_close`; where a job found the store away (or the closing does), closing is tried once, and
+        SystemExit with one line says what failed, which jobs finished and how to go on."""
+        fault = recorded_fault(sweep_dir)
+        if fault is not None:  # try once: the jobs waited the whole budget already
+            opened = Opened(getattr(opened.client, "client", opened.client), opened.uri, opened.experiment_id,
+                            opened.parent_id, opened.jobs, opened.todo)
+        try:
+            closed = self._close(opened, stopped)
+        except (StoreFault, *STORE_ERRORS) as error:
+            fault = fault or {"message": f"closing the sweep failed: {error}"}
+            record_fault(sweep_dir, opened.parent_id, fault["message"])
+            closed = None
+        if fault is None:
+            return closed
+        finished = f" (job {', '.join(map(str, sorted(completed)))})" if completed else ""
+        raise SystemExit(
+            f"{self.program}: the tracking store at {masked(self.uri)} failed: {masked(fault['message'])}; "
+            f"{len(completed)} of the {len(opened.todo)} jobs run finished{finished}, none started after it; "
+            + (f"parent run {opened.parent_id} closed {closed[0]}" if closed else
+               f"the runs left open (parent run {opened.parent_id}) are closed by the next `crux-sweep --resume` "
+               f"or `crux-report`")
+            + f"; once the store is back, `{self.resume_command}` runs the others")
 
     @deferred()
     def _close(self, opened: Opened, stopped: KeyboardInterrupt | None) -> tuple[str, list[int]]:

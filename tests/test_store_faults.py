@@ -1,0 +1,91 @@
+"""A store fault is not a job fault (crux.tracking.faults): a tracking server that goes away for good ends the sweep
+within tracking.retry_seconds, in one line with the --resume command, and --resume completes it once the server is
+back; a PostgreSQL restart within the budget under a direct ``postgresql://`` sweep is ridden out."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from scale_out import SCRIPTS, start, stop
+
+pytestmark = pytest.mark.integration  # MLflow servers, PostgreSQL, sweeps in subprocesses
+
+RETRY_SECONDS = 10
+# Three jobs long enough (a few seconds of training each) that the store can go away while one trains.
+JOBS = ["memory=b8,b32,b8_acc4", "repeat=0", "solver.epochs=3000", "model.width=8", "problem.n_interior=64",
+        "gradient_draws=0", f"tracking.retry_seconds={RETRY_SECONDS}"]
+TRAINING = "training phase 1 of 1"
+
+
+def sweep(folder: Path, uri: str, *extra: str) -> subprocess.Popen:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("MLFLOW_HTTP_REQUEST_")}
+    return subprocess.Popen([sys.executable, "-m", "crux.sweep", "accumulation", *JOBS, *extra], cwd=folder,
+                            env={**env, "MLFLOW_TRACKING_URI": uri}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def read_until(process: subprocess.Popen, seen: list[str], event: str, times: int = 1) -> None:
+    """Read ``process``'s output into ``seen`` until ``event`` has appeared ``times`` times."""
+    for line in process.stdout:
+        seen.append(line)
+        if sum(event in line for line in seen) >= times:
+            return
+    raise AssertionError(f"{event!r} never came:\n" + "".join(seen[-40:]))
+
+
+def finish(process: subprocess.Popen, seen: list[str]) -> int:
+    seen.extend(process.stdout)
+    return process.wait(timeout=600)
+
+
+@pytest.fixture
+def server_folder(empty_store) -> Iterator[Path]:
+    pytest.importorskip("flask_wtf")  # not needed, but the same install as the other server tests
+    folder = Path(os.environ.get("TMPDIR", "/tmp")) / f"crux-test-fault-{os.getpid()}"
+    folder.mkdir()
+    shutil.copy(empty_store, folder / "runs.db")
+    try:
+        yield folder
+    finally:
+        stop("mlflow_server.sh", folder / "server")
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_server_gone_for_good_ends_the_sweep_in_one_line_and_resume_completes_it(server_folder, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    backend = f"sqlite:///{server_folder / 'runs.db'}"
+    url = start("mlflow_server.sh", server_folder / "server", backend, "1")
+    process, seen = sweep(tmp_path, url), []
+    read_until(process, seen, TRAINING, times=2)  # job 1 trains
+    stop("mlflow_server.sh", server_folder / "server")
+    status = finish(process, seen)
+    output = "".join(seen)
+    assert status != 0 and "Traceback" not in output, output[-4000:]
+    last = seen[-1].strip()
+    assert last.startswith(f"crux-sweep: the tracking store at {url} failed: ") and "; 1 of the 3 jobs run finished (job 0), none started after it; " in last
+    assert "closed by the next `crux-sweep --resume` or `crux-report`" in last
+    assert last.endswith(f"--resume` runs the others"), last
+    # no job after the one that met the fault waited for the store: each was refused at once
+    assert output.count(f"the tracking store did not take") == 1
+
+    url = start("mlflow_server.sh", server_folder / "server", backend, "1")
+    process, seen = sweep(tmp_path, url, "--resume"), []
+    assert finish(process, seen) == 0, "".join(seen)[-4000:]
+    client = MlflowClient(url)
+    runs = client.search_runs([client.get_experiment_by_name("accumulation").experiment_id])
+    assert [run.info.run_id for run in runs if run.info.status == "RUNNING"] == []
+    (parent,) = [run for run in runs if run.data.tags.get("crux.role") == "parent"]
+    assert parent.info.status == "FINISHED"
+    finished = sorted(run.data.tags["crux.job"] for run in runs if run.data.tags.get("crux.role") == "child"
+                      and run.info.status == "FINISHED")
+    assert finished == ["0", "1", "2"]
+    closed = [run for run in runs if run.data.tags.get("crux.error_type") in ("StoreFault", "ProcessGone")]
+    assert closed and {run.data.tags["crux.error_type"] for run in closed} == {"StoreFault"}
+    assert all("the tracking store failed" in run.data.tags["crux.error_message"] for run in closed)
