@@ -46,7 +46,6 @@ def finish(process: subprocess.Popen, seen: list[str]) -> int:
 
 @pytest.fixture
 def server_folder(empty_store) -> Iterator[Path]:
-    pytest.importorskip("flask_wtf")  # not needed, but the same install as the other server tests
     folder = Path(os.environ.get("TMPDIR", "/tmp")) / f"crux-test-fault-{os.getpid()}"
     folder.mkdir()
     shutil.copy(empty_store, folder / "runs.db")
@@ -89,3 +88,24 @@ def test_a_server_gone_for_good_ends_the_sweep_in_one_line_and_resume_completes_
     closed = [run for run in runs if run.data.tags.get("crux.error_type") in ("StoreFault", "ProcessGone")]
     assert closed and {run.data.tags["crux.error_type"] for run in closed} == {"StoreFault"}
     assert all("the tracking store failed" in run.data.tags["crux.error_message"] for run in closed)
+
+
+def test_a_postgresql_restart_within_the_budget_under_a_direct_sweep_loses_no_job(postgres, postgres_store, tmp_path):
+    """PostgreSQL goes down while job 1 trains and comes back once a write has met it (the job's warning that it
+    tries again): every job finishes, as does the sweep."""
+    from mlflow.tracking import MlflowClient
+
+    process, seen = sweep(tmp_path, postgres_store, "tracking.retry_seconds=120"), []
+    read_until(process, seen, TRAINING, times=2)
+    postgres_script = ["bash", str(SCRIPTS / "postgres.sh")]
+    subprocess.run([*postgres_script, "stop", str(postgres.folder)], check=True, timeout=120)
+    try:
+        read_until(process, seen, "the tracking store did not take")
+    finally:
+        subprocess.run([*postgres_script, "restart", str(postgres.folder)], check=True, timeout=120)
+    assert finish(process, seen) == 0, "".join(seen)[-4000:]
+    assert "Traceback" not in "".join(seen)
+    client = MlflowClient(postgres_store)
+    runs = client.search_runs([client.get_experiment_by_name("accumulation").experiment_id])
+    assert sorted((run.data.tags.get("crux.job", "parent"), run.info.status) for run in runs) == [
+        ("0", "FINISHED"), ("1", "FINISHED"), ("2", "FINISHED"), ("parent", "FINISHED")]
