@@ -98,6 +98,7 @@ def run_job(cfg: DictConfig) -> float:
                 return backends.run_on_backend(cfg, run)
             phases = config.training_phases(cfg)
             problem = config.problem(cfg)
+            run.check_room(problem, sum(phase.epochs for phase in phases), len(phases))
             if backends.draws_wanted(cfg):
                 run.log_metrics(backends.crux_gradient_draws(problem, backends.draws_wanted(cfg), cfg.memory.batchsize,
                                                              cfg.memory.accumulation_steps, cfg.solver.seed).metrics())

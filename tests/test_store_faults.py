@@ -109,3 +109,33 @@ def test_a_postgresql_restart_within_the_budget_under_a_direct_sweep_loses_no_jo
     runs = client.search_runs([client.get_experiment_by_name("accumulation").experiment_id])
     assert sorted((run.data.tags.get("crux.job", "parent"), run.info.status) for run in runs) == [
         ("0", "FINISHED"), ("1", "FINISHED"), ("2", "FINISHED"), ("parent", "FINISHED")]
+
+
+@pytest.fixture
+def small_disk(tmp_path) -> Iterator[Path]:
+    """A 3 MB tmpfs (root only), removed afterwards."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(disk)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"a 3 MB tmpfs could not be mounted here: {done.stderr.strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_a_store_without_room_for_a_job_is_refused_before_it_trains(small_disk, empty_store, tmp_path):
+    """The empty store (under 1 MB) leaves about 2 MB; 20,000 epochs of 3 series (total, pde, bc) and one
+    learning rate are 80,000 values, about 20 MB in SQLite: refused, with both figures, before any training."""
+    shutil.copy(empty_store, small_disk / "mlflow.db")
+    process, seen = sweep(tmp_path, f"sqlite:///{small_disk / 'mlflow.db'}", "memory=b8", "solver.epochs=20000"), []
+    assert finish(process, seen) != 0
+    output = "".join(seen)
+    assert TRAINING not in output and "Traceback" not in output, output[-3000:]
+    last = seen[-1]
+    assert "a job of 80,000 history values needs about " in last and f"on the filesystem of {small_disk} " in last
+    needed = int(last.split("needs about ")[1].split(" bytes")[0].replace(",", ""))
+    free = int(last.split(" are free")[0].rsplit("and ", 1)[1].replace(",", ""))
+    assert needed > 80_000 * 250 and 0 < free < 3 * 2**20  # the rows alone (BYTES_PER_STORED_VALUE); the tmpfs
+    assert "--resume` runs the others" in last

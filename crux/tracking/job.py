@@ -40,6 +40,7 @@ from crux.tracking.history import log_history
 from crux.tracking.interrupt import deferred, signal_name
 from crux.tracking.liveness import Heartbeat, process_tags
 from crux.tracking.secrets import masked
+from crux.tracking.space import NoRoom, check_room
 from crux.tracking.store import (PARENT_RUN, TRACKING_URI, Destination, ensure_experiment, experiment_name,
                                  tracking_uri, writable_store)
 
@@ -166,11 +167,11 @@ class JobRun:
                  traceback: TracebackType | None) -> bool:
         self._heartbeat.stop()
         status = "FINISHED"
-        if isinstance(error, StoreFault):  # the store is away: the run is closed later, with this cause
+        if isinstance(error, StoreFault) and self.sweep_dir is not None:  # the sweep stops its jobs
+            record_fault(self.sweep_dir, self.run_id, str(error))
+        if isinstance(error, StoreFault) and not isinstance(error, NoRoom):  # the store is away: closed later
             log.error("the tracking store failed: %s; run %s stays open until the next crux-sweep --resume or "
                       "crux-report closes it", error, self.run_id)
-            if self.sweep_dir is not None:
-                record_fault(self.sweep_dir, self.run_id, str(error))
             self._files.cleanup()
             return False
         with deferred():
@@ -183,6 +184,15 @@ class JobRun:
             self.client.set_terminated(self.run_id, status)
         self._files.cleanup()
         return False
+
+    def check_room(self, problem: Problem, epochs: int, phases: int) -> None:
+        """Raise :class:`crux.tracking.space.NoRoom` where this machine's store or artifact folder lacks room for
+        what ``epochs`` of ``problem`` in ``phases`` phases write."""
+        series = 1 + len(problem.constraints) + len(problem.models)
+        parameter_bytes = sum(np.asarray(leaf).nbytes for model in problem.models.values()
+                              for leaf in jax.tree.leaves(model.params))
+        check_room(self.client.tracking_uri, self.client.get_run(self.run_id).info.artifact_uri, epochs * series,
+                   parameter_bytes, phases + 2)
 
     # -- what is logged (a signal waits until it is: crux.tracking.interrupt) -----------------
     @deferred()
