@@ -139,3 +139,21 @@ def test_a_store_without_room_for_a_job_is_refused_before_it_trains(small_disk, 
     free = int(last.split(" are free")[0].rsplit("and ", 1)[1].replace(",", ""))
     assert needed > 80_000 * 250 and 0 < free < 3 * 2**20  # the rows alone (BYTES_PER_STORED_VALUE); the tmpfs
     assert "--resume` runs the others" in last
+
+
+def test_a_store_that_runs_full_while_a_job_trains_ends_the_sweep_in_one_line(small_disk, empty_store, tmp_path):
+    """The check before training passes (about 2 MB free, a 300-epoch job writes about 0.6 MB); then the disk is
+    filled while job 0 trains: its history insert meets a full disk, waits the budget, and the sweep ends as for a
+    server gone away."""
+    shutil.copy(empty_store, small_disk / "mlflow.db")
+    process, seen = sweep(tmp_path, f"sqlite:///{small_disk / 'mlflow.db'}", "solver.epochs=300"), []
+    read_until(process, seen, TRAINING)
+    with open(small_disk / "filler", "wb") as filler:
+        os.posix_fallocate(filler.fileno(), 0, shutil.disk_usage(small_disk).free)
+    status = finish(process, seen)
+    output = "".join(seen)
+    assert status != 0 and "Traceback" not in output, output[-4000:]
+    last = seen[-1]
+    assert last.startswith(f"crux-sweep: the tracking store at sqlite:///{small_disk / 'mlflow.db'} failed: ")
+    assert "disk is full" in last and "0 of the 3 jobs run finished, none started after it" in last
+    assert output.count("the tracking store did not take") == 1  # job 0 waited; jobs 1 and 2 were not started
