@@ -9,7 +9,9 @@ artifact ``planned_jobs.json``) and closes FINISHED only when every planned job 
 a FINISHED run, else FAILED, or KILLED when the sweep was stopped (SIGINT,
 SIGTERM: :mod:`crux.tracking.interrupt`); runs of its jobs still RUNNING then are
 closed KILLED too. A resumed sweep runs the jobs of its plan that did not finish
-again, each as a new child run with the same ``crux.job``, under the same parent.
+again, each as a new child run with the same ``crux.job``, under the same parent. A store that stays away
+longer than ``tracking.retry_seconds`` stops the sweep: no job starts after it, and one line says what failed,
+which jobs finished and the ``--resume`` command (:mod:`crux.tracking.faults`).
 
 Nothing is created before every job's config is known to be usable
 (:func:`crux.config.out_of_range`) and the store to take writes
@@ -49,9 +51,9 @@ from omegaconf.errors import OmegaConfBaseException
 
 from crux.backends.choice import backend_problems
 from crux.config import effective_settings, out_of_range
+from crux.tracking.descriptions import COMMAND, NOTE, runs_page, sweep_description
 from crux.tracking.faults import (PatientClient, StoreFault, clear_fault, record_fault, recorded_fault,
                                   set_retry_budget)
-from crux.tracking.descriptions import COMMAND, NOTE, runs_page, sweep_description
 from crux.tracking.interrupt import deferred, exit_status, interruptible, signal_name
 from crux.tracking.job import flatten
 from crux.tracking.liveness import HOST, PID, Heartbeat, close_orphans, process_tags
