@@ -314,11 +314,13 @@ class TrackingConfig:
     """``uri=None``: ``$MLFLOW_TRACKING_URI``, else ``mlflow.db`` in the working directory.
     ``experiment=None``: the sweep's name, or ``crux`` for a plain crux-run. ``history_points``: how many
     evenly spaced epochs of each loss and learning-rate history go to MLflow as metrics (every epoch is in the
-    run's ``stats.npz``); ``None`` sends every epoch."""
+    run's ``stats.npz``); ``None`` sends every epoch. ``retry_seconds``: how long a write waits for a store
+    that is away (a server restarting, a full disk) before the sweep stops (crux.tracking.faults)."""
 
     uri: Optional[str] = None
     experiment: Optional[str] = None
     history_points: Optional[int] = checked(AT_LEAST_ONE, MISSING)
+    retry_seconds: float = 60.0
 
 
 @dataclass

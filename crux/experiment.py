@@ -31,6 +31,7 @@ from crux.problems import Problem
 from crux.tracking import JobRun, ParameterLeaves, parameter_leaves
 from crux.tracking.interrupt import exit_status, interruptible, signal_name
 from crux.tracking.paired_timing import time_against
+from crux.tracking.secrets import without_passwords
 from crux.tracking.store import StoreError
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,7 @@ def run_job(cfg: DictConfig) -> float:
                 return backends.run_on_backend(cfg, run)
             phases = config.training_phases(cfg)
             problem = config.problem(cfg)
+            run.check_room(problem, sum(phase.epochs for phase in phases), len(phases))
             if backends.draws_wanted(cfg):
                 run.log_metrics(backends.crux_gradient_draws(problem, backends.draws_wanted(cfg), cfg.memory.batchsize,
                                                              cfg.memory.accumulation_steps, cfg.solver.seed).metrics())
@@ -119,6 +121,7 @@ def main() -> None:
     """The console script: Hydra reads the command line."""
     config.import_from_working_directory()
     Plugins.instance().register(CruxSweeper)  # Hydra's scan misses it in an editable install
+    sys.argv = without_passwords(sys.argv)  # Hydra saves the overrides, crux records them
     try:
         run_job()
     except KeyboardInterrupt as stopped:

@@ -176,8 +176,10 @@ def main(argv: list[str] | None = None) -> None:
         check_claims(sweep)
     except ValueError as error:
         parser.error(str(error))
-    register(sweep, shlex.join(["crux-sweep", *words]))
     from crux import experiment  # after the argument checks: importing JAX and Hydra takes seconds
+    from crux.tracking.secrets import without_passwords
+
+    register(sweep, shlex.join(["crux-sweep", *without_passwords(words)]))  # the command is recorded and shown
 
     config_dir = ["--config-dir", str(args.config_dir.resolve())] if args.config_dir is not None else []
     resume = ["hydra.sweeper.resume=true"] if args.resume else []

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from crux.tracking.job import outcome_line
-from crux.tracking.store import shown_uri
+from crux.tracking.secrets import masked
 from crux_testing import poisson
 
 
@@ -15,7 +15,7 @@ from crux_testing import poisson
     ("sqlite:////home/me/mlflow.db", "sqlite:////home/me/mlflow.db"),
 ])
 def test_a_password_in_a_store_address_is_masked(uri, shown):
-    assert shown_uri(uri) == shown
+    assert masked(uri) == shown
 
 
 def test_the_last_line_gives_the_final_losses_the_errors_and_the_run():

@@ -171,7 +171,7 @@ def load_sweep(name: str, parent_run_id: str | None = None, uri: str | None = No
     """
     with bounded_http():
         client, resolved = open_client(uri)
-        with store_errors(resolved, READING):
+        with store_errors(resolved, READING, name):
             experiment = client.get_experiment_by_name(name)
             if experiment is None:
                 known = sorted(e.name for e in client.search_experiments())

@@ -16,7 +16,9 @@ relies on MLflow 3's SQL schema and store internals (its table objects,
 check); tests/test_tracking_history.py checks, on SQLite and on PostgreSQL, that
 MLflow's read API sees the same histories and latest values either way. Any other
 store (a tracking server, the file store), other MLflow versions, an active logged
-model, or a value already stored (MLflow skips those) take ``log_batch``.
+model, or a value already stored (MLflow skips those) take ``log_batch``. A store that is away is waited for
+(:func:`crux.tracking.faults.patiently`); a failed insert rolls back whole, so trying again writes each value
+once.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from sqlalchemy import Table, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from crux.stats import Statistics
+from crux.tracking.faults import patiently
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +90,8 @@ def log_history(client: MlflowClient, run_id: str, steps: Sequence[int], series:
     if not steps:
         return
     target = _sql_target(client)
-    if target is None or mlflow.get_active_model_id() is not None or not _write(target, run_id, steps, series,
-                                                                                 timestamp):
+    if target is None or mlflow.get_active_model_id() is not None or not patiently(
+            lambda: _write(target, run_id, steps, series, timestamp), "the history insert"):
         client.log_batch(run_id, metrics=history_metrics(steps, series, timestamp))
 
 

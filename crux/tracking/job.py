@@ -33,11 +33,14 @@ from crux.problems import Problem
 from crux.stats import Statistics
 from crux.tracking.descriptions import NOTE, job_description
 from crux.tracking.environment import environment
+from crux.tracking.faults import PatientClient, StoreFault, record_fault, recorded_fault, set_retry_budget
 from crux.tracking.history import history_series, log_history, thinned
 from crux.tracking.interrupt import deferred, signal_name
 from crux.tracking.liveness import Heartbeat, process_tags
+from crux.tracking.secrets import masked
+from crux.tracking.space import NoRoom, check_room
 from crux.tracking.store import (PARENT_RUN, TRACKING_URI, Destination, ensure_experiment, experiment_name,
-                                 shown_uri, tracking_uri, writable_store)
+                                 tracking_uri, writable_store)
 
 log = logging.getLogger(__name__)
 
@@ -111,9 +114,10 @@ class JobRun:
     (:mod:`crux.tracking.liveness`).
     """
 
-    def __init__(self, client: MlflowClient, run_id: str, variant: str, repeat: int,
+    def __init__(self, client: MlflowClient, run_id: str, variant: str, repeat: int, sweep_dir: Path | None = None,
                  history_points: int | None = None):
         self.client, self.run_id, self.variant, self.repeat = client, run_id, variant, repeat
+        self.sweep_dir = sweep_dir
         self.history_points = history_points  # per series sent as metrics; None: every epoch
         self._files = tempfile.TemporaryDirectory(prefix=f"crux-run-{run_id}-")
         self._heartbeat = Heartbeat(client, run_id).start()
@@ -125,12 +129,17 @@ class JobRun:
         hydra = HydraConfig.get()
         multirun = hydra.mode == RunMode.MULTIRUN
         parent = os.environ.get(PARENT_RUN) if multirun else None
+        set_retry_budget(cfg.tracking.retry_seconds)
+        sweep_dir = Path(hydra.sweep.dir) if parent else None
+        fault = recorded_fault(sweep_dir)
+        if fault is not None:  # an earlier job of the sweep waited for the store in vain: this one would too
+            raise StoreFault(f"not started: {fault['message']}")
         if parent:
-            client = MlflowClient(os.environ[TRACKING_URI])
+            client = PatientClient(MlflowClient(os.environ[TRACKING_URI]))
             where = Destination.of_parent(client, os.environ[TRACKING_URI], parent)
         else:  # a plain crux-run, or a multirun of another sweeper
             uri = tracking_uri(cfg.tracking.uri)
-            client = writable_store(uri)
+            client = PatientClient(writable_store(uri))
             name = experiment_name(cfg.tracking.experiment, hydra.runtime.choices)
             where = Destination(uri, ensure_experiment(client, name, uri, cfg.claim), None, name, cfg.claim)
         variant = cfg.variant or variant_name(list(hydra.overrides.task), where.swept, set(hydra.runtime.choices),
@@ -144,7 +153,7 @@ class JobRun:
         name = f"{variant} r{cfg.repeat}" if "repeat" in where.swept else variant
         with deferred():
             run = client.create_run(where.experiment_id, run_name=name, tags=tags)
-            return cls(client, run.info.run_id, variant, cfg.repeat, cfg.tracking.history_points)
+            return cls(client, run.info.run_id, variant, cfg.repeat, sweep_dir, cfg.tracking.history_points)
 
     def __enter__(self) -> "JobRun":
         return self
@@ -153,6 +162,13 @@ class JobRun:
                  traceback: TracebackType | None) -> bool:
         self._heartbeat.stop()
         status = "FINISHED"
+        if isinstance(error, StoreFault) and self.sweep_dir is not None:  # the sweep stops its jobs
+            record_fault(self.sweep_dir, self.run_id, str(error))
+        if isinstance(error, StoreFault) and not isinstance(error, NoRoom):  # the store is away: closed later
+            log.error("the tracking store failed: %s; run %s stays open until the next crux-sweep --resume or "
+                      "crux-report closes it", error, self.run_id)
+            self._files.cleanup()
+            return False
         with deferred():
             if error is not None:
                 stopped = isinstance(error, (KeyboardInterrupt, SystemExit)) or kind.__name__ in STOPPED_FROM_OUTSIDE
@@ -163,6 +179,15 @@ class JobRun:
             self.client.set_terminated(self.run_id, status)
         self._files.cleanup()
         return False
+
+    def check_room(self, problem: Problem, epochs: int, phases: int) -> None:
+        """Raise :class:`crux.tracking.space.NoRoom` where this machine's store or artifact folder lacks room for
+        what ``epochs`` of ``problem`` in ``phases`` phases write."""
+        series = 1 + len(problem.constraints) + len(problem.models)
+        parameter_bytes = sum(np.asarray(leaf).nbytes for model in problem.models.values()
+                              for leaf in jax.tree.leaves(model.params))
+        check_room(self.client.tracking_uri, self.client.get_run(self.run_id).info.artifact_uri, epochs * series,
+                   parameter_bytes, phases + 2)
 
     # -- what is logged (a signal waits until it is: crux.tracking.interrupt) -----------------
     @deferred()
@@ -212,7 +237,7 @@ class JobRun:
                   for name, model_leaves in params.items() for i, leaf in enumerate(model_leaves)}
         self._artifact("params.npz", lambda path: np.savez(path, **leaves))
         log.info("logged %d epochs, the summary and the artifacts in %.2f s", stats.steps, time.perf_counter() - start)
-        log.info("%s", outcome_line(stats, errors, self.run_id, shown_uri(self.client.tracking_uri)))
+        log.info("%s", outcome_line(stats, errors, self.run_id, masked(self.client.tracking_uri)))
 
     def log_metrics(self, values: Mapping[str, float]) -> None:
         """Summary metrics (step 0), e.g. a measurement made beside the training."""
