@@ -186,8 +186,9 @@ class JobRun:
         series = 1 + len(problem.constraints) + len(problem.models)
         parameter_bytes = sum(np.asarray(leaf).nbytes for model in problem.models.values()
                               for leaf in jax.tree.leaves(model.params))
+        sent = epochs if self.history_points is None else min(epochs, self.history_points)
         check_room(self.client.tracking_uri, self.client.get_run(self.run_id).info.artifact_uri, epochs * series,
-                   parameter_bytes, phases + 2)
+                   sent * series, parameter_bytes, phases + 2)
 
     # -- what is logged (a signal waits until it is: crux.tracking.interrupt) -----------------
     @deferred()

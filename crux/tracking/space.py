@@ -42,17 +42,18 @@ def local_folder(uri: str) -> Path | None:
     return None
 
 
-def needed_bytes(values: int, parameter_bytes: int, snapshots: int) -> tuple[int, int]:
-    """Bytes a job writes into a SQLite store, and into its artifacts: ``values`` history values, parameters of
-    ``parameter_bytes`` saved ``snapshots`` times."""
-    return (STORE_BYTES_PER_RUN + values * BYTES_PER_STORED_VALUE,
+def needed_bytes(values: int, sent: int, parameter_bytes: int, snapshots: int) -> tuple[int, int]:
+    """Bytes a job writes into a SQLite store, and into its artifacts: ``values`` history values in its
+    ``stats.npz``, ``sent`` of them as metrics, parameters of ``parameter_bytes`` saved ``snapshots`` times."""
+    return (STORE_BYTES_PER_RUN + sent * BYTES_PER_STORED_VALUE,
             ARTIFACT_BYTES_PER_RUN + values * BYTES_PER_FILED_VALUE + parameter_bytes * snapshots)
 
 
-def check_room(store_uri: str, artifact_uri: str, values: int, parameter_bytes: int, snapshots: int) -> None:
+def check_room(store_uri: str, artifact_uri: str, values: int, sent: int, parameter_bytes: int,
+               snapshots: int) -> None:
     """Raise NoRoom where the filesystem of the store or of the artifacts (one sum where they share one) has less
     free space than the job writes (:func:`needed_bytes`)."""
-    store, artifacts = needed_bytes(values, parameter_bytes, snapshots)
+    store, artifacts = needed_bytes(values, sent, parameter_bytes, snapshots)
     wanted: dict[int, list] = {}  # filesystem -> [a folder on it, bytes]
     for folder, size in ((local_folder(store_uri), store), (local_folder(artifact_uri), artifacts)):
         if folder is not None:
