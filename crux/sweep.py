@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> None:
     config_dir = ["--config-dir", str(args.config_dir.resolve())] if args.config_dir is not None else []
     resume = ["hydra.sweeper.resume=true"] if args.resume else []
     sys.argv = [sys.argv[0], "--multirun", *config_dir, f"+sweeps={sweep.name}", *args.overrides, *resume]
-    experiment.main()
+    experiment.main("crux-sweep")
 
 
 if __name__ == "__main__":

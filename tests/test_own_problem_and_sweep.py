@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hydra import compose, initialize_config_module
+from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 import crux
@@ -41,12 +42,17 @@ def test_a_problem_function_receives_its_fields_the_model_settings_and_the_seed(
     assert built.name == "recording" and [c.name for c in built.constraints] == ["fit"]
 
 
-def test_a_problem_config_is_checked_against_its_function_before_it_is_called():
+def test_a_problem_config_is_checked_against_its_function_before_it_is_called(module_failing_on_import):
     received.clear()
     model = ModelConfig(width=8, depth=1, activation="tanh")
-    with pytest.raises(TypeError, match=r"problem.n_pts: .*recording_problem\(n_points.* has no parameter 'n_pts'"):
+    with pytest.raises(TypeError, match=r"^problem.n_pts: \S+recording_problem has no parameter 'n_pts'; its fields "
+                                        r"are n_points, scale: write problem.n_points=5$"):
         build_problem(problem_node(n_pts=5, scale=2.0), model, 0)
-    with pytest.raises(TypeError, match="missing a required argument: 'scale'; set it in the problem config"):
+    with pytest.raises(TypeError, match=r"problem.colour: .* its fields are n_points, scale: set one of them, or add "
+                                        r"a parameter 'colour' to the function"):  # like no field: no suggestion
+        build_problem(problem_node(n_points=5, scale=2.0, colour="red"), model, 0)
+    with pytest.raises(TypeError, match=r"missing a required argument: 'scale'; set it in the problem config \(its "
+                                        r"fields are n_points, scale\)"):
         build_problem(problem_node(n_points=5), model, 0)
     with pytest.raises(TypeError, match=r"must take hidden, activation, seed .* it lacks \['hidden', 'activation', 'seed'\]"):
         build_problem(OmegaConf.create({"_target_": "numpy.linspace", "start": 0, "stop": 1}), model, 0)
@@ -60,7 +66,50 @@ def test_a_problem_config_is_checked_against_its_function_before_it_is_called():
         build_problem(OmegaConf.create({"_target_": "crux.problems.poisson2d"}), model, 0)
     with pytest.raises(ValueError, match="no _target_"):
         build_problem(OmegaConf.create({"n_points": 5}), model, 0)
+    with pytest.raises(ValueError, match=r"problem._target_=crux_problem_import_fails.f: importing "
+                                         r"crux_problem_import_fails failed: NameError: name 'undefined' is not "
+                                         r"defined \(\S*crux_problem_import_fails.py:1\)"):
+        build_problem(OmegaConf.create({"_target_": "crux_problem_import_fails.f"}), model, 0)
     assert received == {}  # refused before the function ran
+
+
+@pytest.fixture
+def module_failing_on_import(tmp_path, monkeypatch):
+    (tmp_path / "crux_problem_import_fails.py").write_text("undefined\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+
+def test_a_jobs_problem_is_checked_without_calling_its_function():
+    received.clear()
+
+    def job(**fields):
+        return OmegaConf.create({"problem": problem_node(**fields), "solver": {"seed": 0},
+                                 "model": OmegaConf.structured(ModelConfig(width=8, depth=1, activation="tanh"))})
+
+    assert config.problem_faults(job(n_points=5, scale=2.0)) == []
+    (fault,) = config.problem_faults(job(n_point=5, scale=2.0))
+    assert fault.startswith("problem.n_point: ") and fault.endswith("write problem.n_points=5")
+    assert received == {}
+
+
+def test_hydras_could_not_override_a_problem_field_is_said_as_a_field_the_function_lacks():
+    refusal = ConfigCompositionException("Could not override 'problem.n_pts'.\nTo append to your config use "
+                                         "+problem.n_pts=7")
+    composed_without = []
+
+    def compose_without(key):
+        composed_without.append(key)
+        return OmegaConf.create({"problem": {"_target_": f"{__name__}.recording_problem", "n_points": 5}})
+
+    assert config.refused_problem_override(refusal, compose_without) == (
+        f"problem.n_pts: {__name__}.recording_problem has no parameter 'n_pts'; its fields are n_points, scale: "
+        f"write problem.n_points=7")
+    assert composed_without == ["problem.n_pts"]
+    other = ConfigCompositionException("Could not override 'solver.epochz'.\nTo append to your config use "
+                                       "+solver.epochz=7")
+    assert config.refused_problem_override(other, compose_without) is None  # Hydra says it
+    assert config.overrides_without(["problem=line", "+problem.n_pts=7", "problem.n_points=5,6"],
+                                    "problem.n_pts") == ["problem=line", "problem.n_points=5,6"]
 
 
 def test_a_problem_without_an_exact_solution_has_no_errors_and_an_exact_one_needs_its_prediction():

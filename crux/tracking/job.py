@@ -28,6 +28,7 @@ from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
 from crux.config import effective_settings
+from crux.failures import failure_line
 from crux.model import Model
 from crux.problems import Problem
 from crux.stats import Statistics
@@ -157,7 +158,7 @@ class JobRun:
             if error is not None:
                 stopped = isinstance(error, (KeyboardInterrupt, SystemExit)) or kind.__name__ in STOPPED_FROM_OUTSIDE
                 status = "KILLED" if stopped else "FAILED"
-                what = f"stopped by {signal_name(error)}" if isinstance(error, KeyboardInterrupt) else str(error)
+                what = f"stopped by {signal_name(error)}" if isinstance(error, KeyboardInterrupt) else failure_line(error)
                 self.client.log_batch(self.run_id, tags=[RunTag("crux.error_type", kind.__name__),
                                                          RunTag("crux.error_message", what[:MESSAGE_CHARS])])
             self.client.set_terminated(self.run_id, status)

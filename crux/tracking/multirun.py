@@ -48,8 +48,10 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
 from crux.backends.choice import backend_problems
-from crux.config import effective_settings, out_of_range
+from crux.config import (effective_settings, out_of_range, overrides_without, problem_faults,
+                         refused_problem_override)
 from crux.tracking.descriptions import COMMAND, NOTE, runs_page, sweep_description
+from crux.tracking.failures import tracebacks_shown
 from crux.tracking.interrupt import deferred, exit_status, interruptible, signal_name
 from crux.tracking.job import flatten
 from crux.tracking.liveness import HOST, PID, Heartbeat, close_orphans, process_tags
@@ -158,7 +160,8 @@ class Multirun:
     def _checked(self, jobs: list[list[str]]) -> list[DictConfig]:
         """Each job's config, composed as its launcher will compose it; Refused naming every value out of
         range (:func:`crux.config.out_of_range`), a backend that cannot run it
-        (:func:`crux.backends.choice.backend_problems`) or config that does not compose, and the jobs it is in."""
+        (:func:`crux.backends.choice.backend_problems`), a problem that cannot be built from it
+        (:func:`crux.config.problem_faults`) or config that does not compose, and the jobs it is in."""
         configs, problems = [], {}
         for number, overrides in enumerate(jobs):
             cfg = None
@@ -166,9 +169,10 @@ class Multirun:
                 cfg = self.compose(self.config, list(overrides))
                 with read_write(cfg), open_dict(cfg):
                     del cfg["hydra"]
-                found = out_of_range(cfg) + backend_problems(cfg)
+                found = out_of_range(cfg) + backend_problems(cfg) + problem_faults(cfg)
             except CONFIG_ERRORS as error:
-                found = [_one_line(error)]
+                without = lambda key: self.compose(self.config, overrides_without(list(overrides), key))  # noqa: E731
+                found = [refused_problem_override(error, without) or _one_line(error)]
             configs.append(cfg)
             for problem in found:
                 problems.setdefault(problem, []).append(number)
@@ -322,10 +326,9 @@ class Multirun:
                   f"runs the others", file=sys.stderr)
             raise SystemExit(exit_status(stopped))
         for result in (result for results in returns for result in results if result.status == JobStatus.FAILED):
-            try:
-                result.return_value
-            except Exception as error:  # noqa: BLE001 - the job's own exception, shown with its traceback
-                log.error("job with overrides %s failed", " ".join(result.overrides), exc_info=error)
+            error = result._return_value  # the job's exception (``return_value`` would raise it, logging it again)
+            log.error("job %s (%s) failed: %s", result.hydra_cfg.hydra.job.num, " ".join(result.overrides),
+                      _one_line(error), exc_info=error if tracebacks_shown() else None)
         if missing:
             raise SystemExit(f"{self.program}: {len(missing)} of the {len(opened.jobs)} jobs did not finish (jobs "
                              f"{', '.join(map(str, missing))}); parent run {opened.parent_id} closed {status}; "
