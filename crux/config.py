@@ -473,6 +473,23 @@ def out_of_range(cfg: DictConfig) -> list[str]:
     return found
 
 
+def batch_as_applied(batchsize: int | None, sizes: dict[str, int]) -> tuple[dict[str, Any], list[str]]:
+    """How ``solve()`` applies ``memory.batchsize`` to constraints of ``sizes`` points (name -> points): each
+    takes ``min(batchsize, points)`` per update. The settings to record instead of the requested ones (a batch
+    size above every constraint's points is the largest constraint's, every update seeing every point) and
+    one line for each thing the request did not do as typed."""
+    if batchsize is None:
+        return {}, []
+    largest = max(sizes, key=sizes.get)
+    if batchsize >= sizes[largest]:
+        return ({"memory.batchsize": sizes[largest]} if batchsize > sizes[largest] else {},
+                [f"memory.batchsize={batchsize} is at least every constraint's points (the largest, {largest}, has "
+                 f"{sizes[largest]}): every update saw every point, as with memory=full"])
+    whole = [f"{name} ({points} points)" for name, points in sizes.items() if points <= batchsize]
+    return {}, [f"memory.batchsize={batchsize} is at least the points of {', '.join(whole)}: every update took all "
+                f"of them"] if whole else []
+
+
 def roundoff_twin(params: Any, twin: int) -> Any:
     """``params`` with every nonzero entry moved one unit in the last place, up or down at random (directions
     drawn with seed ``twin``): a start that differs from ``params`` the way round-off makes numbers differ.

@@ -84,13 +84,18 @@ def train(problem: Problem, phases: list[Phase], cfg: DictConfig,
 
 
 def train_job(cfg: DictConfig, run: JobRun) -> float:
-    """The job's work once its run is open: config logged, problem built, phases trained, results logged; the
-    final total loss."""
-    run.log_config(cfg)
+    """The job's work once its run is open: problem built, config logged (with the settings as they apply to the
+    problem's points), phases trained, results logged; the final total loss."""
     if cfg.backend.name != "crux":
+        run.log_config(cfg)
         return backends.run_on_backend(cfg, run)
     phases = config.training_phases(cfg)
-    problem = config.problem(cfg)
+    try:
+        problem = config.problem(cfg)
+    except Exception:
+        run.log_config(cfg)  # the failed run keeps what it was asked to run
+        raise
+    run.log_config(cfg, *config.batch_as_applied(cfg.memory.batchsize, {c.name: c.size for c in problem.constraints}))
     if backends.draws_wanted(cfg):
         run.log_metrics(backends.crux_gradient_draws(problem, backends.draws_wanted(cfg), cfg.memory.batchsize,
                                                      cfg.memory.accumulation_steps, cfg.solver.seed).metrics())

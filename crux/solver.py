@@ -13,7 +13,7 @@ import numpy as np
 
 from crux import sharding
 from crux.batching import DevicePoints, HostBatches, PointStream
-from crux.constraint import Constraint, reached_models
+from crux.constraint import Constraint, check_residual, reached_models
 from crux.engine import Data, Entry, OptimizerState, Plan, State, TrainState, make_call
 from crux.executables import compile_once
 from crux.layout import Layout
@@ -111,6 +111,9 @@ class Crux:
         """
         options = validate([c.size for c in self.constraints], epochs, batchsize, checkpoint_gradients,
                            offload_data, accumulation_steps, inner_steps, substeps, devices, len(jax.devices()))
+        if self._reach is None:  # the first solve(): every residual's shape, checked once
+            for constraint in self.constraints:
+                check_residual(constraint, self.models, self.params)
         entries = self._entries(options)
         for entry in entries:
             for name in entry.models:

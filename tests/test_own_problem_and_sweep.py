@@ -212,3 +212,30 @@ def test_params_are_the_settings_the_job_ran_with_and_never_empty():
     plain_params = flatten(effective_settings(plain))
     assert "memory.batchsize" not in plain_params and not any(k.startswith("phases") for k in plain_params)
     assert json.loads(flatten({"solver": {"substeps": [[0], [[1, 2], 2]]}})["solver.substeps"]) == [[0], [[1, 2], 2]]
+
+
+def test_a_batch_size_is_recorded_as_it_applies_to_the_problems_points():
+    assert config.batch_as_applied(None, {"pde": 1024, "bc": 2}) == ({}, [])
+    assert config.batch_as_applied(8, {"pde": 1024, "bc": 8}) == (
+        {}, ["memory.batchsize=8 is at least the points of bc (8 points): every update took all of them"])
+    assert config.batch_as_applied(100000, {"pde": 1152, "bc": 64}) == (
+        {"memory.batchsize": 1152}, ["memory.batchsize=100000 is at least every constraint's points (the largest, "
+                                     "pde, has 1152): every update saw every point, as with memory=full"])
+    assert config.batch_as_applied(1152, {"pde": 1152})[0] == {}  # as requested: nothing to record otherwise
+
+
+def test_a_setting_that_ran_otherwise_is_logged_as_it_ran_beside_the_request(store):
+    from mlflow.tracking import MlflowClient
+
+    from crux.tracking.job import JobRun, as_requested
+
+    with initialize_config_module(CONFIG_PACKAGE, version_base="1.3"):
+        cfg = compose("config", overrides=["memory.batchsize=100000"])
+    client = MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
+    run_id = client.create_run(client.create_experiment("e")).info.run_id
+    with JobRun(client, run_id, "default", 0) as run:
+        run.log_config(cfg, {"memory.batchsize": 1024}, ["memory.batchsize=100000 is at least every constraint's"])
+    logged = client.get_run(run_id).data
+    assert logged.params["memory.batchsize"] == "1024" and logged.params["memory.batchsize_requested"] == "100000"
+    assert logged.tags["crux.adjusted"] == "memory.batchsize=100000 is at least every constraint's"
+    assert as_requested(logged.params) == {**flatten(effective_settings(cfg)), "variant": "default"}

@@ -53,7 +53,7 @@ from crux.config import (effective_settings, out_of_range, overrides_without, pr
 from crux.tracking.descriptions import COMMAND, NOTE, runs_page, sweep_description
 from crux.tracking.failures import tracebacks_shown
 from crux.tracking.interrupt import deferred, exit_status, interruptible, signal_name
-from crux.tracking.job import flatten
+from crux.tracking.job import as_requested, flatten
 from crux.tracking.liveness import HOST, PID, Heartbeat, close_orphans, process_tags
 from crux.tracking.store import (PARENT_RUN, SWEPT, TRACKING_URI, WRITING, StoreError, child_runs,
                                  ensure_experiment, experiment_name, store_errors, tracking_uri, writable_store)
@@ -276,7 +276,7 @@ class Multirun:
         changed = []
         for number, run in sorted(finished.items()):
             now = flatten(effective_settings(configs[number]))
-            before = {key: value for key, value in run.data.params.items() if key != "variant"}
+            before = {key: value for key, value in as_requested(run.data.params).items() if key != "variant"}
             differ = sorted(key for key in now.keys() | before.keys()
                             if not key.startswith(UNCOMPARED) and now.get(key) != before.get(key))
             if differ:
