@@ -35,7 +35,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -320,6 +320,7 @@ class Multirun:
         finally:
             heartbeat.stop()
             status, missing = self._close(opened, stopped)
+            print(job_table(child_runs(opened.client, opened.experiment_id, opened.parent_id)), flush=True)
         if stopped is not None:
             print(f"{self.program}: stopped by {signal_name(stopped)}: parent run {opened.parent_id} closed {status} "
                   f"with {len(opened.jobs) - len(missing)} of {len(opened.jobs)} jobs finished; `{self.resume_command}` "
@@ -371,6 +372,23 @@ class Multirun:
         log.info("MLflow: the sweep's runs at %s%s", runs_page(opened.uri, opened.experiment_id),
                  "" if served else f" once `mlflow ui --backend-store-uri {opened.uri}` serves them")
         return status, missing
+
+
+def job_table(runs: Iterable[Run]) -> str:
+    """The sweep's jobs, one line each (its newest run): number, variant, status, final loss, seconds from the
+    run's start to its end."""
+    newest: dict[str, Run] = {}
+    for run in sorted(runs, key=lambda run: run.info.start_time or 0):
+        newest[run.data.tags.get("crux.job", "?")] = run
+    rows = [("job", "variant", "status", "final loss", "seconds")]
+    for number, run in sorted(newest.items(), key=lambda item: int(item[0]) if item[0].isdigit() else -1):
+        loss, info = run.data.metrics.get("final_loss"), run.info
+        seconds = (info.end_time - info.start_time) / 1000 if info.end_time and info.start_time else None
+        rows.append((number, info.run_name or run.data.tags.get("crux.variant", ""), info.status,
+                     "-" if loss is None else f"{loss:.4g}", "-" if seconds is None else f"{seconds:.1f}"))
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.rjust(width) if column in (0, 3, 4) else cell.ljust(width)
+                               for column, (cell, width) in enumerate(zip(row, widths))).rstrip() for row in rows)
 
 
 def _which(numbers: list[int], jobs: list[list[str]]) -> str:
