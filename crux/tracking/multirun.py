@@ -50,7 +50,7 @@ from omegaconf.errors import OmegaConfBaseException
 from crux.backends.choice import backend_problems
 from crux.config import (effective_settings, out_of_range, overrides_without, problem_faults,
                          refused_problem_override)
-from crux.tracking.descriptions import COMMAND, NOTE, runs_page, sweep_description
+from crux.tracking.descriptions import COMMAND, NOTE, WORKING_DIR, runs_page, sweep_description
 from crux.tracking.failures import tracebacks_shown
 from crux.tracking.interrupt import deferred, exit_status, interruptible, signal_name
 from crux.tracking.job import as_requested, flatten
@@ -198,7 +198,7 @@ class Multirun:
                     "crux.claims": json.dumps(list(self.config.claims)), "crux.role": "parent",
                     "crux.backend": self.config.backend.name, "crux.sweep_dir": str(sweep_dir),
                     "crux.overrides": " ".join(self.config.hydra.overrides.task),
-                    COMMAND: self.command, NOTE: sweep_description(self.command), "crux.planned_jobs": str(len(jobs)),
+                    COMMAND: self.command, WORKING_DIR: os.getcwd(), NOTE: sweep_description(self.command), "crux.planned_jobs": str(len(jobs)),
                     SWEPT: json.dumps(swept_keys(self.config)), **process_tags()}
             run = client.create_run(experiment_id, run_name=f"{self.name} {time.strftime('%Y-%m-%d %H:%M:%S')}",
                                     tags=tags)
