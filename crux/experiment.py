@@ -42,12 +42,27 @@ log = logging.getLogger(__name__)
 
 
 def configure_jax(cfg: DictConfig) -> None:
-    """Before any JAX work: the persistent compilation cache (repeats and later sweeps skip compiling), and no
-    GPU memory preallocation when a launcher runs jobs side by side (each would take 75% of the device)."""
+    """Before any JAX work: the persistent compilation cache (repeats and later sweeps skip compiling), no
+    GPU memory preallocation when a launcher runs jobs side by side (each would take 75% of the device), and
+    no line about platforms JAX probes and cannot start (:func:`platform_probe_quiet`)."""
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode == RunMode.MULTIRUN and not hydra_cfg.launcher._target_.endswith(".BasicLauncher"):
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     use_compilation_cache(cfg.jax.compilation_cache_dir)
+    probe = logging.getLogger(PLATFORM_PROBE)
+    if platform_probe_quiet not in probe.filters:
+        probe.addFilter(platform_probe_quiet)
+
+
+PLATFORM_PROBE = "jax._src.xla_bridge"
+"""The logger by which JAX says, at INFO level, which optional platforms it could not start (``Unable to
+initialize backend 'tpu': ... libtpu.so ...`` on every machine without a TPU)."""
+
+
+def platform_probe_quiet(record: logging.LogRecord) -> bool:
+    """False for JAX's INFO line about an optional platform it probed and could not start, which reads like an
+    error on every CPU or GPU machine; its warnings (a GPU present without a CUDA-enabled jaxlib) pass."""
+    return record.levelno >= logging.WARNING or not record.getMessage().startswith("Unable to initialize backend")
 
 
 def use_compilation_cache(folder: str | None) -> None:

@@ -47,3 +47,23 @@ def test_a_failure_names_the_innermost_line_of_the_users_code_it_passed_through(
         crux.lrs.warmup_cosine(10, 20, 1e-3, 1e-5)
     assert failure_line(refused.value).endswith(f"({Path(__file__).relative_to(Path.cwd())}:{line + 10})")  # the call above
     assert failure_line(ValueError("memory.batchsize=0:\n  must be >= 1")) == "memory.batchsize=0: must be >= 1"
+
+
+def test_jax_platform_probe_is_kept_quiet_and_its_warnings_are_not(caplog):
+    import logging
+
+    from crux.experiment import PLATFORM_PROBE, platform_probe_quiet
+
+    probe = logging.getLogger(PLATFORM_PROBE)
+    probe.addFilter(platform_probe_quiet)
+    try:
+        with caplog.at_level(logging.INFO, logger=PLATFORM_PROBE):
+            probe.info("Unable to initialize backend 'tpu': INTERNAL: Failed to open libtpu.so: libtpu.so: cannot "
+                       "open shared object file: No such file or directory")
+            probe.info("Unable to initialize backend 'cuda': module 'jaxlib.xla_extension' has no attribute")
+            probe.warning("An NVIDIA GPU may be present on this machine, but a CUDA-enabled jaxlib is not installed.")
+            probe.info("another line of the platform set-up")
+    finally:
+        probe.removeFilter(platform_probe_quiet)
+    assert [record.getMessage()[:30] for record in caplog.records] == ["An NVIDIA GPU may be present o",
+                                                                      "another line of the platform s"]

@@ -96,6 +96,7 @@ def test_an_error_in_the_users_code_is_one_line_with_its_file_and_line_and_the_r
 def test_a_single_run_says_it_in_one_line_and_hydra_full_error_shows_the_traceback(project):
     done = run(project, "crux.experiment", "--config-dir", "conf", "problem=broken", *TINY)
     assert done.returncode == 1 and "Traceback" not in done.stdout + done.stderr
+    assert "Unable to initialize backend" not in done.stdout + done.stderr  # JAX's platform probe, kept quiet
     last = done.stderr.splitlines()[-1]
     assert last.startswith(f"crux-run: ZeroDivisionError: division by zero (mine.py:{BROKEN_LINE}); traceback in ")
     assert "Traceback" in Path(last.split("traceback in ")[1]).read_text()
