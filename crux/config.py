@@ -110,7 +110,8 @@ class MixedPoisson1dConfig:
 # -- optimizer ---------------------------------------------------------------------------------
 @dataclass
 class OptimizerConfig:
-    """An optax factory (or crux's SOAP) whose learning rate is the phase's schedule."""
+    """An optax factory (or crux's SOAP) whose learning rate is the phase's schedule; a field left null takes
+    the factory's own default (the run's params show it)."""
 
     name: str = MISSING
     factory: ClassVar[Callable[..., optax.GradientTransformation]]
@@ -175,6 +176,8 @@ class SoapConfig(OptimizerConfig):
 # -- schedule ----------------------------------------------------------------------------------
 @dataclass
 class ScheduleConfig:
+    """A learning-rate schedule of ``crux.lrs`` for a phase (its learning rate at every update)."""
+
     name: str = MISSING
 
     def build(self, epochs: int) -> Schedule:
