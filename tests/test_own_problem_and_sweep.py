@@ -239,3 +239,15 @@ def test_a_setting_that_ran_otherwise_is_logged_as_it_ran_beside_the_request(sto
     assert logged.params["memory.batchsize"] == "1024" and logged.params["memory.batchsize_requested"] == "100000"
     assert logged.tags["crux.adjusted"] == "memory.batchsize=100000 is at least every constraint's"
     assert as_requested(logged.params) == {**flatten(effective_settings(cfg)), "variant": "default"}
+
+
+def test_a_built_in_sweep_says_which_fields_of_a_chosen_problem_it_sets():
+    from crux.sweep import problem_note
+
+    sweeps = available()
+    assert problem_note(sweeps["accumulation"], ["problem=heat2d", "solver.epochs=30"]) == (
+        "accumulation sets problem.n_interior=1024 in every job, over problem=heat2d's own value; give "
+        "problem.n_interior=... on the command line to choose another")
+    assert problem_note(sweeps["accumulation"], ["problem=heat2d", "problem.n_interior=512"]) is None  # typed
+    assert problem_note(sweeps["accumulation"], ["solver.epochs=30"]) is None  # the sweep's own problem
+    assert {name for name, sweep in sweeps.items() if sweep.problem_fields} == {"accumulation", "devices"}
