@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 
 import hydra
-from hydra import initialize_config_module
 import jax
+from hydra import initialize_config_module
 from hydra._internal.utils import get_args_parser, run_and_report
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
