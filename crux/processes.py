@@ -54,8 +54,8 @@ class Unrecorded:
     def __exit__(self, *error) -> bool:
         return False
 
-    def log_config(self, cfg: DictConfig) -> None:
-        """Nothing: process 0 logs the job's config."""
+    def log_config(self, cfg: DictConfig, applied=None, adjustments=()) -> None:
+        """Nothing: process 0 logs the job's config (and the settings as they applied)."""
 
     def log_metrics(self, values) -> None:
         """Nothing: process 0 logs the job's metrics."""

@@ -28,6 +28,7 @@ from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
 from crux.config import effective_settings
+from crux.failures import failure_line
 from crux.model import Model
 from crux.problems import Problem
 from crux.stats import Statistics
@@ -65,6 +66,20 @@ def flatten(node: Any, prefix: str = "") -> dict[str, str]:
     if node is None:
         return {}
     return {prefix[:-1]: json.dumps(node) if isinstance(node, list) else str(node)}
+
+
+REQUESTED = "_requested"
+"""The suffix of a param that keeps a setting as requested, beside the setting as it ran (``memory.batchsize``
+above every constraint's points: ``memory.batchsize_requested``)."""
+ADJUSTED = "crux.adjusted"
+"""The tag saying which settings ran otherwise than requested, and how."""
+
+
+def as_requested(params: Mapping[str, str]) -> dict[str, str]:
+    """A run's params with every setting as it was requested (``<key>_requested`` back in ``<key>``)."""
+    requested = {key: value for key, value in params.items() if not key.endswith(REQUESTED)}
+    requested.update({key[:-len(REQUESTED)]: value for key, value in params.items() if key.endswith(REQUESTED)})
+    return requested
 
 
 ParameterLeaves = dict[str, list[np.ndarray]]
@@ -173,7 +188,7 @@ class JobRun:
             if error is not None:
                 stopped = isinstance(error, (KeyboardInterrupt, SystemExit)) or kind.__name__ in STOPPED_FROM_OUTSIDE
                 status = "KILLED" if stopped else "FAILED"
-                what = f"stopped by {signal_name(error)}" if isinstance(error, KeyboardInterrupt) else str(error)
+                what = f"stopped by {signal_name(error)}" if isinstance(error, KeyboardInterrupt) else failure_line(error)
                 self.client.log_batch(self.run_id, tags=[RunTag("crux.error_type", kind.__name__),
                                                          RunTag("crux.error_message", what[:MESSAGE_CHARS])])
             self.client.set_terminated(self.run_id, status)
@@ -192,14 +207,23 @@ class JobRun:
 
     # -- what is logged (a signal waits until it is: crux.tracking.interrupt) -----------------
     @deferred()
-    def log_config(self, cfg: DictConfig) -> None:
+    def log_config(self, cfg: DictConfig, applied: Mapping[str, Any] | None = None,
+                   adjustments: Sequence[str] = ()) -> None:
         """``config.yaml`` (resolved), ``environment.json`` (of the working directory), then the params: the
-        settings the job runs with and its ``variant``. Raises for a malformed later phase, the config kept."""
+        settings the job runs with and its ``variant``. ``applied``: settings (dotted keys) that ran otherwise
+        than the config asked, logged as they ran, the request kept as ``<key>_requested``; ``adjustments``:
+        lines saying what ran otherwise, in the tag ``crux.adjusted`` and the job's log. Raises for a malformed
+        later phase, the config kept."""
         self._artifact("config.yaml", lambda path: path.write_text(OmegaConf.to_yaml(cfg, resolve=True)))
         self._artifact("environment.json",
                        lambda path: path.write_text(json.dumps(environment(Path.cwd()), indent=1)))
         params = {**flatten(effective_settings(cfg)), "variant": self.variant}
-        self.client.log_batch(self.run_id, params=[Param(k, v) for k, v in params.items()])
+        for key, value in (applied or {}).items():
+            params[f"{key}{REQUESTED}"], params[key] = params[key], str(value)
+        self.client.log_batch(self.run_id, params=[Param(k, v) for k, v in params.items()],
+                              tags=[RunTag(ADJUSTED, "; ".join(adjustments)[:MESSAGE_CHARS])] if adjustments else [])
+        for line in adjustments:
+            log.info("%s", line)
 
     @deferred()
     def log_results(self, problem: Problem, stats: Statistics, initial: ParameterLeaves,

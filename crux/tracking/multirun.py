@@ -37,7 +37,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -50,12 +50,14 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
 from crux.backends.choice import backend_problems
-from crux.config import effective_settings, out_of_range
-from crux.tracking.descriptions import COMMAND, NOTE, runs_page, sweep_description
+from crux.config import (effective_settings, out_of_range, overrides_without, problem_faults,
+                         refused_problem_override)
+from crux.tracking.descriptions import COMMAND, NOTE, WORKING_DIR, runs_page, sweep_description
+from crux.tracking.failures import tracebacks_shown
 from crux.tracking.faults import (PatientClient, StoreFault, clear_fault, record_fault, recorded_fault,
                                   set_retry_budget)
 from crux.tracking.interrupt import deferred, exit_status, interruptible, signal_name
-from crux.tracking.job import flatten
+from crux.tracking.job import as_requested, flatten
 from crux.tracking.liveness import HOST, PID, Heartbeat, close_orphans, process_tags
 from crux.tracking.secrets import masked
 from crux.tracking.store import (PARENT_RUN, STORE_ERRORS, SWEPT, TRACKING_URI, WRITING, StoreError, child_runs,
@@ -164,7 +166,8 @@ class Multirun:
     def _checked(self, jobs: list[list[str]]) -> list[DictConfig]:
         """Each job's config, composed as its launcher will compose it; Refused naming every value out of
         range (:func:`crux.config.out_of_range`), a backend that cannot run it
-        (:func:`crux.backends.choice.backend_problems`) or config that does not compose, and the jobs it is in."""
+        (:func:`crux.backends.choice.backend_problems`), a problem that cannot be built from it
+        (:func:`crux.config.problem_faults`) or config that does not compose, and the jobs it is in."""
         configs, problems = [], {}
         for number, overrides in enumerate(jobs):
             cfg = None
@@ -172,9 +175,10 @@ class Multirun:
                 cfg = self.compose(self.config, list(overrides))
                 with read_write(cfg), open_dict(cfg):
                     del cfg["hydra"]
-                found = out_of_range(cfg) + backend_problems(cfg)
+                found = out_of_range(cfg) + backend_problems(cfg) + problem_faults(cfg)
             except CONFIG_ERRORS as error:
-                found = [_one_line(error)]
+                without = lambda key: self.compose(self.config, overrides_without(list(overrides), key))  # noqa: E731
+                found = [refused_problem_override(error, without) or _one_line(error)]
             configs.append(cfg)
             for problem in found:
                 problems.setdefault(problem, []).append(number)
@@ -200,7 +204,7 @@ class Multirun:
                     "crux.claims": json.dumps(list(self.config.claims)), "crux.role": "parent",
                     "crux.backend": self.config.backend.name, "crux.sweep_dir": str(sweep_dir),
                     "crux.overrides": " ".join(self.config.hydra.overrides.task),
-                    COMMAND: self.command, NOTE: sweep_description(self.command), "crux.planned_jobs": str(len(jobs)),
+                    COMMAND: self.command, WORKING_DIR: os.getcwd(), NOTE: sweep_description(self.command), "crux.planned_jobs": str(len(jobs)),
                     SWEPT: json.dumps(swept_keys(self.config)), **process_tags()}
             run = client.create_run(experiment_id, run_name=f"{self.name} {time.strftime('%Y-%m-%d %H:%M:%S')}",
                                     tags=tags)
@@ -278,7 +282,7 @@ class Multirun:
         changed = []
         for number, run in sorted(finished.items()):
             now = flatten(effective_settings(configs[number]))
-            before = {key: value for key, value in run.data.params.items() if key != "variant"}
+            before = {key: value for key, value in as_requested(run.data.params).items() if key != "variant"}
             differ = sorted(key for key in now.keys() | before.keys()
                             if not key.startswith(UNCOMPARED) and now.get(key) != before.get(key))
             if differ:
@@ -327,18 +331,18 @@ class Multirun:
         finally:
             heartbeat.stop()
             status, missing = self._close_or_report(opened, stopped, sweep_dir, completed)
+            print(job_table(child_runs(opened.client, opened.experiment_id, opened.parent_id)), flush=True)
         if stopped is not None:
             print(f"{self.program}: stopped by {signal_name(stopped)}: parent run {opened.parent_id} closed {status} "
                   f"with {len(opened.jobs) - len(missing)} of {len(opened.jobs)} jobs finished; `{self.resume_command}` "
                   f"runs the others", file=sys.stderr)
             raise SystemExit(exit_status(stopped))
         for result in (result for results in returns for result in results if result.status == JobStatus.FAILED):
-            try:
-                result.return_value
-            except StoreFault:
+            error = result._return_value  # the job's exception (``return_value`` would raise it, logging it again)
+            if isinstance(error, StoreFault):
                 continue  # said in one line by the job and by the sweep's end
-            except Exception as error:  # noqa: BLE001 - the job's own exception, shown with its traceback
-                log.error("job with overrides %s failed", " ".join(result.overrides), exc_info=error)
+            log.error("job %s (%s) failed: %s", result.hydra_cfg.hydra.job.num, " ".join(result.overrides),
+                      _one_line(error), exc_info=error if tracebacks_shown() else None)
         if missing:
             raise SystemExit(f"{self.program}: {len(missing)} of the {len(opened.jobs)} jobs did not finish (jobs "
                              f"{', '.join(map(str, missing))}); parent run {opened.parent_id} closed {status}; "
@@ -406,6 +410,23 @@ class Multirun:
         log.info("MLflow: the sweep's runs at %s%s", masked(runs_page(opened.uri, opened.experiment_id)),
                  "" if served else f" once `mlflow ui --backend-store-uri {masked(opened.uri)}` serves them")
         return status, missing
+
+
+def job_table(runs: Iterable[Run]) -> str:
+    """The sweep's jobs, one line each (its newest run): number, variant, status, final loss, seconds from the
+    run's start to its end."""
+    newest: dict[str, Run] = {}
+    for run in sorted(runs, key=lambda run: run.info.start_time or 0):
+        newest[run.data.tags.get("crux.job", "?")] = run
+    rows = [("job", "variant", "status", "final loss", "seconds")]
+    for number, run in sorted(newest.items(), key=lambda item: int(item[0]) if item[0].isdigit() else -1):
+        loss, info = run.data.metrics.get("final_loss"), run.info
+        seconds = (info.end_time - info.start_time) / 1000 if info.end_time and info.start_time else None
+        rows.append((number, info.run_name or run.data.tags.get("crux.variant", ""), info.status,
+                     "-" if loss is None else f"{loss:.4g}", "-" if seconds is None else f"{seconds:.1f}"))
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.rjust(width) if column in (0, 3, 4) else cell.ljust(width)
+                               for column, (cell, width) in enumerate(zip(row, widths))).rstrip() for row in rows)
 
 
 def _which(numbers: list[int], jobs: list[list[str]]) -> str:
