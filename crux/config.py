@@ -327,7 +327,7 @@ class TrackingConfig:
     uri: Optional[str] = None
     experiment: Optional[str] = None
     history_points: Optional[int] = checked(AT_LEAST_ONE, MISSING)
-    retry_seconds: float = 60.0
+    retry_seconds: float = checked(NOT_NEGATIVE, 60.0)
 
 
 @dataclass
