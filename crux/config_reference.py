@@ -26,6 +26,8 @@ from crux import config
 from crux.ranges import CHECK, Choice, Range
 
 DOCUMENT = Path(__file__).resolve().parent.parent / "docs" / "config.md"
+NODES = (("jax", config.JaxConfig), ("timing", config.TimingConfig))
+"""The config's nodes that are no group (no options to choose), each with its schema."""
 TOP_LEVEL = ("claim", "claims", "gradient_draws", "repeat", "variant", "roundoff_twin")
 """The keys of :class:`crux.config.Config` that are no group."""
 GROUPS: tuple[tuple[str, dict[str, type]], ...] = (
@@ -118,7 +120,8 @@ def render() -> str:
         plain = compose("config")
         lines += ["## Top level", "", summary(config.Config), "", *HEADER]
         lines += [row for row in rows(config.Config, "", plain) if row.split("`")[1] in TOP_LEVEL] + [""]
-        lines += ["## jax", "", summary(config.JaxConfig), "", *HEADER, *rows(config.JaxConfig, "jax.", plain.jax), ""]
+        for node, schema in NODES:
+            lines += [f"## {node}", "", summary(schema), "", *HEADER, *rows(schema, f"{node}.", plain[node]), ""]
         for group, schemas in GROUPS:
             for option, schema in schemas.items():
                 values = compose("config", overrides=[f"{group}={option}"])[group]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from crux import config
-from crux.config_reference import DOCUMENT, GROUPS, TOP_LEVEL, render
+from crux.config_reference import DOCUMENT, GROUPS, NODES, TOP_LEVEL, render
 
 
 def documented() -> dict[str, list[str]]:
@@ -22,10 +22,10 @@ def test_every_key_of_the_schema_has_an_entry_with_its_type_default_and_range():
     rows = documented()
     expected = {f"{group}.{field.name}" for group, schemas in GROUPS for schema in schemas.values()
                 for field in dataclasses.fields(schema) if field.name != "name"}
-    expected |= set(TOP_LEVEL) | {f"jax.{f.name}" for f in dataclasses.fields(config.JaxConfig)}
+    expected |= set(TOP_LEVEL) | {f"{node}.{f.name}" for node, schema in NODES for f in dataclasses.fields(schema)}
     expected |= {f"phases.NAME.{f.name}" for f in dataclasses.fields(config.PhaseConfig)}
     assert set(TOP_LEVEL) | {"problem", "backend", "model", "optimizer", "schedule", "solver", "memory", "tracking",
-                             "jax", "phases"} == {f.name for f in dataclasses.fields(config.Config)}
+                             "jax", "timing", "phases"} == {f.name for f in dataclasses.fields(config.Config)}
     assert expected - set(rows) == set()
     assert rows["solver.epochs"] == ["int", "`1000`", ">= 1"]
     assert rows["memory.batchsize"] == ["int or null", "`null`", ">= 1"]
