@@ -26,10 +26,12 @@ The configs ship inside the package: ``conf/`` as ``crux.conf`` (Hydra's
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import importlib
 import inspect
 import os
+import re
 import secrets
 import sys
 from dataclasses import dataclass, field
@@ -40,10 +42,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from crux import problems
 from crux.derivatives import LAPLACIAN_MODES
+from crux.failures import failure_line
 from crux.model import ACTIVATIONS, Model
 from crux.optim import soap
 from crux.options import divisors
@@ -106,7 +110,8 @@ class MixedPoisson1dConfig:
 # -- optimizer ---------------------------------------------------------------------------------
 @dataclass
 class OptimizerConfig:
-    """An optax factory (or crux's SOAP) whose learning rate is the phase's schedule."""
+    """An optax factory (or crux's SOAP) whose learning rate is the phase's schedule; a field left null takes
+    the factory's own default (the run's params show it)."""
 
     name: str = MISSING
     factory: ClassVar[Callable[..., optax.GradientTransformation]]
@@ -171,6 +176,8 @@ class SoapConfig(OptimizerConfig):
 # -- schedule ----------------------------------------------------------------------------------
 @dataclass
 class ScheduleConfig:
+    """A learning-rate schedule of ``crux.lrs`` for a phase (its learning rate at every update)."""
+
     name: str = MISSING
 
     def build(self, epochs: int) -> Schedule:
@@ -284,20 +291,56 @@ class MemoryConfig:
 
 
 @dataclass
+class TimingConfig:
+    """Paired timing after training (:mod:`crux.timing`): the job's solve() options against ``against`` (the
+    options that differ, e.g. ``{checkpoint_gradients: false}``; empty, or the job's own: no timing), in
+    alternating chunks until the ratio's interval lies in or out of ``band`` ([low, high) of candidate over
+    reference time) or ``budget_seconds`` are spent."""
+
+    against: Dict[str, Any] = field(default_factory=dict)
+    band: List[float] = field(default_factory=lambda: [0.0, 1.0])
+    budget_seconds: float = checked(POSITIVE, 60.0)
+
+
+TIMED_OPTIONS = ("batchsize", "accumulation_steps", "checkpoint_gradients", "offload_data", "inner_steps", "devices")
+"""The solve() options ``timing.against`` may change."""
+
+
+def timing_problems(cfg: DictConfig) -> list[str]:
+    """What in ``cfg.timing`` a timing could not use, in the command line's terms."""
+    found = [f"timing.against.{key}: not a solve() option the timing can change; choose among "
+             f"{', '.join(TIMED_OPTIONS)}" for key in sorted(set(cfg.timing.against) - set(TIMED_OPTIONS))]
+    band = list(cfg.timing.band)
+    if len(band) != 2 or not 0 <= band[0] < band[1]:
+        found.append(f"timing.band={band}: must be [low, high] with 0 <= low < high (timing.band=[1.25,1.35])")
+    return found
+
+
+@dataclass
 class TrackingConfig:
     """``uri=None``: ``$MLFLOW_TRACKING_URI``, else ``mlflow.db`` in the working directory.
-    ``experiment=None``: the sweep's name, or ``crux`` for a plain crux-run."""
+    ``experiment=None``: the sweep's name, or ``crux`` for a plain crux-run. ``history_points``: how many
+    evenly spaced epochs of each loss and learning-rate history go to MLflow as metrics (every epoch is in the
+    run's ``stats.npz``); ``None`` sends every epoch. ``retry_seconds``: how long a write waits for a store
+    that is away (a server restarting, a full disk) before the sweep stops (crux.tracking.faults)."""
 
     uri: Optional[str] = None
     experiment: Optional[str] = None
+    history_points: Optional[int] = checked(AT_LEAST_ONE, MISSING)
+    retry_seconds: float = checked(NOT_NEGATIVE, 60.0)
 
 
 @dataclass
 class JaxConfig:
     """``compilation_cache_dir``: ``~`` is the home folder, a relative path starts in the working directory;
-    ``None`` turns the persistent cache off."""
+    ``None`` turns the persistent cache off. ``processes > 1``: the job is one of that many processes that train
+    together (``jax.distributed``), joining the coordinator at ``coordinator`` (``host:port`` of process 0) as
+    process ``process_id``; both ``None`` where the cluster names them (Slurm's tasks)."""
 
     compilation_cache_dir: Optional[str] = MISSING
+    processes: int = checked(AT_LEAST_ONE)
+    coordinator: Optional[str] = None
+    process_id: Optional[int] = checked(NOT_NEGATIVE, None)
 
 
 @dataclass
@@ -352,6 +395,7 @@ class Config:
     repeat: int = checked(NOT_NEGATIVE, 0)
     variant: Optional[str] = None
     roundoff_twin: int = checked(NOT_NEGATIVE, 0)
+    timing: TimingConfig = field(default_factory=TimingConfig)
 
 
 @dataclass
@@ -450,10 +494,32 @@ def out_of_range(cfg: DictConfig) -> list[str]:
         found.append(f"memory.accumulation_steps={memory.accumulation_steps} splits a mini-batch, but "
                      f"memory.batchsize is unset (every update sees every point): set memory.batchsize "
                      f"(memory=b8_acc4) or memory.accumulation_steps=1")
+    processes, devices = cfg.jax.processes, cfg.solver.devices
+    if processes > 1 and devices % processes:
+        found.append(f"jax.processes={processes} train one job together, so each must hold devices of it: "
+                     f"solver.devices={devices} must be a multiple of {processes} (solver.devices={processes} "
+                     f"with one device a process)")
     if cfg.solver.substeps is not None and (memory.accumulation_steps > 1 or steps > 1):
         found.append(f"solver.substeps makes each substep an update of its own, so memory.accumulation_steps="
                      f"{memory.accumulation_steps} and solver.inner_steps={steps} must both be 1")
-    return found
+    return found + timing_problems(cfg)
+
+
+def batch_as_applied(batchsize: int | None, sizes: dict[str, int]) -> tuple[dict[str, Any], list[str]]:
+    """How ``solve()`` applies ``memory.batchsize`` to constraints of ``sizes`` points (name -> points): each
+    takes ``min(batchsize, points)`` per update. The settings to record instead of the requested ones (a batch
+    size above every constraint's points is the largest constraint's, every update seeing every point) and
+    one line for each thing the request did not do as typed."""
+    if batchsize is None:
+        return {}, []
+    largest = max(sizes, key=sizes.get)
+    if batchsize >= sizes[largest]:
+        return ({"memory.batchsize": sizes[largest]} if batchsize > sizes[largest] else {},
+                [f"memory.batchsize={batchsize} is at least every constraint's points (the largest, {largest}, has "
+                 f"{sizes[largest]}): every update saw every point, as with memory=full"])
+    whole = [f"{name} ({points} points)" for name, points in sizes.items() if points <= batchsize]
+    return {}, [f"memory.batchsize={batchsize} is at least the points of {', '.join(whole)}: every update took all "
+                f"of them"] if whole else []
 
 
 def roundoff_twin(params: Any, twin: int) -> Any:
@@ -512,25 +578,46 @@ PROBLEM_ARGUMENTS = ("hidden", "activation", "seed")
 
 def problem_function(target: str) -> Callable[..., problems.Problem]:
     """The function a problem's ``_target_`` names (``package.module.function``); raises ValueError saying what
-    could not be found."""
+    could not be found, or where importing its module failed."""
     module, _, name = target.rpartition(".")
     try:
         function = getattr(importlib.import_module(module), name, None) if module else None
     except ImportError as error:
         raise ValueError(f"problem._target_={target}: {error}; a problem's module is imported from the working "
                          f"directory or from an installed package") from None
+    except Exception as error:  # noqa: BLE001 - the user's module failed while it was imported
+        raise ValueError(f"problem._target_={target}: importing {module} failed: {failure_line(error)}") from None
     if not callable(function):
         raise ValueError(f"problem._target_={target}: no function {name!r} in module {module or '(none given)'}; "
                          f"write _target_ as module.function")
     return function
 
 
-def build_problem(node: DictConfig, model: ModelConfig, seed: int) -> problems.Problem:
-    """``node._target_(**fields, hidden=..., activation=..., seed=seed)`` (:data:`PROBLEM_ARGUMENTS`), the
-    arguments checked against the function's signature before it is called.
+def problem_fields(function: Callable[..., Any]) -> list[str]:
+    """The parameters of a problem's function that its config sets: all but :data:`PROBLEM_ARGUMENTS`."""
+    return [name for name, parameter in inspect.signature(function).parameters.items()
+            if name not in PROBLEM_ARGUMENTS and parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)]
 
-    Raises ValueError for a missing ``_target_`` or a field that the model or solver groups set, TypeError
-    for arguments the function does not take or a result that is not a ``crux.problems.Problem``.
+
+def unknown_field(target: str, key: str, value: Any = None) -> str:
+    """The refusal of ``problem.<key>``, a field the function named by ``target`` does not take: its fields, and
+    the closest of them when ``key`` looks like a misspelling of one."""
+    fields = problem_fields(problem_function(target))
+    closest = difflib.get_close_matches(key, fields, n=1)
+    fix = (f"write problem.{closest[0]}" + (f"={value}" if value is not None else "") if closest else
+           f"set one of them, or add a parameter {key!r} to the function")
+    return (f"problem.{key}: {target} has no parameter {key!r}; its fields are {', '.join(fields) or '(none)'}: "
+            f"{fix}")
+
+
+def problem_call(node: DictConfig, model: ModelConfig, seed: int) -> tuple[Callable[..., problems.Problem],
+                                                                            dict[str, Any]]:
+    """The function a problem config names and the arguments crux calls it with,
+    ``(**fields, hidden=..., activation=..., seed=seed)`` (:data:`PROBLEM_ARGUMENTS`), checked against the
+    function's signature without calling it.
+
+    Raises ValueError for a missing ``_target_``, a module or function not found, or a field that the model or
+    solver groups set, TypeError for arguments the function does not take or lacks.
     """
     fields = OmegaConf.to_container(node, resolve=True)
     target = fields.pop("_target_", None)
@@ -551,16 +638,62 @@ def build_problem(node: DictConfig, model: ModelConfig, seed: int) -> problems.P
                             f"fields (crux passes them from the model group and solver.seed); it lacks {lacking}")
         unknown = sorted(set(fields) - set(signature.parameters))
         if unknown:
-            raise TypeError(f"problem.{unknown[0]}: {target}{signature} has no parameter {unknown[0]!r}; remove "
-                            f"it from the problem config or add it to the function")
+            raise TypeError(unknown_field(target, unknown[0], fields[unknown[0]]))
     try:
         signature.bind(**arguments)
     except TypeError as error:
-        raise TypeError(f"problem: {target}{signature}: {error}; set it in the problem config") from None
+        raise TypeError(f"problem: {target}: {error}; set it in the problem config (its fields are "
+                        f"{', '.join(problem_fields(function))})") from None
+    return function, arguments
+
+
+def build_problem(node: DictConfig, model: ModelConfig, seed: int) -> problems.Problem:
+    """The problem :func:`problem_call` checks, built; raises as it does, and TypeError for a result that is not
+    a ``crux.problems.Problem``."""
+    function, arguments = problem_call(node, model, seed)
     built = function(**arguments)
     if not isinstance(built, problems.Problem):
-        raise TypeError(f"problem: {target} returned {type(built).__name__}, not a crux.problems.Problem")
+        raise TypeError(f"problem: {node._target_} returned {type(built).__name__}, not a crux.problems.Problem")
     return built
+
+
+def problem_faults(cfg: DictConfig) -> list[str]:
+    """What keeps a job's problem from being built, as one-line messages (none when its function can be called
+    with its config): checked for every job before the first starts, without calling the function."""
+    try:
+        problem_call(cfg.problem, OmegaConf.to_object(cfg.model), cfg.solver.seed)
+    except (ValueError, TypeError) as error:
+        return [str(error)]
+    return []
+
+
+OVERRIDE_REFUSED = re.compile(r"Could not override 'problem\.([^'.]+)'\.\s*To append to your config use "
+                              r"\+problem\.[^=]+=(.*)")
+"""Hydra's refusal of ``problem.X=v`` for a key the problem's config lacks, which suggests ``+problem.X=v``."""
+
+
+def refused_problem_override(error: Exception, compose_without: Callable[[str], DictConfig]) -> str | None:
+    """Hydra's "Could not override 'problem.X'" said as crux says a field the problem's function does not take
+    (:func:`unknown_field`), instead of Hydra's advice to append it with ``+`` (which only moves the refusal);
+    ``compose_without(key)`` composes the job's config without the overrides of ``key``, to find the problem.
+    None for any other error, or when the config does not compose without it either."""
+    match = OVERRIDE_REFUSED.search(str(error))
+    if match is None:
+        return None
+    key, value = match.group(1), match.group(2).strip()
+    try:
+        target = compose_without(f"problem.{key}").problem._target_
+        return unknown_field(target, key, value)
+    except ValueError as refusal:  # the problem's function cannot be found either: the more basic fault
+        return str(refusal)
+    except Exception:  # noqa: BLE001 - another fault of the config: Hydra's own message says it
+        return None
+
+
+def overrides_without(overrides: list[str], key: str) -> list[str]:
+    """``overrides`` less those that set, append or delete ``key``."""
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    return [line for line, override in zip(overrides, parsed) if override.key_or_group != key]
 
 
 def problem(cfg: DictConfig) -> problems.Problem:

@@ -8,6 +8,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from crux.failures import shown_path
+
 if TYPE_CHECKING:
     from crux.model import Model
 
@@ -17,6 +19,9 @@ Residual = Callable[[Any, Any], Any]
 @dataclass(frozen=True)
 class Constraint:
     """Loss ``weight * mean(residual(net, x)**2)`` over ``points`` (vector residuals: mean over components too).
+
+    A residual returns a scalar at each point, or a vector of at most :data:`RESIDUAL_COMPONENTS` components;
+    ``solve()`` refuses any other shape before training.
 
     ``residual(net, x)`` sees one point ``x`` of shape ``(d,)``; ``net.u(x)`` evaluates model ``u``.
     Points are kept on the host as float32 ``(N, d)``; a 1-D array is read as ``(N, 1)``.
@@ -80,6 +85,27 @@ def constraint_loss(constraint: Constraint, models: dict[str, Model], params: di
         return constraint.weight * jnp.mean(squares)
     per_point = jnp.mean(squares, axis=tuple(range(1, squares.ndim))) if squares.ndim > 1 else squares
     return constraint.weight * jnp.sum(slot_weights * per_point)
+
+
+RESIDUAL_COMPONENTS = 16
+"""The most components a vector residual may have (one per equation of a system); a longer vector, or an
+array of two or more axes, is almost always a residual evaluated over many points instead of one."""
+
+
+def check_residual(constraint: Constraint, models: dict[str, Model], params: dict[str, Any]) -> None:
+    """Raise ValueError when ``constraint``'s residual returns, at one point, anything but a scalar or a vector
+    of at most :data:`RESIDUAL_COMPONENTS` components (tracing only, no compute), naming the residual's
+    function and the shape it returned."""
+    net = Nets(models, params, False)
+    shape = jax.eval_shape(lambda x: constraint.residual(net, x), constraint.points[0]).shape
+    if len(shape) == 0 or (len(shape) == 1 and shape[0] <= RESIDUAL_COMPONENTS):
+        return
+    code = getattr(constraint.residual, "__code__", None)
+    where = f" ({shown_path(code.co_filename)}:{code.co_firstlineno})" if code else ""
+    raise ValueError(f"Constraint '{constraint.name}': its residual{where} returns shape {shape} at one point x of "
+                     f"shape {constraint.points.shape[1:]}; a residual returns a scalar per point, or a vector of at "
+                     f"most {RESIDUAL_COMPONENTS} components (one per equation): did it use all the points, or an "
+                     f"array of them, instead of x?")
 
 
 def reached_models(constraint: Constraint, models: dict[str, Model], params: dict[str, Any]) -> set[str]:

@@ -10,6 +10,7 @@ under the working directory unless configured (docs/usage.md).
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -17,31 +18,54 @@ from pathlib import Path
 
 import hydra
 import jax
+from hydra import initialize_config_module
+from hydra._internal.utils import get_args_parser, run_and_report
+from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.plugins import Plugins
+from hydra.errors import ConfigCompositionException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from hydra_plugins.crux_sweeper.crux_sweeper import CruxSweeper
 
-from crux import backends, config
+from crux import backends, config, processes
 from crux.config import CONFIG_PACKAGE, Phase
 from crux.problems import Problem
 from crux.tracking import JobRun, ParameterLeaves, parameter_leaves
+from crux.tracking.failures import errors_raised_by_hydra, job_failed, tracebacks_shown
+from crux.tracking.faults import StoreFault
 from crux.tracking.interrupt import exit_status, interruptible, signal_name
+from crux.tracking.paired_timing import time_against
+from crux.tracking.secrets import without_passwords
 from crux.tracking.store import StoreError
 
 log = logging.getLogger(__name__)
 
 
 def configure_jax(cfg: DictConfig) -> None:
-    """Before any JAX work: the persistent compilation cache (repeats and later sweeps skip compiling), and no
-    GPU memory preallocation when a launcher runs jobs side by side (each would take 75% of the device)."""
+    """Before any JAX work: the persistent compilation cache (repeats and later sweeps skip compiling), no
+    GPU memory preallocation when a launcher runs jobs side by side (each would take 75% of the device), and
+    no line about platforms JAX probes and cannot start (:func:`platform_probe_quiet`)."""
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode == RunMode.MULTIRUN and not hydra_cfg.launcher._target_.endswith(".BasicLauncher"):
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     use_compilation_cache(cfg.jax.compilation_cache_dir)
+    probe = logging.getLogger(PLATFORM_PROBE)
+    if platform_probe_quiet not in probe.filters:
+        probe.addFilter(platform_probe_quiet)
+
+
+PLATFORM_PROBE = "jax._src.xla_bridge"
+"""The logger by which JAX says, at INFO level, which optional platforms it could not start (``Unable to
+initialize backend 'tpu': ... libtpu.so ...`` on every machine without a TPU)."""
+
+
+def platform_probe_quiet(record: logging.LogRecord) -> bool:
+    """False for JAX's INFO line about an optional platform it probed and could not start, which reads like an
+    error on every CPU or GPU machine; its warnings (a GPU present without a CUDA-enabled jaxlib) pass."""
+    return record.levelno >= logging.WARNING or not record.getMessage().startswith("Unable to initialize backend")
 
 
 def use_compilation_cache(folder: str | None) -> None:
@@ -77,50 +101,107 @@ def train(problem: Problem, phases: list[Phase], cfg: DictConfig,
         phase_ends.append(parameter_leaves(problem.models))
 
 
+def train_job(cfg: DictConfig, run: JobRun) -> float:
+    """The job's work once its run is open: problem built, config logged (with the settings as they apply to the
+    problem's points), phases trained, results logged; the final total loss."""
+    if cfg.backend.name != "crux":
+        run.log_config(cfg)
+        return backends.run_on_backend(cfg, run)
+    phases = config.training_phases(cfg)
+    try:
+        problem = config.problem(cfg)
+    except Exception:
+        run.log_config(cfg)  # the failed run keeps what it was asked to run
+        raise
+    run.log_config(cfg, *config.batch_as_applied(cfg.memory.batchsize, {c.name: c.size for c in problem.constraints}))
+    run.check_room(problem, sum(phase.epochs for phase in phases), len(phases))
+    if backends.draws_wanted(cfg):
+        run.log_metrics(backends.crux_gradient_draws(problem, backends.draws_wanted(cfg), cfg.memory.batchsize,
+                                                     cfg.memory.accumulation_steps, cfg.solver.seed).metrics())
+    initial = parameter_leaves(problem.models)
+    phase_ends: list[ParameterLeaves] = []
+    try:
+        train(problem, phases, cfg, phase_ends)
+    finally:  # a failed or stopped phase keeps the history and the parameter snapshots up to it
+        history = problem.solver().history
+        if history is not None:
+            run.log_results(problem, history, initial, phase_ends)
+    if processes.records():  # one process of several times nothing: its timing would share the cores
+        time_against(cfg, run)
+    return float(history.total_loss[-1])
+
+
 @hydra.main(version_base="1.3", config_path=f"pkg://{CONFIG_PACKAGE}", config_name="config")
 def run_job(cfg: DictConfig) -> float:
     """One job; returns the final total loss (what a Hydra sweeper would minimise). Stopped by SIGINT or
-    SIGTERM, it closes its run KILLED with the history so far and raises KeyboardInterrupt."""
+    SIGTERM, it closes its run KILLED with the history so far and raises KeyboardInterrupt. A job that fails
+    closes its run FAILED and raises :class:`JobFailed` (a single run: exits), one line, its traceback in the
+    job's log file."""
     configure_jax(cfg)
     with interruptible():
         try:
             # crux's sweeper checked every job's config before the first; a single run is checked here
-            problems = config.out_of_range(cfg) + backends.backend_problems(cfg)
+            problems = config.out_of_range(cfg) + backends.backend_problems(cfg) + config.problem_faults(cfg)
             if problems:
                 raise ValueError("; ".join(problems))
-            run = JobRun.start(cfg)
+            processes.join(cfg.jax, cfg.solver.devices)
+            run = JobRun.start(cfg) if processes.records() else processes.Unrecorded()
         except (ValueError, StoreError, OmegaConfBaseException) as error:  # no run yet: nothing to record
             raise SystemExit(f"crux-run: {error}") from None
-        with run:
-            run.log_config(cfg)
-            if cfg.backend.name != "crux":
-                return backends.run_on_backend(cfg, run)
-            phases = config.training_phases(cfg)
-            problem = config.problem(cfg)
-            if backends.draws_wanted(cfg):
-                run.log_metrics(backends.crux_gradient_draws(problem, backends.draws_wanted(cfg), cfg.memory.batchsize,
-                                                             cfg.memory.accumulation_steps, cfg.solver.seed).metrics())
-            initial = parameter_leaves(problem.models)
-            phase_ends: list[ParameterLeaves] = []
-            try:
-                train(problem, phases, cfg, phase_ends)
-            finally:  # a failed or stopped phase keeps the history and the parameter snapshots up to it
-                history = problem.solver().history
-                if history is not None:
-                    run.log_results(problem, history, initial, phase_ends)
-            return float(history.total_loss[-1])
+        try:
+            with run:
+                return train_job(cfg, run)
+        except StoreFault as fault:  # the store's, not the job's: the run could not be closed with it
+            if HydraConfig.get().mode == RunMode.RUN:
+                raise SystemExit(f"crux-run: {fault}") from None
+            raise  # the sweep ends with it, in one line
+        except Exception as error:  # noqa: BLE001 - the run closed FAILED with it; said in one line
+            failed = job_failed(error)
+            if HydraConfig.get().mode == RunMode.RUN and not tracebacks_shown():
+                raise SystemExit(f"crux-run: {failed}") from None  # past Hydra, which would print it again
+            raise failed from error
 
 
-def main() -> None:
-    """The console script: Hydra reads the command line."""
+def reported(error: Exception) -> str | None:
+    """A field the problem does not take (Hydra's "Could not override 'problem.X'"), in one line; None for any
+    other error, which Hydra reports."""
+    if not isinstance(error, ConfigCompositionException):
+        return None
+    arguments = get_args_parser().parse_args()
+    search = [f"hydra.searchpath=[file://{Path(arguments.config_dir).resolve()}]"] if arguments.config_dir else []
+
+    def composed_without(key: str) -> DictConfig:
+        with initialize_config_module(CONFIG_PACKAGE, version_base="1.3"):
+            return GlobalHydra.instance().config_loader().load_configuration(
+                "config", search + config.overrides_without(arguments.overrides, key), RunMode.MULTIRUN,
+                validate_sweep_overrides=False)
+
+    return config.refused_problem_override(error, composed_without)
+
+
+def main(program: str = "crux-run") -> None:
+    """The console script: Hydra reads the command line. ``program`` names the command in its messages."""
     config.import_from_working_directory()
     Plugins.instance().register(CruxSweeper)  # Hydra's scan misses it in an editable install
+    sys.argv = without_passwords(sys.argv)  # Hydra saves the overrides, crux records them
     try:
-        run_job()
+        with errors_raised_by_hydra():
+            run_job()
     except KeyboardInterrupt as stopped:
-        print(f"crux-run: stopped by {signal_name(stopped)}; the run closed KILLED with what it had logged",
+        print(f"{program}: stopped by {signal_name(stopped)}; the run closed KILLED with what it had logged",
               file=sys.stderr)
         raise SystemExit(exit_status(stopped)) from None
+    except Exception as error:  # noqa: BLE001 - handed back by Hydra: said in one line, else as Hydra says it
+        if tracebacks_shown():
+            raise
+        line = reported(error)
+        if line is None:
+            run_and_report(functools.partial(raise_again, error))  # Hydra's report; it exits with status 1
+        raise SystemExit(f"{program}: {line}") from None
+
+
+def raise_again(error: Exception) -> None:
+    raise error
 
 
 if __name__ == "__main__":

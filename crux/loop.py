@@ -14,6 +14,7 @@ other devices' threads, still in an earlier call, never reach), which ends the p
 """
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Callable, Iterator
 
@@ -25,6 +26,8 @@ from tqdm.auto import tqdm
 from crux import sharding
 from crux.engine import Columns, Data, Plan, State
 from crux.stats import Statistics
+
+log = logging.getLogger(__name__)
 
 SYNC_SECONDS = 0.25  # how often the loop waits for the device: progress, timing and the non-finite check
 RECORD_ROWS = 4096  # epochs' records the device holds between syncs (a few tens of KiB)
@@ -104,6 +107,7 @@ class HostLoop:
                 self._step_seconds.append((now - window_start) / (len(window) * updates_per_call))
                 self._synced = (len(self._rows), len(self._step_seconds), state)
                 pending, window_start = 0, now
+                log.debug("synchronised after call %d of %d", index + 1, calls)
                 bar.update(len(window) * epochs_per_call)
                 bar.set_postfix(loss=f"{np.nansum(window[-1][-1, columns.losses]):.3e}")
                 if not _finite(window, columns):

@@ -13,7 +13,7 @@ import numpy as np
 
 from crux import sharding
 from crux.batching import DevicePoints, HostBatches, PointStream
-from crux.constraint import Constraint, reached_models
+from crux.constraint import Constraint, check_residual, reached_models
 from crux.engine import Data, Entry, OptimizerState, Plan, State, TrainState, make_call
 from crux.executables import compile_once
 from crux.layout import Layout
@@ -68,6 +68,7 @@ class Crux:
         self._compiled: dict[tuple, Compiled] = {}
         self._points_on_device: tuple[int, tuple[jax.Array, ...]] | None = None  # (devices, points)
         self._reach: list[set[str]] | None = None
+        self._residuals_checked = False
         self._history: list[Statistics] = []
 
     # -- public state ------------------------------------------------------------
@@ -111,6 +112,10 @@ class Crux:
         """
         options = validate([c.size for c in self.constraints], epochs, batchsize, checkpoint_gradients,
                            offload_data, accumulation_steps, inner_steps, substeps, devices, len(jax.devices()))
+        if not self._residuals_checked:  # the first solve(): every residual's shape, checked once
+            for constraint in self.constraints:
+                check_residual(constraint, self.models, self.params)
+            self._residuals_checked = True
         entries = self._entries(options)
         for entry in entries:
             for name in entry.models:

@@ -54,6 +54,28 @@ class SweepFile:
     def claims(self) -> list[str]:
         return list(self.config.get("claims", []))
 
+    @property
+    def problem_fields(self) -> dict[str, str]:
+        """The problem fields the sweep sets for every job (``problem: {n_interior: 1024}``) or sweeps
+        (``hydra.sweeper.params``), as ``problem.<field>`` -> the value written."""
+        written = OmegaConf.to_container(self.config, resolve=False)
+        fields = {f"problem.{key}": str(value) for key, value in (written.get("problem") or {}).items()}
+        params = ((written.get("hydra") or {}).get("sweeper") or {}).get("params") or {}
+        return {**fields, **{key: str(value) for key, value in params.items() if key.startswith("problem.")}}
+
+
+def problem_note(sweep: SweepFile, overrides: list[str]) -> str | None:
+    """What the sweep changes of a problem chosen on the command line (``problem=mine``): the fields it sets
+    over the problem's own values, and how to keep them; None when no problem is chosen or it sets none."""
+    chosen = [o.split("=", 1)[1] for o in overrides if o.startswith("problem=")]
+    typed = {o.split("=", 1)[0].lstrip("+") for o in overrides if o.lstrip("+").startswith("problem.")}
+    fields = {key: value for key, value in sweep.problem_fields.items() if key not in typed}
+    if not chosen or not fields:
+        return None
+    return (f"{sweep.name} sets {', '.join(f'{key}={value}' for key, value in fields.items())} in every job, over "
+            f"problem={chosen[-1]}'s own value; give {' '.join(f'{key}=...' for key in fields)} on the command line "
+            f"to choose another")
+
 
 def read_sweep(name: str, source: str, text: str, folder: Traversable) -> SweepFile:
     """The sweep file ``source`` holding ``text``; raises ValueError naming the file for anything but a YAML
@@ -176,13 +198,18 @@ def main(argv: list[str] | None = None) -> None:
         check_claims(sweep)
     except ValueError as error:
         parser.error(str(error))
-    register(sweep, shlex.join(["crux-sweep", *words]))
     from crux import experiment  # after the argument checks: importing JAX and Hydra takes seconds
+    from crux.tracking.secrets import without_passwords
+
+    register(sweep, shlex.join(["crux-sweep", *without_passwords(words)]))  # the command is recorded and shown
+    note = problem_note(sweep, args.overrides)
+    if note:
+        print(f"crux-sweep: {note}", flush=True)
 
     config_dir = ["--config-dir", str(args.config_dir.resolve())] if args.config_dir is not None else []
     resume = ["hydra.sweeper.resume=true"] if args.resume else []
     sys.argv = [sys.argv[0], "--multirun", *config_dir, f"+sweeps={sweep.name}", *args.overrides, *resume]
-    experiment.main()
+    experiment.main("crux-sweep")
 
 
 if __name__ == "__main__":

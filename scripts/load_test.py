@@ -9,8 +9,9 @@ counted back through the store's API (MLflow's REST API for a server).
 Each sweep is ``crux-sweep accumulation`` (memory full, b8, b32, b8_acc4 x ``--repeats``) with
 ``--parallel`` jobs at a time on the chosen launcher, all sweeps started together, each in its own
 folder, all into one new experiment. Afterwards each sweep's parent must hold exactly its own jobs,
-all FINISHED, each with its variant and repeat once; every history must have one point per epoch
-per series with the values of the run's ``stats.npz``; every run must have its five artifacts; the
+all FINISHED, each with its variant and repeat once; every run's ``stats.npz`` must hold every epoch, and
+MLflow the evenly spaced epochs of each history the job sends, with the values of ``stats.npz``; every run
+must have its five artifacts; the
 experiment must hold no other run. Prints what was found against what was expected, jobs per
 minute (all jobs over the wall time from the first start to the last exit), and each job's tracking
 share: the seconds in crux's tracking calls over the job's seconds, timed inside the job by
@@ -40,6 +41,7 @@ from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig
 
 from crux.stats import Statistics
+from crux.tracking.history import history_series, thinned
 from crux.tracking.store import child_runs
 
 SCRIPTS = Path(__file__).resolve().parent
@@ -217,25 +219,25 @@ def _all_runs(client: MlflowClient, experiment_id: str) -> list[Run]:
 
 
 def _check_run(client: MlflowClient, run: Run, epochs: int, folder: Path, counts: Counts) -> None:
-    """One child run: its artifacts, and every point of every history (against its ``stats.npz`` if there)."""
+    """One child run: its artifacts, every epoch in its ``stats.npz``, and every point MLflow holds of each history:
+    the evenly spaced epochs the job sends (``tracking.history_points``), with the values of ``stats.npz``."""
     run_id = run.info.run_id
     present = {artifact.path for artifact in client.list_artifacts(run_id)}
     counts.add("artifacts", len(ARTIFACTS), len(present & ARTIFACTS))
-    expected = {}
-    if "stats.npz" in present:
-        folder.mkdir(parents=True)
-        stats = Statistics.load(client.download_artifacts(run_id, "stats.npz", str(folder)))
-        expected = {"loss/total": stats.total_loss, "lr/u": stats.lr["u"],
-                    **{f"loss/{name}": stats.losses[:, j] for j, name in enumerate(stats.names)}}
+    if "stats.npz" not in present:
+        return
+    folder.mkdir(parents=True)
+    stats = Statistics.load(client.download_artifacts(run_id, "stats.npz", str(folder)))
+    counts.add("epochs in stats.npz", epochs, stats.steps)
+    points = run.data.params.get("tracking.history_points")
+    sent, expected = thinned(stats.epoch, history_series(stats), None if points is None else int(points))
     for key in HISTORY_KEYS:
-        history = client.get_metric_history(run_id, key)
-        counts.add("metric points", epochs, len(history))
-        if sorted(m.step for m in history) != list(range(epochs)):
-            counts.problems.append(f"{run_id} {key}: steps are not each epoch once")
-        elif key in expected:
-            values = np.array([m.value for m in sorted(history, key=lambda m: m.step)])
-            if not np.array_equal(values, np.asarray(expected[key], np.float64)):
-                counts.problems.append(f"{run_id} {key}: values differ from the run's stats.npz")
+        history = sorted(client.get_metric_history(run_id, key), key=lambda m: m.step)
+        counts.add("metric points", len(sent), len(history))
+        if [m.step for m in history] != sent.tolist():
+            counts.problems.append(f"{run_id} {key}: the steps are not the evenly spaced epochs the job sends")
+        elif not np.array_equal([m.value for m in history], np.asarray(expected[key], np.float64)):
+            counts.problems.append(f"{run_id} {key}: values differ from the run's stats.npz")
 
 
 def timings(folders: list[Path]) -> list[dict[str, Any]]:

@@ -24,7 +24,8 @@ from mlflow.tracking import MlflowClient
 from crux import problems
 from crux.stats import Statistics
 from crux.tracking.history import _sql_target, history_metrics, log_history
-from crux.tracking.job import JobRun, history_series, parameter_leaves
+from crux.tracking.history import history_series
+from crux.tracking.job import JobRun, parameter_leaves
 
 
 def synthetic_history(epochs: int) -> Statistics:

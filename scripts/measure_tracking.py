@@ -1,6 +1,6 @@
 """What MLflow tracking adds to real jobs: crux-run in this process, every tracking step timed.
 
-    python scripts/measure_tracking.py [--jobs N] [overrides...]     # default: 3 jobs, solver.epochs=5000
+    python scripts/measure_tracking.py [--jobs N] [--uri URI] [overrides...]   # 3 jobs, solver.epochs=5000
 
 Runs ``crux.experiment.main`` (the default poisson1d job) ``N`` times, one after
 another as a sweep's jobs run, against a SQLite store made beforehand in another
@@ -93,15 +93,16 @@ def timed(owner: Any, name: str, label: str) -> None:
     setattr(owner, name, classmethod(wrapper) if isinstance(original, classmethod) else wrapper)
 
 
-def run_jobs(count: int, overrides: list[str]) -> list[tuple[float, dict[str, float]]]:
-    """Each job's wall time and the seconds of its steps."""
+def run_jobs(count: int, overrides: list[str], uri: str | None) -> list[tuple[float, dict[str, float]]]:
+    """Each job's wall time and the seconds of its steps, logged into ``uri`` (a new SQLite store if None)."""
     for label, (owner, name) in {**STEPS, **PARTS, TRAINING: (crux.experiment, "train")}.items():
         timed(owner, name, label)
     jobs = []
     with tempfile.TemporaryDirectory() as folder:
-        uri = f"sqlite:///{folder}/mlflow.db"
-        subprocess.run([sys.executable, "-c", f"from mlflow.tracking import MlflowClient; "
-                        f"MlflowClient({uri!r}).search_experiments()"], check=True, capture_output=True)
+        if uri is None:
+            uri = f"sqlite:///{folder}/mlflow.db"
+            subprocess.run([sys.executable, "-c", f"from mlflow.tracking import MlflowClient; "
+                            f"MlflowClient({uri!r}).search_experiments()"], check=True, capture_output=True)
         os.environ["MLFLOW_TRACKING_URI"] = uri
         for number in range(count):
             SECONDS.clear()
@@ -115,11 +116,13 @@ def run_jobs(count: int, overrides: list[str]) -> list[tuple[float, dict[str, fl
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=3, help="jobs one after another in this process (3)")
+    parser.add_argument("--uri", help="the store to log into, e.g. a tracking server's http://127.0.0.1:PORT "
+                                      "(default: a new SQLite file)")
     parser.add_argument("overrides", nargs="*", default=["solver.epochs=5000"])
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs {args.jobs}: at least one job")
-    jobs = run_jobs(args.jobs, args.overrides)
+    jobs = run_jobs(args.jobs, args.overrides, args.uri)
 
     job_seconds, seconds = jobs[0]
     tracking = sum(seconds.get(label, 0.0) for label in STEPS)

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from crux import config
 from crux.backends.choice import backend_problems
 from crux_testing import EPS32, poisson
 from test_backend_choice import composed
@@ -151,3 +152,72 @@ def test_the_devices_sweep_runs_on_two_host_devices_and_its_report_judges_it(tmp
     (verdict,) = json.loads((tmp_path / "report" / "verdicts.json").read_text())
     assert (verdict["id"], verdict["verdict"]) == ("devices.one_batch[b8_d2]", "holds"), verdict["summary"]
     assert "time_ratio_median" in verdict["evidence"]
+
+
+def crux_run(folder: Path, *overrides: str, env: dict[str, str]) -> subprocess.Popen:
+    """``crux-run`` of a small 2-device job in ``folder``, logging into ``folder/mlflow.db`` (a ``--multirun``
+    among ``overrides`` goes first, as Hydra needs)."""
+    folder.mkdir(exist_ok=True)
+    job = [o for o in overrides if o.startswith("--")] + ["memory=b8", "solver.epochs=20", "model.width=8", "problem.n_interior=64", "solver.devices=2",
+           f"hydra.run.dir={folder / 'outputs'}", *(o for o in overrides if not o.startswith("--"))]
+    return subprocess.Popen([sys.executable, "-m", "crux.experiment", *job], cwd=folder, text=True,
+                            env={**env, "MLFLOW_TRACKING_URI": f"sqlite:///{folder / 'mlflow.db'}"},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def final_parameters(folder: Path) -> tuple[int, dict[str, np.ndarray]]:
+    """How many runs ``folder``'s store holds, and the final parameters its one job logged."""
+    from mlflow.tracking import MlflowClient
+    client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    (job,) = [run for run in runs if run.data.tags.get("crux.role") != "parent"]
+    saved = np.load(client.download_artifacts(job.info.run_id, "params.npz", str(folder)))
+    return len(runs), {key: saved[key] for key in saved.files if key.startswith("final/")}
+
+
+@pytest.mark.integration
+def test_a_job_of_two_processes_trains_what_one_process_with_two_devices_trains_and_logs_once(tmp_path):
+    """crux-run as two processes on 127.0.0.1 (jax.processes=2): one run in the store, the parameters of one
+    process with two host devices bit for bit."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env.pop("XLA_FLAGS", None)
+    together = [crux_run(tmp_path / "processes", "jax.processes=2", f"jax.coordinator=127.0.0.1:{port}",
+                         f"jax.process_id={i}", env=env) for i in range(2)]
+    alone = crux_run(tmp_path / "one", env={**env, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
+    for job in (*together, alone):
+        output = job.communicate(timeout=600)[0]
+        assert job.returncode == 0, output[-3000:]
+    (runs, distributed), (_, local) = final_parameters(tmp_path / "processes"), final_parameters(tmp_path / "one")
+    assert runs == 1  # process 1 trained beside process 0 without a run of its own
+    assert distributed.keys() == local.keys() and distributed
+    for key in local:
+        np.testing.assert_array_equal(distributed[key], local[key], err_msg=key)
+
+
+def test_processes_that_cannot_each_hold_devices_of_the_job_are_refused():
+    assert "solver.devices=3 must be a multiple of 2" in " ".join(
+        config.out_of_range(composed("jax.processes=2", "solver.devices=3")))
+    assert config.out_of_range(composed("jax.processes=2", "solver.devices=2")) == []
+    assert backend_problems(composed("backend=jno", "jax.processes=2"))[0].startswith("jax.processes=2: the jNO")
+
+
+@pytest.mark.integration  # starts a Slurm cluster
+def test_a_slurm_job_of_two_tasks_trains_as_one_process_with_two_devices(slurm, tmp_path):
+    """The sweep path on Slurm: one job of two tasks (hydra.launcher.tasks_per_node=2), each task a process of
+    the job, the coordinator and each task's number taken from Slurm's environment."""
+    env = {**os.environ, **slurm, "JAX_PLATFORMS": "cpu"}
+    env.pop("XLA_FLAGS", None)
+    sweep = crux_run(tmp_path / "slurm", "--multirun", "hydra/launcher=submitit_slurm",
+                     "hydra.launcher.tasks_per_node=2", "jax.processes=2", f"hydra.sweep.dir={tmp_path / 'multirun'}",
+                     env=env)
+    alone = crux_run(tmp_path / "one", env={**env, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
+    for job in (sweep, alone):
+        output = job.communicate(timeout=600)[0]
+        assert job.returncode == 0, output[-3000:]
+    (runs, distributed), (_, local) = final_parameters(tmp_path / "slurm"), final_parameters(tmp_path / "one")
+    assert runs == 2  # the sweep's parent and its one job's run: the second task logged nothing
+    for key in local:
+        np.testing.assert_array_equal(distributed[key], local[key], err_msg=key)

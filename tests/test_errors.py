@@ -1,5 +1,6 @@
 """Bad input is refused before any compute, naming the option and the fix; a diverging loss stops the solve."""
 import dataclasses
+import re
 
 import jax
 import jax.numpy as jnp
@@ -128,3 +129,36 @@ def test_a_non_finite_update_inside_a_fused_call_is_found_by_the_replay(offload)
     reference.solver().solve(13, batchsize=64, inner_steps=13, offload_data=offload)
     np.testing.assert_array_equal(flat(solver.params), flat(reference.solver().params))
     np.testing.assert_array_equal(solver.history.total_loss[:13], reference.solver().history.total_loss)
+
+
+@pytest.mark.parametrize("returns, shape", [
+    (lambda u, x: u * jnp.ones(crux.constraint.RESIDUAL_COMPONENTS + 1), (crux.constraint.RESIDUAL_COMPONENTS + 1,)),
+    (lambda u, x: u * jnp.ones((2, 2)), (2, 2)),
+])
+def test_a_residual_of_another_shape_than_a_point_gives_is_refused_before_training(returns, shape):
+    points = np.linspace(0, 1, 8, dtype=np.float32)[:, None]
+    def residual(net, x):
+        return returns(net.u(x), x)
+
+    solver = crux.Crux([crux.Constraint("pde", residual, points)], {"u": crux.mlp(1, 1, (4,), seed=0)})
+    line = residual.__code__.co_firstlineno
+    with pytest.raises(ValueError, match=rf"^Constraint 'pde': its residual \(tests/test_errors.py:{line}\) returns "
+                                         rf"shape {re.escape(str(shape))} at one point x of shape \(1,\); a residual "
+                                         rf"returns a scalar per point, or a vector of at most 16 components"):
+        solver.solve(2)
+    assert solver.history is None  # nothing trained
+
+
+def test_a_vector_residual_of_a_few_components_trains_as_the_mean_over_them():
+    points = np.linspace(0, 1, 8, dtype=np.float32)[:, None]
+
+    def model():
+        u = crux.mlp(1, 1, (4,), seed=0)
+        u.optimizer(optax.sgd).scale(crux.lrs(1e-3))
+        return {"u": u}
+
+    vector = crux.Crux([crux.Constraint("pde", lambda net, x: net.u(x) * jnp.ones(3), points)], model())
+    scalar = crux.Crux([crux.Constraint("pde", lambda net, x: net.u(x), points)], model())
+    # three equal components: the mean of their squares is the scalar's square, so the first losses agree to
+    # float32 round-off of one mean over 8 points (a few ulps)
+    np.testing.assert_allclose(vector.solve(1).total_loss, scalar.solve(1).total_loss, rtol=1e-6)

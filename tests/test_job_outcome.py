@@ -1,10 +1,16 @@
 """What a job prints when it ends, and how a store's address is shown."""
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
 import pytest
 
+import crux
+from crux.failures import failure_line
+
 from crux.tracking.job import outcome_line
-from crux.tracking.store import shown_uri
+from crux.tracking.secrets import masked
 from crux_testing import poisson
 
 
@@ -15,7 +21,7 @@ from crux_testing import poisson
     ("sqlite:////home/me/mlflow.db", "sqlite:////home/me/mlflow.db"),
 ])
 def test_a_password_in_a_store_address_is_masked(uri, shown):
-    assert shown_uri(uri) == shown
+    assert masked(uri) == shown
 
 
 def test_the_last_line_gives_the_final_losses_the_errors_and_the_run():
@@ -25,3 +31,39 @@ def test_the_last_line_gives_the_final_losses_the_errors_and_the_run():
     total, (pde, bc) = stats.total_loss[-1], stats.losses[-1]
     assert line == (f"final loss {total:.4g} ({stats.names[0]} {pde:.4g}, {stats.names[1]} {bc:.4g}), "
                     f"error/u 0.25; run abc123 in sqlite:///x.db")
+
+
+def users_code(values):
+    return values["missing"]  # the line failure_line names
+
+
+def test_a_failure_names_the_innermost_line_of_the_users_code_it_passed_through():
+    with pytest.raises(KeyError) as raised:
+        crux.Crux([crux.Constraint("c", lambda net, x: users_code({}), np.zeros((4, 1), np.float32))],
+                  {"u": crux.mlp(1, 1, (4,), seed=0)}).solve(1)
+    line = users_code.__code__.co_firstlineno + 1
+    assert failure_line(raised.value) == f"KeyError: 'missing' ({Path(__file__).relative_to(Path.cwd())}:{line})"
+    with pytest.raises(ValueError) as refused:  # crux refusing what the user's line asked for
+        crux.lrs.warmup_cosine(10, 20, 1e-3, 1e-5)
+    assert failure_line(refused.value).endswith(f"({Path(__file__).relative_to(Path.cwd())}:{line + 10})")  # the call above
+    assert failure_line(ValueError("memory.batchsize=0:\n  must be >= 1")) == "memory.batchsize=0: must be >= 1"
+
+
+def test_jax_platform_probe_is_kept_quiet_and_its_warnings_are_not(caplog):
+    import logging
+
+    from crux.experiment import PLATFORM_PROBE, platform_probe_quiet
+
+    probe = logging.getLogger(PLATFORM_PROBE)
+    probe.addFilter(platform_probe_quiet)
+    try:
+        with caplog.at_level(logging.INFO, logger=PLATFORM_PROBE):
+            probe.info("Unable to initialize backend 'tpu': INTERNAL: Failed to open libtpu.so: libtpu.so: cannot "
+                       "open shared object file: No such file or directory")
+            probe.info("Unable to initialize backend 'cuda': module 'jaxlib.xla_extension' has no attribute")
+            probe.warning("An NVIDIA GPU may be present on this machine, but a CUDA-enabled jaxlib is not installed.")
+            probe.info("another line of the platform set-up")
+    finally:
+        probe.removeFilter(platform_probe_quiet)
+    assert [record.getMessage()[:30] for record in caplog.records] == ["An NVIDIA GPU may be present o",
+                                                                      "another line of the platform s"]

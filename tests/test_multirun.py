@@ -192,3 +192,23 @@ def test_a_job_is_named_by_its_group_choices_and_by_values_as_it_resolves_them()
     overrides = ["memory=b8_acc4", "solver.inner_steps=${solver.epochs}", "repeat=1"]
     name = variant_name(overrides, ["memory", "solver.inner_steps", "repeat"], {"memory"}, cfg)
     assert name == "b8_acc4,inner_steps=1000"
+
+
+def test_a_sweep_ends_with_a_line_per_job_from_its_newest_run():
+    from mlflow.entities import Metric, Run, RunData, RunInfo, RunTag
+
+    from crux.tracking.multirun import job_table
+
+    def run(job, name, status, start, end, loss=None):
+        info = RunInfo(f"r{job}{start}", "1", "user", status, start, end, "active", run_name=name)
+        metrics = [] if loss is None else [Metric("final_loss", loss, 0, 0)]
+        return Run(info, RunData(metrics=metrics, tags=[RunTag("crux.job", str(job))]))
+
+    table = job_table([run(1, "b8_acc4", "FINISHED", 9_000, 11_500, 0.012345),
+                       run(0, "full", "FAILED", 1_000, 2_000),
+                       run(10, "b8 r1", "FAILED", 3_000, None),
+                       run(1, "b8_acc4", "FAILED", 5_000, 6_000)])  # an earlier try of job 1, resumed since
+    assert table.splitlines() == ["job  variant  status    final loss  seconds",
+                                  "  0  full     FAILED             -      1.0",
+                                  "  1  b8_acc4  FINISHED     0.01235      2.5",
+                                  " 10  b8 r1    FAILED             -        -"]

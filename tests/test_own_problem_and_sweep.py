@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hydra import compose, initialize_config_module
+from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 import crux
@@ -41,12 +42,17 @@ def test_a_problem_function_receives_its_fields_the_model_settings_and_the_seed(
     assert built.name == "recording" and [c.name for c in built.constraints] == ["fit"]
 
 
-def test_a_problem_config_is_checked_against_its_function_before_it_is_called():
+def test_a_problem_config_is_checked_against_its_function_before_it_is_called(module_failing_on_import):
     received.clear()
     model = ModelConfig(width=8, depth=1, activation="tanh")
-    with pytest.raises(TypeError, match=r"problem.n_pts: .*recording_problem\(n_points.* has no parameter 'n_pts'"):
+    with pytest.raises(TypeError, match=r"^problem.n_pts: \S+recording_problem has no parameter 'n_pts'; its fields "
+                                        r"are n_points, scale: write problem.n_points=5$"):
         build_problem(problem_node(n_pts=5, scale=2.0), model, 0)
-    with pytest.raises(TypeError, match="missing a required argument: 'scale'; set it in the problem config"):
+    with pytest.raises(TypeError, match=r"problem.colour: .* its fields are n_points, scale: set one of them, or add "
+                                        r"a parameter 'colour' to the function"):  # like no field: no suggestion
+        build_problem(problem_node(n_points=5, scale=2.0, colour="red"), model, 0)
+    with pytest.raises(TypeError, match=r"missing a required argument: 'scale'; set it in the problem config \(its "
+                                        r"fields are n_points, scale\)"):
         build_problem(problem_node(n_points=5), model, 0)
     with pytest.raises(TypeError, match=r"must take hidden, activation, seed .* it lacks \['hidden', 'activation', 'seed'\]"):
         build_problem(OmegaConf.create({"_target_": "numpy.linspace", "start": 0, "stop": 1}), model, 0)
@@ -60,7 +66,50 @@ def test_a_problem_config_is_checked_against_its_function_before_it_is_called():
         build_problem(OmegaConf.create({"_target_": "crux.problems.poisson2d"}), model, 0)
     with pytest.raises(ValueError, match="no _target_"):
         build_problem(OmegaConf.create({"n_points": 5}), model, 0)
+    with pytest.raises(ValueError, match=r"problem._target_=crux_problem_import_fails.f: importing "
+                                         r"crux_problem_import_fails failed: NameError: name 'undefined' is not "
+                                         r"defined \(\S*crux_problem_import_fails.py:1\)"):
+        build_problem(OmegaConf.create({"_target_": "crux_problem_import_fails.f"}), model, 0)
     assert received == {}  # refused before the function ran
+
+
+@pytest.fixture
+def module_failing_on_import(tmp_path, monkeypatch):
+    (tmp_path / "crux_problem_import_fails.py").write_text("undefined\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+
+def test_a_jobs_problem_is_checked_without_calling_its_function():
+    received.clear()
+
+    def job(**fields):
+        return OmegaConf.create({"problem": problem_node(**fields), "solver": {"seed": 0},
+                                 "model": OmegaConf.structured(ModelConfig(width=8, depth=1, activation="tanh"))})
+
+    assert config.problem_faults(job(n_points=5, scale=2.0)) == []
+    (fault,) = config.problem_faults(job(n_point=5, scale=2.0))
+    assert fault.startswith("problem.n_point: ") and fault.endswith("write problem.n_points=5")
+    assert received == {}
+
+
+def test_hydras_could_not_override_a_problem_field_is_said_as_a_field_the_function_lacks():
+    refusal = ConfigCompositionException("Could not override 'problem.n_pts'.\nTo append to your config use "
+                                         "+problem.n_pts=7")
+    composed_without = []
+
+    def compose_without(key):
+        composed_without.append(key)
+        return OmegaConf.create({"problem": {"_target_": f"{__name__}.recording_problem", "n_points": 5}})
+
+    assert config.refused_problem_override(refusal, compose_without) == (
+        f"problem.n_pts: {__name__}.recording_problem has no parameter 'n_pts'; its fields are n_points, scale: "
+        f"write problem.n_points=7")
+    assert composed_without == ["problem.n_pts"]
+    other = ConfigCompositionException("Could not override 'solver.epochz'.\nTo append to your config use "
+                                       "+solver.epochz=7")
+    assert config.refused_problem_override(other, compose_without) is None  # Hydra says it
+    assert config.overrides_without(["problem=line", "+problem.n_pts=7", "problem.n_points=5,6"],
+                                    "problem.n_pts") == ["problem=line", "problem.n_points=5,6"]
 
 
 def test_a_problem_without_an_exact_solution_has_no_errors_and_an_exact_one_needs_its_prediction():
@@ -163,3 +212,42 @@ def test_params_are_the_settings_the_job_ran_with_and_never_empty():
     plain_params = flatten(effective_settings(plain))
     assert "memory.batchsize" not in plain_params and not any(k.startswith("phases") for k in plain_params)
     assert json.loads(flatten({"solver": {"substeps": [[0], [[1, 2], 2]]}})["solver.substeps"]) == [[0], [[1, 2], 2]]
+
+
+def test_a_batch_size_is_recorded_as_it_applies_to_the_problems_points():
+    assert config.batch_as_applied(None, {"pde": 1024, "bc": 2}) == ({}, [])
+    assert config.batch_as_applied(8, {"pde": 1024, "bc": 8}) == (
+        {}, ["memory.batchsize=8 is at least the points of bc (8 points): every update took all of them"])
+    assert config.batch_as_applied(100000, {"pde": 1152, "bc": 64}) == (
+        {"memory.batchsize": 1152}, ["memory.batchsize=100000 is at least every constraint's points (the largest, "
+                                     "pde, has 1152): every update saw every point, as with memory=full"])
+    assert config.batch_as_applied(1152, {"pde": 1152})[0] == {}  # as requested: nothing to record otherwise
+
+
+def test_a_setting_that_ran_otherwise_is_logged_as_it_ran_beside_the_request(store):
+    from mlflow.tracking import MlflowClient
+
+    from crux.tracking.job import JobRun, as_requested
+
+    with initialize_config_module(CONFIG_PACKAGE, version_base="1.3"):
+        cfg = compose("config", overrides=["memory.batchsize=100000"])
+    client = MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
+    run_id = client.create_run(client.create_experiment("e")).info.run_id
+    with JobRun(client, run_id, "default", 0) as run:
+        run.log_config(cfg, {"memory.batchsize": 1024}, ["memory.batchsize=100000 is at least every constraint's"])
+    logged = client.get_run(run_id).data
+    assert logged.params["memory.batchsize"] == "1024" and logged.params["memory.batchsize_requested"] == "100000"
+    assert logged.tags["crux.adjusted"] == "memory.batchsize=100000 is at least every constraint's"
+    assert as_requested(logged.params) == {**flatten(effective_settings(cfg)), "variant": "default"}
+
+
+def test_a_built_in_sweep_says_which_fields_of_a_chosen_problem_it_sets():
+    from crux.sweep import problem_note
+
+    sweeps = available()
+    assert problem_note(sweeps["accumulation"], ["problem=heat2d", "solver.epochs=30"]) == (
+        "accumulation sets problem.n_interior=1024 in every job, over problem=heat2d's own value; give "
+        "problem.n_interior=... on the command line to choose another")
+    assert problem_note(sweeps["accumulation"], ["problem=heat2d", "problem.n_interior=512"]) is None  # typed
+    assert problem_note(sweeps["accumulation"], ["solver.epochs=30"]) is None  # the sweep's own problem
+    assert {name for name, sweep in sweeps.items() if sweep.problem_fields} == {"accumulation", "devices"}

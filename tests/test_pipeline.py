@@ -31,9 +31,11 @@ from crux import config
 from crux.config import CONFIG_PACKAGE
 from crux.stats import Statistics
 from crux.sweep import available, check_claims, register
+from crux.tracking.history import history_series, thinned
 from crux.tracking.multirun import planned_jobs
 
 TINY = ["model.width=8", "model.depth=1", "solver.epochs=20"]
+HISTORY_POINTS = 320  # conf/tracking/mlflow.yaml: the epochs of each history sent to MLflow as metrics
 ARTIFACTS = {"history.png", "stats.npz", "params.npz", "config.yaml", "environment.json"}
 
 
@@ -64,9 +66,17 @@ def history(client: MlflowClient, run_id: str, key: str) -> tuple[np.ndarray, np
 def check_complete_child(client: MlflowClient, run, epochs: int, folder: Path) -> None:
     """Everything a finished job must have logged: histories, summary, params, the five artifacts."""
     run_id, metrics = run.info.run_id, run.data.metrics
+    local = Path(client.download_artifacts(run_id, "", str(folder)))
+    stats = Statistics.load(local / "stats.npz")
+    assert stats.names == ["pde", "bc"] and stats.losses.shape == (epochs, 2)
+    np.testing.assert_array_equal(stats.epoch, np.arange(epochs))
+    # MLflow holds evenly spaced epochs of every history (all of them up to tracking.history_points), exactly
+    sent, exact = thinned(stats.epoch, history_series(stats), HISTORY_POINTS)
+    assert run.data.tags["crux.history_points"] == f"{len(sent)} of {epochs}"
     for key in ("loss/total", "loss/pde", "loss/bc", "lr/u"):
         steps, values = history(client, run_id, key)
-        np.testing.assert_array_equal(steps, np.arange(epochs), err_msg=key)
+        np.testing.assert_array_equal(steps, sent, err_msg=key)
+        np.testing.assert_array_equal(values, exact[key].astype(np.float64), err_msg=key)
         assert np.all(np.isfinite(values)), key
     for key in ("compile_seconds", "run_seconds", "median_step_seconds", "steps_per_second", "final_loss",
                 "memory/temp_bytes", "memory/argument_bytes", "memory/output_bytes", "error/u", "param_distance/u"):
@@ -75,10 +85,6 @@ def check_complete_child(client: MlflowClient, run, epochs: int, folder: Path) -
     assert run.data.params["solver.epochs"] == str(epochs)
     assert {a.path for a in client.list_artifacts(run_id)} == ARTIFACTS
 
-    local = Path(client.download_artifacts(run_id, "", str(folder)))
-    stats = Statistics.load(local / "stats.npz")
-    assert stats.names == ["pde", "bc"] and stats.losses.shape == (epochs, 2)
-    np.testing.assert_allclose(stats.total_loss, history(client, run_id, "loss/total")[1], rtol=1e-6)
     assert metrics["final_loss"] == pytest.approx(float(stats.total_loss[-1]), rel=1e-6)
     with np.load(local / "params.npz") as params:
         leaves = sorted(k.split("/", 2)[2] for k in params.files if k.startswith("final/u/"))
@@ -300,3 +306,26 @@ def test_every_job_of_every_sweep_composes(hydra_configs):
         for job in jobs:
             cfg = compose("config", overrides=base + list(job))
             assert config.out_of_range(cfg) == [], (name, job)
+
+
+@pytest.mark.integration
+def test_mlflow_gets_evenly_spaced_epochs_of_each_history_and_the_report_reads_every_epoch(store):
+    """tracking.history_points=7 sends 7 epochs of a 30-epoch history, the first and the last among them, with
+    the values training recorded; null sends all 30; crux-report reads all 30 from stats.npz either way."""
+    from crux.report.store import load_sweep
+    done = launch(store, "crux.experiment", "--multirun", *TINY[:2], "solver.epochs=30",
+                  "tracking.history_points=7,null", "tracking.experiment=thinned")
+    assert done.returncode == 0, done.stderr[-3000:]
+    client, roles = runs_by_role(store, "thinned")
+    sent = {}
+    for run in roles["child"]:
+        stats = Statistics.load(client.download_artifacts(run.info.run_id, "stats.npz", str(store)))
+        steps, values = history(client, run.info.run_id, "loss/pde")
+        np.testing.assert_array_equal(values, stats.losses[steps, 0].astype(np.float64))
+        sent[run.data.params.get("tracking.history_points")] = steps.tolist()
+    assert sent == {"7": [0, 5, 10, 14, 19, 24, 29], None: list(range(30))}
+
+    sweep = load_sweep("thinned", uri=f"sqlite:///{store / 'mlflow.db'}")
+    for record in sweep.records:
+        np.testing.assert_array_equal(record.histories["loss/pde"], record.stats.losses[:, 0].astype(np.float64))
+        assert len(record.histories["lr/u"]) == 30

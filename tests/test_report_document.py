@@ -69,3 +69,22 @@ def test_verdict_table_shows_each_verdict_once(final, outcome):
     table = verdict_table(verdicts).splitlines()
     assert [line.split()[0] for line in table[2:]] == [v.verdict for v in verdicts]
     assert table[2].startswith(f"{outcome:<13} inner_steps.identical[K=5]")
+
+
+def test_reproduce_gives_the_folder_the_crux_to_install_and_the_command_as_typed():
+    """An own sweep file run with its own config folder: the commands name both, from the folder it ran in."""
+    own = record("k1", 10, 1.0)
+    own.environment.update(versions={"crux": "0.1.0"}, crux_commit=None)
+    tags = {"crux.claim": "mine", "crux.overrides": "+sweeps=heat problem=heat2d",
+            "crux.command": "crux-sweep heat_checkpoint.yaml --config-dir conf problem=heat2d",
+            "crux.working_dir": "/home/me/my project"}
+    text = report_markdown(Sweep("heat_checkpoint", "sqlite:///x.db", "1", "p0", tags, [own]), [], [], [])
+    reproduce = text.split("## Reproduce")[1].split("## Environment")[0]
+    assert "- crux 0.1.0: `pip install /path/to/crux`, from crux 0.1.0 (its wheel, or a checkout of that version)" \
+        in reproduce
+    commands = reproduce.split("```sh\n")[1].split("```")[0].splitlines()
+    assert commands == ["cd '/home/me/my project'", "pip install /path/to/crux   # the crux above",
+                        "crux-sweep heat_checkpoint.yaml --config-dir conf problem=heat2d",
+                        "crux-report heat_checkpoint"]
+    old = report_markdown(sweep([record("k1", 10, 1.0)]), [], [], [])  # a parent without those tags
+    assert "crux-sweep inner_steps repeat=0\n" in old.split("## Reproduce")[1]

@@ -51,6 +51,9 @@ def check_backend(cfg: DictConfig) -> None:
     if cfg.solver.get("devices", 1) != 1:
         raise ValueError(f"solver.devices={cfg.solver.devices}: the jNO backend trains on one device; "
                          f"drop the override or choose backend=crux")
+    if cfg.jax.get("processes", 1) != 1:
+        raise ValueError(f"jax.processes={cfg.jax.processes}: the jNO backend trains in one process; "
+                         f"drop the override or choose backend=crux")
     if importlib.util.find_spec("jno") is None:
         raise ImportError(f"backend=jno needs jNO (PyPI jax-numerical-operators), which is not installed: run "
                           f"`{JNO_INSTALL}` in the crux checkout, or choose backend=crux")

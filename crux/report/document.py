@@ -10,6 +10,7 @@ the same sweep gives the same report whether it was chosen by default or with
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -20,6 +21,7 @@ from crux.report.jobs import FINISHED
 from crux.report.records import RunRecord, describe
 from crux.report.store import Sweep
 from crux.report.verdict import Verdict, fmt
+from crux.tracking.descriptions import COMMAND, WORKING_DIR
 
 SUMMARY_METRICS = ("final_loss", "median_step_seconds", "compile_seconds", "memory/temp_bytes",
                    "memory/argument_bytes")
@@ -98,6 +100,35 @@ def _commits(records: Sequence[RunRecord]) -> list[str]:
             for commit, dirty in commits]
 
 
+def _crux_installs(records: Sequence[RunRecord]) -> list[str]:
+    """How to install the crux the runs ran: its version, and its commit where it ran from a checkout."""
+    found = sorted({(str(r.environment.get("versions", {}).get("crux")), str(r.environment.get("crux_commit")))
+                    for r in records})
+    lines = []
+    for version, commit in found:
+        source = (f"a checkout of crux at commit `{commit}`" if commit != "None" else
+                  f"crux {version} (its wheel, or a checkout of that version)")
+        lines.append(f"- crux {version}: `pip install /path/to/crux`, from {source}")
+    return lines
+
+
+def _reproduce(sweep: Sweep, overrides: str) -> list[str]:
+    """Commands that run the sweep again where it ran: the folder, the crux to install, the command as typed
+    (a sweep file's path and ``--config-dir`` included), then the report."""
+    command = sweep.parent_tags.get(COMMAND) or f"crux-sweep {sweep.name} {overrides}".rstrip()
+    folder = sweep.parent_tags.get(WORKING_DIR)
+    lines = ["## Reproduce", ""]
+    lines += [f"The sweep ran in `{folder}`, which holds what its command names (a sweep file, a config folder, "
+              f"a problem's module); the code there was, per run:" if folder else
+              "The code the runs recorded (the git commit of the folder each ran in):", ""] + _commits(sweep.records)
+    lines += ["", "with crux installed as", ""] + _crux_installs(sweep.records)
+    lines += ["", "```sh"] + ([f"cd {shlex.quote(folder)}"] if folder else []) + [
+        "pip install /path/to/crux   # the crux above", command, f"crux-report {sweep.name}", "```", "",
+        "This report itself (same runs, same report.md and verdicts.json):", "", "```sh",
+        f"MLFLOW_TRACKING_URI={sweep.uri} crux-report {sweep.name} --run {sweep.parent_id}", "```", ""]
+    return lines
+
+
 def _configs(records: Sequence[RunRecord]) -> list[str]:
     seen: dict[str, list[str]] = {}
     for r in records:
@@ -166,11 +197,7 @@ def report_markdown(sweep: Sweep, verdicts: Sequence[Verdict], figures: Sequence
             if figure.claim == claim:
                 lines += [f"![{figure.caption}]({figure.file})", "", f"*{figure.caption}.*", ""]
     lines += ["## Runs", ""] + _runs_table(sweep.records) + [""]
-    lines += ["## Reproduce", "", "From a checkout of the commit(s) the runs recorded:", ""] + _commits(sweep.records)
-    lines += ["", "```sh", "pip install -e '.[test]'", f"crux-sweep {sweep.name} {overrides}".rstrip(),
-              f"crux-report {sweep.name}", "```", "",
-              "This report itself (same runs, same report.md and verdicts.json):", "", "```sh",
-              f"MLFLOW_TRACKING_URI={sweep.uri} crux-report {sweep.name} --run {sweep.parent_id}", "```", ""]
+    lines += _reproduce(sweep, overrides)
     lines += ["## Environment", ""] + _environments(sweep.records)
     lines += ["## Resolved configs", ""] + _configs(sweep.records)
     return "\n".join(lines).rstrip() + "\n"

@@ -1,9 +1,10 @@
-"""The numbers behind verdicts: round-off bounds, distances between paired runs, timing spreads.
+"""The numbers behind verdicts: round-off bounds, distances between paired runs, timing intervals.
 
 Two kinds of threshold, and nothing else: *round-off* (two runs that do the same
 arithmetic in a different order may differ by float32 rounding compounded over
-the updates, and no more) and *run-to-run spread* (a timing difference counts
-only when it is larger than what repeating the same run shows).
+the updates, and no more) and *the confidence interval of a paired timing* (a
+time ratio counts as in or out of a claim's band only when its whole 95%
+interval is: :class:`PairedTiming`).
 
 How far training compounds round-off is measured where the sweep has round-off
 twins (the reference run started one ulp away, :class:`TwinComparison`): a
@@ -20,7 +21,8 @@ from typing import Sequence
 import numpy as np
 
 from crux.report.records import RunRecord, UnreadableArtifact
-from crux.report.verdict import FAILS, INCONCLUSIVE, fmt
+from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, fmt
+from crux.timing import OUTSIDE, WITHIN, Band, RatioInterval, ratio_interval
 
 EPS = float(np.finfo(np.float32).eps)  # 2**-23: relative spacing of float32
 ROUNDOFF_ALLOWANCE = 1e3
@@ -47,8 +49,7 @@ TWIN_ORIGIN = (
     "difference ever required")
 STEP_TIME = "median_step_seconds"  # steady-state time per update: compile excluded, median over sync windows
 HISTORY_RULE = "1e3 · eps · sqrt(T) · TV(log loss/total), against the max relative difference over epochs"
-SPREAD_ORIGIN = ("run-to-run spread: a difference counts only when the ranges [min, max] over the repeats of the two "
-                 "settings do not overlap (with 3 repeats each, equal settings do so by chance 1 time in 10)")
+
 
 
 def roundoff_bound(travel: float, updates: int) -> float:
@@ -337,18 +338,107 @@ def spread(records: Sequence[RunRecord], metric: str) -> Spread:
     return Spread(tuple(sorted(values)))
 
 
-def compare_times(candidate: Spread, reference: Spread) -> str:
-    """``faster`` / ``slower`` when the repeat ranges do not overlap, ``within noise`` when they do,
-    ``unmeasured`` when either side has fewer than two repeats."""
-    if not (candidate.measured and reference.measured):
-        return "unmeasured"
-    if candidate.high < reference.low:
-        return "faster"
-    if candidate.low > reference.high:
-        return "slower"
-    return "within noise"
-
-
 def ratio_range(numerator: Spread, denominator: Spread) -> tuple[float, float]:
     """The range of ``numerator / denominator`` the repeats allow: ``(low/high, high/low)``."""
     return numerator.low / denominator.high, numerator.high / denominator.low
+
+
+TIMING = "timing/"  # the metrics of a paired timing (crux/tracking/paired_timing.py)
+TIMING_RULE = ("the median over pairs of chunks of (candidate / reference seconds per epoch), its 95% interval a "
+               "percentile bootstrap (2000 resamples, seed 0) over the runs that timed it and the pairs of each, so "
+               "that it holds how much the ratio moved between runs: holds when the interval lies within the "
+               "band, fails when it lies wholly outside, inconclusive otherwise")
+TIMING_ORIGIN = ("both settings run in one process in alternating chunks (A B, B A, ...), so a load on the machine "
+                 "that drifts hits both sides of a pair alike and cancels in the pair's ratio; each job kept adding "
+                 "pairs, looking after 8, 16, 32, ... of them, until its interval was in or out of the band or its "
+                 "budget (timing.budget_seconds) was spent (docs/claims.md#timing-rule)")
+
+
+@dataclass(frozen=True)
+class PairedTiming:
+    """The pooled paired timings of the runs that timed one setting against its reference.
+
+    ``candidate`` and ``reference`` hold seconds per epoch of each chunk (pair
+    i is their i-th values), ``load`` the 1-minute load average after each
+    pair, ``run_of_pair`` the number of the run that timed it; ``budget`` and
+    ``spent`` sum the runs' budgets and seconds; ``chunk_epochs`` lists each
+    run's chunk length.
+    """
+
+    candidate: np.ndarray
+    reference: np.ndarray
+    load: np.ndarray
+    run_of_pair: np.ndarray
+    chunk_epochs: tuple[int, ...]
+    budget: float
+    spent: float
+    cores: int
+    cpu: str
+    device: str
+    runs: tuple[str, ...]
+
+    @property
+    def interval(self) -> RatioInterval:
+        return ratio_interval(self.candidate, self.reference, runs=self.run_of_pair)
+
+    @property
+    def chunks(self) -> int:
+        """Timed chunks, both sides counted."""
+        return 2 * len(self.candidate)
+
+    @property
+    def load_median(self) -> float:
+        finite = self.load[np.isfinite(self.load)]
+        return float(np.median(finite)) if finite.size else math.nan
+
+    @property
+    def busy(self) -> bool:
+        """More runnable processes than cores, in the median over the pairs: the timing shared the machine."""
+        return self.load_median > self.cores
+
+    def judge(self, band: Band) -> str:
+        """``holds`` / ``fails`` / ``inconclusive`` by where the interval lies against ``band``."""
+        return {WITHIN: HOLDS, OUTSIDE: FAILS}.get(band.place(self.interval), INCONCLUSIVE)
+
+    def described(self) -> str:
+        """``ratio 1.31 (95% interval 1.27–1.34, 48 chunks of 32 epochs, 3 runs)``."""
+        interval = self.interval
+        epochs = "/".join(str(e) for e in sorted(set(self.chunk_epochs)))
+        return (f"ratio {fmt(interval.estimate)} ({round(interval.confidence * 100)}% interval "
+                f"{fmt(interval.low)}–{fmt(interval.high)}, {self.chunks} chunks of {epochs} epochs, "
+                f"{len(self.runs)} run{'s' * (len(self.runs) != 1)})")
+
+    def warning(self, verdict: str) -> str:
+        """Where the budget did not decide on a busy machine, a sentence saying so; else empty."""
+        if verdict != INCONCLUSIVE or not self.busy:
+            return ""
+        return (f"; warning: the machine was busy (median load average {fmt(self.load_median)} on {self.cores} "
+                f"cores) and {fmt(self.spent)} s of timing did not decide: rerun on a quieter machine or raise "
+                f"timing.budget_seconds")
+
+    def evidence(self) -> dict[str, float]:
+        interval = self.interval
+        return {"time_ratio": interval.estimate, "time_ratio_low": interval.low, "time_ratio_high": interval.high,
+                "timed_chunks": self.chunks, "timed_pairs": len(self.candidate), "timing_runs": len(self.runs),
+                "timing_seconds": self.spent, "timing_budget_seconds": self.budget,
+                "load_average_median": self.load_median, "load_average_max": float(np.nanmax(self.load)),
+                "cores": self.cores}
+
+
+def paired_timing(records: Sequence[RunRecord]) -> PairedTiming | None:
+    """The paired timings that ``records`` logged, pooled; None when none of them timed anything."""
+    timed = [r for r in records if f"{TIMING}candidate_seconds" in r.histories]
+    if not timed:
+        return None
+    series = {key: np.concatenate([np.asarray(r.histories[f"{TIMING}{key}"], np.float64) for r in timed])
+              for key in ("candidate_seconds", "reference_seconds", "load1")}
+    total = lambda key: float(sum(r.metrics.get(f"{TIMING}{key}", math.nan) for r in timed))
+    run_of_pair = np.concatenate([np.full(len(r.histories[f"{TIMING}candidate_seconds"]), n)
+                                  for n, r in enumerate(timed)])
+    return PairedTiming(series["candidate_seconds"], series["reference_seconds"], series["load1"], run_of_pair,
+                        tuple(int(r.metrics.get(f"{TIMING}chunk_epochs", 0)) for r in timed),
+                        total("budget_seconds"), total("spent_seconds"),
+                        int(min(r.metrics.get(f"{TIMING}cores", 1) for r in timed)),
+                        timed[0].tags.get("crux.timing.cpu", "an unrecorded CPU"),
+                        timed[0].tags.get("crux.timing.device", "an unrecorded device"),
+                        tuple(r.run_id for r in timed))

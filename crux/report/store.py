@@ -43,13 +43,14 @@ from crux import config as crux_config
 from crux.report.jobs import JobAccount, MissingJob, account, plan_from_artifact
 from crux.report.records import PhasePlan, RunRecord, SolveOptions, normalise_substeps
 from crux.stats import Statistics
+from crux.tracking.history import history_series
 from crux.tracking.liveness import close_orphans
 from crux.tracking.store import (READING, SQLITE, STORE_ERRORS, StoreError, bounded_http, brief, check_sqlite,
                                  child_runs, store_errors, tracking_uri)
 
 log = logging.getLogger(__name__)
 
-HISTORY_PREFIXES = ("loss/", "lr/")
+HISTORY_PREFIXES = ("loss/", "lr/", "timing/")  # timing/: a paired timing's chunks, by pair (crux/tracking/paired_timing.py)
 # Config keys that are the solve options under test, or only tell repeated jobs apart (a repeat may be a
 # round-off twin): runs that differ in nothing else belong to one group and may be paired.
 NOT_GROUP = ("memory", "solver.inner_steps", "solver.substeps", "solver.devices", "repeat", "roundoff_twin",
@@ -170,7 +171,7 @@ def load_sweep(name: str, parent_run_id: str | None = None, uri: str | None = No
     """
     with bounded_http():
         client, resolved = open_client(uri)
-        with store_errors(resolved, READING):
+        with store_errors(resolved, READING, name):
             experiment = client.get_experiment_by_name(name)
             if experiment is None:
                 known = sorted(e.name for e in client.search_experiments())
@@ -347,8 +348,7 @@ def load_record(client: MlflowClient, run: Run, folder: Path, unreadable: list[U
     stats = read("stats.npz", Statistics.load)
     environment = read("environment.json", lambda path: dict(json.loads(path.read_text()))) or {}
     unreadable.extend(Unreadable(run_id, label, artifact, problem) for artifact, problem in sorted(problems.items()))
-    histories = {key: _history(client, run_id, key) for key in sorted(run.data.metrics)
-                 if key.startswith(HISTORY_PREFIXES)}
+    histories = _histories(client, run, stats)
     return RunRecord(run_id=run_id, histories=histories, metrics=dict(run.data.metrics), snapshots=snapshots,
                      stats=stats, repeat=int(tags.get("crux.repeat", 0)), variant=tags.get("crux.variant", ""),
                      tags=tags, params=dict(run.data.params), environment=environment, config=config_text,
@@ -446,6 +446,16 @@ def _reach(cfg: DictConfig) -> tuple[tuple[str, ...], ...]:
     """Per constraint, the models its residual reaches: traced on the configured problem (no training)."""
     solver = crux_config.problem(cfg).solver()
     return tuple(tuple(sorted(models)) for models in solver.reach)
+
+
+def _histories(client: MlflowClient, run: Run, stats: Statistics | None) -> dict[str, np.ndarray]:
+    """The run's series by step: every epoch of its loss and learning-rate histories from ``stats.npz``, which
+    holds them all (a job sends MLflow evenly spaced epochs of them, ``tracking.history_points``), or from the
+    store's metrics where that file cannot be read; a paired timing's series (``timing/``) from the store."""
+    from_stats = {} if stats is None else {key: np.asarray(values, np.float64)
+                                           for key, values in history_series(stats).items()}
+    return {**{key: _history(client, run.info.run_id, key) for key in sorted(run.data.metrics)
+               if key.startswith(HISTORY_PREFIXES) and key not in from_stats}, **from_stats}
 
 
 def _history(client: MlflowClient, run_id: str, key: str) -> np.ndarray:

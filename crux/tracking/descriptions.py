@@ -18,6 +18,8 @@ EXPERIMENT_KIND = "mlflow.experimentKind"
 MODEL_TRAINING = "custom_model_development"
 COMMAND = "crux.command"
 """The parent run's tag holding the command that ran the sweep."""
+WORKING_DIR = "crux.working_dir"
+"""The parent run's tag holding the folder the sweep ran in, where its command's paths start."""
 
 
 def experiment_tags(claim: str) -> dict[str, str]:

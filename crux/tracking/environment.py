@@ -38,13 +38,20 @@ def _git(root: Path, *args: str) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
+def crux_commit() -> str | None:
+    """The commit of the crux checkout this crux runs from (an editable install), else None (a wheel)."""
+    checkout = Path(__file__).resolve().parents[2]
+    top = _git(checkout, "rev-parse", "--show-toplevel")
+    return _git(checkout, "rev-parse", "HEAD") if top and Path(top).resolve() == checkout else None
+
+
 def environment(folder: Path) -> dict[str, Any]:
     """Versions, backend, device, CPU model, and what identifies the code that ran.
 
     ``git_commit`` is the commit of the git repository that holds ``folder`` (a
     job passes its working directory, where a user's own problem code lives), or
     ``crux <version>`` outside one; ``git_dirty`` says whether that repository had
-    uncommitted changes (None outside one).
+    uncommitted changes (None outside one); ``crux_commit`` is crux's own, where it runs from a checkout.
     """
     device = jax.devices()[0]
     commit = _git(folder, "rev-parse", "HEAD")
@@ -60,4 +67,5 @@ def environment(folder: Path) -> dict[str, Any]:
         "cpu_count": len(os.sched_getaffinity(0)),
         "git_commit": commit or f"crux {_version('crux')}",
         "git_dirty": None if status is None else bool(status),
+        "crux_commit": crux_commit(),
     }

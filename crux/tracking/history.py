@@ -1,24 +1,24 @@
-"""Metric histories written straight into MLflow's SQL store in one transaction, instead of through
-``MlflowClient.log_batch``.
+"""What of a job's histories goes to MLflow as metrics, and how it is written.
 
-``log_batch`` cuts a 5000-epoch history (4 series, 20,000 values) into 20 store
-calls of 1000 values, each validating every value, building 1000 SQLAlchemy ORM
-objects, flushing them and updating ``latest_metrics`` through the ORM: 2.8-3.4 s
-on a 2-core CPU, all of it ORM overhead. One Core ``INSERT`` (executemany) into
-MLflow's own ``metrics`` table and one ``latest_metrics`` row per key costs
-0.2-0.35 s, most of it SQLite maintaining the table's indexes
-(scripts/measure_logging.py prints both figures).
+Every epoch of every loss and learning-rate history is in the run's ``stats.npz``,
+which crux-report reads. MLflow gets evenly spaced epochs of each
+(:func:`thinned`, ``tracking.history_points``): its charts fetch at most 320
+points of a series, so 320 draw what they would draw from every epoch, at a
+fraction of the cost (a tracking server stores each value as a row of its own;
+docs/BENCHMARK.md has the figures).
 
-MLflow's SQL store on PostgreSQL (a ``postgresql://`` URI) takes the same path;
-docs/scaling.md has its figures there.
-
-The trade-off: this relies on MLflow 3's SQL schema and store internals (its table
-objects, ``sanitize_metric_value``, ``_validate_metric``, the run lookup and its
-lifecycle check). tests/test_tracking_history.py checks, on SQLite and on
-PostgreSQL, that MLflow's read API sees the same histories and latest values either
-way. Any other store (a tracking server, the file store), other MLflow versions, an
-active logged model, or a value already stored (MLflow skips those) take
-``log_batch``.
+Into MLflow's SQL store (SQLite, PostgreSQL) the values go straight, in one
+transaction: one Core ``INSERT`` (executemany) into MLflow's own ``metrics`` table
+and one ``latest_metrics`` row per key, instead of ``log_batch``'s 1000-value
+store calls that validate each value and build an ORM object per value. This
+relies on MLflow 3's SQL schema and store internals (its table objects,
+``sanitize_metric_value``, ``_validate_metric``, the run lookup and its lifecycle
+check); tests/test_tracking_history.py checks, on SQLite and on PostgreSQL, that
+MLflow's read API sees the same histories and latest values either way. Any other
+store (a tracking server, the file store), other MLflow versions, an active logged
+model, or a value already stored (MLflow skips those) take ``log_batch``. A store that is away is waited for
+(:func:`crux.tracking.faults.patiently`); a failed insert rolls back whole, so trying again writes each value
+once.
 """
 from __future__ import annotations
 
@@ -32,6 +32,9 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 from sqlalchemy import Table, insert, select, update
 from sqlalchemy.exc import IntegrityError
+
+from crux.stats import Statistics
+from crux.tracking.faults import patiently
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +61,26 @@ def history_metrics(steps: Sequence[int], series: Mapping[str, Sequence[float]],
             for key, values in series.items() for step, value in zip(steps, values)]
 
 
+def history_series(stats: Statistics) -> dict[str, np.ndarray]:
+    """``loss/total``, ``loss/<constraint>`` and ``lr/<model>``, one value per epoch (``stats.epoch``)."""
+    series = {"loss/total": stats.total_loss}
+    series.update({f"loss/{name}": stats.losses[:, j] for j, name in enumerate(stats.names)})
+    series.update({f"lr/{model}": values for model, values in stats.lr.items()})
+    return series
+
+
+def thinned(steps: Sequence[int], series: Mapping[str, Sequence[float]],
+            points: int | None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """At most ``points`` evenly spaced entries of ``steps`` and of each series, the first and the last among
+    them; every entry for ``points=None`` or a history no longer than that."""
+    steps = np.asarray(steps)
+    series = {key: np.asarray(values) for key, values in series.items()}
+    if points is None or len(steps) <= points:
+        return steps, series
+    keep = np.unique(np.round(np.linspace(0, len(steps) - 1, points)).astype(np.int64))
+    return steps[keep], {key: values[keep] for key, values in series.items()}
+
+
 def log_history(client: MlflowClient, run_id: str, steps: Sequence[int], series: Mapping[str, Sequence[float]],
                 timestamp: int) -> None:
     """Log each of ``series`` (one value per entry of ``steps``) to run ``run_id`` as
@@ -67,8 +90,8 @@ def log_history(client: MlflowClient, run_id: str, steps: Sequence[int], series:
     if not steps:
         return
     target = _sql_target(client)
-    if target is None or mlflow.get_active_model_id() is not None or not _write(target, run_id, steps, series,
-                                                                                 timestamp):
+    if target is None or mlflow.get_active_model_id() is not None or not patiently(
+            lambda: _write(target, run_id, steps, series, timestamp), "the history insert"):
         client.log_batch(run_id, metrics=history_metrics(steps, series, timestamp))
 
 

@@ -1,13 +1,11 @@
 """The MLflow run of one job: opened first so that any failure is recorded, then filled as the job goes.
 
 Layout (docs/CONTRACT.md): params are the settings the job ran with
-(:func:`crux.config.effective_settings`, flattened) and its ``variant``; every
-history is logged with ``step = epoch`` in one call, not one per step (5000
-epochs through one ``log_metric`` per value take 20-50 s on a 2-core CPU), straight into a SQL store
-(crux.tracking.history); summary metrics and the artifacts follow. On a 2-core
-CPU this adds 0.5-0.8 s to a sweep's repeat 5000-epoch poisson1d job (3-5%), about
-1.1 s to a process's first, plus 1.4-1.6 s the first time a process loads MLflow's
-SQL store and matplotlib (scripts/measure_tracking.py).
+(:func:`crux.config.effective_settings`, flattened) and its ``variant``; the
+histories go to MLflow as evenly spaced epochs in one call, every epoch in
+``stats.npz`` (:mod:`crux.tracking.history`); summary metrics and the artifacts
+follow. What each step costs a job is measured by scripts/measure_tracking.py
+(docs/BENCHMARK.md).
 """
 from __future__ import annotations
 
@@ -30,20 +28,27 @@ from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
 from crux.config import effective_settings
+from crux.failures import failure_line
 from crux.model import Model
 from crux.problems import Problem
 from crux.stats import Statistics
 from crux.tracking.descriptions import NOTE, job_description
 from crux.tracking.environment import environment
-from crux.tracking.history import log_history
+from crux.tracking.faults import PatientClient, StoreFault, record_fault, recorded_fault, set_retry_budget
+from crux.tracking.history import history_series, log_history, thinned
 from crux.tracking.interrupt import deferred, signal_name
 from crux.tracking.liveness import Heartbeat, process_tags
+from crux.tracking.secrets import masked
+from crux.tracking.space import NoRoom, check_room
 from crux.tracking.store import (PARENT_RUN, TRACKING_URI, Destination, ensure_experiment, experiment_name,
-                                 shown_uri, tracking_uri, writable_store)
+                                 tracking_uri, writable_store)
 
 log = logging.getLogger(__name__)
 
 MESSAGE_CHARS = 4000  # MLflow caps a tag value (8000 characters in 3.x)
+HISTORY_POINTS = "crux.history_points"
+"""The run's tag ``<sent> of <epochs>``: how many epochs of each history went to MLflow as metrics (every one is
+in ``stats.npz``)."""
 STOPPED_FROM_OUTSIDE = ("UncompletedJobError",)
 """Errors by which a launcher ends a job that was stopped rather than failed: submitit raises its
 ``UncompletedJobError`` in a job that Slurm signals at its time limit. Such a run closes KILLED."""
@@ -61,6 +66,20 @@ def flatten(node: Any, prefix: str = "") -> dict[str, str]:
     if node is None:
         return {}
     return {prefix[:-1]: json.dumps(node) if isinstance(node, list) else str(node)}
+
+
+REQUESTED = "_requested"
+"""The suffix of a param that keeps a setting as requested, beside the setting as it ran (``memory.batchsize``
+above every constraint's points: ``memory.batchsize_requested``)."""
+ADJUSTED = "crux.adjusted"
+"""The tag saying which settings ran otherwise than requested, and how."""
+
+
+def as_requested(params: Mapping[str, str]) -> dict[str, str]:
+    """A run's params with every setting as it was requested (``<key>_requested`` back in ``<key>``)."""
+    requested = {key: value for key, value in params.items() if not key.endswith(REQUESTED)}
+    requested.update({key[:-len(REQUESTED)]: value for key, value in params.items() if key.endswith(REQUESTED)})
+    return requested
 
 
 ParameterLeaves = dict[str, list[np.ndarray]]
@@ -100,14 +119,6 @@ def outcome_line(stats: Statistics, errors: Mapping[str, float], run_id: str, ur
     return f"{losses}{shown}; run {run_id} in {uri}"
 
 
-def history_series(stats: Statistics) -> dict[str, np.ndarray]:
-    """``loss/total``, ``loss/<constraint>`` and ``lr/<model>``, one value per epoch (``stats.epoch``)."""
-    series = {"loss/total": stats.total_loss}
-    series.update({f"loss/{name}": stats.losses[:, j] for j, name in enumerate(stats.names)})
-    series.update({f"lr/{model}": values for model, values in stats.lr.items()})
-    return series
-
-
 class JobRun:
     """A child run of the multirun's parent, or a run of its own for a plain crux-run.
 
@@ -118,8 +129,11 @@ class JobRun:
     (:mod:`crux.tracking.liveness`).
     """
 
-    def __init__(self, client: MlflowClient, run_id: str, variant: str, repeat: int):
+    def __init__(self, client: MlflowClient, run_id: str, variant: str, repeat: int, sweep_dir: Path | None = None,
+                 history_points: int | None = None):
         self.client, self.run_id, self.variant, self.repeat = client, run_id, variant, repeat
+        self.sweep_dir = sweep_dir
+        self.history_points = history_points  # per series sent as metrics; None: every epoch
         self._files = tempfile.TemporaryDirectory(prefix=f"crux-run-{run_id}-")
         self._heartbeat = Heartbeat(client, run_id).start()
 
@@ -130,12 +144,17 @@ class JobRun:
         hydra = HydraConfig.get()
         multirun = hydra.mode == RunMode.MULTIRUN
         parent = os.environ.get(PARENT_RUN) if multirun else None
+        set_retry_budget(cfg.tracking.retry_seconds)
+        sweep_dir = Path(hydra.sweep.dir) if parent else None
+        fault = recorded_fault(sweep_dir)
+        if fault is not None:  # an earlier job of the sweep waited for the store in vain: this one would too
+            raise StoreFault(f"not started: {fault['message']}")
         if parent:
-            client = MlflowClient(os.environ[TRACKING_URI])
+            client = PatientClient(MlflowClient(os.environ[TRACKING_URI]))
             where = Destination.of_parent(client, os.environ[TRACKING_URI], parent)
         else:  # a plain crux-run, or a multirun of another sweeper
             uri = tracking_uri(cfg.tracking.uri)
-            client = writable_store(uri)
+            client = PatientClient(writable_store(uri))
             name = experiment_name(cfg.tracking.experiment, hydra.runtime.choices)
             where = Destination(uri, ensure_experiment(client, name, uri, cfg.claim), None, name, cfg.claim)
         variant = cfg.variant or variant_name(list(hydra.overrides.task), where.swept, set(hydra.runtime.choices),
@@ -149,7 +168,7 @@ class JobRun:
         name = f"{variant} r{cfg.repeat}" if "repeat" in where.swept else variant
         with deferred():
             run = client.create_run(where.experiment_id, run_name=name, tags=tags)
-            return cls(client, run.info.run_id, variant, cfg.repeat)
+            return cls(client, run.info.run_id, variant, cfg.repeat, sweep_dir, cfg.tracking.history_points)
 
     def __enter__(self) -> "JobRun":
         return self
@@ -158,27 +177,53 @@ class JobRun:
                  traceback: TracebackType | None) -> bool:
         self._heartbeat.stop()
         status = "FINISHED"
+        if isinstance(error, StoreFault) and self.sweep_dir is not None:  # the sweep stops its jobs
+            record_fault(self.sweep_dir, self.run_id, str(error))
+        if isinstance(error, StoreFault) and not isinstance(error, NoRoom):  # the store is away: closed later
+            log.error("the tracking store failed: %s; run %s stays open until the next crux-sweep --resume or "
+                      "crux-report closes it", error, self.run_id)
+            self._files.cleanup()
+            return False
         with deferred():
             if error is not None:
                 stopped = isinstance(error, (KeyboardInterrupt, SystemExit)) or kind.__name__ in STOPPED_FROM_OUTSIDE
                 status = "KILLED" if stopped else "FAILED"
-                what = f"stopped by {signal_name(error)}" if isinstance(error, KeyboardInterrupt) else str(error)
+                what = f"stopped by {signal_name(error)}" if isinstance(error, KeyboardInterrupt) else failure_line(error)
                 self.client.log_batch(self.run_id, tags=[RunTag("crux.error_type", kind.__name__),
                                                          RunTag("crux.error_message", what[:MESSAGE_CHARS])])
             self.client.set_terminated(self.run_id, status)
         self._files.cleanup()
         return False
 
+    def check_room(self, problem: Problem, epochs: int, phases: int) -> None:
+        """Raise :class:`crux.tracking.space.NoRoom` where this machine's store or artifact folder lacks room for
+        what ``epochs`` of ``problem`` in ``phases`` phases write."""
+        series = 1 + len(problem.constraints) + len(problem.models)
+        parameter_bytes = sum(np.asarray(leaf).nbytes for model in problem.models.values()
+                              for leaf in jax.tree.leaves(model.params))
+        sent = epochs if self.history_points is None else min(epochs, self.history_points)
+        check_room(self.client.tracking_uri, self.client.get_run(self.run_id).info.artifact_uri, epochs * series,
+                   sent * series, parameter_bytes, phases + 2)
+
     # -- what is logged (a signal waits until it is: crux.tracking.interrupt) -----------------
     @deferred()
-    def log_config(self, cfg: DictConfig) -> None:
+    def log_config(self, cfg: DictConfig, applied: Mapping[str, Any] | None = None,
+                   adjustments: Sequence[str] = ()) -> None:
         """``config.yaml`` (resolved), ``environment.json`` (of the working directory), then the params: the
-        settings the job runs with and its ``variant``. Raises for a malformed later phase, the config kept."""
+        settings the job runs with and its ``variant``. ``applied``: settings (dotted keys) that ran otherwise
+        than the config asked, logged as they ran, the request kept as ``<key>_requested``; ``adjustments``:
+        lines saying what ran otherwise, in the tag ``crux.adjusted`` and the job's log. Raises for a malformed
+        later phase, the config kept."""
         self._artifact("config.yaml", lambda path: path.write_text(OmegaConf.to_yaml(cfg, resolve=True)))
         self._artifact("environment.json",
                        lambda path: path.write_text(json.dumps(environment(Path.cwd()), indent=1)))
         params = {**flatten(effective_settings(cfg)), "variant": self.variant}
-        self.client.log_batch(self.run_id, params=[Param(k, v) for k, v in params.items()])
+        for key, value in (applied or {}).items():
+            params[f"{key}{REQUESTED}"], params[key] = params[key], str(value)
+        self.client.log_batch(self.run_id, params=[Param(k, v) for k, v in params.items()],
+                              tags=[RunTag(ADJUSTED, "; ".join(adjustments)[:MESSAGE_CHARS])] if adjustments else [])
+        for line in adjustments:
+            log.info("%s", line)
 
     @deferred()
     def log_results(self, problem: Problem, stats: Statistics, initial: ParameterLeaves,
@@ -194,7 +239,8 @@ class JobRun:
         ``errors`` are the relative L2 errors per field, the parameters are host arrays per model."""
         start = time.perf_counter()
         now = int(time.time() * 1000)
-        log_history(self.client, self.run_id, stats.epoch, history_series(stats), now)
+        steps, series = thinned(stats.epoch, history_series(stats), self.history_points)
+        log_history(self.client, self.run_id, steps, series, now)
         summary = {"compile_seconds": stats.compile_seconds, "run_seconds": stats.run_seconds,
                    "median_step_seconds": stats.median_step_seconds,
                    "steps_per_second": stats.steps / stats.run_seconds if stats.run_seconds else float("nan"),
@@ -206,7 +252,8 @@ class JobRun:
                         for name in final})
         self.client.log_batch(self.run_id, metrics=[Metric(key, float(value), now, 0)
                                                     for key, value in summary.items()],
-                              tags=[RunTag(NOTE, job_description(self.variant, self.repeat, summary))])
+                              tags=[RunTag(NOTE, job_description(self.variant, self.repeat, summary)),
+                                    RunTag(HISTORY_POINTS, f"{len(steps)} of {stats.steps}")])
         self._artifact("history.png", stats.plot)
         self._artifact("stats.npz", stats.save)
         snapshots = {"initial": initial, **{f"phase{k}": leaves for k, leaves in enumerate(phase_ends)},
@@ -215,7 +262,7 @@ class JobRun:
                   for name, model_leaves in params.items() for i, leaf in enumerate(model_leaves)}
         self._artifact("params.npz", lambda path: np.savez(path, **leaves))
         log.info("logged %d epochs, the summary and the artifacts in %.2f s", stats.steps, time.perf_counter() - start)
-        log.info("%s", outcome_line(stats, errors, self.run_id, shown_uri(self.client.tracking_uri)))
+        log.info("%s", outcome_line(stats, errors, self.run_id, masked(self.client.tracking_uri)))
 
     def log_metrics(self, values: Mapping[str, float]) -> None:
         """Summary metrics (step 0), e.g. a measurement made beside the training."""

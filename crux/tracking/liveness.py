@@ -10,6 +10,10 @@ that way: while the run is open its process sets tag ``crux.heartbeat`` (Unix
 time) every :data:`HEARTBEAT_SECONDS`, and a run whose heartbeat is older than
 :data:`STALE_SECONDS` is taken for lost with its machine. Both limits are generous
 so that clocks a few minutes apart do not close a live run.
+
+A run whose job, or whose sweep, stopped because the tracking store was away
+recorded that in the sweep's folder (:func:`crux.tracking.faults.record_fault`):
+such a run is closed with that cause, ``crux.error_type`` = ``StoreFault``.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from typing import Mapping
 from mlflow.entities import RunTag
 from mlflow.tracking import MlflowClient
 
+from crux.tracking.faults import recorded_fault
 from crux.tracking.store import runs_where
 
 log = logging.getLogger(__name__)
@@ -31,8 +36,9 @@ log = logging.getLogger(__name__)
 HOST, PID, PROCESS, HEARTBEAT = "crux.host", "crux.pid", "crux.process", "crux.heartbeat"
 HEARTBEAT_SECONDS = 60.0
 STALE_SECONDS = 15 * 60.0
-GONE = "ProcessGone"
-"""The ``crux.error_type`` of a run closed because its process was gone."""
+GONE, STORE_FAULT = "ProcessGone", "StoreFault"
+"""The ``crux.error_type`` of a run closed because its process was gone, and because the store was away."""
+SWEEP_DIR = "crux.sweep_dir"
 
 
 def process_identity(pid: int) -> str | None:
@@ -66,6 +72,17 @@ def is_gone(tags: Mapping[str, str], now: float) -> bool:
     return beat is not None and now - float(beat) > STALE_SECONDS
 
 
+def _store_fault(client: MlflowClient, run_id: str, tags: Mapping[str, str]) -> str | None:
+    """What the store fault that left run ``run_id`` open was, as its job or sweep recorded it in the sweep's
+    folder (the run's tag ``crux.sweep_dir``, or its parent's); None where none was recorded (or the folder is
+    on another machine)."""
+    folder = tags.get(SWEEP_DIR)
+    if folder is None and "mlflow.parentRunId" in tags:
+        folder = client.get_run(tags["mlflow.parentRunId"]).data.tags.get(SWEEP_DIR)
+    fault = recorded_fault(Path(folder)) if folder else None
+    return fault["runs"].get(run_id) if fault else None
+
+
 def _exists(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -78,17 +95,22 @@ def _exists(pid: int) -> bool:
 
 def close_orphans(client: MlflowClient, experiment_id: str, closer: str) -> list[str]:
     """Close KILLED every RUNNING run of the experiment whose process is gone (:func:`is_gone`), with tags
-    ``crux.error_type`` = ``ProcessGone`` and ``crux.error_message`` saying whose process and who closed it
-    (``closer``, e.g. ``crux-sweep``); their ids."""
+    ``crux.error_type`` = ``ProcessGone`` (or ``StoreFault`` where the store's absence ended it: :func:`_store_fault`)
+    and ``crux.error_message`` saying whose process, why and who closed it (``closer``, e.g. ``crux-sweep``);
+    their ids."""
     now, closed = time.time(), []
     for run in list(runs_where(client, experiment_id, "attributes.status = 'RUNNING'")):
         tags = run.data.tags
         if not is_gone(tags, now):
             continue
         where = f"pid {tags.get(PID)} on {tags.get(HOST)}"
-        message = (f"its process ({where}) ended without closing the run: killed (kill -9, out of memory), or its "
-                   f"machine lost; closed by {closer} on {time.strftime('%Y-%m-%d %H:%M:%S')}")
-        client.log_batch(run.info.run_id, tags=[RunTag("crux.error_type", GONE), RunTag("crux.error_message", message)])
+        fault = _store_fault(client, run.info.run_id, tags)
+        why = (f"the tracking store failed ({fault})" if fault else
+               "killed (kill -9, out of memory), or its machine lost")
+        message = (f"its process ({where}) ended without closing the run: {why}; closed by {closer} on "
+                   f"{time.strftime('%Y-%m-%d %H:%M:%S')}")
+        client.log_batch(run.info.run_id, tags=[RunTag("crux.error_type", STORE_FAULT if fault else GONE),
+                                                RunTag("crux.error_message", message)])
         client.set_terminated(run.info.run_id, "KILLED")
         closed.append(run.info.run_id)
         log.warning("run %s (%s) was left RUNNING by a process that is gone (%s): closed KILLED",

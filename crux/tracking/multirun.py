@@ -9,7 +9,9 @@ artifact ``planned_jobs.json``) and closes FINISHED only when every planned job 
 a FINISHED run, else FAILED, or KILLED when the sweep was stopped (SIGINT,
 SIGTERM: :mod:`crux.tracking.interrupt`); runs of its jobs still RUNNING then are
 closed KILLED too. A resumed sweep runs the jobs of its plan that did not finish
-again, each as a new child run with the same ``crux.job``, under the same parent.
+again, each as a new child run with the same ``crux.job``, under the same parent. A store that stays away
+longer than ``tracking.retry_seconds`` stops the sweep: no job starts after it, and one line says what failed,
+which jobs finished and the ``--resume`` command (:mod:`crux.tracking.faults`).
 
 Nothing is created before every job's config is known to be usable
 (:func:`crux.config.out_of_range`) and the store to take writes
@@ -35,7 +37,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -48,12 +50,17 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
 from crux.backends.choice import backend_problems
-from crux.config import effective_settings, out_of_range
-from crux.tracking.descriptions import COMMAND, NOTE, runs_page, sweep_description
+from crux.config import (effective_settings, out_of_range, overrides_without, problem_faults,
+                         refused_problem_override)
+from crux.tracking.descriptions import COMMAND, NOTE, WORKING_DIR, runs_page, sweep_description
+from crux.tracking.failures import tracebacks_shown
+from crux.tracking.faults import (PatientClient, StoreFault, clear_fault, record_fault, recorded_fault,
+                                  set_retry_budget)
 from crux.tracking.interrupt import deferred, exit_status, interruptible, signal_name
-from crux.tracking.job import flatten
+from crux.tracking.job import as_requested, flatten
 from crux.tracking.liveness import HOST, PID, Heartbeat, close_orphans, process_tags
-from crux.tracking.store import (PARENT_RUN, SWEPT, TRACKING_URI, WRITING, StoreError, child_runs,
+from crux.tracking.secrets import masked
+from crux.tracking.store import (PARENT_RUN, STORE_ERRORS, SWEPT, TRACKING_URI, WRITING, StoreError, child_runs,
                                  ensure_experiment, experiment_name, store_errors, tracking_uri, writable_store)
 
 log = logging.getLogger(__name__)
@@ -145,11 +152,12 @@ class Multirun:
         """Check, open, launch, close; raises SystemExit with one line when refused, with the shell's status of
         the signal when stopped, and with a summary when jobs failed."""
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar for a one-file download
+        set_retry_budget(self.config.tracking.retry_seconds)
         with interruptible():
             try:
                 opened = self._reopen() if resume else self._open()
-            except (Refused, StoreError) as error:
-                raise SystemExit(f"{self.program}: {error}") from None
+            except (Refused, StoreError, StoreFault) as error:
+                raise SystemExit(f"{self.program}: {masked(str(error))}") from None
             if opened is None:
                 return []
             return self._launch(opened)
@@ -158,7 +166,8 @@ class Multirun:
     def _checked(self, jobs: list[list[str]]) -> list[DictConfig]:
         """Each job's config, composed as its launcher will compose it; Refused naming every value out of
         range (:func:`crux.config.out_of_range`), a backend that cannot run it
-        (:func:`crux.backends.choice.backend_problems`) or config that does not compose, and the jobs it is in."""
+        (:func:`crux.backends.choice.backend_problems`), a problem that cannot be built from it
+        (:func:`crux.config.problem_faults`) or config that does not compose, and the jobs it is in."""
         configs, problems = [], {}
         for number, overrides in enumerate(jobs):
             cfg = None
@@ -166,9 +175,10 @@ class Multirun:
                 cfg = self.compose(self.config, list(overrides))
                 with read_write(cfg), open_dict(cfg):
                     del cfg["hydra"]
-                found = out_of_range(cfg) + backend_problems(cfg)
+                found = out_of_range(cfg) + backend_problems(cfg) + problem_faults(cfg)
             except CONFIG_ERRORS as error:
-                found = [_one_line(error)]
+                without = lambda key: self.compose(self.config, overrides_without(list(overrides), key))  # noqa: E731
+                found = [refused_problem_override(error, without) or _one_line(error)]
             configs.append(cfg)
             for problem in found:
                 problems.setdefault(problem, []).append(number)
@@ -185,8 +195,8 @@ class Multirun:
         except CONFIG_ERRORS as error:
             raise Refused(_one_line(error)) from None
         self._checked(jobs)
-        client = writable_store(self.uri)
-        with store_errors(self.uri, WRITING):
+        client = PatientClient(writable_store(self.uri))
+        with store_errors(self.uri, WRITING, self.name):
             experiment_id = ensure_experiment(client, self.name, self.uri, self.config.claim)
             close_orphans(client, experiment_id, self.program)
             sweep_dir = pin_sweep_dir(self.config)
@@ -194,19 +204,19 @@ class Multirun:
                     "crux.claims": json.dumps(list(self.config.claims)), "crux.role": "parent",
                     "crux.backend": self.config.backend.name, "crux.sweep_dir": str(sweep_dir),
                     "crux.overrides": " ".join(self.config.hydra.overrides.task),
-                    COMMAND: self.command, NOTE: sweep_description(self.command), "crux.planned_jobs": str(len(jobs)),
+                    COMMAND: self.command, WORKING_DIR: os.getcwd(), NOTE: sweep_description(self.command), "crux.planned_jobs": str(len(jobs)),
                     SWEPT: json.dumps(swept_keys(self.config)), **process_tags()}
             run = client.create_run(experiment_id, run_name=f"{self.name} {time.strftime('%Y-%m-%d %H:%M:%S')}",
                                     tags=tags)
             self._log_plan(client, run.info.run_id, jobs)
-        log.info("MLflow: experiment %r, parent run %s at %s", self.name, run.info.run_id, self.uri)
+        log.info("MLflow: experiment %r, parent run %s at %s", self.name, run.info.run_id, masked(self.uri))
         return Opened(client, self.uri, experiment_id, run.info.run_id, jobs, list(range(len(jobs))))
 
     @deferred()
     def _reopen(self) -> Opened | None:
         """The newest sweep of the name, reopened with the jobs it lacks; None when it lacks none."""
-        client = writable_store(self.uri)
-        with store_errors(self.uri, WRITING):
+        client = PatientClient(writable_store(self.uri))
+        with store_errors(self.uri, WRITING, self.name):
             experiment = client.get_experiment_by_name(self.name)
             if experiment is None or experiment.lifecycle_stage != "active":
                 raise Refused(f"no sweep of {self.name!r} at {self.uri} to resume: start one without --resume")
@@ -220,7 +230,7 @@ class Multirun:
             finished = self._finished(client, parent, jobs)
         todo = [n for n in range(len(jobs)) if n not in finished]
         parent_id = parent.info.run_id
-        with store_errors(self.uri, WRITING):
+        with store_errors(self.uri, WRITING, self.name):
             if not todo:
                 if parent.info.status != FINISHED:
                     client.set_terminated(parent_id, FINISHED)
@@ -235,7 +245,7 @@ class Multirun:
                                               {**process_tags(), "crux.resumes": str(resumes)}.items()])
         pin_sweep_dir(self.config)
         log.info("MLflow: resuming sweep %s (parent run %s at %s): %d of its %d jobs to run (%s)", self.name,
-                 parent_id, self.uri, len(todo), len(jobs), ", ".join(map(str, todo)))
+                 parent_id, masked(self.uri), len(todo), len(jobs), ", ".join(map(str, todo)))
         return Opened(client, self.uri, parent.info.experiment_id, parent_id, jobs, todo)
 
     def _recorded_plan(self, client: MlflowClient, parent: Run) -> list[list[str]]:
@@ -272,7 +282,7 @@ class Multirun:
         changed = []
         for number, run in sorted(finished.items()):
             now = flatten(effective_settings(configs[number]))
-            before = {key: value for key, value in run.data.params.items() if key != "variant"}
+            before = {key: value for key, value in as_requested(run.data.params).items() if key != "variant"}
             differ = sorted(key for key in now.keys() | before.keys()
                             if not key.startswith(UNCOMPARED) and now.get(key) != before.get(key))
             if differ:
@@ -301,31 +311,38 @@ class Multirun:
         hand_over(self.config, f"hydra.job.env_set.{TRACKING_URI}", opened.uri)
         heartbeat = Heartbeat(opened.client, opened.parent_id).start()
         returns: list[Sequence[JobReturn]] = []
+        completed: list[int] = []
         stopped: KeyboardInterrupt | None = None
+        sweep_dir = Path(self.config.hydra.sweep.dir)
         try:
-            sweep_dir = Path(self.config.hydra.sweep.dir)
             sweep_dir.mkdir(parents=True, exist_ok=True)
+            clear_fault(sweep_dir)  # a resumed sweep in the same folder: that fault is over
             OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
             for batch in self._batches(opened.todo):
+                if recorded_fault(sweep_dir) is not None:
+                    break  # the store is away: the jobs left would wait for it in vain
                 try:
                     returns.append(self.launcher.launch([opened.jobs[n] for n in batch], initial_job_idx=batch[0]))
+                    completed += [n for n, result in zip(batch, returns[-1]) if result.status == JobStatus.COMPLETED]
                 except Exception as error:  # noqa: BLE001 - a job the launcher lost (a Slurm job past its time
                     log.error("the launcher failed on jobs %s", batch, exc_info=error)  # limit): the others go on
         except KeyboardInterrupt as error:
             stopped = error
         finally:
             heartbeat.stop()
-            status, missing = self._close(opened, stopped)
+            status, missing = self._close_or_report(opened, stopped, sweep_dir, completed)
+            print(job_table(child_runs(opened.client, opened.experiment_id, opened.parent_id)), flush=True)
         if stopped is not None:
             print(f"{self.program}: stopped by {signal_name(stopped)}: parent run {opened.parent_id} closed {status} "
                   f"with {len(opened.jobs) - len(missing)} of {len(opened.jobs)} jobs finished; `{self.resume_command}` "
                   f"runs the others", file=sys.stderr)
             raise SystemExit(exit_status(stopped))
         for result in (result for results in returns for result in results if result.status == JobStatus.FAILED):
-            try:
-                result.return_value
-            except Exception as error:  # noqa: BLE001 - the job's own exception, shown with its traceback
-                log.error("job with overrides %s failed", " ".join(result.overrides), exc_info=error)
+            error = result._return_value  # the job's exception (``return_value`` would raise it, logging it again)
+            if isinstance(error, StoreFault):
+                continue  # said in one line by the job and by the sweep's end
+            log.error("job %s (%s) failed: %s", result.hydra_cfg.hydra.job.num, " ".join(result.overrides),
+                      _one_line(error), exc_info=error if tracebacks_shown() else None)
         if missing:
             raise SystemExit(f"{self.program}: {len(missing)} of the {len(opened.jobs)} jobs did not finish (jobs "
                              f"{', '.join(map(str, missing))}); parent run {opened.parent_id} closed {status}; "
@@ -342,6 +359,31 @@ class Multirun:
                 yield block
                 block = []
             block.append(number)
+
+    def _close_or_report(self, opened: Opened, stopped: KeyboardInterrupt | None, sweep_dir: Path,
+                         completed: list[int]) -> tuple[str, list[int]]:
+        """:meth:`_close`; where a job found the store away (or the closing does), closing is tried once, and
+        SystemExit with one line says what failed, which jobs finished and how to go on."""
+        fault = recorded_fault(sweep_dir)
+        if fault is not None:  # try once: the jobs waited the whole budget already
+            opened = Opened(getattr(opened.client, "client", opened.client), opened.uri, opened.experiment_id,
+                            opened.parent_id, opened.jobs, opened.todo)
+        try:
+            closed = self._close(opened, stopped)
+        except (StoreFault, *STORE_ERRORS) as error:
+            fault = fault or {"message": f"closing the sweep failed: {error}"}
+            record_fault(sweep_dir, opened.parent_id, fault["message"])
+            closed = None
+        if fault is None:
+            return closed
+        finished = f" (job {', '.join(map(str, sorted(completed)))})" if completed else ""
+        raise SystemExit(
+            f"{self.program}: the tracking store at {masked(self.uri)} failed: {masked(fault['message'])}; "
+            f"{len(completed)} of the {len(opened.todo)} jobs run finished{finished}, none started after it; "
+            + (f"parent run {opened.parent_id} closed {closed[0]}" if closed else
+               f"the runs left open (parent run {opened.parent_id}) are closed by the next `crux-sweep --resume` "
+               f"or `crux-report`")
+            + f"; once the store is back, `{self.resume_command}` runs the others")
 
     @deferred()
     def _close(self, opened: Opened, stopped: KeyboardInterrupt | None) -> tuple[str, list[int]]:
@@ -365,9 +407,26 @@ class Multirun:
                                                     Metric("failed_jobs", len(missing), now, 0)])
         client.set_terminated(opened.parent_id, status)
         served = opened.uri.startswith(("http://", "https://"))
-        log.info("MLflow: the sweep's runs at %s%s", runs_page(opened.uri, opened.experiment_id),
-                 "" if served else f" once `mlflow ui --backend-store-uri {opened.uri}` serves them")
+        log.info("MLflow: the sweep's runs at %s%s", masked(runs_page(opened.uri, opened.experiment_id)),
+                 "" if served else f" once `mlflow ui --backend-store-uri {masked(opened.uri)}` serves them")
         return status, missing
+
+
+def job_table(runs: Iterable[Run]) -> str:
+    """The sweep's jobs, one line each (its newest run): number, variant, status, final loss, seconds from the
+    run's start to its end."""
+    newest: dict[str, Run] = {}
+    for run in sorted(runs, key=lambda run: run.info.start_time or 0):
+        newest[run.data.tags.get("crux.job", "?")] = run
+    rows = [("job", "variant", "status", "final loss", "seconds")]
+    for number, run in sorted(newest.items(), key=lambda item: int(item[0]) if item[0].isdigit() else -1):
+        loss, info = run.data.metrics.get("final_loss"), run.info
+        seconds = (info.end_time - info.start_time) / 1000 if info.end_time and info.start_time else None
+        rows.append((number, info.run_name or run.data.tags.get("crux.variant", ""), info.status,
+                     "-" if loss is None else f"{loss:.4g}", "-" if seconds is None else f"{seconds:.1f}"))
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.rjust(width) if column in (0, 3, 4) else cell.ljust(width)
+                               for column, (cell, width) in enumerate(zip(row, widths))).rstrip() for row in rows)
 
 
 def _which(numbers: list[int], jobs: list[list[str]]) -> str:

@@ -35,10 +35,12 @@ from typing import Iterator, Mapping
 from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+from mlflow.utils.credentials import read_mlflow_creds
 from requests.exceptions import RequestException
 from sqlalchemy.exc import SQLAlchemyError
 
 from crux.tracking.descriptions import experiment_tags
+from crux.tracking.secrets import masked, without_password
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +58,11 @@ PROBLEM_CHARS = 300
 
 
 class StoreError(Exception):
-    """The tracking store cannot be used as a command needs it; the message is one line for the user."""
+    """The tracking store cannot be used as a command needs it; the message is one line for the user, with any
+    credential in it masked (:func:`crux.tracking.secrets.masked`)."""
+
+    def __init__(self, message: str):
+        super().__init__(masked(message))
 
 
 @dataclass(frozen=True)
@@ -68,27 +74,25 @@ class Access:
     setting: str
     needs: str
     restore: bool
+    permission: str
+    """What a server with authentication must grant: READ, or EDIT (log runs)."""
 
 
-READING = Access("read", "--tracking-uri", "the store your sweeps logged to", restore=True)
+READING = Access("read", "--tracking-uri", "the store your sweeps logged to", restore=True, permission="READ")
 WRITING = Access("written", "tracking.uri=", "a store this command can write (sqlite:///PATH/mlflow.db or "
-                                             "http://HOST:PORT)", restore=False)
+                                             "http://HOST:PORT)", restore=False, permission="EDIT")
 
 
 def tracking_uri(configured: str | None) -> str:
     """``configured``, else ``$MLFLOW_TRACKING_URI``, else ``mlflow.db`` in the working directory.
 
-    A relative SQLite path is made absolute against the working directory of the command that was typed.
+    A relative SQLite path is made absolute against the working directory of the command that was typed; a
+    PostgreSQL password is moved out of the URI into the environment (:func:`crux.tracking.secrets.without_password`).
     """
-    uri = configured or os.environ.get("MLFLOW_TRACKING_URI") or f"{SQLITE}mlflow.db"
+    uri = without_password(configured or os.environ.get("MLFLOW_TRACKING_URI") or f"{SQLITE}mlflow.db")
     if uri.startswith(SQLITE):
         return f"{SQLITE}{Path(uri[len(SQLITE):]).resolve()}"
     return uri
-
-
-def shown_uri(uri: str) -> str:
-    """``uri`` as it may be printed or written: a password in it (``postgresql://user:secret@host/db``) masked."""
-    return re.sub(r"(//[^/:@]*:)[^@/]*@", r"\1***@", uri)
 
 
 def experiment_name(configured: str | None, choices: Mapping[str, str | None]) -> str:
@@ -110,17 +114,37 @@ def bounded_http() -> Iterator[None]:
 
 
 @contextmanager
-def store_errors(uri: str, access: Access) -> Iterator[None]:
-    """Turn what the tracking store raises within into one StoreError line naming the store and the fix."""
+def store_errors(uri: str, access: Access, experiment: str = "") -> Iterator[None]:
+    """Turn what the tracking store raises within into one StoreError line naming the store and the fix
+    (``experiment``: the one the command works on, named when a server refuses it)."""
     try:
         yield
     except STORE_ERRORS as error:
+        refusal = refused(error, uri, access, experiment)
+        if refusal:
+            raise StoreError(refusal) from None
         where = f"MLFLOW_TRACKING_URI / {access.setting}"
         if uri.startswith(SERVERS):
             raise StoreError(f"the tracking server at {uri} did not answer ({brief(error)}): start it, or point "
                              f"{where} at a running one") from None
         raise StoreError(f"the tracking store at {uri} could not be {access.does} ({brief(error)}): point {where} "
                          f"at {access.needs}" + (", or restore it from a backup" if access.restore else "")) from None
+
+
+def refused(error: BaseException, uri: str, access: Access, experiment: str) -> str | None:
+    """What a tracking server with authentication refused, and how to get it, in one line; None for any other
+    error. 401: no credentials or wrong ones; 403: the user lacks the permission on the experiment."""
+    code = getattr(error, "error_code", None)
+    if code == "UNAUTHENTICATED":
+        return (f"the server at {uri} refused the credentials: set MLFLOW_TRACKING_USERNAME and "
+                f"MLFLOW_TRACKING_PASSWORD (or ~/.mlflow/credentials)")
+    if code == "PERMISSION_DENIED":
+        user = read_mlflow_creds().username or "(no name given)"
+        what = f"experiment {experiment!r}" if experiment else "this store's experiments"
+        verb = "read" if access.permission == "READ" else "write"
+        return (f"user {user} may not {verb} {what} at {uri}: ask for {access.permission} permission, or use "
+                f"another experiment name")
+    return None
 
 
 def brief(error: BaseException) -> str:
@@ -160,11 +184,21 @@ def writable_store(uri: str) -> MlflowClient:
         if problem:
             raise StoreError(f"the tracking store at {uri} cannot be written: {problem}; point MLFLOW_TRACKING_URI / "
                              f"{WRITING.setting} at {WRITING.needs}")
-        if not _has_tables(path, uri):
-            with _locked(folder):  # another process may be creating them: wait, then look again
+        if not _looks_complete(path, uri):
+            with _locked(folder):  # another process may be creating the tables: wait, then judge the file
                 if not _has_tables(path, uri):
                     return _open(uri)
     return _open(uri)
+
+
+def _looks_complete(path: Path, uri: str) -> bool:
+    """Whether the SQLite file at ``path`` is a whole MLflow store, looked at without the folder's lock: a store
+    that another process is creating (its tables made in several steps) is not yet, and is judged under the
+    lock, once that process is done."""
+    try:
+        return _has_tables(path, uri)
+    except StoreError:
+        return False
 
 
 def _has_tables(path: Path, uri: str) -> bool:

@@ -1,12 +1,12 @@
 """Claim 4: checkpoint_gradients saves memory at about 30% more time, and changes no number.
 
 Memory is the compiled update's temporary bytes (exact, so compared strictly);
-time is the steady-state time per update, with the repeats' spread as noise;
+time is the ratio of seconds per epoch with and without, timed against each
+other in one process (the checkpointed jobs' paired timings, crux.timing);
 "~30%" is read at the precision it is stated with (one significant digit:
-a cost in [25%, 35%)). The claim holds when every ratio the repeats allow lies
-in that range and fails when none does; anything between, or repeats of one
-setting that differ by as much as the 30% in question (a busy shared CPU), is
-within noise.
+a cost in [25%, 35%)). The claim holds when the ratio's 95% interval lies in
+that range and fails when it lies wholly outside; anything between is
+inconclusive.
 """
 from __future__ import annotations
 
@@ -14,22 +14,20 @@ import math
 from dataclasses import replace
 
 from crux.report.claims.equivalence import same_numbers
-from crux.report.numerics import SPREAD_ORIGIN, STEP_TIME, ratio_range, spread
+from crux.report.numerics import TIMING_ORIGIN, TIMING_RULE, paired_timing
 from crux.report.pairing import Pair, first, paired_settings, reference_and_twins, run_ids
-from crux.report.records import RunRecord, UnreadableArtifact
-from crux.report.verdict import (FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, cannot_judge, fmt, fmt_bytes,
+from crux.report.records import RunRecord
+from crux.report.verdict import (FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt, fmt_bytes,
                                  not_in_sweep)
+from crux.timing import Band
 
 SAVES_MEMORY = Claim("checkpoint_gradients=False, # True → gradient checkpointing (saves memory, ~30% slower)",
                      "checkpoint-saves-memory")
 SAME_NUMBERS = Claim("checkpoint_gradients=True rematerialises activations in the backward pass and gives the same "
                      "numbers as checkpoint_gradients=False", "checkpoint-same-numbers")
-CLAIMED_COST = (1.25, 1.35)  # "~30% slower" at its one significant digit
-CLAIMED_SLOWDOWN = 0.3  # repeats of one setting that differ by this much cannot tell ~30% from no cost
-COST_ORIGIN = ("the claim's own figure, ~30%, read at its one significant digit ([25%, 35%)); the measured ratio is "
-               "the range its repeats allow, " + SPREAD_ORIGIN)
-NOISE_ORIGIN = ("a measurement resolves a 30% cost only if repeating the same setting changes its time by less than "
-                "30%; on a busy shared CPU it may not")
+CLAIMED_COST = Band(1.25, 1.35)  # "~30% slower" at its one significant digit
+COST_ORIGIN = ("the claim's own figure, ~30%, read at the precision it is written with: one significant digit, so "
+               "any cost that rounds to 30% ([25%, 35%)); a cost that rounds to 20% or 40% is another figure")
 MEMORY_ORIGIN = ("compiled memory_analysis() of the update is exact and deterministic for a given program, so no "
                  "noise allowance is needed: any difference is real")
 
@@ -110,39 +108,23 @@ def _across_models(verdicts: list[Verdict]) -> list[Verdict]:
 
 def _time(label: str, on: list[RunRecord], off: list[RunRecord]) -> Verdict:
     name = f"checkpoint.time_cost[{label}]"
-    try:
-        device = on[0].device
-    except UnreadableArtifact as error:
-        return cannot_judge(name, SAVES_MEMORY, "time per update with checkpointing over without, on "
-                            "the device the runs recorded", error, run_ids(on, off))
-    test = (f"steady-state time per update ({STEP_TIME}) with checkpointing over without, on {device}: "
-            f"the range of the ratio over repeats against the claimed ~1.3")
-    mine, base = spread(on, STEP_TIME), spread(off, STEP_TIME)
+    timing = paired_timing(on)
     runs = run_ids(on, off)
-    thresholds = {"time_ratio": Threshold(CLAIMED_COST[0], f"ratio range meets [{CLAIMED_COST[0]}, "
-                                          f"{CLAIMED_COST[1]})", COST_ORIGIN)}
-    if not (mine.measured and base.measured):
-        return SAVES_MEMORY.verdict(name, test, INCONCLUSIVE, f"needs at least 2 repeats with and without "
-                                    f"checkpointing (have {len(mine.values)} and {len(base.values)})",
-                                    thresholds=thresholds, runs=runs)
-    low, high = ratio_range(mine, base)
-    median = mine.median / base.median
-    noise = max(mine.relative_range, base.relative_range)
-    evidence = {"time_ratio_median": median, "time_ratio_low": low, "time_ratio_high": high,
-                "step_seconds_median_checkpointed": mine.median, "step_seconds_median_plain": base.median,
-                "repeats_checkpointed": len(mine.values), "repeats_plain": len(base.values),
-                "repeat_spread": noise}
-    thresholds["repeat_spread"] = Threshold(CLAIMED_SLOWDOWN, "(max - min) / min over the repeats of each setting "
-                                            f"< {CLAIMED_SLOWDOWN}", NOISE_ORIGIN)
-    change = f"{fmt(abs(median - 1) * 100)}% {'more' if median >= 1 else 'less'} time per update"
-    cost = f"{change} on {device} (ratio {fmt(median)}, {fmt(low)}–{fmt(high)} over repeats)"
-    if noise >= CLAIMED_SLOWDOWN:
-        verdict, summary = INCONCLUSIVE, (f"within noise: repeats of one setting differ by up to "
-                                          f"{fmt(noise * 100)}%, as much as the ~30% in question; {cost}")
-    elif high < CLAIMED_COST[0] or low >= CLAIMED_COST[1]:
-        verdict, summary = FAILS, f"{cost}, not ~30%"
-    elif CLAIMED_COST[0] <= low and high < CLAIMED_COST[1]:
-        verdict, summary = HOLDS, cost
-    else:
-        verdict, summary = INCONCLUSIVE, f"within noise: {cost}, a range that takes in ~30% and costs other than it"
-    return SAVES_MEMORY.verdict(name, test, verdict, summary, evidence, thresholds, runs)
+    if timing is None:
+        return SAVES_MEMORY.verdict(name, "paired timing of checkpointing against none (timing.against)",
+                                    INCONCLUSIVE, "no checkpointed run timed itself against checkpoint_gradients="
+                                    "false: set timing.against={checkpoint_gradients: false} (sweeps/"
+                                    "checkpoint.yaml does)", runs=runs)
+    test = (f"seconds per epoch with checkpointing over without, timed in one process in alternating chunks on "
+            f"{timing.device} ({timing.cpu}): the ratio's 95% interval against the claimed ~30% "
+            f"[{CLAIMED_COST.low}, {CLAIMED_COST.high})")
+    verdict = timing.judge(CLAIMED_COST)
+    cost = f"{fmt(abs(timing.interval.estimate - 1) * 100)}% {'more' if timing.interval.estimate >= 1 else 'less'}"
+    summary = {HOLDS: f"{cost} time per update, {timing.described()}",
+               FAILS: f"{cost} time per update, not ~30%: {timing.described()}",
+               INCONCLUSIVE: f"undecided: {timing.described()} takes in ~30% and costs other than it"}[verdict]
+    thresholds = {"time_ratio": Threshold(CLAIMED_COST.low, f"95% interval within [{CLAIMED_COST.low}, "
+                                          f"{CLAIMED_COST.high})", COST_ORIGIN + "; " + TIMING_RULE + "; " +
+                                          TIMING_ORIGIN)}
+    return SAVES_MEMORY.verdict(name, test, verdict, summary + timing.warning(verdict), timing.evidence(),
+                                thresholds, runs)

@@ -1,0 +1,147 @@
+"""A store fault is not a job fault: a tracking store that is unreachable, full or restarting is waited for, up to
+a budget, and past it the sweep stops and says so, instead of failing every job in turn.
+
+Every write crux makes (MLflow's REST client, its SQL store, crux's direct
+history insert, status updates) goes through :func:`patiently`: an error that
+says the store is away (:func:`is_store_fault`: no connection, a timeout, a
+database restarting, a full disk) is retried with growing pauses for up to
+``tracking.retry_seconds`` (:func:`set_retry_budget`, kept in the environment so
+that the jobs a sweep starts inherit it) from the first failure; past that it
+raises :class:`StoreFault`. MLflow's own HTTP retries are cut to seconds
+(:data:`crux.tracking.store.HTTP_LIMITS`) so that this budget is the one that
+counts. A job that meets a StoreFault writes it into the sweep's folder
+(:func:`record_fault`): the jobs after it end at once, the sweep ends with one
+line, and the runs it left open are closed later with that cause.
+"""
+from __future__ import annotations
+
+import errno
+import functools
+import json
+import logging
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+from mlflow.exceptions import MlflowException
+from requests.exceptions import ConnectionError as RequestsConnectionError
+from requests.exceptions import Timeout
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from crux.tracking.store import HTTP_LIMITS, brief
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+RETRY_SECONDS = "CRUX_STORE_RETRY_SECONDS"
+"""The environment variable that carries ``tracking.retry_seconds`` to every process of a sweep."""
+DEFAULT_RETRY_SECONDS = 60.0
+LONGEST_PAUSE = 8.0
+FAULT_FILE = "store_fault.json"
+"""In the sweep's folder: the store fault a job met (``{"message": ..., "runs": {run id: message}}``)."""
+UNAVAILABLE = ("TEMPORARILY_UNAVAILABLE",)
+FAULT_WORDS = ("failed with exception", "failed with timeout exception", "database or disk is full",
+               "No space left on device", "503 != 200", "502 != 200", "504 != 200")
+"""What MLflow's messages say when the store, not the request, failed."""
+QUIET_LOGGERS = ("mlflow.store.db.utils", "urllib3.connectionpool")
+"""Loggers that print a traceback or a warning at each failed attempt: the retry says it once instead."""
+
+
+class StoreFault(Exception):
+    """The tracking store stayed unreachable, full or refusing writes for the whole retry budget; the message is
+    one line saying what failed."""
+
+
+def retry_budget() -> float:
+    """Seconds a write waits for the store: ``tracking.retry_seconds`` of this sweep."""
+    return float(os.environ.get(RETRY_SECONDS, DEFAULT_RETRY_SECONDS))
+
+
+def set_retry_budget(seconds: float) -> None:
+    """Make ``seconds`` this process's budget, and that of the processes it starts, MLflow's own HTTP retries
+    bounded (:data:`HTTP_LIMITS`, where the user set none); quiet the per-attempt logs."""
+    os.environ[RETRY_SECONDS] = str(float(seconds))
+    for key, value in HTTP_LIMITS.items():
+        os.environ.setdefault(key, value)
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def is_store_fault(error: BaseException) -> bool:
+    """Whether ``error`` says the store is away (no connection, a timeout, a database down or restarting, no space
+    left) rather than that the request was wrong."""
+    if isinstance(error, (RequestsConnectionError, Timeout, OperationalError, sqlite3.OperationalError)):
+        return True
+    if isinstance(error, DBAPIError) and error.connection_invalidated:
+        return True
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    if isinstance(error, MlflowException):
+        return error.error_code in UNAVAILABLE or any(words in str(error) for words in FAULT_WORDS)
+    return False
+
+
+def patiently(call: Callable[[], T], what: str) -> T:
+    """``call()``, tried again while it fails with a store fault, for up to :func:`retry_budget` seconds from the
+    first failure; past that StoreFault naming ``what`` and the last error."""
+    deadline, pause = None, 0.5
+    while True:
+        try:
+            return call()
+        except Exception as error:
+            if not is_store_fault(error):
+                raise
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + retry_budget()
+                log.warning("the tracking store did not take %s (%s): trying again for up to %g s", what,
+                            brief(error), retry_budget())
+            if now >= deadline:
+                raise StoreFault(f"{what} failed for {retry_budget():g} s (tracking.retry_seconds): "
+                                 f"{brief(error)}") from error
+            time.sleep(min(pause, deadline - now))
+            pause = min(2 * pause, LONGEST_PAUSE)
+
+
+class PatientClient:
+    """An ``MlflowClient`` whose every public method goes through :func:`patiently`."""
+
+    def __init__(self, client: Any):
+        self.client = client
+
+    def __getattr__(self, name: str) -> Any:
+        member = getattr(self.client, name)
+        if name.startswith("_") or not callable(member):
+            return member
+
+        @functools.wraps(member)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return patiently(lambda: member(*args, **kwargs), name)
+        return call
+
+
+def record_fault(folder: Path, run_id: str | None, message: str) -> None:
+    """Write into the sweep's ``folder`` that the store failed (``message``), with the run it left open."""
+    path = folder / FAULT_FILE
+    recorded = recorded_fault(folder) or {"message": message, "runs": {}}
+    if run_id:
+        recorded["runs"][run_id] = message
+    path.write_text(json.dumps(recorded, indent=1))
+
+
+def clear_fault(folder: Path) -> None:
+    """Forget a fault recorded in ``folder`` (a sweep resumed there)."""
+    (folder / FAULT_FILE).unlink(missing_ok=True)
+
+
+def recorded_fault(folder: Path | None) -> dict | None:
+    """What :func:`record_fault` wrote into ``folder``; None where nothing was."""
+    path = folder / FAULT_FILE if folder is not None else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None

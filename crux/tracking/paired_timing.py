@@ -1,0 +1,87 @@
+"""A job's paired timing (config ``timing``): after training, its solve() options against ``timing.against``,
+timed in one process by :func:`crux.timing.time_paired`, logged to the job's run.
+
+The chunks' seconds per epoch are metric histories (step = pair number), so MLflow shows them and the report
+reads them: ``timing/candidate_seconds`` (the job's own options), ``timing/reference_seconds`` (with
+``timing.against``), ``timing/load1`` (the 1-minute load average after each pair). Summary metrics
+``timing/chunk_epochs``, ``timing/budget_seconds``, ``timing/spent_seconds``, ``timing/cores`` and tags
+``crux.timing.cpu``, ``crux.timing.device``, ``crux.timing.against`` say how and where it was measured.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from mlflow.entities import Metric
+from omegaconf import DictConfig, OmegaConf
+
+from crux import config
+from crux.timing import Band, PairedTimes, Side, time_paired
+from crux.tracking.job import JobRun
+
+log = logging.getLogger(__name__)
+
+PREFIX = "timing/"
+
+
+def solve_options(cfg: DictConfig) -> dict[str, Any]:
+    """The options the job's training passes to solve()."""
+    return {**OmegaConf.to_container(cfg.memory), "inner_steps": cfg.solver.inner_steps,
+            "devices": cfg.solver.devices, "substeps": OmegaConf.to_object(cfg.solver).substep_plan()}
+
+
+def reference_options(cfg: DictConfig) -> dict[str, Any] | None:
+    """The options the job is timed against; None when ``timing.against`` changes none of its own."""
+    own = solve_options(cfg)
+    other = {**own, **OmegaConf.to_container(cfg.timing.against)}
+    return None if other == own else other
+
+
+def time_against(cfg: DictConfig, run: JobRun) -> PairedTimes | None:
+    """Time the job's options against ``timing.against`` on fresh copies of its problem and log the chunks;
+    None (and nothing logged) where there is nothing to time against."""
+    other = reference_options(cfg)
+    if other is None:
+        return None
+    first = config.training_phases(cfg)[0]
+    sides = []
+    for options in (solve_options(cfg), other):
+        problem = config.problem(cfg)
+        for model in problem.models.values():
+            first.optimizer.attach(model, first.schedule.build(first.epochs))
+        sides.append(Side(problem.solver(), options))
+    band = Band(*cfg.timing.band)
+    log.info("paired timing against %s: until the ratio's interval is in or out of [%g, %g) or %g s are spent",
+             dict(cfg.timing.against), band.low, band.high, cfg.timing.budget_seconds)
+    times = time_paired(sides[0], sides[1], band, cfg.timing.budget_seconds)
+    log_times(run, times, dict(OmegaConf.to_container(cfg.timing.against)))
+    interval = times.interval()
+    log.info("paired timing: ratio %.3g, %d%% interval %.3g-%.3g over %d pairs of %d epochs", interval.estimate,
+             round(interval.confidence * 100), interval.low, interval.high, interval.pairs, times.chunk_epochs)
+    return times
+
+
+def logged(times: PairedTimes, against: dict[str, Any]) -> tuple[dict[str, tuple[float, ...]], dict[str, float],
+                                                                  dict[str, str]]:
+    """What a run records of ``times``: the metric histories by pair, the summary metrics, the tags."""
+    series = {PREFIX + "candidate_seconds": times.candidate, PREFIX + "reference_seconds": times.reference,
+              PREFIX + "load1": times.load}
+    summary = {PREFIX + "chunk_epochs": times.chunk_epochs, PREFIX + "budget_seconds": times.budget_seconds,
+               PREFIX + "spent_seconds": times.spent_seconds, PREFIX + "cores": times.machine.cores}
+    tags = {"crux.timing.cpu": times.machine.cpu, "crux.timing.device": times.machine.device,
+            "crux.timing.against": json.dumps(against, sort_keys=True)}
+    return series, summary, tags
+
+
+def log_times(run: JobRun, times: PairedTimes, against: dict[str, Any]) -> None:
+    """The chunks as metric histories, how they were measured as summary metrics and tags."""
+    now = int(time.time() * 1000)
+    series, summary, tags = logged(times, against)
+    metrics = [Metric(key, float(value), now, step) for key, values in series.items()
+               for step, value in enumerate(values)]
+    metrics += [Metric(key, float(value), now, 0) for key, value in summary.items()]
+    for start in range(0, len(metrics), 1000):  # MLflow takes at most 1000 metrics a batch
+        run.client.log_batch(run.run_id, metrics=metrics[start:start + 1000])
+    run.set_tags(tags)

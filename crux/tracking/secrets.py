@@ -1,0 +1,61 @@
+"""Credentials kept off the screen and out of every file a command writes.
+
+A store's password can come in a URI (``postgresql://mlflow:PASSWORD@host/db``,
+by ``MLFLOW_TRACKING_URI`` or ``tracking.uri=``) or by the environment (MLflow's
+``MLFLOW_TRACKING_PASSWORD`` and ``MLFLOW_TRACKING_TOKEN``, PostgreSQL's
+``PGPASSWORD``). Hydra saves every override and the composed config of every job
+(``multirun.yaml``, ``.hydra/``), and crux records them in MLflow, so a password
+must not stay in the URI crux works with: :func:`without_password` moves a
+PostgreSQL password into ``PGPASSWORD`` of the process, where PostgreSQL's client
+library reads it and the jobs the process starts inherit it, and leaves the URI
+without it. :func:`masked` is what every message goes through.
+"""
+from __future__ import annotations
+
+import os
+import re
+from urllib.parse import unquote
+
+PASSWORD_VARIABLE = "PGPASSWORD"
+"""Where PostgreSQL's client library (libpq, under psycopg) takes a password that its URI leaves out."""
+SECRET_VARIABLES = ("MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN", PASSWORD_VARIABLE)
+POSTGRESQL = ("postgresql://", "postgresql+psycopg://", "postgresql+psycopg2://", "postgres://")
+MASK = "***"
+SHORTEST_SECRET = 4
+"""Values of :data:`SECRET_VARIABLES` shorter than this are not searched for: masking ``a`` would garble the text."""
+_PASSWORD = re.compile(r"(?P<head>\b[a-z][a-z0-9+.-]*://[^/:@\s'\"]*:)[^@/\s'\"]*@", re.IGNORECASE)
+_URI_OVERRIDE = re.compile(r"^(?P<head>[+~]{0,2}tracking\.uri=)(?P<quote>['\"]?)(?P<uri>.*)(?P=quote)$")
+
+
+def masked(text: str) -> str:
+    """``text`` with the password of any URI in it (``postgresql://mlflow:***@host/db``) and the value of any of
+    :data:`SECRET_VARIABLES` set in the environment replaced by ``***``."""
+    text = _PASSWORD.sub(rf"\g<head>{MASK}@", text)
+    for name in SECRET_VARIABLES:
+        value = os.environ.get(name, "")
+        if len(value) >= SHORTEST_SECRET:
+            text = text.replace(value, MASK)
+    return text
+
+
+def without_password(uri: str) -> str:
+    """``uri`` without its password, which goes to ``$PGPASSWORD`` here, for a PostgreSQL store; any other URI
+    as it is (a password in it is masked wherever crux shows the URI)."""
+    found = _PASSWORD.match(uri)
+    if found is None or not uri.startswith(POSTGRESQL):
+        return uri
+    user_part = found.group("head")
+    os.environ[PASSWORD_VARIABLE] = unquote(uri[len(user_part):found.end() - 1])
+    return user_part[:-1] + "@" + uri[found.end():]
+
+
+def without_passwords(arguments: list[str]) -> list[str]:
+    """Command-line ``arguments`` with every ``tracking.uri=`` override's password moved out
+    (:func:`without_password`), before Hydra saves them."""
+    kept = []
+    for argument in arguments:
+        override = _URI_OVERRIDE.match(argument)
+        if override is not None:
+            argument = f"{override['head']}{override['quote']}{without_password(override['uri'])}{override['quote']}"
+        kept.append(argument)
+    return kept

@@ -1,0 +1,68 @@
+"""What counts as a store fault, and how a write waits for the store (crux.tracking.faults), without a store."""
+from __future__ import annotations
+
+import errno
+import sqlite3
+
+import pytest
+from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import PERMISSION_DENIED, RESOURCE_DOES_NOT_EXIST, TEMPORARILY_UNAVAILABLE
+from requests.exceptions import ConnectionError as RequestsConnectionError
+
+from crux.tracking.faults import (RETRY_SECONDS, PatientClient, StoreFault, is_store_fault, patiently, record_fault,
+                                  recorded_fault)
+
+
+@pytest.mark.parametrize("error, fault", [
+    (RequestsConnectionError("refused"), True),
+    (MlflowException("API request to http://h/api failed with exception Max retries exceeded"), True),
+    (MlflowException("db restarting", error_code=TEMPORARILY_UNAVAILABLE), True),
+    (sqlite3.OperationalError("database or disk is full"), True),
+    (OSError(errno.ENOSPC, "No space left on device"), True),
+    (MlflowException("Run 'x' not found", error_code=RESOURCE_DOES_NOT_EXIST), False),
+    (MlflowException("API request failed with error code 403 != 200", error_code=PERMISSION_DENIED), False),
+    (ValueError("bad value"), False),
+])
+def test_store_faults_are_told_from_request_errors(error, fault):
+    assert is_store_fault(error) is fault
+
+
+class Flaky:
+    """Fails with ``error`` ``failures`` times, then answers 42."""
+
+    def __init__(self, error: Exception, failures: int):
+        self.error, self.failures, self.calls = error, failures, 0
+
+    def __call__(self) -> int:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise self.error
+        return 42
+
+
+def test_a_write_waits_for_the_store_within_the_budget(monkeypatch):
+    monkeypatch.setenv(RETRY_SECONDS, "30")  # the pauses before the third try: 0.5 + 1 s
+    flaky = Flaky(RequestsConnectionError("refused"), failures=2)
+    assert patiently(flaky, "log_batch") == 42 and flaky.calls == 3
+
+
+def test_past_the_budget_it_is_a_store_fault_naming_what_failed(monkeypatch):
+    monkeypatch.setenv(RETRY_SECONDS, "0")
+    with pytest.raises(StoreFault, match=r"^log_batch failed for 0 s \(tracking.retry_seconds\): .*refused"):
+        patiently(Flaky(RequestsConnectionError("[Errno 111] Connection refused"), failures=10), "log_batch")
+
+
+def test_any_other_error_is_raised_at_once(monkeypatch):
+    monkeypatch.setenv(RETRY_SECONDS, "30")
+    flaky = Flaky(ValueError("bad value"), failures=10)
+    with pytest.raises(ValueError):
+        PatientClient(type("Client", (), {"log_batch": lambda self: flaky()})()).log_batch()
+    assert flaky.calls == 1
+
+
+def test_a_recorded_fault_keeps_every_run_it_left_open(tmp_path):
+    assert recorded_fault(tmp_path) is None
+    record_fault(tmp_path, "run1", "log_batch failed")
+    record_fault(tmp_path, "parent", "closing failed")
+    assert recorded_fault(tmp_path) == {"message": "log_batch failed",
+                                        "runs": {"run1": "log_batch failed", "parent": "closing failed"}}

@@ -1,0 +1,104 @@
+"""A problem of one's own that cannot run, as a user meets it on the terminal: a misspelt field (with and
+without ``+``) or a module not found is one crux line before any job or run exists; an error in the user's
+code is one line per job naming the user's file and line, the run FAILED with it, the traceback in the job's
+log file (on the terminal with ``HYDRA_FULL_ERROR=1``)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+pytestmark = pytest.mark.integration  # crux-run and crux-sweep in subprocesses
+
+MODULE = '''import numpy as np
+import crux
+from crux.problems import Problem
+
+
+def line(n_interior, slope, hidden, activation, seed):
+    points = np.linspace(0, 1, n_interior, dtype=np.float32)[:, None]
+    return Problem("line", [crux.Constraint("fit", lambda net, x: net.u(x) - slope * x[0], points)],
+                   {"u": crux.mlp(1, 1, hidden, activation, seed=seed)}, seed=seed)
+
+
+def broken(n_interior, slope, hidden, activation, seed):
+    return n_interior / 0
+'''
+BROKEN_LINE = 13  # the line of MODULE that divides by zero
+SWEEP = "hydra:\n  sweeper:\n    params:\n      memory: full,b8\n"
+TINY = ["solver.epochs=4", "model.width=4", "model.depth=1"]
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    """A folder as a user makes it: a module with the problem functions, config groups, a sweep file."""
+    (tmp_path / "mine.py").write_text(MODULE)
+    (tmp_path / "conf" / "problem").mkdir(parents=True)
+    for name, target in (("line", "mine.line"), ("broken", "mine.broken"), ("lost", "nosuchmodule.line")):
+        (tmp_path / "conf" / "problem" / f"{name}.yaml").write_text(f"_target_: {target}\nn_interior: 16\n"
+                                                                   f"slope: 2.0\n")
+    (tmp_path / "two.yaml").write_text(SWEEP)
+    return tmp_path
+
+
+def run(folder: Path, module: str, *args: str, **env: str) -> subprocess.CompletedProcess:
+    environment = {key: value for key, value in os.environ.items() if key != "HYDRA_FULL_ERROR"}
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=folder, capture_output=True, text=True,
+                          timeout=300, env={**environment, "MLFLOW_TRACKING_URI": f"sqlite:///{folder / 'mlflow.db'}",
+                                            **env})
+
+
+@pytest.mark.parametrize("override", ["problem.n_interor=10", "+problem.n_interor=10"])
+def test_a_misspelt_field_is_one_line_naming_the_fields_and_nothing_runs(project, override):
+    done = run(project, "crux.sweep", "two.yaml", "--config-dir", "conf", "problem=line", override, *TINY)
+    assert done.returncode == 1
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("crux-sweep: problem.n_interor: mine.line has no parameter 'n_interor'; its fields are "
+                           "n_interior, slope: write problem.n_interior=10"), line
+    assert "Traceback" not in done.stdout and "+problem" not in line
+    assert not (project / "mlflow.db").exists() and not (project / "multirun").exists()
+
+
+def test_a_module_not_found_is_one_line_and_nothing_runs(project):
+    done = run(project, "crux.sweep", "two.yaml", "--config-dir", "conf", "problem=lost", *TINY)
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "crux-sweep: problem._target_=nosuchmodule.line: No module named 'nosuchmodule'; a problem's module is "
+        "imported from the working directory or from an installed package (in every job); nothing was run"]
+    assert "Traceback" not in done.stdout and not (project / "mlflow.db").exists()
+    done = run(project, "crux.experiment", "--config-dir", "conf", "problem=line", "problem.slop=1", *TINY)
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == ["crux-run: problem.slop: mine.line has no parameter 'slop'; its fields are "
+                                        "n_interior, slope: write problem.slope=1"]
+    assert not (project / "mlflow.db").exists()
+
+
+def test_an_error_in_the_users_code_is_one_line_with_its_file_and_line_and_the_run_failed_with_it(project):
+    done = run(project, "crux.sweep", "two.yaml", "--config-dir", "conf", "problem=broken", *TINY)
+    assert done.returncode == 1
+    said = f"failed: ZeroDivisionError: division by zero (mine.py:{BROKEN_LINE}); traceback in "
+    failures = [line for line in done.stdout.splitlines() if said in line]
+    assert len(failures) == 2 and "Traceback" not in done.stdout + done.stderr
+    for failure in failures:  # each job's log holds its traceback, down to the user's line
+        log = Path(failure.split("traceback in ")[1]).read_text()
+        assert "Traceback" in log and f'mine.py", line {BROKEN_LINE}, in broken' in log
+    client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("two").experiment_id], "tags.`crux.role` = 'child'")
+    assert len(runs) == 2 and {r.info.status for r in runs} == {"FAILED"}
+    assert {r.data.tags["crux.error_message"] for r in runs} == {f"ZeroDivisionError: division by zero "
+                                                                 f"(mine.py:{BROKEN_LINE})"}
+
+
+def test_a_single_run_says_it_in_one_line_and_hydra_full_error_shows_the_traceback(project):
+    done = run(project, "crux.experiment", "--config-dir", "conf", "problem=broken", *TINY)
+    assert done.returncode == 1 and "Traceback" not in done.stdout + done.stderr
+    assert "Unable to initialize backend" not in done.stdout + done.stderr  # JAX's platform probe, kept quiet
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith(f"crux-run: ZeroDivisionError: division by zero (mine.py:{BROKEN_LINE}); traceback in ")
+    assert "Traceback" in Path(last.split("traceback in ")[1]).read_text()
+    shown = run(project, "crux.experiment", "--config-dir", "conf", "problem=broken", *TINY, HYDRA_FULL_ERROR="1")
+    assert shown.returncode == 1 and f'mine.py", line {BROKEN_LINE}, in broken' in shown.stderr

@@ -1,0 +1,290 @@
+"""Paired, interleaved timing (crux.timing) and the timing verdicts built on it.
+
+The rule is tested on synthetic chunk times, which make it deterministic; real timings are asserted only where a
+planted defect makes the answer decisive (a checkpointing that rematerialises nothing costs no 25%, fused calls
+that dispatch every update are not 5% faster).
+"""
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import optax
+import pytest
+from hydra import compose, initialize_config_module
+
+from crux import config
+from crux.config import CONFIG_PACKAGE
+from crux.report import FAILS, HOLDS, INCONCLUSIVE, RunRecord, SolveOptions
+from crux.report.claims import check_checkpoint, check_devices, check_inner_steps
+from crux.report.claims.checkpoint import CLAIMED_COST
+from crux.report.claims.fusion import FASTER_BAND
+from crux.report.numerics import paired_timing
+from crux.timing import (FIRST_LOOK, OUTSIDE, UNDECIDED, WITHIN, Band, Machine, PairedTimes, Side, chunk_epochs,
+                         ratio_interval, time_paired)
+from crux.tracking.paired_timing import logged, reference_options, solve_options
+from crux_testing import poisson
+
+MACHINE = Machine("Test CPU", 2, "cpu")
+
+
+def chunks(ratio: float, pairs: int, noise: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds per epoch of ``pairs`` pairs: the reference drifts threefold over the pairs (a load that comes and
+    goes), the candidate is ``ratio`` times it, each chunk off by up to ``noise`` relative (seeded)."""
+    rng = np.random.default_rng(seed)
+    drift = 1e-3 * (2 + np.sin(np.linspace(0, 3 * np.pi, pairs)))
+    reference = drift * (1 + rng.uniform(-noise, noise, pairs))
+    return ratio * drift * (1 + rng.uniform(-noise, noise, pairs)), reference
+
+
+def record(run_id: str, options: SolveOptions, times: PairedTimes | None = None) -> RunRecord:
+    """A run with a trivial trajectory and, where given, the paired timing it logged."""
+    histories: dict = {"loss/total": np.ones(options.epochs)}
+    metrics: dict = {"compile_seconds": 1.0, "median_step_seconds": 1e-3}
+    tags: dict = {}
+    if times is not None:
+        series, summary, tags = logged(times, {})
+        histories.update({key: np.asarray(values) for key, values in series.items()})
+        metrics.update(summary)
+    return RunRecord(run_id, options, histories, metrics, {"initial/u/0": np.zeros(2), "final/u/0": np.ones(2)},
+                     tags=tags, environment={"backend": "cpu", "device_kind": "cpu"})
+
+
+def synthetic(ratio: float, pairs: int = 32, noise: float = 0.01, load: float = 0.5, seed: int = 0) -> PairedTimes:
+    candidate, reference = chunks(ratio, pairs, noise, seed)
+    return PairedTimes(tuple(candidate), tuple(reference), 10, (load,) * pairs, 20.0, 20.0, MACHINE)
+
+
+def only(verdicts, prefix: str):
+    found = [v for v in verdicts if v.id.startswith(prefix)]
+    assert len(found) == 1, [v.id for v in verdicts]
+    return found[0]
+
+
+def checkpoint_verdict(*timings: PairedTimes):
+    """The time-cost verdict on checkpointed runs that logged ``timings`` (one that logged none if none given)."""
+    on = SolveOptions(epochs=10, checkpoint_gradients=True)
+    runs = [record(f"on-{i}", on, t) for i, t in enumerate(timings or (None,))]
+    runs.append(record("off", SolveOptions(epochs=10)))
+    return only(check_checkpoint(runs), "checkpoint.time_cost")
+
+
+def fused_verdict(*timings: PairedTimes):
+    fused = SolveOptions(epochs=10, inner_steps=5)
+    runs = [record(f"k5-{i}", fused, t) for i, t in enumerate(timings)] + [record("k1", SolveOptions(epochs=10))]
+    return only(check_inner_steps(runs), "inner_steps.faster")
+
+
+# -- the interval and the rule, on synthetic chunks ----------------------------------------------------------
+def test_a_load_that_drifts_alike_for_both_sides_cancels_in_the_paired_ratio():
+    candidate, reference = chunks(1.3, 32, noise=0.01)
+    interval = ratio_interval(candidate, reference)
+    # every pair's ratio is 1.3 · (1 ± 0.01) / (1 ± 0.01), within 1.3 · [0.98, 1.021]; the times themselves
+    # span a factor of 3, so comparing either side's range with the other's would decide nothing
+    assert 1.3 * 0.98 <= interval.low <= interval.estimate <= interval.high <= 1.3 * 1.021
+    assert reference.max() / reference.min() > 2.5
+    assert interval.pairs == 32 and ratio_interval(candidate, reference) == interval  # seeded: the same again
+
+
+@pytest.mark.parametrize("low, high, placed", [(1.25, 1.35, WITHIN), (1.0, 1.1, OUTSIDE), (1.5, 2.0, OUTSIDE),
+                                               (1.3, 1.4, UNDECIDED)])
+def test_the_band_places_a_whole_interval(low, high, placed):
+    # the interval of 1.3 ± 2% lies within [1.25, 1.35), beyond [1.0, 1.1) and below [1.5, 2); it straddles 1.3
+    assert Band(low, high).place(ratio_interval(*chunks(1.3, 32, noise=0.01))) == placed
+
+
+@pytest.mark.parametrize("ratio, noise, outcome, words", [
+    (1.30, 0.01, HOLDS, "more time per update, ratio 1.3 "),
+    (1.05, 0.01, FAILS, "not ~30%"),
+    (1.60, 0.01, FAILS, "not ~30%"),
+    (1.25, 0.10, INCONCLUSIVE, "undecided"),  # an interval about the band's lower edge
+])
+def test_checkpoint_time_cost_is_the_intervals_place_against_about_30_percent(ratio, noise, outcome, words):
+    verdict = checkpoint_verdict(synthetic(ratio, noise=noise))
+    assert verdict.verdict == outcome
+    assert words in verdict.summary
+    assert "95% interval" in verdict.summary and "64 chunks of 10 epochs" in verdict.summary
+
+
+@pytest.mark.parametrize("ratio, noise, outcome, words", [
+    (0.50, 0.01, HOLDS, "faster on cpu by 2"),
+    (1.00, 0.01, FAILS, "not faster on cpu by more than 5%"),
+    (1.20, 0.01, FAILS, "not faster"),
+    (0.95, 0.05, INCONCLUSIVE, "undecided"),  # an interval about the noise threshold
+])
+def test_fused_steps_are_faster_only_beyond_the_noise_threshold(ratio, noise, outcome, words):
+    verdict = fused_verdict(synthetic(ratio, noise=noise))
+    assert verdict.verdict == outcome
+    assert words in verdict.summary
+
+
+def test_the_pairs_of_every_run_that_timed_a_setting_are_pooled():
+    verdict = checkpoint_verdict(synthetic(1.3, pairs=8, seed=1), synthetic(1.3, pairs=16, seed=2))
+    assert verdict.evidence["timed_pairs"] == 24 and verdict.evidence["timing_runs"] == 2
+    assert "48 chunks" in verdict.summary
+
+
+def test_a_run_that_found_another_ratio_widens_the_interval_however_few_pairs_it_took():
+    short, long = chunks(1.2, 8, noise=0.01, seed=1), chunks(1.3, 64, noise=0.01, seed=2)
+    candidate, reference = (np.concatenate([a, b]) for a, b in zip(short, long))
+    runs = np.repeat([0, 1], [8, 64])
+    # as one series, 64 pairs at 1.3 outvote 8 at 1.2; drawn run by run, a quarter of the resamples hold the
+    # 1.2 run alone, so the 2.5% quantile is near 1.2
+    assert CLAIMED_COST.place(ratio_interval(candidate, reference)) == WITHIN
+    assert ratio_interval(candidate, reference, runs=runs).low < 1.2 * 1.01
+    assert CLAIMED_COST.place(ratio_interval(candidate, reference, runs=runs)) == UNDECIDED
+
+
+def test_an_undecided_timing_on_a_busy_machine_says_so():
+    busy = checkpoint_verdict(synthetic(1.25, noise=0.1, load=5.0))
+    quiet = checkpoint_verdict(synthetic(1.25, noise=0.1, load=1.0))
+    assert busy.verdict == quiet.verdict == INCONCLUSIVE
+    assert "warning: the machine was busy (median load average 5 on 2 cores)" in busy.summary
+    assert "warning" not in quiet.summary
+    assert "warning" not in checkpoint_verdict(synthetic(1.3, load=5.0)).summary  # it decided all the same
+
+
+def test_a_sweep_whose_runs_timed_nothing_is_inconclusive_and_says_how_to_time():
+    verdict = checkpoint_verdict()
+    assert verdict.verdict == INCONCLUSIVE and "timing.against" in verdict.summary
+    assert paired_timing([record("off", SolveOptions(epochs=10))]) is None
+
+
+# -- the sequential run, on sides with scripted times ---------------------------------------------------------
+class Scripted:
+    """A solver whose chunks take scripted seconds per epoch: 1 ms for the first ``calibration_chunks``, then
+    ``timed`` in turn."""
+
+    def __init__(self, timed: list[float], calibration_chunks: int):
+        self.script = [1e-3] * calibration_chunks + list(timed)
+        self.calls: list[int] = []
+
+    def solve(self, epochs: int, **options):
+        self.calls.append(epochs)
+        return SimpleNamespace(run_seconds=self.script.pop(0) * epochs)
+
+
+def test_the_chunk_length_doubles_from_both_sides_inner_steps_until_a_chunk_takes_its_minimum():
+    fused, single = Scripted([], 6), Scripted([], 6)
+    # 1 ms per epoch: chunks of 10, 20, 40, 80 epochs take under 0.1 s, 160 take 0.16 s (a warm-up chunk first)
+    assert chunk_epochs(Side(fused, {"inner_steps": 10}), Side(single, {"inner_steps": 1})) == 160
+    assert fused.calls == single.calls == [10, 10, 20, 40, 80, 160]
+
+
+def test_a_decisive_first_look_stops_after_its_pairs():
+    candidate, reference = chunks(1.6, 100, noise=0.01)
+    a, b = Scripted(list(candidate * 1e2), 1), Scripted(list(reference * 1e2), 1)
+    times = time_paired(Side(a), Side(b), Band(1.25, 1.35), budget_seconds=1e9)
+    assert len(times.candidate) == FIRST_LOOK
+    assert times.chunk_epochs == 1  # the calibration chunk's 0.1 s per epoch reaches the minimum at once
+
+
+def test_an_undecided_interval_takes_more_pairs_until_it_decides():
+    # 8 pairs of 1.0 and 1.6 alternately leave the interval about the band; 1.3 after them decides it
+    first = np.where(np.arange(FIRST_LOOK) % 2, 1.6, 1.0)
+    ratios = np.concatenate([first, np.full(200, 1.3)])
+    a, b = Scripted(list(ratios * 0.1), 1), Scripted([0.1] * len(ratios), 1)
+    times = time_paired(Side(a), Side(b), Band(1.25, 1.35), budget_seconds=1e9)
+    assert len(times.candidate) in (2 * FIRST_LOOK, 4 * FIRST_LOOK)  # a look after 16, then 32 pairs
+    assert Band(1.25, 1.35).place(times.interval()) == WITHIN
+
+
+def test_a_spent_budget_ends_an_undecided_timing_after_the_first_look():
+    ratios = np.where(np.arange(100) % 2, 1.6, 1.0)
+    a, b = Scripted(list(ratios * 0.1), 1), Scripted([0.1] * 100, 1)
+    times = time_paired(Side(a), Side(b), Band(1.25, 1.35), budget_seconds=1e-9)
+    assert len(times.candidate) == FIRST_LOOK and Band(1.25, 1.35).place(times.interval()) == UNDECIDED
+
+
+def test_the_order_within_a_pair_alternates():
+    order: list[str] = []
+
+    class Logged(Scripted):
+        def __init__(self, name):
+            super().__init__([0.1] * 50, 1)
+            self.name = name
+
+        def solve(self, epochs, **options):
+            order.append(self.name)
+            return super().solve(epochs, **options)
+
+    time_paired(Side(Logged("A")), Side(Logged("B")), Band(0.5, 2.0), budget_seconds=1e9)
+    assert "".join(order[4:12]) == "ABBAABBA"  # after a warm-up and a calibration chunk of each
+
+
+# -- planted defects, timed for real ---------------------------------------------------------------------------
+def deep_poisson(free_checkpointing: bool = False):
+    problem = poisson(optax.adam, hidden=(32,) * 6, n=256)
+    if free_checkpointing:  # the model's checkpointed apply (crux.Model's seam) rematerialises nothing
+        model = problem.models["u"]
+        model.checkpointed_apply = model.apply
+    return problem
+
+
+def test_checkpointing_that_rematerialises_nothing_fails_the_time_cost():
+    times = time_paired(Side(deep_poisson(free_checkpointing=True).solver(), {"checkpoint_gradients": True}),
+                        Side(deep_poisson().solver(), {}), CLAIMED_COST, budget_seconds=40)
+    assert checkpoint_verdict(times).verdict == FAILS
+
+
+class SeparateDispatches:
+    """Fused calls planted to run as K separate dispatches: each call of inner_steps=K is a solve() of K updates
+    dispatched one by one."""
+
+    def __init__(self, solver):
+        self.solver = solver
+
+    def solve(self, epochs: int, inner_steps: int = 1, **options):
+        start = time.perf_counter()
+        for _ in range(epochs // inner_steps):
+            self.solver.solve(inner_steps, inner_steps=1, **options)
+        return SimpleNamespace(run_seconds=time.perf_counter() - start)
+
+
+def test_fused_steps_that_dispatch_every_update_fail_faster():
+    fused = SeparateDispatches(poisson(optax.adam, hidden=(16, 16)).solver())
+    times = time_paired(Side(fused, {"inner_steps": 10}), Side(poisson(optax.adam, hidden=(16, 16)).solver(), {}),
+                        FASTER_BAND, budget_seconds=40)
+    assert fused_verdict(times).verdict == FAILS
+
+
+# -- the job's config ------------------------------------------------------------------------------------------
+@pytest.fixture
+def hydra_configs():
+    with initialize_config_module(CONFIG_PACKAGE, version_base="1.3"):
+        yield
+
+
+@pytest.mark.parametrize("overrides, problems", [
+    (["+timing.against.epochs=5"],
+     ["timing.against.epochs: not a solve() option the timing can change; choose among batchsize, "
+      "accumulation_steps, checkpoint_gradients, offload_data, inner_steps, devices"]),
+    (["timing.band=[1.35,1.25]"], ["timing.band=[1.35, 1.25]: must be [low, high] with 0 <= low < high "
+                                   "(timing.band=[1.25,1.35])"]),
+    (["timing.budget_seconds=0"], ["timing.budget_seconds=0.0: must be > 0"]),
+])
+def test_a_timing_the_job_could_not_run_is_refused_before_training(hydra_configs, overrides, problems):
+    assert config.out_of_range(compose("config", overrides=overrides)) == problems
+
+
+def test_a_job_is_timed_against_its_own_options_with_those_of_timing_against_changed(hydra_configs):
+    against = "+timing.against={checkpoint_gradients: false}"
+    checkpointed = compose("config", overrides=["memory=checkpoint", against])
+    assert reference_options(checkpointed) == {**solve_options(checkpointed), "checkpoint_gradients": False}
+    assert solve_options(checkpointed)["checkpoint_gradients"] is True
+    assert reference_options(compose("config", overrides=["memory=full", against])) is None  # itself: nothing
+    assert reference_options(compose("config", overrides=["memory=checkpoint"])) is None  # no timing.against
+
+
+def test_the_devices_time_finding_is_the_paired_interval_where_the_split_runs_timed_themselves():
+    def runs(times: PairedTimes | None) -> list[RunRecord]:
+        split = [record(f"d2-{i}", SolveOptions(epochs=10, batchsize=8, devices=2), times) for i in range(2)]
+        return split + [record(f"b16-{i}", SolveOptions(epochs=10, batchsize=16)) for i in range(2)] + \
+            [record("b8", SolveOptions(epochs=10, batchsize=8))]
+
+    paired = only(check_devices(runs(synthetic(1.5))), "devices.one_batch")
+    assert "128 chunks of 10 epochs, 2 runs), paired in one process" in paired.summary
+    assert paired.evidence["timed_pairs"] == 64  # two split runs, 32 pairs each
+    unpaired = only(check_devices(runs(None)), "devices.one_batch")
+    assert "over repeats of separate jobs, no confidence stated" in unpaired.summary

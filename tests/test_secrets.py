@@ -1,0 +1,75 @@
+"""A store's password stays off the screen and out of every file: masked in messages, moved out of the URI into
+``PGPASSWORD`` before Hydra saves any config (crux.tracking.secrets)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from urllib.parse import urlsplit
+
+import pytest
+
+from crux.tracking.secrets import PASSWORD_VARIABLE, masked, without_password, without_passwords
+
+TINY = ["solver.epochs=20", "model.width=8", "problem.n_interior=64", "repeat=0", "memory=b8,b32", "gradient_draws=0"]
+
+
+@pytest.fixture
+def no_password_variable(monkeypatch):
+    monkeypatch.delenv(PASSWORD_VARIABLE, raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_TOKEN", raising=False)
+
+
+def test_a_postgresql_password_moves_into_the_environment(no_password_variable):
+    assert without_password("postgresql://crux:p%40ss@db:5432/mlflow") == "postgresql://crux@db:5432/mlflow"
+    assert os.environ[PASSWORD_VARIABLE] == "p@ss"  # decoded, as libpq takes it
+
+
+@pytest.mark.parametrize("uri", ["sqlite:////tmp/mlflow.db", "postgresql://crux@db/mlflow", "http://alice:pw@srv/"])
+def test_other_uris_are_left_as_they_are(no_password_variable, uri):
+    assert without_password(uri) == uri
+    assert PASSWORD_VARIABLE not in os.environ
+
+
+def test_tracking_uri_overrides_lose_their_password(no_password_variable):
+    arguments = ["crux-run", "--multirun", "tracking.uri=postgresql://u:s3cret@h/db", "++tracking.uri='postgres://u:x2@h/db'",
+                 "solver.epochs=5"]
+    assert without_passwords(arguments) == ["crux-run", "--multirun", "tracking.uri=postgresql://u@h/db",
+                                            "++tracking.uri='postgres://u@h/db'", "solver.epochs=5"]
+    assert os.environ[PASSWORD_VARIABLE] == "x2"  # the last one given, as Hydra takes the last override
+
+
+def test_secret_variables_are_masked_wherever_they_appear(monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "hunter2hunter2")
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", "abc")  # shorter than SHORTEST_SECRET: left alone
+    assert masked("login hunter2hunter2 failed at http://u:pw@h/ abc") == "login *** failed at http://u:***@h/ abc"
+
+
+@pytest.mark.integration  # PostgreSQL (scripts/postgres.sh), a sweep and a report in subprocesses
+def test_a_postgresql_sweep_and_its_report_write_and_print_no_password(postgres_store, tmp_path):
+    password = urlsplit(postgres_store).password
+    token = "token-" + password[::-1]
+    assert password and len(password) >= 16
+    env = {key: value for key, value in os.environ.items() if key != PASSWORD_VARIABLE}
+    sweep = subprocess.run([sys.executable, "-m", "crux.sweep", "accumulation", *TINY, f"tracking.uri={postgres_store}"],
+                           cwd=tmp_path, env={**env, "MLFLOW_TRACKING_PASSWORD": token}, capture_output=True,
+                           text=True, timeout=600)
+    assert sweep.returncode == 0, sweep.stderr[-3000:]
+    report = subprocess.run([sys.executable, "-m", "crux.report", "accumulation", "--claim", "accumulation", "--out",
+                             "report"], cwd=tmp_path, env={**env, "MLFLOW_TRACKING_URI": postgres_store},
+                            capture_output=True, text=True, timeout=600)
+    assert report.returncode == 0, report.stderr[-3000:]
+    written = [path for path in tmp_path.rglob("*") if path.is_file()]
+    assert any(path.name == "hydra.yaml" for path in written) and (tmp_path / "report" / "report.md").is_file()
+    for secret in (password, token):
+        assert [str(path) for path in written if secret.encode() in path.read_bytes()] == []
+        assert secret not in sweep.stdout + sweep.stderr + report.stdout + report.stderr
+    assert "postgresql://mlflow@127.0.0.1" in sweep.stderr + sweep.stdout  # the store is still named, without it
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(postgres_store)
+    runs = client.search_runs([client.get_experiment_by_name("accumulation").experiment_id])
+    assert len(runs) == 3  # the parent and its two jobs
+    recorded = [value for run in runs for value in (*run.data.params.values(), *run.data.tags.values())]
+    assert [value for value in recorded if password in value or token in value] == []

@@ -1,0 +1,161 @@
+"""A store fault is not a job fault (crux.tracking.faults): a tracking server that goes away for good ends the sweep
+within tracking.retry_seconds, in one line with the --resume command, and --resume completes it once the server is
+back; a PostgreSQL restart within the budget under a direct ``postgresql://`` sweep is ridden out."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from scale_out import SCRIPTS, start, stop
+
+pytestmark = pytest.mark.integration  # MLflow servers, PostgreSQL, sweeps in subprocesses
+
+RETRY_SECONDS = 10
+# Three jobs long enough (a few seconds of training each) that the store can go away while one trains.
+JOBS = ["memory=b8,b32,b8_acc4", "repeat=0", "solver.epochs=3000", "model.width=8", "problem.n_interior=64",
+        "gradient_draws=0", f"tracking.retry_seconds={RETRY_SECONDS}"]
+TRAINING = "training phase 1 of 1"
+
+
+def sweep(folder: Path, uri: str, *extra: str) -> subprocess.Popen:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("MLFLOW_HTTP_REQUEST_")}
+    return subprocess.Popen([sys.executable, "-m", "crux.sweep", "accumulation", *JOBS, *extra], cwd=folder,
+                            env={**env, "MLFLOW_TRACKING_URI": uri}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def read_until(process: subprocess.Popen, seen: list[str], event: str, times: int = 1) -> None:
+    """Read ``process``'s output into ``seen`` until ``event`` has appeared ``times`` times."""
+    for line in process.stdout:
+        seen.append(line)
+        if sum(event in line for line in seen) >= times:
+            return
+    raise AssertionError(f"{event!r} never came:\n" + "".join(seen[-40:]))
+
+
+def finish(process: subprocess.Popen, seen: list[str]) -> int:
+    seen.extend(process.stdout)
+    return process.wait(timeout=600)
+
+
+@pytest.fixture
+def server_folder(empty_store) -> Iterator[Path]:
+    folder = Path(os.environ.get("TMPDIR", "/tmp")) / f"crux-test-fault-{os.getpid()}"
+    folder.mkdir()
+    shutil.copy(empty_store, folder / "runs.db")
+    try:
+        yield folder
+    finally:
+        stop("mlflow_server.sh", folder / "server")
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_server_gone_for_good_ends_the_sweep_in_one_line_and_resume_completes_it(server_folder, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    backend = f"sqlite:///{server_folder / 'runs.db'}"
+    url = start("mlflow_server.sh", server_folder / "server", backend, "1")
+    process, seen = sweep(tmp_path, url), []
+    read_until(process, seen, TRAINING, times=2)  # job 1 trains
+    stop("mlflow_server.sh", server_folder / "server")
+    status = finish(process, seen)
+    output = "".join(seen)
+    assert status != 0 and "Traceback" not in output, output[-4000:]
+    last = seen[-1].strip()
+    assert last.startswith(f"crux-sweep: the tracking store at {url} failed: ") and "; 1 of the 3 jobs run finished (job 0), none started after it; " in last
+    assert "closed by the next `crux-sweep --resume` or `crux-report`" in last
+    assert last.endswith(f"--resume` runs the others"), last
+    # no job after the one that met the fault waited for the store: each was refused at once
+    assert output.count(f"the tracking store did not take") == 1
+
+    url = start("mlflow_server.sh", server_folder / "server", backend, "1")
+    process, seen = sweep(tmp_path, url, "--resume"), []
+    assert finish(process, seen) == 0, "".join(seen)[-4000:]
+    client = MlflowClient(url)
+    runs = client.search_runs([client.get_experiment_by_name("accumulation").experiment_id])
+    assert [run.info.run_id for run in runs if run.info.status == "RUNNING"] == []
+    (parent,) = [run for run in runs if run.data.tags.get("crux.role") == "parent"]
+    assert parent.info.status == "FINISHED"
+    finished = sorted(run.data.tags["crux.job"] for run in runs if run.data.tags.get("crux.role") == "child"
+                      and run.info.status == "FINISHED")
+    assert finished == ["0", "1", "2"]
+    closed = [run for run in runs if run.data.tags.get("crux.error_type") in ("StoreFault", "ProcessGone")]
+    assert closed and {run.data.tags["crux.error_type"] for run in closed} == {"StoreFault"}
+    assert all("the tracking store failed" in run.data.tags["crux.error_message"] for run in closed)
+
+
+def test_a_postgresql_restart_within_the_budget_under_a_direct_sweep_loses_no_job(postgres, postgres_store, tmp_path):
+    """PostgreSQL goes down while job 1 trains and comes back once a write has met it (the job's warning that it
+    tries again): every job finishes, as does the sweep."""
+    from mlflow.tracking import MlflowClient
+
+    process, seen = sweep(tmp_path, postgres_store, "tracking.retry_seconds=120"), []
+    read_until(process, seen, TRAINING, times=2)
+    postgres_script = ["bash", str(SCRIPTS / "postgres.sh")]
+    subprocess.run([*postgres_script, "stop", str(postgres.folder)], check=True, timeout=120)
+    try:
+        read_until(process, seen, "the tracking store did not take")
+    finally:
+        subprocess.run([*postgres_script, "restart", str(postgres.folder)], check=True, timeout=120)
+    assert finish(process, seen) == 0, "".join(seen)[-4000:]
+    assert "Traceback" not in "".join(seen)
+    client = MlflowClient(postgres_store)
+    runs = client.search_runs([client.get_experiment_by_name("accumulation").experiment_id])
+    assert sorted((run.data.tags.get("crux.job", "parent"), run.info.status) for run in runs) == [
+        ("0", "FINISHED"), ("1", "FINISHED"), ("2", "FINISHED"), ("parent", "FINISHED")]
+
+
+@pytest.fixture
+def small_disk(tmp_path) -> Iterator[Path]:
+    """A 3 MB tmpfs (root only), removed afterwards."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(disk)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"a 3 MB tmpfs could not be mounted here: {done.stderr.strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_a_store_without_room_for_a_job_is_refused_before_it_trains(small_disk, empty_store, tmp_path):
+    """The empty store (under 1 MB) leaves about 2 MB; 20,000 epochs of 3 series (total, pde, bc) and one
+    learning rate are 80,000 values, about 20 MB in SQLite when every epoch is sent as a metric: refused, with both
+    figures, before any training."""
+    shutil.copy(empty_store, small_disk / "mlflow.db")
+    process, seen = sweep(tmp_path, f"sqlite:///{small_disk / 'mlflow.db'}", "memory=b8", "solver.epochs=20000",
+                          "tracking.history_points=null"), []
+    assert finish(process, seen) != 0
+    output = "".join(seen)
+    assert TRAINING not in output and "Traceback" not in output, output[-3000:]
+    last = seen[-1]
+    assert "a job of 80,000 history values needs about " in last and f"on the filesystem of {small_disk} " in last
+    needed = int(last.split("needs about ")[1].split(" bytes")[0].replace(",", ""))
+    free = int(last.split(" are free")[0].rsplit("and ", 1)[1].replace(",", ""))
+    assert needed > 80_000 * 250 and 0 < free < 3 * 2**20  # the rows alone (BYTES_PER_STORED_VALUE); the tmpfs
+    assert "--resume` runs the others" in last
+
+
+def test_a_store_that_runs_full_while_a_job_trains_ends_the_sweep_in_one_line(small_disk, empty_store, tmp_path):
+    """The check before training passes (about 2 MB free, a 300-epoch job writes about 0.6 MB); then the disk is
+    filled while job 0 trains: its history insert meets a full disk, waits the budget, and the sweep ends as for a
+    server gone away."""
+    shutil.copy(empty_store, small_disk / "mlflow.db")
+    process, seen = sweep(tmp_path, f"sqlite:///{small_disk / 'mlflow.db'}", "solver.epochs=300"), []
+    read_until(process, seen, TRAINING)
+    with open(small_disk / "filler", "wb") as filler:
+        os.posix_fallocate(filler.fileno(), 0, shutil.disk_usage(small_disk).free)
+    status = finish(process, seen)
+    output = "".join(seen)
+    assert status != 0 and "Traceback" not in output, output[-4000:]
+    last = seen[-1]
+    assert last.startswith(f"crux-sweep: the tracking store at sqlite:///{small_disk / 'mlflow.db'} failed: ")
+    assert "disk is full" in last and "0 of the 3 jobs run finished, none started after it" in last
+    assert output.count("the tracking store did not take") == 1  # job 0 waited; jobs 1 and 2 were not started
