@@ -414,6 +414,9 @@ class SweeperConfig:
 
 SWEEP_KEYS = ("claim", "claims")
 """Keys that describe the sweep a job belongs to rather than the job: tags and descriptions, not params."""
+TRACKING_KEYS = ("tracking",)
+"""Keys that say where and how a job is logged rather than what it trains: not params (the run's tags say what
+its tracking did, e.g. ``crux.history_points``)."""
 
 PROBLEMS = {"poisson1d": Poisson1dConfig, "heat1d": Heat1dConfig, "mixed_poisson1d": MixedPoisson1dConfig}
 OPTIMIZERS = {c.name: c for c in (AdamConfig, AdamWConfig, SGDConfig, LBFGSConfig, SoapConfig)}
@@ -548,7 +551,8 @@ def roundoff_twin(params: Any, twin: int) -> Any:
 
 def effective_settings(cfg: DictConfig) -> dict[str, Any]:
     """The settings the job runs with, as a nested dict: the resolved config, each optimizer and schedule
-    (the first phase's and every later one's) as its ``settings()`` give them, without :data:`SWEEP_KEYS`.
+    (the first phase's and every later one's) as its ``settings()`` give them, without :data:`SWEEP_KEYS` and
+    :data:`TRACKING_KEYS`.
 
     Raises as :func:`training_phases` does.
     """
@@ -558,7 +562,7 @@ def effective_settings(cfg: DictConfig) -> dict[str, Any]:
     for name, phase in zip(cfg.phases, later):
         settings["phases"][name].update(optimizer=phase.optimizer.settings(),
                                         schedule=phase.schedule.settings(phase.epochs))
-    for key in SWEEP_KEYS:
+    for key in SWEEP_KEYS + TRACKING_KEYS:
         settings.pop(key, None)
     return settings
 

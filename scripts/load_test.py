@@ -229,8 +229,8 @@ def _check_run(client: MlflowClient, run: Run, epochs: int, folder: Path, counts
     folder.mkdir(parents=True)
     stats = Statistics.load(client.download_artifacts(run_id, "stats.npz", str(folder)))
     counts.add("epochs in stats.npz", epochs, stats.steps)
-    points = run.data.params.get("tracking.history_points")
-    sent, expected = thinned(stats.epoch, history_series(stats), None if points is None else int(points))
+    points = int(run.data.tags.get("crux.history_points", f"{stats.steps} of").split(" of")[0])
+    sent, expected = thinned(stats.epoch, history_series(stats), points)
     for key in HISTORY_KEYS:
         history = sorted(client.get_metric_history(run_id, key), key=lambda m: m.step)
         counts.add("metric points", len(sent), len(history))

@@ -322,8 +322,8 @@ def test_mlflow_gets_evenly_spaced_epochs_of_each_history_and_the_report_reads_e
         stats = Statistics.load(client.download_artifacts(run.info.run_id, "stats.npz", str(store)))
         steps, values = history(client, run.info.run_id, "loss/pde")
         np.testing.assert_array_equal(values, stats.losses[steps, 0].astype(np.float64))
-        sent[run.data.params.get("tracking.history_points")] = steps.tolist()
-    assert sent == {"7": [0, 5, 10, 14, 19, 24, 29], None: list(range(30))}
+        sent[run.data.tags["crux.history_points"]] = steps.tolist()
+    assert sent == {"7 of 30": [0, 5, 10, 14, 19, 24, 29], "30 of 30": list(range(30))}
 
     sweep = load_sweep("thinned", uri=f"sqlite:///{store / 'mlflow.db'}")
     for record in sweep.records:
