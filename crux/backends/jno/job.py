@@ -98,18 +98,22 @@ def train_and_log(cfg: DictConfig, run: JobRun) -> float:
     _environment(cfg, folder)  # jNO's own log and files go into the job's Hydra folder, beside the job's log
     import jno  # after _environment: jNO configures its compilation cache at import
 
-    from crux.backends.jno import problems, training
+    from crux.backends.jno import own, problems, training
 
     log = jno.logger(folder / "jno", log_print=(True, False))
     backend = config.typed(cfg.backend, config.BACKENDS)
     batching = problems.Batching(backend.batching, backend.samples)
     name = builtin_problem(cfg.problem)
-    crux_problem = config.problem(cfg)  # the points, the exact solution and the test points
-    fields = OmegaConf.to_container(cfg.problem)
     model = OmegaConf.to_object(cfg.model)
+    if name is None:  # a problem of the user's own, written in jNO's terms
+        def build() -> problems.JnoProblem:
+            return own.build(cfg.problem, model, cfg.solver.seed, cfg.roundoff_twin)
+    else:
+        crux_problem = config.problem(cfg)  # the points, the exact solution and the test points
+        fields = OmegaConf.to_container(cfg.problem)
 
-    def build() -> problems.JnoProblem:
-        return problems.build(name, crux_problem, fields, model, cfg.solver.seed, cfg.roundoff_twin, batching)
+        def build() -> problems.JnoProblem:
+            return problems.build(name, crux_problem, fields, model, cfg.solver.seed, cfg.roundoff_twin, batching)
 
     problem = build()
     memory = OmegaConf.to_container(cfg.memory)
@@ -125,9 +129,8 @@ def train_and_log(cfg: DictConfig, run: JobRun) -> float:
         run.log_outcome(empty, {}, initial, [], initial)
         return math.nan
     stats = Statistics.concat(parts)
-    points = crux_problem.test_points
-    errors = {field: _relative_l2(predict(points), crux_problem.exact[field](points))
-              for field, predict in problem.predict.items()}
+    points = problem.test_points
+    errors = {field: _relative_l2(problem.predict[field](points), exact(points)) for field, exact in problem.exact.items()}
     run.log_outcome(stats, errors, initial, phase_ends, _leaves(problem.networks))
     if draws_wanted(cfg):
         probe = build()
