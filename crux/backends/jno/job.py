@@ -130,7 +130,8 @@ def train_and_log(cfg: DictConfig, run: JobRun) -> float:
         return math.nan
     stats = Statistics.concat(parts)
     points = problem.test_points
-    errors = {field: _relative_l2(problem.predict[field](points), exact(points)) for field, exact in problem.exact.items()}
+    errors = {field: _relative_l2(problem.predict[field](points), exact(points))
+              for field, exact in problem.exact.items()}
     run.log_outcome(stats, errors, initial, phase_ends, _leaves(problem.networks))
     if draws_wanted(cfg):
         probe = build()
