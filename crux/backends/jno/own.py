@@ -8,7 +8,7 @@ bind. The function returns a :class:`Problem`: jNO losses and ``jno.nn`` models 
 name. crux makes ``jno.core`` of the losses, attaches the configured optimizer and
 schedule to every model and trains and logs it as it does a built-in problem. jNO
 finds the domain from the losses' variables; ``solve(points=B)`` draws B points of
-its largest point set (smaller sets are used whole).
+each of its point sets that holds more than B (a smaller set is used whole).
 """
 from __future__ import annotations
 
@@ -51,8 +51,8 @@ class Problem:
 
 
 def _largest_point_set(core: Any) -> int:
-    """How many points ``solve(points=B)`` draws from: the largest point set of the core's domain (a tag's
-    points are ``(samples, times, points, dims)``)."""
+    """The gradient draws' population: the points of the core's largest point set, the one every mini-batch
+    draws from (a tag's points are ``(samples, times, points, dims)``)."""
     return max(np.shape(points)[2] for points in core.domain.context.values() if np.ndim(points) == 4)
 
 
