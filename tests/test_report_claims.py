@@ -534,7 +534,7 @@ def test_a_continued_mini_batch_boundary_whose_step_is_the_largest_of_few_is_no_
                        {"initial/u/0": np.zeros(2), "final/u/0": np.ones(2)}, phases=phases)
     verdict = only(check_phases([record]), "phases.resume")
     assert verdict.verdict == INCONCLUSIVE, verdict.summary
-    assert verdict.evidence["r/boundary2/step_bound"] == pytest.approx(1.690, abs=1e-3)
+    assert verdict.evidence["b4/boundary2/step_bound"] == pytest.approx(1.690, abs=1e-3)
 
 
 def test_verdicts_file_gives_claim_verdict_evidence_threshold_and_runs(batches):
