@@ -119,6 +119,30 @@ def test_fused_steps_are_faster_only_beyond_the_noise_threshold(ratio, noise, ou
     assert words in verdict.summary
 
 
+def test_the_fused_finding_says_how_the_gain_follows_the_steps_cost():
+    """Two fused settings (K=5) whose calls cost the same 0.5 ms of overhead: a cheap 1 ms update saves
+    0.5 · (1 - 1/5) = 0.4 ms, 1.67×, and no K gains more than 1 / (1 - 0.5) = 2×; a 10 ms update saves the same
+    0.4 ms, 1.04×. Each finding gives its own costs and lists both gains beside their steps' costs."""
+    def timed(run_id, unfused, fused, **options):
+        times = PairedTimes((fused,) * 16, (unfused,) * 16, 10, (0.5,) * 16, 20.0, 20.0, MACHINE)
+        return record(run_id, SolveOptions(epochs=10, inner_steps=5, **options), times)
+
+    runs = [timed("cheap", 1e-3, 0.6e-3), timed("costly", 10e-3, 9.6e-3, batchsize=8),
+            record("k1", SolveOptions(epochs=10)), record("k1-b8", SolveOptions(epochs=10, batchsize=8))]
+    faster = {v.id: v for v in check_inner_steps(runs) if v.id.startswith("inner_steps.faster")}
+    cheap, costly = faster["inner_steps.faster[K=5]"], faster["inner_steps.faster[b8 K=5]"]
+    assert (cheap.verdict, costly.verdict) == (HOLDS, FAILS)
+    assert cheap.evidence["call_overhead_seconds"] == pytest.approx(0.5e-3)
+    assert costly.evidence["call_overhead_share"] == pytest.approx(0.05)
+    assert ("an unfused update takes 1 ms here and a fused one 0.6 ms, so fusing saves a per-call overhead of "
+            "0.5 ms, 50% of an unfused update: at this step's cost no K gains more than 2×") in cheap.summary
+    assert "overhead of 0.5 ms, 5% of an unfused update: at this step's cost no K gains more than 1.05×" in \
+        costly.summary
+    for verdict in (cheap, costly):
+        assert verdict.summary.endswith("across this sweep: K=5 1.67× at 1 ms per unfused update, b8 K=5 "
+                                        "1.04× at 10 ms per unfused update")
+
+
 def test_the_pairs_of_every_run_that_timed_a_setting_are_pooled():
     verdict = checkpoint_verdict(synthetic(1.3, pairs=8, seed=1), synthetic(1.3, pairs=16, seed=2))
     assert verdict.evidence["timed_pairs"] == 24 and verdict.evidence["timing_runs"] == 2
