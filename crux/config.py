@@ -294,11 +294,10 @@ class MemoryConfig:
 class TimingConfig:
     """Paired timing after training (:mod:`crux.timing`): the job's solve() options against ``against`` (the
     options that differ, e.g. ``{checkpoint_gradients: false}``; empty, or the job's own: no timing), in
-    alternating chunks until the ratio's interval lies in or out of ``band`` ([low, high) of candidate over
-    reference time) or ``budget_seconds`` are spent."""
+    alternating chunks until the ratio's interval lies in or out of the band of the claim that judges it
+    (docs/claims.md#timing-rule) or ``budget_seconds`` are spent."""
 
     against: Dict[str, Any] = field(default_factory=dict)
-    band: List[float] = field(default_factory=lambda: [0.0, 1.0])
     budget_seconds: float = checked(POSITIVE, 60.0)
 
 
@@ -310,9 +309,6 @@ def timing_problems(cfg: DictConfig) -> list[str]:
     """What in ``cfg.timing`` a timing could not use, in the command line's terms."""
     found = [f"timing.against.{key}: not a solve() option the timing can change; choose among "
              f"{', '.join(TIMED_OPTIONS)}" for key in sorted(set(cfg.timing.against) - set(TIMED_OPTIONS))]
-    band = list(cfg.timing.band)
-    if len(band) != 2 or not 0 <= band[0] < band[1]:
-        found.append(f"timing.band={band}: must be [low, high] with 0 <= low < high (timing.band=[1.25,1.35])")
     return found
 
 

@@ -74,6 +74,7 @@ def test_statistics_save_load_round_trip_and_plot(tmp_path):
     np.testing.assert_array_equal(loaded.losses, history.losses)
     np.testing.assert_array_equal(loaded.lr["u"], history.lr["u"])
     assert loaded.names == ["pde", "bc"] and loaded.phases == [0, 6] and loaded.memory == history.memory
+    assert loaded.run_cpu_seconds == history.run_cpu_seconds > 0  # the two calls' CPU time, summed and kept
     assert history.plot(tmp_path / "history.png") is history
     assert (tmp_path / "history.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -79,7 +79,7 @@ def _faster(fused: list[RunRecord], reference: list[RunRecord]) -> Verdict:
                               INCONCLUSIVE, "no fused run timed itself against inner_steps=1: set "
                               "timing.against={inner_steps: 1} (sweeps/inner_steps.yaml does)", runs=runs)
     test = (f"seconds per epoch at inner_steps={k} over inner_steps=1, timed in one process in alternating chunks "
-            f"on {timing.device} ({timing.cpu}): the ratio's 95% interval against {FASTER_BAND.high} (faster: "
+            f"({timing.clock}) on {timing.device} ({timing.cpu}): the ratio's 95% interval against {FASTER_BAND.high} (faster: "
             f"wholly below it, by more than the {fmt(NOISE_THRESHOLD * 100)}% noise threshold); compile time reported "
             f"separately (the slowest repeat's, as later repeats may hit the persistent compilation cache)")
     verdict = timing.judge(FASTER_BAND)
