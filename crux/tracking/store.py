@@ -186,19 +186,30 @@ def writable_store(uri: str) -> MlflowClient:
                              f"{WRITING.setting} at {WRITING.needs}")
         if not _looks_complete(path, uri):
             with _locked(folder):  # another process may be creating the tables: wait, then judge the file
-                if not _has_tables(path, uri):
-                    return _open(uri)
+                if not _looks_complete(path, uri):
+                    _has_tables(path, uri)  # a file that is no MLflow store is refused here
+                    return _open(uri)  # MLflow creates (or completes) the tables under the lock
     return _open(uri)
 
 
 def _looks_complete(path: Path, uri: str) -> bool:
-    """Whether the SQLite file at ``path`` is a whole MLflow store, looked at without the folder's lock: a store
-    that another process is creating (its tables made in several steps) is not yet, and is judged under the
-    lock, once that process is done."""
+    """Whether the SQLite file at ``path`` is a whole MLflow store, looked at without the folder's lock: every
+    table MLflow's tracking store defines exists (MLflow's own test before it creates any). A store that another
+    process is creating (its tables made in several steps) is not yet, and is judged under the lock, once that
+    process is done."""
     try:
-        return _has_tables(path, uri)
-    except StoreError:
+        with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
+            tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.Error:
         return False
+    return tracking_tables() <= tables
+
+
+def tracking_tables() -> set[str]:
+    """The names of the tables MLflow's tracking store defines."""
+    from mlflow.store.db.base_sql_model import Base
+    from mlflow.store.tracking.dbmodels import models  # noqa: F401  (registers the tables)
+    return set(Base.metadata.tables)
 
 
 def _has_tables(path: Path, uri: str) -> bool:
