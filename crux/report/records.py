@@ -16,6 +16,7 @@ import numpy as np
 
 from crux.solver import Crux
 from crux.stats import Statistics
+from crux.tracking.contract import BACKEND, ENVIRONMENT, PARAMS, UNSUPPORTED
 
 Substeps = tuple[tuple[tuple[int, ...], int], ...]
 
@@ -111,12 +112,12 @@ class RunRecord:
     @property
     def backend(self) -> str:
         """The library that trained the run (tag ``crux.backend``; runs from before the tag were crux's)."""
-        return self.tags.get("crux.backend", "crux")
+        return self.tags.get(BACKEND, "crux")
 
     @property
     def unsupported(self) -> str | None:
         """The library's own message when it refused an option of this run or fell back from it."""
-        return self.tags.get("crux.not_supported")
+        return self.tags.get(UNSUPPORTED)
 
     @property
     def device(self) -> str:
@@ -124,7 +125,7 @@ class RunRecord:
 
         Timing verdicts hold for this device only.
         """
-        self.require("environment.json")
+        self.require(ENVIRONMENT)
         backend = self.environment.get("backend")
         if not backend:
             return "an unrecorded device"
@@ -133,7 +134,7 @@ class RunRecord:
 
     def models(self) -> list[str]:
         """Model names present in the parameter snapshots, sorted."""
-        self.require("params.npz")
+        self.require(PARAMS)
         return sorted({key.split("/")[1] for key in self.snapshots if key.startswith("final/")})
 
     def snapshot(self, which: str, model: str | None = None) -> np.ndarray:
@@ -142,7 +143,7 @@ class RunRecord:
         Leaves are taken in their saved order per model, models in sorted order,
         so two runs of the same network give vectors that line up.
         """
-        self.require("params.npz")
+        self.require(PARAMS)
         models = [model] if model is not None else self.models()
         parts = []
         for name in models:
@@ -154,7 +155,7 @@ class RunRecord:
         return np.concatenate(parts)
 
     def has_snapshot(self, which: str) -> bool:
-        self.require("params.npz")
+        self.require(PARAMS)
         return any(k.startswith(f"{which}/") for k in self.snapshots)
 
     def require(self, artifact: str) -> None:
