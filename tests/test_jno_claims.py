@@ -24,7 +24,7 @@ from crux.backends.jno.job import train_and_log  # noqa: E402
 from crux.config import CONFIG_PACKAGE  # noqa: E402
 from crux.report import FAILS, HOLDS, INCONCLUSIVE, NO_EFFECT, NOT_SUPPORTED, RunRecord, judge  # noqa: E402
 from crux.report.records import histories_of, summary_of  # noqa: E402
-from crux.report.store import group_of, phase_plan, solve_options  # noqa: E402
+from crux.settings import group_of, phase_plan, solve_options  # noqa: E402
 from crux.tracking import contract
 
 TINY = ["backend=jno", "model.width=8", "model.depth=2", "problem.n_interior=64", "solver.epochs=10",

@@ -25,7 +25,8 @@ from crux.report import FAILS, HOLDS, INCONCLUSIVE, PhasePlan, RunRecord, SolveO
 from crux.report.claims import check_accumulation, check_checkpoint, check_inner_steps, check_phases
 from crux.report.claims import check_devices, check_offload, check_substeps
 from crux.report.document import verdicts_json
-from crux.report.records import normalise_substeps, snapshot_arrays
+from crux.report.records import snapshot_arrays
+from crux.settings import normalise_substeps
 from crux.solver import Crux
 from crux_testing import mixed, poisson as small_poisson
 from scripts_path import calibrate

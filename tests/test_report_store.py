@@ -21,7 +21,8 @@ from omegaconf import OmegaConf
 
 from crux.config import CONFIG_PACKAGE, effective_settings
 from crux.report import HOLDS, INCONCLUSIVE, load_sweep, main
-from crux.report.store import config_from_params, configuration
+from crux.report.store import config_from_params
+from crux.settings import configuration
 from crux.stats import Statistics
 from crux.sweep import available
 from crux.tracking import contract

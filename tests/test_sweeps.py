@@ -9,7 +9,7 @@ from omegaconf import DictConfig
 
 from crux import config
 from crux.config import CONFIG_PACKAGE
-from crux.report.store import phase_plan
+from crux.settings import phase_plan
 from crux.tracking import contract
 from test_pipeline import launch, runs_by_role, selected
 

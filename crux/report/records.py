@@ -8,18 +8,16 @@ deliberately broken solvers without a tracking server.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
 
 import jax
 import numpy as np
 
+from crux.settings import PhasePlan, SolveOptions
 from crux.solver import Crux
 from crux.stats import Statistics
 from crux.tracking.contract import BACKEND, ENVIRONMENT, PARAMS, UNSUPPORTED
-
-Substeps = tuple[tuple[tuple[int, ...], int], ...]
-
 
 class UnreadableArtifact(LookupError):
     """A check needs an artifact of a run that could not be read: the verdict it was building cannot be told."""
@@ -27,42 +25,6 @@ class UnreadableArtifact(LookupError):
     def __init__(self, run_id: str, label: str, artifact: str, problem: str):
         super().__init__(f"{artifact} of run `{run_id}` ({label}) is unreadable: {problem}")
         self.run_id, self.artifact, self.problem = run_id, artifact, problem
-
-
-@dataclass(frozen=True)
-class SolveOptions:
-    """The ``solve()`` options of a run, normalised so paired runs compare equal.
-
-    ``substeps`` is ``((constraint indices, steps), ...)`` or None.
-    """
-
-    epochs: int
-    batchsize: int | None = None
-    accumulation_steps: int = 1
-    inner_steps: int = 1
-    checkpoint_gradients: bool = False
-    offload_data: bool = False
-    substeps: Substeps | None = None
-    devices: int = 1
-
-    def but(self, **changes: Any) -> "SolveOptions":
-        """The same options with ``changes``: the partner a claim compares against."""
-        return replace(self, **changes)
-
-
-@dataclass(frozen=True)
-class PhasePlan:
-    """One ``solve()`` call of a multi-phase run, as configured.
-
-    ``fresh`` says the run set an optimizer or schedule before this phase, so the
-    solver must start a new optimizer state with its schedule counting from 0;
-    ``schedule(steps)`` gives the learning rate the configuration asks for.
-    """
-
-    epochs: int
-    optimizer: str
-    schedule: Callable[[np.ndarray], Any]
-    fresh: bool
 
 
 @dataclass(frozen=True)
@@ -188,18 +150,6 @@ def describe(options: SolveOptions) -> str:
         parts.append("substeps=" + ",".join(
             "[" + ",".join(map(str, c)) + "]" + (f"x{n}" if n > 1 else "") for c, n in options.substeps))
     return " ".join(parts)
-
-
-def normalise_substeps(substeps: Sequence | None) -> Substeps | None:
-    """``[[0], ([1, 2], 3)]`` -> ``(((0,), 1), ((1, 2), 3))``: the form ``SolveOptions`` compares."""
-    if substeps is None:
-        return None
-    plan = []
-    for entry in substeps:
-        is_pair = len(entry) == 2 and isinstance(entry[0], (list, tuple)) and not isinstance(entry[1], (list, tuple))
-        indices, steps = (entry[0], entry[1]) if is_pair else (entry, 1)
-        plan.append((tuple(int(i) for i in indices), int(steps)))
-    return tuple(plan)
 
 
 def snapshot_arrays(params: Mapping[str, Any], which: str) -> dict[str, np.ndarray]:

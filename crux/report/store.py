@@ -41,7 +41,8 @@ from requests.exceptions import RequestException
 
 from crux import config as crux_config
 from crux.report.jobs import JobAccount, MissingJob, account, plan_from_artifact
-from crux.report.records import PhasePlan, RunRecord, SolveOptions, normalise_substeps
+from crux.report.records import RunRecord
+from crux.settings import configuration
 from crux.stats import Statistics
 from crux.tracking.contract import (BACKEND, CLAIM, CONFIG, ENVIRONMENT, OVERRIDES, PARAMS, PARENT,
                                    PARENT_ID, PLANNED_JOBS, PLANNED_JOB_COUNT, REPEAT, ROLE, STATS, VARIANT, tag_filter)
@@ -53,10 +54,6 @@ from crux.tracking.store import (READING, SQLITE, STORE_ERRORS, StoreError, boun
 log = logging.getLogger(__name__)
 
 HISTORY_PREFIXES = ("loss/", "lr/", "timing/")  # timing/: a paired timing's chunks, by pair (crux/tracking/paired_timing.py)
-# Config keys that are the solve options under test, or only tell repeated jobs apart (a repeat may be a
-# round-off twin): runs that differ in nothing else belong to one group and may be paired.
-NOT_GROUP = ("memory", "solver.inner_steps", "solver.substeps", "solver.devices", "repeat", "roundoff_twin",
-             "variant", "tracking", "jax")
 ARTIFACTS = (CONFIG, PARAMS, STATS, ENVIRONMENT)
 # What reading a damaged file raises: a truncated zip, a bad CRC, broken YAML or JSON, a config that does not fit
 # the schema, a missing array, JSON of another shape.
@@ -396,57 +393,6 @@ def _param_value(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         return text
-
-
-def configuration(cfg: DictConfig) -> dict[str, Any]:
-    """What a run's config tells the checks: its solve options, phases, pairing group, round-off twin and,
-    for substeps runs, the models each constraint reaches."""
-    options = solve_options(cfg)
-    return {"options": options, "phases": phase_plan(cfg), "group": group_of(cfg),
-            "roundoff_twin": int(cfg.roundoff_twin), "reach": _reach(cfg) if options.substeps else None}
-
-
-def solve_options(cfg: DictConfig) -> SolveOptions:
-    """The solve() options of a resolved crux-run config."""
-    return SolveOptions(epochs=int(cfg.solver.epochs), batchsize=cfg.memory.batchsize,
-                        accumulation_steps=int(cfg.memory.accumulation_steps),
-                        inner_steps=int(cfg.solver.inner_steps),
-                        checkpoint_gradients=bool(cfg.memory.checkpoint_gradients),
-                        offload_data=bool(cfg.memory.offload_data),
-                        substeps=normalise_substeps(OmegaConf.to_container(cfg.solver.substeps)
-                                                    if cfg.solver.substeps is not None else None),
-                        devices=int(cfg.solver.get("devices", 1)))
-
-
-def phase_plan(cfg: DictConfig) -> tuple[PhasePlan, ...]:
-    """Every training phase as configured. crux-run attaches a fresh optimizer when a phase's optimizer or
-    schedule differs from the previous phase's, and lets the solver resume otherwise."""
-    plan, previous = [], None
-    for phase in crux_config.training_phases(cfg):
-        fresh = (phase.optimizer, phase.schedule) != previous
-        plan.append(PhasePlan(phase.epochs, phase.optimizer.name, phase.schedule.build(phase.epochs), fresh))
-        previous = (phase.optimizer, phase.schedule)
-    return tuple(plan)
-
-
-def group_of(cfg: DictConfig) -> str:
-    """The settings the job ran with (:func:`crux.config.effective_settings`: an optimizer's unset field is its
-    default, so a config read back from params groups with its config.yaml) apart from the options claims vary:
-    runs with equal groups may be paired."""
-    rest: dict[str, Any] = crux_config.effective_settings(cfg)
-    for dotted in NOT_GROUP:
-        *path, last = dotted.split(".")
-        node = rest
-        for key in path:
-            node = node.get(key, {})
-        node.pop(last, None)
-    return json.dumps(rest, sort_keys=True)
-
-
-def _reach(cfg: DictConfig) -> tuple[tuple[str, ...], ...]:
-    """Per constraint, the models its residual reaches: traced on the configured problem (no training)."""
-    solver = crux_config.problem(cfg).solver()
-    return tuple(tuple(sorted(models)) for models in solver.reach)
 
 
 def _histories(client: MlflowClient, run: Run, stats: Statistics | None) -> dict[str, np.ndarray]:
