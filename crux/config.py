@@ -45,6 +45,8 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from hydra_plugins.crux_sweeper.config import SweeperConfig
+
 from crux import problems
 from crux.derivatives import LAPLACIAN_MODES
 from crux.failures import failure_line
@@ -392,20 +394,6 @@ class Config:
     variant: Optional[str] = None
     roundoff_twin: int = checked(NOT_NEGATIVE, 0)
     timing: TimingConfig = field(default_factory=TimingConfig)
-
-
-@dataclass
-class SweeperConfig:
-    """``hydra/sweeper=crux`` (``hydra_plugins/crux_sweeper``): ``params`` and ``max_batch_size`` as for
-    Hydra's basic sweeper; ``resume``: continue the newest sweep of the name, running the jobs of its plan that
-    did not finish, instead of starting one; ``command``: the command line that runs the sweep, for the parent
-    run's description and the messages (default: ``crux-run`` and the process's arguments)."""
-
-    _target_: str = "hydra_plugins.crux_sweeper.crux_sweeper.CruxSweeper"
-    max_batch_size: Optional[int] = None
-    params: Optional[Dict[str, str]] = None
-    resume: bool = False
-    command: Optional[str] = None
 
 
 SWEEP_KEYS = ("claim", "claims")

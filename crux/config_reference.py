@@ -23,6 +23,7 @@ from hydra import compose, initialize_config_module
 from omegaconf import MISSING, OmegaConf
 
 from crux import config
+from hydra_plugins.crux_sweeper.config import SweeperConfig
 from crux.ranges import CHECK, Choice, Range
 
 DOCUMENT = Path(__file__).resolve().parent.parent / "docs" / "config.md"
@@ -129,8 +130,8 @@ def render() -> str:
                 lines += [title, "", summary(schema), "", *HEADER, *rows(schema, f"{group}.", values), ""]
     lines += ["## phases.NAME", "", summary(config.PhaseConfig), "", *HEADER,
               *rows(config.PhaseConfig, "phases.NAME.", None), "",
-              "## hydra.sweeper (crux's sweeper, `hydra/sweeper=crux`)", "", summary(config.SweeperConfig), "",
-              *HEADER, *[row for row in rows(config.SweeperConfig, "hydra.sweeper.", None) if "_target_" not in row],
+              "## hydra.sweeper (crux's sweeper, `hydra/sweeper=crux`)", "", summary(SweeperConfig), "",
+              *HEADER, *[row for row in rows(SweeperConfig, "hydra.sweeper.", None) if "_target_" not in row],
               ""]
     return "\n".join(lines).rstrip() + "\n"
 

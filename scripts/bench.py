@@ -64,6 +64,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 import crux  # noqa: E402
+from crux.tracking.contract import BENCH, ROLE, SWEEP
 
 PROBLEMS = ("standard", "small", "accumulation", "laplacian", "scaling")
 QUICK_PROBLEMS = ("standard", "small", "accumulation")  # the rest compile too many programs for a minute
@@ -823,7 +824,7 @@ def log_mlflow(report: dict, out: Path) -> str:
         experiment_id = mlflow.set_experiment("bench").experiment_id
     mlflow.set_tracking_uri(uri)
     with mlflow.start_run(experiment_id=experiment_id, run_name=f"bench{'-quick' if report['quick'] else ''}") as run:
-        mlflow.set_tags({"crux.role": "bench", "crux.sweep": "bench"})
+        mlflow.set_tags({ROLE: BENCH, SWEEP: "bench"})
         mlflow.log_params({"problems": ",".join(report["problems"]), "quick": report["quick"],
                            "repeats": report["repeats"], "backend": jax.default_backend()})
         metrics = {}

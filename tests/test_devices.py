@@ -21,6 +21,7 @@ import pytest
 
 from crux import config
 from crux.backends.choice import backend_problems
+from crux.tracking import contract
 from crux_testing import EPS32, poisson
 from test_backend_choice import composed
 from test_pipeline import launch, runs_by_role
@@ -141,8 +142,8 @@ def test_the_devices_sweep_runs_on_two_host_devices_and_its_report_judges_it(tmp
                   "problem.n_interior=64")
     assert done.returncode == 0, done.stderr[-3000:]
     _, roles = runs_by_role(tmp_path, "devices")
-    children = roles["child"]
-    assert all(child.info.status == "FINISHED" for child in children)
+    children = roles[contract.CHILD]
+    assert all(child.info.status == contract.FINISHED for child in children)
     assert sorted((c.data.params["memory.batchsize"], c.data.params["solver.devices"]) for c in children) == \
         sorted([("8", "1"), ("16", "1"), ("8", "2")] * 2)
     store = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
@@ -170,8 +171,8 @@ def final_parameters(folder: Path) -> tuple[int, dict[str, np.ndarray]]:
     from mlflow.tracking import MlflowClient
     client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
-    (job,) = [run for run in runs if run.data.tags.get("crux.role") != "parent"]
-    saved = np.load(client.download_artifacts(job.info.run_id, "params.npz", str(folder)))
+    (job,) = [run for run in runs if run.data.tags.get(contract.ROLE) != contract.PARENT]
+    saved = np.load(client.download_artifacts(job.info.run_id, contract.PARAMS, str(folder)))
     return len(runs), {key: saved[key] for key in saved.files if key.startswith("final/")}
 
 

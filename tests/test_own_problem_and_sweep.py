@@ -13,6 +13,7 @@ from hydra import compose, initialize_config_module
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
+from crux.tracking import contract
 import crux
 from crux import config
 from crux.config import CONFIG_PACKAGE, ModelConfig, build_problem, effective_settings
@@ -237,7 +238,7 @@ def test_a_setting_that_ran_otherwise_is_logged_as_it_ran_beside_the_request(sto
         run.log_config(cfg, {"memory.batchsize": 1024}, ["memory.batchsize=100000 is at least every constraint's"])
     logged = client.get_run(run_id).data
     assert logged.params["memory.batchsize"] == "1024" and logged.params["memory.batchsize_requested"] == "100000"
-    assert logged.tags["crux.adjusted"] == "memory.batchsize=100000 is at least every constraint's"
+    assert logged.tags[contract.ADJUSTED] == "memory.batchsize=100000 is at least every constraint's"
     assert as_requested(logged.params) == {**flatten(effective_settings(cfg)), "variant": "default"}
 
 

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from crux.tracking import contract
+
 pytestmark = pytest.mark.integration  # crux-run and crux-sweep in subprocesses
 
 MODULE = '''import numpy as np
@@ -87,9 +89,9 @@ def test_an_error_in_the_users_code_is_one_line_with_its_file_and_line_and_the_r
         log = Path(failure.split("traceback in ")[1]).read_text()
         assert "Traceback" in log and f'mine.py", line {BROKEN_LINE}, in broken' in log
     client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
-    runs = client.search_runs([client.get_experiment_by_name("two").experiment_id], "tags.`crux.role` = 'child'")
-    assert len(runs) == 2 and {r.info.status for r in runs} == {"FAILED"}
-    assert {r.data.tags["crux.error_message"] for r in runs} == {f"ZeroDivisionError: division by zero "
+    runs = client.search_runs([client.get_experiment_by_name("two").experiment_id], contract.tag_filter(contract.ROLE, contract.CHILD))
+    assert len(runs) == 2 and {r.info.status for r in runs} == {contract.FAILED}
+    assert {r.data.tags[contract.ERROR_MESSAGE] for r in runs} == {f"ZeroDivisionError: division by zero "
                                                                  f"(mine.py:{BROKEN_LINE})"}
 
 

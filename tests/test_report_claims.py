@@ -15,6 +15,7 @@ import numpy as np
 import optax
 import pytest
 
+from crux.tracking import contract
 import crux
 import crux.engine
 from crux.batching import PointStream
@@ -24,7 +25,8 @@ from crux.report import FAILS, HOLDS, INCONCLUSIVE, PhasePlan, RunRecord, SolveO
 from crux.report.claims import check_accumulation, check_checkpoint, check_inner_steps, check_phases
 from crux.report.claims import check_devices, check_offload, check_substeps
 from crux.report.document import verdicts_json
-from crux.report.records import normalise_substeps, snapshot_arrays
+from crux.report.records import snapshot_arrays
+from crux.settings import normalise_substeps
 from crux.solver import Crux
 from crux_testing import mixed, poisson as small_poisson
 from scripts_path import calibrate
@@ -263,7 +265,7 @@ def test_a_reference_that_did_not_move_still_fails_a_run_far_from_it(loss_factor
 
 
 # -- decisive evidence decides, whatever else is missing ------------------------------------------------------
-UNREADABLE = {"params.npz": "BadZipFile: File is not a zip file"}
+UNREADABLE = {contract.PARAMS: "BadZipFile: File is not a zip file"}
 
 
 def plain_record(run_id: str, loss_factor: float = 1.0, final: float = 1.0, unreadable=None,
@@ -496,7 +498,7 @@ def test_phase_boundary_that_jumps_back_or_a_phase_that_stalls_fails():
     assert "phase1" in moves.summary and "phase0" not in moves.summary
     # another run's params.npz unreadable (its mini-batch phases cannot be judged): the stalled phase still decides
     unread = replace(record(resumed), run_id="u", options=SolveOptions(epochs=20, batchsize=8),
-                     unreadable={"params.npz": "BadZipFile: File is not a zip file"})
+                     unreadable={contract.PARAMS: "BadZipFile: File is not a zip file"})
     moves = only(check_phases([record(stalled), unread]), "phases.every_phase_moves")
     assert moves.verdict == FAILS, moves.summary
     moves = only(check_phases([record(resumed), unread]), "phases.every_phase_moves")

@@ -9,7 +9,8 @@ from omegaconf import DictConfig
 
 from crux import config
 from crux.config import CONFIG_PACKAGE
-from crux.report.store import phase_plan
+from crux.settings import phase_plan
+from crux.tracking import contract
 from test_pipeline import launch, runs_by_role, selected
 
 
@@ -51,8 +52,8 @@ def test_inner_steps_sweep_with_other_epochs_runs_every_job(store):
     assert done.returncode == 0, done.stderr[-3000:]
     client, roles = runs_by_role(store, "inner_steps")
     (parent,) = roles["parent"]
-    assert parent.info.status == "FINISHED" and parent.data.metrics["failed_jobs"] == 0
+    assert parent.info.status == contract.FINISHED and parent.data.metrics["failed_jobs"] == 0
     children = roles["child"]
     assert len(children) == parent.data.metrics["jobs"] == 6
-    assert all(child.info.status == "FINISHED" for child in children)
+    assert all(child.info.status == contract.FINISHED for child in children)
     assert sorted({child.data.params["solver.inner_steps"] for child in children}) == ["1", "10", "100"]

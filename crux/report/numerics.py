@@ -23,6 +23,7 @@ import numpy as np
 from crux.report.records import RunRecord, UnreadableArtifact
 from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, fmt
 from crux.timing import OUTSIDE, WALL_TIME, WITHIN, Band, RatioInterval, ratio_interval
+from crux.tracking.contract import TIMING_CLOCK, TIMING_CPU, TIMING_DEVICE
 
 EPS = float(np.finfo(np.float32).eps)  # 2**-23: relative spacing of float32
 ROUNDOFF_ALLOWANCE = 1e3
@@ -443,6 +444,6 @@ def paired_timing(records: Sequence[RunRecord]) -> PairedTiming | None:
                         tuple(int(r.metrics.get(f"{TIMING}chunk_epochs", 0)) for r in timed),
                         total("budget_seconds"), total("spent_seconds"),
                         int(min(r.metrics.get(f"{TIMING}cores", 1) for r in timed)),
-                        timed[0].tags.get("crux.timing.cpu", "an unrecorded CPU"),
-                        timed[0].tags.get("crux.timing.device", "an unrecorded device"),
-                        tuple(r.run_id for r in timed), timed[0].tags.get("crux.timing.clock", WALL_TIME))
+                        timed[0].tags.get(TIMING_CPU, "an unrecorded CPU"),
+                        timed[0].tags.get(TIMING_DEVICE, "an unrecorded device"),
+                        tuple(r.run_id for r in timed), timed[0].tags.get(TIMING_CLOCK, WALL_TIME))

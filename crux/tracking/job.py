@@ -32,7 +32,10 @@ from crux.failures import failure_line
 from crux.model import Model
 from crux.problems import Problem
 from crux.stats import Statistics
-from crux.tracking.descriptions import NOTE, job_description
+from crux.tracking.contract import (ADJUSTED, BACKEND, CHILD, CLAIM, CONFIG, ENVIRONMENT, ERROR_MESSAGE, ERROR_TYPE,
+                                   FAILED, FINAL, FINISHED, HISTORY_PLOT, HISTORY_POINTS, INITIAL, JOB, KILLED, NOTE,
+                                   PARAMS, PARENT_ID, REPEAT, REQUESTED, ROLE, SINGLE, STATS, SWEEP, VARIANT, VARIANT_PARAM)
+from crux.tracking.descriptions import job_description
 from crux.tracking.environment import environment
 from crux.tracking.faults import PatientClient, StoreFault, record_fault, recorded_fault, set_retry_budget
 from crux.tracking.history import history_series, log_history, thinned
@@ -46,9 +49,6 @@ from crux.tracking.store import (PARENT_RUN, TRACKING_URI, Destination, ensure_e
 log = logging.getLogger(__name__)
 
 MESSAGE_CHARS = 4000  # MLflow caps a tag value (8000 characters in 3.x)
-HISTORY_POINTS = "crux.history_points"
-"""The run's tag ``<sent> of <epochs>``: how many epochs of each history went to MLflow as metrics (every one is
-in ``stats.npz``)."""
 STOPPED_FROM_OUTSIDE = ("UncompletedJobError",)
 """Errors by which a launcher ends a job that was stopped rather than failed: submitit raises its
 ``UncompletedJobError`` in a job that Slurm signals at its time limit. Such a run closes KILLED."""
@@ -68,11 +68,6 @@ def flatten(node: Any, prefix: str = "") -> dict[str, str]:
     return {prefix[:-1]: json.dumps(node) if isinstance(node, list) else str(node)}
 
 
-REQUESTED = "_requested"
-"""The suffix of a param that keeps a setting as requested, beside the setting as it ran (``memory.batchsize``
-above every constraint's points: ``memory.batchsize_requested``)."""
-ADJUSTED = "crux.adjusted"
-"""The tag saying which settings ran otherwise than requested, and how."""
 
 
 def as_requested(params: Mapping[str, str]) -> dict[str, str]:
@@ -159,12 +154,12 @@ class JobRun:
             where = Destination(uri, ensure_experiment(client, name, uri, cfg.claim), None, name, cfg.claim)
         variant = cfg.variant or variant_name(list(hydra.overrides.task), where.swept, set(hydra.runtime.choices),
                                              cfg)
-        tags = {"crux.sweep": where.sweep, "crux.claim": cfg.claim, "crux.variant": variant,
-                "crux.job": str(hydra.job.num if multirun else 0), "crux.repeat": str(cfg.repeat),
-                "crux.backend": cfg.backend.name,
-                "crux.role": "run" if where.parent_run_id is None else "child", **process_tags()}
+        tags = {SWEEP: where.sweep, CLAIM: cfg.claim, VARIANT: variant,
+                JOB: str(hydra.job.num if multirun else 0), REPEAT: str(cfg.repeat),
+                BACKEND: cfg.backend.name,
+                ROLE: SINGLE if where.parent_run_id is None else CHILD, **process_tags()}
         if where.parent_run_id is not None:
-            tags["mlflow.parentRunId"] = where.parent_run_id
+            tags[PARENT_ID] = where.parent_run_id
         name = f"{variant} r{cfg.repeat}" if "repeat" in where.swept else variant
         with deferred():
             run = client.create_run(where.experiment_id, run_name=name, tags=tags)
@@ -176,7 +171,7 @@ class JobRun:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  traceback: TracebackType | None) -> bool:
         self._heartbeat.stop()
-        status = "FINISHED"
+        status = FINISHED
         if isinstance(error, StoreFault) and self.sweep_dir is not None:  # the sweep stops its jobs
             record_fault(self.sweep_dir, self.run_id, str(error))
         if isinstance(error, StoreFault) and not isinstance(error, NoRoom):  # the store is away: closed later
@@ -187,10 +182,10 @@ class JobRun:
         with deferred():
             if error is not None:
                 stopped = isinstance(error, (KeyboardInterrupt, SystemExit)) or kind.__name__ in STOPPED_FROM_OUTSIDE
-                status = "KILLED" if stopped else "FAILED"
+                status = KILLED if stopped else FAILED
                 what = f"stopped by {signal_name(error)}" if isinstance(error, KeyboardInterrupt) else failure_line(error)
-                self.client.log_batch(self.run_id, tags=[RunTag("crux.error_type", kind.__name__),
-                                                         RunTag("crux.error_message", what[:MESSAGE_CHARS])])
+                self.client.log_batch(self.run_id, tags=[RunTag(ERROR_TYPE, kind.__name__),
+                                                         RunTag(ERROR_MESSAGE, what[:MESSAGE_CHARS])])
             self.client.set_terminated(self.run_id, status)
         self._files.cleanup()
         return False
@@ -214,10 +209,10 @@ class JobRun:
         than the config asked, logged as they ran, the request kept as ``<key>_requested``; ``adjustments``:
         lines saying what ran otherwise, in the tag ``crux.adjusted`` and the job's log. Raises for a malformed
         later phase, the config kept."""
-        self._artifact("config.yaml", lambda path: path.write_text(OmegaConf.to_yaml(cfg, resolve=True)))
-        self._artifact("environment.json",
+        self._artifact(CONFIG, lambda path: path.write_text(OmegaConf.to_yaml(cfg, resolve=True)))
+        self._artifact(ENVIRONMENT,
                        lambda path: path.write_text(json.dumps(environment(Path.cwd()), indent=1)))
-        params = {**flatten(effective_settings(cfg)), "variant": self.variant}
+        params = {**flatten(effective_settings(cfg)), VARIANT_PARAM: self.variant}
         for key, value in (applied or {}).items():
             params[f"{key}{REQUESTED}"], params[key] = params[key], str(value)
         self.client.log_batch(self.run_id, params=[Param(k, v) for k, v in params.items()],
@@ -254,13 +249,13 @@ class JobRun:
                                                     for key, value in summary.items()],
                               tags=[RunTag(NOTE, job_description(self.variant, self.repeat, summary)),
                                     RunTag(HISTORY_POINTS, f"{len(steps)} of {stats.steps}")])
-        self._artifact("history.png", stats.plot)
-        self._artifact("stats.npz", stats.save)
-        snapshots = {"initial": initial, **{f"phase{k}": leaves for k, leaves in enumerate(phase_ends)},
-                     "final": final}
+        self._artifact(HISTORY_PLOT, stats.plot)
+        self._artifact(STATS, stats.save)
+        snapshots = {INITIAL: initial, **{f"phase{k}": leaves for k, leaves in enumerate(phase_ends)},
+                     FINAL: final}
         leaves = {f"{when}/{name}/{i}": leaf for when, params in snapshots.items()
                   for name, model_leaves in params.items() for i, leaf in enumerate(model_leaves)}
-        self._artifact("params.npz", lambda path: np.savez(path, **leaves))
+        self._artifact(PARAMS, lambda path: np.savez(path, **leaves))
         log.info("logged %d epochs, the summary and the artifacts in %.2f s", stats.steps, time.perf_counter() - start)
         log.info("%s", outcome_line(stats, errors, self.run_id, masked(self.client.tracking_uri)))
 

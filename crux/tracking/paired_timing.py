@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from crux import config
 from crux.report.claims import timing_band
 from crux.timing import PairedTimes, Side, time_paired
+from crux.tracking.contract import TIMING_AGAINST, TIMING_CLOCK, TIMING_CPU, TIMING_DEVICE
 from crux.tracking.job import JobRun
 
 log = logging.getLogger(__name__)
@@ -74,9 +75,9 @@ def logged(times: PairedTimes, against: dict[str, Any]) -> tuple[dict[str, tuple
               PREFIX + "load1": times.load}
     summary = {PREFIX + "chunk_epochs": times.chunk_epochs, PREFIX + "budget_seconds": times.budget_seconds,
                PREFIX + "spent_seconds": times.spent_seconds, PREFIX + "cores": times.machine.cores}
-    tags = {"crux.timing.cpu": times.machine.cpu, "crux.timing.device": times.machine.device,
-            "crux.timing.clock": times.clock,
-            "crux.timing.against": json.dumps(against, sort_keys=True)}
+    tags = {TIMING_CPU: times.machine.cpu, TIMING_DEVICE: times.machine.device,
+            TIMING_CLOCK: times.clock,
+            TIMING_AGAINST: json.dumps(against, sort_keys=True)}
     return series, summary, tags
 
 

@@ -39,6 +39,7 @@ from mlflow.utils.credentials import read_mlflow_creds
 from requests.exceptions import RequestException
 from sqlalchemy.exc import SQLAlchemyError
 
+from crux.tracking.contract import CLAIM, PARENT_ID, SWEEP, SWEPT
 from crux.tracking.descriptions import experiment_tags
 from crux.tracking.secrets import masked, without_password
 
@@ -47,8 +48,6 @@ log = logging.getLogger(__name__)
 SQLITE = "sqlite:///"
 PARENT_RUN, TRACKING_URI = "CRUX_PARENT_RUN_ID", "CRUX_TRACKING_URI"
 """The environment variables that give each job of a sweep its parent run and its store."""
-SWEPT = "crux.swept"
-"""The parent run's tag listing the keys that differ between its jobs (JSON)."""
 SERVERS = ("http://", "https://")
 # Values the user set in the environment win.
 HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
@@ -293,7 +292,7 @@ def ensure_experiment(client: MlflowClient, name: str, uri: str, claim: str = ""
 
 def child_runs(client: MlflowClient, experiment_id: str, parent_run_id: str) -> Iterator[Run]:
     """Every run whose ``mlflow.parentRunId`` is ``parent_run_id``, page by page."""
-    return runs_where(client, experiment_id, f"tags.mlflow.parentRunId = '{parent_run_id}'")
+    return runs_where(client, experiment_id, f"tags.{PARENT_ID} = '{parent_run_id}'")
 
 
 def runs_where(client: MlflowClient, experiment_id: str, where: str, order_by: list[str] | None = None
@@ -325,5 +324,5 @@ class Destination:
         """Where the jobs of the sweep whose parent run is ``parent_run_id`` log, read from that run."""
         parent = client.get_run(parent_run_id)
         tags = parent.data.tags
-        return Destination(uri, parent.info.experiment_id, parent_run_id, tags.get("crux.sweep", ""),
-                           tags.get("crux.claim", ""), json.loads(tags.get(SWEPT, "[]")))
+        return Destination(uri, parent.info.experiment_id, parent_run_id, tags.get(SWEEP, ""),
+                           tags.get(CLAIM, ""), json.loads(tags.get(SWEPT, "[]")))

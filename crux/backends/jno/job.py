@@ -32,6 +32,7 @@ from crux.config import Phase
 from crux.schedules import Schedule, lrs
 from crux.stats import Statistics
 from crux.tracking import JobRun, ParameterLeaves
+from crux.tracking.contract import UNSUPPORTED
 
 
 def _environment(cfg: DictConfig, folder: Path) -> None:
@@ -122,7 +123,7 @@ def train_and_log(cfg: DictConfig, run: JobRun) -> float:
     initial = _leaves(problem.networks)
     parts, phase_ends, unsupported = _train(problem, config.training_phases(cfg), options, log)
     if unsupported:
-        run.set_tags({"crux.not_supported": "; ".join(unsupported)})
+        run.set_tags({UNSUPPORTED: "; ".join(unsupported)})
     if not parts:  # refused before training: nothing trained, the parameters are the initial ones
         empty = Statistics(names=list(problem.names), losses=np.zeros((0, len(problem.names)), np.float32),
                            epoch=np.zeros(0, np.int64))

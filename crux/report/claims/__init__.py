@@ -22,6 +22,7 @@ from crux.report.claims.substeps import check_substeps
 from crux.report.records import RunRecord
 from crux.report.verdict import CLAIMS_DOCUMENT, NOT_SUPPORTED, Verdict
 from crux.timing import Band
+from crux.tracking.contract import CLAIM
 
 CHECKS: dict[str, Callable[[list[RunRecord]], list[Verdict]]] = {
     "accumulation": lambda records: check_accumulation(records) + check_gradient_noise(records),
@@ -67,7 +68,7 @@ other libraries draw each micro-batch on their own, and accumulation.noise judge
 
 
 def _not_supported(claim: str, record: RunRecord) -> Verdict:
-    return Verdict(f"{claim}.supported[{record.label}]", record.tags.get("crux.claim", claim),
+    return Verdict(f"{claim}.supported[{record.label}]", record.tags.get(CLAIM, claim),
                    f"{CLAIMS_DOCUMENT}#not-supported", f"{record.backend} trains {record.label} as configured",
                    NOT_SUPPORTED, f"{record.backend}: {record.unsupported}", runs=(record.run_id,))
 

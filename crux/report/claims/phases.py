@@ -23,6 +23,7 @@ from crux.report.numerics import EPS, ROUNDOFF_ALLOWANCE, history_difference
 from crux.report.pairing import first, run_ids, settings
 from crux.report.records import RunRecord, UnreadableArtifact
 from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt, not_in_sweep
+from crux.tracking.contract import PARAMS
 
 RESUMES = Claim("Call solve() multiple times with different optimisers or schedules. The solver resumes from where it "
                 "left off", "phases-resume")
@@ -164,12 +165,12 @@ def _every_phase_moves(runs: list[RunRecord]) -> Verdict:
             evidence[f"{key}/moved"] = moved
             if moved == 0:
                 still.append(key)
-        if "params.npz" not in run.unreadable:
+        if PARAMS not in run.unreadable:
             evidence[f"{run.label}/final_vs_initial"] = float(np.linalg.norm(run.snapshot("final") -
                                                                               run.snapshot("initial")))
     how = "per-phase parameter snapshots" if snapshots_used else \
-        "full-batch loss changes within each phase, as params.npz has no per-phase snapshots" if not unreadable \
-        else "full-batch loss changes within each phase where params.npz cannot be read"
+        f"full-batch loss changes within each phase, as {PARAMS} has no per-phase snapshots" if not unreadable \
+        else f"full-batch loss changes within each phase where {PARAMS} cannot be read"
     unread = "".join(f"; {u}" for u in unreadable)
     threshold = {"moved": Threshold(0.0, "> 0 for every phase", MOVE_ORIGIN)}
     if still:
