@@ -12,6 +12,8 @@ dominates.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from crux.report.claims.equivalence import same_numbers
 from crux.report.numerics import TIMING_ORIGIN, TIMING_RULE, paired_timing, spread
 from crux.report.pairing import Pair, paired_settings, reference_and_twins, run_ids
@@ -42,7 +44,7 @@ def fused_pairs(records: list[RunRecord]) -> list[Pair]:
 
 def batches(record: RunRecord) -> str:
     """The run's options apart from K, as ``describe`` names them: ``full``, ``b8_acc4``, ..."""
-    return describe(record.options.but(inner_steps=1))
+    return describe(replace(record.options, inner_steps=1))
 
 
 def setting(record: RunRecord) -> str:
