@@ -24,7 +24,7 @@ from crux.backends.choice import backend_refusals
 from crux.tracking import contract
 from crux_testing import EPS32, poisson
 from test_backend_choice import composed
-from test_pipeline import launch, runs_by_role
+from crux_testing import launch, runs_by_role
 
 TESTS = Path(__file__).resolve().parent
 DEVICES, EPOCHS = 4, 20  # more devices than CI has cores: they need not be real
