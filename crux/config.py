@@ -54,7 +54,7 @@ from crux.model import ACTIVATIONS, Model
 from crux.optim import soap
 from crux.options import divisors
 from crux.ranges import AT_LEAST_ONE, FRACTION, NOT_NEGATIVE, POSITIVE, Choice, checked
-from crux.ranges import problems as range_problems
+from crux.ranges import refusals as range_refusals
 from crux.schedules import Schedule, lrs
 
 CONFIG_PACKAGE = "crux.conf"
@@ -307,7 +307,7 @@ TIMED_OPTIONS = ("batchsize", "accumulation_steps", "checkpoint_gradients", "off
 """The solve() options ``timing.against`` may change."""
 
 
-def timing_problems(cfg: DictConfig) -> list[str]:
+def timing_refusals(cfg: DictConfig) -> list[str]:
     """What in ``cfg.timing`` a timing could not use, in the command line's terms."""
     found = [f"timing.against.{key}: not a solve() option the timing can change; choose among "
              f"{', '.join(TIMED_OPTIONS)}" for key in sorted(set(cfg.timing.against) - set(TIMED_OPTIONS))]
@@ -465,10 +465,10 @@ def out_of_range(cfg: DictConfig) -> list[str]:
     Raises as :func:`training_phases` does for a malformed later phase.
     """
     first, *later = training_phases(cfg)
-    found = range_problems(OmegaConf.to_object(cfg))
+    found = range_refusals(OmegaConf.to_object(cfg))
     for name, phase in zip(cfg.phases, later):
-        found += range_problems(phase.optimizer, f"phases.{name}.optimizer.")
-        found += range_problems(phase.schedule, f"phases.{name}.schedule.")
+        found += range_refusals(phase.optimizer, f"phases.{name}.optimizer.")
+        found += range_refusals(phase.schedule, f"phases.{name}.schedule.")
     steps, memory = cfg.solver.inner_steps, cfg.memory
     epochs = {"solver.epochs": first.epochs, **{f"phases.{name}.epochs": p.epochs for name, p in zip(cfg.phases, later)}}
     if steps >= 1:
@@ -489,7 +489,7 @@ def out_of_range(cfg: DictConfig) -> list[str]:
     if cfg.solver.substeps is not None and (memory.accumulation_steps > 1 or steps > 1):
         found.append(f"solver.substeps makes each substep an update of its own, so memory.accumulation_steps="
                      f"{memory.accumulation_steps} and solver.inner_steps={steps} must both be 1")
-    return found + timing_problems(cfg)
+    return found + timing_refusals(cfg)
 
 
 def batch_as_applied(batchsize: int | None, sizes: dict[str, int]) -> tuple[dict[str, Any], list[str]]:

@@ -23,8 +23,8 @@ from hydra import compose, initialize_config_module
 from omegaconf import MISSING, OmegaConf
 
 from crux import config
-from hydra_plugins.crux_sweeper.config import SweeperConfig
 from crux.ranges import CHECK, Choice, Range
+from hydra_plugins.crux_sweeper.config import SweeperConfig
 
 DOCUMENT = Path(__file__).resolve().parent.parent / "docs" / "config.md"
 NODES = (("jax", config.JaxConfig), ("timing", config.TimingConfig))

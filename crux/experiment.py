@@ -141,9 +141,9 @@ def run_job(cfg: DictConfig) -> float:
     with interruptible():
         try:
             # crux's sweeper checked every job's config before the first; a single run is checked here
-            problems = config.out_of_range(cfg) + backends.backend_problems(cfg) + config.problem_faults(cfg)
-            if problems:
-                raise ValueError("; ".join(problems))
+            refusals = config.out_of_range(cfg) + backends.backend_refusals(cfg) + config.problem_faults(cfg)
+            if refusals:
+                raise ValueError("; ".join(refusals))
             processes.join(cfg.jax, cfg.solver.devices)
             run = JobRun.start(cfg) if processes.records() else processes.Unrecorded()
         except (ValueError, StoreError, OmegaConfBaseException) as error:  # no run yet: nothing to record

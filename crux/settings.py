@@ -7,7 +7,7 @@ are the pipeline's reading of its own configs, so they live beside the schema ra
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -38,10 +38,6 @@ class SolveOptions:
     offload_data: bool = False
     substeps: Substeps | None = None
     devices: int = 1
-
-    def but(self, **changes: Any) -> "SolveOptions":
-        """The same options with ``changes``: the partner a claim compares against."""
-        return replace(self, **changes)
 
 
 @dataclass(frozen=True)

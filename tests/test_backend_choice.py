@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from crux.backends import builtin_problem, check_backend
 from crux.config import CONFIG_PACKAGE
-from test_pipeline import selected
+from crux_testing import selected
 
 
 def composed(*overrides: str):

@@ -20,11 +20,11 @@ import numpy as np
 import pytest
 
 from crux import config
-from crux.backends.choice import backend_problems
+from crux.backends.choice import backend_refusals
 from crux.tracking import contract
 from crux_testing import EPS32, poisson
 from test_backend_choice import composed
-from test_pipeline import launch, runs_by_role
+from crux_testing import launch, runs_by_role
 
 TESTS = Path(__file__).resolve().parent
 DEVICES, EPOCHS = 4, 20  # more devices than CI has cores: they need not be real
@@ -46,9 +46,9 @@ def test_a_device_count_that_is_not_a_positive_integer_is_refused(devices):
 
 
 def test_the_jno_backend_refuses_several_devices():
-    assert backend_problems(composed("backend=jno", "solver.devices=2")) == [
+    assert backend_refusals(composed("backend=jno", "solver.devices=2")) == [
         "solver.devices=2: the jNO backend trains on one device; drop the override or choose backend=crux"]
-    assert backend_problems(composed("backend=jno")) == []
+    assert backend_refusals(composed("backend=jno")) == []
 
 
 @pytest.fixture(scope="module")
@@ -202,7 +202,7 @@ def test_processes_that_cannot_each_hold_devices_of_the_job_are_refused():
     assert "solver.devices=3 must be a multiple of 2" in " ".join(
         config.out_of_range(composed("jax.processes=2", "solver.devices=3")))
     assert config.out_of_range(composed("jax.processes=2", "solver.devices=2")) == []
-    assert backend_problems(composed("backend=jno", "jax.processes=2"))[0].startswith("jax.processes=2: the jNO")
+    assert backend_refusals(composed("backend=jno", "jax.processes=2"))[0].startswith("jax.processes=2: the jNO")
 
 
 @pytest.mark.integration  # starts a Slurm cluster

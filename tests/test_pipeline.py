@@ -7,17 +7,13 @@ temporary folder, with tiny networks and 20 epochs.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from importlib.resources import files
 from pathlib import Path
-from typing import Iterator
 
 import jax
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_module
+from hydra import compose
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra._internal.utils import create_config_search_path
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -30,32 +26,15 @@ from omegaconf.errors import ConfigKeyError
 from crux import config
 from crux.config import CONFIG_PACKAGE
 from crux.stats import Statistics
-from crux.sweep import available, check_claims, register
+from crux.sweep import available, check_claims
 from crux.tracking import contract
 from crux.tracking.history import history_series, thinned
 from crux.tracking.multirun import planned_jobs
+from crux_testing import launch, runs_by_role, selected
 
 TINY = ["model.width=8", "model.depth=1", "solver.epochs=20"]
 HISTORY_POINTS = 320  # conf/tracking/mlflow.yaml: the epochs of each history sent to MLflow as metrics
 ARTIFACTS = {contract.HISTORY_PLOT, contract.STATS, contract.PARAMS, contract.CONFIG, contract.ENVIRONMENT}
-
-
-def launch(tmp_path: Path, module: str, *args: str) -> subprocess.CompletedProcess:
-    """Run ``python -m module args`` logging into ``tmp_path/mlflow.db``, Hydra's folders in ``tmp_path``."""
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
-    return subprocess.run([sys.executable, "-m", module, *args, f"hydra.sweep.dir={tmp_path / 'multirun'}",
-                           f"hydra.run.dir={tmp_path / 'outputs'}"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-
-
-def runs_by_role(tmp_path: Path, experiment: str) -> tuple[MlflowClient, dict[str, list]]:
-    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    found = client.get_experiment_by_name(experiment)
-    assert found is not None, f"experiment {experiment!r} was not created"
-    roles: dict[str, list] = {}
-    for run in client.search_runs([found.experiment_id]):
-        roles.setdefault(run.data.tags[contract.ROLE], []).append(run)
-    return client, roles
 
 
 def history(client: MlflowClient, run_id: str, key: str) -> tuple[np.ndarray, np.ndarray]:
@@ -227,19 +206,6 @@ def test_a_wrong_type_is_refused_before_any_run_is_created(tmp_path):
     assert "Value 'many' of type 'str' could not be converted to Integer" in done.stderr
     assert "full_key: solver.epochs" in done.stderr
     assert not (tmp_path / "mlflow.db").exists()
-
-
-@pytest.fixture
-def hydra_configs() -> Iterator[None]:
-    """Hydra initialised on the configs crux-run reads (``pkg://crux.conf``)."""
-    with initialize_config_module(CONFIG_PACKAGE, version_base="1.3"):
-        yield
-
-
-def selected(name: str) -> list[str]:
-    """The overrides that select built-in sweep ``name`` once it is registered, as crux-sweep does."""
-    register(available()[name], f"crux-sweep {name}")
-    return [f"+sweeps={name}"]
 
 
 def test_unknown_keys_are_refused_in_groups_and_in_phases(hydra_configs):

@@ -29,7 +29,7 @@ from crux.tracking import contract
 from crux.tracking.multirun import planned_jobs
 from crux.tracking.job import flatten
 from crux.tracking.store import HTTP_LIMITS, StoreError, writable_store
-from test_pipeline import hydra_configs, selected  # noqa: F401 (a fixture)
+from crux_testing import selected
 
 EPOCHS = 20
 T0 = 1_780_000_000_000  # start of the first sweep, ms since the epoch (2026-05-28 20:26:40 UTC)

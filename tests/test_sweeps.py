@@ -11,7 +11,7 @@ from crux import config
 from crux.config import CONFIG_PACKAGE
 from crux.settings import phase_plan
 from crux.tracking import contract
-from test_pipeline import launch, runs_by_role, selected
+from crux_testing import launch, runs_by_role, selected
 
 
 def jobs(sweep: str, *overrides: str) -> list[DictConfig]:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
-from crux.backends.choice import backend_problems, builtin_problem, check_backend
+from crux.backends.choice import backend_refusals, builtin_problem, check_backend
 from crux.backends.gradient_draws import GradientDraws, crux_gradient_draws, draws_wanted
 
 if TYPE_CHECKING:  # crux.tracking's sweeper checks jobs with this package
@@ -24,5 +24,5 @@ def run_on_backend(cfg: DictConfig, run: JobRun) -> float:
     return train_and_log(cfg, run)
 
 
-__all__ = ["GradientDraws", "backend_problems", "builtin_problem", "check_backend", "crux_gradient_draws", "draws_wanted",
+__all__ = ["GradientDraws", "backend_refusals", "builtin_problem", "check_backend", "crux_gradient_draws", "draws_wanted",
            "run_on_backend"]

@@ -68,7 +68,7 @@ def check_backend(cfg: DictConfig) -> None:
     os.environ.setdefault("JNO_COMPILE_CACHE", "0")
 
 
-def backend_problems(cfg: DictConfig) -> list[str]:
+def backend_refusals(cfg: DictConfig) -> list[str]:
     """What :func:`check_backend` refuses in this job's config, as a list of one-line messages (none when it runs);
     crux's sweeper checks every job of a sweep with it before the first starts."""
     try:

@@ -49,7 +49,7 @@ from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
-from crux.backends.choice import backend_problems
+from crux.backends.choice import backend_refusals
 from crux.config import (effective_settings, out_of_range, overrides_without, problem_faults,
                          refused_problem_override)
 from crux.tracking.contract import (BACKEND, CLAIM, CLAIMS, COMMAND, ERROR_MESSAGE, ERROR_TYPE, FAILED, FINISHED, HOST,
@@ -168,24 +168,24 @@ class Multirun:
     def _checked(self, jobs: list[list[str]]) -> list[DictConfig]:
         """Each job's config, composed as its launcher will compose it; Refused naming every value out of
         range (:func:`crux.config.out_of_range`), a backend that cannot run it
-        (:func:`crux.backends.choice.backend_problems`), a problem that cannot be built from it
+        (:func:`crux.backends.choice.backend_refusals`), a problem that cannot be built from it
         (:func:`crux.config.problem_faults`) or config that does not compose, and the jobs it is in."""
-        configs, problems = [], {}
+        configs, refusals = [], {}
         for number, overrides in enumerate(jobs):
             cfg = None
             try:
                 cfg = self.compose(self.config, list(overrides))
                 with read_write(cfg), open_dict(cfg):
                     del cfg["hydra"]
-                found = out_of_range(cfg) + backend_problems(cfg) + problem_faults(cfg)
+                found = out_of_range(cfg) + backend_refusals(cfg) + problem_faults(cfg)
             except CONFIG_ERRORS as error:
                 without = lambda key: self.compose(self.config, overrides_without(list(overrides), key))  # noqa: E731
                 found = [refused_problem_override(error, without) or _one_line(error)]
             configs.append(cfg)
-            for problem in found:
-                problems.setdefault(problem, []).append(number)
-        if problems:
-            raise Refused("; ".join(f"{problem} (in {_which(numbers, jobs)})" for problem, numbers in problems.items())
+            for refusal in found:
+                refusals.setdefault(refusal, []).append(number)
+        if refusals:
+            raise Refused("; ".join(f"{refusal} (in {_which(numbers, jobs)})" for refusal, numbers in refusals.items())
                           + "; nothing was run")
         return configs
 

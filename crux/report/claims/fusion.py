@@ -46,7 +46,7 @@ def fused_pairs(records: list[RunRecord]) -> list[Pair]:
 
 def batches(record: RunRecord) -> str:
     """The run's options apart from K, as ``describe`` names them: ``full``, ``b8_acc4``, ..."""
-    return describe(record.options.but(inner_steps=1))
+    return describe(replace(record.options, inner_steps=1))
 
 
 def setting(record: RunRecord) -> str:

@@ -8,6 +8,7 @@ or momentum, so any change at all is a failure.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 import numpy as np
 
 from crux.report.claims.equivalence import same_numbers
@@ -47,7 +48,7 @@ def _one_entry(records: list[RunRecord]) -> list[Verdict]:
                                            and o.substeps[0][1] == 1).items():
         constraints = [k for k in runs[0].histories if k.startswith("loss/") and k != "loss/total"]
         if sorted(options.substeps[0][0]) == list(range(len(constraints))):
-            reference, twins = reference_and_twins(repeats(records, group, options.but(substeps=None)), runs[0])
+            reference, twins = reference_and_twins(repeats(records, group, replace(options, substeps=None)), runs[0])
             verdicts.append(same_numbers(f"substeps.one_entry_is_plain[{runs[0].label}]", ONE_ENTRY, runs[0],
                                          reference, f"substeps=[{list(options.substeps[0][0])}]", twins))
     return verdicts
