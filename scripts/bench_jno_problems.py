@@ -34,7 +34,7 @@ import optax
 import crux
 from crux.backends.jno.job import jno_schedule
 from crux.backends.jno.problems import Batching, build
-from crux.config import ModelConfig
+from crux.pipeline.config import ModelConfig
 
 
 def make_core(n: int, width: int):

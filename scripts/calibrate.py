@@ -46,7 +46,7 @@ import numpy as np
 import optax
 
 import crux
-from crux.config import roundoff_twin
+from crux.pipeline.config import roundoff_twin
 from crux.backends.gradient_draws import GradientDraws, crux_gradient_draws
 from crux.problems import Problem
 from crux.report import FAILS, NO_EFFECT, PhasePlan, RunRecord, SolveOptions, Verdict

@@ -1,5 +1,5 @@
 """Values of the right type that no run could use are named in the command line's terms before anything runs
-(crux.config.out_of_range); the shipped configs have none."""
+(crux.pipeline.config.out_of_range); the shipped configs have none."""
 from __future__ import annotations
 
 from typing import Iterator
@@ -7,9 +7,9 @@ from typing import Iterator
 import pytest
 from hydra import compose, initialize_config_module
 
-from crux import config
-from crux.config import CONFIG_PACKAGE
-from crux.ranges import Choice, Range
+from crux.pipeline import config
+from crux.pipeline.config import CONFIG_PACKAGE
+from crux.pipeline.ranges import Choice, Range
 
 
 @pytest.fixture

@@ -14,11 +14,10 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_module
 from mlflow.tracking import MlflowClient
-from omegaconf import OmegaConf
 
-from crux import config
-from crux.backends import backend_problems
-from crux.config import CONFIG_PACKAGE, ModelConfig
+from crux.pipeline import config
+from crux.pipeline.backend_choice import backend_refusals
+from crux.pipeline.config import CONFIG_PACKAGE, ModelConfig
 
 pytest.importorskip("jno", reason='the jNO backend needs the jno extra: pip install -e ".[jno]"')
 
@@ -45,7 +44,7 @@ def composed(*overrides: str):
 def faults(*overrides: str) -> list[str]:
     """What crux-run and crux-sweep refuse in the job before any run (the backend, then the problem)."""
     cfg = composed(*overrides)
-    return backend_problems(cfg) + config.problem_faults(cfg)
+    return backend_refusals(cfg) + config.problem_faults(cfg)
 
 
 def test_a_jno_problem_of_ones_own_passes_the_checks_a_crux_one_does(example):
@@ -65,7 +64,7 @@ def test_a_misspelt_field_or_a_missing_module_is_one_line_naming_it_and_the_fix(
 
 
 def test_a_misspelt_field_stops_the_sweep_in_one_line_before_any_run(tmp_path, monkeypatch, capsys):
-    from crux.sweep import main
+    from crux.pipeline.sweep import main
 
     shutil.copytree(EXAMPLE, tmp_path / "project", ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.chdir(tmp_path / "project")
@@ -119,7 +118,7 @@ def test_the_example_swept_on_both_backends_is_reported_side_by_side(tmp_path):
     uri = f"sqlite:///{project / 'mlflow.db'}"
     environment = {**os.environ, "MLFLOW_TRACKING_URI": uri}
     for backend in ([], JNO_PROBLEM):
-        done = subprocess.run([sys.executable, "-m", "crux.sweep", "unit_square_accumulation.yaml", "--config-dir",
+        done = subprocess.run([sys.executable, "-m", "crux.pipeline.sweep", "unit_square_accumulation.yaml", "--config-dir",
                                "conf", *backend, *SWEEP], cwd=project, capture_output=True, text=True,
                               env=environment, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]

@@ -22,7 +22,7 @@ from hydra import version
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
-from crux.config import CONFIG_PACKAGE
+from crux.pipeline.config import CONFIG_PACKAGE
 from crux.tracking import JobRun
 from crux.tracking import contract
 from crux.tracking.job import variant_name

@@ -14,8 +14,8 @@ import optax
 import pytest
 from hydra import compose, initialize_config_module
 
-from crux import config
-from crux.config import CONFIG_PACKAGE
+from crux.pipeline import config
+from crux.pipeline.config import CONFIG_PACKAGE
 from crux.report import FAILS, HOLDS, INCONCLUSIVE, RunRecord, SolveOptions
 from crux.report.claims import check_checkpoint, check_devices, check_inner_steps
 from crux.report.claims.checkpoint import CLAIMED_COST

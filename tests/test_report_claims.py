@@ -19,14 +19,14 @@ from crux.tracking import contract
 import crux
 import crux.engine
 from crux.batching import PointStream
-from crux.config import roundoff_twin
+from crux.pipeline.config import roundoff_twin
 from crux.model import Model
 from crux.report import FAILS, HOLDS, INCONCLUSIVE, PhasePlan, RunRecord, SolveOptions, judge, record_from_solve
 from crux.report.claims import check_accumulation, check_checkpoint, check_inner_steps, check_phases
 from crux.report.claims import check_devices, check_offload, check_substeps
 from crux.report.document import verdicts_json
 from crux.report.records import snapshot_arrays
-from crux.settings import normalise_substeps
+from crux.pipeline.settings import normalise_substeps
 from crux.solver import Crux
 from crux_testing import mixed, poisson as small_poisson
 from scripts_path import calibrate

@@ -15,16 +15,16 @@ from urllib.parse import urlparse
 import numpy as np
 import pytest
 from hydra import compose, initialize_config_module
-from mlflow.entities import Metric, Param, RunTag
+from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from crux.config import CONFIG_PACKAGE, effective_settings
+from crux.pipeline.config import CONFIG_PACKAGE, effective_settings
 from crux.report import HOLDS, INCONCLUSIVE, load_sweep, main
 from crux.report.store import config_from_params
-from crux.settings import configuration
+from crux.pipeline.settings import configuration
 from crux.stats import Statistics
-from crux.sweep import available
+from crux.pipeline.sweep import available
 from crux.tracking import contract
 from crux.tracking.multirun import planned_jobs
 from crux.tracking.job import flatten

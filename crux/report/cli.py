@@ -24,7 +24,7 @@ from pathlib import Path
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from crux.config import import_from_working_directory
+from crux.pipeline.config import import_from_working_directory
 from crux.report.backends import load_sweeps
 from crux.report.claims import CHECKS
 from crux.report.coverage import judge_sound

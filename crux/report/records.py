@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 import jax
 import numpy as np
 
-from crux.settings import PhasePlan, SolveOptions
+from crux.pipeline.settings import PhasePlan, SolveOptions
 from crux.solver import Crux
 from crux.stats import Statistics
 from crux.tracking.contract import BACKEND, ENVIRONMENT, PARAMS, UNSUPPORTED

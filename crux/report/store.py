@@ -3,7 +3,7 @@
 Which sweep: the one asked for, else the newest *complete* one (:mod:`crux.report.jobs`),
 else the newest. The solve options, the phase plan and the models each constraint
 reaches are read from a run's resolved ``config.yaml`` through the pipeline's own
-schema (``crux.config``), so the report judges what was actually configured. An
+schema (``crux.pipeline.config``), so the report judges what was actually configured. An
 artifact that cannot be read is recorded on the run's record, never raised: only
 the verdicts that need it lose it. A run whose ``config.yaml`` cannot be read is
 placed by its params (the same config, flattened), so that the verdicts that
@@ -26,7 +26,7 @@ import tempfile
 import time
 import zipfile
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, TypeVar
 
@@ -39,10 +39,10 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException, ValidationError
 from requests.exceptions import RequestException
 
-from crux import config as crux_config
+from crux.pipeline import config as crux_config
 from crux.report.jobs import JobAccount, MissingJob, account, plan_from_artifact
 from crux.report.records import RunRecord
-from crux.settings import configuration
+from crux.pipeline.settings import configuration
 from crux.stats import Statistics
 from crux.tracking.contract import (BACKEND, CLAIM, CONFIG, ENVIRONMENT, OVERRIDES, PARAMS, PARENT,
                                    PARENT_ID, PLANNED_JOBS, PLANNED_JOB_COUNT, REPEAT, ROLE, STATS, VARIANT, tag_filter)
@@ -360,7 +360,7 @@ def _arrays(path: Path) -> dict[str, np.ndarray]:
 
 
 def _typed(node: DictConfig) -> DictConfig:
-    """A resolved config typed by the pipeline's schema, as crux-run saw it (crux.config builds objects from
+    """A resolved config typed by the pipeline's schema, as crux-run saw it (crux.pipeline.config builds objects from
     typed nodes only)."""
     return OmegaConf.merge(OmegaConf.structured(crux_config.Config), node)
 

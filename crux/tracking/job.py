@@ -1,7 +1,7 @@
 """The MLflow run of one job: opened first so that any failure is recorded, then filled as the job goes.
 
 Layout (docs/CONTRACT.md): params are the settings the job ran with
-(:func:`crux.config.effective_settings`, flattened) and its ``variant``; the
+(:func:`crux.pipeline.config.effective_settings`, flattened) and its ``variant``; the
 histories go to MLflow as evenly spaced epochs in one call, every epoch in
 ``stats.npz`` (:mod:`crux.tracking.history`); summary metrics and the artifacts
 follow. What each step costs a job is measured by scripts/measure_tracking.py
@@ -27,7 +27,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
-from crux.config import effective_settings
+from crux.pipeline.config import effective_settings
 from crux.failures import failure_line
 from crux.model import Model
 from crux.problems import Problem

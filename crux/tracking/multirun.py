@@ -14,7 +14,7 @@ longer than ``tracking.retry_seconds`` stops the sweep: no job starts after it, 
 which jobs finished and the ``--resume`` command (:mod:`crux.tracking.faults`).
 
 Nothing is created before every job's config is known to be usable
-(:func:`crux.config.out_of_range`) and the store to take writes
+(:func:`crux.pipeline.config.out_of_range`) and the store to take writes
 (:func:`crux.tracking.store.writable_store`); a refusal is one line and exit
 status 1, with no run and no job.
 
@@ -49,9 +49,9 @@ from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
-from crux.backends.choice import backend_refusals
-from crux.config import (effective_settings, out_of_range, overrides_without, problem_faults,
-                         refused_problem_override)
+from crux.pipeline.backend_choice import backend_refusals
+from crux.pipeline.config import (effective_settings, out_of_range, overrides_without, problem_faults,
+                                  refused_problem_override)
 from crux.tracking.contract import (BACKEND, CLAIM, CLAIMS, COMMAND, ERROR_MESSAGE, ERROR_TYPE, FAILED, FINISHED, HOST,
                                    JOB, KILLED, NOTE, OVERRIDES, PARENT, PID, PLANNED_JOBS, PLANNED_JOB_COUNT,
                                    RESUMES, ROLE, RUNNING, SWEEP, SWEEP_DIR, SWEPT, VARIANT, VARIANT_PARAM,
@@ -167,9 +167,9 @@ class Multirun:
     # -- before any job ------------------------------------------------------------------------
     def _checked(self, jobs: list[list[str]]) -> list[DictConfig]:
         """Each job's config, composed as its launcher will compose it; Refused naming every value out of
-        range (:func:`crux.config.out_of_range`), a backend that cannot run it
-        (:func:`crux.backends.choice.backend_refusals`), a problem that cannot be built from it
-        (:func:`crux.config.problem_faults`) or config that does not compose, and the jobs it is in."""
+        range (:func:`crux.pipeline.config.out_of_range`), a backend that cannot run it
+        (:func:`crux.pipeline.backend_choice.backend_refusals`), a problem that cannot be built from it
+        (:func:`crux.pipeline.config.problem_faults`) or config that does not compose, and the jobs it is in."""
         configs, refusals = [], {}
         for number, overrides in enumerate(jobs):
             cfg = None

@@ -19,7 +19,7 @@ from typing import Any
 from mlflow.entities import Metric
 from omegaconf import DictConfig, OmegaConf
 
-from crux import config
+from crux.pipeline import config
 from crux.report.claims import timing_band
 from crux.timing import PairedTimes, Side, time_paired
 from crux.tracking.contract import TIMING_AGAINST, TIMING_CLOCK, TIMING_CPU, TIMING_DEVICE

@@ -25,10 +25,10 @@ import optax
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from crux import config
-from crux.backends.choice import builtin_problem
+from crux.pipeline import config
+from crux.pipeline.backend_choice import builtin_problem
 from crux.backends.gradient_draws import GradientDraws, draws_wanted
-from crux.config import Phase
+from crux.pipeline.config import Phase
 from crux.schedules import Schedule, lrs
 from crux.stats import Statistics
 from crux.tracking import JobRun, ParameterLeaves

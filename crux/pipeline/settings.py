@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from crux import config
+from crux.pipeline import config
 
 Substeps = tuple[tuple[tuple[int, ...], int], ...]
 
@@ -99,7 +99,7 @@ def phase_plan(cfg: DictConfig) -> tuple[PhasePlan, ...]:
 
 
 def group_of(cfg: DictConfig) -> str:
-    """The settings the job ran with (:func:`crux.config.effective_settings`: an optimizer's unset field is its
+    """The settings the job ran with (:func:`crux.pipeline.config.effective_settings`: an optimizer's unset field is its
     default, so a config read back from params groups with its config.yaml) apart from the options claims vary:
     runs with equal groups may be paired."""
     rest: dict[str, Any] = config.effective_settings(cfg)

@@ -17,7 +17,7 @@ still before any JAX work.
 
 Values of the right type that no run could use (``solver.epochs=-1``,
 ``optimizer.b1=2``) are refused too, before any run is created: each field
-declares its range or choices (:mod:`crux.ranges`), and :func:`out_of_range`
+declares its range or choices (:mod:`crux.pipeline.ranges`), and :func:`out_of_range`
 names every value outside them in the command line's terms.
 
 The configs ship inside the package: ``conf/`` as ``crux.conf`` (Hydra's
@@ -53,8 +53,8 @@ from crux.failures import failure_line
 from crux.model import ACTIVATIONS, Model
 from crux.optim import soap
 from crux.options import divisors
-from crux.ranges import AT_LEAST_ONE, FRACTION, NOT_NEGATIVE, POSITIVE, Choice, checked
-from crux.ranges import refusals as range_refusals
+from crux.pipeline.ranges import AT_LEAST_ONE, FRACTION, NOT_NEGATIVE, POSITIVE, Choice, checked
+from crux.pipeline.ranges import refusals as range_refusals
 from crux.schedules import Schedule, lrs
 
 CONFIG_PACKAGE = "crux.conf"
@@ -455,7 +455,7 @@ def training_phases(cfg: DictConfig) -> list[Phase]:
 
 def out_of_range(cfg: DictConfig) -> list[str]:
     """Every value of a job's config that its run could not use, in the command line's terms
-    (``solver.epochs=-1: must be >= 1``): the ranges and choices of the schema's fields (:mod:`crux.ranges`),
+    (``solver.epochs=-1: must be >= 1``): the ranges and choices of the schema's fields (:mod:`crux.pipeline.ranges`),
     and what depends on several of them (``solver.inner_steps`` divides the epochs of every phase; offloading
     streams mini-batches and accumulation splits one, so both need a batch size: crux's solve() would take
     accumulation as 1 while the run's params recorded it, where jNO's own fallback is judged "not supported";
