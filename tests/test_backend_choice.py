@@ -64,5 +64,6 @@ def test_a_refused_backend_stops_the_sweep_before_its_parent_run(tmp_path):
                           env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"},
                           timeout=300)
     assert done.returncode != 0
-    assert "backend=jno builds only the built-in problems" in done.stderr
+    assert "backend=jno builds the built-in problems poisson1d, mixed_poisson1d in jNO's API, not problem heat1d" \
+        in done.stderr
     assert not Path(tmp_path / "mlflow.db").exists()  # no store, no parent run, no job
