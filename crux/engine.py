@@ -87,6 +87,26 @@ class State(NamedTuple):
     records: Records
 
 
+def repeat(body: Callable, carry: Any, xs: Any, length: int) -> tuple[Any, Any]:
+    """``lax.scan`` that skips the loop for a single iteration (outputs still get the leading axis)."""
+    if length == 1:
+        carry, out = body(carry, None if xs is None else jax.tree.map(lambda a: a[0], xs))
+        return carry, jax.tree.map(lambda a: a[None], out)
+    return jax.lax.scan(body, carry, xs, length=length)
+
+
+@dataclass(frozen=True)
+class Primitives:
+    """The loop and the gradient sum a call is built from.
+
+    crux uses the defaults alone; a test of a claim check builds a call from a broken one (a fused loop that
+    drops its last update, a sum that keeps only the newest micro-batch) to show that the check catches it.
+    """
+
+    repeat: Callable[[Callable, Any, Any, int], tuple[Any, Any]] = repeat  # runs an epoch's or a call's body
+    accumulate: Callable[[jax.Array, jax.Array], jax.Array] = jnp.add  # adds a micro-batch's gradient to the sum
+
+
 @dataclass(frozen=True, eq=False)
 class Plan:
     """What one compiled call is traced from.
@@ -109,6 +129,7 @@ class Plan:
     offload_data: bool = False
     check_updates: bool = True
     record_slots: int = 1  # calls whose records the state holds between two reads
+    primitives: Primitives = Primitives()
 
     @property
     def steps_per_epoch(self) -> int:
@@ -142,7 +163,7 @@ def _call(plan: Plan, state: State, data: Data) -> State:
     xs = None
     if plan.offload_data:
         xs = jax.tree.map(lambda a: a.reshape(plan.inner_steps, plan.steps_per_epoch, *a.shape[1:]), data.batches)
-    train, rows = _repeat(functools.partial(_epoch, plan, data), state.train, xs, plan.inner_steps)
+    train, rows = plan.primitives.repeat(functools.partial(_epoch, plan, data), state.train, xs, plan.inner_steps)
     if not plan.check_updates:  # the parameters left behind: a non-finite update marks the call's last epoch
         rows = rows.at[-1, -1].multiply(_all_finite(train.params).astype(rows.dtype))
     records = state.records
@@ -159,7 +180,8 @@ def _epoch(plan: Plan, data: Data, state: TrainState, epoch_batches: Any) -> tup
     offset = 0
     for index, entry in enumerate(plan.entries):
         xs = None if epoch_batches is None else jax.tree.map(lambda a: a[offset:offset + entry.steps], epoch_batches)
-        state, (pers, lrs, oks) = _repeat(functools.partial(_update, plan, index, data), state, xs, entry.steps)
+        update = functools.partial(_update, plan, index, data)
+        state, (pers, lrs, oks) = plan.primitives.repeat(update, state, xs, entry.steps)
         for j, c in enumerate(entry.constraints):
             sums[c] = sums[c] + jnp.sum(pers[:, j])
         lr.update({name: values[-1] for name, values in lrs.items()})
@@ -234,7 +256,7 @@ def _gradient(plan: Plan, entry: Entry, trainable: dict, params: dict,
 
     def accumulate(total, micro_batch):
         (v, p), g = value_and_grad(trainable, params, *micro_batch)
-        return jax.tree.map(jnp.add, total, g), (v, p)
+        return jax.tree.map(plan.primitives.accumulate, total, g), (v, p)
     zeros = jax.tree.map(jnp.zeros_like, trainable)
     if plan.stream.devices == 1:
         total, (values, pers) = jax.lax.scan(accumulate, zeros, _micro_batches(plan, entry, batches))
@@ -262,11 +284,3 @@ def _mean_loss(plan: Plan, entry: Entry, trainable: dict, params: dict, batches:
 
 def _all_finite(tree: Any) -> jax.Array:
     return jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves(tree)]))
-
-
-def _repeat(body: Callable, carry: Any, xs: Any, length: int) -> tuple[Any, Any]:
-    """``lax.scan`` that skips the loop for a single iteration (outputs still get the leading axis)."""
-    if length == 1:
-        carry, out = body(carry, None if xs is None else jax.tree.map(lambda a: a[0], xs))
-        return carry, jax.tree.map(lambda a: a[None], out)
-    return jax.lax.scan(body, carry, xs, length=length)

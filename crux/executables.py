@@ -49,36 +49,72 @@ KEYED_FIELDS = {
 # ... and those it leaves out on purpose: names and source locations, for messages and profiles only.
 IGNORED_FIELDS = {"Jaxpr": {"debug_info"}, "JaxprEqn": {"source_info"}}
 
-_executables: OrderedDict[tuple, Any] = OrderedDict()
-_lock = threading.Lock()
-_uncovered: list[str] | None = None  # uncovered(), once per process
+class ExecutableTable:
+    """Executables keyed by the program they run, at most ``CAPACITY``, the least recently used dropped first.
 
+    ``keyed_fields`` are the jaxpr fields the key is known to read (``KEYED_FIELDS``); a test gives a table
+    fewer, as a JAX release with fields the key does not know would, to see sharing turn itself off.
+    """
 
-def clear() -> None:
-    """Drop every shared executable: later solvers compile (or load from JAX's persistent cache) anew.
-    A solver keeps the executables it already holds for its own later solve() calls."""
-    with _lock:
-        _executables.clear()
+    def __init__(self, keyed_fields: dict[str, set[str]] = KEYED_FIELDS):
+        self.keyed_fields = keyed_fields
+        self._executables: OrderedDict[tuple, Any] = OrderedDict()
+        self._lock = threading.Lock()
+        self._uncovered: list[str] | None = None  # uncovered(), once per table
 
+    def clear(self) -> None:
+        """Drop every shared executable: later solvers compile (or load from JAX's persistent cache) anew.
+        A solver keeps the executables it already holds for its own later solve() calls."""
+        with self._lock:
+            self._executables.clear()
 
-def uncovered() -> list[str]:
-    """What of this JAX version's jaxprs the program key does not cover, one line each; empty when it covers
-    everything. A field the key neither reads nor ignores might set apart two programs that the key cannot
-    tell apart; a field the key reads that JAX no longer has breaks the key."""
-    closed = jax.make_jaxpr(lambda x: jnp.sin(x) + jax.nn.relu(x) + 1.0)(np.float32(1.0))
-    equations = closed.jaxpr.eqns
-    literal = next(v for e in equations for v in e.invars if isinstance(v, jex.Literal))
-    problems = []
-    for sample in (closed, closed.jaxpr, equations[0], closed.jaxpr.invars[0], literal):
-        name = type(sample).__name__
-        extra = _fields(sample) - KEYED_FIELDS.get(name, set()) - IGNORED_FIELDS.get(name, set())
-        if extra:
-            problems.append(f"{name} has fields {sorted(extra)} that the program key neither reads nor ignores")
-    try:
-        program_key(closed)
-    except Exception as error:  # noqa: BLE001 - any failure means the key no longer fits this JAX
-        problems.append(f"keying a program fails: {type(error).__name__}: {error}")
-    return problems
+    def uncovered(self) -> list[str]:
+        """What of this JAX version's jaxprs the program key does not cover, one line each; empty when it
+        covers everything. A field the key neither reads nor ignores might set apart two programs that the
+        key cannot tell apart; a field the key reads that JAX no longer has breaks the key."""
+        closed = jax.make_jaxpr(lambda x: jnp.sin(x) + jax.nn.relu(x) + 1.0)(np.float32(1.0))
+        equations = closed.jaxpr.eqns
+        literal = next(v for e in equations for v in e.invars if isinstance(v, jex.Literal))
+        problems = []
+        for sample in (closed, closed.jaxpr, equations[0], closed.jaxpr.invars[0], literal):
+            name = type(sample).__name__
+            extra = _fields(sample) - self.keyed_fields.get(name, set()) - IGNORED_FIELDS.get(name, set())
+            if extra:
+                problems.append(f"{name} has fields {sorted(extra)} that the program key neither reads nor ignores")
+        try:
+            program_key(closed)
+        except Exception as error:  # noqa: BLE001 - any failure means the key no longer fits this JAX
+            problems.append(f"keying a program fails: {type(error).__name__}: {error}")
+        return problems
+
+    def _sharing(self) -> bool:
+        if self._uncovered is None:
+            self._uncovered = self.uncovered()
+            if self._uncovered:
+                log.warning("crux.executables: with jax %s every solver compiles its own program, as the program "
+                            "key does not cover this version: %s", jax.__version__, "; ".join(self._uncovered))
+        return not self._uncovered
+
+    def compile_once(self, fun: Callable, *args: Any, donate_argnums: int | tuple[int, ...] = ()) -> Any:
+        """``jax.jit(fun, donate_argnums=...).lower(*args).compile()``, or the executable of an earlier call
+        that traced to the same program."""
+        traced = jax.jit(fun, donate_argnums=donate_argnums).trace(*args)
+        if not self._sharing():
+            return traced.lower().compile()
+        placement = tuple(getattr(leaf, "sharding", None) for leaf in jax.tree.leaves(args))  # committed devices
+        key = (program_key(traced.jaxpr), traced.in_tree, traced.out_tree, placement, donate_argnums,
+               jax.default_backend(), tuple(sorted((name, repr(value)) for name, value in jax.config.values.items())))
+        with self._lock:  # solvers in threads: a hit must not race an eviction
+            compiled = self._executables.get(key)
+            if compiled is not None:
+                self._executables.move_to_end(key)
+        if compiled is None:
+            compiled = traced.lower().compile()
+            with self._lock:
+                self._executables[key] = compiled
+                while len(self._executables) > CAPACITY:
+                    self._executables.popitem(last=False)
+        return compiled
 
 
 def _fields(obj: Any) -> set[str]:
@@ -88,36 +124,8 @@ def _fields(obj: Any) -> set[str]:
     return {name.lstrip("_") for name in names - {"__weakref__", "__dict__"}}
 
 
-def _sharing() -> bool:
-    global _uncovered
-    if _uncovered is None:
-        _uncovered = uncovered()
-        if _uncovered:
-            log.warning("crux.executables: with jax %s every solver compiles its own program, as the program key "
-                        "does not cover this version: %s", jax.__version__, "; ".join(_uncovered))
-    return not _uncovered
-
-
-def compile_once(fun: Callable, *args: Any, donate_argnums: int | tuple[int, ...] = ()) -> Any:
-    """``jax.jit(fun, donate_argnums=...).lower(*args).compile()``, or the executable of an earlier call that
-    traced to the same program."""
-    traced = jax.jit(fun, donate_argnums=donate_argnums).trace(*args)
-    if not _sharing():
-        return traced.lower().compile()
-    placement = tuple(getattr(leaf, "sharding", None) for leaf in jax.tree.leaves(args))  # committed devices
-    key = (program_key(traced.jaxpr), traced.in_tree, traced.out_tree, placement, donate_argnums,
-           jax.default_backend(), tuple(sorted((name, repr(value)) for name, value in jax.config.values.items())))
-    with _lock:  # solvers in threads: a hit must not race an eviction
-        compiled = _executables.get(key)
-        if compiled is not None:
-            _executables.move_to_end(key)
-    if compiled is None:
-        compiled = traced.lower().compile()
-        with _lock:
-            _executables[key] = compiled
-            while len(_executables) > CAPACITY:
-                _executables.popitem(last=False)
-    return compiled
+SHARED = ExecutableTable()  # the process's table, which every solver uses
+clear, uncovered, compile_once = SHARED.clear, SHARED.uncovered, SHARED.compile_once
 
 
 def program_key(jaxpr: Any) -> tuple:

@@ -2,8 +2,9 @@
 replayed, and the synchronised part kept whatever stops the loop.
 
 A call returns before the device has run it, so the loop waits for the device only at a synchronisation:
-every ``SYNC_SECONDS``, when the device's record buffer is full, and after the last call. There it reads
-every waiting record with one transfer and updates the progress bar, the timing and the non-finite check.
+every ``sync_seconds`` (``SYNC_SECONDS`` unless the solver says otherwise), when the device's record buffer
+is full, and after the last call. There it reads every waiting record with one transfer and updates the
+progress bar, the timing and the non-finite check.
 What the loop keeps is what it has synchronised: the records up to the last synchronisation and the state
 right after them, so that a loop stopped by a non-finite update, an exception or an interrupt leaves a
 history and a state that belong together.
@@ -21,7 +22,6 @@ from typing import Any, Callable, Iterator
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tqdm.auto import tqdm
 
 from crux import sharding
 from crux.engine import Columns, Data, Plan, State
@@ -29,6 +29,7 @@ from crux.stats import Statistics
 
 log = logging.getLogger(__name__)
 
+# The solver's defaults (see crux.solver.Machinery):
 SYNC_SECONDS = 0.25  # how often the loop waits for the device: progress, timing and the non-finite check
 RECORD_ROWS = 4096  # epochs' records the device holds between syncs (a few tens of KiB)
 
@@ -41,16 +42,19 @@ def fresh_copy(tree: Any) -> Any:
     return jax.tree.map(jnp.copy, tree)
 
 
-def record_slots(inner_steps: int) -> int:
+def record_slots(inner_steps: int, record_rows: int) -> int:
     """Calls whose records the device holds between two syncs."""
-    return max(RECORD_ROWS // inner_steps, 1)
+    return max(record_rows // inner_steps, 1)
 
 
 class HostLoop:
     """Runs the calls of one solve() and keeps what it synchronised (see :meth:`run` and :meth:`statistics`)."""
 
-    def __init__(self, plan: Plan, first_epoch: int):
+    def __init__(self, plan: Plan, first_epoch: int, sync_seconds: float, progress: Callable[..., Any]):
+        """``sync_seconds``: how often to wait for the device; ``progress``: the progress bar's class (tqdm's
+        interface: ``update``, ``set_postfix``, ``close``)."""
         self.plan, self.first_epoch = plan, first_epoch
+        self.sync_seconds, self.progress = sync_seconds, progress
         self._rows: list[np.ndarray] = []  # one record per call; only the first ``synced[0]`` count
         self._step_seconds: list[float] = []  # one per window; only the first ``synced[1]`` count
         # (records, windows, state after them), replaced as one value so that it is never half updated;
@@ -80,7 +84,7 @@ class HostLoop:
         updates_per_call = epochs_per_call * self.plan.steps_per_epoch
         device = jax.local_devices()[0]
         self._peak_before = _peak_bytes(device) or 0
-        bar = tqdm(total=calls * epochs_per_call, desc="solve", disable=None, leave=False)
+        bar = self.progress(total=calls * epochs_per_call, desc="solve", disable=None, leave=False)
         pending, start, cpu_start = 0, time.perf_counter(), time.process_time()
         window_start = start
         try:
@@ -93,7 +97,8 @@ class HostLoop:
                         self._synced = (*self._synced[:2], window_state)
                 state = self._call(compiled, state, data)
                 pending += 1
-                if index < calls - 1 and pending < self.plan.record_slots and time.perf_counter() - window_start <= SYNC_SECONDS:
+                if (index < calls - 1 and pending < self.plan.record_slots
+                        and time.perf_counter() - window_start <= self.sync_seconds):
                     continue
                 window = _read_window(state, index + 1 - pending, pending)
                 if checked is not None and not _finite(window, columns):

@@ -5,19 +5,21 @@ import dataclasses
 import itertools
 import logging
 import time
-from typing import Any, NamedTuple, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from tqdm.auto import tqdm
 
 from crux import sharding
 from crux.batching import DevicePoints, HostBatches, PointStream
 from crux.constraint import Constraint, check_residual, reached_models
-from crux.engine import Data, Entry, OptimizerState, Plan, State, TrainState, make_call
+from crux.engine import Data, Entry, OptimizerState, Plan, Primitives, State, TrainState, make_call
 from crux.executables import compile_once
 from crux.layout import Layout
-from crux.loop import Executable, HostLoop, fresh_copy, record_slots
+from crux.loop import RECORD_ROWS, SYNC_SECONDS, Executable, HostLoop, fresh_copy, record_slots
 from crux.model import Model
 from crux.options import Options, validate
 from crux.stats import Statistics
@@ -40,6 +42,24 @@ def _strongly_typed(tree: Any) -> Any:
     return jax.tree.map(lambda x: jnp.asarray(x, x.dtype) if getattr(x, "weak_type", False) else x, tree)
 
 
+@dataclass(frozen=True)
+class Machinery:
+    """What a solver builds, compiles and runs its calls with: the engine's primitives and call, the compiler,
+    the host loop's synchronisation and progress bar.
+
+    The defaults are crux's own; a solver's ``machinery`` is replaced only by tests, to plant a defect that a
+    check must catch (a fused loop that drops an update, a call interrupted at a given run) or to make the
+    host loop synchronise at set points.
+    """
+
+    primitives: Primitives = Primitives()
+    make_call: Callable[[Plan], Executable] = make_call  # the traced function of a plan
+    compile: Callable[..., Executable] = compile_once  # ``compile(function, *args, donate_argnums=...)``
+    sync_seconds: float = SYNC_SECONDS  # how often the host loop waits for the device
+    record_rows: int = RECORD_ROWS  # epochs' records the device holds between two waits
+    progress: Callable[..., Any] = tqdm  # the progress bar's class
+
+
 class Crux:
     """A PINN problem: constraints on collocation points and the models that satisfy them.
 
@@ -49,7 +69,8 @@ class Crux:
     device at the first solve() and stay there (not with ``offload_data``).
     """
 
-    def __init__(self, constraints: Sequence[Constraint], models: dict[str, Model], seed: int = 0):
+    def __init__(self, constraints: Sequence[Constraint], models: dict[str, Model], seed: int = 0,
+                 machinery: Machinery = Machinery()):
         constraints = list(constraints)
         if not constraints or not all(isinstance(c, Constraint) for c in constraints):
             raise TypeError("crux.Crux needs a non-empty list of crux.Constraint")
@@ -61,6 +82,7 @@ class Crux:
         self.constraints = constraints
         self.models = dict(models)
         self.seed = int(seed)
+        self.machinery = machinery
         self._key = jax.random.key(self.seed, impl="threefry2x32")  # the point stream draws with Threefry
         self._step = 0  # updates so far: drives the point stream
         self._epoch = 0
@@ -159,7 +181,8 @@ class Crux:
         replayable = steps_per_call > 1 and not options.offload_data
         return Plan(tuple(self.constraints), self.models, layouts, transforms, entries, stream, options.inner_steps,
                     options.checkpoint_gradients, options.offload_data, check_updates=not replayable,
-                    record_slots=record_slots(options.inner_steps))
+                    record_slots=record_slots(options.inner_steps, self.machinery.record_rows),
+                    primitives=self.machinery.primitives)
 
     # -- running ------------------------------------------------------------------------
     def _run(self, plan: Plan, options: Options) -> Statistics:
@@ -180,7 +203,7 @@ class Crux:
         if not plan.check_updates:
             checked = lambda at: self._compile(dataclasses.replace(plan, check_updates=True), at, example)[:2]
 
-        loop = HostLoop(plan, self._epoch)
+        loop = HostLoop(plan, self._epoch, self.machinery.sync_seconds, self.machinery.progress)
         try:
             loop.run(compiled.call, state, feed, calls, checked)
         finally:  # also on an exception or interrupt: keep what was synchronised
@@ -229,11 +252,11 @@ class Crux:
         traced, and a program that another solver of the process compiled is reused."""
         versions = tuple((n, self.models[n].optimizer_version) for e in plan.entries for n in e.models)
         key = (plan.entries, plan.stream, plan.inner_steps, plan.checkpoint_gradients, plan.offload_data,
-               plan.check_updates, plan.record_slots, tuple(plan.layouts.items()), versions)
+               plan.check_updates, plan.record_slots, tuple(plan.layouts.items()), versions, self.machinery)
         if key in self._compiled:
             return self._compiled[key]._replace(seconds=0.0)
         start = time.perf_counter()
-        call = compile_once(make_call(plan), state, data, donate_argnums=0)
+        call = self.machinery.compile(self.machinery.make_call(plan), state, data, donate_argnums=0)
         seconds = time.perf_counter() - start
         analysis = call.memory_analysis()
         memory = {}

@@ -45,11 +45,11 @@ def main() -> None:
     with initialize_config_module(CONFIG_PACKAGE, version_base="1.3"):
         use_compilation_cache(compose("config", overrides=args.common.split()).jax.compilation_cache_dir)
         seconds = {(setting, way): [] for setting in args.settings for way in WAYS}
-        shared = executables._executables
+        shared = executables.SHARED._executables
         for round_ in range(args.rounds):
             for setting in args.settings:
                 for way in WAYS:
-                    executables._executables = shared if way == "shared" else OrderedDict()
+                    executables.SHARED._executables = shared if way == "shared" else OrderedDict()
                     spent = job_compile_seconds(args.common.split() + setting.split())
                     if round_:
                         seconds[setting, way].append(spent)

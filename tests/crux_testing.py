@@ -12,6 +12,7 @@ import numpy as np
 import optax
 
 import crux
+from crux.solver import Machinery
 
 EPS32 = float(np.finfo(np.float32).eps)  # 1.19e-7: float32 round-off unit
 
@@ -53,9 +54,11 @@ def mixed(optimizer=optax.adamw, lr: float = 1e-3, n: int = 64, hidden=(8, 8)) -
     return problem
 
 
-def train(problem: crux.problems.Problem, epochs: int, **options) -> tuple[np.ndarray, np.ndarray, crux.Statistics]:
-    """Solve and return (initial parameters, final parameters, statistics)."""
+def train(problem: crux.problems.Problem, epochs: int, machinery: Machinery = Machinery(),
+          **options) -> tuple[np.ndarray, np.ndarray, crux.Statistics]:
+    """Solve with ``machinery`` and return (initial parameters, final parameters, statistics)."""
     solver = problem.solver()
+    solver.machinery = machinery
     initial = flat(solver.params)
     stats = solver.solve(epochs, **options)
     return initial, flat(solver.params), stats

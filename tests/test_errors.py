@@ -10,6 +10,7 @@ import pytest
 
 import crux
 from crux.engine import make_call
+from crux.solver import Machinery
 from crux_testing import CompileStages, flat, poisson
 
 
@@ -84,7 +85,7 @@ def test_diverging_update_stops_at_the_same_update_fused_or_not_and_keeps_finite
     assert stopped[0] == stopped[1] and stopped[1] % 10  # inside a fused call, not at its end
 
 
-def test_the_fast_calls_compute_what_fully_checked_calls_compute(monkeypatch):
+def test_the_fast_calls_compute_what_fully_checked_calls_compute():
     """Fast calls keep or drop an update on its loss alone; on a finite run that drops nothing, so they give
     the numbers of calls that also check every update's parameters (the program a failing window replays)."""
     results, checked = [], []
@@ -93,9 +94,9 @@ def test_the_fast_calls_compute_what_fully_checked_calls_compute(monkeypatch):
         checked.append(plan.check_updates)  # the program the solver asked for: fast (False)
         return make_call(dataclasses.replace(plan, check_updates=True))
     for check_updates in (False, True):
-        if check_updates:
-            monkeypatch.setattr(crux.solver, "make_call", checked_call)
         problem = poisson(optax.adam, lr=1e-2)
+        if check_updates:
+            problem.solver().machinery = Machinery(make_call=checked_call)
         stats = problem.solver().solve(40, batchsize=32, inner_steps=10)
         results.append((flat(problem.solver().params), stats.total_loss))
     assert checked == [False]

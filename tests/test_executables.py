@@ -11,20 +11,22 @@ import crux
 from crux import executables
 
 from crux.optim import soap
+from crux.solver import Machinery
 from crux_testing import CompileStages, flat, mixed, poisson
 
 BOUNDARY = np.array([[0.0], [1.0]], np.float32)
 INTERIOR = np.linspace(0.0, 1.0, 66, dtype=np.float32)[1:-1, None]
 
 
-def fit(shift=0.0, weight: float = 1.0, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def fit(shift=0.0, weight: float = 1.0, seed: int = 0,
+        table: executables.ExecutableTable = executables.SHARED) -> tuple[np.ndarray, np.ndarray]:
     """A fresh solver for -u'' = 1 with u(0) = u(1) = shift (a constant its residual captures); 20 fused
-    mini-batch updates. Returns (final parameters, loss history)."""
+    mini-batch updates, compiled through ``table``. Returns (final parameters, loss history)."""
     net = crux.mlp(1, 1, (8, 8), seed=seed)
     net.optimizer(optax.sgd).scale(crux.lrs(1e-2))
     constraints = [crux.Constraint("pde", lambda net, x: -crux.laplacian(net.u)(x) - 1.0, INTERIOR),
                    crux.Constraint("bc", lambda net, x: net.u(x) - shift, BOUNDARY, weight=weight)]
-    solver = crux.Crux(constraints, {"u": net}, seed=seed)
+    solver = crux.Crux(constraints, {"u": net}, seed=seed, machinery=Machinery(compile=table.compile_once))
     stats = solver.solve(20, batchsize=16, inner_steps=5)
     return flat(solver.params), stats.total_loss
 
@@ -77,14 +79,14 @@ def test_the_program_key_covers_this_jax_versions_jaxprs():
                           + "; ".join(problems) + ". Update KEYED_FIELDS/IGNORED_FIELDS and _Program.")
 
 
-def test_a_jaxpr_field_the_key_does_not_know_turns_sharing_off(monkeypatch, caplog):
+def test_a_jaxpr_field_the_key_does_not_know_turns_sharing_off(caplog):
     keyed = {**executables.KEYED_FIELDS, "JaxprEqn": executables.KEYED_FIELDS["JaxprEqn"] - {"params"}}
-    monkeypatch.setattr(executables, "KEYED_FIELDS", keyed)  # as if a new JAX had given equations "params"
-    monkeypatch.setattr(executables, "_uncovered", None)
-    fit(seed=0)
-    with CompileStages() as stages, caplog.at_level(logging.WARNING, logger="crux"):
-        fit(seed=1)
-    assert stages.lowered == 1  # compiled anew although an identical program is in the shared table
+    table = executables.ExecutableTable(keyed)  # as if a new JAX had given equations "params"
+    with caplog.at_level(logging.WARNING, logger="crux"):
+        fit(seed=0, table=table)
+    with CompileStages() as stages:
+        fit(seed=1, table=table)
+    assert stages.lowered == 1  # compiled anew: the table shares nothing, not even an identical program
     assert "JaxprEqn has fields ['params']" in caplog.text and "compiles its own program" in caplog.text
 
 

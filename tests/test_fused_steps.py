@@ -4,8 +4,8 @@ import optax
 import pytest
 
 import crux
-import crux.loop
 
+from crux.solver import Machinery
 from crux_testing import EPS32, poisson, relative, train
 
 EPOCHS = 40
@@ -35,14 +35,13 @@ def test_inner_steps_must_divide_epochs():
 
 @pytest.mark.parametrize("inner_steps", [1, 2])
 @pytest.mark.parametrize("sync_seconds", [0.0, 1e9], ids=["read-every-call", "read-when-full"])
-def test_history_rows_keep_their_order_when_the_record_buffer_wraps(monkeypatch, inner_steps, sync_seconds):
+def test_history_rows_keep_their_order_when_the_record_buffer_wraps(inner_steps, sync_seconds):
     # The device keeps RECORD_ROWS epochs' records in a ring buffer that the loop reads at a sync; with 3 rows
     # it wraps several times in 12 epochs. The numbers must be those of a run that never wraps, row for row.
     schedule = crux.lrs.exponential(1e-3, 0.9, 1)
     _, _, reference = train(poisson(optax.adam, schedule), 12, inner_steps=inner_steps)
-    monkeypatch.setattr(crux.loop, "RECORD_ROWS", 3)
-    monkeypatch.setattr(crux.loop, "SYNC_SECONDS", sync_seconds)
-    _, _, wrapped = train(poisson(optax.adam, schedule), 12, inner_steps=inner_steps)
+    wrapping = Machinery(record_rows=3, sync_seconds=sync_seconds)
+    _, _, wrapped = train(poisson(optax.adam, schedule), 12, wrapping, inner_steps=inner_steps)
     assert len(np.unique(reference.total_loss)) == 12 and len(np.unique(reference.lr["u"])) == 12
     np.testing.assert_array_equal(wrapped.losses, reference.losses)
     np.testing.assert_array_equal(wrapped.lr["u"], reference.lr["u"])

@@ -9,10 +9,9 @@ import optax
 import pytest
 
 import crux
-import crux.loop
-import crux.solver
 from crux.batching import PRODUCER_THREAD
 from crux.executables import compile_once
+from crux.solver import Machinery
 from crux_testing import flat, poisson
 
 K = 5
@@ -46,6 +45,12 @@ def bar_stopping_at_update(n: int, error: type[BaseException]):
     return Bar
 
 
+def stopping_at_call(n: int, error: type[BaseException], **settings) -> Machinery:
+    """Machinery whose calls raise ``error`` at their ``n``-th run (see :class:`CallStoppingAt`)."""
+    return Machinery(compile=lambda *args, **kwargs: CallStoppingAt(compile_once(*args, **kwargs), n, error),
+                     **settings)
+
+
 class CallStoppingAt:
     """A compiled call whose ``n``-th run raises ``error`` after running: its input donated and its result lost,
     as when a signal arrives while the call is dispatched."""
@@ -70,24 +75,22 @@ class CallStoppingAt:
 @pytest.mark.parametrize("where, error", [("sync", KeyboardInterrupt), ("call", KeyboardInterrupt),
                                           ("call", RuntimeError)],
                          ids=["interrupt-at-sync", "interrupt-inside-call", "exception-inside-call"])
-def test_a_stopped_solve_keeps_the_synchronised_epochs_and_resumes_from_them(monkeypatch, inner_steps, options,
-                                                                            where, error):
+def test_a_stopped_solve_keeps_the_synchronised_epochs_and_resumes_from_them(inner_steps, options, where, error):
     options = {**options, "inner_steps": inner_steps}
-    monkeypatch.setattr(crux.loop, "SYNC_SECONDS", 1e9)
-    monkeypatch.setattr(crux.loop, "RECORD_ROWS", 2 * inner_steps)  # a sync every two calls
+    every_two_calls = {"sync_seconds": 1e9, "record_rows": 2 * inner_steps}  # a sync every two calls
     kept = KEPT_CALLS * inner_steps
     reference = problem().solver()
+    reference.machinery = Machinery(**every_two_calls)
     reference.solve(kept, **options)
 
     stopped = problem().solver()
-    if where == "sync":
-        monkeypatch.setattr(crux.loop, "tqdm", bar_stopping_at_update(2, error))  # after the second sync
+    if where == "sync":  # after the second sync
+        stopped.machinery = Machinery(progress=bar_stopping_at_update(2, error), **every_two_calls)
     else:  # the sixth call: the fifth ran but was not synchronised
-        monkeypatch.setattr(crux.solver, "compile_once", lambda *args, **kwargs: CallStoppingAt(
-            compile_once(*args, **kwargs), KEPT_CALLS + 2, error))
+        stopped.machinery = stopping_at_call(KEPT_CALLS + 2, error, **every_two_calls)
     with pytest.raises(error, match="stopped"):
         stopped.solve(CALLS * inner_steps, **options)
-    monkeypatch.undo()
+    reference.machinery = stopped.machinery = Machinery()
 
     history, expected = stopped.history, reference.history
     np.testing.assert_array_equal(history.epoch, np.arange(kept))
@@ -106,15 +109,14 @@ def test_a_stopped_solve_keeps_the_synchronised_epochs_and_resumes_from_them(mon
     assert not any(t.name == PRODUCER_THREAD for t in threading.enumerate())  # no offloading thread left behind
 
 
-def test_a_solve_stopped_before_its_first_sync_leaves_the_solver_as_it_was(monkeypatch):
+def test_a_solve_stopped_before_its_first_sync_leaves_the_solver_as_it_was():
     solver = problem().solver()
     solver.solve(10, batchsize=16)
     before = flat(solver.params)
-    monkeypatch.setattr(crux.solver, "compile_once", lambda *args, **kwargs: CallStoppingAt(
-        compile_once(*args, **kwargs), 1, KeyboardInterrupt))
+    solver.machinery = stopping_at_call(1, KeyboardInterrupt)
     with pytest.raises(KeyboardInterrupt):  # fused calls: a program the solver has yet to compile (and wrap)
         solver.solve(10, batchsize=16, inner_steps=5)
-    monkeypatch.undo()
+    solver.machinery = Machinery()
     assert len(solver.history) == 10 and solver.history.phases == [0]
     np.testing.assert_array_equal(flat(solver.params), before)
     reference = problem().solver()

@@ -1,8 +1,8 @@
 """The claim checks of crux.report, on records made straight from crux solves.
 
 Each claim is shown to hold on crux as it is, and to turn to ``fails`` when the
-option is broken on purpose (monkeypatched crux internals, only here): a check
-that cannot fail proves nothing. Tiny networks and 30 epochs keep this quick.
+option is broken on purpose (a defect planted through the solver's ``Machinery`` or a replaced method, only
+here): a check that cannot fail proves nothing. Tiny networks and 30 epochs keep this quick.
 """
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ from crux.report.claims import check_devices, check_offload, check_substeps
 from crux.report.document import verdicts_json
 from crux.report.records import snapshot_arrays
 from crux.pipeline.settings import normalise_substeps
-from crux.solver import Crux
+from crux.engine import Primitives, repeat
+from crux.solver import Crux, Machinery
 from crux_testing import mixed, poisson as small_poisson
 from scripts_path import calibrate
 
@@ -42,11 +43,13 @@ def poisson(lr: float = 1e-3) -> crux.problems.Problem:
 
 
 def solve_record(run_id: str, problem: crux.problems.Problem, epochs: int = EPOCHS, twin: int = 0,
-                 **options) -> RunRecord:
-    """Solve once with ``options`` and record it as the pipeline would; ``twin > 0`` makes a round-off twin."""
+                 machinery: Machinery = Machinery(), **options) -> RunRecord:
+    """Solve once with ``options`` on ``machinery`` and record it as the pipeline would; ``twin > 0`` makes a
+    round-off twin."""
     for model in problem.models.values():
         model.params = roundoff_twin(model.params, twin)
     solver = problem.solver()
+    solver.machinery = machinery
     initial = jax.tree.map(np.array, solver.params)
     stats = solver.solve(epochs, **options)
     recorded = {**options, "substeps": normalise_substeps(options.get("substeps"))}
@@ -96,20 +99,10 @@ def test_accumulation_whose_micro_batches_reuse_points_is_degenerate(batches, mo
     assert "degenerate: micro-batches identical" in verdict.summary
 
 
-class _KeepNewest:
-    """``jax.numpy`` whose ``add`` keeps only its second term: an accumulator overwritten by each micro-batch."""
-
-    def __getattr__(self, name):
-        return getattr(jax.numpy, name)
-
-    @staticmethod
-    def add(total, new):
-        return new
-
-
-def test_accumulation_applying_only_last_micro_batch_fails(batches, monkeypatch):
-    monkeypatch.setattr(crux.engine, "jnp", _KeepNewest())
-    broken = solve_record("acc-last-only", poisson(), batchsize=B, accumulation_steps=N)
+def test_accumulation_applying_only_last_micro_batch_fails(batches):
+    keep_newest = Primitives(accumulate=lambda total, new: new)  # an accumulator overwritten by each micro-batch
+    broken = solve_record("acc-last-only", poisson(), machinery=Machinery(primitives=keep_newest), batchsize=B,
+                          accumulation_steps=N)
     verdict = only(check_accumulation([broken, batches["big"], batches["plain"]]), "accumulation.effective_batch")
     assert verdict.verdict == FAILS
     assert "neither" in verdict.summary
@@ -129,20 +122,18 @@ def test_fused_steps_are_identical_to_single_steps(batches):
     assert verdict.evidence["parameter_distance"] <= verdict.thresholds["parameter_distance"].value
 
 
-def test_fused_steps_that_skip_an_update_fail(batches, monkeypatch):
+def test_fused_steps_that_skip_an_update_fail(batches):
     """A fused call that returns the state before its last update (the losses still have K rows)."""
-    honest = crux.engine._repeat
-
     def skip_last(body, carry, xs, length):
         if length == 1:
-            return honest(body, carry, xs, length)
+            return repeat(body, carry, xs, length)
         _, outputs = jax.lax.scan(body, carry, xs, length=length)
         shorter = None if xs is None else jax.tree.map(lambda a: a[:-1], xs)
         carry, _ = jax.lax.scan(body, carry, shorter, length=length - 1)
         return carry, outputs
 
-    monkeypatch.setattr(crux.engine, "_repeat", skip_last)
-    broken = solve_record("K5-skips", poisson(), batchsize=B, inner_steps=5)
+    skipping = Machinery(primitives=Primitives(repeat=skip_last))
+    broken = solve_record("K5-skips", poisson(), machinery=skipping, batchsize=B, inner_steps=5)
     verdict = only(check_inner_steps([broken, batches["plain"]]), "inner_steps.identical[b4 K=5]")
     assert verdict.verdict == FAILS, verdict.summary
 
