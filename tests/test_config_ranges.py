@@ -1,5 +1,6 @@
 """Values of the right type that no run could use are named in the command line's terms before anything runs
-(crux.pipeline.config.out_of_range); the shipped configs have none."""
+(crux.pipeline.config.out_of_range, gathered with the backend's and the problem's refusals by
+crux.pipeline.refusals); the shipped configs have none."""
 from __future__ import annotations
 
 from typing import Iterator
@@ -10,6 +11,7 @@ from hydra import compose, initialize_config_module
 from crux.pipeline import config
 from crux.pipeline.config import CONFIG_PACKAGE
 from crux.pipeline.ranges import Choice, Range
+from crux.pipeline.refusals import refusals
 
 
 @pytest.fixture
@@ -53,6 +55,17 @@ def hydra_configs() -> Iterator[None]:
 ])
 def test_each_value_out_of_range_is_named_as_it_was_typed(hydra_configs, overrides, problems):
     assert config.out_of_range(compose("config", overrides=overrides)) == problems
+
+
+def test_one_call_gathers_the_refusals_of_every_kind_in_order(hydra_configs):
+    """What crux-run and crux-sweep refuse: a value out of range, then the backend's, then the problem's."""
+    cfg = compose("config", overrides=["solver.epochs=-1", "backend.batching=samples",
+                                       "problem._target_=nosuchmodule.unit_square"])
+    assert refusals(cfg) == [
+        "solver.epochs=-1: must be >= 1",
+        "backend.batching=samples: crux batches over points; the samples form is jNO's (backend=jno)",
+        "problem._target_=nosuchmodule.unit_square: No module named 'nosuchmodule'; a problem's module is imported "
+        "from the working directory or from an installed package"]
 
 
 def test_a_range_says_its_bounds_and_lets_them_in_or_out_as_declared():

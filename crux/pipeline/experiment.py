@@ -32,8 +32,8 @@ from hydra_plugins.crux_sweeper.crux_sweeper import CruxSweeper
 
 from crux import backends
 from crux.pipeline import config, processes
-from crux.pipeline.backend_choice import backend_refusals
 from crux.pipeline.config import CONFIG_PACKAGE, Phase
+from crux.pipeline.refusals import refusals
 from crux.problems import Problem
 from crux.tracking import JobRun, ParameterLeaves, parameter_leaves
 from crux.tracking.failures import errors_raised_by_hydra, job_failed, tracebacks_shown
@@ -143,9 +143,9 @@ def run_job(cfg: DictConfig) -> float:
     with interruptible():
         try:
             # crux's sweeper checked every job's config before the first; a single run is checked here
-            refusals = config.out_of_range(cfg) + backend_refusals(cfg) + config.problem_faults(cfg)
-            if refusals:
-                raise ValueError("; ".join(refusals))
+            refused = refusals(cfg)
+            if refused:
+                raise ValueError("; ".join(refused))
             processes.join(cfg.jax, cfg.solver.devices)
             run = JobRun.start(cfg) if processes.records() else processes.Unrecorded()
         except (ValueError, StoreError, OmegaConfBaseException) as error:  # no run yet: nothing to record

@@ -49,9 +49,8 @@ from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
-from crux.pipeline.backend_choice import backend_refusals
-from crux.pipeline.config import (effective_settings, out_of_range, overrides_without, problem_faults,
-                                  refused_problem_override)
+from crux.pipeline.config import effective_settings, overrides_without, refused_problem_override
+from crux.pipeline.refusals import refusals as job_refusals
 from crux.tracking.contract import (BACKEND, CLAIM, CLAIMS, COMMAND, ERROR_MESSAGE, ERROR_TYPE, FAILED, FINISHED, HOST,
                                    JOB, KILLED, NOTE, OVERRIDES, PARENT, PID, PLANNED_JOBS, PLANNED_JOB_COUNT,
                                    RESUMES, ROLE, RUNNING, SWEEP, SWEEP_DIR, SWEPT, VARIANT, VARIANT_PARAM,
@@ -177,7 +176,7 @@ class Multirun:
                 cfg = self.compose(self.config, list(overrides))
                 with read_write(cfg), open_dict(cfg):
                     del cfg["hydra"]
-                found = out_of_range(cfg) + backend_refusals(cfg) + problem_faults(cfg)
+                found = job_refusals(cfg)
             except CONFIG_ERRORS as error:
                 without = lambda key: self.compose(self.config, overrides_without(list(overrides), key))  # noqa: E731
                 found = [refused_problem_override(error, without) or _one_line(error)]
