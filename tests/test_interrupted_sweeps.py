@@ -23,12 +23,20 @@ from crux.tracking import contract
 
 pytestmark = pytest.mark.integration  # sweeps and reports in subprocesses
 
-LONG = 40000  # epochs of job 2: about ten seconds of training on a 2-core CPU, far beyond its first synchronisation
+SPEED = float(os.environ.get("CRUX_TEST_JOB_SPEED", "1"))
+"""Job 2's speed against the usual, to show that the test waits on what the job reports and on no clock: 10 gives
+it a tenth of its epochs (its training ends ten times sooner after its first synchronisation, as on a machine ten
+times faster), 0.1 makes each of its epochs about ten times as costly."""
+LONG = round(40000 / max(SPEED, 1))  # epochs of job 2: about ten seconds of training on a 2-core CPU, far beyond
+# its first synchronisation
+# An epoch's cost grows more slowly than its points (each update has a fixed part): 2.5 / SPEED times the points
+# make it about 1 / SPEED times as costly on a 2-core CPU.
+INTERIOR = 256 if SPEED >= 1 else round(256 * 2.5 / SPEED)
 SWEEP = f"""
 claim: a sweep to stop half way
 claims: [accumulation]
 model: {{width: 32, depth: 2}}
-problem: {{n_interior: 256}}
+problem: {{n_interior: {INTERIOR}}}
 hydra:
   mode: MULTIRUN
   verbose: crux.loop   # the loop's synchronisations, the event the test stops job 2 at
