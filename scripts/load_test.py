@@ -90,7 +90,7 @@ class SweepSpec:
 
     def command(self, sweep_dir: Path, experiment: str) -> list[str]:
         timer = ["+hydra.callbacks.tracking_timer._target_=load_test.TrackingTimer"] if self.timed else []
-        return [self.python, "-m", "crux.pipeline.sweep", "accumulation", f"solver.epochs={self.epochs}",
+        return [self.python, "-m", "crux.commands.sweep", "accumulation", f"solver.epochs={self.epochs}",
                 f"memory={','.join(self.memory)}", f"repeat={','.join(map(str, range(self.repeats)))}",
                 f"tracking.experiment={experiment}", f"hydra.sweep.dir={sweep_dir}", *self.extra, *timer,
                 *self.launcher_overrides()]

@@ -2,7 +2,7 @@
 
     python scripts/measure_tracking.py [--jobs N] [--uri URI] [overrides...]   # 3 jobs, solver.epochs=5000
 
-Runs ``crux.pipeline.experiment.main`` (the default poisson1d job) ``N`` times, one after
+Runs ``crux.commands.experiment.main`` (the default poisson1d job) ``N`` times, one after
 another as a sweep's jobs run, against a SQLite store made beforehand in another
 process (as an existing mlflow.db is), and prints the seconds of each tracking
 step of the first job beside its wall time, then each job's share. The tracking
@@ -30,7 +30,7 @@ start = time.perf_counter()
 import numpy as np  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
-import crux.pipeline.experiment  # noqa: E402
+import crux.commands.experiment  # noqa: E402
 from crux.problems import Problem  # noqa: E402
 from crux.stats import Statistics  # noqa: E402
 from crux.tracking import job  # noqa: E402
@@ -42,12 +42,12 @@ PLOT = "  Statistics.plot (history.png)"
 PARTS_HISTORY = "  log_history (histories)"
 TRAINING = "training"
 
-STEPS = {  # what crux.pipeline.experiment.main calls; their sum is the tracking cost
+STEPS = {  # what crux.commands.experiment.main calls; their sum is the tracking cost
     "JobRun.start": (job.JobRun, "start"),
     "JobRun.log_config": (job.JobRun, "log_config"),
     "JobRun.log_results": (job.JobRun, "log_results"),
     "JobRun.__exit__ (set_terminated)": (job.JobRun, "__exit__"),
-    "parameter_leaves (initial, phase ends)": (crux.pipeline.experiment, "parameter_leaves"),
+    "parameter_leaves (initial, phase ends)": (crux.commands.experiment, "parameter_leaves"),
 }
 PARTS = {  # inside those steps
     "  ensure_experiment": (job, "ensure_experiment"),
@@ -95,7 +95,7 @@ def timed(owner: Any, name: str, label: str) -> None:
 
 def run_jobs(count: int, overrides: list[str], uri: str | None) -> list[tuple[float, dict[str, float]]]:
     """Each job's wall time and the seconds of its steps, logged into ``uri`` (a new SQLite store if None)."""
-    for label, (owner, name) in {**STEPS, **PARTS, TRAINING: (crux.pipeline.experiment, "train")}.items():
+    for label, (owner, name) in {**STEPS, **PARTS, TRAINING: (crux.commands.experiment, "train")}.items():
         timed(owner, name, label)
     jobs = []
     with tempfile.TemporaryDirectory() as folder:
@@ -108,7 +108,7 @@ def run_jobs(count: int, overrides: list[str], uri: str | None) -> list[tuple[fl
             SECONDS.clear()
             sys.argv = ["crux-run", *overrides, f"hydra.run.dir={folder}/outputs/{number}"]
             begin = time.perf_counter()
-            crux.pipeline.experiment.main()
+            crux.commands.experiment.main()
             jobs.append((time.perf_counter() - begin, dict(SECONDS)))
     return jobs
 
@@ -129,7 +129,7 @@ def main(argv: list[str]) -> None:
     loading = sum(seconds.get(importing(label), 0.0) for label in FIRST_IMPORTS)
     rest = job_seconds - tracking
     lines = {"imports (process start, not counted)": f"{IMPORT_SECONDS:.2f} s",
-             "job 0 (crux.pipeline.experiment.main)": f"{job_seconds:.2f} s, of which training {seconds[TRAINING]:.2f} s"}
+             "job 0 (crux.commands.experiment.main)": f"{job_seconds:.2f} s, of which training {seconds[TRAINING]:.2f} s"}
     for label in [*STEPS, *PARTS]:
         for name in (label, importing(label) if label in FIRST_IMPORTS else None):
             if name in seconds:

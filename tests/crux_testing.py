@@ -128,7 +128,7 @@ def runs_by_role(tmp_path: Path, experiment: str) -> tuple[Any, dict[str, list]]
 
 def selected(name: str) -> list[str]:
     """The overrides that select built-in sweep ``name`` once it is registered, as crux-sweep does."""
-    from crux.pipeline.sweep import available, register  # Hydra only for the tests that compose configs
+    from crux.commands.sweep import available, register  # Hydra only for the tests that compose configs
 
     register(available()[name], f"crux-sweep {name}")
     return [f"+sweeps={name}"]

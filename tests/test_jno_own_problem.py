@@ -64,7 +64,7 @@ def test_a_misspelt_field_or_a_missing_module_is_one_line_naming_it_and_the_fix(
 
 
 def test_a_misspelt_field_stops_the_sweep_in_one_line_before_any_run(tmp_path, monkeypatch, capsys):
-    from crux.pipeline.sweep import main
+    from crux.commands.sweep import main
 
     shutil.copytree(EXAMPLE, tmp_path / "project", ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.chdir(tmp_path / "project")
@@ -118,7 +118,7 @@ def test_the_example_swept_on_both_backends_is_reported_side_by_side(tmp_path):
     uri = f"sqlite:///{project / 'mlflow.db'}"
     environment = {**os.environ, "MLFLOW_TRACKING_URI": uri}
     for backend in ([], JNO_PROBLEM):
-        done = subprocess.run([sys.executable, "-m", "crux.pipeline.sweep", "unit_square_accumulation.yaml", "--config-dir",
+        done = subprocess.run([sys.executable, "-m", "crux.commands.sweep", "unit_square_accumulation.yaml", "--config-dir",
                                "conf", *backend, *SWEEP], cwd=project, capture_output=True, text=True,
                               env=environment, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]

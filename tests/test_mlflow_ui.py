@@ -20,7 +20,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from crux.pipeline.sweep import available
+from crux.commands.sweep import available
 from crux.tracking import contract
 from mlflow_server import mlflow_server
 
@@ -101,7 +101,7 @@ def ui(tmp_path_factory, empty_store) -> Iterator[Served]:
     with mlflow_server(folder, empty_store) as uri:
         rest = Rest(uri)
         env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
-        sweep = subprocess.run([sys.executable, "-m", "crux.pipeline.sweep", *SWEEP], cwd=folder, env=env,
+        sweep = subprocess.run([sys.executable, "-m", "crux.commands.sweep", *SWEEP], cwd=folder, env=env,
                                capture_output=True, text=True, timeout=900)
         assert sweep.returncode == 0, sweep.stderr[-3000:]
         experiment_id = rest.experiment("accumulation")["experiment_id"]

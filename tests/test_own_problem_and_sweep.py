@@ -18,7 +18,7 @@ import crux
 from crux.pipeline import config
 from crux.pipeline.config import CONFIG_PACKAGE, ModelConfig, build_problem, effective_settings
 from crux.problems import Problem
-from crux.pipeline.sweep import available, find_sweep, main, register
+from crux.commands.sweep import available, find_sweep, main, register
 from crux.tracking.job import flatten
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "own_problem"
@@ -243,7 +243,7 @@ def test_a_setting_that_ran_otherwise_is_logged_as_it_ran_beside_the_request(sto
 
 
 def test_a_built_in_sweep_says_which_fields_of_a_chosen_problem_it_sets():
-    from crux.pipeline.sweep import problem_note
+    from crux.commands.sweep import problem_note
 
     sweeps = available()
     assert problem_note(sweeps["accumulation"], ["problem=heat2d", "solver.epochs=30"]) == (

@@ -18,10 +18,8 @@ from crux.pipeline import config
 from crux.pipeline.config import CONFIG_PACKAGE
 from crux.report import FAILS, HOLDS, INCONCLUSIVE, RunRecord, SolveOptions
 from crux.report.claims import check_checkpoint, check_devices, check_inner_steps
-from crux.report.claims.checkpoint import CLAIMED_COST
-from crux.report.claims.fusion import FASTER_BAND
 from crux.report.numerics import paired_timing
-from crux.report.claims import UNCLAIMED_BAND, timing_band
+from crux.pipeline.timing_bands import CLAIMED_COST, FASTER_BAND, UNCLAIMED_BAND, timing_band
 from crux.timing import (CPU_TIME, FIRST_LOOK, OUTSIDE, UNDECIDED, WALL_TIME, WITHIN, Band, Machine, PairedTimes,
                          Side, chunk_epochs, ratio_interval, time_paired)
 from crux.tracking.paired_timing import logged, reference_options, solve_options

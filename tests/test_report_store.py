@@ -24,7 +24,7 @@ from crux.report import HOLDS, INCONCLUSIVE, load_sweep, main
 from crux.report.store import config_from_params
 from crux.pipeline.settings import configuration
 from crux.stats import Statistics
-from crux.pipeline.sweep import available
+from crux.commands.sweep import available
 from crux.tracking import contract
 from crux.tracking.multirun import planned_jobs
 from crux.tracking.job import flatten

@@ -26,7 +26,7 @@ TRAINING = "training phase 1 of 1"
 
 def sweep(folder: Path, uri: str, *extra: str) -> subprocess.Popen:
     env = {key: value for key, value in os.environ.items() if not key.startswith("MLFLOW_HTTP_REQUEST_")}
-    return subprocess.Popen([sys.executable, "-m", "crux.pipeline.sweep", "accumulation", *JOBS, *extra], cwd=folder,
+    return subprocess.Popen([sys.executable, "-m", "crux.commands.sweep", "accumulation", *JOBS, *extra], cwd=folder,
                             env={**env, "MLFLOW_TRACKING_URI": uri}, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
 

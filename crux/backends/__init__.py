@@ -1,6 +1,6 @@
 """The libraries a pipeline job can train with (the ``backend`` config group).
 
-``crux`` is crux's own solver (crux/pipeline/experiment.py runs it); ``jno`` builds the same
+``crux`` is crux's own solver (crux/commands/experiment.py runs it); ``jno`` builds the same
 built-in problem in jNO's API and logs the same MLflow layout
 (:mod:`crux.backends.jno`, imported only when chosen, so crux never needs jNO).
 """

@@ -7,7 +7,7 @@ reads them: ``timing/candidate_seconds`` (the job's own options), ``timing/refer
 ``timing/chunk_epochs``, ``timing/budget_seconds``, ``timing/spent_seconds``, ``timing/cores`` and tags
 ``crux.timing.cpu``, ``crux.timing.device``, ``crux.timing.clock``, ``crux.timing.against`` say how and where it
 was measured. The job times until the interval is placed by the band of the claim that will judge it
-(:func:`crux.report.claims.timing_band`), the band the report judges with.
+(:func:`crux.pipeline.timing_bands.timing_band`), the band the report judges with.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from mlflow.entities import Metric
 from omegaconf import DictConfig, OmegaConf
 
 from crux.pipeline import config
-from crux.report.claims import timing_band
+from crux.pipeline.timing_bands import timing_band
 from crux.timing import PairedTimes, Side, time_paired
 from crux.tracking.contract import TIMING_AGAINST, TIMING_CLOCK, TIMING_CPU, TIMING_DEVICE
 from crux.tracking.job import JobRun

@@ -13,19 +13,18 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from crux.pipeline.timing_bands import CLAIMED_COST
 from crux.report.claims.equivalence import same_numbers
 from crux.report.numerics import TIMING_ORIGIN, TIMING_RULE, paired_timing
 from crux.report.pairing import Pair, first, paired_settings, reference_and_twins, run_ids
 from crux.report.records import RunRecord
 from crux.report.verdict import (FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt, fmt_bytes,
                                  not_in_sweep)
-from crux.timing import Band
 
 SAVES_MEMORY = Claim("checkpoint_gradients=False, # True → gradient checkpointing (saves memory, ~30% slower)",
                      "checkpoint-saves-memory")
 SAME_NUMBERS = Claim("checkpoint_gradients=True rematerialises activations in the backward pass and gives the same "
                      "numbers as checkpoint_gradients=False", "checkpoint-same-numbers")
-CLAIMED_COST = Band(1.25, 1.35)  # "~30% slower" at its one significant digit
 COST_ORIGIN = ("the claim's own figure, ~30%, read at the precision it is written with: one significant digit, so "
                "any cost that rounds to 30% ([25%, 35%)); a cost that rounds to 20% or 40% is another figure")
 MEMORY_ORIGIN = ("compiled memory_analysis() of the update is exact and deterministic for a given program, so no "

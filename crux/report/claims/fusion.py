@@ -16,12 +16,12 @@ from dataclasses import replace
 
 import numpy as np
 
+from crux.pipeline.timing_bands import FASTER_BAND, NOISE_THRESHOLD
 from crux.report.claims.equivalence import same_numbers
 from crux.report.numerics import TIMING_ORIGIN, TIMING_RULE, paired_timing, spread
 from crux.report.pairing import Pair, paired_settings, reference_and_twins, run_ids
 from crux.report.records import RunRecord, describe
 from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt, not_in_sweep
-from crux.timing import Band
 
 IDENTICAL = Claim("inner_steps=N runs N gradient steps inside a single jax.lax.fori_loop [...] "
                   "Numerically identical [...] Fusing is a dispatch change, not a numerical one",
@@ -30,8 +30,6 @@ FASTER = Claim("inner_steps=N runs N gradient steps inside a single jax.lax.fori
                "N steps instead of once per step. [...] The argument exists for the case where dispatch latency "
                "dominates a small kernel, which is far likelier on a GPU than in this test — measure on your own "
                "problem", "inner-steps-faster")
-NOISE_THRESHOLD = 0.05
-FASTER_BAND = Band(0.0, 1 - NOISE_THRESHOLD)  # time at K over time at K=1
 NOISE_ORIGIN = ("a noise threshold on the change, as benchmark tools keep one (criterion.rs: 1% by default): "
                 "fusing is worth its longer compile only for a visible gain, and on a shared CPU a cost that "
                 "differs by a few percent between two settings can be the cores' caches and clocks rather than "
