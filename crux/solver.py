@@ -42,10 +42,16 @@ def _strongly_typed(tree: Any) -> Any:
     return jax.tree.map(lambda x: jnp.asarray(x, x.dtype) if getattr(x, "weak_type", False) else x, tree)
 
 
+def models_reached(reach: Sequence[set[str]], models: Sequence[str]) -> tuple[str, ...]:
+    """The models an entry trains: those its constraints reach (``reach``: one set per constraint), so that a
+    model no constraint of the entry reaches keeps its parameters bit for bit."""
+    return tuple(sorted(set().union(*reach)))
+
+
 @dataclass(frozen=True)
 class Machinery:
     """What a solver builds, compiles and runs its calls with: the engine's primitives and call, the compiler,
-    the host loop's synchronisation and progress bar.
+    the host loop's synchronisation and progress bar, and which models an entry trains.
 
     The defaults are crux's own; a solver's ``machinery`` is replaced only by tests, to plant a defect that a
     check must catch (a fused loop that drops an update, a call interrupted at a given run) or to make the
@@ -58,6 +64,7 @@ class Machinery:
     sync_seconds: float = SYNC_SECONDS  # how often the host loop waits for the device
     record_rows: int = RECORD_ROWS  # epochs' records the device holds between two waits
     progress: Callable[..., Any] = tqdm  # the progress bar's class
+    trained: Callable[[Sequence[set[str]], Sequence[str]], tuple[str, ...]] = models_reached  # an entry's models
 
 
 class Crux:
@@ -153,14 +160,14 @@ class Crux:
     def _entries(self, options: Options) -> tuple[Entry, ...]:
         reach = self.reach
         if options.substeps is None:
-            models = tuple(sorted(set().union(*reach)))
+            models = self.machinery.trained(reach, list(self.models))
             unreached = sorted(set(self.models) - set(models))
             if unreached:
                 log.warning("models %s are reached by no constraint and will not be trained", unreached)
             return (Entry(tuple(range(len(self.constraints))), models, 1),)
         entries = []
         for constraints, steps in options.substeps:
-            models = tuple(sorted(set().union(*(reach[c] for c in constraints))))
+            models = self.machinery.trained([reach[c] for c in constraints], list(self.models))
             entries.append(Entry(constraints, models, steps))
         uncovered = sorted(set(range(len(self.constraints))) - {c for e in entries for c in e.constraints})
         if uncovered:

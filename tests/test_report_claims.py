@@ -17,7 +17,6 @@ import pytest
 
 from crux.tracking import contract
 import crux
-import crux.engine
 from crux.batching import PointStream
 from crux.pipeline.config import roundoff_twin
 from crux.model import Model
@@ -338,15 +337,9 @@ def test_substeps_leave_unreached_model_bit_identical():
     assert verdict.evidence[f"{record.label}/q/distance"] > 0
 
 
-def test_substeps_feeding_zero_gradients_to_unreached_models_fail(monkeypatch):
-    honest = Crux._entries
-
-    def every_model(self, options):
-        return tuple(crux.engine.Entry(e.constraints, tuple(sorted(self.models)), e.steps)
-                     for e in honest(self, options))
-
-    monkeypatch.setattr(Crux, "_entries", every_model)
-    record = solve_record("only-q-zero-grad", small_mixed(), substeps=[[0]])
+def test_substeps_feeding_zero_gradients_to_unreached_models_fail():
+    every_model = Machinery(trained=lambda reach, models: tuple(sorted(models)))
+    record = solve_record("only-q-zero-grad", small_mixed(), machinery=every_model, substeps=[[0]])
     verdict = only(check_substeps([record]), "substeps.reached_only")
     assert verdict.verdict == FAILS
     assert f"unreached models moved: u in {record.label} moved" in verdict.summary
