@@ -158,8 +158,8 @@ def test_a_run_that_found_another_ratio_widens_the_interval_however_few_pairs_it
     # as one series, 64 pairs at 1.3 outvote 8 at 1.2; drawn run by run, a quarter of the resamples hold the
     # 1.2 run alone, so the 2.5% quantile is near 1.2
     assert CLAIMED_COST.place(ratio_interval(candidate, reference)) == WITHIN
-    assert ratio_interval(candidate, reference, runs=runs).low < 1.2 * 1.01
-    assert CLAIMED_COST.place(ratio_interval(candidate, reference, runs=runs)) == UNDECIDED
+    assert ratio_interval(candidate, reference, groups=runs).low < 1.2 * 1.01
+    assert CLAIMED_COST.place(ratio_interval(candidate, reference, groups=runs)) == UNDECIDED
 
 
 def test_an_undecided_timing_on_a_busy_machine_says_so():
