@@ -225,6 +225,53 @@ def test_a_spent_budget_ends_an_undecided_timing_after_the_first_look():
     assert len(times.candidate) == FIRST_LOOK and Band(1.25, 1.35).place(times.interval()) == UNDECIDED
 
 
+def test_the_pairs_rotate_through_the_builds_each_build_alternating_its_order():
+    order: list[str] = []
+
+    class Logged(Scripted):
+        def __init__(self, name):
+            super().__init__([0.1] * 50, 2)
+            self.name = name
+
+        def solve(self, epochs, **options):
+            order.append(self.name)
+            return super().solve(epochs, **options)
+
+    times = time_paired([Side(Logged("A0")), Side(Logged("A1"))], [Side(Logged("B0")), Side(Logged("B1"))],
+                        Band(0.5, 2.0), budget_seconds=1e9)
+    # after build 0's warm-up and calibration chunks (A0 B0 three times) and build 1's warm-up (A1 B1)
+    assert order[8:16] == ["A0", "B0", "A1", "B1", "B0", "A0", "B1", "A1"]
+    assert times.build[:4] == (0, 1, 0, 1) and times.builds == 2
+    assert len(times.candidate) == 2 * FIRST_LOOK  # the first look comes after FIRST_LOOK pairs per build
+
+
+def test_a_build_that_runs_at_another_ratio_widens_the_interval():
+    # four builds, the first at ratio 1.2 and three at 1.3 (every pair exact): as one series 8 pairs at 1.2 out
+    # of 32 never hold the median; drawn build by build, P(3 or 4 of 4 draws are the first build) = 5.1% > 2.5%,
+    # so the 2.5% quantile is 1.2 and the interval reaches out of [1.25, 1.35)
+    ratios = (1.2, 1.3, 1.3, 1.3)
+    candidates = [Side(Scripted([0.1 * ratio] * 50, 1)) for ratio in ratios]
+    references = [Side(Scripted([0.1] * 50, 1)) for _ in ratios]
+    times = time_paired(candidates, references, CLAIMED_COST, budget_seconds=1e-9)
+    assert times.builds == 4 and len(times.candidate) == 4 * FIRST_LOOK
+    assert CLAIMED_COST.place(ratio_interval(np.array(times.candidate), np.array(times.reference))) == WITHIN
+    assert times.interval().low == pytest.approx(1.2) and CLAIMED_COST.place(times.interval()) == UNDECIDED
+
+
+def test_unequal_builds_of_the_two_sides_are_refused():
+    with pytest.raises(ValueError, match="as many builds of the reference as of the candidate"):
+        time_paired([Side(Scripted([], 0))] * 2, [Side(Scripted([], 0))], CLAIMED_COST, budget_seconds=1)
+
+
+def test_the_report_resamples_the_builds_of_every_run_and_says_how_many():
+    builds = PairedTimes((0.13,) * 8 + (0.12,) * 8, (0.1,) * 16, 10, (0.5,) * 16, 20.0, 20.0, MACHINE,
+                         build=(0,) * 8 + (1,) * 8)
+    verdict = checkpoint_verdict(builds, synthetic(1.3, pairs=16, seed=2))
+    # three groups (run 0's two builds, run 1's one): the 1.2 build alone in 1 of 27 resamples (3.7% > 2.5%)
+    assert verdict.evidence["timing_builds_per_run"] == 2 and "2 runs of 2 builds" in verdict.summary
+    assert verdict.evidence["time_ratio_low"] == pytest.approx(1.2, rel=0.02) and verdict.verdict == INCONCLUSIVE
+
+
 def test_on_the_cpu_clock_a_load_that_stretches_one_side_of_a_pair_does_not_move_the_ratio():
     # CPU time 1.3 : 1 in every pair; the other processes stretch each chunk's wall-clock time by a factor drawn
     # from [1, 4] (a share of the cores that changes within a pair), so the wall-clock pair ratios spread over
@@ -315,6 +362,7 @@ def hydra_configs():
      ["timing.against.epochs: not a solve() option the timing can change; choose among batchsize, "
       "accumulation_steps, checkpoint_gradients, offload_data, inner_steps, devices"]),
     (["timing.budget_seconds=0"], ["timing.budget_seconds=0.0: must be > 0"]),
+    (["timing.builds=0"], ["timing.builds=0: must be >= 1"]),
 ])
 def test_a_timing_the_job_could_not_run_is_refused_before_training(hydra_configs, overrides, problems):
     assert config.out_of_range(compose("config", overrides=overrides)) == problems
