@@ -225,20 +225,23 @@ def test_a_spent_budget_ends_an_undecided_timing_after_the_first_look():
     assert len(times.candidate) == FIRST_LOOK and Band(1.25, 1.35).place(times.interval()) == UNDECIDED
 
 
+class Logged(Scripted):
+    """A scripted solver (0.1 s per epoch after ``calibration_chunks`` of 1 ms) that appends its name to ``order``
+    at every chunk."""
+
+    def __init__(self, name: str, order: list[str], calibration_chunks: int = 1):
+        super().__init__([0.1] * 50, calibration_chunks)
+        self.name, self.order = name, order
+
+    def solve(self, epochs, **options):
+        self.order.append(self.name)
+        return super().solve(epochs, **options)
+
+
 def test_the_pairs_rotate_through_the_builds_each_build_alternating_its_order():
     order: list[str] = []
-
-    class Logged(Scripted):
-        def __init__(self, name):
-            super().__init__([0.1] * 50, 2)
-            self.name = name
-
-        def solve(self, epochs, **options):
-            order.append(self.name)
-            return super().solve(epochs, **options)
-
-    times = time_paired([Side(Logged("A0")), Side(Logged("A1"))], [Side(Logged("B0")), Side(Logged("B1"))],
-                        Band(0.5, 2.0), budget_seconds=1e9)
+    sides = {name: Side(Logged(name, order, calibration_chunks=2)) for name in ("A0", "A1", "B0", "B1")}
+    times = time_paired([sides["A0"], sides["A1"]], [sides["B0"], sides["B1"]], Band(0.5, 2.0), budget_seconds=1e9)
     # after build 0's warm-up and calibration chunks (A0 B0 three times) and build 1's warm-up (A1 B1)
     assert order[8:16] == ["A0", "B0", "A1", "B1", "B0", "A0", "B1", "A1"]
     assert times.build[:4] == (0, 1, 0, 1) and times.builds == 2
@@ -300,17 +303,7 @@ def test_a_job_times_to_the_band_its_claim_is_judged_with(against, band):
 
 def test_the_order_within_a_pair_alternates():
     order: list[str] = []
-
-    class Logged(Scripted):
-        def __init__(self, name):
-            super().__init__([0.1] * 50, 1)
-            self.name = name
-
-        def solve(self, epochs, **options):
-            order.append(self.name)
-            return super().solve(epochs, **options)
-
-    time_paired(Side(Logged("A")), Side(Logged("B")), Band(0.5, 2.0), budget_seconds=1e9)
+    time_paired(Side(Logged("A", order)), Side(Logged("B", order)), Band(0.5, 2.0), budget_seconds=1e9)
     assert "".join(order[4:12]) == "ABBAABBA"  # after a warm-up and a calibration chunk of each
 
 
