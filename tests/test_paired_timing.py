@@ -168,7 +168,10 @@ def test_an_undecided_timing_on_a_busy_machine_says_so():
     assert busy.verdict == quiet.verdict == INCONCLUSIVE
     assert "warning: the machine was busy (median load average 5 on 2 cores)" in busy.summary
     assert "warning" not in quiet.summary
-    assert "warning" not in checkpoint_verdict(synthetic(1.3, load=5.0)).summary  # it decided all the same
+    decided = checkpoint_verdict(synthetic(1.3, load=5.0))
+    assert decided.verdict == HOLDS and "warning" not in decided.summary  # it decided all the same, and says where
+    assert "note: the machine was busy (median load average 5 on 2 cores), and contention" in decided.summary
+    assert "note" not in checkpoint_verdict(synthetic(1.3, load=1.0)).summary
 
 
 def test_a_sweep_whose_runs_timed_nothing_is_inconclusive_and_says_how_to_time():

@@ -422,12 +422,17 @@ class PairedTiming:
                 f"{f' of {self.builds_per_run} builds' if self.builds_per_run > 1 else ''})")
 
     def warning(self, verdict: str) -> str:
-        """Where the budget did not decide on a busy machine, a sentence saying so; else empty."""
-        if verdict != INCONCLUSIVE or not self.busy:
+        """On a busy machine, a sentence saying so: that the budget did not decide, or that the ratio it decided
+        on was measured under contention, which moves it; else empty."""
+        if not self.busy:
             return ""
-        return (f"; warning: the machine was busy (median load average {fmt(self.load_median)} on {self.cores} "
-                f"cores) and {fmt(self.spent)} s of timing did not decide: rerun on a quieter machine or raise "
-                f"timing.budget_seconds or timing.builds")
+        busy = f"the machine was busy (median load average {fmt(self.load_median)} on {self.cores} cores)"
+        if verdict != INCONCLUSIVE:
+            return (f"; note: {busy}, and contention for the cores and caches moves the ratio itself (the pairs "
+                    f"cancel a drifting load, not what it does to each setting): a quieter machine may give "
+                    f"another ratio")
+        return (f"; warning: {busy} and {fmt(self.spent)} s of timing did not decide: rerun on a quieter machine "
+                f"or raise timing.budget_seconds or timing.builds")
 
     def evidence(self) -> dict[str, float]:
         interval = self.interval
