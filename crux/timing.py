@@ -14,8 +14,8 @@ pair; the CPU time counts only the work. On an accelerator, whose work the CPU t
 wall-clock time.
 
 A program's speed also depends on the build it was given: two builds of the same problem and options in one
-process (their own buffers, their own places in memory) can differ by several percent for as long as they live,
-so the chunks of one build measure that build. The timing can rotate its pairs through several builds of each
+process, each with its own buffers, can differ by several percent for as long as they live, so the chunks of
+one build measure that build. The timing can rotate its pairs through several builds of each
 side (pair i on build i mod B); the interval then resamples the builds with replacement and then the pairs of
 each drawn build, so that it holds how much the ratio moves between builds, not only between chunks.
 
@@ -247,8 +247,7 @@ def time_paired(candidate: Side | Sequence[Side], reference: Side | Sequence[Sid
         spent = time.perf_counter() - start
         if len(load) >= look:
             look *= 2
-            if band.place(ratio_interval(np.array(times[0]), np.array(times[1]),
-                                         groups=np.array(build) if builds > 1 else None)) != UNDECIDED:
+            if band.place(ratio_interval(np.array(times[0]), np.array(times[1]), groups=np.array(build))) != UNDECIDED:
                 break
         if len(load) >= first_look and spent >= budget_seconds:
             break
