@@ -270,12 +270,15 @@ def test_unequal_builds_of_the_two_sides_are_refused():
 
 
 def test_the_report_resamples_the_builds_of_every_run_and_says_how_many():
-    builds = PairedTimes((0.13,) * 8 + (0.12,) * 8, (0.1,) * 16, 10, (0.5,) * 16, 20.0, 20.0, MACHINE,
-                         build=(0,) * 8 + (1,) * 8)
-    verdict = checkpoint_verdict(builds, synthetic(1.3, pairs=16, seed=2))
-    # three groups (run 0's two builds, run 1's one): the 1.2 build alone in 1 of 27 resamples (3.7% > 2.5%)
-    assert verdict.evidence["timing_builds_per_run"] == 2 and "2 runs of 2 builds" in verdict.summary
-    assert verdict.evidence["time_ratio_low"] == pytest.approx(1.2, rel=0.02) and verdict.verdict == INCONCLUSIVE
+    # run 0: four builds of 8 pairs, the first at ratio 1.2, three at 1.3; run 1: 32 pairs at 1.3. Run by run,
+    # run 0's median is 1.3 (8 of its 32 pairs at 1.2 never hold it) and the interval lies within [1.25, 1.35);
+    # build by build (five groups), P(3 or more of 5 draws are the 1.2 build) = 5.8% > 2.5%: the interval
+    # reaches 1.2
+    builds = PairedTimes((0.12,) * 8 + (0.13,) * 24, (0.1,) * 32, 10, (0.5,) * 32, 20.0, 20.0, MACHINE,
+                         build=tuple(np.repeat(np.arange(4), 8)))
+    verdict = checkpoint_verdict(builds, synthetic(1.3, pairs=32, noise=0.0))
+    assert verdict.evidence["timing_builds_per_run"] == 4 and "2 runs of 4 builds" in verdict.summary
+    assert verdict.evidence["time_ratio_low"] == pytest.approx(1.2) and verdict.verdict == INCONCLUSIVE
 
 
 def test_on_the_cpu_clock_a_load_that_stretches_one_side_of_a_pair_does_not_move_the_ratio():
