@@ -13,9 +13,15 @@ the other processes left it, a share that changes within a second and so differs
 pair; the CPU time counts only the work. On an accelerator, whose work the CPU time does not see, it is the
 wall-clock time.
 
-The run is sequential: it looks at the interval after ``FIRST_LOOK`` pairs and then each time the count
-has doubled, and stops as soon as the interval lies wholly inside the band it is held to or wholly outside
-it, or when its time budget is spent (then the last interval is what it has).
+A program's speed also depends on the build it was given: two builds of the same problem and options in one
+process, each with its own buffers, can differ by several percent for as long as they live, so the chunks of
+one build measure that build. The timing can rotate its pairs through several builds of each
+side (pair i on build i mod B); the interval then resamples the builds with replacement and then the pairs of
+each drawn build, so that it holds how much the ratio moves between builds, not only between chunks.
+
+The run is sequential: it looks at the interval after ``FIRST_LOOK`` pairs per build and then each time the
+count has doubled, and stops as soon as the interval lies wholly inside the band it is held to or wholly
+outside it, or when its time budget is spent (then the last interval is what it has).
 """
 from __future__ import annotations
 
@@ -24,7 +30,7 @@ import os
 import platform
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol
+from typing import Any, Mapping, Protocol, Sequence
 
 import jax
 import numpy as np
@@ -96,14 +102,15 @@ class RatioInterval:
 
 
 def ratio_interval(candidate: np.ndarray, reference: np.ndarray, confidence: float = CONFIDENCE,
-                   resamples: int = RESAMPLES, seed: int = 0, runs: np.ndarray | None = None) -> RatioInterval:
+                   resamples: int = RESAMPLES, seed: int = 0, groups: np.ndarray | None = None) -> RatioInterval:
     """The median of the per-pair ratios ``candidate[i] / reference[i]`` and its percentile bootstrap interval
     (``resamples`` resamples drawn with ``seed``: deterministic).
 
-    ``runs`` labels each pair with the run that timed it. Pairs of one run are resampled with replacement;
-    pairs of several runs in two stages, the runs with replacement and then the pairs of each drawn run, so
-    that the interval also holds how much the ratio moved between the runs (a run's moment on a shared
-    machine is a condition of its own), not only within them.
+    ``groups`` labels each pair with what timed it under one condition of its own: a build of the two sides, in
+    one run. Pairs of one group are resampled with replacement; pairs of several groups in two stages, the
+    groups with replacement and then the pairs of each drawn group, so that the interval also holds how much
+    the ratio moved between groups (between builds, and between runs at their moments of a shared machine),
+    not only within them.
     """
     candidate, reference = np.asarray(candidate, np.float64), np.asarray(reference, np.float64)
     if candidate.shape != reference.shape or candidate.ndim != 1 or len(candidate) < 2:
@@ -111,12 +118,13 @@ def ratio_interval(candidate: np.ndarray, reference: np.ndarray, confidence: flo
                          f"{candidate.shape} and {reference.shape}")
     logs = np.log(candidate / reference)
     rng = np.random.default_rng(seed)
-    groups = [logs[np.asarray(runs) == run] for run in np.unique(runs)] if runs is not None else [logs]
-    if len(groups) == 1:
+    members = [logs[np.asarray(groups) == group] for group in np.unique(groups)] if groups is not None else [logs]
+    if len(members) == 1:
         medians = np.median(logs[rng.integers(0, len(logs), size=(resamples, len(logs)))], axis=1)
     else:
         medians = np.array([np.median(np.concatenate([group[rng.integers(0, len(group), len(group))] for group in
-                                                      (groups[g] for g in rng.integers(0, len(groups), len(groups)))]))
+                                                      (members[g] for g in rng.integers(0, len(members),
+                                                                                        len(members)))]))
                             for _ in range(resamples)])
     tail = (1 - confidence) / 2 * 100
     low, high = np.percentile(medians, [tail, 100 - tail])
@@ -165,8 +173,8 @@ def load_average() -> float:
 @dataclass(frozen=True)
 class PairedTimes:
     """Seconds per epoch of each chunk of the two sides on ``clock`` (pair i is ``candidate[i]``,
-    ``reference[i]``), the chunk length in epochs, the load average after each pair, the budget and the
-    (wall-clock) seconds the pairs took."""
+    ``reference[i]``, timed on build ``build[i]`` of each side), the chunk length in epochs, the load average
+    after each pair, the budget and the (wall-clock) seconds the pairs took."""
 
     candidate: tuple[float, ...]
     reference: tuple[float, ...]
@@ -176,9 +184,18 @@ class PairedTimes:
     spent_seconds: float
     machine: Machine
     clock: str = WALL_TIME
+    build: tuple[int, ...] = ()  # none given: every pair on one build
+
+    def __post_init__(self):
+        if not self.build:
+            object.__setattr__(self, "build", (0,) * len(self.candidate))
+
+    @property
+    def builds(self) -> int:
+        return len(set(self.build))
 
     def interval(self) -> RatioInterval:
-        return ratio_interval(np.array(self.candidate), np.array(self.reference))
+        return ratio_interval(np.array(self.candidate), np.array(self.reference), groups=np.array(self.build))
 
 
 def chunk_epochs(candidate: Side, reference: Side, min_seconds: float = MIN_CHUNK_SECONDS,
@@ -194,30 +211,45 @@ def chunk_epochs(candidate: Side, reference: Side, min_seconds: float = MIN_CHUN
     return epochs
 
 
-def time_paired(candidate: Side, reference: Side, band: Band, budget_seconds: float,
-                min_chunk_seconds: float = MIN_CHUNK_SECONDS, clock: str | None = None) -> PairedTimes:
+def time_paired(candidate: Side | Sequence[Side], reference: Side | Sequence[Side], band: Band,
+                budget_seconds: float, min_chunk_seconds: float = MIN_CHUNK_SECONDS,
+                clock: str | None = None) -> PairedTimes:
     """Alternate chunks of the two sides until the interval of the time ratio is placed in or out of ``band``
     or ``budget_seconds`` of wall-clock time (counted from the first timed pair) are spent; at least
-    ``FIRST_LOOK`` pairs. ``clock``: what a chunk's seconds are, by default the one for JAX's device
-    (:func:`clock_here`)."""
+    ``FIRST_LOOK`` pairs per build. ``candidate`` and ``reference`` are one side each or equally many builds of
+    each (``candidate[b]`` is timed against ``reference[b]``, pair i on build i mod B). ``clock``: what a
+    chunk's seconds are, by default the one for JAX's device (:func:`clock_here`)."""
     if budget_seconds <= 0:
         raise ValueError(f"the timing budget must be positive, got {budget_seconds} s")
+    candidates = [candidate] if isinstance(candidate, Side) else list(candidate)
+    references = [reference] if isinstance(reference, Side) else list(reference)
+    if not candidates or len(candidates) != len(references):
+        raise ValueError(f"paired timing needs as many builds of the reference as of the candidate, at least "
+                         f"one, got {len(candidates)} and {len(references)}")
     clock = clock or clock_here()
-    epochs = chunk_epochs(candidate, reference, min_chunk_seconds, clock)
+    epochs = chunk_epochs(candidates[0], references[0], min_chunk_seconds, clock)
+    for side in [*candidates[1:], *references[1:]]:  # compile and warm up the other builds
+        side.chunk(epochs, clock)
+    builds = len(candidates)
     times: tuple[list[float], list[float]] = ([], [])
     load: list[float] = []
-    look, start = FIRST_LOOK, time.perf_counter()
+    build: list[int] = []
+    first_look = FIRST_LOOK * builds
+    look, start = first_look, time.perf_counter()
     while True:
-        order = (0, 1) if len(load) % 2 == 0 else (1, 0)
+        pair = len(load)
+        sides = (candidates[pair % builds], references[pair % builds])
+        order = (0, 1) if (pair // builds) % 2 == 0 else (1, 0)
         for side in order:
-            times[side].append((candidate, reference)[side].chunk(epochs, clock))
+            times[side].append(sides[side].chunk(epochs, clock))
         load.append(load_average())
+        build.append(pair % builds)
         spent = time.perf_counter() - start
         if len(load) >= look:
             look *= 2
-            if band.place(ratio_interval(np.array(times[0]), np.array(times[1]))) != UNDECIDED:
+            if band.place(ratio_interval(np.array(times[0]), np.array(times[1]), groups=np.array(build))) != UNDECIDED:
                 break
-        if len(load) >= FIRST_LOOK and spent >= budget_seconds:
+        if len(load) >= first_look and spent >= budget_seconds:
             break
     return PairedTimes(tuple(times[0]), tuple(times[1]), epochs, tuple(load), float(budget_seconds), spent,
-                       Machine.here(), clock)
+                       Machine.here(), clock, tuple(build))

@@ -156,8 +156,8 @@ def test_a_run_that_found_another_ratio_widens_the_interval_however_few_pairs_it
     # as one series, 64 pairs at 1.3 outvote 8 at 1.2; drawn run by run, a quarter of the resamples hold the
     # 1.2 run alone, so the 2.5% quantile is near 1.2
     assert CLAIMED_COST.place(ratio_interval(candidate, reference)) == WITHIN
-    assert ratio_interval(candidate, reference, runs=runs).low < 1.2 * 1.01
-    assert CLAIMED_COST.place(ratio_interval(candidate, reference, runs=runs)) == UNDECIDED
+    assert ratio_interval(candidate, reference, groups=runs).low < 1.2 * 1.01
+    assert CLAIMED_COST.place(ratio_interval(candidate, reference, groups=runs)) == UNDECIDED
 
 
 def test_an_undecided_timing_on_a_busy_machine_says_so():
@@ -166,7 +166,10 @@ def test_an_undecided_timing_on_a_busy_machine_says_so():
     assert busy.verdict == quiet.verdict == INCONCLUSIVE
     assert "warning: the machine was busy (median load average 5 on 2 cores)" in busy.summary
     assert "warning" not in quiet.summary
-    assert "warning" not in checkpoint_verdict(synthetic(1.3, load=5.0)).summary  # it decided all the same
+    decided = checkpoint_verdict(synthetic(1.3, load=5.0))
+    assert decided.verdict == HOLDS and "warning" not in decided.summary  # it decided all the same, and says where
+    assert "note: the machine was busy (median load average 5 on 2 cores), and contention" in decided.summary
+    assert "note" not in checkpoint_verdict(synthetic(1.3, load=1.0)).summary
 
 
 def test_a_sweep_whose_runs_timed_nothing_is_inconclusive_and_says_how_to_time():
@@ -223,6 +226,59 @@ def test_a_spent_budget_ends_an_undecided_timing_after_the_first_look():
     assert len(times.candidate) == FIRST_LOOK and Band(1.25, 1.35).place(times.interval()) == UNDECIDED
 
 
+class Logged(Scripted):
+    """A scripted solver (0.1 s per epoch after ``calibration_chunks`` of 1 ms) that appends its name to ``order``
+    at every chunk."""
+
+    def __init__(self, name: str, order: list[str], calibration_chunks: int = 1):
+        super().__init__([0.1] * 50, calibration_chunks)
+        self.name, self.order = name, order
+
+    def solve(self, epochs, **options):
+        self.order.append(self.name)
+        return super().solve(epochs, **options)
+
+
+def test_the_pairs_rotate_through_the_builds_each_build_alternating_its_order():
+    order: list[str] = []
+    sides = {name: Side(Logged(name, order, calibration_chunks=2)) for name in ("A0", "A1", "B0", "B1")}
+    times = time_paired([sides["A0"], sides["A1"]], [sides["B0"], sides["B1"]], Band(0.5, 2.0), budget_seconds=1e9)
+    # after build 0's warm-up and calibration chunks (A0 B0 three times) and build 1's warm-up (A1 B1)
+    assert order[8:16] == ["A0", "B0", "A1", "B1", "B0", "A0", "B1", "A1"]
+    assert times.build[:4] == (0, 1, 0, 1) and times.builds == 2
+    assert len(times.candidate) == 2 * FIRST_LOOK  # the first look comes after FIRST_LOOK pairs per build
+
+
+def test_a_build_that_runs_at_another_ratio_widens_the_interval():
+    # four builds, the first at ratio 1.2 and three at 1.3 (every pair exact): as one series 8 pairs at 1.2 out
+    # of 32 never hold the median; drawn build by build, P(3 or 4 of 4 draws are the first build) = 5.1% > 2.5%,
+    # so the 2.5% quantile is 1.2 and the interval reaches out of [1.25, 1.35)
+    ratios = (1.2, 1.3, 1.3, 1.3)
+    candidates = [Side(Scripted([0.1 * ratio] * 50, 1)) for ratio in ratios]
+    references = [Side(Scripted([0.1] * 50, 1)) for _ in ratios]
+    times = time_paired(candidates, references, CLAIMED_COST, budget_seconds=1e-9)
+    assert times.builds == 4 and len(times.candidate) == 4 * FIRST_LOOK
+    assert CLAIMED_COST.place(ratio_interval(np.array(times.candidate), np.array(times.reference))) == WITHIN
+    assert times.interval().low == pytest.approx(1.2) and CLAIMED_COST.place(times.interval()) == UNDECIDED
+
+
+def test_unequal_builds_of_the_two_sides_are_refused():
+    with pytest.raises(ValueError, match="as many builds of the reference as of the candidate"):
+        time_paired([Side(Scripted([], 0))] * 2, [Side(Scripted([], 0))], CLAIMED_COST, budget_seconds=1)
+
+
+def test_the_report_resamples_the_builds_of_every_run_and_says_how_many():
+    # run 0: four builds of 8 pairs, the first at ratio 1.2, three at 1.3; run 1: 32 pairs at 1.3. Run by run,
+    # run 0's median is 1.3 (8 of its 32 pairs at 1.2 never hold it) and the interval lies within [1.25, 1.35);
+    # build by build (five groups), P(3 or more of 5 draws are the 1.2 build) = 5.8% > 2.5%: the interval
+    # reaches 1.2
+    builds = PairedTimes((0.12,) * 8 + (0.13,) * 24, (0.1,) * 32, 10, (0.5,) * 32, 20.0, 20.0, MACHINE,
+                         build=tuple(np.repeat(np.arange(4), 8)))
+    verdict = checkpoint_verdict(builds, synthetic(1.3, pairs=32, noise=0.0))
+    assert verdict.evidence["timing_builds_per_run"] == 4 and "2 runs of 4 builds" in verdict.summary
+    assert verdict.evidence["time_ratio_low"] == pytest.approx(1.2) and verdict.verdict == INCONCLUSIVE
+
+
 def test_on_the_cpu_clock_a_load_that_stretches_one_side_of_a_pair_does_not_move_the_ratio():
     # CPU time 1.3 : 1 in every pair; the other processes stretch each chunk's wall-clock time by a factor drawn
     # from [1, 4] (a share of the cores that changes within a pair), so the wall-clock pair ratios spread over
@@ -251,17 +307,7 @@ def test_a_job_times_to_the_band_its_claim_is_judged_with(against, band):
 
 def test_the_order_within_a_pair_alternates():
     order: list[str] = []
-
-    class Logged(Scripted):
-        def __init__(self, name):
-            super().__init__([0.1] * 50, 1)
-            self.name = name
-
-        def solve(self, epochs, **options):
-            order.append(self.name)
-            return super().solve(epochs, **options)
-
-    time_paired(Side(Logged("A")), Side(Logged("B")), Band(0.5, 2.0), budget_seconds=1e9)
+    time_paired(Side(Logged("A", order)), Side(Logged("B", order)), Band(0.5, 2.0), budget_seconds=1e9)
     assert "".join(order[4:12]) == "ABBAABBA"  # after a warm-up and a calibration chunk of each
 
 
@@ -313,6 +359,7 @@ def hydra_configs():
      ["timing.against.epochs: not a solve() option the timing can change; choose among batchsize, "
       "accumulation_steps, checkpoint_gradients, offload_data, inner_steps, devices"]),
     (["timing.budget_seconds=0"], ["timing.budget_seconds=0.0: must be > 0"]),
+    (["timing.builds=0"], ["timing.builds=0: must be >= 1"]),
 ])
 def test_a_timing_the_job_could_not_run_is_refused_before_training(hydra_configs, overrides, problems):
     assert config.out_of_range(compose("config", overrides=overrides)) == problems

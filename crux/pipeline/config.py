@@ -297,10 +297,12 @@ class TimingConfig:
     """Paired timing after training (:mod:`crux.timing`): the job's solve() options against ``against`` (the
     options that differ, e.g. ``{checkpoint_gradients: false}``; empty, or the job's own: no timing), in
     alternating chunks until the ratio's interval lies in or out of the band of the claim that judges it
-    (docs/claims.md#timing-rule) or ``budget_seconds`` are spent."""
+    (docs/claims.md#timing-rule) or ``budget_seconds`` are spent, the pairs rotating through ``builds`` builds
+    of each setting (a build's speed is its own: several sample how much it moves between builds)."""
 
     against: Dict[str, Any] = field(default_factory=dict)
     budget_seconds: float = checked(POSITIVE, 60.0)
+    builds: int = checked(AT_LEAST_ONE, 1)
 
 
 TIMED_OPTIONS = ("batchsize", "accumulation_steps", "checkpoint_gradients", "offload_data", "inner_steps", "devices")

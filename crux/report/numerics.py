@@ -346,14 +346,14 @@ def ratio_range(numerator: Spread, denominator: Spread) -> tuple[float, float]:
 
 TIMING = "timing/"  # the metrics of a paired timing (crux/tracking/paired_timing.py)
 TIMING_RULE = ("the median over pairs of chunks of (candidate / reference seconds per epoch), its 95% interval a "
-               "percentile bootstrap (2000 resamples, seed 0) over the runs that timed it and the pairs of each, so "
-               "that it holds how much the ratio moved between runs: holds when the interval lies within the "
-               "band, fails when it lies wholly outside, inconclusive otherwise")
+               "percentile bootstrap (2000 resamples, seed 0) over the builds each run timed and the pairs of each, "
+               "so that it holds how much the ratio moved between builds and runs: holds when the interval lies "
+               "within the band, fails when it lies wholly outside, inconclusive otherwise")
 TIMING_ORIGIN = ("both settings run in one process in alternating chunks (A B, B A, ...), so a load on the machine "
                  "that drifts hits both sides of a pair alike and cancels in the pair's ratio; on a CPU a chunk's "
                  "time is the process's CPU time, which the other processes sharing the cores do not stretch; "
-                 "each job kept adding "
-                 "pairs, looking after 8, 16, 32, ... of them, until its interval was in or out of the band or its "
+                 "each job rotated its pairs through timing.builds builds of both settings and kept adding pairs, "
+                 "looking after 8, 16, 32, ... per build, until its interval was in or out of the band or its "
                  "budget (timing.budget_seconds) was spent (docs/claims.md#timing-rule)")
 
 
@@ -363,7 +363,8 @@ class PairedTiming:
 
     ``candidate`` and ``reference`` hold seconds per epoch of each chunk (pair
     i is their i-th values), ``load`` the 1-minute load average after each
-    pair, ``run_of_pair`` the number of the run that timed it; ``budget`` and
+    pair, ``run_of_pair`` the number of the run that timed it, ``build_of_pair``
+    the build of that run it ran on; ``budget`` and
     ``spent`` sum the runs' budgets and seconds; ``chunk_epochs`` lists each
     run's chunk length; ``clock`` says what the seconds are (crux.timing's
     ``CPU_TIME`` or ``WALL_TIME``).
@@ -373,6 +374,7 @@ class PairedTiming:
     reference: np.ndarray
     load: np.ndarray
     run_of_pair: np.ndarray
+    build_of_pair: np.ndarray
     chunk_epochs: tuple[int, ...]
     budget: float
     spent: float
@@ -384,7 +386,12 @@ class PairedTiming:
 
     @property
     def interval(self) -> RatioInterval:
-        return ratio_interval(self.candidate, self.reference, runs=self.run_of_pair)
+        return ratio_interval(self.candidate, self.reference, groups=self.run_of_pair * self.builds_per_run
+                              + self.build_of_pair)
+
+    @property
+    def builds_per_run(self) -> int:
+        return int(self.build_of_pair.max()) + 1 if self.build_of_pair.size else 1
 
     @property
     def chunks(self) -> int:
@@ -406,25 +413,32 @@ class PairedTiming:
         return {WITHIN: HOLDS, OUTSIDE: FAILS}.get(band.place(self.interval), INCONCLUSIVE)
 
     def described(self) -> str:
-        """``ratio 1.31 (95% interval 1.27–1.34, 48 chunks of 32 epochs, 3 runs)``."""
+        """``ratio 1.31 (95% interval 1.27–1.34, 48 chunks of 32 epochs, 3 runs of 4 builds)``."""
         interval = self.interval
         epochs = "/".join(str(e) for e in sorted(set(self.chunk_epochs)))
         return (f"ratio {fmt(interval.estimate)} ({round(interval.confidence * 100)}% interval "
                 f"{fmt(interval.low)}–{fmt(interval.high)}, {self.chunks} chunks of {epochs} epochs, "
-                f"{len(self.runs)} run{'s' * (len(self.runs) != 1)})")
+                f"{len(self.runs)} run{'s' * (len(self.runs) != 1)}"
+                f"{f' of {self.builds_per_run} builds' if self.builds_per_run > 1 else ''})")
 
     def warning(self, verdict: str) -> str:
-        """Where the budget did not decide on a busy machine, a sentence saying so; else empty."""
-        if verdict != INCONCLUSIVE or not self.busy:
+        """On a busy machine, a sentence saying so: that the budget did not decide, or that the ratio it decided
+        on was measured under contention, which moves it; else empty."""
+        if not self.busy:
             return ""
-        return (f"; warning: the machine was busy (median load average {fmt(self.load_median)} on {self.cores} "
-                f"cores) and {fmt(self.spent)} s of timing did not decide: rerun on a quieter machine or raise "
-                f"timing.budget_seconds")
+        busy = f"the machine was busy (median load average {fmt(self.load_median)} on {self.cores} cores)"
+        if verdict != INCONCLUSIVE:
+            return (f"; note: {busy}, and contention for the cores and caches moves the ratio itself (the pairs "
+                    f"cancel a drifting load, not what it does to each setting): a quieter machine may give "
+                    f"another ratio")
+        return (f"; warning: {busy} and {fmt(self.spent)} s of timing did not decide: rerun on a quieter machine "
+                f"or raise timing.budget_seconds or timing.builds")
 
     def evidence(self) -> dict[str, float]:
         interval = self.interval
         return {"time_ratio": interval.estimate, "time_ratio_low": interval.low, "time_ratio_high": interval.high,
                 "timed_chunks": self.chunks, "timed_pairs": len(self.candidate), "timing_runs": len(self.runs),
+                "timing_builds_per_run": self.builds_per_run,
                 "timing_seconds": self.spent, "timing_budget_seconds": self.budget,
                 "load_average_median": self.load_median, "load_average_max": float(np.nanmax(self.load)),
                 "cores": self.cores}
@@ -437,10 +451,13 @@ def paired_timing(records: Sequence[RunRecord]) -> PairedTiming | None:
         return None
     series = {key: np.concatenate([np.asarray(r.histories[f"{TIMING}{key}"], np.float64) for r in timed])
               for key in ("candidate_seconds", "reference_seconds", "load1")}
+    build_of_pair = np.concatenate([np.asarray(r.histories.get(f"{TIMING}build", np.zeros(len(r.histories[
+        f"{TIMING}candidate_seconds"]))), np.int64) for r in timed])
     total = lambda key: float(sum(r.metrics.get(f"{TIMING}{key}", math.nan) for r in timed))
     run_of_pair = np.concatenate([np.full(len(r.histories[f"{TIMING}candidate_seconds"]), n)
                                   for n, r in enumerate(timed)])
     return PairedTiming(series["candidate_seconds"], series["reference_seconds"], series["load1"], run_of_pair,
+                        build_of_pair,
                         tuple(int(r.metrics.get(f"{TIMING}chunk_epochs", 0)) for r in timed),
                         total("budget_seconds"), total("spent_seconds"),
                         int(min(r.metrics.get(f"{TIMING}cores", 1) for r in timed)),

@@ -3,7 +3,8 @@ timed in one process by :func:`crux.timing.time_paired`, logged to the job's run
 
 The chunks' seconds per epoch are metric histories (step = pair number), so MLflow shows them and the report
 reads them: ``timing/candidate_seconds`` (the job's own options), ``timing/reference_seconds`` (with
-``timing.against``), ``timing/load1`` (the 1-minute load average after each pair). Summary metrics
+``timing.against``), ``timing/load1`` (the 1-minute load average after each pair), ``timing/build`` (the build
+of the two settings the pair ran on, of ``timing.builds``). Summary metrics
 ``timing/chunk_epochs``, ``timing/budget_seconds``, ``timing/spent_seconds``, ``timing/cores`` and tags
 ``crux.timing.cpu``, ``crux.timing.device``, ``crux.timing.clock``, ``crux.timing.against`` say how and where it
 was measured. The job times until the interval is placed by the band of the claim that will judge it
@@ -50,21 +51,25 @@ def time_against(cfg: DictConfig, run: JobRun) -> PairedTimes | None:
     if other is None:
         return None
     first = config.training_phases(cfg)[0]
-    sides = []
-    for options in (solve_options(cfg), other):
+
+    def build(options: dict[str, Any]) -> Side:
         problem = config.problem(cfg)
         for model in problem.models.values():
             first.optimizer.attach(model, first.schedule.build(first.epochs))
-        sides.append(Side(problem.solver(), options))
+        return Side(problem.solver(), options)
+
+    builds = range(cfg.timing.builds)
+    candidates, references = [build(solve_options(cfg)) for _ in builds], [build(other) for _ in builds]
     band = timing_band(cfg.timing.against)
-    log.info("paired timing against %s: until the ratio's interval is in or out of [%g, %g) or %g s are spent",
-             dict(cfg.timing.against), band.low, band.high, cfg.timing.budget_seconds)
-    times = time_paired(sides[0], sides[1], band, cfg.timing.budget_seconds)
+    log.info("paired timing against %s on %d build(s) of each: until the ratio's interval is in or out of "
+             "[%g, %g) or %g s are spent", dict(cfg.timing.against), cfg.timing.builds, band.low, band.high,
+             cfg.timing.budget_seconds)
+    times = time_paired(candidates, references, band, cfg.timing.budget_seconds)
     log_times(run, times, dict(OmegaConf.to_container(cfg.timing.against)))
     interval = times.interval()
-    log.info("paired timing (%s): ratio %.3g, %d%% interval %.3g-%.3g over %d pairs of %d epochs", times.clock,
-             interval.estimate, round(interval.confidence * 100), interval.low, interval.high, interval.pairs,
-             times.chunk_epochs)
+    log.info("paired timing (%s): ratio %.3g, %d%% interval %.3g-%.3g over %d pairs of %d epochs on %d build(s)",
+             times.clock, interval.estimate, round(interval.confidence * 100), interval.low, interval.high,
+             interval.pairs, times.chunk_epochs, times.builds)
     return times
 
 
@@ -72,7 +77,7 @@ def logged(times: PairedTimes, against: dict[str, Any]) -> tuple[dict[str, tuple
                                                                   dict[str, str]]:
     """What a run records of ``times``: the metric histories by pair, the summary metrics, the tags."""
     series = {PREFIX + "candidate_seconds": times.candidate, PREFIX + "reference_seconds": times.reference,
-              PREFIX + "load1": times.load}
+              PREFIX + "load1": times.load, PREFIX + "build": times.build}
     summary = {PREFIX + "chunk_epochs": times.chunk_epochs, PREFIX + "budget_seconds": times.budget_seconds,
                PREFIX + "spent_seconds": times.spent_seconds, PREFIX + "cores": times.machine.cores}
     tags = {TIMING_CPU: times.machine.cpu, TIMING_DEVICE: times.machine.device,
