@@ -4,8 +4,16 @@ Layout (docs/CONTRACT.md): params are the settings the job ran with
 (:func:`crux.config.effective_settings`, flattened) and its ``variant``; the
 histories go to MLflow as evenly spaced epochs in one call, every epoch in
 ``stats.npz`` (:mod:`crux.tracking.history`); summary metrics and the artifacts
-follow. What each step costs a job is measured by scripts/measure_tracking.py
-(docs/BENCHMARK.md).
+follow, the artifacts as one folder uploaded when the run closes.
+
+The store's requests and ``history.png`` are handed to the process's writer
+(:mod:`crux.tracking.writer`) in order: the params while the job trains, the
+results and the closing once it has trained. A job of a sweep that runs its jobs
+one after another in its own process (Hydra's basic launcher) returns at once,
+and its next job trains while the writer works; any other job waits for the
+writer before it returns. The run closes FINISHED only after every write
+succeeded; a write that fails closes it FAILED with the reason. What each step
+costs a job is measured by scripts/measure_tracking.py (docs/BENCHMARK.md).
 """
 from __future__ import annotations
 
@@ -42,6 +50,7 @@ from crux.tracking.secrets import masked
 from crux.tracking.space import NoRoom, check_room
 from crux.tracking.store import (PARENT_RUN, TRACKING_URI, Destination, ensure_experiment, experiment_name,
                                  tracking_uri, writable_store)
+from crux.tracking.writer import Writer, process_writer
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +115,19 @@ def variant_name(overrides: list[str], swept: list[str], groups: set[str], cfg: 
     return ",".join(parts) or "default"
 
 
+class WriteFailed(Exception):
+    """Writing a job's results to the store failed; its run closed FAILED with the reason."""
+
+
+_unwritten_jobs: set[int] = set()
+
+
+def unwritten_jobs() -> set[int]:
+    """The numbers of this process's sweep jobs that returned but whose runs the writer could not close
+    FINISHED (a write failed): the sweep does not count them as finished."""
+    return set(_unwritten_jobs)
+
+
 def outcome_line(stats: Statistics, errors: Mapping[str, float], run_id: str, uri: str) -> str:
     """How the job ended, in one line: final loss in total and per constraint, the error per field where the
     problem knows its solution, and where the run is (``uri`` with any password masked)."""
@@ -126,21 +148,31 @@ class JobRun:
     tags ``crux.error_type`` and ``crux.error_message``, KILLED when the job was
     stopped (Ctrl-C, SIGTERM, an exit), keeping whatever was logged before; the
     exception goes on. While open, the run's heartbeat beats
-    (:mod:`crux.tracking.liveness`).
+    (:mod:`crux.tracking.liveness`). The writes go through ``writer`` (the
+    process's by default); with ``overlap``, a job that ends well hands its
+    run's closing to the writer and goes on, else leaving waits for the writer
+    and raises :class:`WriteFailed` when a write failed.
     """
 
     def __init__(self, client: MlflowClient, run_id: str, variant: str, repeat: int, sweep_dir: Path | None = None,
-                 history_points: int | None = None):
-        self.client, self.run_id, self.variant, self.repeat = client, run_id, variant, repeat
+                 history_points: int | None = None, overlap: bool = False, writer: Writer | None = None,
+                 job: int | None = None):
+        self.client, self.run_id, self.variant, self.repeat, self.job = client, run_id, variant, repeat, job
         self.sweep_dir = sweep_dir
         self.history_points = history_points  # per series sent as metrics; None: every epoch
+        self.overlap = overlap
+        self._writer = writer or process_writer()
+        self._failure: tuple[str, Exception] | None = None  # the first write that failed, and why
         self._files = tempfile.TemporaryDirectory(prefix=f"crux-run-{run_id}-")
+        self._staged = Path(self._files.name) / "artifacts"  # uploaded as one folder when the run closes
+        self._staged.mkdir()
         self._heartbeat = Heartbeat(client, run_id).start()
 
     @classmethod
     def start(cls, cfg: DictConfig) -> "JobRun":
         """The job's run, opened in the store and under the parent run that its multirun handed over (in the
-        job's environment: :mod:`crux.tracking.multirun`), else a run of its own."""
+        job's environment: :mod:`crux.tracking.multirun`), else a run of its own. A job of a sweep that runs
+        in the sweep's own process (Hydra's basic launcher) overlaps its writes with the next job."""
         hydra = HydraConfig.get()
         multirun = hydra.mode == RunMode.MULTIRUN
         parent = os.environ.get(PARENT_RUN) if multirun else None
@@ -166,33 +198,40 @@ class JobRun:
         if where.parent_run_id is not None:
             tags["mlflow.parentRunId"] = where.parent_run_id
         name = f"{variant} r{cfg.repeat}" if "repeat" in where.swept else variant
+        in_sweep_process = multirun and hydra.launcher._target_.endswith(".BasicLauncher")
         with deferred():
             run = client.create_run(where.experiment_id, run_name=name, tags=tags)
-            return cls(client, run.info.run_id, variant, cfg.repeat, sweep_dir, cfg.tracking.history_points)
+            return cls(client, run.info.run_id, variant, cfg.repeat, sweep_dir, cfg.tracking.history_points,
+                       overlap=in_sweep_process, job=hydra.job.num if multirun else None)
 
     def __enter__(self) -> "JobRun":
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  traceback: TracebackType | None) -> bool:
-        self._heartbeat.stop()
-        status = "FINISHED"
         if isinstance(error, StoreFault) and self.sweep_dir is not None:  # the sweep stops its jobs
             record_fault(self.sweep_dir, self.run_id, str(error))
         if isinstance(error, StoreFault) and not isinstance(error, NoRoom):  # the store is away: closed later
             log.error("the tracking store failed: %s; run %s stays open until the next crux-sweep --resume or "
                       "crux-report closes it", error, self.run_id)
-            self._files.cleanup()
+            self._writer.submit(self._forget)
             return False
         with deferred():
-            if error is not None:
-                stopped = isinstance(error, (KeyboardInterrupt, SystemExit)) or kind.__name__ in STOPPED_FROM_OUTSIDE
-                status = "KILLED" if stopped else "FAILED"
-                what = f"stopped by {signal_name(error)}" if isinstance(error, KeyboardInterrupt) else failure_line(error)
-                self.client.log_batch(self.run_id, tags=[RunTag("crux.error_type", kind.__name__),
-                                                         RunTag("crux.error_message", what[:MESSAGE_CHARS])])
-            self.client.set_terminated(self.run_id, status)
-        self._files.cleanup()
+            if error is None:
+                ended = int(time.time() * 1000) if self.overlap else None  # the job's end, not the writer's
+                self._writer.submit(lambda: self._close("FINISHED", [], ended))
+                if self.overlap:
+                    return False
+                self._writer.drain()
+                if self._failure is not None:
+                    what, failure = self._failure
+                    raise WriteFailed(f"writing {what} failed: {failure_line(failure)}") from failure
+                return False
+            stopped = isinstance(error, (KeyboardInterrupt, SystemExit)) or kind.__name__ in STOPPED_FROM_OUTSIDE
+            what = f"stopped by {signal_name(error)}" if isinstance(error, KeyboardInterrupt) else failure_line(error)
+            tags = [RunTag("crux.error_type", kind.__name__), RunTag("crux.error_message", what[:MESSAGE_CHARS])]
+            self._writer.submit(lambda: self._close("KILLED" if stopped else "FAILED", tags, None))
+            self._writer.drain()  # the exception may end the process: the run is closed first
         return False
 
     def check_room(self, problem: Problem, epochs: int, phases: int) -> None:
@@ -205,8 +244,7 @@ class JobRun:
         check_room(self.client.tracking_uri, self.client.get_run(self.run_id).info.artifact_uri, epochs * series,
                    sent * series, parameter_bytes, phases + 2)
 
-    # -- what is logged (a signal waits until it is: crux.tracking.interrupt) -----------------
-    @deferred()
+    # -- what is logged, in the writer's order --------------------------------------------------
     def log_config(self, cfg: DictConfig, applied: Mapping[str, Any] | None = None,
                    adjustments: Sequence[str] = ()) -> None:
         """``config.yaml`` (resolved), ``environment.json`` (of the working directory), then the params: the
@@ -214,18 +252,19 @@ class JobRun:
         than the config asked, logged as they ran, the request kept as ``<key>_requested``; ``adjustments``:
         lines saying what ran otherwise, in the tag ``crux.adjusted`` and the job's log. Raises for a malformed
         later phase, the config kept."""
-        self._artifact("config.yaml", lambda path: path.write_text(OmegaConf.to_yaml(cfg, resolve=True)))
-        self._artifact("environment.json",
-                       lambda path: path.write_text(json.dumps(environment(Path.cwd()), indent=1)))
+        (self._staged / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        folder = Path.cwd()
+        self._write("environment.json", lambda: (self._staged / "environment.json").write_text(
+            json.dumps(environment(folder), indent=1)))
         params = {**flatten(effective_settings(cfg)), "variant": self.variant}
         for key, value in (applied or {}).items():
             params[f"{key}{REQUESTED}"], params[key] = params[key], str(value)
-        self.client.log_batch(self.run_id, params=[Param(k, v) for k, v in params.items()],
-                              tags=[RunTag(ADJUSTED, "; ".join(adjustments)[:MESSAGE_CHARS])] if adjustments else [])
+        tags = [RunTag(ADJUSTED, "; ".join(adjustments)[:MESSAGE_CHARS])] if adjustments else []
+        self._write("the params", lambda: self.client.log_batch(
+            self.run_id, params=[Param(k, v) for k, v in params.items()], tags=tags))
         for line in adjustments:
             log.info("%s", line)
 
-    @deferred()
     def log_results(self, problem: Problem, stats: Statistics, initial: ParameterLeaves,
                     phase_ends: Sequence[ParameterLeaves] = ()) -> None:
         """Histories, summary metrics, ``history.png``, ``stats.npz`` and ``params.npz``: the parameters
@@ -236,11 +275,10 @@ class JobRun:
     def log_outcome(self, stats: Statistics, errors: Mapping[str, float], initial: ParameterLeaves,
                     phase_ends: Sequence[ParameterLeaves], final: ParameterLeaves) -> None:
         """:meth:`log_results` from plain values, for a job whose models are not crux's (another backend):
-        ``errors`` are the relative L2 errors per field, the parameters are host arrays per model."""
-        start = time.perf_counter()
+        ``errors`` are the relative L2 errors per field, the parameters are host arrays per model. The files
+        are written here; the requests and the figure are the writer's."""
         now = int(time.time() * 1000)
         steps, series = thinned(stats.epoch, history_series(stats), self.history_points)
-        log_history(self.client, self.run_id, steps, series, now)
         summary = {"compile_seconds": stats.compile_seconds, "run_seconds": stats.run_seconds,
                    "median_step_seconds": stats.median_step_seconds,
                    "steps_per_second": stats.steps / stats.run_seconds if stats.run_seconds else float("nan"),
@@ -250,18 +288,18 @@ class JobRun:
         summary.update({f"param_distance/{name}": float(np.sqrt(sum(np.sum((f - i) ** 2)
                                                                     for f, i in zip(final[name], initial[name]))))
                         for name in final})
-        self.client.log_batch(self.run_id, metrics=[Metric(key, float(value), now, 0)
-                                                    for key, value in summary.items()],
-                              tags=[RunTag(NOTE, job_description(self.variant, self.repeat, summary)),
-                                    RunTag(HISTORY_POINTS, f"{len(steps)} of {stats.steps}")])
-        self._artifact("history.png", stats.plot)
-        self._artifact("stats.npz", stats.save)
+        stats.save(self._staged / "stats.npz")
         snapshots = {"initial": initial, **{f"phase{k}": leaves for k, leaves in enumerate(phase_ends)},
                      "final": final}
-        leaves = {f"{when}/{name}/{i}": leaf for when, params in snapshots.items()
-                  for name, model_leaves in params.items() for i, leaf in enumerate(model_leaves)}
-        self._artifact("params.npz", lambda path: np.savez(path, **leaves))
-        log.info("logged %d epochs, the summary and the artifacts in %.2f s", stats.steps, time.perf_counter() - start)
+        np.savez(self._staged / "params.npz", **{f"{when}/{name}/{i}": leaf for when, params in snapshots.items()
+                                                  for name, model_leaves in params.items()
+                                                  for i, leaf in enumerate(model_leaves)})
+        self._write("the histories", lambda: log_history(self.client, self.run_id, steps, series, now))
+        self._write("the summary", lambda: self.client.log_batch(
+            self.run_id, metrics=[Metric(key, float(value), now, 0) for key, value in summary.items()],
+            tags=[RunTag(NOTE, job_description(self.variant, self.repeat, summary)),
+                  RunTag(HISTORY_POINTS, f"{len(steps)} of {stats.steps}")]))
+        self._write("history.png", lambda: stats.plot(self._staged / "history.png"))
         log.info("%s", outcome_line(stats, errors, self.run_id, masked(self.client.tracking_uri)))
 
     def log_metrics(self, values: Mapping[str, float]) -> None:
@@ -280,8 +318,53 @@ class JobRun:
         folder write side by side); removed when the run closes, after its artifacts are logged."""
         return Path(self._files.name)
 
-    def _artifact(self, name: str, write: Callable[[Path], Any]) -> None:
-        """Write ``name`` with ``write(path)`` into :attr:`folder` and log it."""
-        path = self.folder / name
-        write(path)
-        self.client.log_artifact(self.run_id, str(path))
+    # -- the writer's tasks ----------------------------------------------------------------------
+    def _write(self, what: str, write: Callable[[], Any]) -> None:
+        """Hand ``write`` to the writer."""
+        self._writer.submit(lambda: self._attempt(what, write))
+
+    def _attempt(self, what: str, write: Callable[[], Any]) -> None:
+        """Run ``write`` unless a write of this run failed before; a failure is kept for the closing."""
+        if self._failure is None:
+            try:
+                write()
+            except Exception as error:  # noqa: BLE001 - the run closes FAILED with it
+                self._failure = (what, error)
+
+    def _close(self, status: str, tags: list[RunTag], ended: int | None) -> None:
+        """Upload the staged artifacts in one call, then close the run with ``status``, or FAILED with the
+        reason where a write failed, at ``ended`` (ms; None: now). A store fault leaves the run open, as a
+        job's does."""
+        start = time.perf_counter()
+        self._heartbeat.stop()
+        try:
+            if any(self._staged.iterdir()):
+                self._attempt("the artifacts", lambda: self.client.log_artifacts(self.run_id, str(self._staged)))
+            if self._failure is not None:
+                what, failure = self._failure
+                log.error("run %s: writing %s failed: %s", self.run_id, what, failure_line(failure))
+                if self.job is not None and status == "FINISHED":
+                    _unwritten_jobs.add(self.job)
+                if isinstance(failure, StoreFault):
+                    if self.sweep_dir is not None:
+                        record_fault(self.sweep_dir, self.run_id, str(failure))
+                    return  # the store is away: closed later, as for a job's own store fault
+                if status == "FINISHED":
+                    status = "FAILED"
+                    tags = [RunTag("crux.error_type", type(failure).__name__),
+                            RunTag("crux.error_message", f"writing {what} failed: {failure_line(failure)}"
+                                   [:MESSAGE_CHARS])]
+            if tags:
+                self.client.log_batch(self.run_id, tags=tags)
+            self.client.set_terminated(self.run_id, status, end_time=ended)
+            log.info("run %s closed %s, its results written in %.2f s", self.run_id, status,
+                     time.perf_counter() - start)
+        except Exception as error:  # noqa: BLE001 - said; crux-report or a resumed sweep closes it later
+            log.error("run %s could not be closed %s: %s", self.run_id, status, failure_line(error))
+        finally:
+            self._files.cleanup()
+
+    def _forget(self) -> None:
+        """After a store fault: the run stays open, its files go."""
+        self._heartbeat.stop()
+        self._files.cleanup()
