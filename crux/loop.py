@@ -58,6 +58,7 @@ class HostLoop:
         self._synced: tuple[int, int, State | None] = (0, 0, None)
         self.replay_compile_seconds = 0.0
         self.run_seconds = 0.0
+        self.run_cpu_seconds = 0.0
         self._peak_before = 0
         self._one_call_at_a_time = plan.stream.devices > 1 and jax.local_devices()[0].platform == "cpu"
 
@@ -80,7 +81,7 @@ class HostLoop:
         device = jax.local_devices()[0]
         self._peak_before = _peak_bytes(device) or 0
         bar = tqdm(total=calls * epochs_per_call, desc="solve", disable=None, leave=False)
-        pending, start = 0, time.perf_counter()
+        pending, start, cpu_start = 0, time.perf_counter(), time.process_time()
         window_start = start
         try:
             for index, data in enumerate(feed):
@@ -115,6 +116,7 @@ class HostLoop:
             jax.block_until_ready(state)
         finally:
             self.run_seconds = time.perf_counter() - start
+            self.run_cpu_seconds = time.process_time() - cpu_start
             bar.close()
             close = getattr(feed, "close", None)
             if close is not None:  # a host stream's producer thread stops
@@ -152,7 +154,8 @@ class HostLoop:
         stats = Statistics(names=[c.name for c in plan.constraints], losses=losses,
                            epoch=np.arange(self.first_epoch, self.first_epoch + len(losses)), lr=lr,
                            compile_seconds=compile_seconds + self.replay_compile_seconds,
-                           run_seconds=self.run_seconds, step_seconds=np.asarray(self._step_seconds[:windows]),
+                           run_seconds=self.run_seconds, run_cpu_seconds=self.run_cpu_seconds,
+                           step_seconds=np.asarray(self._step_seconds[:windows]),
                            memory=memory, phases=[self.first_epoch])
         return stats, error
 

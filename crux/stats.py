@@ -15,7 +15,9 @@ class Statistics:
     ``losses[steps, n_constraints]``, ``total_loss[steps]`` (sum over the constraints
     that were evaluated, NaN where none was), ``epoch[steps]`` (the solver's epoch counter, continuing
     across solve() calls), ``lr[model][steps]``; ``step_seconds`` is the time per
-    update measured over each synchronisation window; ``phases`` are the first
+    update measured over each synchronisation window; ``run_cpu_seconds`` is the
+    process's CPU time (all its threads) over the same span as ``run_seconds``, which
+    other processes sharing the cores do not lengthen; ``phases`` are the first
     epoch of each solve() call; ``memory`` holds the compiled update's
     ``temp_bytes``/``argument_bytes``/``output_bytes`` and ``peak_bytes`` where the
     device reports it.
@@ -27,6 +29,7 @@ class Statistics:
     lr: dict[str, np.ndarray] = field(default_factory=dict)
     compile_seconds: float = 0.0
     run_seconds: float = 0.0
+    run_cpu_seconds: float = 0.0
     step_seconds: np.ndarray = field(default_factory=lambda: np.zeros(0))
     memory: dict[str, int] = field(default_factory=dict)
     phases: list[int] = field(default_factory=list)
@@ -76,6 +79,7 @@ class Statistics:
             lr=lr,
             compile_seconds=float(sum(p.compile_seconds for p in parts)),
             run_seconds=float(sum(p.run_seconds for p in parts)),
+            run_cpu_seconds=float(sum(p.run_cpu_seconds for p in parts)),
             step_seconds=np.concatenate([p.step_seconds for p in parts]),
             memory=memory,
             phases=[e for p in parts for e in p.phases],
@@ -88,7 +92,7 @@ class Statistics:
                   "total_loss": self.total_loss}
         arrays.update({f"lr/{m}": v for m, v in self.lr.items()})
         meta = {"names": self.names, "compile_seconds": self.compile_seconds, "run_seconds": self.run_seconds,
-                "memory": self.memory, "phases": self.phases}
+                "run_cpu_seconds": self.run_cpu_seconds, "memory": self.memory, "phases": self.phases}
         np.savez(path, meta=np.array(json.dumps(meta)), **arrays)
         return self
 
@@ -99,6 +103,7 @@ class Statistics:
             lr = {k.split("/", 1)[1]: data[k] for k in data.files if k.startswith("lr/")}
             return Statistics(names=meta["names"], losses=data["losses"], epoch=data["epoch"], lr=lr,
                               compile_seconds=meta["compile_seconds"], run_seconds=meta["run_seconds"],
+                              run_cpu_seconds=meta.get("run_cpu_seconds", 0.0),
                               step_seconds=data["step_seconds"], memory=meta["memory"], phases=meta["phases"])
 
     # -- figure --------------------------------------------------------------------

@@ -7,6 +7,12 @@ neither always runs first and a load on the machine that drifts over seconds hit
 alike. Each pair gives a ratio of seconds per epoch; the estimate is the median of the pairs' ratios and
 its interval a percentile bootstrap over the pairs (a fixed seed: the same times give the same interval).
 
+What a chunk's time is depends on the device. On a CPU it is the process's CPU time (all its threads): on a
+machine shared with other work, a chunk's wall-clock time is its own work stretched by the share of the cores
+the other processes left it, a share that changes within a second and so differs between the two chunks of a
+pair; the CPU time counts only the work. On an accelerator, whose work the CPU time does not see, it is the
+wall-clock time.
+
 The run is sequential: it looks at the interval after ``FIRST_LOOK`` pairs and then each time the count
 has doubled, and stops as soon as the interval lies wholly inside the band it is held to or wholly outside
 it, or when its time budget is spent (then the last interval is what it has).
@@ -30,6 +36,7 @@ RESAMPLES = 2000  # bootstrap resamples: the 2.5% and 97.5% quantiles are each r
 FIRST_LOOK = 8  # pairs before the first look: fewer give a bootstrap interval of a handful of distinct medians
 MIN_CHUNK_SECONDS = 0.1  # each chunk runs at least this long, so that the timer's and one dispatch's jitter is small
 WITHIN, OUTSIDE, UNDECIDED = "within", "outside", "undecided"
+CPU_TIME, WALL_TIME = "process CPU time", "wall-clock time"  # what a chunk's seconds are (see the module's docstring)
 
 
 class Trainable(Protocol):
@@ -49,11 +56,11 @@ class Side:
     def inner_steps(self) -> int:
         return int(self.options.get("inner_steps", 1))
 
-    def chunk(self, epochs: int) -> float:
-        """Seconds per epoch of ``epochs`` epochs of training (the solve loop's time: its planning and compiling
-        are left out)."""
+    def chunk(self, epochs: int, clock: str = WALL_TIME) -> float:
+        """Seconds per epoch of ``epochs`` epochs of training on ``clock`` (the solve loop's time: its planning
+        and compiling are left out)."""
         stats = self.solver.solve(epochs, **self.options)
-        return stats.run_seconds / epochs
+        return (stats.run_cpu_seconds if clock == CPU_TIME else stats.run_seconds) / epochs
 
 
 @dataclass(frozen=True)
@@ -130,6 +137,11 @@ class Machine:
         return Machine(cpu_model(), os.cpu_count() or 1, jax.devices()[0].device_kind)
 
 
+def clock_here() -> str:
+    """The clock chunks are timed on with JAX's default device: CPU time on a CPU, else wall-clock time."""
+    return CPU_TIME if jax.devices()[0].platform == "cpu" else WALL_TIME
+
+
 def cpu_model() -> str:
     """The CPU's model name (``/proc/cpuinfo`` on Linux, else what ``platform`` says)."""
     try:
@@ -152,8 +164,9 @@ def load_average() -> float:
 
 @dataclass(frozen=True)
 class PairedTimes:
-    """Seconds per epoch of each chunk of the two sides (pair i is ``candidate[i]``, ``reference[i]``), the
-    chunk length in epochs, the load average after each pair, the budget and the seconds the pairs took."""
+    """Seconds per epoch of each chunk of the two sides on ``clock`` (pair i is ``candidate[i]``,
+    ``reference[i]``), the chunk length in epochs, the load average after each pair, the budget and the
+    (wall-clock) seconds the pairs took."""
 
     candidate: tuple[float, ...]
     reference: tuple[float, ...]
@@ -162,36 +175,42 @@ class PairedTimes:
     budget_seconds: float
     spent_seconds: float
     machine: Machine
+    clock: str = WALL_TIME
 
     def interval(self) -> RatioInterval:
         return ratio_interval(np.array(self.candidate), np.array(self.reference))
 
 
-def chunk_epochs(candidate: Side, reference: Side, min_seconds: float = MIN_CHUNK_SECONDS) -> int:
+def chunk_epochs(candidate: Side, reference: Side, min_seconds: float = MIN_CHUNK_SECONDS,
+                 clock: str = WALL_TIME) -> int:
     """The chunk length: the smallest multiple of both sides' ``inner_steps``, doubled until a chunk of
-    either side takes ``min_seconds``. The chunks run here also warm both sides up (their first compiles)."""
+    either side takes ``min_seconds`` on ``clock``. The chunks run here also warm both sides up (their first
+    compiles)."""
     epochs = math.lcm(candidate.inner_steps, reference.inner_steps)
     for side in (candidate, reference):  # compile and warm up
-        side.chunk(epochs)
-    while min(candidate.chunk(epochs), reference.chunk(epochs)) * epochs < min_seconds:
+        side.chunk(epochs, clock)
+    while min(candidate.chunk(epochs, clock), reference.chunk(epochs, clock)) * epochs < min_seconds:
         epochs *= 2
     return epochs
 
 
 def time_paired(candidate: Side, reference: Side, band: Band, budget_seconds: float,
-                min_chunk_seconds: float = MIN_CHUNK_SECONDS) -> PairedTimes:
+                min_chunk_seconds: float = MIN_CHUNK_SECONDS, clock: str | None = None) -> PairedTimes:
     """Alternate chunks of the two sides until the interval of the time ratio is placed in or out of ``band``
-    or ``budget_seconds`` (counted from the first timed pair) are spent; at least ``FIRST_LOOK`` pairs."""
+    or ``budget_seconds`` of wall-clock time (counted from the first timed pair) are spent; at least
+    ``FIRST_LOOK`` pairs. ``clock``: what a chunk's seconds are, by default the one for JAX's device
+    (:func:`clock_here`)."""
     if budget_seconds <= 0:
         raise ValueError(f"the timing budget must be positive, got {budget_seconds} s")
-    epochs = chunk_epochs(candidate, reference, min_chunk_seconds)
+    clock = clock or clock_here()
+    epochs = chunk_epochs(candidate, reference, min_chunk_seconds, clock)
     times: tuple[list[float], list[float]] = ([], [])
     load: list[float] = []
     look, start = FIRST_LOOK, time.perf_counter()
     while True:
         order = (0, 1) if len(load) % 2 == 0 else (1, 0)
         for side in order:
-            times[side].append((candidate, reference)[side].chunk(epochs))
+            times[side].append((candidate, reference)[side].chunk(epochs, clock))
         load.append(load_average())
         spent = time.perf_counter() - start
         if len(load) >= look:
@@ -201,4 +220,4 @@ def time_paired(candidate: Side, reference: Side, band: Band, budget_seconds: fl
         if len(load) >= FIRST_LOOK and spent >= budget_seconds:
             break
     return PairedTimes(tuple(times[0]), tuple(times[1]), epochs, tuple(load), float(budget_seconds), spent,
-                       Machine.here())
+                       Machine.here(), clock)

@@ -5,6 +5,7 @@
     python scripts/bench.py --quick                          # smoke run, under a minute
     python scripts/bench.py --problems standard,small --out bench-out --mlflow
     python scripts/bench.py --jno jno.json                   # merge the column of scripts/bench_jno.sh
+    python scripts/bench.py --readme                         # README.md's speed table from this commit (~25 min)
 
 Reference problems: -u'' = pi^2 sin(pi x) on [0, 1] with u = x(1-x) N(x), N a tanh MLP, Adam 1e-3.
 
@@ -27,7 +28,8 @@ the state, reading back the history).
 
 Hand-written baselines: a list of (W, b) layers from crux's initial parameters, the same loss,
 ``optax.adam(1e-3)`` (tests/test_bench.py checks they make crux's updates); a jitted step
-in a Python loop (``loop``) and ``lax.scan`` over 100 steps in one jitted call (``scan``); u'' (or the
+in a Python loop (``loop``) and ``lax.scan`` over k = 10 and 100 steps in one jitted call (``scan k=10``,
+``scan k=100``: as many updates a call as crux's ``inner_steps=k``); u'' (or the
 Laplacian, summed over the axes unrolled in Python) by each of: forward-over-forward ``jvp``
 (``fwd-fwd``, crux's fallback), reverse-over-reverse ``grad`` (``rev-rev``), ``jacfwd(jacrev)``
 (``fwd-rev``), Taylor mode ``jax.experimental.jet`` (``jet``), and a hand-derived second-order forward
@@ -38,12 +40,15 @@ replacement like crux's point stream, by the cheapest such draw found (top-k of 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
 import platform
 import re
+import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,12 +64,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 import crux  # noqa: E402
+from crux.tracking.contract import BENCH, ROLE, SWEEP
 
 PROBLEMS = ("standard", "small", "accumulation", "laplacian", "scaling")
 QUICK_PROBLEMS = ("standard", "small", "accumulation")  # the rest compile too many programs for a minute
 FORMS = ("fwd-fwd", "rev-rev", "fwd-rev", "jet", "hand-taylor")
 SAME_AS_CRUX = "hand-taylor"  # crux.laplacian's formulation: Taylor mode (crux/taylor.py), written by hand
-SCAN_STEPS = 100
+FUSED_STEPS = (10, 100)  # inner_steps of the fused variants: the README's example and the long scan
+SCAN_STEPS = FUSED_STEPS[-1]
 WARMUP_CALLS = 2  # a hand-written variant's first calls allocate: run when built, not timed
 
 
@@ -421,48 +428,57 @@ def laplacian2d_problem(points: np.ndarray, hidden: tuple[int, ...]) -> Callable
     return make
 
 
-def hand_survey(points: np.ndarray, widths: tuple[int, ...], fused: int, forms=FORMS, modes=("loop", "scan"),
-                **sampling) -> list[Variant]:
+def hand_survey(points: np.ndarray, widths: tuple[int, ...], fused: tuple[int, ...], forms=FORMS,
+                modes=("loop", "scan"), **sampling) -> list[Variant]:
+    """The hand-written variants: a loop of one update a call, and a scan of ``k`` updates a call for each
+    ``k`` in ``fused``, with each derivative formulation in ``forms``."""
     out = []
     for mode in modes:
-        for form in forms:
-            out.append(HandVariant(f"hand {mode} {form}", form, points, widths, 1 if mode == "loop" else fused,
-                                   **sampling))
+        for k in (1,) if mode == "loop" else fused:
+            for form in forms:
+                out.append(HandVariant(hand_name(mode, k, form), form, points, widths, k, **sampling))
     return out
+
+
+def hand_name(mode: str, k: int, form: str) -> str:
+    return f"hand loop {form}" if mode == "loop" else f"hand scan k={k} {form}"
 
 
 def bench_standard(plan: Plan, log, name="standard", n=1024, hidden=(64, 64, 64), full_steps=500,
                    quick_steps=40, first_full=2000, forms=FORMS) -> dict:
     steps = plan.steps(full_steps, quick_steps)
-    fused = min(SCAN_STEPS, steps)
+    fused = tuple(sorted({min(k, steps) for k in FUSED_STEPS}))
     first = plan.steps(first_full, steps)
-    variants: list[Variant] = [CruxVariant("crux inner_steps=1", poisson_problem(n, hidden), 1, first),
-                               CruxVariant(f"crux inner_steps={fused}", poisson_problem(n, hidden), fused, first)]
-    if name == "small" and steps != fused and not plan.quick:
-        variants.append(CruxVariant(f"crux inner_steps={steps}", poisson_problem(n, hidden), steps, steps))
-    crux_loop, crux_fused = "crux inner_steps=1", f"crux inner_steps={fused}"
-    crux_reverse = f"{crux_fused}, laplacian_mode=reverse"
+    crux_name = lambda k: f"crux inner_steps={k}"
+    variants: list[Variant] = [CruxVariant(crux_name(k), poisson_problem(n, hidden), k, first) for k in (1, *fused)]
+    if name == "small" and steps != fused[-1] and not plan.quick:
+        variants.append(CruxVariant(crux_name(steps), poisson_problem(n, hidden), steps, steps))
+    crux_reverse = f"{crux_name(fused[-1])}, laplacian_mode=reverse"
     if "rev-rev" in forms:  # crux with the hand scan's rev-rev formulation of u''
-        variants.append(CruxVariant(crux_reverse, poisson_problem(n, hidden, "reverse"), fused, first))
+        variants.append(CruxVariant(crux_reverse, poisson_problem(n, hidden, "reverse"), fused[-1], first))
     variants += hand_survey(interior(n), (1, *hidden, 1), fused, forms)
     results = measure(variants, steps, plan.repeats, log)
     loops = [v for v in results if v.startswith("hand loop")]
-    scans = [v for v in results if v.startswith("hand scan")]
-    best_loop, best_scan = fastest(results, loops), fastest(results, scans)
-    best_hand, best_crux = fastest(results, loops + scans), fastest(results, [v for v in results if "crux" in v])
-    pairs = {
-        "crux inner_steps=1 / fastest hand loop": (crux_loop, best_loop),
-        f"crux inner_steps={fused} / fastest hand scan": (crux_fused, best_scan),
-        "fastest crux / fastest hand": (best_crux, best_hand),
-        f"crux inner_steps=1 / hand loop {SAME_AS_CRUX}": (crux_loop, f"hand loop {SAME_AS_CRUX}"),
-        f"crux inner_steps={fused} / hand scan {SAME_AS_CRUX}": (crux_fused, f"hand scan {SAME_AS_CRUX}"),
-    }
+    scans = {k: [v for v in results if v.startswith(f"hand scan k={k} ")] for k in fused}
+    best_loop, best_scan = fastest(results, loops), {k: fastest(results, scans[k]) for k in fused}
+    best_hand = fastest(results, loops + sum(scans.values(), []))
+    best_crux = fastest(results, [v for v in results if "crux" in v])
+    pairs = {"crux inner_steps=1 / fastest hand loop": (crux_name(1), best_loop)}
+    for k in fused:
+        pairs[f"{crux_name(k)} / fastest hand scan k={k}"] = (crux_name(k), best_scan[k])
+    pairs["fastest crux / fastest hand"] = (best_crux, best_hand)
+    pairs[f"crux inner_steps=1 / hand loop {SAME_AS_CRUX}"] = (crux_name(1), hand_name("loop", 1, SAME_AS_CRUX))
+    for k in fused:
+        pairs[f"{crux_name(k)} / {hand_name('scan', k, SAME_AS_CRUX)}"] = (crux_name(k),
+                                                                            hand_name("scan", k, SAME_AS_CRUX))
     if crux_reverse in results:
-        pairs[f"{crux_reverse} / hand scan rev-rev"] = (crux_reverse, "hand scan rev-rev")
-        pairs[f"fastest crux inner_steps={fused} (either laplacian_mode) / fastest hand scan"] = (
-            fastest(results, [crux_fused, crux_reverse]), best_scan)
+        k = fused[-1]
+        pairs[f"{crux_reverse} / {hand_name('scan', k, 'rev-rev')}"] = (crux_reverse, hand_name("scan", k, "rev-rev"))
+        pairs[f"fastest crux inner_steps={k} (either laplacian_mode) / fastest hand scan k={k}"] = (
+            fastest(results, [crux_name(k), crux_reverse]), best_scan[k])
     return {"variants": results, "ratios": {key: rate(results, a) / rate(results, b) for key, (a, b) in pairs.items()},
             "paired": {key: paired_ratio(results, a, b) for key, (a, b) in pairs.items()},
+            "fused": list(fused),
             "best": {"loop": best_loop, "scan": best_scan, "hand": best_hand, "crux": best_crux},
             "description": f"{n} points, 1-{'-'.join(map(str, hidden))}-1 tanh, full batch, Adam 1e-3; "
                            f"{steps} updates per round"}
@@ -510,7 +526,7 @@ def bench_laplacian(plan: Plan, log, forms=FORMS) -> dict:
     points, hidden = grid2d(1024), (64, 64, 64)
     steps = plan.steps(100, 10)
     variants: list[Variant] = [CruxVariant("crux inner_steps=1", laplacian2d_problem(points, hidden), 1, steps)]
-    variants += hand_survey(points, (2, *hidden, 1), SCAN_STEPS, forms, modes=("loop",))
+    variants += hand_survey(points, (2, *hidden, 1), (), forms, modes=("loop",))
     results = measure(variants, steps, plan.repeats, log)
     loops = [v for v in results if v.startswith("hand loop")]
     best = fastest(results, loops)
@@ -598,6 +614,10 @@ def merge_jno(report: dict, path: Path) -> None:
         if by["crux"] and by["jNO"]:
             ratios["fastest crux / fastest jNO (separate process)"] = \
                 rate(variants, fastest(variants, by["crux"])) / rate(variants, fastest(variants, by["jNO"]))
+        for name in by["jNO"]:  # the same call of crux, where there is one: "jNO b8 inner_steps=1" -> "crux b8 ..."
+            twin = "crux" + name[len("jNO"):]
+            if twin in variants:
+                ratios[f"{twin} / {name} (separate process)"] = rate(variants, twin) / rate(variants, name)
 
 
 def targets(report: dict) -> list[dict]:
@@ -609,21 +629,17 @@ def targets(report: dict) -> list[dict]:
         out.append({"target": what, "value": value, "goal": goal,
                     "met": None if value is None or not np.isfinite(value) else bool(ok(value))})
 
-    if "standard" in problems:
-        p = problems["standard"]
+    for name in ("standard", "small"):
+        if name not in problems:
+            continue
+        p = problems[name]
         v = p["variants"]
-        best_crux = rate(v, p["best"]["crux"])
         jno = [n for n in v if v[n]["family"] == "jNO"]
-        add("standard: fastest crux / fastest jNO", best_crux / max(rate(v, n) for n in jno) if jno else None,
-            ">= 1.3", lambda x: x >= 1.3)
-        add("standard: fastest crux / fastest hand-written", p["ratios"]["fastest crux / fastest hand"], ">= 0.9",
-            lambda x: x >= 0.9)
-    if "small" in problems:
-        r = problems["small"]["ratios"]
-        add("small: crux inner_steps=1 / fastest hand loop", r["crux inner_steps=1 / fastest hand loop"], ">= 0.9",
-            lambda x: x >= 0.9)
-        for key in [k for k in r if "/ fastest hand scan" in k]:
-            add(f"small: {key}", r[key], ">= 0.9", lambda x: x >= 0.9)
+        if name == "standard":
+            add("standard: fastest crux / fastest jNO", rate(v, p["best"]["crux"]) / max(rate(v, n) for n in jno)
+                if jno else None, ">= 1.3", lambda x: x >= 1.3)
+        for key in [k for k in p["paired"] if re.fullmatch(r"crux inner_steps=\d+ / fastest hand (loop|scan k=\d+)", k)]:
+            add(f"{name}: {key} (round by round)", p["paired"][key]["median"], ">= 1.0", lambda x: x >= 1.0)
     if "accumulation" in problems:
         r = problems["accumulation"]["ratios"]
         for key in [k for k in r if k.startswith("crux") and "(4 t(8))" in k]:
@@ -681,6 +697,92 @@ def markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------------------------------------------
+# The README's speed table
+# ---------------------------------------------------------------------------------------------------
+README = ROOT / "README.md"
+README_BEGIN = "<!-- speed table: written by `python scripts/bench.py --readme` -->"
+README_END = "<!-- end of speed table -->"
+README_PROBLEMS = ("standard", "small", "accumulation")
+README_HEADER = ("| ratio | CPU | H200 | goal |", "|---|---|---|---|")
+# row label -> (problem, kind, goal); the GPU cell of a label is kept as it stands in the README
+README_ROWS = {
+    "crux / fastest hand-written JAX, standard problem": ("standard", "hand", "≥ 1.0"),
+    "crux / fastest hand-written JAX, 64 points, 3×32": ("small", "hand", "≥ 1.0"),
+    "crux / jNO, standard problem": ("standard", "jNO", "≥ 1.3"),
+    "crux / jNO, 64 points, 3×32": ("small", "jNO", "–"),
+    "one update of 4×8 / four updates of 8": ("accumulation", "accumulation", "≤ 1.2"),
+}
+
+
+def _calls(k: int) -> str:
+    return "one update a call" if k == 1 else f"fused ×{k}"
+
+
+def readme_cell(problem: dict, kind: str) -> str:
+    """The CPU cell of one row: ratios round by round (median, range) against the hand-written code, or of the
+    medians against jNO (timed in its own process)."""
+    if kind == "accumulation":
+        r = problem["ratios"]
+        parts = [f"{r[key]:.2f} {_calls(int(k))}" for key in r
+                 for k in re.findall(r"^crux inner_steps=(\d+): t\(4x8\) / \(4 t\(8\)\)$", key)]
+        jno = r.get("jNO inner_steps=1: t(4x8) / (4 t(8))")
+        return "; ".join(parts) + ("" if jno is None else f"; jNO {jno:.2f}")
+    parts = []
+    for k in [1, *problem.get("fused", [])]:
+        if kind == "hand":
+            key = "crux inner_steps=1 / fastest hand loop" if k == 1 else \
+                f"crux inner_steps={k} / fastest hand scan k={k}"
+            pair = problem["paired"][key]
+            parts.append(f"{pair['median']:.2f} ({pair['min']:.2f}–{pair['max']:.2f}) {_calls(k)}")
+        else:
+            value = problem["ratios"].get(f"crux inner_steps={k} / jNO inner_steps={k} (separate process)")
+            if value is not None:
+                parts.append(f"{value:.2f} {_calls(k)}")
+    return "; ".join(parts) or "not run"
+
+
+def readme_block(report: dict, gpu: dict[str, str], kept: list[str]) -> list[str]:
+    """The README's speed table from ``report``: a line that says when, on what and from which commit, then the
+    rows; ``gpu`` holds each label's GPU cell as measured, ``kept`` the rows this script does not measure."""
+    env = report["environment"]
+    lines = [README_BEGIN, f"CPU column: `{report['command']}`, {env['summary']}. Ratios against hand-written "
+             f"JAX: the median of the round-by-round ratios, their range in brackets; against jNO (timed in its own "
+             f"process): the ratio of the medians.", "", *README_HEADER]
+    for label, (name, kind, goal) in README_ROWS.items():
+        if name in report["problems"]:
+            lines.append(f"| {label} | {readme_cell(report['problems'][name], kind)} | "
+                         f"{gpu.get(label, 'not run')} | {goal} |")
+    return lines + kept + [README_END]
+
+
+def readme_table(text: str) -> tuple[list[str], dict[str, str], list[str]]:
+    """The README's speed table: its lines between the markers, each row's GPU cell by label, and the rows
+    that ``README_ROWS`` does not name (kept as they are)."""
+    if README_BEGIN not in text or README_END not in text:
+        raise ValueError(f"README.md has no speed table between {README_BEGIN!r} and {README_END!r}")
+    block = text[text.index(README_BEGIN):text.index(README_END) + len(README_END)].splitlines()
+    gpu, kept = {}, []
+    for line in block:
+        if not line.startswith("|") or line in README_HEADER:
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells[0] in README_ROWS:
+            gpu[cells[0]] = cells[2]
+        else:
+            kept.append(line)
+    return block, gpu, kept
+
+
+def update_readme(report: dict, path: Path = README) -> str:
+    """Replace the speed table of the README at ``path`` with the figures of ``report``; returns the table."""
+    text = path.read_text()
+    old, gpu, kept = readme_table(text)
+    new = "\n".join(readme_block(report, gpu, kept))
+    path.write_text(text.replace("\n".join(old), new))
+    return new
+
+
 def environment() -> dict:
     try:
         from crux.tracking.environment import environment as crux_environment
@@ -722,7 +824,7 @@ def log_mlflow(report: dict, out: Path) -> str:
         experiment_id = mlflow.set_experiment("bench").experiment_id
     mlflow.set_tracking_uri(uri)
     with mlflow.start_run(experiment_id=experiment_id, run_name=f"bench{'-quick' if report['quick'] else ''}") as run:
-        mlflow.set_tags({"crux.role": "bench", "crux.sweep": "bench"})
+        mlflow.set_tags({ROLE: BENCH, SWEEP: "bench"})
         mlflow.log_params({"problems": ",".join(report["problems"]), "quick": report["quick"],
                            "repeats": report["repeats"], "backend": jax.default_backend()})
         metrics = {}
@@ -775,9 +877,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="write bench.md, bench.json, scaling.png here")
     parser.add_argument("--jno", type=Path, help="JSON written by scripts/bench_jno.sh, merged as jNO rows")
     parser.add_argument("--mlflow", action="store_true", help="log the tables as one MLflow run (experiment bench)")
+    parser.add_argument("--readme", action="store_true",
+                        help=f"measure {','.join(README_PROBLEMS)} and jNO (in its own process, unless --jno) and "
+                             f"write the CPU column of README.md's speed table; needs a clean checkout")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    problems = [p.strip() for p in (args.problems or ",".join(QUICK_PROBLEMS if args.quick else PROBLEMS))
-                .split(",") if p.strip()]
+    default = README_PROBLEMS if args.readme else QUICK_PROBLEMS if args.quick else PROBLEMS
+    problems = [p.strip() for p in (args.problems or ",".join(default)).split(",") if p.strip()]
     unknown = sorted(set(problems) - set(PROBLEMS))
     if unknown:
         parser.error(f"unknown problems {unknown}; choose from {','.join(PROBLEMS)}")
@@ -788,12 +893,30 @@ def main(argv: list[str] | None = None) -> int:
         forms = [SAME_AS_CRUX]  # compiling every formulation alone would take the minute
     if args.jno and not args.jno.exists():
         parser.error(f"--jno {args.jno}: no such file (write it with scripts/bench_jno.sh)")
+    env = environment()
+    if args.readme:
+        if args.quick or args.problems or args.forms != ",".join(FORMS):
+            parser.error("--readme measures the README's problems in full: drop --quick, --problems and --forms")
+        readme_table(README.read_text())  # a README without the table's markers: say so before any compute
+        if env.get("git_dirty") is not False:
+            parser.error("--readme writes the commit it measured into README.md: commit your changes first "
+                         "(git status shows them)")
+        if args.jno is None and importlib.util.find_spec("jno") is None:
+            parser.error("--readme needs jNO for the crux / jNO rows: pip install -e '.[jno]', or pass --jno FILE "
+                         "written by scripts/bench_jno.sh")
 
     log = lambda text: print(text, file=sys.stderr, flush=True)
     started = time.perf_counter()
     report: dict[str, Any] = {"command": " ".join(["python scripts/bench.py", *(sys.argv[1:] if argv is None
                                                                                   else argv)]),
-                              "quick": args.quick, "environment": environment(), "problems": {}}
+                              "quick": args.quick, "environment": env, "problems": {}}
+    if args.readme and args.jno is None:  # jNO first, in its own process, on the machine as the run finds it
+        args.jno = Path(tempfile.mkdtemp(prefix="crux-bench-")) / "jno.json"
+        log(f"[{time.perf_counter() - started:6.1f} s] jNO, in its own process")
+        command = [sys.executable, str(ROOT / "scripts" / "bench_jno_problems.py"), "--out", str(args.jno),
+                   "--problems", ",".join(problems)]
+        subprocess.run(command + ([] if args.repeats is None else ["--repeats", str(args.repeats)]), check=True,
+                       stdout=sys.stderr)
     fast_repeats = args.repeats or (3 if args.quick else 5)
     slow_repeats = args.repeats or 3
     report["repeats"] = {"fast problems": fast_repeats, "slow problems": slow_repeats}
@@ -816,10 +939,12 @@ def main(argv: list[str] | None = None) -> int:
             write(report, args.out, args.jno, started, final=False)
     text = write(report, args.out, args.jno, started, final=True)
     print(text)
+    if args.readme:
+        print(update_readme(report))
+        log(f"wrote the speed table of {README}")
     if args.mlflow:
         out = args.out
         if out is None:  # MLflow gets the files too: write them somewhere
-            import tempfile
             out = Path(tempfile.mkdtemp(prefix="crux-bench-"))
             write(report, out, None, started, final=True)
         log(f"MLflow run {log_mlflow(report, out)}")

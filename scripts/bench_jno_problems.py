@@ -34,7 +34,7 @@ import optax
 import crux
 from crux.backends.jno.job import jno_schedule
 from crux.backends.jno.problems import Batching, build
-from crux.config import ModelConfig
+from crux.pipeline.config import ModelConfig
 
 
 def make_core(n: int, width: int):
@@ -65,6 +65,12 @@ class Variant:
         self.last_loss = float(np.asarray(stats.total_loss_history)[-1]) if hasattr(stats, "total_loss_history") \
             else None
         return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def fused_variants(n: int, width: int, steps: int) -> list[Variant]:
+    """One update a call and the fused calls of scripts/bench.py (inner_steps 10 and 100, at most ``steps``)."""
+    ks = sorted({1, *(min(k, steps) for k in (10, 100))})
+    return [Variant(f"jNO inner_steps={k}", n, width, inner_steps=k) for k in ks]
 
 
 def measure(variants: list[Variant], steps: int, repeats: int) -> dict:
@@ -112,15 +118,11 @@ def main() -> int:
     wanted = args.problems.split(",")
     if "standard" in wanted:
         steps = 40 if quick else 500
-        k = min(100, steps)
-        problems["standard"] = {"variants": measure(
-            [Variant("jNO inner_steps=1", 1024, 64), Variant(f"jNO inner_steps={k}", 1024, 64, inner_steps=k)],
-            steps, args.repeats or 3)}
+        problems["standard"] = {"variants": measure(fused_variants(1024, 64, steps), steps, args.repeats or 3)}
     if "small" in wanted:
         steps = 200 if quick else 2000
-        problems["small"] = {"variants": measure(
-            [Variant("jNO inner_steps=1", 64, 32), Variant("jNO inner_steps=100", 64, 32, inner_steps=100)],
-            steps, args.repeats or (3 if quick else 5))}
+        problems["small"] = {"variants": measure(fused_variants(64, 32, steps), steps,
+                                                 args.repeats or (3 if quick else 5))}
     if "accumulation" in wanted:
         steps = 100 if quick else 1000
         problems["accumulation"] = {"variants": measure(

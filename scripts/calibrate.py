@@ -46,7 +46,7 @@ import numpy as np
 import optax
 
 import crux
-from crux.config import roundoff_twin
+from crux.pipeline.config import roundoff_twin
 from crux.backends.gradient_draws import GradientDraws, crux_gradient_draws
 from crux.problems import Problem
 from crux.report import FAILS, NO_EFFECT, PhasePlan, RunRecord, SolveOptions, Verdict
@@ -173,13 +173,20 @@ class Tally:
     def real(self, verdict: Verdict, case: Case) -> None:
         self.judged += 1
         if verdict.verdict == FAILS:
-            self.false_fails.append(f"{case.describe()}: {verdict.summary}")
+            self.false_fails.append(_logged(f"false fail, {verdict.id}, {case.describe()}: {verdict.summary}"))
 
     def defect(self, name: str, verdict: Verdict, case: Case) -> None:
         self.changed[name] = self.changed.get(name, 0) + 1
         misses = self.missed.setdefault(name, [])
         if verdict.verdict not in CAUGHT:
-            misses.append(f"{case.describe()}: {verdict.verdict}: {verdict.summary}")
+            misses.append(_logged(f"missed {name}, {verdict.id}, {case.describe()}: {verdict.verdict}: "
+                                  f"{verdict.summary}"))
+
+
+def _logged(line: str) -> str:
+    """``line``, printed to stderr as soon as it is found (a long run stopped early keeps its seeds)."""
+    print(line, file=sys.stderr, flush=True)
+    return line
 
 
 def record(run_id: str, case: Case, train: Train, options: dict, calls: Sequence[int] = (UPDATES,),
@@ -356,12 +363,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("crux").setLevel(logging.WARNING)
     tallies = run(range(args.seed, args.seed + args.cases), args.family or sorted(FAMILIES), progress=args.progress)
     print(table(tallies))
-    for check, tally in tallies.items():
-        for miss in tally.false_fails:
-            print(f"false fail, {check}, {miss}")
-        for name, misses in tally.missed.items():
-            for miss in misses:
-                print(f"missed {name}, {check}, {miss}")
+    for tally in tallies.values():
+        for line in tally.false_fails + [miss for misses in tally.missed.values() for miss in misses]:
+            print(line)
     return 1 if any(t.false_fails for t in tallies.values()) else 0
 
 

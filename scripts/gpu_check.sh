@@ -117,15 +117,15 @@ if (( dry )); then
     step anatomy 30 20 python3 scripts/step_anatomy.py --quick --out "$OUT"
     step "anatomy, loop in the graph" 30 20 env XLA_FLAGS="$graph_loop" python3 scripts/step_anatomy.py --quick \
         --out "$work/anatomy_graph_loop"
-    step "sweep inner_steps" 50 20 python3 -m crux.sweep inner_steps solver.epochs=20 solver.inner_steps=1,20 \
+    step "sweep inner_steps" 50 20 python3 -m crux.pipeline.sweep inner_steps solver.epochs=20 solver.inner_steps=1,20 \
         repeat=0 "hydra.sweep.dir=$work/multirun/inner_steps"
-    step "sweep accumulation" 60 20 python3 -m crux.sweep accumulation solver.epochs=10 repeat=0 gradient_draws=8 \
+    step "sweep accumulation" 60 20 python3 -m crux.pipeline.sweep accumulation solver.epochs=10 repeat=0 gradient_draws=8 \
         "hydra.sweep.dir=$work/multirun/accumulation"
     if (( jno )); then
         tiny=(model.width=8 model.depth=1 problem.n_interior=64 solver.epochs=10 repeat=0)
-        step "sweep inner_steps on jNO" 50 30 python3 -m crux.sweep inner_steps backend=jno "${tiny[@]}" \
+        step "sweep inner_steps on jNO" 50 30 python3 -m crux.pipeline.sweep inner_steps backend=jno "${tiny[@]}" \
             solver.inner_steps=1,10 "hydra.sweep.dir=$work/multirun/inner_steps_jno"
-        step "sweep accumulation on jNO" 60 60 python3 -m crux.sweep accumulation backend=jno "${tiny[@]}" \
+        step "sweep accumulation on jNO" 60 60 python3 -m crux.pipeline.sweep accumulation backend=jno "${tiny[@]}" \
             memory=b8,b8_acc4 gradient_draws=8 "hydra.sweep.dir=$work/multirun/accumulation_jno"
     fi
 else
@@ -138,12 +138,12 @@ else
     step "anatomy, loop unrolled in the graph" 15 30 \
         env XLA_FLAGS="$graph_loop --xla_gpu_command_buffer_unroll_loops=true" python3 scripts/step_anatomy.py \
         --out "$work/anatomy_graph_unrolled"
-    step "sweep inner_steps" 50 30 python3 -m crux.sweep inner_steps "hydra.sweep.dir=$work/multirun/inner_steps"
-    step "sweep accumulation" 60 30 python3 -m crux.sweep accumulation "hydra.sweep.dir=$work/multirun/accumulation"
+    step "sweep inner_steps" 50 30 python3 -m crux.pipeline.sweep inner_steps "hydra.sweep.dir=$work/multirun/inner_steps"
+    step "sweep accumulation" 60 30 python3 -m crux.pipeline.sweep accumulation "hydra.sweep.dir=$work/multirun/accumulation"
     if (( jno )); then
-        step "sweep inner_steps on jNO" 45 30 python3 -m crux.sweep inner_steps backend=jno \
+        step "sweep inner_steps on jNO" 45 30 python3 -m crux.pipeline.sweep inner_steps backend=jno \
             "hydra.sweep.dir=$work/multirun/inner_steps_jno"
-        step "sweep accumulation on jNO" 80 30 python3 -m crux.sweep accumulation backend=jno \
+        step "sweep accumulation on jNO" 80 30 python3 -m crux.pipeline.sweep accumulation backend=jno \
             "hydra.sweep.dir=$work/multirun/accumulation_jno"
     fi
 fi

@@ -39,13 +39,15 @@ from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
 from crux.stats import Statistics
+from crux.tracking.contract import (CONFIG, ENVIRONMENT, FINISHED, HISTORY_PLOT, HISTORY_POINTS, PARAMS, PARENT,
+                                   REPEAT, ROLE, STATS, SWEEP_DIR, VARIANT)
 from crux.tracking.history import history_series, thinned
 from crux.tracking.store import child_runs
 from measure_tracking import TIMING_FILE
 
 SCRIPTS = Path(__file__).resolve().parent
 HISTORY_KEYS = ("loss/total", "loss/pde", "loss/bc", "lr/u")
-ARTIFACTS = {"history.png", "stats.npz", "params.npz", "config.yaml", "environment.json"}
+ARTIFACTS = {HISTORY_PLOT, STATS, PARAMS, CONFIG, ENVIRONMENT}
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ class SweepSpec:
 
     def command(self, sweep_dir: Path, experiment: str) -> list[str]:
         timer = ["+hydra.callbacks.tracking_timer._target_=measure_tracking.JobTimer"] if self.timed else []
-        return [self.python, "-m", "crux.sweep", "accumulation", f"solver.epochs={self.epochs}",
+        return [self.python, "-m", "crux.pipeline.sweep", "accumulation", f"solver.epochs={self.epochs}",
                 f"memory={','.join(self.memory)}", f"repeat={','.join(map(str, range(self.repeats)))}",
                 f"tracking.experiment={experiment}", f"hydra.sweep.dir={sweep_dir}", *self.extra, *timer,
                 *self.launcher_overrides()]
@@ -154,20 +156,20 @@ def count(sweeps: list[SweepSpec], uri: str, experiment: str, folders: list[Path
     with tempfile.TemporaryDirectory() as scratch:
         for spec, sweep_dir in zip(sweeps, folders):
             wanted = Counter((memory, str(repeat)) for memory in spec.memory for repeat in range(spec.repeats))
-            parents = [run for run in every_run.values() if run.data.tags.get("crux.role") == "parent"
-                       and run.data.tags.get("crux.sweep_dir") == str(sweep_dir.resolve())]
+            parents = [run for run in every_run.values() if run.data.tags.get(ROLE) == PARENT
+                       and run.data.tags.get(SWEEP_DIR) == str(sweep_dir.resolve())]
             if len(parents) != 1:
                 counts.problems.append(f"{sweep_dir}: {len(parents)} parent runs with this sweep folder")
                 continue
             (parent,) = parents
-            counts.add("parent runs FINISHED", 1, int(parent.info.status == "FINISHED"))
+            counts.add("parent runs FINISHED", 1, int(parent.info.status == FINISHED))
             accounted.add(parent.info.run_id)
             counts.add("parent 'jobs' metrics", spec.jobs, int(parent.data.metrics.get("jobs", -1)))
             children = list(child_runs(client, found.experiment_id, parent.info.run_id))
             accounted.update(run.info.run_id for run in children)
             counts.add("child runs", spec.jobs, len(children))
-            counts.add("child runs FINISHED", spec.jobs, sum(run.info.status == "FINISHED" for run in children))
-            variants = Counter((run.data.tags.get("crux.variant"), run.data.tags.get("crux.repeat"))
+            counts.add("child runs FINISHED", spec.jobs, sum(run.info.status == FINISHED for run in children))
+            variants = Counter((run.data.tags.get(VARIANT), run.data.tags.get(REPEAT))
                                for run in children)
             if variants != wanted:
                 counts.problems.append(f"{sweep_dir.name}: jobs {dict(variants)} instead of {dict(wanted)}")
@@ -197,12 +199,12 @@ def _check_run(client: MlflowClient, run: Run, epochs: int, folder: Path, counts
     run_id = run.info.run_id
     present = {artifact.path for artifact in client.list_artifacts(run_id)}
     counts.add("artifacts", len(ARTIFACTS), len(present & ARTIFACTS))
-    if "stats.npz" not in present:
+    if STATS not in present:
         return
     folder.mkdir(parents=True)
-    stats = Statistics.load(client.download_artifacts(run_id, "stats.npz", str(folder)))
+    stats = Statistics.load(client.download_artifacts(run_id, STATS, str(folder)))
     counts.add("epochs in stats.npz", epochs, stats.steps)
-    points = int(run.data.tags.get("crux.history_points", f"{stats.steps} of").split(" of")[0])
+    points = int(run.data.tags.get(HISTORY_POINTS, f"{stats.steps} of").split(" of")[0])
     sent, expected = thinned(stats.epoch, history_series(stats), points)
     for key in HISTORY_KEYS:
         history = sorted(client.get_metric_history(run_id, key), key=lambda m: m.step)

@@ -40,6 +40,8 @@ from hydra.experimental.callback import Callback
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig
 
+from crux.tracking.contract import CHILD, JOB, ROLE, tag_filter
+
 if __name__ == "__main__":  # Hydra instantiates the callback by this module's name: one module, one set of figures
     sys.modules.setdefault("measure_tracking", sys.modules[__name__])
 
@@ -52,7 +54,7 @@ FIRST_IMPORTS = {"run create": "mlflow.store.tracking.sqlalchemy_store", "histor
 
 def _parts() -> dict[str, tuple[Any, str]]:
     """Label -> (owner, attribute) of every timed tracking call (imports crux's pipeline: in a job's process)."""
-    import crux.experiment
+    import crux.pipeline.experiment
     from crux.stats import Statistics
     from crux.tracking import job
 
@@ -61,8 +63,8 @@ def _parts() -> dict[str, tuple[Any, str]]:
              "stats.npz": (Statistics, "save"), "params.npz": (np, "savez"),
              "artifacts": (MlflowClient, "log_artifacts"), "artifact": (MlflowClient, "log_artifact"),
              "run close": (MlflowClient, "set_terminated"),
-             "relative_l2": (crux.experiment.Problem, "relative_l2"),
-             "parameter copies": (crux.experiment, "parameter_leaves"), "training": (crux.experiment, "train")}
+             "relative_l2": (crux.pipeline.experiment.Problem, "relative_l2"),
+             "parameter copies": (crux.pipeline.experiment, "parameter_leaves"), "training": (crux.pipeline.experiment, "train")}
     try:  # a version of crux with a background writer (the script also times the versions before it)
         from crux.tracking import writer
         parts["waiting for the writer"] = (writer.Writer, "drain")
@@ -172,7 +174,7 @@ class JobTimer(Callback):
 def run_sweep(count: int, overrides: list[str], uri: str | None, folder: Path) -> tuple[str, float]:
     """Run the sweep of ``count`` jobs into ``uri`` (a new SQLite store in ``folder`` if None); the URI and the
     sweep's wall time."""
-    import crux.experiment
+    import crux.pipeline.experiment
 
     if uri is None:
         uri = f"sqlite:///{folder}/mlflow.db"
@@ -183,7 +185,7 @@ def run_sweep(count: int, overrides: list[str], uri: str | None, folder: Path) -
                 f"tracking.experiment=measure-{int(time.time())}", f"hydra.sweep.dir={folder}/multirun",
                 "+hydra.callbacks.timer._target_=measure_tracking.JobTimer"]
     begin = time.perf_counter()
-    crux.experiment.main()
+    crux.pipeline.experiment.main()
     return uri, time.perf_counter() - begin
 
 
@@ -191,9 +193,9 @@ def store_shares(uri: str, experiment: str) -> list[dict[str, Any]]:
     """Per child run, in job order: its duration, training and compile seconds and tracking share."""
     client = MlflowClient(uri)
     found = client.get_experiment_by_name(experiment)
-    runs = client.search_runs([found.experiment_id], "tags.`crux.role` = 'child'")
+    runs = client.search_runs([found.experiment_id], tag_filter(ROLE, CHILD))
     shares = []
-    for run in sorted(runs, key=lambda run: int(run.data.tags["crux.job"])):
+    for run in sorted(runs, key=lambda run: int(run.data.tags[JOB])):
         duration = (run.info.end_time - run.info.start_time) / 1000
         training, compiling = run.data.metrics["run_seconds"], run.data.metrics["compile_seconds"]
         shares.append({"duration": duration, "training": training, "compile": compiling,

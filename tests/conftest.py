@@ -4,6 +4,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Iterator
 
 import jax
 import pytest
@@ -33,3 +34,14 @@ def store(tmp_path, empty_store) -> Path:
     """``tmp_path``, holding a fresh copy of the empty store as ``mlflow.db``."""
     shutil.copy(empty_store, tmp_path / "mlflow.db")
     return tmp_path
+
+
+@pytest.fixture
+def hydra_configs() -> Iterator[None]:
+    """Hydra initialised on the configs crux-run reads (``pkg://crux.conf``)."""
+    from hydra import initialize_config_module  # Hydra only for the tests that compose configs
+
+    from crux.pipeline.config import CONFIG_PACKAGE
+
+    with initialize_config_module(CONFIG_PACKAGE, version_base="1.3"):
+        yield

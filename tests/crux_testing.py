@@ -1,6 +1,12 @@
 """Small problems and comparisons shared by the tests."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
 import jax
 import numpy as np
 import optax
@@ -91,3 +97,35 @@ def mlflow_run(run_id: str, status: str, tags: dict[str, str] | None = None, sta
 
     info = RunInfo(run_id, "1", "user", status, start_time, None, "active")
     return Run(info, RunData(tags=[RunTag(key, value) for key, value in (tags or {}).items()]))
+
+
+# -- the pipeline's commands, for the tests that run them -----------------------------------------------------
+def launch(tmp_path: Path, module: str, *args: str) -> subprocess.CompletedProcess:
+    """Run ``python -m module args`` logging into ``tmp_path/mlflow.db``, Hydra's folders in ``tmp_path``."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    return subprocess.run([sys.executable, "-m", module, *args, f"hydra.sweep.dir={tmp_path / 'multirun'}",
+                           f"hydra.run.dir={tmp_path / 'outputs'}"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+
+
+def runs_by_role(tmp_path: Path, experiment: str) -> tuple[Any, dict[str, list]]:
+    """The MLflow client of ``tmp_path/mlflow.db`` and the runs of ``experiment`` by their role tag."""
+    from mlflow.tracking import MlflowClient  # MLflow only for the tests that read a store
+
+    from crux.tracking import contract
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    found = client.get_experiment_by_name(experiment)
+    assert found is not None, f"experiment {experiment!r} was not created"
+    roles: dict[str, list] = {}
+    for run in client.search_runs([found.experiment_id]):
+        roles.setdefault(run.data.tags[contract.ROLE], []).append(run)
+    return client, roles
+
+
+def selected(name: str) -> list[str]:
+    """The overrides that select built-in sweep ``name`` once it is registered, as crux-sweep does."""
+    from crux.pipeline.sweep import available, register  # Hydra only for the tests that compose configs
+
+    register(available()[name], f"crux-sweep {name}")
+    return [f"+sweeps={name}"]

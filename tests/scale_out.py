@@ -26,6 +26,7 @@ from typing import Iterator
 
 import numpy as np
 import pytest
+from crux.tracking import contract
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
@@ -191,13 +192,13 @@ def sweep_and_report(folder: Path, uri: str, launcher: str, env: dict[str, str] 
     client = MlflowClient(uri)
     results = {}
     for run in client.search_runs([client.get_experiment_by_name(experiment).experiment_id],
-                                  "tags.`crux.role` = 'child'"):
-        path = client.download_artifacts(run.info.run_id, "params.npz", str(folder / run.info.run_id))
+                                  contract.tag_filter(contract.ROLE, contract.CHILD)):
+        path = client.download_artifacts(run.info.run_id, contract.PARAMS, str(folder / run.info.run_id))
         with np.load(path) as params:
             final = b"".join(params[key].tobytes() for key in sorted(params.files) if key.startswith("final/"))
         history = [m.value for m in sorted(client.get_metric_history(run.info.run_id, "loss/total"),
                                            key=lambda m: m.step)]
-        results[run.data.tags["crux.variant"]] = final + np.array(history).tobytes()
+        results[run.data.tags[contract.VARIANT]] = final + np.array(history).tobytes()
     return Judged([{k: v for k, v in verdict.items() if k != "runs"} for verdict in verdicts], results)
 
 

@@ -5,6 +5,7 @@ import numpy as np
 import optax
 import pytest
 
+from crux.tracking import contract
 import crux
 from crux_testing import EPS32, poisson, train
 
@@ -70,12 +71,13 @@ def test_statistics_save_load_round_trip_and_plot(tmp_path):
     solver.solve(4, batchsize=16)
     history = solver.history
     assert history.phases == [0, 6] and len(history) == 10
-    loaded = crux.Statistics.load(history.save(tmp_path / "stats.npz") and tmp_path / "stats.npz")
+    loaded = crux.Statistics.load(history.save(tmp_path / contract.STATS) and tmp_path / contract.STATS)
     np.testing.assert_array_equal(loaded.losses, history.losses)
     np.testing.assert_array_equal(loaded.lr["u"], history.lr["u"])
     assert loaded.names == ["pde", "bc"] and loaded.phases == [0, 6] and loaded.memory == history.memory
-    assert history.plot(tmp_path / "history.png") is history
-    assert (tmp_path / "history.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert loaded.run_cpu_seconds == history.run_cpu_seconds > 0  # the two calls' CPU time, summed and kept
+    assert history.plot(tmp_path / contract.HISTORY_PLOT) is history
+    assert (tmp_path / contract.HISTORY_PLOT).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_problems_score_against_their_exact_solutions():

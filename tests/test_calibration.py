@@ -10,7 +10,7 @@ import pytest
 
 from scripts_path import calibrate
 
-CASES = range(12)
+CASES = (*range(12), 33)  # 33: a continued mini-batch boundary whose step is the largest of the few around it
 EFFECTIVE_BATCH_CASES = (0, 4, 8)  # each case's runs and defects compile their own programs: a few suffice here
 NOISE_CASES = (1, 4)  # with 16 draws a run: every draw is a solve() call
 

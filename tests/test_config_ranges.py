@@ -1,5 +1,5 @@
 """Values of the right type that no run could use are named in the command line's terms before anything runs
-(crux.config.out_of_range); the shipped configs have none."""
+(crux.pipeline.config.out_of_range); the shipped configs have none."""
 from __future__ import annotations
 
 from typing import Iterator
@@ -7,9 +7,9 @@ from typing import Iterator
 import pytest
 from hydra import compose, initialize_config_module
 
-from crux import config
-from crux.config import CONFIG_PACKAGE
-from crux.ranges import Choice, Range
+from crux.pipeline import config
+from crux.pipeline.config import CONFIG_PACKAGE
+from crux.pipeline.ranges import Choice, Range
 
 
 @pytest.fixture
@@ -56,11 +56,11 @@ def test_each_value_out_of_range_is_named_as_it_was_typed(hydra_configs, overrid
 
 
 def test_a_range_says_its_bounds_and_lets_them_in_or_out_as_declared():
-    assert [Range(1).problem(v) for v in (0, 1)] == ["must be >= 1", None]
-    assert [Range(0, low_open=True).problem(v) for v in (0.0, 1e-30)] == ["must be > 0", None]
-    assert [Range(0, 1).problem(v) for v in (-0.1, 0.0, 0.999, 1.0)] == [
+    assert [Range(1).refusal(v) for v in (0, 1)] == ["must be >= 1", None]
+    assert [Range(0, low_open=True).refusal(v) for v in (0.0, 1e-30)] == ["must be > 0", None]
+    assert [Range(0, 1).refusal(v) for v in (-0.1, 0.0, 0.999, 1.0)] == [
         "must be in [0, 1)", None, None, "must be in [0, 1)"]
-    assert Choice(("a", "b")).problem("c") == "must be one of a, b" and Choice(("a", "b")).problem("b") is None
+    assert Choice(("a", "b")).refusal("c") == "must be one of a, b" and Choice(("a", "b")).refusal("b") is None
 
 
 def test_every_option_of_every_group_is_in_range(hydra_configs):

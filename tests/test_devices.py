@@ -19,11 +19,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from crux import config
-from crux.backends.choice import backend_problems
+from crux.pipeline import config
+from crux.pipeline.backend_choice import backend_refusals
+from crux.tracking import contract
 from crux_testing import EPS32, poisson
 from test_backend_choice import composed
-from test_pipeline import launch, runs_by_role
+from crux_testing import launch, runs_by_role
 
 TESTS = Path(__file__).resolve().parent
 DEVICES, EPOCHS = 4, 20  # more devices than CI has cores: they need not be real
@@ -45,9 +46,9 @@ def test_a_device_count_that_is_not_a_positive_integer_is_refused(devices):
 
 
 def test_the_jno_backend_refuses_several_devices():
-    assert backend_problems(composed("backend=jno", "solver.devices=2")) == [
+    assert backend_refusals(composed("backend=jno", "solver.devices=2")) == [
         "solver.devices=2: the jNO backend trains on one device; drop the override or choose backend=crux"]
-    assert backend_problems(composed("backend=jno")) == []
+    assert backend_refusals(composed("backend=jno")) == []
 
 
 @pytest.fixture(scope="module")
@@ -137,12 +138,12 @@ def test_the_devices_check_holds_on_crux_and_fails_when_each_device_keeps_its_ow
 
 @pytest.mark.integration
 def test_the_devices_sweep_runs_on_two_host_devices_and_its_report_judges_it(tmp_path):
-    done = launch(tmp_path, "crux.sweep", "devices", "solver.epochs=40", "repeat=0,1", "model.width=8",
+    done = launch(tmp_path, "crux.pipeline.sweep", "devices", "solver.epochs=40", "repeat=0,1", "model.width=8",
                   "problem.n_interior=64")
     assert done.returncode == 0, done.stderr[-3000:]
     _, roles = runs_by_role(tmp_path, "devices")
-    children = roles["child"]
-    assert all(child.info.status == "FINISHED" for child in children)
+    children = roles[contract.CHILD]
+    assert all(child.info.status == contract.FINISHED for child in children)
     assert sorted((c.data.params["memory.batchsize"], c.data.params["solver.devices"]) for c in children) == \
         sorted([("8", "1"), ("16", "1"), ("8", "2")] * 2)
     store = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
@@ -160,7 +161,7 @@ def crux_run(folder: Path, *overrides: str, env: dict[str, str]) -> subprocess.P
     folder.mkdir(exist_ok=True)
     job = [o for o in overrides if o.startswith("--")] + ["memory=b8", "solver.epochs=20", "model.width=8", "problem.n_interior=64", "solver.devices=2",
            f"hydra.run.dir={folder / 'outputs'}", *(o for o in overrides if not o.startswith("--"))]
-    return subprocess.Popen([sys.executable, "-m", "crux.experiment", *job], cwd=folder, text=True,
+    return subprocess.Popen([sys.executable, "-m", "crux.pipeline.experiment", *job], cwd=folder, text=True,
                             env={**env, "MLFLOW_TRACKING_URI": f"sqlite:///{folder / 'mlflow.db'}"},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
@@ -170,8 +171,8 @@ def final_parameters(folder: Path) -> tuple[int, dict[str, np.ndarray]]:
     from mlflow.tracking import MlflowClient
     client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
-    (job,) = [run for run in runs if run.data.tags.get("crux.role") != "parent"]
-    saved = np.load(client.download_artifacts(job.info.run_id, "params.npz", str(folder)))
+    (job,) = [run for run in runs if run.data.tags.get(contract.ROLE) != contract.PARENT]
+    saved = np.load(client.download_artifacts(job.info.run_id, contract.PARAMS, str(folder)))
     return len(runs), {key: saved[key] for key in saved.files if key.startswith("final/")}
 
 
@@ -201,7 +202,7 @@ def test_processes_that_cannot_each_hold_devices_of_the_job_are_refused():
     assert "solver.devices=3 must be a multiple of 2" in " ".join(
         config.out_of_range(composed("jax.processes=2", "solver.devices=3")))
     assert config.out_of_range(composed("jax.processes=2", "solver.devices=2")) == []
-    assert backend_problems(composed("backend=jno", "jax.processes=2"))[0].startswith("jax.processes=2: the jNO")
+    assert backend_refusals(composed("backend=jno", "jax.processes=2"))[0].startswith("jax.processes=2: the jNO")
 
 
 @pytest.mark.integration  # starts a Slurm cluster

@@ -24,6 +24,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from crux.tracking import contract
+
 pytestmark = pytest.mark.integration  # builds a wheel, makes a venv, runs sweeps in subprocesses
 
 REPO = Path(__file__).resolve().parent.parent
@@ -144,7 +146,7 @@ def test_a_problem_and_a_sweep_of_ones_own_run_to_verdicts_through_the_installed
     assert "holds         accumulation.effective_batch[b8_acc4]" in printed
     client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("unit_square_accumulation")
-    runs = client.search_runs([experiment.experiment_id], "tags.`crux.role` = 'child'")
+    runs = client.search_runs([experiment.experiment_id], contract.tag_filter(contract.ROLE, contract.CHILD))
     assert sorted(run.data.params["variant"] for run in runs) == ["b32", "b8", "b8_acc4", "full"]
     for run in runs:
         assert run.data.params["problem._target_"] == "nonlinear_poisson.unit_square"

@@ -19,6 +19,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from crux.stats import Statistics
+from crux.tracking import contract
 
 pytestmark = pytest.mark.integration  # sweeps and reports in subprocesses
 
@@ -39,7 +40,7 @@ hydra:
 
 def command(program: str, *args: str) -> list[str]:
     """``crux-sweep`` or ``crux-report`` with ``args``, run by this Python."""
-    return [sys.executable, "-m", {"crux-sweep": "crux.sweep", "crux-report": "crux.report"}[program], *args]
+    return [sys.executable, "-m", {"crux-sweep": "crux.pipeline.sweep", "crux-report": "crux.report"}[program], *args]
 
 
 def environment(folder: Path) -> dict[str, str]:
@@ -77,14 +78,14 @@ def sweep_runs(folder: Path) -> tuple[MlflowClient, object, list]:
     """The client, the sweep's parent run and its children, oldest first."""
     client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("stoppable").experiment_id
-    (parent,) = client.search_runs([experiment], "tags.`crux.role` = 'parent'")
-    children = client.search_runs([experiment], "tags.`crux.role` = 'child'", order_by=["attributes.start_time ASC"])
+    (parent,) = client.search_runs([experiment], contract.tag_filter(contract.ROLE, contract.PARENT))
+    children = client.search_runs([experiment], contract.tag_filter(contract.ROLE, contract.CHILD), order_by=["attributes.start_time ASC"])
     return client, parent, list(children)
 
 
 def jobs(children: list) -> list[tuple[str, str]]:
     """Each run's job number and status."""
-    return [(run.data.tags["crux.job"], run.info.status) for run in children]
+    return [(run.data.tags[contract.JOB], run.info.status) for run in children]
 
 
 def test_sigterm_closes_the_sweep_killed_with_the_history_so_far_and_resume_completes_it(tmp_path):
@@ -94,10 +95,10 @@ def test_sigterm_closes_the_sweep_killed_with_the_history_so_far_and_resume_comp
     assert output.splitlines()[-1].endswith("closed KILLED with 2 of 4 jobs finished; `crux-sweep stoppable.yaml "
                                             "--resume` runs the others")
     client, parent, children = sweep_runs(tmp_path)
-    assert parent.info.status == "KILLED" and jobs(children) == [("0", "FINISHED"), ("1", "FINISHED"), ("2", "KILLED")]
+    assert parent.info.status == contract.KILLED and jobs(children) == [("0", contract.FINISHED), ("1", contract.FINISHED), ("2", contract.KILLED)]
     stopped = children[2]
-    assert stopped.data.tags["crux.error_message"] == "stopped by SIGTERM"
-    kept = Statistics.load(client.download_artifacts(stopped.info.run_id, "stats.npz", str(tmp_path)))
+    assert stopped.data.tags[contract.ERROR_MESSAGE] == "stopped by SIGTERM"
+    kept = Statistics.load(client.download_artifacts(stopped.info.run_id, contract.STATS, str(tmp_path)))
     assert 0 < kept.steps < LONG and kept.epoch.tolist() == list(range(kept.steps))  # every epoch up to the last sync
     steps = sorted(m.step for m in client.get_metric_history(stopped.info.run_id, "loss/total"))
     assert steps[0] == 0 and steps[-1] == kept.steps - 1  # MLflow's evenly spaced epochs of it
@@ -107,11 +108,11 @@ def test_sigterm_closes_the_sweep_killed_with_the_history_so_far_and_resume_comp
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "2 of its 4 jobs to run (2, 3)" in resumed.stdout + resumed.stderr
     client, again, children = sweep_runs(tmp_path)
-    assert again.info.run_id == parent.info.run_id and again.info.status == "FINISHED"
-    assert jobs(children) == [("0", "FINISHED"), ("1", "FINISHED"), ("2", "KILLED"), ("2", "FINISHED"),
-                              ("3", "FINISHED")]
+    assert again.info.run_id == parent.info.run_id and again.info.status == contract.FINISHED
+    assert jobs(children) == [("0", contract.FINISHED), ("1", contract.FINISHED), ("2", contract.KILLED), ("2", contract.FINISHED),
+                              ("3", contract.FINISHED)]
     assert {run.info.run_id for run in children[:2]} == finished_before
-    completed = Statistics.load(client.download_artifacts(children[3].info.run_id, "stats.npz", str(tmp_path)))
+    completed = Statistics.load(client.download_artifacts(children[3].info.run_id, contract.STATS, str(tmp_path)))
     assert completed.steps == LONG
 
     report = subprocess.run(command("crux-report", "stoppable", "--out", str(tmp_path / "report")),
@@ -125,16 +126,16 @@ def test_after_kill_9_resume_closes_the_orphans_killed_and_completes_the_sweep(t
     status, output = stop_while_job_2_trains(tmp_path, signal.SIGKILL)
     assert status == -signal.SIGKILL
     client, parent, children = sweep_runs(tmp_path)
-    assert parent.info.status == "RUNNING" and jobs(children)[-1] == ("2", "RUNNING")  # nothing could close them
+    assert parent.info.status == contract.RUNNING and jobs(children)[-1] == ("2", contract.RUNNING)  # nothing could close them
 
     resumed = resume(tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     client, again, children = sweep_runs(tmp_path)
-    assert again.info.run_id == parent.info.run_id and again.info.status == "FINISHED"
-    assert jobs(children) == [("0", "FINISHED"), ("1", "FINISHED"), ("2", "KILLED"), ("2", "FINISHED"),
-                              ("3", "FINISHED")]
+    assert again.info.run_id == parent.info.run_id and again.info.status == contract.FINISHED
+    assert jobs(children) == [("0", contract.FINISHED), ("1", contract.FINISHED), ("2", contract.KILLED), ("2", contract.FINISHED),
+                              ("3", contract.FINISHED)]
     orphan = children[2].data.tags
-    assert orphan["crux.error_type"] == "ProcessGone"
-    assert orphan["crux.error_message"].startswith(f"its process (pid {orphan['crux.pid']} on ")
-    assert "crux.error_type" not in again.data.tags  # it was closed KILLED as an orphan, then resumed
-    assert np.all([run.info.status != "RUNNING" for run in children])
+    assert orphan[contract.ERROR_TYPE] == "ProcessGone"
+    assert orphan[contract.ERROR_MESSAGE].startswith(f"its process (pid {orphan[contract.PID]} on ")
+    assert contract.ERROR_TYPE not in again.data.tags  # it was closed KILLED as an orphan, then resumed
+    assert np.all([run.info.status != contract.RUNNING for run in children])

@@ -19,12 +19,13 @@ from hydra import compose, initialize_config_module
 os.environ.setdefault("JNO_COMPILE_CACHE", jax.config.jax_compilation_cache_dir)  # conftest's cache, not ~/.cache
 pytest.importorskip("jno", reason='the jNO backend needs the jno extra: pip install -e ".[jno]"')
 
-from crux import config  # noqa: E402
+from crux.pipeline import config  # noqa: E402
 from crux.backends.jno.job import train_and_log  # noqa: E402
-from crux.config import CONFIG_PACKAGE  # noqa: E402
+from crux.pipeline.config import CONFIG_PACKAGE  # noqa: E402
 from crux.report import FAILS, HOLDS, INCONCLUSIVE, NO_EFFECT, NOT_SUPPORTED, RunRecord, judge  # noqa: E402
 from crux.report.records import histories_of, summary_of  # noqa: E402
-from crux.report.store import group_of, phase_plan, solve_options  # noqa: E402
+from crux.pipeline.settings import group_of, phase_plan, solve_options  # noqa: E402
+from crux.tracking import contract
 
 TINY = ["backend=jno", "model.width=8", "model.depth=2", "problem.n_interior=64", "solver.epochs=10",
         "jax.compilation_cache_dir=null"]
@@ -60,7 +61,7 @@ def jno_record(tmp_path: Path, run_id: str, *overrides: str, repeat: int = 0) ->
     reach = tuple(tuple(sorted(r)) for r in config.problem(cfg).solver().reach) if options.substeps else None
     return RunRecord(run_id, options, histories_of(stats), {**summary_of(stats), **run.metrics}, snapshots, stats,
                      reach, phase_plan(cfg), group_of(cfg), repeat, int(cfg.roundoff_twin), run_id,
-                     {"crux.backend": "jno", **run.tags})
+                     {contract.BACKEND: "jno", **run.tags})
 
 
 def verdict(verdicts, name: str) -> Any:

@@ -18,13 +18,14 @@ from mlflow.tracking import MlflowClient
 from crux.report import HOLDS, load_sweep, main
 from crux.report.backends import load_sweeps
 from crux.stats import Statistics
+from crux.tracking import contract
 
 pytest.importorskip("jno", reason='the jNO backend needs the jno extra: pip install -e ".[jno]"')
 pytestmark = pytest.mark.integration  # runs sweeps in subprocesses
 
 SWEEP = ["solver.epochs=20", "model.width=8", "problem.n_interior=64", "memory=b8,b32,b8_acc4", "repeat=0",
          "gradient_draws=16"]
-ARTIFACTS = {"history.png", "stats.npz", "params.npz", "config.yaml", "environment.json"}
+ARTIFACTS = {contract.HISTORY_PLOT, contract.STATS, contract.PARAMS, contract.CONFIG, contract.ENVIRONMENT}
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +34,7 @@ def store(tmp_path_factory) -> tuple[str, Path]:
     folder = tmp_path_factory.mktemp("sweeps")
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     for name, backend in (("crux", []), ("jno", ["backend=jno", "backend.batching=points"])):
-        done = subprocess.run([sys.executable, "-m", "crux.sweep", "accumulation", *SWEEP, *backend,
+        done = subprocess.run([sys.executable, "-m", "crux.pipeline.sweep", "accumulation", *SWEEP, *backend,
                                f"hydra.sweep.dir={folder / name}"], cwd=folder, capture_output=True, text=True,
                               env={**os.environ, "MLFLOW_TRACKING_URI": uri},
                               timeout=1200)
@@ -44,11 +45,11 @@ def store(tmp_path_factory) -> tuple[str, Path]:
 def test_a_jno_job_logs_the_layout_of_a_crux_job(store, tmp_path):
     uri, folder = store
     sweep = load_sweeps("accumulation", None, uri)["jno"]
-    assert sweep.parent_tags["crux.backend"] == "jno" and len(sweep.records) == 3
+    assert sweep.parent_tags[contract.BACKEND] == "jno" and len(sweep.records) == 3
     client = MlflowClient(uri)
     record = next(r for r in sweep.records if r.label == "b8_acc4")
     run = client.get_run(record.run_id)
-    assert run.data.tags["crux.backend"] == "jno" and run.info.status == "FINISHED"
+    assert run.data.tags[contract.BACKEND] == "jno" and run.info.status == contract.FINISHED
     for key in ("loss/total", "loss/pde", "loss/bc", "lr/u"):
         steps = sorted(m.step for m in client.get_metric_history(record.run_id, key))
         assert steps == list(range(20)), key
@@ -59,7 +60,7 @@ def test_a_jno_job_logs_the_layout_of_a_crux_job(store, tmp_path):
     assert metrics["gradient_noise/draws"] == 16 and metrics["gradient_noise/population"] == 64
     assert {a.path for a in client.list_artifacts(record.run_id)} == ARTIFACTS
     local = Path(client.download_artifacts(record.run_id, "", str(tmp_path)))
-    stats = Statistics.load(local / "stats.npz")
+    stats = Statistics.load(local / contract.STATS)
     assert stats.names == ["pde", "bc"] and stats.losses.shape == (20, 2)
     np.testing.assert_allclose(record.histories["loss/total"], stats.total_loss, rtol=1e-6)
     assert np.linalg.norm(record.snapshot("final") - record.snapshot("initial")) == pytest.approx(

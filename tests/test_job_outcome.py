@@ -52,7 +52,7 @@ def test_a_failure_names_the_innermost_line_of_the_users_code_it_passed_through(
 def test_jax_platform_probe_is_kept_quiet_and_its_warnings_are_not(caplog):
     import logging
 
-    from crux.experiment import PLATFORM_PROBE, platform_probe_quiet
+    from crux.pipeline.experiment import PLATFORM_PROBE, platform_probe_quiet
 
     probe = logging.getLogger(PLATFORM_PROBE)
     probe.addFilter(platform_probe_quiet)

@@ -15,11 +15,10 @@ from pathlib import Path
 import pytest
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra._internal.utils import create_config_search_path
-from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import setup_globals
 from hydra.types import RunMode
 
-from crux.config import CONFIG_PACKAGE
+from crux.pipeline.config import CONFIG_PACKAGE
 from crux.tracking.multirun import pin_sweep_dir
 from scale_out import assert_same_as_reference, sweep_and_report
 

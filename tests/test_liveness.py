@@ -10,8 +10,8 @@ import time
 
 from mlflow.tracking import MlflowClient
 
-from crux.tracking.liveness import (GONE, HEARTBEAT, HOST, PID, PROCESS, STALE_SECONDS, close_orphans, is_gone,
-                                    process_identity, process_tags)
+from crux.tracking import contract
+from crux.tracking.liveness import GONE, STALE_SECONDS, close_orphans, is_gone, process_identity, process_tags
 
 
 def ended_process_tags() -> dict[str, str]:
@@ -26,16 +26,16 @@ def test_a_run_is_orphaned_exactly_when_its_process_has_ended():
     now = time.time()
     assert not is_gone(process_tags(), now)
     assert is_gone(ended_process_tags(), now)
-    reused = {**process_tags(), PROCESS: process_tags()[PROCESS].rsplit("/", 1)[0] + "/1"}  # same pid, other start
+    reused = {**process_tags(), contract.PROCESS: process_tags()[contract.PROCESS].rsplit("/", 1)[0] + "/1"}  # same pid, other start
     assert process_identity(os.getpid()) is None or is_gone(reused, now)
     assert not is_gone({}, now)  # a run that recorded no process (an older crux, another program) is left alone
 
 
 def test_a_run_of_another_machine_is_orphaned_when_its_heartbeat_is_stale():
     now = time.time()
-    elsewhere = {HOST: f"not-{socket.gethostname()}", PID: "1", PROCESS: "boot/1"}
-    assert is_gone({**elsewhere, HEARTBEAT: str(int(now - STALE_SECONDS - 60))}, now)
-    assert not is_gone({**elsewhere, HEARTBEAT: str(int(now - 60))}, now)
+    elsewhere = {contract.HOST: f"not-{socket.gethostname()}", contract.PID: "1", contract.PROCESS: "boot/1"}
+    assert is_gone({**elsewhere, contract.HEARTBEAT: str(int(now - STALE_SECONDS - 60))}, now)
+    assert not is_gone({**elsewhere, contract.HEARTBEAT: str(int(now - 60))}, now)
     assert not is_gone(elsewhere, now)
 
 
@@ -45,13 +45,13 @@ def test_orphans_are_closed_killed_with_the_reason_and_live_runs_are_left_runnin
     orphan = client.create_run(experiment, tags=ended_process_tags()).info.run_id
     live = client.create_run(experiment, tags=process_tags()).info.run_id
     done = client.create_run(experiment, tags=ended_process_tags()).info.run_id
-    client.set_terminated(done, "FINISHED")
+    client.set_terminated(done, contract.FINISHED)
 
     assert close_orphans(client, experiment, "crux-sweep") == [orphan]
     closed = client.get_run(orphan)
-    assert closed.info.status == "KILLED" and closed.data.tags["crux.error_type"] == GONE
-    assert closed.data.tags["crux.error_message"].startswith(
-        f"its process (pid {closed.data.tags[PID]} on {socket.gethostname()}) ended without closing the run")
-    assert "closed by crux-sweep on " in closed.data.tags["crux.error_message"]
-    assert client.get_run(live).info.status == "RUNNING" and client.get_run(done).info.status == "FINISHED"
+    assert closed.info.status == contract.KILLED and closed.data.tags[contract.ERROR_TYPE] == GONE
+    assert closed.data.tags[contract.ERROR_MESSAGE].startswith(
+        f"its process (pid {closed.data.tags[contract.PID]} on {socket.gethostname()}) ended without closing the run")
+    assert "closed by crux-sweep on " in closed.data.tags[contract.ERROR_MESSAGE]
+    assert client.get_run(live).info.status == contract.RUNNING and client.get_run(done).info.status == contract.FINISHED
     assert close_orphans(client, experiment, "crux-sweep") == []

@@ -20,7 +20,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from crux.sweep import available
+from crux.pipeline.sweep import available
+from crux.tracking import contract
 from mlflow_server import mlflow_server
 
 pytestmark = pytest.mark.integration  # an MLflow server, a sweep and a report in subprocesses
@@ -78,7 +79,7 @@ def params(run: dict[str, Any]) -> dict[str, str]:
 
 
 def by_role(runs: list[dict[str, Any]], role: str) -> list[dict[str, Any]]:
-    return [run for run in runs if tags(run)["crux.role"] == role]
+    return [run for run in runs if tags(run)[contract.ROLE] == role]
 
 
 @dataclass
@@ -100,11 +101,11 @@ def ui(tmp_path_factory, empty_store) -> Iterator[Served]:
     with mlflow_server(folder, empty_store) as uri:
         rest = Rest(uri)
         env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
-        sweep = subprocess.run([sys.executable, "-m", "crux.sweep", *SWEEP], cwd=folder, env=env,
+        sweep = subprocess.run([sys.executable, "-m", "crux.pipeline.sweep", *SWEEP], cwd=folder, env=env,
                                capture_output=True, text=True, timeout=900)
         assert sweep.returncode == 0, sweep.stderr[-3000:]
         experiment_id = rest.experiment("accumulation")["experiment_id"]
-        (parent,) = by_role(rest.runs(experiment_id), "parent")
+        (parent,) = by_role(rest.runs(experiment_id), contract.PARENT)
         before_report = tags(parent)["mlflow.note.content"]
         done = subprocess.run([sys.executable, "-m", "crux.report", "accumulation"], cwd=folder, env=env,
                               capture_output=True, text=True, timeout=600)
@@ -126,7 +127,7 @@ def test_the_printed_page_shows_the_runs_and_the_claim_in_a_browser(ui):
     sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
     browser_path = chromium()
     claim_start = " ".join(available()["accumulation"].claim.split())[:40]
-    (parent,) = by_role(ui.rest.runs(ui.experiment_id), "parent")
+    (parent,) = by_role(ui.rest.runs(ui.experiment_id), contract.PARENT)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=browser_path, args=["--no-sandbox"])
         try:
@@ -142,10 +143,10 @@ def test_the_printed_page_shows_the_runs_and_the_claim_in_a_browser(ui):
 def test_the_parent_run_is_described_by_its_command_then_by_its_verdicts(ui):
     command = "crux-sweep " + " ".join(SWEEP)
     assert ui.before_report == f"`{command}`"
-    (parent,) = by_role(ui.rest.runs(ui.experiment_id), "parent")
+    (parent,) = by_role(ui.rest.runs(ui.experiment_id), contract.PARENT)
     description = tags(parent)["mlflow.note.content"]
     lines = description.splitlines()
-    assert lines[0] == f"`{command}`" and tags(parent)["crux.command"] == command
+    assert lines[0] == f"`{command}`" and tags(parent)[contract.COMMAND] == command
     assert "| **holds** | accumulation.effective_batch[b8_acc4] |" in description
     assert "| **holds** | accumulation.memory[b8_acc4] |" in description
     (report,) = ui.folder.glob("reports/accumulation/*/report.md")
@@ -153,11 +154,11 @@ def test_the_parent_run_is_described_by_its_command_then_by_its_verdicts(ui):
 
 
 def test_params_are_real_values_with_a_variant_and_no_claim(ui):
-    children = by_role(ui.rest.runs(ui.experiment_id), "child")
+    children = by_role(ui.rest.runs(ui.experiment_id), contract.CHILD)
     assert sorted(run["info"]["run_name"] for run in children) == ["b32", "b8", "b8_acc4", "full"]
     for run in children:
         logged = params(run)
-        assert logged["variant"] == tags(run)["crux.variant"] == run["info"]["run_name"]
+        assert logged["variant"] == tags(run)[contract.VARIANT] == run["info"]["run_name"]
         assert not {key for key in logged if key.split(".")[0] in ("claim", "claims", "tracking")}
         assert [key for key, value in logged.items() if value in ("", "None", "null", "{}", "[]")] == []
         assert logged["optimizer.name"] == "sgd" and logged["problem._target_"] == "crux.problems.poisson1d"
@@ -167,7 +168,7 @@ def test_params_are_real_values_with_a_variant_and_no_claim(ui):
 
 
 def test_a_job_is_described_by_its_training_and_compile_seconds_and_charts_its_loss_by_epoch(ui):
-    for run in by_role(ui.rest.runs(ui.experiment_id), "child"):
+    for run in by_role(ui.rest.runs(ui.experiment_id), contract.CHILD):
         metrics = {metric["key"]: metric["value"] for metric in run["data"]["metrics"]}
         description = tags(run)["mlflow.note.content"]
         assert description.startswith(f"**{run['info']['run_name']}**, repeat 0")

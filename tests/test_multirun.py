@@ -22,10 +22,11 @@ from hydra import version
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
-from crux.config import CONFIG_PACKAGE
+from crux.pipeline.config import CONFIG_PACKAGE
 from crux.tracking import JobRun
+from crux.tracking import contract
 from crux.tracking.job import variant_name
-from crux.tracking.liveness import PID, PROCESS, process_tags
+from crux.tracking.liveness import process_tags
 from crux.tracking.multirun import Multirun
 from crux.tracking.store import PARENT_RUN, TRACKING_URI
 
@@ -84,7 +85,7 @@ def runs(store: Path) -> tuple[MlflowClient, Any, list]:
     """The client, the newest parent run of experiment ``crux`` and its children, oldest first."""
     client = MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("crux").experiment_id
-    (parent, *_) = client.search_runs([experiment], "tags.`crux.role` = 'parent'",
+    (parent, *_) = client.search_runs([experiment], contract.tag_filter(contract.ROLE, contract.PARENT),
                                       order_by=["attributes.start_time DESC"])
     children = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{parent.info.run_id}'",
                                   order_by=["attributes.start_time ASC"])
@@ -97,17 +98,17 @@ def test_a_sweep_records_its_plan_before_its_jobs_and_every_job_logs_under_its_p
     assert launched == [(0, [["memory=b8", "solver.seed=0"], ["memory=b8", "solver.seed=1"],
                              ["memory=b32", "solver.seed=0"], ["memory=b32", "solver.seed=1"]])]
     client, parent, children = runs(store)
-    assert parent.info.status == "FINISHED" and parent.data.tags["crux.planned_jobs"] == "4"
-    assert json.loads(parent.data.tags["crux.swept"]) == ["memory", "solver.seed"]
+    assert parent.info.status == contract.FINISHED and parent.data.tags[contract.PLANNED_JOB_COUNT] == "4"
+    assert json.loads(parent.data.tags[contract.SWEPT]) == ["memory", "solver.seed"]
     assert parent.data.metrics == {"jobs": 4, "failed_jobs": 0}
-    assert parent.data.tags["crux.sweep_dir"] == str(store / "multirun")
-    assert parent.data.tags[PID] == str(os.getpid()) and parent.data.tags[PROCESS] == process_tags()[PROCESS]
-    plan = json.loads(Path(client.download_artifacts(parent.info.run_id, "planned_jobs.json", str(store))
+    assert parent.data.tags[contract.SWEEP_DIR] == str(store / "multirun")
+    assert parent.data.tags[contract.PID] == str(os.getpid()) and parent.data.tags[contract.PROCESS] == process_tags()[contract.PROCESS]
+    plan = json.loads(Path(client.download_artifacts(parent.info.run_id, contract.PLANNED_JOBS, str(store))
                            ).read_text())
     assert plan == [{"job": n, "overrides": jobs} for n, jobs in enumerate(launched[0][1])]
-    assert [(c.data.tags["crux.job"], c.data.tags["crux.variant"], c.info.status) for c in children] == [
-        ("0", "b8,seed=0", "FINISHED"), ("1", "b8,seed=1", "FINISHED"), ("2", "b32,seed=0", "FINISHED"),
-        ("3", "b32,seed=1", "FINISHED")]
+    assert [(c.data.tags[contract.JOB], c.data.tags[contract.VARIANT], c.info.status) for c in children] == [
+        ("0", "b8,seed=0", contract.FINISHED), ("1", "b8,seed=1", contract.FINISHED), ("2", "b32,seed=0", contract.FINISHED),
+        ("3", "b32,seed=1", contract.FINISHED)]
     assert PARENT_RUN not in os.environ  # handed to the jobs through Hydra's env_set, only while they ran
 
 
@@ -116,10 +117,10 @@ def test_an_interrupted_sweep_closes_killed_and_its_resume_runs_only_the_jobs_th
     launched, stopped = sweep(store, f"solver.epochs=20,21,{STOP_AT},22")
     assert isinstance(stopped, SystemExit) and stopped.code == 130  # the shell's status for SIGINT
     client, parent, children = runs(store)
-    assert parent.info.status == "KILLED" and parent.data.metrics == {"jobs": 4, "failed_jobs": 2}
-    assert [(c.data.tags["crux.job"], c.info.status) for c in children] == [
-        ("0", "FINISHED"), ("1", "FINISHED"), ("2", "KILLED")]
-    assert children[2].data.tags["crux.error_message"] == "stopped by SIGINT"
+    assert parent.info.status == contract.KILLED and parent.data.metrics == {"jobs": 4, "failed_jobs": 2}
+    assert [(c.data.tags[contract.JOB], c.info.status) for c in children] == [
+        ("0", contract.FINISHED), ("1", contract.FINISHED), ("2", contract.KILLED)]
+    assert children[2].data.tags[contract.ERROR_MESSAGE] == "stopped by SIGINT"
 
     launched, refused = sweep(store, "solver.epochs=20,21,5,22", resume=True)  # the plan is the recorded one
     assert launched == [] and "solver.epochs=20,21,5,22 is not among them" in refused.code
@@ -127,10 +128,10 @@ def test_an_interrupted_sweep_closes_killed_and_its_resume_runs_only_the_jobs_th
     launched, outcome = sweep(store, f"solver.epochs=20,21,{STOP_AT},22", resume=True)
     assert launched == [(2, [[f"solver.epochs={STOP_AT}"], ["solver.epochs=22"]])]  # numbered as planned
     client, again, children = runs(store)
-    assert again.info.run_id == parent.info.run_id and again.info.status == "FINISHED"
-    assert again.data.tags["crux.resumes"] == "1" and again.data.metrics == {"jobs": 4, "failed_jobs": 0}
-    assert [(c.data.tags["crux.job"], c.info.status) for c in children] == [
-        ("0", "FINISHED"), ("1", "FINISHED"), ("2", "KILLED"), ("2", "FINISHED"), ("3", "FINISHED")]
+    assert again.info.run_id == parent.info.run_id and again.info.status == contract.FINISHED
+    assert again.data.tags[contract.RESUMES] == "1" and again.data.metrics == {"jobs": 4, "failed_jobs": 0}
+    assert [(c.data.tags[contract.JOB], c.info.status) for c in children] == [
+        ("0", contract.FINISHED), ("1", contract.FINISHED), ("2", contract.KILLED), ("2", contract.FINISHED), ("3", contract.FINISHED)]
 
 
 def test_a_job_stopped_at_its_time_limit_closes_killed_with_the_reason_and_resume_runs_it(store, monkeypatch):
@@ -140,13 +141,13 @@ def test_a_job_stopped_at_its_time_limit_closes_killed_with_the_reason_and_resum
     launched, failed = sweep(store, f"solver.epochs=20,{TIME_LIMIT_AT}")
     assert isinstance(failed, SystemExit) and "1 of the 2 jobs did not finish (jobs 1)" in failed.code
     client, parent, children = runs(store)
-    assert parent.info.status == "FAILED"
-    assert [(c.data.tags["crux.job"], c.info.status) for c in children] == [("0", "FINISHED"), ("1", "KILLED")]
-    assert children[1].data.tags["crux.error_type"] == "UncompletedJobError"
+    assert parent.info.status == contract.FAILED
+    assert [(c.data.tags[contract.JOB], c.info.status) for c in children] == [("0", contract.FINISHED), ("1", contract.KILLED)]
+    assert children[1].data.tags[contract.ERROR_TYPE] == "UncompletedJobError"
     monkeypatch.setattr(__import__(__name__), "at_time_limit", set())
     launched, outcome = sweep(store, f"solver.epochs=20,{TIME_LIMIT_AT}", resume=True)
     assert launched == [(1, [[f"solver.epochs={TIME_LIMIT_AT}"]])]
-    assert runs(store)[1].info.status == "FINISHED"
+    assert runs(store)[1].info.status == contract.FINISHED
 
 
 def test_resuming_a_complete_sweep_runs_nothing_and_leaves_it_as_it_was(store):
@@ -155,7 +156,7 @@ def test_resuming_a_complete_sweep_runs_nothing_and_leaves_it_as_it_was(store):
     launched, outcome = sweep(store, "memory=b8,b32", resume=True)
     assert launched == [] and outcome == []
     client, again, still = runs(store)
-    assert again.info.status == "FINISHED" and again.info.end_time == parent.info.end_time
+    assert again.info.status == contract.FINISHED and again.info.end_time == parent.info.end_time
     assert [c.info.run_id for c in still] == [c.info.run_id for c in children]
 
 
@@ -174,7 +175,7 @@ def test_a_resume_whose_finished_jobs_ran_other_settings_is_refused_naming_them(
 def test_a_sweep_still_running_is_not_resumed(store):
     sweep(store, f"solver.epochs=20,{STOP_AT}")
     client, parent, _ = runs(store)
-    client.update_run(parent.info.run_id, status="RUNNING")  # as its own process (this one) would leave it
+    client.update_run(parent.info.run_id, status=contract.RUNNING)  # as its own process (this one) would leave it
     launched, refused = sweep(store, f"solver.epochs=20,{STOP_AT}", resume=True)
     assert launched == [] and f"is still running (pid {os.getpid()}" in refused.code
 
@@ -202,12 +203,12 @@ def test_a_sweep_ends_with_a_line_per_job_from_its_newest_run():
     def run(job, name, status, start, end, loss=None):
         info = RunInfo(f"r{job}{start}", "1", "user", status, start, end, "active", run_name=name)
         metrics = [] if loss is None else [Metric("final_loss", loss, 0, 0)]
-        return Run(info, RunData(metrics=metrics, tags=[RunTag("crux.job", str(job))]))
+        return Run(info, RunData(metrics=metrics, tags=[RunTag(contract.JOB, str(job))]))
 
-    table = job_table([run(1, "b8_acc4", "FINISHED", 9_000, 11_500, 0.012345),
-                       run(0, "full", "FAILED", 1_000, 2_000),
-                       run(10, "b8 r1", "FAILED", 3_000, None),
-                       run(1, "b8_acc4", "FAILED", 5_000, 6_000)])  # an earlier try of job 1, resumed since
+    table = job_table([run(1, "b8_acc4", contract.FINISHED, 9_000, 11_500, 0.012345),
+                       run(0, "full", contract.FAILED, 1_000, 2_000),
+                       run(10, "b8 r1", contract.FAILED, 3_000, None),
+                       run(1, "b8_acc4", contract.FAILED, 5_000, 6_000)])  # an earlier try of job 1, resumed since
     assert table.splitlines() == ["job  variant  status    final loss  seconds",
                                   "  0  full     FAILED             -      1.0",
                                   "  1  b8_acc4  FINISHED     0.01235      2.5",

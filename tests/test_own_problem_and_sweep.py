@@ -13,11 +13,12 @@ from hydra import compose, initialize_config_module
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
+from crux.tracking import contract
 import crux
-from crux import config
-from crux.config import CONFIG_PACKAGE, ModelConfig, build_problem, effective_settings
+from crux.pipeline import config
+from crux.pipeline.config import CONFIG_PACKAGE, ModelConfig, build_problem, effective_settings
 from crux.problems import Problem
-from crux.sweep import available, find_sweep, main, register
+from crux.pipeline.sweep import available, find_sweep, main, register
 from crux.tracking.job import flatten
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "own_problem"
@@ -237,12 +238,12 @@ def test_a_setting_that_ran_otherwise_is_logged_as_it_ran_beside_the_request(sto
         run.log_config(cfg, {"memory.batchsize": 1024}, ["memory.batchsize=100000 is at least every constraint's"])
     logged = client.get_run(run_id).data
     assert logged.params["memory.batchsize"] == "1024" and logged.params["memory.batchsize_requested"] == "100000"
-    assert logged.tags["crux.adjusted"] == "memory.batchsize=100000 is at least every constraint's"
+    assert logged.tags[contract.ADJUSTED] == "memory.batchsize=100000 is at least every constraint's"
     assert as_requested(logged.params) == {**flatten(effective_settings(cfg)), "variant": "default"}
 
 
 def test_a_built_in_sweep_says_which_fields_of_a_chosen_problem_it_sets():
-    from crux.sweep import problem_note
+    from crux.pipeline.sweep import problem_note
 
     sweeps = available()
     assert problem_note(sweeps["accumulation"], ["problem=heat2d", "solver.epochs=30"]) == (

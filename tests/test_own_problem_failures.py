@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from crux.tracking import contract
+
 pytestmark = pytest.mark.integration  # crux-run and crux-sweep in subprocesses
 
 MODULE = '''import numpy as np
@@ -54,7 +56,7 @@ def run(folder: Path, module: str, *args: str, **env: str) -> subprocess.Complet
 
 @pytest.mark.parametrize("override", ["problem.n_interor=10", "+problem.n_interor=10"])
 def test_a_misspelt_field_is_one_line_naming_the_fields_and_nothing_runs(project, override):
-    done = run(project, "crux.sweep", "two.yaml", "--config-dir", "conf", "problem=line", override, *TINY)
+    done = run(project, "crux.pipeline.sweep", "two.yaml", "--config-dir", "conf", "problem=line", override, *TINY)
     assert done.returncode == 1
     (line,) = done.stderr.splitlines()
     assert line.startswith("crux-sweep: problem.n_interor: mine.line has no parameter 'n_interor'; its fields are "
@@ -64,13 +66,13 @@ def test_a_misspelt_field_is_one_line_naming_the_fields_and_nothing_runs(project
 
 
 def test_a_module_not_found_is_one_line_and_nothing_runs(project):
-    done = run(project, "crux.sweep", "two.yaml", "--config-dir", "conf", "problem=lost", *TINY)
+    done = run(project, "crux.pipeline.sweep", "two.yaml", "--config-dir", "conf", "problem=lost", *TINY)
     assert done.returncode == 1
     assert done.stderr.splitlines() == [
         "crux-sweep: problem._target_=nosuchmodule.line: No module named 'nosuchmodule'; a problem's module is "
         "imported from the working directory or from an installed package (in every job); nothing was run"]
     assert "Traceback" not in done.stdout and not (project / "mlflow.db").exists()
-    done = run(project, "crux.experiment", "--config-dir", "conf", "problem=line", "problem.slop=1", *TINY)
+    done = run(project, "crux.pipeline.experiment", "--config-dir", "conf", "problem=line", "problem.slop=1", *TINY)
     assert done.returncode == 1
     assert done.stderr.splitlines() == ["crux-run: problem.slop: mine.line has no parameter 'slop'; its fields are "
                                         "n_interior, slope: write problem.slope=1"]
@@ -78,7 +80,7 @@ def test_a_module_not_found_is_one_line_and_nothing_runs(project):
 
 
 def test_an_error_in_the_users_code_is_one_line_with_its_file_and_line_and_the_run_failed_with_it(project):
-    done = run(project, "crux.sweep", "two.yaml", "--config-dir", "conf", "problem=broken", *TINY)
+    done = run(project, "crux.pipeline.sweep", "two.yaml", "--config-dir", "conf", "problem=broken", *TINY)
     assert done.returncode == 1
     said = f"failed: ZeroDivisionError: division by zero (mine.py:{BROKEN_LINE}); traceback in "
     failures = [line for line in done.stdout.splitlines() if said in line]
@@ -87,18 +89,18 @@ def test_an_error_in_the_users_code_is_one_line_with_its_file_and_line_and_the_r
         log = Path(failure.split("traceback in ")[1]).read_text()
         assert "Traceback" in log and f'mine.py", line {BROKEN_LINE}, in broken' in log
     client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
-    runs = client.search_runs([client.get_experiment_by_name("two").experiment_id], "tags.`crux.role` = 'child'")
-    assert len(runs) == 2 and {r.info.status for r in runs} == {"FAILED"}
-    assert {r.data.tags["crux.error_message"] for r in runs} == {f"ZeroDivisionError: division by zero "
+    runs = client.search_runs([client.get_experiment_by_name("two").experiment_id], contract.tag_filter(contract.ROLE, contract.CHILD))
+    assert len(runs) == 2 and {r.info.status for r in runs} == {contract.FAILED}
+    assert {r.data.tags[contract.ERROR_MESSAGE] for r in runs} == {f"ZeroDivisionError: division by zero "
                                                                  f"(mine.py:{BROKEN_LINE})"}
 
 
 def test_a_single_run_says_it_in_one_line_and_hydra_full_error_shows_the_traceback(project):
-    done = run(project, "crux.experiment", "--config-dir", "conf", "problem=broken", *TINY)
+    done = run(project, "crux.pipeline.experiment", "--config-dir", "conf", "problem=broken", *TINY)
     assert done.returncode == 1 and "Traceback" not in done.stdout + done.stderr
     assert "Unable to initialize backend" not in done.stdout + done.stderr  # JAX's platform probe, kept quiet
     last = done.stderr.splitlines()[-1]
     assert last.startswith(f"crux-run: ZeroDivisionError: division by zero (mine.py:{BROKEN_LINE}); traceback in ")
     assert "Traceback" in Path(last.split("traceback in ")[1]).read_text()
-    shown = run(project, "crux.experiment", "--config-dir", "conf", "problem=broken", *TINY, HYDRA_FULL_ERROR="1")
+    shown = run(project, "crux.pipeline.experiment", "--config-dir", "conf", "problem=broken", *TINY, HYDRA_FULL_ERROR="1")
     assert shown.returncode == 1 and f'mine.py", line {BROKEN_LINE}, in broken' in shown.stderr

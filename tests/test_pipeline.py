@@ -1,23 +1,19 @@
 """The experiment pipeline: configs compose and are checked, multiruns log the run tree docs/CONTRACT.md fixes.
 
-The multirun tests run the real console entry points (``python -m crux.sweep``,
-``python -m crux.experiment``) in subprocesses against a SQLite store in a
+The multirun tests run the real console entry points (``python -m crux.pipeline.sweep``,
+``python -m crux.pipeline.experiment``) in subprocesses against a SQLite store in a
 temporary folder, with tiny networks and 20 epochs.
 """
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from importlib.resources import files
 from pathlib import Path
-from typing import Iterator
 
 import jax
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_module
+from hydra import compose
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra._internal.utils import create_config_search_path
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -27,34 +23,18 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError
 
-from crux import config
-from crux.config import CONFIG_PACKAGE
+from crux.pipeline import config
+from crux.pipeline.config import CONFIG_PACKAGE
 from crux.stats import Statistics
-from crux.sweep import available, check_claims, register
+from crux.pipeline.sweep import available, check_claims
+from crux.tracking import contract
 from crux.tracking.history import history_series, thinned
 from crux.tracking.multirun import planned_jobs
+from crux_testing import launch, runs_by_role, selected
 
 TINY = ["model.width=8", "model.depth=1", "solver.epochs=20"]
 HISTORY_POINTS = 320  # conf/tracking/mlflow.yaml: the epochs of each history sent to MLflow as metrics
-ARTIFACTS = {"history.png", "stats.npz", "params.npz", "config.yaml", "environment.json"}
-
-
-def launch(tmp_path: Path, module: str, *args: str) -> subprocess.CompletedProcess:
-    """Run ``python -m module args`` logging into ``tmp_path/mlflow.db``, Hydra's folders in ``tmp_path``."""
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
-    return subprocess.run([sys.executable, "-m", module, *args, f"hydra.sweep.dir={tmp_path / 'multirun'}",
-                           f"hydra.run.dir={tmp_path / 'outputs'}"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-
-
-def runs_by_role(tmp_path: Path, experiment: str) -> tuple[MlflowClient, dict[str, list]]:
-    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    found = client.get_experiment_by_name(experiment)
-    assert found is not None, f"experiment {experiment!r} was not created"
-    roles: dict[str, list] = {}
-    for run in client.search_runs([found.experiment_id]):
-        roles.setdefault(run.data.tags["crux.role"], []).append(run)
-    return client, roles
+ARTIFACTS = {contract.HISTORY_PLOT, contract.STATS, contract.PARAMS, contract.CONFIG, contract.ENVIRONMENT}
 
 
 def history(client: MlflowClient, run_id: str, key: str) -> tuple[np.ndarray, np.ndarray]:
@@ -67,12 +47,12 @@ def check_complete_child(client: MlflowClient, run, epochs: int, folder: Path) -
     """Everything a finished job must have logged: histories, summary, params, the five artifacts."""
     run_id, metrics = run.info.run_id, run.data.metrics
     local = Path(client.download_artifacts(run_id, "", str(folder)))
-    stats = Statistics.load(local / "stats.npz")
+    stats = Statistics.load(local / contract.STATS)
     assert stats.names == ["pde", "bc"] and stats.losses.shape == (epochs, 2)
     np.testing.assert_array_equal(stats.epoch, np.arange(epochs))
     # MLflow holds evenly spaced epochs of every history (all of them up to tracking.history_points), exactly
     sent, exact = thinned(stats.epoch, history_series(stats), HISTORY_POINTS)
-    assert run.data.tags["crux.history_points"] == f"{len(sent)} of {epochs}"
+    assert run.data.tags[contract.HISTORY_POINTS] == f"{len(sent)} of {epochs}"
     for key in ("loss/total", "loss/pde", "loss/bc", "lr/u"):
         steps, values = history(client, run_id, key)
         np.testing.assert_array_equal(steps, sent, err_msg=key)
@@ -86,77 +66,77 @@ def check_complete_child(client: MlflowClient, run, epochs: int, folder: Path) -
     assert {a.path for a in client.list_artifacts(run_id)} == ARTIFACTS
 
     assert metrics["final_loss"] == pytest.approx(float(stats.total_loss[-1]), rel=1e-6)
-    with np.load(local / "params.npz") as params:
+    with np.load(local / contract.PARAMS) as params:
         leaves = sorted(k.split("/", 2)[2] for k in params.files if k.startswith("final/u/"))
         assert leaves and leaves == sorted(k.split("/", 2)[2] for k in params.files if k.startswith("initial/u/"))
         distance = np.sqrt(sum(np.sum((params[f"final/u/{i}"] - params[f"initial/u/{i}"]) ** 2) for i in leaves))
     assert metrics["param_distance/u"] == pytest.approx(float(distance), rel=1e-5)
-    resolved = OmegaConf.load(local / "config.yaml")
+    resolved = OmegaConf.load(local / contract.CONFIG)
     assert resolved.solver.epochs == epochs
     assert run.data.params.get("memory.batchsize") == (None if resolved.memory.batchsize is None
                                                        else str(resolved.memory.batchsize))
-    env = json.loads((local / "environment.json").read_text())
+    env = json.loads((local / contract.ENVIRONMENT).read_text())
     assert env["versions"]["jax"] and env["backend"] == jax.default_backend() and env["cpu"] and "git_commit" in env
 
 
 @pytest.mark.integration
 def test_sweep_logs_one_closed_parent_and_a_complete_child_per_job(store):
     """crux-sweep accumulation, cut to 3 jobs of 20 epochs, on the joblib launcher (jobs in other processes)."""
-    done = launch(store, "crux.sweep", "accumulation", *TINY, "memory=full,b8,b8_acc4", "repeat=0",
+    done = launch(store, "crux.pipeline.sweep", "accumulation", *TINY, "memory=full,b8,b8_acc4", "repeat=0",
                   "hydra/launcher=joblib", "hydra.launcher.n_jobs=2")
     assert done.returncode == 0, done.stderr[-3000:]
 
     client, roles = runs_by_role(store, "accumulation")
-    (parent,) = roles["parent"]
-    children = roles["child"]
+    (parent,) = roles[contract.PARENT]
+    children = roles[contract.CHILD]
     claim = available()["accumulation"].claim
-    assert parent.info.status == "FINISHED" and parent.data.tags["crux.claim"] == claim
+    assert parent.info.status == contract.FINISHED and parent.data.tags[contract.CLAIM] == claim
     assert parent.data.metrics["jobs"] == 3 and parent.data.metrics["failed_jobs"] == 0
-    assert parent.data.tags["crux.planned_jobs"] == "3"
-    plan = json.loads((Path(client.download_artifacts(parent.info.run_id, "planned_jobs.json", str(store)))
+    assert parent.data.tags[contract.PLANNED_JOB_COUNT] == "3"
+    plan = json.loads((Path(client.download_artifacts(parent.info.run_id, contract.PLANNED_JOBS, str(store)))
                        ).read_text())
     assert [entry["job"] for entry in plan] == [0, 1, 2]
-    assert sorted(c.data.tags["crux.variant"] for c in children) == ["b8", "b8_acc4", "full"]
-    assert sorted(c.data.tags["crux.job"] for c in children) == ["0", "1", "2"]
+    assert sorted(c.data.tags[contract.VARIANT] for c in children) == ["b8", "b8_acc4", "full"]
+    assert sorted(c.data.tags[contract.JOB] for c in children) == ["0", "1", "2"]
     batchsize = {"full": None, "b8": "8", "b8_acc4": "8"}  # a full batch has no batch size
     accumulation = {"full": "1", "b8": "1", "b8_acc4": "4"}
     for child in children:
         tags, params = child.data.tags, child.data.params
-        assert child.info.status == "FINISHED"
-        assert tags["mlflow.parentRunId"] == parent.info.run_id
-        assert tags["crux.sweep"] == "accumulation" and tags["crux.claim"] == claim
-        assert child.info.run_name == tags["crux.variant"]  # repeat=0 on the command line: nothing repeats
-        assert params.get("memory.batchsize") == batchsize[tags["crux.variant"]]
-        assert params["memory.accumulation_steps"] == accumulation[tags["crux.variant"]]
+        assert child.info.status == contract.FINISHED
+        assert tags[contract.PARENT_ID] == parent.info.run_id
+        assert tags[contract.SWEEP] == "accumulation" and tags[contract.CLAIM] == claim
+        assert child.info.run_name == tags[contract.VARIANT]  # repeat=0 on the command line: nothing repeats
+        assert params.get("memory.batchsize") == batchsize[tags[contract.VARIANT]]
+        assert params["memory.accumulation_steps"] == accumulation[tags[contract.VARIANT]]
         assert params["optimizer.name"] == "sgd" and params["model.width"] == "8"
-        assert f"memory={tags['crux.variant']}" in plan[int(tags["crux.job"])]["overrides"]  # job n ran plan n
-        check_complete_child(client, child, 20, store / tags["crux.variant"])
+        assert f"memory={tags[contract.VARIANT]}" in plan[int(tags[contract.JOB])]["overrides"]  # job n ran plan n
+        check_complete_child(client, child, 20, store / tags[contract.VARIANT])
 
 
 @pytest.mark.integration
 def test_a_diverging_job_is_failed_with_its_history_and_the_others_complete(store):
     """SGD at a learning rate of 1e12 turns the loss non-finite within a few epochs: that child FAILED with the
     error and the history up to it, the other complete, the parent FAILED, exit status 1."""
-    done = launch(store, "crux.experiment", "--multirun", *TINY, "optimizer=sgd", "schedule.value=1e-3,1e12")
+    done = launch(store, "crux.pipeline.experiment", "--multirun", *TINY, "optimizer=sgd", "schedule.value=1e-3,1e12")
     assert done.returncode == 1
     assert "1 of the 2 jobs did not finish (jobs 1)" in done.stderr.splitlines()[-1]
 
     client, roles = runs_by_role(store, "crux")
-    (parent,) = roles["parent"]
-    assert parent.info.status == "FAILED"
+    (parent,) = roles[contract.PARENT]
+    assert parent.info.status == contract.FAILED
     assert parent.data.metrics["jobs"] == 2 and parent.data.metrics["failed_jobs"] == 1
-    children = {c.data.tags["crux.variant"]: c for c in roles["child"]}
+    children = {c.data.tags[contract.VARIANT]: c for c in roles[contract.CHILD]}
     assert set(children) == {"value=0.001", "value=1000000000000.0"}
     failed, finished = children["value=1000000000000.0"], children["value=0.001"]
-    assert failed.info.status == "FAILED"
-    assert failed.data.tags["crux.error_type"] == "FloatingPointError"
-    assert "became non-finite at epoch" in failed.data.tags["crux.error_message"]
+    assert failed.info.status == contract.FAILED
+    assert failed.data.tags[contract.ERROR_TYPE] == "FloatingPointError"
+    assert "became non-finite at epoch" in failed.data.tags[contract.ERROR_MESSAGE]
     # what was logged before the failure is kept: params, the config and the history up to the failing epoch
     assert failed.data.params["schedule.value"] == "1000000000000.0"
     steps, _ = history(client, failed.info.run_id, "loss/total")
     assert 0 < len(steps) < 20
     np.testing.assert_array_equal(steps, np.arange(len(steps)))
-    assert finished.info.status == "FINISHED"
+    assert finished.info.status == contract.FINISHED
     check_complete_child(client, finished, 20, store / "finished")
 
 
@@ -164,13 +144,13 @@ def test_a_diverging_job_is_failed_with_its_history_and_the_others_complete(stor
 def test_phases_run_on_one_solver_with_their_own_optimizers(store):
     """The documented Adam(warmup_cosine) -> L-BFGS(5e-5) -> SOAP(1e-5) plan, cut to 6 + 3 + 3 epochs by phase name,
     on mini-batches: params.npz holds the parameters after each phase, and each phase moved them."""
-    done = launch(store, "crux.experiment", *TINY, "solver.epochs=6", "schedule=warmup_cosine", "memory=b8",
+    done = launch(store, "crux.pipeline.experiment", *TINY, "solver.epochs=6", "schedule=warmup_cosine", "memory=b8",
                   "schedule.warmup=2", "phases=lbfgs_soap", "phases.lbfgs.epochs=3", "phases.soap.epochs=3")
     assert done.returncode == 0, done.stderr[-3000:]
 
     client, roles = runs_by_role(store, "crux")
     (run,) = roles["run"]
-    assert run.info.status == "FINISHED" and "mlflow.parentRunId" not in run.data.tags
+    assert run.info.status == contract.FINISHED and contract.PARENT_ID not in run.data.tags
     assert run.data.params["phases.lbfgs.optimizer.name"] == "lbfgs" and run.data.params["phases.soap.epochs"] == "3"
     steps, lr = history(client, run.info.run_id, "lr/u")
     np.testing.assert_array_equal(steps, np.arange(12))
@@ -178,8 +158,8 @@ def test_phases_run_on_one_solver_with_their_own_optimizers(store):
     np.testing.assert_allclose(lr[6:9], 5e-5, rtol=1e-6)
     np.testing.assert_allclose(lr[9:], 1e-5, rtol=1e-6)
     local = Path(client.download_artifacts(run.info.run_id, "", str(store / "artifacts")))
-    assert Statistics.load(local / "stats.npz").phases == [0, 6, 9]
-    with np.load(local / "params.npz") as params:
+    assert Statistics.load(local / contract.STATS).phases == [0, 6, 9]
+    with np.load(local / contract.PARAMS) as params:
         stages = ["initial", "phase0", "phase1", "phase2", "final"]
         assert {key.split("/")[0] for key in params.files} == set(stages)
         leaves = sorted({key.split("/", 1)[1] for key in params.files})
@@ -221,24 +201,11 @@ def test_a_phase_is_shortened_by_name_in_every_job_of_the_phases_sweep(hydra_con
 
 @pytest.mark.integration
 def test_a_wrong_type_is_refused_before_any_run_is_created(tmp_path):
-    done = launch(tmp_path, "crux.experiment", "solver.epochs=many")
+    done = launch(tmp_path, "crux.pipeline.experiment", "solver.epochs=many")
     assert done.returncode == 1
     assert "Value 'many' of type 'str' could not be converted to Integer" in done.stderr
     assert "full_key: solver.epochs" in done.stderr
     assert not (tmp_path / "mlflow.db").exists()
-
-
-@pytest.fixture
-def hydra_configs() -> Iterator[None]:
-    """Hydra initialised on the configs crux-run reads (``pkg://crux.conf``)."""
-    with initialize_config_module(CONFIG_PACKAGE, version_base="1.3"):
-        yield
-
-
-def selected(name: str) -> list[str]:
-    """The overrides that select built-in sweep ``name`` once it is registered, as crux-sweep does."""
-    register(available()[name], f"crux-sweep {name}")
-    return [f"+sweeps={name}"]
 
 
 def test_unknown_keys_are_refused_in_groups_and_in_phases(hydra_configs):
@@ -313,16 +280,16 @@ def test_mlflow_gets_evenly_spaced_epochs_of_each_history_and_the_report_reads_e
     """tracking.history_points=7 sends 7 epochs of a 30-epoch history, the first and the last among them, with
     the values training recorded; null sends all 30; crux-report reads all 30 from stats.npz either way."""
     from crux.report.store import load_sweep
-    done = launch(store, "crux.experiment", "--multirun", *TINY[:2], "solver.epochs=30",
+    done = launch(store, "crux.pipeline.experiment", "--multirun", *TINY[:2], "solver.epochs=30",
                   "tracking.history_points=7,null", "tracking.experiment=thinned")
     assert done.returncode == 0, done.stderr[-3000:]
     client, roles = runs_by_role(store, "thinned")
     sent = {}
-    for run in roles["child"]:
-        stats = Statistics.load(client.download_artifacts(run.info.run_id, "stats.npz", str(store)))
+    for run in roles[contract.CHILD]:
+        stats = Statistics.load(client.download_artifacts(run.info.run_id, contract.STATS, str(store)))
         steps, values = history(client, run.info.run_id, "loss/pde")
         np.testing.assert_array_equal(values, stats.losses[steps, 0].astype(np.float64))
-        sent[run.data.tags["crux.history_points"]] = steps.tolist()
+        sent[run.data.tags[contract.HISTORY_POINTS]] = steps.tolist()
     assert sent == {"7 of 30": [0, 5, 10, 14, 19, 24, 29], "30 of 30": list(range(30))}
 
     sweep = load_sweep("thinned", uri=f"sqlite:///{store / 'mlflow.db'}")

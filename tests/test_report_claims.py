@@ -15,16 +15,18 @@ import numpy as np
 import optax
 import pytest
 
+from crux.tracking import contract
 import crux
 import crux.engine
 from crux.batching import PointStream
-from crux.config import roundoff_twin
+from crux.pipeline.config import roundoff_twin
 from crux.model import Model
 from crux.report import FAILS, HOLDS, INCONCLUSIVE, PhasePlan, RunRecord, SolveOptions, judge, record_from_solve
 from crux.report.claims import check_accumulation, check_checkpoint, check_inner_steps, check_phases
 from crux.report.claims import check_devices, check_offload, check_substeps
 from crux.report.document import verdicts_json
-from crux.report.records import normalise_substeps, snapshot_arrays
+from crux.report.records import snapshot_arrays
+from crux.pipeline.settings import normalise_substeps
 from crux.solver import Crux
 from crux_testing import mixed, poisson as small_poisson
 from scripts_path import calibrate
@@ -263,7 +265,7 @@ def test_a_reference_that_did_not_move_still_fails_a_run_far_from_it(loss_factor
 
 
 # -- decisive evidence decides, whatever else is missing ------------------------------------------------------
-UNREADABLE = {"params.npz": "BadZipFile: File is not a zip file"}
+UNREADABLE = {contract.PARAMS: "BadZipFile: File is not a zip file"}
 
 
 def plain_record(run_id: str, loss_factor: float = 1.0, final: float = 1.0, unreadable=None,
@@ -496,7 +498,7 @@ def test_phase_boundary_that_jumps_back_or_a_phase_that_stalls_fails():
     assert "phase1" in moves.summary and "phase0" not in moves.summary
     # another run's params.npz unreadable (its mini-batch phases cannot be judged): the stalled phase still decides
     unread = replace(record(resumed), run_id="u", options=SolveOptions(epochs=20, batchsize=8),
-                     unreadable={"params.npz": "BadZipFile: File is not a zip file"})
+                     unreadable={contract.PARAMS: "BadZipFile: File is not a zip file"})
     moves = only(check_phases([record(stalled), unread]), "phases.every_phase_moves")
     assert moves.verdict == FAILS, moves.summary
     moves = only(check_phases([record(resumed), unread]), "phases.every_phase_moves")
@@ -506,10 +508,11 @@ def test_phase_boundary_that_jumps_back_or_a_phase_that_stalls_fails():
 @pytest.mark.parametrize("second_start, outcome", [(0.0, FAILS), (-1.0, INCONCLUSIVE), (-1.5, HOLDS)])
 def test_a_mini_batch_phase_start_is_placed_against_the_batch_noise(second_start, outcome):
     """Log loss on batches of 8: phase 1 falls from 0 to -2 over 20 epochs, every epoch 0.2 above or below that
-    line by the batch drawn, so it starts at 0.2 and ends at -2.2, and one epoch differs from the next by 0.505 at
-    most (the batch noise). Phase 2 starts at ``second_start`` + 0.2: at 0.2 it is 2.4 from the end and 0 from
-    the start, a restart beyond the noise; at -0.8, 1.4 from the end and 1.0 from the start, 0.4 apart, within
-    it; at -1.3, 0.9 from the end, nearer it than the start."""
+    line by the batch drawn, so it starts at 0.2 and ends at -2.2. Phase 2 falls by 1 with the same wiggle: the 38
+    steps within the phases have mean -0.1 and standard deviation 0.406, so a continued boundary's step stays
+    below 0.1 + t(37, 0.9995) 3.57 · 0.406 · sqrt(1 + 1/38) = 1.57. Phase 2 starts at ``second_start`` + 0.2: at
+    0.2 it is 2.4 from the end and 0 from the start, a restart beyond that; at -0.8, 1.4 from the end and 1.0 from
+    the start, 0.4 apart, within it; at -1.3, 0.9 from the end, nearer it than the start."""
     wiggle = np.where(np.arange(20) % 2 == 0, 0.2, -0.2)
     first = np.exp(np.linspace(0.0, -2.0, 20) + wiggle)
     second = np.exp(second_start + np.linspace(0.0, -1.0, 20) + wiggle)
@@ -518,6 +521,22 @@ def test_a_mini_batch_phase_start_is_placed_against_the_batch_noise(second_start
                        {}, {"initial/u/0": np.zeros(2), "final/u/0": np.ones(2)}, phases=phases)
     verdict = only(check_phases([record]), "phases.resume")
     assert verdict.verdict == outcome, verdict.summary
+
+
+def test_a_continued_mini_batch_boundary_whose_step_is_the_largest_of_few_is_no_restart():
+    """The real solve() on a generated problem (calibration seed 33: 4 constraints, batches of 4, calls of 7, 5
+    and 4 epochs): the second boundary's step, 0.673, is the largest of the 7 steps around it (0.408 at most) and
+    lies 0.118 from phase 1's start. The largest of m steps bounds one more only with probability m/(m+1), so
+    the bound is the steps' prediction interval: |-0.142| + t(6, 0.9995) 5.96 · 0.243 · sqrt(8/7) = 1.69, which
+    0.673 - 0.118 = 0.555 stays within: a restart cannot be told apart, inconclusive, not a failure."""
+    log_loss = [1.542, 0.989, 0.942, 0.656, 0.962, 0.087, 0.748, 0.564, 0.238, 0.584, 0.417, 0.009, 0.682, 0.583,
+                0.351, 0.244]
+    phases = tuple(PhasePlan(n, "sgd", crux.lrs(1e-2), k == 0) for k, n in enumerate((7, 5, 4)))
+    record = RunRecord("r", SolveOptions(epochs=7, batchsize=4), {"loss/total": np.exp(log_loss)}, {},
+                       {"initial/u/0": np.zeros(2), "final/u/0": np.ones(2)}, phases=phases)
+    verdict = only(check_phases([record]), "phases.resume")
+    assert verdict.verdict == INCONCLUSIVE, verdict.summary
+    assert verdict.evidence["b4/boundary2/step_bound"] == pytest.approx(1.690, abs=1e-3)
 
 
 def test_verdicts_file_gives_claim_verdict_evidence_threshold_and_runs(batches):

@@ -10,6 +10,7 @@ import pytest
 from crux.report import HOLDS, INCONCLUSIVE, RunRecord, SolveOptions, Sweep, UnreadableArtifact, judge, judge_sound
 from crux.report import claims as claim_checks
 from crux.report.jobs import account
+from crux.tracking import contract
 from crux_testing import mlflow_run as run
 
 
@@ -41,9 +42,9 @@ def by_id(verdicts) -> dict[str, dict]:
 
 
 @pytest.mark.parametrize("run, artifact, needs_it", [
-    ("k1-0", "params.npz", "inner_steps.identical[K=5]"),  # the reference's final parameters
-    ("k5-0", "environment.json", None),  # the paired timing names its device itself (tag crux.timing.device)
-    ("k5-2", "params.npz", None),  # a repeat whose parameters no verdict compares
+    ("k1-0", contract.PARAMS, "inner_steps.identical[K=5]"),  # the reference's final parameters
+    ("k5-0", contract.ENVIRONMENT, None),  # the paired timing names its device itself (tag crux.timing.device)
+    ("k5-2", contract.PARAMS, None),  # a repeat whose parameters no verdict compares
 ])
 def test_an_unreadable_artifact_makes_only_the_verdict_that_reads_it_inconclusive(run, artifact, needs_it):
     clean = by_id(judge(fused_sweep(), ["inner_steps"]))
@@ -65,7 +66,7 @@ def test_verdicts_that_use_a_run_with_an_unreadable_config_are_inconclusive_and_
     """Its config.yaml unreadable, what a run was is not known for sure: every verdict using it is inconclusive."""
     records = fused_sweep() + [timed(f"k2-{i}", 1.5, i, inner_steps=2) for i in range(2)]
     clean = by_id(judge(records, ["inner_steps"]))
-    broken_records = [replace(r, unreadable={"config.yaml": "ParserError: while parsing a flow sequence"})
+    broken_records = [replace(r, unreadable={contract.CONFIG: "ParserError: while parsing a flow sequence"})
                       if r.run_id == "k5-1" else r for r in records]
     broken = by_id(judge_sound(sweep_of(broken_records), ["inner_steps"]))
     using = {claim_id for claim_id, v in clean.items() if "k5-1" in v["runs"]}
@@ -85,8 +86,8 @@ def test_verdicts_using_a_setting_that_lacks_a_repeat_are_inconclusive_and_name_
     plan = {n: (f"solver.inner_steps={k}", f"repeat={i}")
             for n, (k, i) in enumerate([(1, 0), (1, 1), (1, 2), (5, 0), (5, 1), (5, 2), (2, 0), (2, 1)])}
     order = ["k1-0", "k1-1", "k1-2", "k5-0", "k5-1", "k5-2", "k2-0", "k2-1"]
-    children = [run(r, "KILLED" if r == "k5-2" else "FINISHED", {"crux.job": str(n)}) for n, r in enumerate(order)]
-    jobs = account(run("parent", "KILLED"), children, len(plan), plan)
+    children = [run(r, contract.KILLED if r == "k5-2" else contract.FINISHED, {contract.JOB: str(n)}) for n, r in enumerate(order)]
+    jobs = account(run("parent", contract.KILLED), children, len(plan), plan)
     clean = by_id(judge(records, ["inner_steps"]))
     verdicts = by_id(judge_sound(sweep_of(records, jobs), ["inner_steps"]))
     for claim_id, verdict in verdicts.items():
@@ -103,7 +104,7 @@ def test_a_check_that_meets_an_unreadable_artifact_it_does_not_handle_is_one_inc
         return [records[0].snapshot("final")]
 
     monkeypatch.setitem(claim_checks.CHECKS, "careless", careless)
-    records = [replace(fused_sweep()[0], unreadable={"params.npz": "not logged"})]
+    records = [replace(fused_sweep()[0], unreadable={contract.PARAMS: "not logged"})]
     (verdict,) = judge_sound(sweep_of(records), ["careless"])
     assert verdict.id == "careless" and verdict.verdict == INCONCLUSIVE
     assert verdict.summary == "cannot judge: params.npz of run `k1-0` (K=1) is unreadable: not logged"

@@ -10,6 +10,7 @@ from crux.report import FAILS, HOLDS, RunRecord, SolveOptions, Sweep, judge, jud
 from crux.report import verdicts_json
 from crux.report.document import verdict_table
 from crux.report.jobs import account
+from crux.tracking import contract
 from crux_testing import mlflow_run
 
 
@@ -23,8 +24,8 @@ def record(run_id: str, epochs: int, final: float, rows: int | None = None, **op
 
 
 def sweep(records, jobs=None) -> Sweep:
-    return Sweep("inner_steps", "sqlite:///x.db", "1", "parent0", {"crux.claim": "K steps fused are the same",
-                                                                   "crux.overrides": "+sweeps=inner_steps repeat=0"},
+    return Sweep("inner_steps", "sqlite:///x.db", "1", "parent0", {contract.CLAIM: "K steps fused are the same",
+                                                                   contract.OVERRIDES: "+sweeps=inner_steps repeat=0"},
                  list(records), jobs)
 
 
@@ -46,12 +47,12 @@ def test_verdicts_file_stays_valid_json_when_evidence_is_infinite():
 def test_a_failed_job_is_listed_at_the_top_and_left_out_of_the_verdicts():
     records = [record("k1", 10, 1.0), record("k5", 10, 1.0, inner_steps=5)]
     plan = {n: ("+sweeps=inner_steps", f"solver.inner_steps={k}") for n, k in enumerate((1, 5, 20))}
-    children = [mlflow_run(run_id, status, {"crux.job": str(n), "crux.variant": f"K={k}", **error})
+    children = [mlflow_run(run_id, status, {contract.JOB: str(n), contract.VARIANT: f"K={k}", **error})
                 for n, (run_id, k, status, error) in enumerate([
-                    ("k1", 1, "FINISHED", {}), ("k5", 5, "FINISHED", {}),
-                    ("k20", 20, "FAILED", {"crux.error_type": "ValueError",
-                                           "crux.error_message": "inner_steps=20 must divide epochs=10"})])]
-    failed = sweep(records, account(mlflow_run("parent0", "FAILED"), children, 3, plan))
+                    ("k1", 1, contract.FINISHED, {}), ("k5", 5, contract.FINISHED, {}),
+                    ("k20", 20, contract.FAILED, {contract.ERROR_TYPE: "ValueError",
+                                           contract.ERROR_MESSAGE: "inner_steps=20 must divide epochs=10"})])]
+    failed = sweep(records, account(mlflow_run("parent0", contract.FAILED), children, 3, plan))
     verdicts = judge_sound(failed, ["inner_steps"])
     text = report_markdown(failed, verdicts, [], ["inner_steps"]).splitlines()
     assert text[2] == ("Sweep `inner_steps`, parent run `parent0`: **incomplete: 2 of 3 planned jobs finished, and "
@@ -75,9 +76,9 @@ def test_reproduce_gives_the_folder_the_crux_to_install_and_the_command_as_typed
     """An own sweep file run with its own config folder: the commands name both, from the folder it ran in."""
     own = record("k1", 10, 1.0)
     own.environment.update(versions={"crux": "0.1.0"}, crux_commit=None)
-    tags = {"crux.claim": "mine", "crux.overrides": "+sweeps=heat problem=heat2d",
-            "crux.command": "crux-sweep heat_checkpoint.yaml --config-dir conf problem=heat2d",
-            "crux.working_dir": "/home/me/my project"}
+    tags = {contract.CLAIM: "mine", contract.OVERRIDES: "+sweeps=heat problem=heat2d",
+            contract.COMMAND: "crux-sweep heat_checkpoint.yaml --config-dir conf problem=heat2d",
+            contract.WORKING_DIR: "/home/me/my project"}
     text = report_markdown(Sweep("heat_checkpoint", "sqlite:///x.db", "1", "p0", tags, [own]), [], [], [])
     reproduce = text.split("## Reproduce")[1].split("## Environment")[0]
     assert "- crux 0.1.0: `pip install /path/to/crux`, from crux 0.1.0 (its wheel, or a checkout of that version)" \

@@ -17,6 +17,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from crux.report import HOLDS, load_sweep, main
+from crux.tracking import contract
 from mlflow_server import mlflow_server
 
 pytestmark = pytest.mark.integration  # runs sweeps in subprocesses and an MLflow server
@@ -27,7 +28,7 @@ SWEEP_OVERRIDES = ["solver.epochs=20", "model.width=8", "problem.n_interior=64",
 
 def run_sweep(folder: Path, uri: str) -> None:
     """``crux-sweep accumulation`` with ``SWEEP_OVERRIDES``, logging to ``uri``, Hydra's folders in ``folder``."""
-    command = [sys.executable, "-m", "crux.sweep", "accumulation", *SWEEP_OVERRIDES,
+    command = [sys.executable, "-m", "crux.pipeline.sweep", "accumulation", *SWEEP_OVERRIDES,
                f"hydra.sweep.dir={folder / 'multirun'}"]
     done = subprocess.run(command, cwd=folder, env={**os.environ, "MLFLOW_TRACKING_URI": uri},
                           capture_output=True, text=True, timeout=600)
@@ -128,13 +129,13 @@ def test_a_sweep_logged_to_a_tracking_server_is_complete_and_judged_like_one_in_
     run_sweep(tmp_path, tracking_server)
     client = MlflowClient(tracking_server)
     experiment = client.get_experiment_by_name("accumulation")
-    children = client.search_runs([experiment.experiment_id], "tags.`crux.role` = 'child'")
-    assert sorted(run.data.tags["crux.variant"] for run in children) == ["b32", "b8", "b8_acc4"]
+    children = client.search_runs([experiment.experiment_id], contract.tag_filter(contract.ROLE, contract.CHILD))
+    assert sorted(run.data.tags[contract.VARIANT] for run in children) == ["b32", "b8", "b8_acc4"]
     for run in children:
-        assert run.info.status == "FINISHED"
+        assert run.info.status == contract.FINISHED
         assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "loss/total")) == list(range(20))
         assert {a.path for a in client.list_artifacts(run.info.run_id)} == {
-            "history.png", "stats.npz", "params.npz", "config.yaml", "environment.json"}
+            contract.HISTORY_PLOT, contract.STATS, contract.PARAMS, contract.CONFIG, contract.ENVIRONMENT}
     _, verdicts = report(tmp_path / "r", tracking_server, monkeypatch)
     by_id = {v["id"]: v for v in verdicts}
     assert by_id["accumulation.effective_batch[b8_acc4]"]["verdict"] == HOLDS

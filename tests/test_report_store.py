@@ -15,19 +15,21 @@ from urllib.parse import urlparse
 import numpy as np
 import pytest
 from hydra import compose, initialize_config_module
-from mlflow.entities import Metric, Param, RunTag
+from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from crux.config import CONFIG_PACKAGE, effective_settings
+from crux.pipeline.config import CONFIG_PACKAGE, effective_settings
 from crux.report import HOLDS, INCONCLUSIVE, load_sweep, main
-from crux.report.store import config_from_params, configuration
+from crux.report.store import config_from_params
+from crux.pipeline.settings import configuration
 from crux.stats import Statistics
-from crux.sweep import available
+from crux.pipeline.sweep import available
+from crux.tracking import contract
 from crux.tracking.multirun import planned_jobs
 from crux.tracking.job import flatten
 from crux.tracking.store import HTTP_LIMITS, StoreError, writable_store
-from test_pipeline import hydra_configs, selected  # noqa: F401 (a fixture)
+from crux_testing import selected
 
 EPOCHS = 20
 T0 = 1_780_000_000_000  # start of the first sweep, ms since the epoch (2026-05-28 20:26:40 UTC)
@@ -61,36 +63,36 @@ class SweepWriter:
 
     def parent(self, jobs: list[tuple[int, int, int]], started: int, plan: bool = True) -> str:
         """A parent run planning ``jobs`` (batchsize, accumulation_steps, repeat), left RUNNING."""
-        tags = {"crux.sweep": "accumulation", "crux.claim": "N×B is a batch of N·B", "crux.role": "parent",
-                "crux.overrides": f"+sweeps=accumulation solver.epochs={EPOCHS}"}
+        tags = {contract.SWEEP: "accumulation", contract.CLAIM: "N×B is a batch of N·B", contract.ROLE: contract.PARENT,
+                contract.OVERRIDES: f"+sweeps=accumulation solver.epochs={EPOCHS}"}
         if plan:
-            tags["crux.planned_jobs"] = str(len(jobs))
+            tags[contract.PLANNED_JOB_COUNT] = str(len(jobs))
         parent = self.client.create_run(self.experiment, start_time=started, tags=tags).info.run_id
         if plan:
             entries = [{"job": n, "overrides": ["+sweeps=accumulation", f"memory.batchsize={b}",
                                                 f"memory.accumulation_steps={a}", f"repeat={r}"]}
                        for n, (b, a, r) in enumerate(jobs)]
-            path = self.folder / "planned_jobs.json"
+            path = self.folder / contract.PLANNED_JOBS
             path.write_text(json.dumps(entries))
             self.client.log_artifact(parent, str(path))
         return parent
 
     def job(self, parent: str, number: int, batchsize: int, steps: int, repeat: int, started: int,
-            status: str = "FINISHED", error: str | None = None) -> str:
+            status: str = contract.FINISHED, error: str | None = None) -> str:
         """One attempt of job ``number``; a FINISHED one has everything crux-run logs."""
         cfg = self.base.copy()
         cfg.memory.batchsize, cfg.memory.accumulation_steps, cfg.repeat = batchsize, steps, repeat
-        tags = {"mlflow.parentRunId": parent, "crux.sweep": "accumulation", "crux.role": "child",
-                "crux.job": str(number), "crux.variant": variant(batchsize, steps), "crux.repeat": str(repeat)}
+        tags = {contract.PARENT_ID: parent, contract.SWEEP: "accumulation", contract.ROLE: contract.CHILD,
+                contract.JOB: str(number), contract.VARIANT: variant(batchsize, steps), contract.REPEAT: str(repeat)}
         run_id = self.client.create_run(self.experiment, start_time=started, tags=tags).info.run_id
         self.client.log_batch(run_id, params=[Param(k, v) for k, v in flatten(effective_settings(cfg)).items()])
         folder = self.folder / run_id
         folder.mkdir()
-        (folder / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-        (folder / "environment.json").write_text(json.dumps({"backend": "cpu", "cpu": "test CPU"}))
-        self.client.log_artifact(run_id, str(folder / "config.yaml"))
-        self.client.log_artifact(run_id, str(folder / "environment.json"))
-        if status == "FINISHED":
+        (folder / contract.CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        (folder / contract.ENVIRONMENT).write_text(json.dumps({"backend": "cpu", "cpu": "test CPU"}))
+        self.client.log_artifact(run_id, str(folder / contract.CONFIG))
+        self.client.log_artifact(run_id, str(folder / contract.ENVIRONMENT))
+        if status == contract.FINISHED:
             final, last_loss, temp_bytes = SETTINGS[(batchsize, steps)]
             history = np.linspace(2.0, last_loss, EPOCHS)
             metrics = [Metric("loss/total", float(v), started, step) for step, v in enumerate(history)]
@@ -98,15 +100,15 @@ class SweepWriter:
                         Metric("median_step_seconds", 1e-3, started, 0)]
             metrics += [Metric(key, value, started, 0) for key, value in gradient_noise(batchsize, steps).items()]
             self.client.log_batch(run_id, metrics=metrics)
-            np.savez(folder / "params.npz", **{"initial/u/0": np.ones(4), "final/u/0": np.full(4, final)})
+            np.savez(folder / contract.PARAMS, **{"initial/u/0": np.ones(4), "final/u/0": np.full(4, final)})
             losses = np.stack([history, np.zeros(EPOCHS)], axis=1)
-            Statistics(["pde", "bc"], losses, np.arange(EPOCHS), phases=[0]).save(folder / "stats.npz")
-            self.client.log_artifact(run_id, str(folder / "params.npz"))
-            self.client.log_artifact(run_id, str(folder / "stats.npz"))
+            Statistics(["pde", "bc"], losses, np.arange(EPOCHS), phases=[0]).save(folder / contract.STATS)
+            self.client.log_artifact(run_id, str(folder / contract.PARAMS))
+            self.client.log_artifact(run_id, str(folder / contract.STATS))
         if error:
-            self.client.set_tag(run_id, "crux.error_type", error.split(":")[0])
-            self.client.set_tag(run_id, "crux.error_message", error.split(": ", 1)[1])
-        if status != "RUNNING":
+            self.client.set_tag(run_id, contract.ERROR_TYPE, error.split(":")[0])
+            self.client.set_tag(run_id, contract.ERROR_MESSAGE, error.split(": ", 1)[1])
+        if status != contract.RUNNING:
             self.client.set_terminated(run_id, status, end_time=started + 1000)
         return run_id
 
@@ -134,7 +136,7 @@ def complete_sweep(writer: SweepWriter, started: int = T0) -> tuple[str, dict[st
     parent = writer.parent(COMPLETE_JOBS, started)
     runs = {variant(b, a): writer.job(parent, n, b, a, r, started + 1000 * (n + 1))
             for n, (b, a, r) in enumerate(COMPLETE_JOBS)}
-    writer.client.set_terminated(parent, "FINISHED", end_time=started + 10_000)
+    writer.client.set_terminated(parent, contract.FINISHED, end_time=started + 10_000)
     return parent, runs
 
 
@@ -146,10 +148,10 @@ def interrupted_sweep(writer: SweepWriter, started: int) -> str:
     at = iter(range(started + 1000, started + 100_000, 1000))
     for n, (b, a, r) in enumerate(jobs[:5]):
         if n == 2:
-            writer.job(parent, n, b, a, r, next(at), "FAILED", "FloatingPointError: loss is nan at epoch 3")
+            writer.job(parent, n, b, a, r, next(at), contract.FAILED, "FloatingPointError: loss is nan at epoch 3")
         writer.job(parent, n, b, a, r, next(at))
-    writer.job(parent, 5, 4, 1, 1, next(at), "KILLED", "KeyboardInterrupt: ")
-    writer.client.set_terminated(parent, "KILLED", end_time=started + 100_000)
+    writer.job(parent, 5, 4, 1, 1, next(at), contract.KILLED, "KeyboardInterrupt: ")
+    writer.client.set_terminated(parent, contract.KILLED, end_time=started + 100_000)
     return parent
 
 
@@ -227,7 +229,7 @@ def test_with_no_complete_sweep_the_newest_is_judged_and_called_incomplete(write
 
 def test_a_sweep_stopped_before_its_first_job_is_reported_with_every_job_missing(writer, tmp_path, monkeypatch):
     parent = writer.parent(COMPLETE_JOBS, T0)
-    writer.client.set_terminated(parent, "KILLED")
+    writer.client.set_terminated(parent, contract.KILLED)
     code, text, verdicts = report(writer, tmp_path / "r", monkeypatch)
     assert code == 3
     assert "**incomplete: 0 of 5 planned jobs finished, and its parent run is KILLED.**" in text
@@ -239,8 +241,8 @@ def test_a_sweep_that_recorded_no_plan_counts_the_jobs_that_started(writer, tmp_
     parent = writer.parent(COMPLETE_JOBS, T0, plan=False)
     for n, (b, a, r) in enumerate(COMPLETE_JOBS[:4]):
         writer.job(parent, n, b, a, r, T0 + n)
-    writer.job(parent, 4, 4, 1, 0, T0 + 5, "FAILED", "ValueError: epochs must be >= 1, got 0")
-    writer.client.set_terminated(parent, "FAILED")
+    writer.job(parent, 4, 4, 1, 0, T0 + 5, contract.FAILED, "ValueError: epochs must be >= 1, got 0")
+    writer.client.set_terminated(parent, contract.FAILED)
     code, text, verdicts = report(writer, tmp_path / "r", monkeypatch)
     assert code == 3
     assert "**incomplete: 4 of the 5 jobs that started finished (the sweep recorded no plan), and its parent run " \
@@ -268,14 +270,14 @@ def remove(path: Path) -> str:
 
 @pytest.mark.parametrize("run, artifact, damage, needed_by", [
     # the batch-32 run is the big batch of 4×8 only (its gradient spread beside the noise verdict, not in it)
-    ("b32", "params.npz", truncate, {"accumulation.effective_batch[b8_acc4]"}),
-    ("b32", "params.npz", flip_a_data_byte, {"accumulation.effective_batch[b8_acc4]"}),
-    ("b32", "config.yaml", lambda path: path.write_text("solver: [unclosed\n") and "ParserError",
+    ("b32", contract.PARAMS, truncate, {"accumulation.effective_batch[b8_acc4]"}),
+    ("b32", contract.PARAMS, flip_a_data_byte, {"accumulation.effective_batch[b8_acc4]"}),
+    ("b32", contract.CONFIG, lambda path: path.write_text("solver: [unclosed\n") and "ParserError",
      {"accumulation.effective_batch[b8_acc4]", "accumulation.memory[b8_acc4]", "accumulation.noise[b8_acc4]"}),
-    ("b32", "stats.npz", remove, set()),  # no check reads it: phase boundaries come from the config as well
-    ("b32", "environment.json", lambda path: path.write_text('{"backend": ') and "JSONDecodeError", set()),
+    ("b32", contract.STATS, remove, set()),  # no check reads it: phase boundaries come from the config as well
+    ("b32", contract.ENVIRONMENT, lambda path: path.write_text('{"backend": ') and "JSONDecodeError", set()),
     # 4×8's own parameters: its trajectory and its spread's round-off floor read them, its memory does not
-    ("b8_acc4", "params.npz", truncate, {"accumulation.effective_batch[b8_acc4]", "accumulation.noise[b8_acc4]"}),
+    ("b8_acc4", contract.PARAMS, truncate, {"accumulation.effective_batch[b8_acc4]", "accumulation.noise[b8_acc4]"}),
 ])
 def test_a_damaged_artifact_makes_only_the_verdicts_that_need_it_inconclusive(
         writer, tmp_path, monkeypatch, run, artifact, damage, needed_by):
@@ -300,7 +302,7 @@ def test_a_damaged_artifact_makes_only_the_verdicts_that_need_it_inconclusive(
 
 def test_a_run_neither_config_nor_params_describe_is_left_out_and_named(writer, tmp_path, monkeypatch):
     _, runs = complete_sweep(writer)
-    writer.artifact(runs["b4"], "config.yaml").write_text("")
+    writer.artifact(runs["b4"], contract.CONFIG).write_text("")
     writer.client.log_param(runs["b4"], "solver.bogus", "1")  # params are immutable: add one the schema refuses
     code, text, verdicts = report(writer, tmp_path / "r", monkeypatch)
     assert code == 3

@@ -52,7 +52,7 @@ def test_a_postgresql_sweep_and_its_report_write_and_print_no_password(postgres_
     token = "token-" + password[::-1]
     assert password and len(password) >= 16
     env = {key: value for key, value in os.environ.items() if key != PASSWORD_VARIABLE}
-    sweep = subprocess.run([sys.executable, "-m", "crux.sweep", "accumulation", *TINY, f"tracking.uri={postgres_store}"],
+    sweep = subprocess.run([sys.executable, "-m", "crux.pipeline.sweep", "accumulation", *TINY, f"tracking.uri={postgres_store}"],
                            cwd=tmp_path, env={**env, "MLFLOW_TRACKING_PASSWORD": token}, capture_output=True,
                            text=True, timeout=600)
     assert sweep.returncode == 0, sweep.stderr[-3000:]

@@ -13,6 +13,7 @@ from typing import Iterator
 import pytest
 
 from scale_out import SCRIPTS, start, stop
+from crux.tracking import contract
 
 pytestmark = pytest.mark.integration  # MLflow servers, PostgreSQL, sweeps in subprocesses
 
@@ -25,7 +26,7 @@ TRAINING = "training phase 1 of 1"
 
 def sweep(folder: Path, uri: str, *extra: str) -> subprocess.Popen:
     env = {key: value for key, value in os.environ.items() if not key.startswith("MLFLOW_HTTP_REQUEST_")}
-    return subprocess.Popen([sys.executable, "-m", "crux.sweep", "accumulation", *JOBS, *extra], cwd=folder,
+    return subprocess.Popen([sys.executable, "-m", "crux.pipeline.sweep", "accumulation", *JOBS, *extra], cwd=folder,
                             env={**env, "MLFLOW_TRACKING_URI": uri}, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
 
@@ -79,15 +80,15 @@ def test_a_server_gone_for_good_ends_the_sweep_in_one_line_and_resume_completes_
     assert finish(process, seen) == 0, "".join(seen)[-4000:]
     client = MlflowClient(url)
     runs = client.search_runs([client.get_experiment_by_name("accumulation").experiment_id])
-    assert [run.info.run_id for run in runs if run.info.status == "RUNNING"] == []
-    (parent,) = [run for run in runs if run.data.tags.get("crux.role") == "parent"]
-    assert parent.info.status == "FINISHED"
-    finished = sorted(run.data.tags["crux.job"] for run in runs if run.data.tags.get("crux.role") == "child"
-                      and run.info.status == "FINISHED")
+    assert [run.info.run_id for run in runs if run.info.status == contract.RUNNING] == []
+    (parent,) = [run for run in runs if run.data.tags.get(contract.ROLE) == contract.PARENT]
+    assert parent.info.status == contract.FINISHED
+    finished = sorted(run.data.tags[contract.JOB] for run in runs if run.data.tags.get(contract.ROLE) == contract.CHILD
+                      and run.info.status == contract.FINISHED)
     assert finished == ["0", "1", "2"]
-    closed = [run for run in runs if run.data.tags.get("crux.error_type") in ("StoreFault", "ProcessGone")]
-    assert closed and {run.data.tags["crux.error_type"] for run in closed} == {"StoreFault"}
-    assert all("the tracking store failed" in run.data.tags["crux.error_message"] for run in closed)
+    closed = [run for run in runs if run.data.tags.get(contract.ERROR_TYPE) in ("StoreFault", "ProcessGone")]
+    assert closed and {run.data.tags[contract.ERROR_TYPE] for run in closed} == {"StoreFault"}
+    assert all("the tracking store failed" in run.data.tags[contract.ERROR_MESSAGE] for run in closed)
 
 
 def test_a_postgresql_restart_within_the_budget_under_a_direct_sweep_loses_no_job(postgres, postgres_store, tmp_path):
@@ -107,8 +108,8 @@ def test_a_postgresql_restart_within_the_budget_under_a_direct_sweep_loses_no_jo
     assert "Traceback" not in "".join(seen)
     client = MlflowClient(postgres_store)
     runs = client.search_runs([client.get_experiment_by_name("accumulation").experiment_id])
-    assert sorted((run.data.tags.get("crux.job", "parent"), run.info.status) for run in runs) == [
-        ("0", "FINISHED"), ("1", "FINISHED"), ("2", "FINISHED"), ("parent", "FINISHED")]
+    assert sorted((run.data.tags.get(contract.JOB, "parent"), run.info.status) for run in runs) == [
+        ("0", contract.FINISHED), ("1", contract.FINISHED), ("2", contract.FINISHED), ("parent", contract.FINISHED)]
 
 
 @pytest.fixture

@@ -41,7 +41,7 @@ def test_a_store_that_cannot_take_the_sweep_is_one_line_and_nothing_runs(tmp_pat
     else:
         uri = "http://127.0.0.1:9"
     before = digest(tmp_path)
-    done = run(tmp_path, "crux.sweep", "accumulation", *TINY, uri=uri)
+    done = run(tmp_path, "crux.pipeline.sweep", "accumulation", *TINY, uri=uri)
     assert done.returncode != 0
     (line,) = done.stderr.splitlines()
     assert line.startswith("crux-sweep: ") and uri in line
@@ -51,17 +51,17 @@ def test_a_store_that_cannot_take_the_sweep_is_one_line_and_nothing_runs(tmp_pat
 
 def test_values_out_of_range_are_refused_before_any_run_exists(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    done = run(tmp_path, "crux.sweep", "accumulation", *TINY, "solver.epochs=-1", uri=uri)
+    done = run(tmp_path, "crux.pipeline.sweep", "accumulation", *TINY, "solver.epochs=-1", uri=uri)
     assert done.returncode == 1
     assert done.stderr.splitlines() == ["crux-sweep: solver.epochs=-1: must be >= 1 (in every job); nothing was run"]
-    done = run(tmp_path, "crux.sweep", "inner_steps", *TINY, "solver.epochs=25", uri=uri)  # K = 1, 10, epochs
+    done = run(tmp_path, "crux.pipeline.sweep", "inner_steps", *TINY, "solver.epochs=25", uri=uri)  # K = 1, 10, epochs
     assert done.returncode == 1
     assert done.stderr.splitlines() == [
         "crux-sweep: solver.inner_steps=10 must divide solver.epochs=25 (every phase runs with it); choose one of "
         "[1, 5, 25] (in job 1 (memory=full solver.inner_steps=10), 4 (memory=b8_acc4 solver.inner_steps=10)); "
         "nothing was run"]
     assert not (tmp_path / "multirun").exists()
-    done = run(tmp_path, "crux.experiment", "model.width=0", "optimizer.b1=2", uri=uri)
+    done = run(tmp_path, "crux.pipeline.experiment", "model.width=0", "optimizer.b1=2", uri=uri)
     assert done.returncode == 1
     assert done.stderr.splitlines() == ["crux-run: model.width=0: must be >= 1; optimizer.b1=2.0: must be in [0, 1)"]
     assert not (tmp_path / "mlflow.db").exists()

@@ -7,10 +7,11 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig
 
-from crux import config
-from crux.config import CONFIG_PACKAGE
-from crux.report.store import phase_plan
-from test_pipeline import launch, runs_by_role, selected
+from crux.pipeline import config
+from crux.pipeline.config import CONFIG_PACKAGE
+from crux.pipeline.settings import phase_plan
+from crux.tracking import contract
+from crux_testing import launch, runs_by_role, selected
 
 
 def jobs(sweep: str, *overrides: str) -> list[DictConfig]:
@@ -46,13 +47,13 @@ def test_every_resume_job_trains_600_epochs_with_one_optimizer_in_one_or_three_c
 @pytest.mark.integration
 def test_inner_steps_sweep_with_other_epochs_runs_every_job(store):
     """K = solver.epochs follows the override: no job is refused for a K that does not divide the epochs."""
-    done = launch(store, "crux.sweep", "inner_steps", "solver.epochs=100", "repeat=0", "model.width=4", "model.depth=1",
+    done = launch(store, "crux.pipeline.sweep", "inner_steps", "solver.epochs=100", "repeat=0", "model.width=4", "model.depth=1",
                   "problem.n_interior=64")
     assert done.returncode == 0, done.stderr[-3000:]
     client, roles = runs_by_role(store, "inner_steps")
     (parent,) = roles["parent"]
-    assert parent.info.status == "FINISHED" and parent.data.metrics["failed_jobs"] == 0
+    assert parent.info.status == contract.FINISHED and parent.data.metrics["failed_jobs"] == 0
     children = roles["child"]
     assert len(children) == parent.data.metrics["jobs"] == 6
-    assert all(child.info.status == "FINISHED" for child in children)
+    assert all(child.info.status == contract.FINISHED for child in children)
     assert sorted({child.data.params["solver.inner_steps"] for child in children}) == ["1", "10", "100"]

@@ -15,6 +15,7 @@ import sys
 import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
+from crux.tracking import contract
 
 pytestmark = pytest.mark.integration  # three sweeps in subprocesses
 
@@ -26,7 +27,7 @@ HISTORIES = ("loss/total", "loss/pde", "loss/bc", "lr/u")
 def test_three_sweeps_at_once_into_a_new_store_each_hold_exactly_their_own_complete_jobs(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
-    started = [subprocess.Popen([sys.executable, "-m", "crux.sweep", name, f"memory={memory}", *TINY,
+    started = [subprocess.Popen([sys.executable, "-m", "crux.pipeline.sweep", name, f"memory={memory}", *TINY,
                                  f"hydra.sweep.dir={tmp_path / 'multirun'}"], cwd=tmp_path, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                for name, memory in SWEEPS]
@@ -38,19 +39,19 @@ def test_three_sweeps_at_once_into_a_new_store_each_hold_exactly_their_own_compl
     for name in ("accumulation", "offload"):
         experiment = client.get_experiment_by_name(name).experiment_id
         every_run = client.search_runs([experiment])
-        for parent in (run for run in every_run if run.data.tags["crux.role"] == "parent"):
-            memory = next(o for o in parent.data.tags["crux.overrides"].split() if o.startswith("memory="))
+        for parent in (run for run in every_run if run.data.tags[contract.ROLE] == contract.PARENT):
+            memory = next(o for o in parent.data.tags[contract.OVERRIDES].split() if o.startswith("memory="))
             parents[memory] = parent
-            children = [run for run in every_run if run.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+            children = [run for run in every_run if run.data.tags.get(contract.PARENT_ID) == parent.info.run_id]
             planned = [f"memory={option}" for option in memory.removeprefix("memory=").split(",")]
-            assert parent.info.status == "FINISHED" and parent.data.tags["crux.planned_jobs"] == "2"
-            assert sorted(run.data.tags["crux.job"] for run in children) == ["0", "1"]
+            assert parent.info.status == contract.FINISHED and parent.data.tags[contract.PLANNED_JOB_COUNT] == "2"
+            assert sorted(run.data.tags[contract.JOB] for run in children) == ["0", "1"]
             for child in children:
-                assert child.info.status == "FINISHED" and child.data.tags["crux.sweep"] == name
-                assert f"memory={child.data.tags['crux.variant']}" == planned[int(child.data.tags["crux.job"])]
+                assert child.info.status == contract.FINISHED and child.data.tags[contract.SWEEP] == name
+                assert f"memory={child.data.tags[contract.VARIANT]}" == planned[int(child.data.tags[contract.JOB])]
                 for key in HISTORIES:
                     assert sorted(m.step for m in client.get_metric_history(child.info.run_id, key)) == list(range(20))
-                with np.load(client.download_artifacts(child.info.run_id, "params.npz", str(tmp_path / "read"))) as p:
+                with np.load(client.download_artifacts(child.info.run_id, contract.PARAMS, str(tmp_path / "read"))) as p:
                     assert all(np.all(np.isfinite(p[key])) for key in p.files)  # every member reads back whole
-        assert len(every_run) == sum(1 + 2 for run in every_run if run.data.tags["crux.role"] == "parent")
+        assert len(every_run) == sum(1 + 2 for run in every_run if run.data.tags[contract.ROLE] == contract.PARENT)
     assert sorted(parents) == sorted(f"memory={memory}" for _, memory in SWEEPS)

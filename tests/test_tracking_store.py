@@ -7,10 +7,12 @@ import os
 import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 
 import pytest
 from mlflow.tracking import MlflowClient
 
+from crux.tracking import store as store_module
 from crux.tracking.store import StoreError, ensure_experiment, writable_store
 
 
@@ -69,6 +71,22 @@ def test_processes_opening_a_new_store_at_once_create_its_tables_once(tmp_path):
     assert [code for code, _, _ in outcomes] == [0, 0, 0], [err[-2000:] for _, _, err in outcomes]
     names = {e.name for e in MlflowClient(uri).search_experiments()}
     assert names == {"Default", "e0", "e1", "e2"}
+
+
+def test_a_store_without_one_of_mlflows_tables_is_no_whole_store(tmp_path):
+    """A store caught half-made (another process creating its tables, with experiments and alembic_version already
+    there) is judged under the folder's lock, where MLflow completes it: skipping the lock there let two sweeps
+    starting at once both create the table that was still missing ("table secrets already exists")."""
+    path = tmp_path / "mlflow.db"
+    uri = f"sqlite:///{path}"
+    writable_store(uri)
+    assert store_module._looks_complete(path, uri)
+    with closing(sqlite3.connect(path)) as db:
+        db.execute("DROP TABLE secrets")
+        db.commit()
+        assert {"experiments", "alembic_version"} <= {name for (name,) in db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert not store_module._looks_complete(path, uri)
 
 
 def test_a_deleted_experiment_stays_deleted_and_a_new_sweep_of_its_name_starts_a_new_one(store, caplog):

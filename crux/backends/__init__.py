@@ -1,6 +1,6 @@
 """The libraries a pipeline job can train with (the ``backend`` config group).
 
-``crux`` is crux's own solver (crux/experiment.py runs it); ``jno`` builds the same
+``crux`` is crux's own solver (crux/pipeline/experiment.py runs it); ``jno`` builds the same
 built-in problem in jNO's API and logs the same MLflow layout
 (:mod:`crux.backends.jno`, imported only when chosen, so crux never needs jNO).
 """
@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
-from crux.backends.choice import backend_problems, builtin_problem, check_backend
 from crux.backends.gradient_draws import GradientDraws, crux_gradient_draws, draws_wanted
 
 if TYPE_CHECKING:  # crux.tracking's sweeper checks jobs with this package
@@ -24,5 +23,5 @@ def run_on_backend(cfg: DictConfig, run: JobRun) -> float:
     return train_and_log(cfg, run)
 
 
-__all__ = ["GradientDraws", "backend_problems", "builtin_problem", "check_backend", "crux_gradient_draws", "draws_wanted",
+__all__ = ["GradientDraws", "crux_gradient_draws", "draws_wanted",
            "run_on_backend"]

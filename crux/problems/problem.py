@@ -15,6 +15,14 @@ from crux.solver import Crux
 Field = Callable[[dict[str, Model], np.ndarray], np.ndarray]
 
 
+def exact_solution_faults(predict: dict, exact: dict, test_points: np.ndarray | None) -> list[str]:
+    """What keeps an exact solution from being compared with the model's: a field without ``predict``, no
+    ``test_points``."""
+    unpredicted = sorted(set(exact) - set(predict))
+    faults = [f"exact solution for {unpredicted} without predict[...] to compare it with"] if unpredicted else []
+    return faults + (["an exact solution needs test_points to compare on"] if exact and test_points is None else [])
+
+
 @dataclass
 class Problem:
     """A PINN problem: its constraints and models, and, where there is one, the exact solution to score
@@ -46,12 +54,9 @@ class Problem:
     _solver: Crux | None = field(default=None, repr=False)
 
     def __post_init__(self):
-        unpredicted = sorted(set(self.exact) - set(self.predict))
-        if unpredicted:
-            raise ValueError(f"Problem {self.name!r}: exact solution for {unpredicted} without predict[...] to "
-                             f"compare it with")
-        if self.exact and self.test_points is None:
-            raise ValueError(f"Problem {self.name!r}: an exact solution needs test_points to compare on")
+        faults = exact_solution_faults(self.predict, self.exact, self.test_points)
+        if faults:
+            raise ValueError(f"Problem {self.name!r}: {faults[0]}")
         for model in self.models.values():
             if not model.has_optimizer:
                 model.optimizer(optax.adam).scale(lrs(1e-3))

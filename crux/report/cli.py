@@ -24,7 +24,7 @@ from pathlib import Path
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from crux.config import import_from_working_directory
+from crux.pipeline.config import import_from_working_directory
 from crux.report.backends import load_sweeps
 from crux.report.claims import CHECKS
 from crux.report.coverage import judge_sound
@@ -33,7 +33,8 @@ from crux.report.document import (completeness, side_by_side_table, verdict_tabl
 from crux.report.figures import draw
 from crux.report.store import StoreError, Sweep
 from crux.report.verdict import Verdict
-from crux.tracking.descriptions import COMMAND, NOTE, sweep_description
+from crux.tracking.contract import CLAIMS, COMMAND, NOTE
+from crux.tracking.descriptions import sweep_description
 
 COMPLETE, UNREAD, INCOMPLETE = 0, 2, 3
 EXIT_CODES = f"""exit codes:
@@ -57,7 +58,7 @@ def default_out(sweep: str) -> Path:
 def claims_of(sweep: Sweep) -> list[str]:
     """The checks the sweep names (its parent run's ``crux.claims`` tag), else its name if that is a check,
     else every check."""
-    named = json.loads(sweep.parent_tags.get("crux.claims") or "[]")
+    named = json.loads(sweep.parent_tags.get(CLAIMS) or "[]")
     return named or ([sweep.name] if sweep.name in CHECKS else list(CHECKS))
 
 

@@ -24,6 +24,7 @@ from crux.report.claims import judge
 from crux.report.records import UnreadableArtifact
 from crux.report.store import Sweep
 from crux.report.verdict import CLAIMS_DOCUMENT, INCONCLUSIVE, Verdict
+from crux.tracking.contract import CONFIG
 
 
 def judge_sound(sweep: Sweep, claims: Sequence[str]) -> list[Verdict]:
@@ -46,9 +47,9 @@ def gaps(sweep: Sweep) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for record in sweep.records:
         lacks = []
-        if "config.yaml" in record.unreadable:
+        if CONFIG in record.unreadable:
             lacks.append(f"config.yaml of run `{record.run_id}` ({record.label}) is unreadable: "
-                         f"{record.unreadable['config.yaml']}")
+                         f"{record.unreadable[CONFIG]}")
         if sweep.jobs is not None:
             lacks += [f"{job.name} did not finish ({job.status})" for job in sweep.jobs.lacking(record.run_id)]
         if lacks:

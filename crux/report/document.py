@@ -17,11 +17,10 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from crux.report.figures import Figure
-from crux.report.jobs import FINISHED
 from crux.report.records import RunRecord, describe
 from crux.report.store import Sweep
 from crux.report.verdict import Verdict, fmt
-from crux.tracking.descriptions import COMMAND, WORKING_DIR
+from crux.tracking.contract import COMMAND, FINISHED, WORKING_DIR
 
 SUMMARY_METRICS = ("final_loss", "median_step_seconds", "compile_seconds", "memory/temp_bytes",
                    "memory/argument_bytes")

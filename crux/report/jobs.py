@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from mlflow.entities import Run
+from crux.tracking.contract import ERROR_MESSAGE, ERROR_TYPE, FAILED, FINISHED, JOB, KILLED, RUNNING, VARIANT
 
-FINISHED = "FINISHED"
 NEVER_STARTED = "never started"
 ERROR_CHARS = 300  # an error's first line, cut here: the report names it, the run's tags keep all of it
 
@@ -79,7 +79,7 @@ def account(parent: Run, children: Iterable[Run], planned: int | None,
             for number, overrides in (plan or {}).items()}
     attempts: dict[object, list[Run]] = {}
     for run in children:
-        number = run.data.tags.get("crux.job")
+        number = run.data.tags.get(JOB)
         key = int(number) if number is not None and number.isdigit() else run.info.run_id
         attempts.setdefault(key, []).append(run)
     numbers = set(range(planned)) if planned is not None else set()
@@ -91,7 +91,7 @@ def account(parent: Run, children: Iterable[Run], planned: int | None,
         done = [r for r in runs if r.info.status == FINISHED]
         number = key if isinstance(key, int) else None
         overrides = plan.get(number, ()) if number is not None else ()
-        variant = runs[0].data.tags.get("crux.variant", "") if runs else ""
+        variant = runs[0].data.tags.get(VARIANT, "") if runs else ""
         if done:
             finished[done[0].info.run_id] = _setting(overrides, variant)
         elif runs:
@@ -130,14 +130,14 @@ def _varying_keys(jobs: Iterable[Sequence[str]]) -> set[str]:
 def _reason(run: Run, parent_status: str) -> str:
     """Why a job's newest attempt did not finish, in words."""
     tags, status = run.data.tags, run.info.status
-    error = ": ".join(t for t in (tags.get("crux.error_type"), tags.get("crux.error_message")) if t)
+    error = ": ".join(t for t in (tags.get(ERROR_TYPE), tags.get(ERROR_MESSAGE)) if t)
     error = error.strip().splitlines()[0][:ERROR_CHARS] if error.strip() else ""
-    if status == "FAILED":
+    if status == FAILED:
         return error or "FAILED, no error recorded"
-    if status == "KILLED":
+    if status == KILLED:
         return f"interrupted ({error})" if error else "interrupted"
-    if status == "RUNNING":
-        if parent_status == "RUNNING":
+    if status == RUNNING:
+        if parent_status == RUNNING:
             return "still running, or orphaned if the sweep's process was killed"
         return f"orphaned: still RUNNING though its sweep ended {parent_status} (its process is gone)"
     return f"{status}: it never ran to the end"

@@ -22,7 +22,8 @@ import numpy as np
 
 from crux.report.records import RunRecord, UnreadableArtifact
 from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, fmt
-from crux.timing import OUTSIDE, WITHIN, Band, RatioInterval, ratio_interval
+from crux.timing import OUTSIDE, WALL_TIME, WITHIN, Band, RatioInterval, ratio_interval
+from crux.tracking.contract import TIMING_CLOCK, TIMING_CPU, TIMING_DEVICE
 
 EPS = float(np.finfo(np.float32).eps)  # 2**-23: relative spacing of float32
 ROUNDOFF_ALLOWANCE = 1e3
@@ -349,7 +350,9 @@ TIMING_RULE = ("the median over pairs of chunks of (candidate / reference second
                "that it holds how much the ratio moved between runs: holds when the interval lies within the "
                "band, fails when it lies wholly outside, inconclusive otherwise")
 TIMING_ORIGIN = ("both settings run in one process in alternating chunks (A B, B A, ...), so a load on the machine "
-                 "that drifts hits both sides of a pair alike and cancels in the pair's ratio; each job kept adding "
+                 "that drifts hits both sides of a pair alike and cancels in the pair's ratio; on a CPU a chunk's "
+                 "time is the process's CPU time, which the other processes sharing the cores do not stretch; "
+                 "each job kept adding "
                  "pairs, looking after 8, 16, 32, ... of them, until its interval was in or out of the band or its "
                  "budget (timing.budget_seconds) was spent (docs/claims.md#timing-rule)")
 
@@ -362,7 +365,8 @@ class PairedTiming:
     i is their i-th values), ``load`` the 1-minute load average after each
     pair, ``run_of_pair`` the number of the run that timed it; ``budget`` and
     ``spent`` sum the runs' budgets and seconds; ``chunk_epochs`` lists each
-    run's chunk length.
+    run's chunk length; ``clock`` says what the seconds are (crux.timing's
+    ``CPU_TIME`` or ``WALL_TIME``).
     """
 
     candidate: np.ndarray
@@ -376,6 +380,7 @@ class PairedTiming:
     cpu: str
     device: str
     runs: tuple[str, ...]
+    clock: str = WALL_TIME
 
     @property
     def interval(self) -> RatioInterval:
@@ -439,6 +444,6 @@ def paired_timing(records: Sequence[RunRecord]) -> PairedTiming | None:
                         tuple(int(r.metrics.get(f"{TIMING}chunk_epochs", 0)) for r in timed),
                         total("budget_seconds"), total("spent_seconds"),
                         int(min(r.metrics.get(f"{TIMING}cores", 1) for r in timed)),
-                        timed[0].tags.get("crux.timing.cpu", "an unrecorded CPU"),
-                        timed[0].tags.get("crux.timing.device", "an unrecorded device"),
-                        tuple(r.run_id for r in timed))
+                        timed[0].tags.get(TIMING_CPU, "an unrecorded CPU"),
+                        timed[0].tags.get(TIMING_DEVICE, "an unrecorded device"),
+                        tuple(r.run_id for r in timed), timed[0].tags.get(TIMING_CLOCK, WALL_TIME))

@@ -5,6 +5,7 @@ pairs a setting with a partner that differs only in the option under test.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable, Iterable, Sequence
 
 from crux.report.records import RunRecord, SolveOptions
@@ -35,7 +36,7 @@ def paired_settings(records: Sequence[RunRecord], tested: Callable[[SolveOptions
                     ) -> list[Pair]:
     """``(repeats of a tested setting, repeats of its partner)`` for every setting ``tested`` selects; the partner
     is the same setting with the ``reference`` options (``checkpoint_gradients=False``), empty if not run."""
-    return [(runs, repeats(records, group, options.but(**reference)))
+    return [(runs, repeats(records, group, replace(options, **reference)))
             for (group, options), runs in settings(records, tested).items()]
 
 

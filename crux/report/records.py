@@ -8,17 +8,16 @@ deliberately broken solvers without a tracking server.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
 
 import jax
 import numpy as np
 
+from crux.pipeline.settings import PhasePlan, SolveOptions
 from crux.solver import Crux
 from crux.stats import Statistics
-
-Substeps = tuple[tuple[tuple[int, ...], int], ...]
-
+from crux.tracking.contract import BACKEND, ENVIRONMENT, PARAMS, UNSUPPORTED
 
 class UnreadableArtifact(LookupError):
     """A check needs an artifact of a run that could not be read: the verdict it was building cannot be told."""
@@ -26,42 +25,6 @@ class UnreadableArtifact(LookupError):
     def __init__(self, run_id: str, label: str, artifact: str, problem: str):
         super().__init__(f"{artifact} of run `{run_id}` ({label}) is unreadable: {problem}")
         self.run_id, self.artifact, self.problem = run_id, artifact, problem
-
-
-@dataclass(frozen=True)
-class SolveOptions:
-    """The ``solve()`` options of a run, normalised so paired runs compare equal.
-
-    ``substeps`` is ``((constraint indices, steps), ...)`` or None.
-    """
-
-    epochs: int
-    batchsize: int | None = None
-    accumulation_steps: int = 1
-    inner_steps: int = 1
-    checkpoint_gradients: bool = False
-    offload_data: bool = False
-    substeps: Substeps | None = None
-    devices: int = 1
-
-    def but(self, **changes: Any) -> "SolveOptions":
-        """The same options with ``changes``: the partner a claim compares against."""
-        return replace(self, **changes)
-
-
-@dataclass(frozen=True)
-class PhasePlan:
-    """One ``solve()`` call of a multi-phase run, as configured.
-
-    ``fresh`` says the run set an optimizer or schedule before this phase, so the
-    solver must start a new optimizer state with its schedule counting from 0;
-    ``schedule(steps)`` gives the learning rate the configuration asks for.
-    """
-
-    epochs: int
-    optimizer: str
-    schedule: Callable[[np.ndarray], Any]
-    fresh: bool
 
 
 @dataclass(frozen=True)
@@ -111,12 +74,12 @@ class RunRecord:
     @property
     def backend(self) -> str:
         """The library that trained the run (tag ``crux.backend``; runs from before the tag were crux's)."""
-        return self.tags.get("crux.backend", "crux")
+        return self.tags.get(BACKEND, "crux")
 
     @property
     def unsupported(self) -> str | None:
         """The library's own message when it refused an option of this run or fell back from it."""
-        return self.tags.get("crux.not_supported")
+        return self.tags.get(UNSUPPORTED)
 
     @property
     def device(self) -> str:
@@ -124,7 +87,7 @@ class RunRecord:
 
         Timing verdicts hold for this device only.
         """
-        self.require("environment.json")
+        self.require(ENVIRONMENT)
         backend = self.environment.get("backend")
         if not backend:
             return "an unrecorded device"
@@ -133,7 +96,7 @@ class RunRecord:
 
     def models(self) -> list[str]:
         """Model names present in the parameter snapshots, sorted."""
-        self.require("params.npz")
+        self.require(PARAMS)
         return sorted({key.split("/")[1] for key in self.snapshots if key.startswith("final/")})
 
     def snapshot(self, which: str, model: str | None = None) -> np.ndarray:
@@ -142,7 +105,7 @@ class RunRecord:
         Leaves are taken in their saved order per model, models in sorted order,
         so two runs of the same network give vectors that line up.
         """
-        self.require("params.npz")
+        self.require(PARAMS)
         models = [model] if model is not None else self.models()
         parts = []
         for name in models:
@@ -154,7 +117,7 @@ class RunRecord:
         return np.concatenate(parts)
 
     def has_snapshot(self, which: str) -> bool:
-        self.require("params.npz")
+        self.require(PARAMS)
         return any(k.startswith(f"{which}/") for k in self.snapshots)
 
     def require(self, artifact: str) -> None:
@@ -187,18 +150,6 @@ def describe(options: SolveOptions) -> str:
         parts.append("substeps=" + ",".join(
             "[" + ",".join(map(str, c)) + "]" + (f"x{n}" if n > 1 else "") for c, n in options.substeps))
     return " ".join(parts)
-
-
-def normalise_substeps(substeps: Sequence | None) -> Substeps | None:
-    """``[[0], ([1, 2], 3)]`` -> ``(((0,), 1), ((1, 2), 3))``: the form ``SolveOptions`` compares."""
-    if substeps is None:
-        return None
-    plan = []
-    for entry in substeps:
-        is_pair = len(entry) == 2 and isinstance(entry[0], (list, tuple)) and not isinstance(entry[1], (list, tuple))
-        indices, steps = (entry[0], entry[1]) if is_pair else (entry, 1)
-        plan.append((tuple(int(i) for i in indices), int(steps)))
-    return tuple(plan)
 
 
 def snapshot_arrays(params: Mapping[str, Any], which: str) -> dict[str, np.ndarray]:

@@ -3,7 +3,7 @@
 Which sweep: the one asked for, else the newest *complete* one (:mod:`crux.report.jobs`),
 else the newest. The solve options, the phase plan and the models each constraint
 reaches are read from a run's resolved ``config.yaml`` through the pipeline's own
-schema (``crux.config``), so the report judges what was actually configured. An
+schema (``crux.pipeline.config``), so the report judges what was actually configured. An
 artifact that cannot be read is recorded on the run's record, never raised: only
 the verdicts that need it lose it. A run whose ``config.yaml`` cannot be read is
 placed by its params (the same config, flattened), so that the verdicts that
@@ -26,7 +26,7 @@ import tempfile
 import time
 import zipfile
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, TypeVar
 
@@ -39,10 +39,13 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException, ValidationError
 from requests.exceptions import RequestException
 
-from crux import config as crux_config
+from crux.pipeline import config as crux_config
 from crux.report.jobs import JobAccount, MissingJob, account, plan_from_artifact
-from crux.report.records import PhasePlan, RunRecord, SolveOptions, normalise_substeps
+from crux.report.records import RunRecord
+from crux.pipeline.settings import configuration
 from crux.stats import Statistics
+from crux.tracking.contract import (BACKEND, CLAIM, CONFIG, ENVIRONMENT, OVERRIDES, PARAMS, PARENT,
+                                   PARENT_ID, PLANNED_JOBS, PLANNED_JOB_COUNT, REPEAT, ROLE, STATS, VARIANT, tag_filter)
 from crux.tracking.history import history_series
 from crux.tracking.liveness import close_orphans
 from crux.tracking.store import (READING, SQLITE, STORE_ERRORS, StoreError, bounded_http, brief, check_sqlite,
@@ -51,12 +54,7 @@ from crux.tracking.store import (READING, SQLITE, STORE_ERRORS, StoreError, boun
 log = logging.getLogger(__name__)
 
 HISTORY_PREFIXES = ("loss/", "lr/", "timing/")  # timing/: a paired timing's chunks, by pair (crux/tracking/paired_timing.py)
-# Config keys that are the solve options under test, or only tell repeated jobs apart (a repeat may be a
-# round-off twin): runs that differ in nothing else belong to one group and may be paired.
-NOT_GROUP = ("memory", "solver.inner_steps", "solver.substeps", "solver.devices", "repeat", "roundoff_twin",
-             "variant", "tracking", "jax")
-ARTIFACTS = ("config.yaml", "params.npz", "stats.npz", "environment.json")
-PLANNED_JOBS = "planned_jobs.json"
+ARTIFACTS = (CONFIG, PARAMS, STATS, ENVIRONMENT)
 # What reading a damaged file raises: a truncated zip, a bad CRC, broken YAML or JSON, a config that does not fit
 # the schema, a missing array, JSON of another shape.
 READ_ERRORS = (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile, zlib.error, yaml.YAMLError,
@@ -115,12 +113,12 @@ class Sweep:
     @property
     def statement(self) -> str:
         """What the sweep set out to check, in its own words (the sweep file's ``claim``)."""
-        return self.parent_tags.get("crux.claim", "")
+        return self.parent_tags.get(CLAIM, "")
 
     @property
     def overrides(self) -> list[str]:
         """The command-line overrides the sweep ran with, without the sweep selection crux-sweep adds."""
-        return [o for o in self.parent_tags.get("crux.overrides", "").split() if not o.startswith("+sweeps=")]
+        return [o for o in self.parent_tags.get(OVERRIDES, "").split() if not o.startswith("+sweeps=")]
 
     @property
     def complete(self) -> bool:
@@ -193,14 +191,14 @@ DEFAULT_BACKEND = "crux"
 
 def backend_of(parent: Run) -> str:
     """The library the sweep of ``parent`` trained with."""
-    return parent.data.tags.get("crux.backend", DEFAULT_BACKEND)
+    return parent.data.tags.get(BACKEND, DEFAULT_BACKEND)
 
 
 def parents(client: MlflowClient, experiment_id: str, backend: str | None = None) -> Iterator[Run]:
     """The sweeps' parent runs (of ``backend`` only, when given), newest first, page by page."""
     token = None
     while True:
-        page = client.search_runs([experiment_id], "tags.`crux.role` = 'parent'",
+        page = client.search_runs([experiment_id], tag_filter(ROLE, PARENT),
                                   order_by=["attributes.start_time DESC"], max_results=200, page_token=token)
         yield from (run for run in page if backend is None or backend_of(run) == backend)
         token = page.token
@@ -209,7 +207,7 @@ def parents(client: MlflowClient, experiment_id: str, backend: str | None = None
 
 
 def _planned(parent: Run) -> int | None:
-    count = parent.data.tags.get("crux.planned_jobs", "")
+    count = parent.data.tags.get(PLANNED_JOB_COUNT, "")
     return int(count) if count.isdigit() else None
 
 
@@ -233,7 +231,7 @@ def _sweeps(client: MlflowClient, experiment_id: str, name: str, chosen: str | N
     if parent is not None:  # not among the listed parents: a run deleted in the UI
         return parent, list(child_runs(client, experiment_id, parent.info.run_id)), newer, False
     if newest is None:
-        raise StoreError(f"experiment {name!r} has no parent run (tag crux.role=parent): was it run as a sweep "
+        raise StoreError(f"experiment {name!r} has no parent run (tag {ROLE}={PARENT}): was it run as a sweep "
                          f"(crux-sweep {name})?")
     return newest[0], newest[1], [], True
 
@@ -255,10 +253,10 @@ def _chosen_parent(client: MlflowClient, experiment_id: str, name: str, run_id: 
         other = client.get_experiment(run.info.experiment_id).name
         raise StoreError(f"run {run_id} belongs to experiment {other!r}, not {name!r}: crux-report {other} --run "
                          f"{run_id}")
-    if tags.get("crux.role") != "parent":
-        sweep = tags.get("mlflow.parentRunId")
+    if tags.get(ROLE) != PARENT:
+        sweep = tags.get(PARENT_ID)
         raise StoreError(f"run {run_id} is " + (f"a job of the sweep {sweep}: pass --run {sweep}" if sweep else
-                                                "not a sweep's parent run (tag crux.role=parent)"))
+                                                f"not a sweep's parent run (tag {ROLE}={PARENT})"))
     return run
 
 
@@ -322,35 +320,35 @@ def load_record(client: MlflowClient, run: Run, folder: Path, unreadable: list[U
     None when not even the run's configuration can be told (neither ``config.yaml`` nor its params).
     """
     run_id, tags = run.info.run_id, dict(run.data.tags)
-    label = tags.get("crux.variant", "") + (f" r{tags['crux.repeat']}" if "crux.repeat" in tags else "")
+    label = tags.get(VARIANT, "") + (f" r{tags[REPEAT]}" if REPEAT in tags else "")
     present = {a.path for a in client.list_artifacts(run_id)}
     problems = {artifact: "not logged" for artifact in ARTIFACTS if artifact not in present}
 
     def read(artifact: str, parse: Callable[[Path], T]) -> T | None:
         return _read_artifact(client, run_id, artifact, folder, parse, problems) if artifact in present else None
 
-    config_text = read("config.yaml", lambda path: path.read_text()) or ""
+    config_text = read(CONFIG, lambda path: path.read_text()) or ""
     configured = None
-    if "config.yaml" not in problems:
+    if CONFIG not in problems:
         try:
             configured = configuration(_typed(OmegaConf.create(config_text)))
         except READ_ERRORS as error:
-            problems["config.yaml"] = brief(error)
+            problems[CONFIG] = brief(error)
     if configured is None:
         try:
             configured = configuration(config_from_params(run.data.params))
         except READ_ERRORS as error:
-            unreadable.append(Unreadable(run_id, label, "config.yaml", f"{problems['config.yaml']}; its params do "
+            unreadable.append(Unreadable(run_id, label, CONFIG, f"{problems[CONFIG]}; its params do "
                                          f"not give a configuration either ({brief(error)})", judged=False))
             return None
         config_text = ""
-    snapshots = read("params.npz", _arrays) or {}
-    stats = read("stats.npz", Statistics.load)
-    environment = read("environment.json", lambda path: dict(json.loads(path.read_text()))) or {}
+    snapshots = read(PARAMS, _arrays) or {}
+    stats = read(STATS, Statistics.load)
+    environment = read(ENVIRONMENT, lambda path: dict(json.loads(path.read_text()))) or {}
     unreadable.extend(Unreadable(run_id, label, artifact, problem) for artifact, problem in sorted(problems.items()))
     histories = _histories(client, run, stats)
     return RunRecord(run_id=run_id, histories=histories, metrics=dict(run.data.metrics), snapshots=snapshots,
-                     stats=stats, repeat=int(tags.get("crux.repeat", 0)), variant=tags.get("crux.variant", ""),
+                     stats=stats, repeat=int(tags.get(REPEAT, 0)), variant=tags.get(VARIANT, ""),
                      tags=tags, params=dict(run.data.params), environment=environment, config=config_text,
                      unreadable=problems, **configured)
 
@@ -362,7 +360,7 @@ def _arrays(path: Path) -> dict[str, np.ndarray]:
 
 
 def _typed(node: DictConfig) -> DictConfig:
-    """A resolved config typed by the pipeline's schema, as crux-run saw it (crux.config builds objects from
+    """A resolved config typed by the pipeline's schema, as crux-run saw it (crux.pipeline.config builds objects from
     typed nodes only)."""
     return OmegaConf.merge(OmegaConf.structured(crux_config.Config), node)
 
@@ -395,57 +393,6 @@ def _param_value(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         return text
-
-
-def configuration(cfg: DictConfig) -> dict[str, Any]:
-    """What a run's config tells the checks: its solve options, phases, pairing group, round-off twin and,
-    for substeps runs, the models each constraint reaches."""
-    options = solve_options(cfg)
-    return {"options": options, "phases": phase_plan(cfg), "group": group_of(cfg),
-            "roundoff_twin": int(cfg.roundoff_twin), "reach": _reach(cfg) if options.substeps else None}
-
-
-def solve_options(cfg: DictConfig) -> SolveOptions:
-    """The solve() options of a resolved crux-run config."""
-    return SolveOptions(epochs=int(cfg.solver.epochs), batchsize=cfg.memory.batchsize,
-                        accumulation_steps=int(cfg.memory.accumulation_steps),
-                        inner_steps=int(cfg.solver.inner_steps),
-                        checkpoint_gradients=bool(cfg.memory.checkpoint_gradients),
-                        offload_data=bool(cfg.memory.offload_data),
-                        substeps=normalise_substeps(OmegaConf.to_container(cfg.solver.substeps)
-                                                    if cfg.solver.substeps is not None else None),
-                        devices=int(cfg.solver.get("devices", 1)))
-
-
-def phase_plan(cfg: DictConfig) -> tuple[PhasePlan, ...]:
-    """Every training phase as configured. crux-run attaches a fresh optimizer when a phase's optimizer or
-    schedule differs from the previous phase's, and lets the solver resume otherwise."""
-    plan, previous = [], None
-    for phase in crux_config.training_phases(cfg):
-        fresh = (phase.optimizer, phase.schedule) != previous
-        plan.append(PhasePlan(phase.epochs, phase.optimizer.name, phase.schedule.build(phase.epochs), fresh))
-        previous = (phase.optimizer, phase.schedule)
-    return tuple(plan)
-
-
-def group_of(cfg: DictConfig) -> str:
-    """The settings the job ran with (:func:`crux.config.effective_settings`: an optimizer's unset field is its
-    default, so a config read back from params groups with its config.yaml) apart from the options claims vary:
-    runs with equal groups may be paired."""
-    rest: dict[str, Any] = crux_config.effective_settings(cfg)
-    for dotted in NOT_GROUP:
-        *path, last = dotted.split(".")
-        node = rest
-        for key in path:
-            node = node.get(key, {})
-        node.pop(last, None)
-    return json.dumps(rest, sort_keys=True)
-
-
-def _reach(cfg: DictConfig) -> tuple[tuple[str, ...], ...]:
-    """Per constraint, the models its residual reaches: traced on the configured problem (no training)."""
-    solver = crux_config.problem(cfg).solver()
-    return tuple(tuple(sorted(models)) for models in solver.reach)
 
 
 def _histories(client: MlflowClient, run: Run, stats: Statistics | None) -> dict[str, np.ndarray]:

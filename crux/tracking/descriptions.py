@@ -12,14 +12,9 @@ remembers, decides between the GenAI overview and the runs, and so does
 from __future__ import annotations
 
 from typing import Mapping, Sequence
+from crux.tracking.contract import EXPERIMENT_KIND, NOTE
 
-NOTE = "mlflow.note.content"
-EXPERIMENT_KIND = "mlflow.experimentKind"
 MODEL_TRAINING = "custom_model_development"
-COMMAND = "crux.command"
-"""The parent run's tag holding the command that ran the sweep."""
-WORKING_DIR = "crux.working_dir"
-"""The parent run's tag holding the folder the sweep ran in, where its command's paths start."""
 
 
 def experiment_tags(claim: str) -> dict[str, str]:

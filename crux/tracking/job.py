@@ -1,7 +1,7 @@
 """The MLflow run of one job: opened first so that any failure is recorded, then filled as the job goes.
 
 Layout (docs/CONTRACT.md): params are the settings the job ran with
-(:func:`crux.config.effective_settings`, flattened) and its ``variant``; the
+(:func:`crux.pipeline.config.effective_settings`, flattened) and its ``variant``; the
 histories go to MLflow as evenly spaced epochs in one call, every epoch in
 ``stats.npz`` (:mod:`crux.tracking.history`); summary metrics and the artifacts
 follow, the artifacts as one folder uploaded when the run closes.
@@ -35,12 +35,15 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
-from crux.config import effective_settings
+from crux.pipeline.config import effective_settings
 from crux.failures import failure_line
 from crux.model import Model
 from crux.problems import Problem
 from crux.stats import Statistics
-from crux.tracking.descriptions import NOTE, job_description
+from crux.tracking.contract import (ADJUSTED, BACKEND, CHILD, CLAIM, CONFIG, ENVIRONMENT, ERROR_MESSAGE, ERROR_TYPE,
+                                   FAILED, FINAL, FINISHED, HISTORY_PLOT, HISTORY_POINTS, INITIAL, JOB, KILLED, NOTE,
+                                   PARAMS, PARENT_ID, REPEAT, REQUESTED, ROLE, SINGLE, STATS, SWEEP, VARIANT, VARIANT_PARAM)
+from crux.tracking.descriptions import job_description
 from crux.tracking.environment import environment
 from crux.tracking.faults import PatientClient, StoreFault, record_fault, recorded_fault, set_retry_budget
 from crux.tracking.history import history_series, log_history, thinned
@@ -55,9 +58,6 @@ from crux.tracking.writer import Writer, process_writer
 log = logging.getLogger(__name__)
 
 MESSAGE_CHARS = 4000  # MLflow caps a tag value (8000 characters in 3.x)
-HISTORY_POINTS = "crux.history_points"
-"""The run's tag ``<sent> of <epochs>``: how many epochs of each history went to MLflow as metrics (every one is
-in ``stats.npz``)."""
 STOPPED_FROM_OUTSIDE = ("UncompletedJobError",)
 """Errors by which a launcher ends a job that was stopped rather than failed: submitit raises its
 ``UncompletedJobError`` in a job that Slurm signals at its time limit. Such a run closes KILLED."""
@@ -77,11 +77,6 @@ def flatten(node: Any, prefix: str = "") -> dict[str, str]:
     return {prefix[:-1]: json.dumps(node) if isinstance(node, list) else str(node)}
 
 
-REQUESTED = "_requested"
-"""The suffix of a param that keeps a setting as requested, beside the setting as it ran (``memory.batchsize``
-above every constraint's points: ``memory.batchsize_requested``)."""
-ADJUSTED = "crux.adjusted"
-"""The tag saying which settings ran otherwise than requested, and how."""
 
 
 def as_requested(params: Mapping[str, str]) -> dict[str, str]:
@@ -191,12 +186,12 @@ class JobRun:
             where = Destination(uri, ensure_experiment(client, name, uri, cfg.claim), None, name, cfg.claim)
         variant = cfg.variant or variant_name(list(hydra.overrides.task), where.swept, set(hydra.runtime.choices),
                                              cfg)
-        tags = {"crux.sweep": where.sweep, "crux.claim": cfg.claim, "crux.variant": variant,
-                "crux.job": str(hydra.job.num if multirun else 0), "crux.repeat": str(cfg.repeat),
-                "crux.backend": cfg.backend.name,
-                "crux.role": "run" if where.parent_run_id is None else "child", **process_tags()}
+        tags = {SWEEP: where.sweep, CLAIM: cfg.claim, VARIANT: variant,
+                JOB: str(hydra.job.num if multirun else 0), REPEAT: str(cfg.repeat),
+                BACKEND: cfg.backend.name,
+                ROLE: SINGLE if where.parent_run_id is None else CHILD, **process_tags()}
         if where.parent_run_id is not None:
-            tags["mlflow.parentRunId"] = where.parent_run_id
+            tags[PARENT_ID] = where.parent_run_id
         name = f"{variant} r{cfg.repeat}" if "repeat" in where.swept else variant
         in_sweep_process = multirun and hydra.launcher._target_.endswith(".BasicLauncher")
         with deferred():
@@ -219,7 +214,7 @@ class JobRun:
         with deferred():
             if error is None:
                 ended = int(time.time() * 1000) if self.overlap else None  # the job's end, not the writer's
-                self._writer.submit(lambda: self._close("FINISHED", [], ended))
+                self._writer.submit(lambda: self._close(FINISHED, [], ended))
                 if self.overlap:
                     return False
                 self._writer.drain()
@@ -229,8 +224,8 @@ class JobRun:
                 return False
             stopped = isinstance(error, (KeyboardInterrupt, SystemExit)) or kind.__name__ in STOPPED_FROM_OUTSIDE
             what = f"stopped by {signal_name(error)}" if isinstance(error, KeyboardInterrupt) else failure_line(error)
-            tags = [RunTag("crux.error_type", kind.__name__), RunTag("crux.error_message", what[:MESSAGE_CHARS])]
-            self._writer.submit(lambda: self._close("KILLED" if stopped else "FAILED", tags, None))
+            tags = [RunTag(ERROR_TYPE, kind.__name__), RunTag(ERROR_MESSAGE, what[:MESSAGE_CHARS])]
+            self._writer.submit(lambda: self._close(KILLED if stopped else FAILED, tags, None))
             self._writer.drain()  # the exception may end the process: the run is closed first
         return False
 
@@ -252,11 +247,11 @@ class JobRun:
         than the config asked, logged as they ran, the request kept as ``<key>_requested``; ``adjustments``:
         lines saying what ran otherwise, in the tag ``crux.adjusted`` and the job's log. Raises for a malformed
         later phase, the config kept."""
-        (self._staged / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        (self._staged / CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
         folder = Path.cwd()
-        self._write("environment.json", lambda: (self._staged / "environment.json").write_text(
+        self._write(ENVIRONMENT, lambda: (self._staged / ENVIRONMENT).write_text(
             json.dumps(environment(folder), indent=1)))
-        params = {**flatten(effective_settings(cfg)), "variant": self.variant}
+        params = {**flatten(effective_settings(cfg)), VARIANT_PARAM: self.variant}
         for key, value in (applied or {}).items():
             params[f"{key}{REQUESTED}"], params[key] = params[key], str(value)
         tags = [RunTag(ADJUSTED, "; ".join(adjustments)[:MESSAGE_CHARS])] if adjustments else []
@@ -288,18 +283,18 @@ class JobRun:
         summary.update({f"param_distance/{name}": float(np.sqrt(sum(np.sum((f - i) ** 2)
                                                                     for f, i in zip(final[name], initial[name]))))
                         for name in final})
-        stats.save(self._staged / "stats.npz")
-        snapshots = {"initial": initial, **{f"phase{k}": leaves for k, leaves in enumerate(phase_ends)},
-                     "final": final}
-        np.savez(self._staged / "params.npz", **{f"{when}/{name}/{i}": leaf for when, params in snapshots.items()
-                                                  for name, model_leaves in params.items()
-                                                  for i, leaf in enumerate(model_leaves)})
+        stats.save(self._staged / STATS)
+        snapshots = {INITIAL: initial, **{f"phase{k}": leaves for k, leaves in enumerate(phase_ends)},
+                     FINAL: final}
+        np.savez(self._staged / PARAMS, **{f"{when}/{name}/{i}": leaf for when, params in snapshots.items()
+                                           for name, model_leaves in params.items()
+                                           for i, leaf in enumerate(model_leaves)})
         self._write("the histories", lambda: log_history(self.client, self.run_id, steps, series, now))
         self._write("the summary", lambda: self.client.log_batch(
             self.run_id, metrics=[Metric(key, float(value), now, 0) for key, value in summary.items()],
             tags=[RunTag(NOTE, job_description(self.variant, self.repeat, summary)),
                   RunTag(HISTORY_POINTS, f"{len(steps)} of {stats.steps}")]))
-        self._write("history.png", lambda: stats.plot(self._staged / "history.png"))
+        self._write(HISTORY_PLOT, lambda: stats.plot(self._staged / HISTORY_PLOT))
         log.info("%s", outcome_line(stats, errors, self.run_id, masked(self.client.tracking_uri)))
 
     def log_metrics(self, values: Mapping[str, float]) -> None:
@@ -343,16 +338,16 @@ class JobRun:
             if self._failure is not None:
                 what, failure = self._failure
                 log.error("run %s: writing %s failed: %s", self.run_id, what, failure_line(failure))
-                if self.job is not None and status == "FINISHED":
+                if self.job is not None and status == FINISHED:
                     _unwritten_jobs.add(self.job)
                 if isinstance(failure, StoreFault):
                     if self.sweep_dir is not None:
                         record_fault(self.sweep_dir, self.run_id, str(failure))
                     return  # the store is away: closed later, as for a job's own store fault
-                if status == "FINISHED":
-                    status = "FAILED"
-                    tags = [RunTag("crux.error_type", type(failure).__name__),
-                            RunTag("crux.error_message", f"writing {what} failed: {failure_line(failure)}"
+                if status == FINISHED:
+                    status = FAILED
+                    tags = [RunTag(ERROR_TYPE, type(failure).__name__),
+                            RunTag(ERROR_MESSAGE, f"writing {what} failed: {failure_line(failure)}"
                                    [:MESSAGE_CHARS])]
             if tags:
                 self.client.log_batch(self.run_id, tags=tags)

@@ -28,17 +28,17 @@ from typing import Mapping
 from mlflow.entities import RunTag
 from mlflow.tracking import MlflowClient
 
+from crux.tracking.contract import (ERROR_MESSAGE, ERROR_TYPE, HEARTBEAT, HOST, KILLED, PARENT_ID, PID,
+                                   PROCESS, RUNNING, SWEEP_DIR)
 from crux.tracking.faults import recorded_fault
 from crux.tracking.store import runs_where
 
 log = logging.getLogger(__name__)
 
-HOST, PID, PROCESS, HEARTBEAT = "crux.host", "crux.pid", "crux.process", "crux.heartbeat"
 HEARTBEAT_SECONDS = 60.0
 STALE_SECONDS = 15 * 60.0
 GONE, STORE_FAULT = "ProcessGone", "StoreFault"
 """The ``crux.error_type`` of a run closed because its process was gone, and because the store was away."""
-SWEEP_DIR = "crux.sweep_dir"
 
 
 def process_identity(pid: int) -> str | None:
@@ -77,8 +77,8 @@ def _store_fault(client: MlflowClient, run_id: str, tags: Mapping[str, str]) -> 
     folder (the run's tag ``crux.sweep_dir``, or its parent's); None where none was recorded (or the folder is
     on another machine)."""
     folder = tags.get(SWEEP_DIR)
-    if folder is None and "mlflow.parentRunId" in tags:
-        folder = client.get_run(tags["mlflow.parentRunId"]).data.tags.get(SWEEP_DIR)
+    if folder is None and PARENT_ID in tags:
+        folder = client.get_run(tags[PARENT_ID]).data.tags.get(SWEEP_DIR)
     fault = recorded_fault(Path(folder)) if folder else None
     return fault["runs"].get(run_id) if fault else None
 
@@ -99,7 +99,7 @@ def close_orphans(client: MlflowClient, experiment_id: str, closer: str) -> list
     and ``crux.error_message`` saying whose process, why and who closed it (``closer``, e.g. ``crux-sweep``);
     their ids."""
     now, closed = time.time(), []
-    for run in list(runs_where(client, experiment_id, "attributes.status = 'RUNNING'")):
+    for run in list(runs_where(client, experiment_id, f"attributes.status = '{RUNNING}'")):
         tags = run.data.tags
         if not is_gone(tags, now):
             continue
@@ -109,9 +109,9 @@ def close_orphans(client: MlflowClient, experiment_id: str, closer: str) -> list
                "killed (kill -9, out of memory), or its machine lost")
         message = (f"its process ({where}) ended without closing the run: {why}; closed by {closer} on "
                    f"{time.strftime('%Y-%m-%d %H:%M:%S')}")
-        client.log_batch(run.info.run_id, tags=[RunTag("crux.error_type", STORE_FAULT if fault else GONE),
-                                                RunTag("crux.error_message", message)])
-        client.set_terminated(run.info.run_id, "KILLED")
+        client.log_batch(run.info.run_id, tags=[RunTag(ERROR_TYPE, STORE_FAULT if fault else GONE),
+                                                RunTag(ERROR_MESSAGE, message)])
+        client.set_terminated(run.info.run_id, KILLED)
         closed.append(run.info.run_id)
         log.warning("run %s (%s) was left RUNNING by a process that is gone (%s): closed KILLED",
                     run.info.run_id, run.info.run_name, where)

@@ -14,7 +14,7 @@ longer than ``tracking.retry_seconds`` stops the sweep: no job starts after it, 
 which jobs finished and the ``--resume`` command (:mod:`crux.tracking.faults`).
 
 Nothing is created before every job's config is known to be usable
-(:func:`crux.config.out_of_range`) and the store to take writes
+(:func:`crux.pipeline.config.out_of_range`) and the store to take writes
 (:func:`crux.tracking.store.writable_store`); a refusal is one line and exit
 status 1, with no run and no job.
 
@@ -49,29 +49,31 @@ from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
-from crux.backends.choice import backend_problems
-from crux.config import (effective_settings, out_of_range, overrides_without, problem_faults,
-                         refused_problem_override)
-from crux.tracking.descriptions import COMMAND, NOTE, WORKING_DIR, runs_page, sweep_description
+from crux.pipeline.backend_choice import backend_refusals
+from crux.pipeline.config import (effective_settings, out_of_range, overrides_without, problem_faults,
+                                  refused_problem_override)
+from crux.tracking.contract import (BACKEND, CLAIM, CLAIMS, COMMAND, ERROR_MESSAGE, ERROR_TYPE, FAILED, FINISHED, HOST,
+                                   JOB, KILLED, NOTE, OVERRIDES, PARENT, PID, PLANNED_JOBS, PLANNED_JOB_COUNT,
+                                   RESUMES, ROLE, RUNNING, SWEEP, SWEEP_DIR, SWEPT, VARIANT, VARIANT_PARAM,
+                                   WORKING_DIR, tag_filter)
+from crux.tracking.descriptions import runs_page, sweep_description
 from crux.tracking.failures import tracebacks_shown
 from crux.tracking.faults import (PatientClient, StoreFault, clear_fault, record_fault, recorded_fault,
                                   set_retry_budget)
 from crux.tracking.interrupt import deferred, exit_status, interruptible, signal_name
 from crux.tracking.job import as_requested, flatten, unwritten_jobs
-from crux.tracking.liveness import HOST, PID, Heartbeat, close_orphans, process_tags
+from crux.tracking.liveness import Heartbeat, close_orphans, process_tags
 from crux.tracking.secrets import masked
-from crux.tracking.store import (PARENT_RUN, STORE_ERRORS, SWEPT, TRACKING_URI, WRITING, StoreError, child_runs,
+from crux.tracking.store import (PARENT_RUN, STORE_ERRORS, TRACKING_URI, WRITING, StoreError, child_runs,
                                  ensure_experiment, experiment_name, store_errors, tracking_uri, writable_store)
 from crux.tracking.writer import process_writer
 
 log = logging.getLogger(__name__)
 
-PLANNED_JOBS = "planned_jobs.json"
-FINISHED = "FINISHED"
 UNCOMPARED = ("tracking.", "jax.")
 """Settings a resumed sweep may change: where runs and compiled programs are kept, not what a job computes."""
 CONFIG_ERRORS = (HydraException, OmegaConfBaseException, ValueError, TypeError)
-ERROR_TAGS = {"crux.error_type", "crux.error_message"}
+ERROR_TAGS = {ERROR_TYPE, ERROR_MESSAGE}
 
 
 class Refused(Exception):
@@ -166,25 +168,25 @@ class Multirun:
     # -- before any job ------------------------------------------------------------------------
     def _checked(self, jobs: list[list[str]]) -> list[DictConfig]:
         """Each job's config, composed as its launcher will compose it; Refused naming every value out of
-        range (:func:`crux.config.out_of_range`), a backend that cannot run it
-        (:func:`crux.backends.choice.backend_problems`), a problem that cannot be built from it
-        (:func:`crux.config.problem_faults`) or config that does not compose, and the jobs it is in."""
-        configs, problems = [], {}
+        range (:func:`crux.pipeline.config.out_of_range`), a backend that cannot run it
+        (:func:`crux.pipeline.backend_choice.backend_refusals`), a problem that cannot be built from it
+        (:func:`crux.pipeline.config.problem_faults`) or config that does not compose, and the jobs it is in."""
+        configs, refusals = [], {}
         for number, overrides in enumerate(jobs):
             cfg = None
             try:
                 cfg = self.compose(self.config, list(overrides))
                 with read_write(cfg), open_dict(cfg):
                     del cfg["hydra"]
-                found = out_of_range(cfg) + backend_problems(cfg) + problem_faults(cfg)
+                found = out_of_range(cfg) + backend_refusals(cfg) + problem_faults(cfg)
             except CONFIG_ERRORS as error:
                 without = lambda key: self.compose(self.config, overrides_without(list(overrides), key))  # noqa: E731
                 found = [refused_problem_override(error, without) or _one_line(error)]
             configs.append(cfg)
-            for problem in found:
-                problems.setdefault(problem, []).append(number)
-        if problems:
-            raise Refused("; ".join(f"{problem} (in {_which(numbers, jobs)})" for problem, numbers in problems.items())
+            for refusal in found:
+                refusals.setdefault(refusal, []).append(number)
+        if refusals:
+            raise Refused("; ".join(f"{refusal} (in {_which(numbers, jobs)})" for refusal, numbers in refusals.items())
                           + "; nothing was run")
         return configs
 
@@ -201,11 +203,11 @@ class Multirun:
             experiment_id = ensure_experiment(client, self.name, self.uri, self.config.claim)
             close_orphans(client, experiment_id, self.program)
             sweep_dir = pin_sweep_dir(self.config)
-            tags = {"crux.sweep": self.name, "crux.claim": self.config.claim,
-                    "crux.claims": json.dumps(list(self.config.claims)), "crux.role": "parent",
-                    "crux.backend": self.config.backend.name, "crux.sweep_dir": str(sweep_dir),
-                    "crux.overrides": " ".join(self.config.hydra.overrides.task),
-                    COMMAND: self.command, WORKING_DIR: os.getcwd(), NOTE: sweep_description(self.command), "crux.planned_jobs": str(len(jobs)),
+            tags = {SWEEP: self.name, CLAIM: self.config.claim,
+                    CLAIMS: json.dumps(list(self.config.claims)), ROLE: PARENT,
+                    BACKEND: self.config.backend.name, SWEEP_DIR: str(sweep_dir),
+                    OVERRIDES: " ".join(self.config.hydra.overrides.task),
+                    COMMAND: self.command, WORKING_DIR: os.getcwd(), NOTE: sweep_description(self.command), PLANNED_JOB_COUNT: str(len(jobs)),
                     SWEPT: json.dumps(swept_keys(self.config)), **process_tags()}
             run = client.create_run(experiment_id, run_name=f"{self.name} {time.strftime('%Y-%m-%d %H:%M:%S')}",
                                     tags=tags)
@@ -222,7 +224,7 @@ class Multirun:
             if experiment is None or experiment.lifecycle_stage != "active":
                 raise Refused(f"no sweep of {self.name!r} at {self.uri} to resume: start one without --resume")
             close_orphans(client, experiment.experiment_id, self.program)
-            (parent, *_) = client.search_runs([experiment.experiment_id], "tags.`crux.role` = 'parent'",
+            (parent, *_) = client.search_runs([experiment.experiment_id], tag_filter(ROLE, PARENT),
                                               order_by=["attributes.start_time DESC"], max_results=1) or [None]
             if parent is None:
                 raise Refused(f"experiment {self.name!r} at {self.uri} holds no sweep to resume: start one without "
@@ -238,12 +240,12 @@ class Multirun:
                 log.info("sweep %s (parent run %s) is complete: every one of its %d jobs finished; nothing to run",
                          self.name, parent_id, len(jobs))
                 return None
-            resumes = int(parent.data.tags.get("crux.resumes", "0")) + 1
-            client.update_run(parent_id, status="RUNNING")
+            resumes = int(parent.data.tags.get(RESUMES, "0")) + 1
+            client.update_run(parent_id, status=RUNNING)
             for key in ERROR_TAGS & parent.data.tags.keys():  # why it ended before no longer holds
                 client.delete_tag(parent_id, key)
             client.log_batch(parent_id, tags=[RunTag(k, v) for k, v in
-                                              {**process_tags(), "crux.resumes": str(resumes)}.items()])
+                                              {**process_tags(), RESUMES: str(resumes)}.items()])
         pin_sweep_dir(self.config)
         log.info("MLflow: resuming sweep %s (parent run %s at %s): %d of its %d jobs to run (%s)", self.name,
                  parent_id, masked(self.uri), len(todo), len(jobs), ", ".join(map(str, todo)))
@@ -253,14 +255,14 @@ class Multirun:
         """The jobs the sweep of ``parent`` planned; Refused where it is still running, recorded no plan, or
         the command line asks for other settings than the sweep ran with."""
         tags, parent_id = parent.data.tags, parent.info.run_id
-        if parent.info.status == "RUNNING":
+        if parent.info.status == RUNNING:
             raise Refused(f"the newest sweep of {self.name!r} (parent run {parent_id}) is still running (pid "
                           f"{tags.get(PID, '?')} on {tags.get(HOST, '?')}): wait for it to end, or stop it, then "
                           f"resume")
-        if "crux.planned_jobs" not in tags:
+        if PLANNED_JOB_COUNT not in tags:
             raise Refused(f"the newest sweep of {self.name!r} (parent run {parent_id}) recorded no plan of its jobs, "
                           f"so what it lacks is not known: run it again without --resume")
-        recorded = tags.get("crux.overrides", "").split()
+        recorded = tags.get(OVERRIDES, "").split()
         extra = [o for o in " ".join(self.config.hydra.overrides.task).split() if o not in recorded]
         if extra:
             raise Refused(f"--resume runs the jobs sweep {parent_id} planned, with the overrides it ran with "
@@ -276,14 +278,14 @@ class Multirun:
         finished = {}
         for run in sorted(child_runs(client, parent.info.experiment_id, parent.info.run_id),
                           key=lambda run: run.info.start_time or 0):
-            number = run.data.tags.get("crux.job", "")
+            number = run.data.tags.get(JOB, "")
             if run.info.status == FINISHED and number.isdigit() and int(number) < len(jobs):
                 finished[int(number)] = run
         configs = self._checked(jobs)
         changed = []
         for number, run in sorted(finished.items()):
             now = flatten(effective_settings(configs[number]))
-            before = {key: value for key, value in as_requested(run.data.params).items() if key != "variant"}
+            before = {key: value for key, value in as_requested(run.data.params).items() if key != VARIANT_PARAM}
             differ = sorted(key for key in now.keys() | before.keys()
                             if not key.startswith(UNCOMPARED) and now.get(key) != before.get(key))
             if differ:
@@ -396,16 +398,16 @@ class Multirun:
         client = opened.client
         finished: set[int] = set()
         for run in child_runs(client, opened.experiment_id, opened.parent_id):
-            if run.info.status == "RUNNING":
+            if run.info.status == RUNNING:
                 why = f"stopped by {signal_name(stopped)}" if stopped else "ended"
                 client.log_batch(run.info.run_id, tags=[
-                    RunTag("crux.error_type", "SweepStopped"),
-                    RunTag("crux.error_message", f"its sweep {why} while it ran; closed by {self.program}")])
-                client.set_terminated(run.info.run_id, "KILLED")
-            elif run.info.status == FINISHED and run.data.tags.get("crux.job", "").isdigit():
-                finished.add(int(run.data.tags["crux.job"]))
+                    RunTag(ERROR_TYPE, "SweepStopped"),
+                    RunTag(ERROR_MESSAGE, f"its sweep {why} while it ran; closed by {self.program}")])
+                client.set_terminated(run.info.run_id, KILLED)
+            elif run.info.status == FINISHED and run.data.tags.get(JOB, "").isdigit():
+                finished.add(int(run.data.tags[JOB]))
         missing = [n for n in range(len(opened.jobs)) if n not in finished]
-        status = FINISHED if not missing else "KILLED" if stopped else "FAILED"
+        status = FINISHED if not missing else KILLED if stopped else FAILED
         now = int(time.time() * 1000)
         client.log_batch(opened.parent_id, metrics=[Metric("jobs", len(opened.jobs), now, 0),
                                                     Metric("failed_jobs", len(missing), now, 0)])
@@ -421,12 +423,12 @@ def job_table(runs: Iterable[Run]) -> str:
     run's start to its end."""
     newest: dict[str, Run] = {}
     for run in sorted(runs, key=lambda run: run.info.start_time or 0):
-        newest[run.data.tags.get("crux.job", "?")] = run
+        newest[run.data.tags.get(JOB, "?")] = run
     rows = [("job", "variant", "status", "final loss", "seconds")]
     for number, run in sorted(newest.items(), key=lambda item: int(item[0]) if item[0].isdigit() else -1):
         loss, info = run.data.metrics.get("final_loss"), run.info
         seconds = (info.end_time - info.start_time) / 1000 if info.end_time and info.start_time else None
-        rows.append((number, info.run_name or run.data.tags.get("crux.variant", ""), info.status,
+        rows.append((number, info.run_name or run.data.tags.get(VARIANT, ""), info.status,
                      "-" if loss is None else f"{loss:.4g}", "-" if seconds is None else f"{seconds:.1f}"))
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     return "\n".join("  ".join(cell.rjust(width) if column in (0, 3, 4) else cell.ljust(width)

@@ -5,7 +5,9 @@ The chunks' seconds per epoch are metric histories (step = pair number), so MLfl
 reads them: ``timing/candidate_seconds`` (the job's own options), ``timing/reference_seconds`` (with
 ``timing.against``), ``timing/load1`` (the 1-minute load average after each pair). Summary metrics
 ``timing/chunk_epochs``, ``timing/budget_seconds``, ``timing/spent_seconds``, ``timing/cores`` and tags
-``crux.timing.cpu``, ``crux.timing.device``, ``crux.timing.against`` say how and where it was measured.
+``crux.timing.cpu``, ``crux.timing.device``, ``crux.timing.clock``, ``crux.timing.against`` say how and where it
+was measured. The job times until the interval is placed by the band of the claim that will judge it
+(:func:`crux.report.claims.timing_band`), the band the report judges with.
 """
 from __future__ import annotations
 
@@ -17,8 +19,10 @@ from typing import Any
 from mlflow.entities import Metric
 from omegaconf import DictConfig, OmegaConf
 
-from crux import config
-from crux.timing import Band, PairedTimes, Side, time_paired
+from crux.pipeline import config
+from crux.report.claims import timing_band
+from crux.timing import PairedTimes, Side, time_paired
+from crux.tracking.contract import TIMING_AGAINST, TIMING_CLOCK, TIMING_CPU, TIMING_DEVICE
 from crux.tracking.job import JobRun
 
 log = logging.getLogger(__name__)
@@ -52,14 +56,15 @@ def time_against(cfg: DictConfig, run: JobRun) -> PairedTimes | None:
         for model in problem.models.values():
             first.optimizer.attach(model, first.schedule.build(first.epochs))
         sides.append(Side(problem.solver(), options))
-    band = Band(*cfg.timing.band)
+    band = timing_band(cfg.timing.against)
     log.info("paired timing against %s: until the ratio's interval is in or out of [%g, %g) or %g s are spent",
              dict(cfg.timing.against), band.low, band.high, cfg.timing.budget_seconds)
     times = time_paired(sides[0], sides[1], band, cfg.timing.budget_seconds)
     log_times(run, times, dict(OmegaConf.to_container(cfg.timing.against)))
     interval = times.interval()
-    log.info("paired timing: ratio %.3g, %d%% interval %.3g-%.3g over %d pairs of %d epochs", interval.estimate,
-             round(interval.confidence * 100), interval.low, interval.high, interval.pairs, times.chunk_epochs)
+    log.info("paired timing (%s): ratio %.3g, %d%% interval %.3g-%.3g over %d pairs of %d epochs", times.clock,
+             interval.estimate, round(interval.confidence * 100), interval.low, interval.high, interval.pairs,
+             times.chunk_epochs)
     return times
 
 
@@ -70,8 +75,9 @@ def logged(times: PairedTimes, against: dict[str, Any]) -> tuple[dict[str, tuple
               PREFIX + "load1": times.load}
     summary = {PREFIX + "chunk_epochs": times.chunk_epochs, PREFIX + "budget_seconds": times.budget_seconds,
                PREFIX + "spent_seconds": times.spent_seconds, PREFIX + "cores": times.machine.cores}
-    tags = {"crux.timing.cpu": times.machine.cpu, "crux.timing.device": times.machine.device,
-            "crux.timing.against": json.dumps(against, sort_keys=True)}
+    tags = {TIMING_CPU: times.machine.cpu, TIMING_DEVICE: times.machine.device,
+            TIMING_CLOCK: times.clock,
+            TIMING_AGAINST: json.dumps(against, sort_keys=True)}
     return series, summary, tags
 
 

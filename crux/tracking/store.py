@@ -39,6 +39,7 @@ from mlflow.utils.credentials import read_mlflow_creds
 from requests.exceptions import RequestException
 from sqlalchemy.exc import SQLAlchemyError
 
+from crux.tracking.contract import CLAIM, PARENT_ID, SWEEP, SWEPT
 from crux.tracking.descriptions import experiment_tags
 from crux.tracking.secrets import masked, without_password
 
@@ -47,8 +48,6 @@ log = logging.getLogger(__name__)
 SQLITE = "sqlite:///"
 PARENT_RUN, TRACKING_URI = "CRUX_PARENT_RUN_ID", "CRUX_TRACKING_URI"
 """The environment variables that give each job of a sweep its parent run and its store."""
-SWEPT = "crux.swept"
-"""The parent run's tag listing the keys that differ between its jobs (JSON)."""
 SERVERS = ("http://", "https://")
 # Values the user set in the environment win.
 HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
@@ -186,19 +185,30 @@ def writable_store(uri: str) -> MlflowClient:
                              f"{WRITING.setting} at {WRITING.needs}")
         if not _looks_complete(path, uri):
             with _locked(folder):  # another process may be creating the tables: wait, then judge the file
-                if not _has_tables(path, uri):
-                    return _open(uri)
+                if not _looks_complete(path, uri):
+                    _has_tables(path, uri)  # a file that is no MLflow store is refused here
+                    return _open(uri)  # MLflow creates (or completes) the tables under the lock
     return _open(uri)
 
 
 def _looks_complete(path: Path, uri: str) -> bool:
-    """Whether the SQLite file at ``path`` is a whole MLflow store, looked at without the folder's lock: a store
-    that another process is creating (its tables made in several steps) is not yet, and is judged under the
-    lock, once that process is done."""
+    """Whether the SQLite file at ``path`` is a whole MLflow store, looked at without the folder's lock: every
+    table MLflow's tracking store defines exists (MLflow's own test before it creates any). A store that another
+    process is creating (its tables made in several steps) is not yet, and is judged under the lock, once that
+    process is done."""
     try:
-        return _has_tables(path, uri)
-    except StoreError:
+        with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
+            tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.Error:
         return False
+    return tracking_tables() <= tables
+
+
+def tracking_tables() -> set[str]:
+    """The names of the tables MLflow's tracking store defines."""
+    from mlflow.store.db.base_sql_model import Base
+    from mlflow.store.tracking.dbmodels import models  # noqa: F401  (registers the tables)
+    return set(Base.metadata.tables)
 
 
 def _has_tables(path: Path, uri: str) -> bool:
@@ -282,7 +292,7 @@ def ensure_experiment(client: MlflowClient, name: str, uri: str, claim: str = ""
 
 def child_runs(client: MlflowClient, experiment_id: str, parent_run_id: str) -> Iterator[Run]:
     """Every run whose ``mlflow.parentRunId`` is ``parent_run_id``, page by page."""
-    return runs_where(client, experiment_id, f"tags.mlflow.parentRunId = '{parent_run_id}'")
+    return runs_where(client, experiment_id, f"tags.{PARENT_ID} = '{parent_run_id}'")
 
 
 def runs_where(client: MlflowClient, experiment_id: str, where: str, order_by: list[str] | None = None
@@ -314,5 +324,5 @@ class Destination:
         """Where the jobs of the sweep whose parent run is ``parent_run_id`` log, read from that run."""
         parent = client.get_run(parent_run_id)
         tags = parent.data.tags
-        return Destination(uri, parent.info.experiment_id, parent_run_id, tags.get("crux.sweep", ""),
-                           tags.get("crux.claim", ""), json.loads(tags.get(SWEPT, "[]")))
+        return Destination(uri, parent.info.experiment_id, parent_run_id, tags.get(SWEEP, ""),
+                           tags.get(CLAIM, ""), json.loads(tags.get(SWEPT, "[]")))

@@ -4,8 +4,8 @@ crux sweep with a parent run in MLflow (:mod:`crux.tracking.multirun`).
 Hydra instantiates a sweeper only from the ``hydra_plugins`` package, and imports
 every module there when any Hydra application starts: this one is thin and imports
 crux when it sweeps. Hydra's scan of ``hydra_plugins`` misses a package installed
-in editable mode, so crux-run registers the class itself, and :mod:`crux.config`
-registers its config, ``hydra/sweeper=crux`` (:class:`crux.config.SweeperConfig`).
+in editable mode, so crux-run registers the class itself, and :mod:`crux.pipeline.config`
+registers its config, ``hydra/sweeper=crux`` (:class:`hydra_plugins.crux_sweeper.config.SweeperConfig`).
 """
 
 from typing import Any, Dict, List, Optional
@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 
 class CruxSweeper(Sweeper):
-    """The fields of :class:`crux.config.SweeperConfig`."""
+    """The fields of :class:`hydra_plugins.crux_sweeper.config.SweeperConfig`."""
 
     def __init__(self, max_batch_size: Optional[int] = None, params: Optional[Dict[str, str]] = None,
                  resume: bool = False, command: Optional[str] = None) -> None:

@@ -25,13 +25,14 @@ import optax
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from crux import config
-from crux.backends.choice import builtin_problem
+from crux.pipeline import config
+from crux.pipeline.backend_choice import builtin_problem
 from crux.backends.gradient_draws import GradientDraws, draws_wanted
-from crux.config import Phase
+from crux.pipeline.config import Phase
 from crux.schedules import Schedule, lrs
 from crux.stats import Statistics
 from crux.tracking import JobRun, ParameterLeaves
+from crux.tracking.contract import UNSUPPORTED
 
 
 def _environment(cfg: DictConfig, folder: Path) -> None:
@@ -98,18 +99,22 @@ def train_and_log(cfg: DictConfig, run: JobRun) -> float:
     _environment(cfg, folder)  # jNO's own log and files go into the job's Hydra folder, beside the job's log
     import jno  # after _environment: jNO configures its compilation cache at import
 
-    from crux.backends.jno import problems, training
+    from crux.backends.jno import own, problems, training
 
     log = jno.logger(folder / "jno", log_print=(True, False))
     backend = config.typed(cfg.backend, config.BACKENDS)
     batching = problems.Batching(backend.batching, backend.samples)
     name = builtin_problem(cfg.problem)
-    crux_problem = config.problem(cfg)  # the points, the exact solution and the test points
-    fields = OmegaConf.to_container(cfg.problem)
     model = OmegaConf.to_object(cfg.model)
+    if name is None:  # a problem of the user's own, written in jNO's terms
+        def build() -> problems.JnoProblem:
+            return own.build(cfg.problem, model, cfg.solver.seed, cfg.roundoff_twin)
+    else:
+        crux_problem = config.problem(cfg)  # the points, the exact solution and the test points
+        fields = OmegaConf.to_container(cfg.problem)
 
-    def build() -> problems.JnoProblem:
-        return problems.build(name, crux_problem, fields, model, cfg.solver.seed, cfg.roundoff_twin, batching)
+        def build() -> problems.JnoProblem:
+            return problems.build(name, crux_problem, fields, model, cfg.solver.seed, cfg.roundoff_twin, batching)
 
     problem = build()
     memory = OmegaConf.to_container(cfg.memory)
@@ -118,16 +123,16 @@ def train_and_log(cfg: DictConfig, run: JobRun) -> float:
     initial = _leaves(problem.networks)
     parts, phase_ends, unsupported = _train(problem, config.training_phases(cfg), options, log)
     if unsupported:
-        run.set_tags({"crux.not_supported": "; ".join(unsupported)})
+        run.set_tags({UNSUPPORTED: "; ".join(unsupported)})
     if not parts:  # refused before training: nothing trained, the parameters are the initial ones
         empty = Statistics(names=list(problem.names), losses=np.zeros((0, len(problem.names)), np.float32),
                            epoch=np.zeros(0, np.int64))
         run.log_outcome(empty, {}, initial, [], initial)
         return math.nan
     stats = Statistics.concat(parts)
-    points = crux_problem.test_points
-    errors = {field: _relative_l2(predict(points), crux_problem.exact[field](points))
-              for field, predict in problem.predict.items()}
+    points = problem.test_points
+    errors = {field: _relative_l2(problem.predict[field](points), exact(points))
+              for field, exact in problem.exact.items()}
     run.log_outcome(stats, errors, initial, phase_ends, _leaves(problem.networks))
     if draws_wanted(cfg):
         probe = build()

@@ -17,7 +17,7 @@ Two things a jNO user meets that crux users do not:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 import equinox as eqx
@@ -26,7 +26,7 @@ import jax
 import numpy as np
 
 import jno
-from crux.config import ModelConfig, roundoff_twin
+from crux.pipeline.config import ModelConfig, roundoff_twin
 from crux.model import ACTIVATIONS
 from crux.problems import Problem
 
@@ -45,13 +45,16 @@ class Batching:
 class JnoProblem:
     """A built problem: ``core`` (a ``jno.core``), ``networks`` (model name -> jNO model: ``.module``,
     ``.optimizer().scale()``), constraint ``names`` in the core's order, ``predict[field](xs)`` on points
-    ``(N, 1)``, and ``population``: how many items a mini-batch is drawn from (points, or samples)."""
+    ``(N, d)``, ``population``: how many items a mini-batch is drawn from (points, or samples), and where there
+    is one, the ``exact[field](xs)`` solution and the ``test_points`` to compare on."""
 
     core: Any
     networks: dict[str, Any]
     names: list[str]
     predict: dict[str, Field]
     population: int
+    exact: Mapping[str, Field] = field(default_factory=dict)
+    test_points: np.ndarray | None = None
 
 
 def network(model: ModelConfig, seed: int, twin: int) -> Any:
@@ -127,5 +130,7 @@ BUILDERS = {"poisson1d": poisson1d, "mixed_poisson1d": mixed_poisson1d}
 
 def build(name: str, crux_problem: Problem, fields: Mapping[str, Any], model: ModelConfig, seed: int, twin: int,
           batching: Batching) -> JnoProblem:
-    """The built-in problem ``name`` in jNO (crux.backends.choice checked that it is one of ``BUILDERS``)."""
-    return BUILDERS[name](crux_problem, fields, model, seed, twin, batching)
+    """The built-in problem ``name`` in jNO (crux.pipeline.backend_choice checked that it is one of ``BUILDERS``), with
+    the crux problem's exact solution and test points."""
+    built = BUILDERS[name](crux_problem, fields, model, seed, twin, batching)
+    return replace(built, exact=crux_problem.exact, test_points=crux_problem.test_points)

@@ -8,12 +8,12 @@ gets a "not supported" verdict quoting the library, and no other.
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from crux.report.claims.accumulation import check_accumulation
-from crux.report.claims.checkpoint import check_checkpoint
+from crux.report.claims.checkpoint import CLAIMED_COST, check_checkpoint
 from crux.report.claims.devices import check_devices
-from crux.report.claims.fusion import check_inner_steps
+from crux.report.claims.fusion import FASTER_BAND, check_inner_steps
 from crux.report.claims.gradient_noise import check_gradient_noise
 from crux.report.claims.offload import check_offload
 from crux.report.claims.phases import check_phases
@@ -21,6 +21,8 @@ from crux.report.claims.resume import check_resume
 from crux.report.claims.substeps import check_substeps
 from crux.report.records import RunRecord
 from crux.report.verdict import CLAIMS_DOCUMENT, NOT_SUPPORTED, Verdict
+from crux.timing import Band
+from crux.tracking.contract import CLAIM
 
 CHECKS: dict[str, Callable[[list[RunRecord]], list[Verdict]]] = {
     "accumulation": lambda records: check_accumulation(records) + check_gradient_noise(records),
@@ -32,6 +34,19 @@ CHECKS: dict[str, Callable[[list[RunRecord]], list[Verdict]]] = {
     "resume": check_resume,
     "devices": check_devices,
 }
+
+
+TIMING_BANDS: dict[str, Band] = {"checkpoint_gradients": CLAIMED_COST, "inner_steps": FASTER_BAND}
+"""The band a timing verdict judges a paired timing with, by the solve() option the timing changes."""
+UNCLAIMED_BAND = Band(0.0, 1.0)
+"""A timing no claim bands (devices, batch size, ...) decides whether the candidate is faster or not."""
+
+
+def timing_band(against: Mapping[str, Any]) -> Band:
+    """The band of the claim that will judge a timing against ``against`` (``timing.against``): a job times
+    until its interval is placed by the band the report judges it with."""
+    bands = {TIMING_BANDS[option] for option in against if option in TIMING_BANDS}
+    return bands.pop() if len(bands) == 1 else UNCLAIMED_BAND
 
 
 def judge(records: Sequence[RunRecord], claims: Sequence[str]) -> list[Verdict]:
@@ -53,10 +68,10 @@ other libraries draw each micro-batch on their own, and accumulation.noise judge
 
 
 def _not_supported(claim: str, record: RunRecord) -> Verdict:
-    return Verdict(f"{claim}.supported[{record.label}]", record.tags.get("crux.claim", claim),
+    return Verdict(f"{claim}.supported[{record.label}]", record.tags.get(CLAIM, claim),
                    f"{CLAIMS_DOCUMENT}#not-supported", f"{record.backend} trains {record.label} as configured",
                    NOT_SUPPORTED, f"{record.backend}: {record.unsupported}", runs=(record.run_id,))
 
 
 __all__ = ["CHECKS", "check_accumulation", "check_checkpoint", "check_devices", "check_gradient_noise", "check_inner_steps",
-           "check_offload", "check_phases", "check_resume", "check_substeps", "judge"]
+           "check_offload", "check_phases", "check_resume", "check_substeps", "judge", "timing_band"]

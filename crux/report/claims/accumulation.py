@@ -8,7 +8,7 @@ happen, whatever the log line said.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from crux.report.numerics import (HISTORY_RULE, ROUNDOFF_ALLOWANCE, ROUNDOFF_ORIGIN, ROUNDOFF_RULE, Agreement,
                                   agreement, history_departure, unmoved)
@@ -49,8 +49,8 @@ def accumulation_sets(records: list[RunRecord]) -> list[AccumulationSet]:
     found = []
     for (group, options), runs in settings(records, lambda o: o.accumulation_steps > 1 and o.batchsize).items():
         n, b = options.accumulation_steps, options.batchsize
-        big = first(repeats(records, group, options.but(batchsize=n * b, accumulation_steps=1)))
-        plain = first(repeats(records, group, options.but(accumulation_steps=1)))
+        big = first(repeats(records, group, replace(options, batchsize=n * b, accumulation_steps=1)))
+        plain = first(repeats(records, group, replace(options, accumulation_steps=1)))
         found.append(AccumulationSet(runs[0], big, plain))
     return found
 

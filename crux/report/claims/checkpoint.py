@@ -115,8 +115,8 @@ def _time(label: str, on: list[RunRecord], off: list[RunRecord]) -> Verdict:
                                     INCONCLUSIVE, "no checkpointed run timed itself against checkpoint_gradients="
                                     "false: set timing.against={checkpoint_gradients: false} (sweeps/"
                                     "checkpoint.yaml does)", runs=runs)
-    test = (f"seconds per epoch with checkpointing over without, timed in one process in alternating chunks on "
-            f"{timing.device} ({timing.cpu}): the ratio's 95% interval against the claimed ~30% "
+    test = (f"seconds per epoch with checkpointing over without, timed in one process in alternating chunks "
+            f"({timing.clock}) on {timing.device} ({timing.cpu}): the ratio's 95% interval against the claimed ~30% "
             f"[{CLAIMED_COST.low}, {CLAIMED_COST.high})")
     verdict = timing.judge(CLAIMED_COST)
     cost = f"{fmt(abs(timing.interval.estimate - 1) * 100)}% {'more' if timing.interval.estimate >= 1 else 'less'}"

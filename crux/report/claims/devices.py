@@ -10,7 +10,7 @@ devices) cannot be faster than one of them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from crux.report.numerics import (HISTORY_RULE, ROUNDOFF_ALLOWANCE, ROUNDOFF_ORIGIN, ROUNDOFF_RULE, STEP_TIME,
                                   Agreement, agreement, history_departure, paired_timing, ratio_range, spread, unmoved)
@@ -45,8 +45,8 @@ def device_sets(records: list[RunRecord]) -> list[DeviceSet]:
     """One set per setting of the sweep on several devices with a batch size."""
     found = []
     for (group, options), runs in settings(records, lambda o: o.devices > 1 and o.batchsize is not None).items():
-        big = repeats(records, group, options.but(batchsize=options.devices * options.batchsize, devices=1))
-        found.append(DeviceSet(runs, big, first(repeats(records, group, options.but(devices=1)))))
+        big = repeats(records, group, replace(options, batchsize=options.devices * options.batchsize, devices=1))
+        found.append(DeviceSet(runs, big, first(repeats(records, group, replace(options, devices=1)))))
     return found
 
 

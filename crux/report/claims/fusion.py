@@ -12,6 +12,10 @@ dominates.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
+
 from crux.report.claims.equivalence import same_numbers
 from crux.report.numerics import TIMING_ORIGIN, TIMING_RULE, paired_timing, spread
 from crux.report.pairing import Pair, paired_settings, reference_and_twins, run_ids
@@ -42,7 +46,7 @@ def fused_pairs(records: list[RunRecord]) -> list[Pair]:
 
 def batches(record: RunRecord) -> str:
     """The run's options apart from K, as ``describe`` names them: ``full``, ``b8_acc4``, ..."""
-    return describe(record.options.but(inner_steps=1))
+    return describe(replace(record.options, inner_steps=1))
 
 
 def setting(record: RunRecord) -> str:
@@ -62,7 +66,7 @@ def check_inner_steps(records: list[RunRecord]) -> list[Verdict]:
         verdicts.append(same_numbers(f"inner_steps.identical[{setting(fused[0])}]", IDENTICAL, fused[0],
                                      partner, f"inner_steps={fused[0].options.inner_steps}", twins))
         verdicts.append(_faster(fused, reference))
-    return verdicts
+    return _across_settings(verdicts)
 
 
 def _faster(fused: list[RunRecord], reference: list[RunRecord]) -> Verdict:
@@ -75,7 +79,7 @@ def _faster(fused: list[RunRecord], reference: list[RunRecord]) -> Verdict:
                               INCONCLUSIVE, "no fused run timed itself against inner_steps=1: set "
                               "timing.against={inner_steps: 1} (sweeps/inner_steps.yaml does)", runs=runs)
     test = (f"seconds per epoch at inner_steps={k} over inner_steps=1, timed in one process in alternating chunks "
-            f"on {timing.device} ({timing.cpu}): the ratio's 95% interval against {FASTER_BAND.high} (faster: "
+            f"({timing.clock}) on {timing.device} ({timing.cpu}): the ratio's 95% interval against {FASTER_BAND.high} (faster: "
             f"wholly below it, by more than the {fmt(NOISE_THRESHOLD * 100)}% noise threshold); compile time reported "
             f"separately (the slowest repeat's, as later repeats may hit the persistent compilation cache)")
     verdict = timing.judge(FASTER_BAND)
@@ -86,9 +90,49 @@ def _faster(fused: list[RunRecord], reference: list[RunRecord]) -> Verdict:
                INCONCLUSIVE: f"undecided on {timing.device}: {timing.described()} takes in both a speed-up and "
                              f"none"}[verdict]
     # The slowest compile is the cold one: later repeats may hit the persistent compilation cache.
-    evidence = {"K": k, **timing.evidence(), "speedup": speedup,
+    decides, costs = _what_decides(timing.candidate, timing.reference, k)
+    evidence = {"K": k, **timing.evidence(), "speedup": speedup, **costs,
                 "compile_seconds_max_K": spread(fused, "compile_seconds").high,
                 "compile_seconds_max_K1": spread(reference, "compile_seconds").high}
     thresholds = {"time_ratio": Threshold(FASTER_BAND.high, f"95% interval below {FASTER_BAND.high}",
                                           NOISE_ORIGIN + "; " + TIMING_RULE + "; " + TIMING_ORIGIN)}
-    return FASTER.verdict(name, test, verdict, summary + timing.warning(verdict), evidence, thresholds, runs)
+    return FASTER.verdict(name, test, verdict, summary + decides + timing.warning(verdict), evidence, thresholds,
+                          runs)
+
+
+def _what_decides(fused: np.ndarray, unfused: np.ndarray, k: int) -> tuple[str, dict[str, float]]:
+    """What the gain depends on, from the timed chunks' seconds per update (one epoch is one update): fusing K
+    updates into a call dispatches once instead of K times, so it saves (1 - 1/K) of the per-call overhead o per
+    update and no more: unfused - fused = o (1 - 1/K). The gain is o's share of an unfused update, large where
+    the step is cheap and vanishing where the step itself costs far more than a call."""
+    per_update, per_fused_update = float(np.median(unfused)), float(np.median(fused))
+    overhead = (per_update - per_fused_update) / (1 - 1 / k)
+    costs = {"seconds_per_update_K1": per_update, "seconds_per_update_K": per_fused_update,
+             "call_overhead_seconds": overhead, "call_overhead_share": overhead / per_update}
+    timed = (f"; what decides it: an unfused update takes {_ms(per_update)} here and a fused one "
+             f"{_ms(per_fused_update)}")
+    if overhead <= 0:
+        return (timed + ": no per-call overhead left to save at this step's cost (the gain is the call overhead's "
+                "share of an update: it appears where a step costs little next to a call, e.g. a small model on a "
+                "GPU)"), costs
+    share = overhead / per_update
+    ceiling = (f"no K gains more than {fmt(1 / (1 - share))}×" if share < 1 else
+               "nearly all of an update is call overhead")  # o beyond an update: the chunks' noise
+    return (timed + f", so fusing saves a per-call overhead of {_ms(overhead)}, {fmt(share * 100)}% of an unfused "
+            f"update: at this step's cost {ceiling}, and a costlier step (a larger model or batch) gains less"), costs
+
+
+def _ms(seconds: float) -> str:
+    return f"{fmt(seconds * 1e3)} ms"
+
+
+def _across_settings(verdicts: list[Verdict]) -> list[Verdict]:
+    """Where the sweep timed several fused settings, each speed finding lists every setting's gain beside the cost
+    of its unfused update, so that a reader sees the gain follow the step's cost."""
+    timed = [v for v in verdicts if v.id.startswith("inner_steps.faster") and "seconds_per_update_K1" in v.evidence]
+    if len(timed) < 2:
+        return verdicts
+    by_cost = sorted(timed, key=lambda v: v.evidence["seconds_per_update_K1"])
+    listed = ", ".join(f"{v.id.removeprefix('inner_steps.faster[').removesuffix(']')} {fmt(v.evidence['speedup'])}× "
+                       f"at {_ms(v.evidence['seconds_per_update_K1'])} per unfused update" for v in by_cost)
+    return [replace(v, summary=f"{v.summary}; across this sweep: {listed}") if v in timed else v for v in verdicts]

@@ -27,7 +27,7 @@ about the option ("no effect"), not a pass.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -120,8 +120,8 @@ def check_gradient_noise(records: list[RunRecord]) -> list[Verdict]:
         accumulated = first(runs)
         if not Spread.measured(accumulated):
             continue
-        plain = first(repeats(records, group, options.but(accumulation_steps=1)))
-        big = first(repeats(records, group, options.but(batchsize=options.batchsize * options.accumulation_steps,
+        plain = first(repeats(records, group, replace(options, accumulation_steps=1)))
+        big = first(repeats(records, group, replace(options, batchsize=options.batchsize * options.accumulation_steps,
                                                          accumulation_steps=1)))
         verdicts.append(_noise(accumulated, plain, big))
     if not verdicts:

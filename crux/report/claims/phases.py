@@ -17,11 +17,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy import stats
 
 from crux.report.numerics import EPS, ROUNDOFF_ALLOWANCE, history_difference
 from crux.report.pairing import first, run_ids, settings
 from crux.report.records import RunRecord, UnreadableArtifact
 from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt, not_in_sweep
+from crux.tracking.contract import PARAMS
 
 RESUMES = Claim("Call solve() multiple times with different optimisers or schedules. The solver resumes from where it "
                 "left off", "phases-resume")
@@ -36,6 +38,9 @@ JUMP_ORIGIN = ("measured on the run itself: the loss at a phase's first epoch is
                "the loss of the start it went back to")
 LR_ORIGIN = ("the configured schedule evaluated in float32 here and on the device: the same few operations, so "
              "round-off of 1e3 eps at most")
+STEP_FALSE_ALARM = 1e-3
+"""How often a continued mini-batch boundary may look like a restart: rare enough that a sweep's few boundaries,
+or a calibration's hundreds, see none."""
 MOVE_ORIGIN = "a phase that trains changes its parameters; exactly 0 means it did nothing"
 
 
@@ -67,7 +72,9 @@ def check_phases(records: list[RunRecord]) -> list[Verdict]:
 def _resume(runs: list[RunRecord]) -> Verdict:
     test = ("at every phase boundary b: |log L[b] - log L[b-1]| (L = loss/total) against |log L[b] - log L[s]| for "
             "the first epoch s of every earlier phase; on mini-batches a start nearer an earlier one fails only "
-            "beyond the largest epoch-to-epoch change of log L in the phases on either side (the batch noise)")
+            "where the jump exceeds that distance by more than one epoch's step of log L can, from the steps in "
+            f"the phases on either side (their mean plus a Student-t prediction interval, false alarm "
+            f"{fmt(STEP_FALSE_ALARM)} per boundary)")
     evidence, jumps, noisy, judged = {}, [], [], 0
     for run in runs:
         log_loss = np.log(np.asarray(run.histories["loss/total"], np.float64))
@@ -83,12 +90,12 @@ def _resume(runs: list[RunRecord]) -> Verdict:
                 continue
             found = (f"{run.label} at epoch {b}: {fmt(jump)} from the previous epoch, {fmt(to_start)} from an "
                      f"earlier start")
-            noise = _batch_noise(run, log_loss, bounds[k - 1], bounds[k])
-            evidence[f"{run.label}/boundary{k}/batch_noise"] = noise
+            noise = _step_bound(run, log_loss, bounds[k - 1], bounds[k])
+            evidence[f"{run.label}/boundary{k}/step_bound"] = noise
             if jump - to_start > noise:
                 jumps.append(found)
             else:
-                noisy.append(f"{found}, within the {fmt(noise)} one epoch's loss differs from the next's on "
+                noisy.append(f"{found}, within the {fmt(noise)} one epoch's loss can differ from the next's on "
                              f"mini-batches")
     threshold = {"boundary_jump": Threshold(min((v for k, v in evidence.items() if k.endswith("to_earlier_start")),
                                                 default=math.nan),
@@ -105,14 +112,28 @@ def _resume(runs: list[RunRecord]) -> Verdict:
     return RESUMES.verdict("phases.resume", test, verdict, summary, evidence, threshold, run_ids(runs))
 
 
-def _batch_noise(run: RunRecord, log_loss: np.ndarray, before: tuple[int, int], after: tuple[int, int]) -> float:
-    """How far one epoch's log loss differs from the next's within the phases on either side of a boundary, the
-    largest such step: a mini-batch loss changes with the batch as well as with the parameters, so a boundary
-    decides only beyond it (0 on the full batch, whose loss depends on the parameters alone)."""
+def _step_bound(run: RunRecord, log_loss: np.ndarray, before: tuple[int, int], after: tuple[int, int]) -> float:
+    """How far one epoch's log loss can lie from the previous epoch's where a phase continues, from the steps
+    within the phases on either side of a boundary (0 on the full batch, whose loss depends on the parameters
+    alone, so a continuation moves it by one update's change only and a restart lands on the earlier start's
+    loss exactly).
+
+    On mini-batches the loss changes with the batch as well as with the parameters, and a continued boundary is
+    one more step of the same kind as the m steps around it. The largest of those m is no bound on it: it
+    exceeds them all with probability 1/(m+1), a third for phases of two epochs. So the bound is the steps' mean
+    plus the two-sided Student-t prediction interval for one more step, |mean| + t(m-1) · s · sqrt(1 + 1/m),
+    which a continuation exceeds with probability ``STEP_FALSE_ALARM`` where the steps scatter normally (a
+    log-loss step is the difference of two batch means' logs); infinite below 2 steps, where nothing measures
+    the scatter.
+    """
     if run.options.batchsize is None:
         return 0.0
-    steps = [np.abs(np.diff(log_loss[start:end])) for start, end in (before, after) if end - start >= 2]
-    return float(max((np.max(s) for s in steps), default=math.inf))
+    steps = np.concatenate([np.diff(log_loss[start:end]) for start, end in (before, after)])
+    m = len(steps)
+    if m < 2:
+        return math.inf
+    t = stats.t.ppf(1 - STEP_FALSE_ALARM / 2, m - 1)
+    return float(abs(steps.mean()) + t * steps.std(ddof=1) * math.sqrt(1 + 1 / m))
 
 
 def _every_phase_moves(runs: list[RunRecord]) -> Verdict:
@@ -144,12 +165,12 @@ def _every_phase_moves(runs: list[RunRecord]) -> Verdict:
             evidence[f"{key}/moved"] = moved
             if moved == 0:
                 still.append(key)
-        if "params.npz" not in run.unreadable:
+        if PARAMS not in run.unreadable:
             evidence[f"{run.label}/final_vs_initial"] = float(np.linalg.norm(run.snapshot("final") -
                                                                               run.snapshot("initial")))
     how = "per-phase parameter snapshots" if snapshots_used else \
-        "full-batch loss changes within each phase, as params.npz has no per-phase snapshots" if not unreadable \
-        else "full-batch loss changes within each phase where params.npz cannot be read"
+        f"full-batch loss changes within each phase, as {PARAMS} has no per-phase snapshots" if not unreadable \
+        else f"full-batch loss changes within each phase where {PARAMS} cannot be read"
     unread = "".join(f"; {u}" for u in unreadable)
     threshold = {"moved": Threshold(0.0, "> 0 for every phase", MOVE_ORIGIN)}
     if still:

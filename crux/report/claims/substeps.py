@@ -8,12 +8,14 @@ or momentum, so any change at all is a failure.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 import numpy as np
 
 from crux.report.claims.equivalence import same_numbers
 from crux.report.pairing import first, reference_and_twins, repeats, run_ids, settings
 from crux.report.records import RunRecord, UnreadableArtifact
 from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt
+from crux.tracking.contract import PARAMS
 
 REACHED_ONLY = Claim("Only the models a substep's constraints actually reach are updated in it — resolved statically "
                      "from the trace, so a network that appears in no active constraint is left alone rather than "
@@ -46,7 +48,7 @@ def _one_entry(records: list[RunRecord]) -> list[Verdict]:
                                            and o.substeps[0][1] == 1).items():
         constraints = [k for k in runs[0].histories if k.startswith("loss/") and k != "loss/total"]
         if sorted(options.substeps[0][0]) == list(range(len(constraints))):
-            reference, twins = reference_and_twins(repeats(records, group, options.but(substeps=None)), runs[0])
+            reference, twins = reference_and_twins(repeats(records, group, replace(options, substeps=None)), runs[0])
             verdicts.append(same_numbers(f"substeps.one_entry_is_plain[{runs[0].label}]", ONE_ENTRY, runs[0],
                                          reference, f"substeps=[{list(options.substeps[0][0])}]", twins))
     return verdicts
@@ -71,7 +73,7 @@ def _reached_only(records: list[RunRecord]) -> Verdict:
             unjudged.append(f"which models each constraint of {run.label} reaches is unknown")
             continue
         try:
-            run.require("params.npz")
+            run.require(PARAMS)
         except UnreadableArtifact as error:
             unjudged.append(str(error))
             continue

@@ -3,7 +3,7 @@
 Hydra checks types while composing; a value of the right type can still be one no
 run could use (``solver.epochs=-1``, ``model.width=0``) or one that trains without
 a word of warning to no purpose (``optimizer.b1=2``). The schema
-(:mod:`crux.config`) declares each field's check with :func:`checked`, and
+(:mod:`crux.pipeline.config`) declares each field's check with :func:`checked`, and
 :func:`problems` names every value that fails one, as ``solver.epochs=-1: must be
 >= 1``, so that a job is refused before any run is created.
 """
@@ -20,7 +20,7 @@ CHECK = "crux.check"
 
 
 class Check(Protocol):
-    def problem(self, value: Any) -> str | None:
+    def refusal(self, value: Any) -> str | None:
         """What is wrong with ``value``, or None."""
 
 
@@ -32,7 +32,7 @@ class Range:
     high: float | None = None
     low_open: bool = False
 
-    def problem(self, value: Any) -> str | None:
+    def refusal(self, value: Any) -> str | None:
         below = value <= self.low if self.low_open else value < self.low
         if not below and (self.high is None or value < self.high):
             return None
@@ -47,7 +47,7 @@ class Choice:
 
     options: tuple[str, ...]
 
-    def problem(self, value: Any) -> str | None:
+    def refusal(self, value: Any) -> str | None:
         return None if value in self.options else f"must be one of {', '.join(self.options)}"
 
 
@@ -63,12 +63,12 @@ def checked(check: Check, default: Any = MISSING) -> Any:
     return dataclasses.field(default=default, metadata={CHECK: check})
 
 
-def problems(node: Any, prefix: str = "") -> list[str]:
+def refusals(node: Any, prefix: str = "") -> list[str]:
     """``<key>=<value>: <what is wrong>`` for every checked field that fails its check, in ``node`` (a
     dataclass instance, as ``OmegaConf.to_object`` builds from a typed config) and in the dataclasses it holds
     (directly or in a mapping), keys dotted from ``prefix``."""
     if isinstance(node, dict):
-        return [problem for key, value in node.items() for problem in problems(value, f"{prefix}{key}.")]
+        return [refusal for key, value in node.items() for refusal in refusals(value, f"{prefix}{key}.")]
     if not dataclasses.is_dataclass(node):
         return []
     found = []
@@ -76,10 +76,10 @@ def problems(node: Any, prefix: str = "") -> list[str]:
         value = getattr(node, field.name)
         check = field.metadata.get(CHECK)
         if check is not None and value is not None:
-            problem = check.problem(value)
-            if problem:
-                found.append(f"{prefix}{field.name}={as_typed(value)}: {problem}")
-        found += problems(value, f"{prefix}{field.name}.")
+            refusal = check.refusal(value)
+            if refusal:
+                found.append(f"{prefix}{field.name}={as_typed(value)}: {refusal}")
+        found += refusals(value, f"{prefix}{field.name}.")
     return found
 
 

@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> None:
         check_claims(sweep)
     except ValueError as error:
         parser.error(str(error))
-    from crux import experiment  # after the argument checks: importing JAX and Hydra takes seconds
+    from crux.pipeline import experiment  # after the argument checks: importing JAX and Hydra takes seconds
     from crux.tracking.secrets import without_passwords
 
     register(sweep, shlex.join(["crux-sweep", *without_passwords(words)]))  # the command is recorded and shown

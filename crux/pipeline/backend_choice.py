@@ -1,7 +1,8 @@
 """Which library trains a job, and whether it can: checked before any MLflow run or any JAX work exists.
 
 ``backend=crux`` (the default) trains with crux's own solver; ``backend=jno`` trains
-the same built-in problem through jNO's API (an optional install). A job that
+the same built-in problem, or a problem of one's own written in jNO's terms, through
+jNO's API (an optional install). A job that
 cannot run on its backend is refused in the terms the user typed: by crux's sweeper
 for every job of a sweep before its parent run is opened, and by a single run
 before its run exists.
@@ -9,11 +10,12 @@ before its run exists.
 from __future__ import annotations
 
 import importlib.util
+import os
 from typing import Any
 
 from omegaconf import DictConfig
 
-from crux import config
+from crux.pipeline import config
 
 JNO_INSTALL = 'pip install -e ".[jno]"'
 PROBLEMS_TARGET = "crux.problems."
@@ -42,10 +44,14 @@ def check_backend(cfg: DictConfig) -> None:
     if backend.name != "jno":
         return
     problem = builtin_problem(cfg.problem)
-    if problem not in JNO_PROBLEMS:
-        what = f"problem {problem}" if problem else f"a problem of your own ({cfg.problem.get('_target_')})"
-        raise ValueError(f"backend=jno builds only the built-in problems {', '.join(JNO_PROBLEMS)} in jNO's API, "
-                         f"not {what}: choose one of them (problem=poisson1d) or backend=crux")
+    if problem is not None and problem not in JNO_PROBLEMS:
+        raise ValueError(f"backend=jno builds the built-in problems {', '.join(JNO_PROBLEMS)} in jNO's API, not "
+                         f"problem {problem}: choose one of them (problem=poisson1d), a problem of your own written "
+                         f"in jNO's terms, or backend=crux")
+    if problem is None and backend.batching != "points":
+        raise ValueError(f"backend.batching={backend.batching}: a jNO problem of your own is batched over its "
+                         f"points; write backend.batching=points (in the accumulation sweep "
+                         f"backend.batching_forms=points)")
     if backend.samples < 1:
         raise ValueError(f"backend.samples={backend.samples}: must be >= 1")
     if cfg.solver.get("devices", 1) != 1:
@@ -57,9 +63,12 @@ def check_backend(cfg: DictConfig) -> None:
     if importlib.util.find_spec("jno") is None:
         raise ImportError(f"backend=jno needs jNO (PyPI jax-numerical-operators), which is not installed: run "
                           f"`{JNO_INSTALL}` in the crux checkout, or choose backend=crux")
+    # The problem's checks import a problem of one's own, and with it jNO, which turns on a compilation cache of
+    # its own (~/.cache/jno) at import unless told otherwise; the job itself points jNO at the job's JAX cache.
+    os.environ.setdefault("JNO_COMPILE_CACHE", "0")
 
 
-def backend_problems(cfg: DictConfig) -> list[str]:
+def backend_refusals(cfg: DictConfig) -> list[str]:
     """What :func:`check_backend` refuses in this job's config, as a list of one-line messages (none when it runs);
     crux's sweeper checks every job of a sweep with it before the first starts."""
     try:

@@ -17,7 +17,7 @@ still before any JAX work.
 
 Values of the right type that no run could use (``solver.epochs=-1``,
 ``optimizer.b1=2``) are refused too, before any run is created: each field
-declares its range or choices (:mod:`crux.ranges`), and :func:`out_of_range`
+declares its range or choices (:mod:`crux.pipeline.ranges`), and :func:`out_of_range`
 names every value outside them in the command line's terms.
 
 The configs ship inside the package: ``conf/`` as ``crux.conf`` (Hydra's
@@ -45,14 +45,16 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from hydra_plugins.crux_sweeper.config import SweeperConfig
+
 from crux import problems
 from crux.derivatives import LAPLACIAN_MODES
 from crux.failures import failure_line
 from crux.model import ACTIVATIONS, Model
 from crux.optim import soap
 from crux.options import divisors
-from crux.ranges import AT_LEAST_ONE, FRACTION, NOT_NEGATIVE, POSITIVE, Choice, checked
-from crux.ranges import problems as range_problems
+from crux.pipeline.ranges import AT_LEAST_ONE, FRACTION, NOT_NEGATIVE, POSITIVE, Choice, checked
+from crux.pipeline.ranges import refusals as range_refusals
 from crux.schedules import Schedule, lrs
 
 CONFIG_PACKAGE = "crux.conf"
@@ -294,11 +296,10 @@ class MemoryConfig:
 class TimingConfig:
     """Paired timing after training (:mod:`crux.timing`): the job's solve() options against ``against`` (the
     options that differ, e.g. ``{checkpoint_gradients: false}``; empty, or the job's own: no timing), in
-    alternating chunks until the ratio's interval lies in or out of ``band`` ([low, high) of candidate over
-    reference time) or ``budget_seconds`` are spent."""
+    alternating chunks until the ratio's interval lies in or out of the band of the claim that judges it
+    (docs/claims.md#timing-rule) or ``budget_seconds`` are spent."""
 
     against: Dict[str, Any] = field(default_factory=dict)
-    band: List[float] = field(default_factory=lambda: [0.0, 1.0])
     budget_seconds: float = checked(POSITIVE, 60.0)
 
 
@@ -306,13 +307,10 @@ TIMED_OPTIONS = ("batchsize", "accumulation_steps", "checkpoint_gradients", "off
 """The solve() options ``timing.against`` may change."""
 
 
-def timing_problems(cfg: DictConfig) -> list[str]:
+def timing_refusals(cfg: DictConfig) -> list[str]:
     """What in ``cfg.timing`` a timing could not use, in the command line's terms."""
     found = [f"timing.against.{key}: not a solve() option the timing can change; choose among "
              f"{', '.join(TIMED_OPTIONS)}" for key in sorted(set(cfg.timing.against) - set(TIMED_OPTIONS))]
-    band = list(cfg.timing.band)
-    if len(band) != 2 or not 0 <= band[0] < band[1]:
-        found.append(f"timing.band={band}: must be [low, high] with 0 <= low < high (timing.band=[1.25,1.35])")
     return found
 
 
@@ -398,20 +396,6 @@ class Config:
     timing: TimingConfig = field(default_factory=TimingConfig)
 
 
-@dataclass
-class SweeperConfig:
-    """``hydra/sweeper=crux`` (``hydra_plugins/crux_sweeper``): ``params`` and ``max_batch_size`` as for
-    Hydra's basic sweeper; ``resume``: continue the newest sweep of the name, running the jobs of its plan that
-    did not finish, instead of starting one; ``command``: the command line that runs the sweep, for the parent
-    run's description and the messages (default: ``crux-run`` and the process's arguments)."""
-
-    _target_: str = "hydra_plugins.crux_sweeper.crux_sweeper.CruxSweeper"
-    max_batch_size: Optional[int] = None
-    params: Optional[Dict[str, str]] = None
-    resume: bool = False
-    command: Optional[str] = None
-
-
 SWEEP_KEYS = ("claim", "claims")
 """Keys that describe the sweep a job belongs to rather than the job: tags and descriptions, not params."""
 TRACKING_KEYS = ("tracking",)
@@ -471,7 +455,7 @@ def training_phases(cfg: DictConfig) -> list[Phase]:
 
 def out_of_range(cfg: DictConfig) -> list[str]:
     """Every value of a job's config that its run could not use, in the command line's terms
-    (``solver.epochs=-1: must be >= 1``): the ranges and choices of the schema's fields (:mod:`crux.ranges`),
+    (``solver.epochs=-1: must be >= 1``): the ranges and choices of the schema's fields (:mod:`crux.pipeline.ranges`),
     and what depends on several of them (``solver.inner_steps`` divides the epochs of every phase; offloading
     streams mini-batches and accumulation splits one, so both need a batch size: crux's solve() would take
     accumulation as 1 while the run's params recorded it, where jNO's own fallback is judged "not supported";
@@ -481,10 +465,10 @@ def out_of_range(cfg: DictConfig) -> list[str]:
     Raises as :func:`training_phases` does for a malformed later phase.
     """
     first, *later = training_phases(cfg)
-    found = range_problems(OmegaConf.to_object(cfg))
+    found = range_refusals(OmegaConf.to_object(cfg))
     for name, phase in zip(cfg.phases, later):
-        found += range_problems(phase.optimizer, f"phases.{name}.optimizer.")
-        found += range_problems(phase.schedule, f"phases.{name}.schedule.")
+        found += range_refusals(phase.optimizer, f"phases.{name}.optimizer.")
+        found += range_refusals(phase.schedule, f"phases.{name}.schedule.")
     steps, memory = cfg.solver.inner_steps, cfg.memory
     epochs = {"solver.epochs": first.epochs, **{f"phases.{name}.epochs": p.epochs for name, p in zip(cfg.phases, later)}}
     if steps >= 1:
@@ -505,7 +489,7 @@ def out_of_range(cfg: DictConfig) -> list[str]:
     if cfg.solver.substeps is not None and (memory.accumulation_steps > 1 or steps > 1):
         found.append(f"solver.substeps makes each substep an update of its own, so memory.accumulation_steps="
                      f"{memory.accumulation_steps} and solver.inner_steps={steps} must both be 1")
-    return found + timing_problems(cfg)
+    return found + timing_refusals(cfg)
 
 
 def batch_as_applied(batchsize: int | None, sizes: dict[str, int]) -> tuple[dict[str, Any], list[str]]:

@@ -30,8 +30,10 @@ from omegaconf.errors import OmegaConfBaseException
 
 from hydra_plugins.crux_sweeper.crux_sweeper import CruxSweeper
 
-from crux import backends, config, processes
-from crux.config import CONFIG_PACKAGE, Phase
+from crux import backends
+from crux.pipeline import config, processes
+from crux.pipeline.backend_choice import backend_refusals
+from crux.pipeline.config import CONFIG_PACKAGE, Phase
 from crux.problems import Problem
 from crux.tracking import JobRun, ParameterLeaves, parameter_leaves
 from crux.tracking.failures import errors_raised_by_hydra, job_failed, tracebacks_shown
@@ -141,9 +143,9 @@ def run_job(cfg: DictConfig) -> float:
     with interruptible():
         try:
             # crux's sweeper checked every job's config before the first; a single run is checked here
-            problems = config.out_of_range(cfg) + backends.backend_problems(cfg) + config.problem_faults(cfg)
-            if problems:
-                raise ValueError("; ".join(problems))
+            refusals = config.out_of_range(cfg) + backend_refusals(cfg) + config.problem_faults(cfg)
+            if refusals:
+                raise ValueError("; ".join(refusals))
             processes.join(cfg.jax, cfg.solver.devices)
             run = JobRun.start(cfg) if processes.records() else processes.Unrecorded()
         except (ValueError, StoreError, OmegaConfBaseException) as error:  # no run yet: nothing to record

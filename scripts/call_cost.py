@@ -1,0 +1,119 @@
+#!/usr/bin/env python
+"""What a fused ``solve()`` call costs beyond its compiled program, against scripts/bench.py's hand-written scan.
+
+    python scripts/call_cost.py                      # small problem, inner_steps 10 and 100, 9 rounds (~3 min)
+    python scripts/call_cost.py --k 10 --rounds 15
+
+Three ways to run the same ``2000`` updates of the small problem (64 points, 1-32-32-32-1), timed in
+interleaved rounds: the hand-written ``lax.scan`` of k updates a call; crux's compiled call of k updates
+in a bare Python loop (no host loop, no history); and ``solve(2000, inner_steps=k)``. Per call: wall and
+CPU microseconds (all threads of the process; CPU time moves less than wall time on a loaded machine),
+and each one's speed over the hand scan's, round by round. Then the CPU time of the parts of a
+``solve()`` outside its compiled calls, over repeated one-call solves.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench  # noqa: E402  (the problems and the hand-written scan)
+
+import crux.loop  # noqa: E402
+import crux.solver  # noqa: E402
+from crux import sharding  # noqa: E402
+from crux.batching import DevicePoints  # noqa: E402
+from crux.options import validate  # noqa: E402
+
+N, HIDDEN, STEPS = 64, (32, 32, 32), 2000
+
+
+def bare_loop(variant: bench.CruxVariant, k: int):
+    """``run(steps)`` for crux's compiled call of ``k`` updates, called in a plain loop on its own state."""
+    solver = variant.solver
+    options = validate([c.size for c in solver.constraints], STEPS, None, False, False, 1, k, None, 1, 1)
+    plan = solver._plan(options, solver._entries(options))
+    state = [solver._initial_state(plan, options)]
+    data = sharding.put(DevicePoints(solver._key, solver._device_points(1)), sharding.placement(1))
+    call = solver._compile(plan, state[0], data).call
+
+    def run(steps: int) -> tuple[float, float]:
+        wall, cpu = time.perf_counter(), time.process_time()
+        for _ in range(steps // k):
+            state[0] = call(state[0], data)
+        jax.block_until_ready(state[0])
+        return time.perf_counter() - wall, time.process_time() - cpu
+    return run
+
+
+def per_call(k: int, rounds: int) -> None:
+    hand = bench.HandVariant("hand scan", bench.SAME_AS_CRUX, bench.interior(N), (1, *HIDDEN, 1), k)
+    hand.build()
+    solve = bench.CruxVariant("solve()", bench.poisson_problem(N, HIDDEN), k, STEPS)
+    solve.build()
+    runs = {f"hand scan k={k}": hand.run, "crux call, bare loop": bare_loop(solve, k),
+            f"solve(inner_steps={k})": solve.run}
+    times = {name: [] for name in runs}
+    for r in range(rounds):
+        names = list(runs)[r % 3:] + list(runs)[:r % 3]
+        for name in names:
+            times[name].append(runs[name](STEPS))
+    calls = STEPS // k
+    hand_wall = np.array([w for w, _ in times[f"hand scan k={k}"]])
+    for name, values in times.items():
+        wall, cpu = np.array([w for w, _ in values]), np.array([c for _, c in values])
+        ratio = hand_wall / wall
+        print(f"k={k:4d} {name:24s} wall {np.median(wall) / calls * 1e6:8.1f} us/call, CPU "
+              f"{np.median(cpu) / calls * 1e6:8.1f} us/call; speed / hand scan round by round "
+              f"{np.median(ratio):.2f} ({ratio.min():.2f}-{ratio.max():.2f})")
+
+
+def fixed_parts(k: int, solves: int = 200) -> None:
+    """CPU microseconds per solve() of one call of ``k`` updates, by part."""
+    variant = bench.CruxVariant("solve()", bench.poisson_problem(N, HIDDEN), k, k)
+    variant.build()
+    spent = collections.defaultdict(list)
+    parts = [(crux.solver.Crux, "solve"), (crux.solver.Crux, "_initial_state"), (sharding, "put"),
+             (crux.loop.HostLoop, "run"), (crux.loop, "_read_window"), (crux.loop, "fresh_copy"),
+             (crux.loop.HostLoop, "statistics"), (crux.solver.Crux, "_commit")]
+    originals = []
+    for owner, name in parts:
+        original = getattr(owner, name)
+        originals.append((owner, name, original))
+
+        def timed(*args, _original=original, _label=f"{owner.__name__}.{name}", **kwargs):
+            start = time.process_time()
+            try:
+                return _original(*args, **kwargs)
+            finally:
+                spent[_label].append(time.process_time() - start)
+        setattr(owner, name, timed)
+    try:
+        for _ in range(solves):
+            variant.run(k)
+    finally:
+        for owner, name, original in originals:
+            setattr(owner, name, original)
+    for label, values in spent.items():
+        print(f"k={k:4d} {label:32s} {len(values) / solves:4.1f} a solve, CPU {np.median(values) * 1e6:8.0f} us")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--k", default="10,100", help="inner_steps, comma-separated")
+    parser.add_argument("--rounds", type=int, default=9)
+    args = parser.parse_args()
+    for k in (int(k) for k in args.k.split(",")):
+        per_call(k, args.rounds)
+        fixed_parts(k)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
