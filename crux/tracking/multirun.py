@@ -335,7 +335,7 @@ class Multirun:
             heartbeat.stop()
             with deferred():  # jobs run in this process hand their last writes to its writer: done before counting
                 process_writer().drain()
-            completed = [n for n in completed if n not in unwritten_jobs()]
+            completed = [n for n in completed if n not in unwritten_jobs(sweep_dir)]
             status, missing = self._close_or_report(opened, stopped, sweep_dir, completed)
             print(job_table(child_runs(opened.client, opened.experiment_id, opened.parent_id)), flush=True)
         if stopped is not None:
