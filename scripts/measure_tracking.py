@@ -68,6 +68,7 @@ def _parts() -> dict[str, tuple[Any, str]]:
     try:  # a version of crux with a background writer (the script also times the versions before it)
         from crux.tracking import writer
         parts["waiting for the writer"] = (writer.Writer, "drain")
+        parts["create_run"] = (job.JobRun, "_create")
     except ImportError:
         pass
     return parts
@@ -75,8 +76,9 @@ def _parts() -> dict[str, tuple[Any, str]]:
 
 JOB_SECONDS: dict[str, float] = defaultdict(float)
 """Part label -> seconds on the job's own path (the main thread), since the job started."""
-WRITER_SECONDS: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-"""Run id -> part label -> seconds that the background writer spent on that run's writes."""
+WRITER_SECONDS: dict[Any, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+"""JobRun -> part label -> seconds that the background writer spent on its run's writes (by the JobRun: its run
+may not exist yet, the writer creates it)."""
 _writing = threading.local()  # the run whose write the writer thread is doing
 
 
@@ -84,7 +86,19 @@ def _seconds() -> dict[str, float]:
     """Where the calling thread's parts go: the job's, or those of the run the writer is writing."""
     if threading.current_thread() is threading.main_thread():
         return JOB_SECONDS
-    return WRITER_SECONDS[getattr(_writing, "run_id", "?")]
+    return WRITER_SECONDS[getattr(_writing, "job_run", None)]
+
+
+def run_id_of(job_run: Any) -> str:
+    """The id of a JobRun's run, without waiting for it: read from the instance, where a version of crux whose
+    writer creates the run keeps it (``_run_id``, None until created) or an older one holds it (``run_id``)."""
+    state = vars(job_run) if job_run is not None else {}
+    return state.get("_run_id") or state.get("run_id") or "not created"
+
+
+def writer_seconds() -> dict[str, dict[str, float]]:
+    """Run id -> part label -> seconds the writer spent on that run so far."""
+    return {run_id_of(job_run): dict(parts) for job_run, parts in WRITER_SECONDS.items()}
 
 
 def writing_for_its_run(owner: Any, name: str) -> None:
@@ -94,7 +108,7 @@ def writing_for_its_run(owner: Any, name: str) -> None:
 
     @functools.wraps(original)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        _writing.run_id = self.run_id
+        _writing.job_run = self
         return original(self, *args, **kwargs)
     setattr(owner, name, wrapper)
 
@@ -153,7 +167,7 @@ class JobTimer(Callback):
                 timed(owner, name, label)
             time_log_batch()
             from crux.tracking.job import JobRun
-            for name in ("_attempt", "_close"):
+            for name in ("_create", "_attempt", "_close"):
                 if hasattr(JobRun, name):
                     writing_for_its_run(JobRun, name)
             JobTimer.patched = True
@@ -167,7 +181,7 @@ class JobTimer(Callback):
                    "tracking": sum(value for key, value in job.items()
                                    if key not in ("relative_l2", "parameter copies") and not key.startswith("import")),
                    "parts": job,
-                   WRITER: {run_id: dict(parts) for run_id, parts in WRITER_SECONDS.items()}}
+                   WRITER: writer_seconds()}
         (Path(config.hydra.runtime.output_dir) / TIMING_FILE).write_text(json.dumps(seconds))
 
 
@@ -231,7 +245,7 @@ def main(argv: list[str]) -> None:
         print(f"job {number}: run {share['duration']:.2f} s, training {share['training']:.2f} s, compile "
               f"{share['compile']:.2f} s, tracking share {100 * share['share']:.1f}%; on the job's path "
               f"{timing['tracking']:.2f} s: {_parts_line(timing['parts'])}")
-        written = WRITER_SECONDS.get(share["run_id"], {})
+        written = writer_seconds().get(share["run_id"], {})
         total = sum(seconds for label, seconds in written.items() if not label.startswith("import"))
         print(f"    in the background writer {total:.2f} s: {_parts_line(written)}")
     median = float(np.median([share["share"] for share in shares]))

@@ -234,8 +234,10 @@ class JobRun:
         if where.parent_run_id is not None:
             tags[PARENT_ID] = where.parent_run_id
         name = f"{variant} r{cfg.repeat}" if "repeat" in where.swept else variant
+        started = int(time.time() * 1000)  # the job's start, also where the writer creates the run later
         with deferred():
-            return cls(client, lambda: client.create_run(where.experiment_id, run_name=name, tags=tags).info.run_id,
+            return cls(client, lambda: client.create_run(where.experiment_id, start_time=started, tags=tags,
+                                                   run_name=name).info.run_id,
                        variant, cfg.repeat, sweep_dir, cfg.tracking.history_points, overlap=overlap,
                        job=hydra.job.num if multirun else None,
                        artifact_location=_artifact_location(client, where.experiment_id) if overlap else None)
