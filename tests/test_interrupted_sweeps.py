@@ -20,6 +20,7 @@ from mlflow.tracking import MlflowClient
 
 from crux.stats import Statistics
 from crux.tracking import contract
+from crux_testing import run_opened
 
 pytestmark = pytest.mark.integration  # sweeps and reports in subprocesses
 
@@ -48,15 +49,6 @@ def environment(folder: Path) -> dict[str, str]:
     return {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{folder / 'mlflow.db'}"}
 
 
-def run_opened(folder: Path, job: str) -> bool:
-    """Whether the store holds a run of ``job`` (the sweep's writer creates it behind the previous job's writes,
-    while the job trains)."""
-    client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
-    experiment = client.get_experiment_by_name("stoppable")
-    return experiment is not None and bool(client.search_runs([experiment.experiment_id],
-                                                              contract.tag_filter(contract.JOB, job)))
-
-
 def stop_while_job_2_trains(folder: Path, how: signal.Signals) -> tuple[int, str]:
     """Start the sweep, send ``how`` once job 2 has trained for a moment, its run is open and the runs of jobs 0
     and 1 are closed (their results are written while the next job trains); its exit status and output."""
@@ -68,7 +60,7 @@ def stop_while_job_2_trains(folder: Path, how: signal.Signals) -> tuple[int, str
         deadline = time.monotonic() + 600
         announced = f"#2 : solver.epochs={LONG}"
         while ("synchronised after call" not in log.read_text().partition(announced)[2]
-               or log.read_text().count("closed FINISHED") < 2 or not run_opened(folder, "2")):
+               or log.read_text().count("closed FINISHED") < 2 or not run_opened(environment(folder)["MLFLOW_TRACKING_URI"], "stoppable", "2")):
             assert sweep.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.05)
         assert sweep.poll() is None and "#3 : " not in log.read_text(), "job 2 ended too soon"

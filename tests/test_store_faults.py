@@ -7,11 +7,13 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
+from crux_testing import run_opened
 from scale_out import SCRIPTS, start, stop
 from crux.tracking import contract
 
@@ -68,6 +70,9 @@ def test_a_server_gone_for_good_ends_the_sweep_in_one_line_and_resume_completes_
     process, seen = sweep(tmp_path, url), []
     read_until(process, seen, TRAINING, times=2)  # job 1 trains
     read_until(process, seen, CLOSED)  # and job 0's results are written (while job 1 trains)
+    while not run_opened(url, "accumulation", "1"):  # job 1's run, created by the writer after them
+        assert process.poll() is None, "".join(seen)[-4000:]
+        time.sleep(0.05)
     stop("mlflow_server.sh", server_folder / "server")
     status = finish(process, seen)
     output = "".join(seen)
