@@ -405,6 +405,7 @@ class JobRun:
             self._created.set()
 
     def _opened(self, run_id: str) -> None:
+        """The run exists: its heartbeat starts, and whoever waits for its id has it."""
         self._run_id = run_id
         self._heartbeat = Heartbeat(self.client, run_id).start()
         self._created.set()
