@@ -265,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{100 * min(shares):.1f}-{100 * max(shares):.1f}% over {len(shares)} jobs; medians: job "
               f"{statistics.median(t['job'] for t in jobs_timed):.1f} s, tracking "
               f"{statistics.median(t['tracking'] for t in jobs_timed):.1f} s, of which")
-        parts = {part: statistics.median(t["parts"][part] for t in jobs_timed) for part in jobs_timed[0]["parts"]}
+        named = {part for t in jobs_timed for part in t["parts"]}  # a worker's first job has its imports
+        parts = {part: statistics.median(t["parts"].get(part, 0.0) for t in jobs_timed) for part in named}
         print("  " + ", ".join(f"{part} {seconds:.2f} s" for part, seconds in
                                sorted(parts.items(), key=lambda item: -item[1]) if seconds >= 0.01))
     width = max(map(len, counts.expected))
