@@ -15,7 +15,7 @@ must have its five artifacts; the
 experiment must hold no other run. Prints what was found against what was expected, jobs per
 minute (all jobs over the wall time from the first start to the last exit), and each job's tracking
 share: the seconds in crux's tracking calls over the job's seconds, timed inside the job by
-:class:`TrackingTimer`, a Hydra callback the sweeps load from this folder. Services:
+``measure_tracking.JobTimer``, a Hydra callback the sweeps load from this folder. Services:
 scripts/postgres.sh, scripts/mlflow_server.sh and scripts/ray_head.sh (docs/scaling.md). Exits 1
 when anything is missing, duplicated or misplaced.
 """
@@ -35,28 +35,26 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from hydra.experimental.callback import Callback
 from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
-from omegaconf import DictConfig
 
 from crux.stats import Statistics
 from crux.tracking.contract import (CONFIG, ENVIRONMENT, FINISHED, HISTORY_PLOT, HISTORY_POINTS, PARAMS, PARENT,
                                    REPEAT, ROLE, STATS, SWEEP_DIR, VARIANT)
 from crux.tracking.history import history_series, thinned
 from crux.tracking.store import child_runs
+from measure_tracking import TIMING_FILE
 
 SCRIPTS = Path(__file__).resolve().parent
 HISTORY_KEYS = ("loss/total", "loss/pde", "loss/bc", "lr/u")
 ARTIFACTS = {HISTORY_PLOT, STATS, PARAMS, CONFIG, ENVIRONMENT}
-TIMING_FILE = "tracking_seconds.json"
 
 
 @dataclass(frozen=True)
 class SweepSpec:
     """One ``crux-sweep accumulation``: ``len(memory) * repeats`` jobs of ``epochs`` epochs on ``launcher``
     (basic, joblib, ray, submitit_local or submitit_slurm), ``extra`` overrides for every job, each job timed by
-    :class:`TrackingTimer` when ``timed``. joblib runs ``parallel`` jobs of the sweep at a time; on Ray every job
+    ``measure_tracking.JobTimer`` when ``timed``. joblib runs ``parallel`` jobs of the sweep at a time; on Ray every job
     takes one CPU of the cluster, so the cluster's CPUs bound the jobs running at once over all sweeps. ``python``
     runs the sweep: for Ray, that of an environment with crux's [ray] extra."""
 
@@ -80,7 +78,7 @@ class SweepSpec:
             return ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={self.parallel}"]
         if self.launcher == "ray":
             # The workers of a cluster started elsewhere do not see this process's environment: Ray's runtime_env
-            # carries the path TrackingTimer is imported from. The launcher's default object store size is for a
+            # carries the path JobTimer is imported from. The launcher's default object store size is for a
             # cluster it starts itself; Ray refuses it when connecting to one.
             return ["hydra/launcher=ray", "+hydra.launcher.ray.init.object_store_memory=null",
                     f"+hydra.launcher.ray.init.runtime_env={{env_vars:{{PYTHONPATH:'{SCRIPTS}'}}}}"]
@@ -89,36 +87,11 @@ class SweepSpec:
         raise ValueError(f"launcher {self.launcher!r}: choose basic, joblib, ray, submitit_local or submitit_slurm")
 
     def command(self, sweep_dir: Path, experiment: str) -> list[str]:
-        timer = ["+hydra.callbacks.tracking_timer._target_=load_test.TrackingTimer"] if self.timed else []
+        timer = ["+hydra.callbacks.tracking_timer._target_=measure_tracking.JobTimer"] if self.timed else []
         return [self.python, "-m", "crux.commands.sweep", "accumulation", f"solver.epochs={self.epochs}",
                 f"memory={','.join(self.memory)}", f"repeat={','.join(map(str, range(self.repeats)))}",
                 f"tracking.experiment={experiment}", f"hydra.sweep.dir={sweep_dir}", *self.extra, *timer,
                 *self.launcher_overrides()]
-
-
-class TrackingTimer(Callback):
-    """Times crux's tracking calls inside each job (in the job's process, whichever launcher runs it) as
-    scripts/measure_tracking.py does, and writes ``{"job": seconds, "tracking": seconds, "parts": {call: seconds}}``
-    into the job's output folder."""
-
-    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        import measure_tracking  # imports crux's pipeline: only in the jobs
-
-        if not getattr(measure_tracking, "patched", False):  # a worker process may run several jobs
-            for label, (owner, name) in {**measure_tracking.STEPS, **measure_tracking.PARTS}.items():
-                measure_tracking.timed(owner, name, label)
-            measure_tracking.patched = True
-        measure_tracking.SECONDS.clear()
-        self._start = time.perf_counter()
-
-    def on_job_end(self, config: DictConfig, **kwargs: Any) -> None:
-        import measure_tracking
-
-        tracking = sum(measure_tracking.SECONDS.get(label, 0.0) for label in measure_tracking.STEPS)
-        seconds = {"job": time.perf_counter() - self._start, "tracking": tracking,
-                   "parts": {label.strip(): measure_tracking.SECONDS.get(label, 0.0)
-                             for label in measure_tracking.PARTS}}
-        (Path(config.hydra.runtime.output_dir) / TIMING_FILE).write_text(json.dumps(seconds))
 
 
 @dataclass
@@ -243,7 +216,7 @@ def _check_run(client: MlflowClient, run: Run, epochs: int, folder: Path, counts
 
 
 def timings(folders: list[Path]) -> list[dict[str, Any]]:
-    """What :class:`TrackingTimer` wrote for each job of the sweeps in ``folders``."""
+    """What ``measure_tracking.JobTimer`` wrote for each job of the sweeps in ``folders``."""
     return [json.loads(path.read_text()) for folder in folders for path in sorted(folder.glob(f"*/{TIMING_FILE}"))]
 
 
@@ -292,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{100 * min(shares):.1f}-{100 * max(shares):.1f}% over {len(shares)} jobs; medians: job "
               f"{statistics.median(t['job'] for t in jobs_timed):.1f} s, tracking "
               f"{statistics.median(t['tracking'] for t in jobs_timed):.1f} s, of which")
-        parts = {part: statistics.median(t["parts"][part] for t in jobs_timed) for part in jobs_timed[0]["parts"]}
+        named = {part for t in jobs_timed for part in t["parts"]}  # a worker's first job has its imports
+        parts = {part: statistics.median(t["parts"].get(part, 0.0) for t in jobs_timed) for part in named}
         print("  " + ", ".join(f"{part} {seconds:.2f} s" for part, seconds in
                                sorted(parts.items(), key=lambda item: -item[1]) if seconds >= 0.01))
     width = max(map(len, counts.expected))

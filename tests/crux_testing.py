@@ -126,6 +126,18 @@ def runs_by_role(tmp_path: Path, experiment: str) -> tuple[Any, dict[str, list]]
     return client, roles
 
 
+def run_opened(uri: str, experiment: str, job: str) -> bool:
+    """Whether the store at ``uri`` holds a run of ``job`` in ``experiment``: a sweep's writer creates it behind
+    the previous job's writes, while the job trains."""
+    from mlflow.tracking import MlflowClient
+
+    from crux.tracking import contract
+
+    client = MlflowClient(uri)
+    found = client.get_experiment_by_name(experiment)
+    return found is not None and bool(client.search_runs([found.experiment_id], contract.tag_filter(contract.JOB, job)))
+
+
 def selected(name: str) -> list[str]:
     """The overrides that select built-in sweep ``name`` once it is registered, as crux-sweep does."""
     from crux.commands.sweep import available, register  # Hydra only for the tests that compose configs

@@ -17,4 +17,5 @@ def _load(name: str):
 accuracy = _load("accuracy")
 calibrate = _load("calibrate")
 bench = _load("bench")
+measure_tracking = _load("measure_tracking")  # load_test reads its timing files
 load_test = _load("load_test")

@@ -20,6 +20,7 @@ from mlflow.tracking import MlflowClient
 
 from crux.stats import Statistics
 from crux.tracking import contract
+from crux_testing import run_opened
 
 pytestmark = pytest.mark.integration  # sweeps and reports in subprocesses
 
@@ -57,7 +58,8 @@ def environment(folder: Path) -> dict[str, str]:
 
 
 def stop_while_job_2_trains(folder: Path, how: signal.Signals) -> tuple[int, str]:
-    """Start the sweep, send ``how`` once job 2 has trained for a moment; its exit status and output."""
+    """Start the sweep, send ``how`` once job 2 has trained for a moment, its run is open and the runs of jobs 0
+    and 1 are closed (their results are written while the next job trains); its exit status and output."""
     (folder / "stoppable.yaml").write_text(SWEEP)
     log = folder / "sweep.log"
     with open(log, "w") as out:
@@ -65,10 +67,11 @@ def stop_while_job_2_trains(folder: Path, how: signal.Signals) -> tuple[int, str
                                  stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 600
         announced = f"#2 : solver.epochs={LONG}"
-        while "synchronised after call" not in log.read_text().partition(announced)[2]:
+        while ("synchronised after call" not in log.read_text().partition(announced)[2]
+               or log.read_text().count("closed FINISHED") < 2 or not run_opened(environment(folder)["MLFLOW_TRACKING_URI"], "stoppable", "2")):
             assert sweep.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.05)
-        assert sweep.poll() is None and f"logged {LONG} epochs" not in log.read_text(), "job 2 ended too soon"
+        assert sweep.poll() is None and "#3 : " not in log.read_text(), "job 2 ended too soon"
         sweep.send_signal(how)
         status = sweep.wait(timeout=600)
     return status, log.read_text()

@@ -7,11 +7,13 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
+from crux_testing import run_opened
 from scale_out import SCRIPTS, start, stop
 from crux.tracking import contract
 
@@ -22,6 +24,7 @@ RETRY_SECONDS = 10
 JOBS = ["memory=b8,b32,b8_acc4", "repeat=0", "solver.epochs=3000", "model.width=8", "problem.n_interior=64",
         "gradient_draws=0", f"tracking.retry_seconds={RETRY_SECONDS}"]
 TRAINING = "training phase 1 of 1"
+CLOSED = f"closed {contract.FINISHED}"  # a job's run, once the writer has written its results
 
 
 def sweep(folder: Path, uri: str, *extra: str) -> subprocess.Popen:
@@ -33,6 +36,8 @@ def sweep(folder: Path, uri: str, *extra: str) -> subprocess.Popen:
 
 def read_until(process: subprocess.Popen, seen: list[str], event: str, times: int = 1) -> None:
     """Read ``process``'s output into ``seen`` until ``event`` has appeared ``times`` times."""
+    if sum(event in line for line in seen) >= times:
+        return
     for line in process.stdout:
         seen.append(line)
         if sum(event in line for line in seen) >= times:
@@ -64,6 +69,10 @@ def test_a_server_gone_for_good_ends_the_sweep_in_one_line_and_resume_completes_
     url = start("mlflow_server.sh", server_folder / "server", backend, "1")
     process, seen = sweep(tmp_path, url), []
     read_until(process, seen, TRAINING, times=2)  # job 1 trains
+    read_until(process, seen, CLOSED)  # and job 0's results are written (while job 1 trains)
+    while not run_opened(url, "accumulation", "1"):  # job 1's run, created by the writer after them
+        assert process.poll() is None, "".join(seen)[-4000:]
+        time.sleep(0.05)
     stop("mlflow_server.sh", server_folder / "server")
     status = finish(process, seen)
     output = "".join(seen)

@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import sqlite3
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, TypeVar
@@ -47,6 +48,11 @@ FAULT_WORDS = ("failed with exception", "failed with timeout exception", "databa
 """What MLflow's messages say when the store, not the request, failed."""
 QUIET_LOGGERS = ("mlflow.store.db.utils", "urllib3.connectionpool")
 """Loggers that print a traceback or a warning at each failed attempt: the retry says it once instead."""
+
+
+_retrying = 0  # calls of this process waiting for the store now
+_retrying_lock = threading.Lock()
+_recording = threading.Lock()  # a job and the process's writer may record a fault at once
 
 
 class StoreFault(Exception):
@@ -83,26 +89,43 @@ def is_store_fault(error: BaseException) -> bool:
     return False
 
 
+def store_retrying() -> bool:
+    """Whether a call of this process is waiting for the store now (:func:`patiently`, between its first
+    failure and its success or StoreFault)."""
+    return _retrying > 0
+
+
+def _count_retrying(change: int) -> None:
+    global _retrying
+    with _retrying_lock:
+        _retrying += change
+
+
 def patiently(call: Callable[[], T], what: str) -> T:
     """``call()``, tried again while it fails with a store fault, for up to :func:`retry_budget` seconds from the
     first failure; past that StoreFault naming ``what`` and the last error."""
     deadline, pause = None, 0.5
-    while True:
-        try:
-            return call()
-        except Exception as error:
-            if not is_store_fault(error):
-                raise
-            now = time.monotonic()
-            if deadline is None:
-                deadline = now + retry_budget()
-                log.warning("the tracking store did not take %s (%s): trying again for up to %g s", what,
-                            brief(error), retry_budget())
-            if now >= deadline:
-                raise StoreFault(f"{what} failed for {retry_budget():g} s (tracking.retry_seconds): "
-                                 f"{brief(error)}") from error
-            time.sleep(min(pause, deadline - now))
-            pause = min(2 * pause, LONGEST_PAUSE)
+    try:
+        while True:
+            try:
+                return call()
+            except Exception as error:
+                if not is_store_fault(error):
+                    raise
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + retry_budget()
+                    _count_retrying(1)
+                    log.warning("the tracking store did not take %s (%s): trying again for up to %g s", what,
+                                brief(error), retry_budget())
+                if now >= deadline:
+                    raise StoreFault(f"{what} failed for {retry_budget():g} s (tracking.retry_seconds): "
+                                     f"{brief(error)}") from error
+                time.sleep(min(pause, deadline - now))
+                pause = min(2 * pause, LONGEST_PAUSE)
+    finally:
+        if deadline is not None:
+            _count_retrying(-1)
 
 
 class PatientClient:
@@ -124,11 +147,13 @@ class PatientClient:
 
 def record_fault(folder: Path, run_id: str | None, message: str) -> None:
     """Write into the sweep's ``folder`` that the store failed (``message``), with the run it left open."""
-    path = folder / FAULT_FILE
-    recorded = recorded_fault(folder) or {"message": message, "runs": {}}
-    if run_id:
-        recorded["runs"][run_id] = message
-    path.write_text(json.dumps(recorded, indent=1))
+    with _recording:
+        recorded = recorded_fault(folder) or {"message": message, "runs": {}}
+        if run_id:
+            recorded["runs"][run_id] = message
+        written = folder / f"{FAULT_FILE}.part"  # whole or absent for a reader in another thread or process
+        written.write_text(json.dumps(recorded, indent=1))
+        os.replace(written, folder / FAULT_FILE)
 
 
 def clear_fault(folder: Path) -> None:

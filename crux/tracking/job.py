@@ -4,7 +4,19 @@ Layout (docs/CONTRACT.md): params are the settings the job ran with
 (:func:`crux.pipeline.config.effective_settings`, flattened) and its ``variant``; the
 histories go to MLflow as evenly spaced epochs in one call, every epoch in
 ``stats.npz`` (:mod:`crux.tracking.history`); summary metrics and the artifacts
-follow. What each step costs a job is measured by scripts/measure_tracking.py
+follow, the artifacts as one folder uploaded when the run closes.
+
+The store's requests and ``history.png`` are handed to the process's writer
+(:mod:`crux.tracking.writer`) in order: the params while the job trains, the
+results and the closing once it has trained. A job of a sweep that runs its jobs
+one after another in its own process (Hydra's basic launcher) returns at once,
+and its next job trains while the writer works; any other job waits for the
+writer before it returns. Such a sweep's next run is created by the writer too,
+behind the previous job's writes: a write that meets a store fault records it in
+the sweep's folder, and no run is created, nor any write attempted, after it
+(the sweep ends with that fault's line). The run closes FINISHED only after
+every write succeeded; a write that fails closes it FAILED with the reason. What
+each step costs a job is measured by scripts/measure_tracking.py
 (docs/BENCHMARK.md).
 """
 from __future__ import annotations
@@ -13,6 +25,7 @@ import json
 import logging
 import os
 import tempfile
+import threading
 import time
 from pathlib import Path
 from types import TracebackType
@@ -37,7 +50,8 @@ from crux.tracking.contract import (ADJUSTED, BACKEND, CHILD, CLAIM, CONFIG, ENV
                                    PARAMS, PARENT_ID, REPEAT, REQUESTED, ROLE, SINGLE, STATS, SWEEP, VARIANT, VARIANT_PARAM)
 from crux.tracking.descriptions import job_description
 from crux.tracking.environment import environment
-from crux.tracking.faults import PatientClient, StoreFault, record_fault, recorded_fault, set_retry_budget
+from crux.tracking.faults import (PatientClient, StoreFault, record_fault, recorded_fault, set_retry_budget,
+                                  store_retrying)
 from crux.tracking.history import history_series, log_history, thinned
 from crux.tracking.interrupt import deferred, signal_name
 from crux.tracking.liveness import Heartbeat, process_tags
@@ -45,6 +59,7 @@ from crux.tracking.secrets import masked
 from crux.tracking.space import NoRoom, check_room
 from crux.tracking.store import (PARENT_RUN, TRACKING_URI, Destination, ensure_experiment, experiment_name,
                                  tracking_uri, writable_store)
+from crux.tracking.writer import Writer, process_writer
 
 log = logging.getLogger(__name__)
 
@@ -101,9 +116,23 @@ def variant_name(overrides: list[str], swept: list[str], groups: set[str], cfg: 
     return ",".join(parts) or "default"
 
 
-def outcome_line(stats: Statistics, errors: Mapping[str, float], run_id: str, uri: str) -> str:
+class WriteFailed(Exception):
+    """Writing a job's results to the store failed; its run closed FAILED with the reason."""
+
+
+_unwritten_jobs: dict[Path, set[int]] = {}
+
+
+def unwritten_jobs(sweep_dir: Path) -> set[int]:
+    """The numbers of the jobs of the sweep in ``sweep_dir`` that returned in this process but whose runs the
+    writer could not create or close FINISHED (a write failed): the sweep does not count them as finished."""
+    return set(_unwritten_jobs.get(sweep_dir, ()))
+
+
+def outcome_line(stats: Statistics, errors: Mapping[str, float], run_id: str | None, uri: str) -> str:
     """How the job ended, in one line: final loss in total and per constraint, the error per field where the
-    problem knows its solution, and where the run is (``uri`` with any password masked)."""
+    problem knows its solution, and where the run is (``uri`` with any password masked; ``run_id`` None: the
+    store failed before the run was created)."""
     if not stats.steps:
         losses = "no epoch trained"
     else:
@@ -111,7 +140,29 @@ def outcome_line(stats: Statistics, errors: Mapping[str, float], run_id: str, ur
         losses = (f"final loss {stats.total_loss[-1]:.4g} (" +
                   ", ".join(f"{name} {value:.4g}" for name, value in zip(stats.names, final)) + ")")
     shown = "".join(f", error/{field} {value:.4g}" for field, value in errors.items())
-    return f"{losses}{shown}; run {run_id} in {uri}"
+    where = f"run {run_id} in {uri}" if run_id is not None else f"not recorded: the store at {uri} failed first"
+    return f"{losses}{shown}; {where}"
+
+
+_destinations: dict[tuple[str, str], Destination] = {}
+_artifact_locations: dict[tuple[str, str], str] = {}
+
+
+def _sweep_destination(client: MlflowClient, uri: str, parent_run_id: str) -> Destination:
+    """:meth:`Destination.of_parent`, read once a process: the parent's tags do not change while its jobs run,
+    and a job whose results the writer is still writing need not ask the store beside it."""
+    key = (uri, parent_run_id)
+    if key not in _destinations:
+        _destinations[key] = Destination.of_parent(client, uri, parent_run_id)
+    return _destinations[key]
+
+
+def _artifact_location(client: MlflowClient, experiment_id: str) -> str:
+    """The experiment's artifact location, read once a process."""
+    key = (client.tracking_uri, experiment_id)
+    if key not in _artifact_locations:
+        _artifact_locations[key] = client.get_experiment(experiment_id).artifact_location
+    return _artifact_locations[key]
 
 
 class JobRun:
@@ -121,32 +172,54 @@ class JobRun:
     tags ``crux.error_type`` and ``crux.error_message``, KILLED when the job was
     stopped (Ctrl-C, SIGTERM, an exit), keeping whatever was logged before; the
     exception goes on. While open, the run's heartbeat beats
-    (:mod:`crux.tracking.liveness`).
+    (:mod:`crux.tracking.liveness`). The writes go through ``writer`` (the
+    process's by default); with ``overlap``, the run is created by the writer
+    (``run`` is then the request that creates it, returning its id), and a job
+    that ends well hands its run's closing to the writer and goes on; else
+    leaving waits for the writer and raises :class:`WriteFailed` when a write
+    failed.
     """
 
-    def __init__(self, client: MlflowClient, run_id: str, variant: str, repeat: int, sweep_dir: Path | None = None,
-                 history_points: int | None = None):
-        self.client, self.run_id, self.variant, self.repeat = client, run_id, variant, repeat
+    def __init__(self, client: MlflowClient, run: str | Callable[[], str], variant: str, repeat: int,
+                 sweep_dir: Path | None = None, history_points: int | None = None, overlap: bool = False,
+                 writer: Writer | None = None, job: int | None = None, artifact_location: str | None = None):
+        self.client, self.variant, self.repeat, self.job = client, variant, repeat, job
+        self.artifact_location = artifact_location  # the experiment's artifact folder, where known
         self.sweep_dir = sweep_dir
         self.history_points = history_points  # per series sent as metrics; None: every epoch
-        self._files = tempfile.TemporaryDirectory(prefix=f"crux-run-{run_id}-")
-        self._heartbeat = Heartbeat(client, run_id).start()
+        self.overlap = overlap
+        self._writer = writer or process_writer()
+        self._failure: tuple[str, Exception] | None = None  # the first write that failed, and why
+        self._files = tempfile.TemporaryDirectory(prefix="crux-run-")
+        self._staged = Path(self._files.name) / "artifacts"  # uploaded as one folder when the run closes
+        self._staged.mkdir()
+        self._run_id: str | None = None
+        self._heartbeat: Heartbeat | None = None
+        self._created = threading.Event()
+        if callable(run) and overlap:
+            self._writer.submit(lambda: self._create(run))
+        else:
+            self._opened(run() if callable(run) else run)
 
     @classmethod
     def start(cls, cfg: DictConfig) -> "JobRun":
         """The job's run, opened in the store and under the parent run that its multirun handed over (in the
-        job's environment: :mod:`crux.tracking.multirun`), else a run of its own."""
+        job's environment: :mod:`crux.tracking.multirun`), else a run of its own. A job of a sweep that runs
+        in the sweep's own process (Hydra's basic launcher) overlaps its writes with the next job."""
         hydra = HydraConfig.get()
         multirun = hydra.mode == RunMode.MULTIRUN
         parent = os.environ.get(PARENT_RUN) if multirun else None
         set_retry_budget(cfg.tracking.retry_seconds)
         sweep_dir = Path(hydra.sweep.dir) if parent else None
+        overlap = multirun and hydra.launcher._target_.endswith(".BasicLauncher")
+        if overlap and store_retrying():  # the previous job's write waits for the store: this job waits for it
+            process_writer().drain()
         fault = recorded_fault(sweep_dir)
         if fault is not None:  # an earlier job of the sweep waited for the store in vain: this one would too
             raise StoreFault(f"not started: {fault['message']}")
         if parent:
             client = PatientClient(MlflowClient(os.environ[TRACKING_URI]))
-            where = Destination.of_parent(client, os.environ[TRACKING_URI], parent)
+            where = _sweep_destination(client, os.environ[TRACKING_URI], parent)
         else:  # a plain crux-run, or a multirun of another sweeper
             uri = tracking_uri(cfg.tracking.uri)
             client = PatientClient(writable_store(uri))
@@ -161,33 +234,51 @@ class JobRun:
         if where.parent_run_id is not None:
             tags[PARENT_ID] = where.parent_run_id
         name = f"{variant} r{cfg.repeat}" if "repeat" in where.swept else variant
+        started = int(time.time() * 1000)  # the job's start, also where the writer creates the run later
         with deferred():
-            run = client.create_run(where.experiment_id, run_name=name, tags=tags)
-            return cls(client, run.info.run_id, variant, cfg.repeat, sweep_dir, cfg.tracking.history_points)
+            return cls(client, lambda: client.create_run(where.experiment_id, start_time=started, tags=tags,
+                                                   run_name=name).info.run_id,
+                       variant, cfg.repeat, sweep_dir, cfg.tracking.history_points, overlap=overlap,
+                       job=hydra.job.num if multirun else None,
+                       artifact_location=_artifact_location(client, where.experiment_id) if overlap else None)
+
+    @property
+    def run_id(self) -> str:
+        """The run's id, once created (by the writer, for a job that overlaps its writes: this waits for it);
+        raises what kept the run from being created."""
+        self._created.wait()
+        if self._run_id is None:
+            raise self._failure[1]
+        return self._run_id
 
     def __enter__(self) -> "JobRun":
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  traceback: TracebackType | None) -> bool:
-        self._heartbeat.stop()
-        status = FINISHED
         if isinstance(error, StoreFault) and self.sweep_dir is not None:  # the sweep stops its jobs
-            record_fault(self.sweep_dir, self.run_id, str(error))
+            record_fault(self.sweep_dir, self._run_id, str(error))
         if isinstance(error, StoreFault) and not isinstance(error, NoRoom):  # the store is away: closed later
             log.error("the tracking store failed: %s; run %s stays open until the next crux-sweep --resume or "
-                      "crux-report closes it", error, self.run_id)
-            self._files.cleanup()
+                      "crux-report closes it", error, self._run_id or "(not created)")
+            self._writer.submit(lambda: self._forget(str(error)))
             return False
         with deferred():
-            if error is not None:
-                stopped = isinstance(error, (KeyboardInterrupt, SystemExit)) or kind.__name__ in STOPPED_FROM_OUTSIDE
-                status = KILLED if stopped else FAILED
-                what = f"stopped by {signal_name(error)}" if isinstance(error, KeyboardInterrupt) else failure_line(error)
-                self.client.log_batch(self.run_id, tags=[RunTag(ERROR_TYPE, kind.__name__),
-                                                         RunTag(ERROR_MESSAGE, what[:MESSAGE_CHARS])])
-            self.client.set_terminated(self.run_id, status)
-        self._files.cleanup()
+            if error is None:
+                ended = int(time.time() * 1000) if self.overlap else None  # the job's end, not the writer's
+                self._writer.submit(lambda: self._close(FINISHED, [], ended))
+                if self.overlap:
+                    return False
+                self._writer.drain()
+                if self._failure is not None:
+                    what, failure = self._failure
+                    raise WriteFailed(f"writing {what} failed: {failure_line(failure)}") from failure
+                return False
+            stopped = isinstance(error, (KeyboardInterrupt, SystemExit)) or kind.__name__ in STOPPED_FROM_OUTSIDE
+            what = f"stopped by {signal_name(error)}" if isinstance(error, KeyboardInterrupt) else failure_line(error)
+            tags = [RunTag(ERROR_TYPE, kind.__name__), RunTag(ERROR_MESSAGE, what[:MESSAGE_CHARS])]
+            self._writer.submit(lambda: self._close(KILLED if stopped else FAILED, tags, None))
+            self._writer.drain()  # the exception may end the process: the run is closed first
         return False
 
     def check_room(self, problem: Problem, epochs: int, phases: int) -> None:
@@ -197,11 +288,17 @@ class JobRun:
         parameter_bytes = sum(np.asarray(leaf).nbytes for model in problem.models.values()
                               for leaf in jax.tree.leaves(model.params))
         sent = epochs if self.history_points is None else min(epochs, self.history_points)
-        check_room(self.client.tracking_uri, self.client.get_run(self.run_id).info.artifact_uri, epochs * series,
-                   sent * series, parameter_bytes, phases + 2)
+        check_room(self.client.tracking_uri, self._artifact_root(), epochs * series, sent * series, parameter_bytes,
+                   phases + 2)
 
-    # -- what is logged (a signal waits until it is: crux.tracking.interrupt) -----------------
-    @deferred()
+    def _artifact_root(self) -> str:
+        """Where the run's artifacts go: its own folder once created, else its experiment's (the same
+        filesystem), so that a job does not wait for the writer to create its run."""
+        if self._run_id is None and self.artifact_location is not None:
+            return self.artifact_location
+        return self.client.get_run(self.run_id).info.artifact_uri
+
+    # -- what is logged, in the writer's order --------------------------------------------------
     def log_config(self, cfg: DictConfig, applied: Mapping[str, Any] | None = None,
                    adjustments: Sequence[str] = ()) -> None:
         """``config.yaml`` (resolved), ``environment.json`` (of the working directory), then the params: the
@@ -209,18 +306,19 @@ class JobRun:
         than the config asked, logged as they ran, the request kept as ``<key>_requested``; ``adjustments``:
         lines saying what ran otherwise, in the tag ``crux.adjusted`` and the job's log. Raises for a malformed
         later phase, the config kept."""
-        self._artifact(CONFIG, lambda path: path.write_text(OmegaConf.to_yaml(cfg, resolve=True)))
-        self._artifact(ENVIRONMENT,
-                       lambda path: path.write_text(json.dumps(environment(Path.cwd()), indent=1)))
+        (self._staged / CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        folder = Path.cwd()
+        self._write(ENVIRONMENT, lambda: (self._staged / ENVIRONMENT).write_text(
+            json.dumps(environment(folder), indent=1)))
         params = {**flatten(effective_settings(cfg)), VARIANT_PARAM: self.variant}
         for key, value in (applied or {}).items():
             params[f"{key}{REQUESTED}"], params[key] = params[key], str(value)
-        self.client.log_batch(self.run_id, params=[Param(k, v) for k, v in params.items()],
-                              tags=[RunTag(ADJUSTED, "; ".join(adjustments)[:MESSAGE_CHARS])] if adjustments else [])
+        tags = [RunTag(ADJUSTED, "; ".join(adjustments)[:MESSAGE_CHARS])] if adjustments else []
+        self._write("the params", lambda: self.client.log_batch(
+            self.run_id, params=[Param(k, v) for k, v in params.items()], tags=tags))
         for line in adjustments:
             log.info("%s", line)
 
-    @deferred()
     def log_results(self, problem: Problem, stats: Statistics, initial: ParameterLeaves,
                     phase_ends: Sequence[ParameterLeaves] = ()) -> None:
         """Histories, summary metrics, ``history.png``, ``stats.npz`` and ``params.npz``: the parameters
@@ -231,11 +329,10 @@ class JobRun:
     def log_outcome(self, stats: Statistics, errors: Mapping[str, float], initial: ParameterLeaves,
                     phase_ends: Sequence[ParameterLeaves], final: ParameterLeaves) -> None:
         """:meth:`log_results` from plain values, for a job whose models are not crux's (another backend):
-        ``errors`` are the relative L2 errors per field, the parameters are host arrays per model."""
-        start = time.perf_counter()
+        ``errors`` are the relative L2 errors per field, the parameters are host arrays per model. The files
+        are written here; the requests and the figure are the writer's."""
         now = int(time.time() * 1000)
         steps, series = thinned(stats.epoch, history_series(stats), self.history_points)
-        log_history(self.client, self.run_id, steps, series, now)
         summary = {"compile_seconds": stats.compile_seconds, "run_seconds": stats.run_seconds,
                    "median_step_seconds": stats.median_step_seconds,
                    "steps_per_second": stats.steps / stats.run_seconds if stats.run_seconds else float("nan"),
@@ -245,29 +342,31 @@ class JobRun:
         summary.update({f"param_distance/{name}": float(np.sqrt(sum(np.sum((f - i) ** 2)
                                                                     for f, i in zip(final[name], initial[name]))))
                         for name in final})
-        self.client.log_batch(self.run_id, metrics=[Metric(key, float(value), now, 0)
-                                                    for key, value in summary.items()],
-                              tags=[RunTag(NOTE, job_description(self.variant, self.repeat, summary)),
-                                    RunTag(HISTORY_POINTS, f"{len(steps)} of {stats.steps}")])
-        self._artifact(HISTORY_PLOT, stats.plot)
-        self._artifact(STATS, stats.save)
+        stats.save(self._staged / STATS)
         snapshots = {INITIAL: initial, **{f"phase{k}": leaves for k, leaves in enumerate(phase_ends)},
                      FINAL: final}
-        leaves = {f"{when}/{name}/{i}": leaf for when, params in snapshots.items()
-                  for name, model_leaves in params.items() for i, leaf in enumerate(model_leaves)}
-        self._artifact(PARAMS, lambda path: np.savez(path, **leaves))
-        log.info("logged %d epochs, the summary and the artifacts in %.2f s", stats.steps, time.perf_counter() - start)
-        log.info("%s", outcome_line(stats, errors, self.run_id, masked(self.client.tracking_uri)))
+        np.savez(self._staged / PARAMS, **{f"{when}/{name}/{i}": leaf for when, params in snapshots.items()
+                                           for name, model_leaves in params.items()
+                                           for i, leaf in enumerate(model_leaves)})
+        self._write("the histories", lambda: log_history(self.client, self.run_id, steps, series, now))
+        self._write("the summary", lambda: self.client.log_batch(
+            self.run_id, metrics=[Metric(key, float(value), now, 0) for key, value in summary.items()],
+            tags=[RunTag(NOTE, job_description(self.variant, self.repeat, summary)),
+                  RunTag(HISTORY_POINTS, f"{len(steps)} of {stats.steps}")]))
+        self._write(HISTORY_PLOT, lambda: stats.plot(self._staged / HISTORY_PLOT))
+        uri = masked(self.client.tracking_uri)
+        self._writer.submit(lambda: log.info("%s", outcome_line(stats, errors, self._run_id, uri)))
 
     def log_metrics(self, values: Mapping[str, float]) -> None:
         """Summary metrics (step 0), e.g. a measurement made beside the training."""
         now = int(time.time() * 1000)
-        self.client.log_batch(self.run_id, metrics=[Metric(key, float(value), now, 0) for key, value in values.items()])
+        metrics = [Metric(key, float(value), now, 0) for key, value in values.items()]
+        self._write("the metrics", lambda: self.client.log_batch(self.run_id, metrics=metrics))
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
         """Tags on the run, each cut to what MLflow keeps."""
-        self.client.log_batch(self.run_id, tags=[RunTag(key, str(value)[:MESSAGE_CHARS])
-                                                 for key, value in tags.items()])
+        cut = [RunTag(key, str(value)[:MESSAGE_CHARS]) for key, value in tags.items()]
+        self._write("the tags", lambda: self.client.log_batch(self.run_id, tags=cut))
 
     @property
     def folder(self) -> Path:
@@ -275,8 +374,82 @@ class JobRun:
         folder write side by side); removed when the run closes, after its artifacts are logged."""
         return Path(self._files.name)
 
-    def _artifact(self, name: str, write: Callable[[Path], Any]) -> None:
-        """Write ``name`` with ``write(path)`` into :attr:`folder` and log it."""
-        path = self.folder / name
-        write(path)
-        self.client.log_artifact(self.run_id, str(path))
+    # -- the writer's tasks ----------------------------------------------------------------------
+    def _write(self, what: str, write: Callable[[], Any]) -> None:
+        """Hand ``write`` to the writer."""
+        self._writer.submit(lambda: self._attempt(what, write))
+
+    def _attempt(self, what: str, write: Callable[[], Any]) -> None:
+        """Run ``write`` unless a write of this run failed before, or (overlapping) the sweep met a store
+        fault; a failure is kept for the closing, a store fault recorded in the sweep's folder at once, so
+        that no run is created and no job started after it."""
+        if self._failure is not None:
+            return
+        fault = recorded_fault(self.sweep_dir) if self.overlap else None
+        if fault is not None:
+            self._failure = (what, StoreFault(f"not attempted: {fault['message']}"))
+            return
+        try:
+            write()
+        except Exception as error:  # noqa: BLE001 - the run closes FAILED with it
+            self._failure = (what, error)
+            if isinstance(error, StoreFault) and self.sweep_dir is not None:
+                record_fault(self.sweep_dir, self._run_id, str(error))
+
+    def _create(self, create: Callable[[], str]) -> None:
+        """Create the run, unless the store failed before (its job then goes unrecorded, and is run again by
+        the sweep's --resume)."""
+        try:
+            self._attempt("the run", lambda: self._opened(create()))
+        finally:
+            self._created.set()
+
+    def _opened(self, run_id: str) -> None:
+        """The run exists: its heartbeat starts, and whoever waits for its id has it."""
+        self._run_id = run_id
+        self._heartbeat = Heartbeat(self.client, run_id).start()
+        self._created.set()
+
+    def _close(self, status: str, tags: list[RunTag], ended: int | None) -> None:
+        """Upload the staged artifacts in one call, then close the run with ``status``, or FAILED with the
+        reason where a write failed, at ``ended`` (ms; None: now). A store fault leaves the run open, as a
+        job's does."""
+        start = time.perf_counter()
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+        try:
+            if any(self._staged.iterdir()):
+                self._attempt("the artifacts", lambda: self.client.log_artifacts(self.run_id, str(self._staged)))
+            if self._failure is not None:
+                what, failure = self._failure
+                log.error("run %s: writing %s failed: %s", self._run_id or "(not created)", what,
+                          failure_line(failure))
+                if self.job is not None and self.sweep_dir is not None and status == FINISHED:
+                    _unwritten_jobs.setdefault(self.sweep_dir, set()).add(self.job)
+                if isinstance(failure, StoreFault) or self._run_id is None:
+                    if self.sweep_dir is not None and isinstance(failure, StoreFault):
+                        record_fault(self.sweep_dir, self._run_id, str(failure))
+                    return  # the store is away: closed later, as for a job's own store fault
+                if status == FINISHED:
+                    status = FAILED
+                    tags = [RunTag(ERROR_TYPE, type(failure).__name__),
+                            RunTag(ERROR_MESSAGE, f"writing {what} failed: {failure_line(failure)}"
+                                   [:MESSAGE_CHARS])]
+            if tags:
+                self.client.log_batch(self.run_id, tags=tags)
+            self.client.set_terminated(self.run_id, status, end_time=ended)
+            log.info("run %s closed %s, its results written in %.2f s", self.run_id, status,
+                     time.perf_counter() - start)
+        except Exception as error:  # noqa: BLE001 - said; crux-report or a resumed sweep closes it later
+            log.error("run %s could not be closed %s: %s", self.run_id, status, failure_line(error))
+        finally:
+            self._files.cleanup()
+
+    def _forget(self, fault: str) -> None:
+        """After a store fault (``fault``): the run stays open, recorded as such in the sweep's folder; its
+        files go."""
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+        if self._run_id is not None and self.sweep_dir is not None:
+            record_fault(self.sweep_dir, self._run_id, fault)
+        self._files.cleanup()

@@ -60,11 +60,12 @@ from crux.tracking.failures import tracebacks_shown
 from crux.tracking.faults import (PatientClient, StoreFault, clear_fault, record_fault, recorded_fault,
                                   set_retry_budget)
 from crux.tracking.interrupt import deferred, exit_status, interruptible, signal_name
-from crux.tracking.job import as_requested, flatten
+from crux.tracking.job import as_requested, flatten, unwritten_jobs
 from crux.tracking.liveness import Heartbeat, close_orphans, process_tags
 from crux.tracking.secrets import masked
 from crux.tracking.store import (PARENT_RUN, STORE_ERRORS, TRACKING_URI, WRITING, StoreError, child_runs,
                                  ensure_experiment, experiment_name, store_errors, tracking_uri, writable_store)
+from crux.tracking.writer import process_writer
 
 log = logging.getLogger(__name__)
 
@@ -331,6 +332,9 @@ class Multirun:
             stopped = error
         finally:
             heartbeat.stop()
+            with deferred():  # jobs run in this process hand their last writes to its writer: done before counting
+                process_writer().drain()
+            completed = [n for n in completed if n not in unwritten_jobs(sweep_dir)]
             status, missing = self._close_or_report(opened, stopped, sweep_dir, completed)
             print(job_table(child_runs(opened.client, opened.experiment_id, opened.parent_id)), flush=True)
         if stopped is not None:

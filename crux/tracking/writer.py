@@ -1,0 +1,71 @@
+"""A thread of the process's own that writes a finished job's results to the store while the next job trains.
+
+A job's results (the histories, ``history.png``, the summary, its artifacts as one
+folder) and the closing of its run are requests to the store and a figure to draw:
+done on the job's path, they add to every job what the store and the machine make
+them cost. A sweep whose jobs run one after another in one process hands them to
+this writer instead, one task after another in the order given, and its next job
+starts training meanwhile (:class:`crux.tracking.job.JobRun`). The process waits
+for the writer before it exits and the sweep before it counts its runs
+(:meth:`Writer.drain`), so nothing handed over is lost on a normal exit; a task's
+failure is its own to record (the run closes FAILED with the reason).
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import queue
+import threading
+from typing import Callable
+
+log = logging.getLogger(__name__)
+
+Task = Callable[[], None]
+
+
+class Writer:
+    """One background thread running the tasks handed to it, in order; started by the first task."""
+
+    def __init__(self) -> None:
+        self._tasks: queue.Queue[Task] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, task: Task) -> None:
+        """Run ``task`` after those handed over before it. An exception it lets out is logged, nothing more:
+        a task records its own failures where they belong."""
+        with self._lock:
+            if self._thread is None:
+                # daemon: a thread blocked on a dead store must not hold the process past its exit handlers,
+                # which drain the writer first (process_writer)
+                self._thread = threading.Thread(target=self._work, name="crux-tracking-writer", daemon=True)
+                self._thread.start()
+        self._tasks.put(task)
+
+    def drain(self) -> None:
+        """Return once every task handed over so far is done."""
+        self._tasks.join()
+
+    def _work(self) -> None:
+        while True:
+            task = self._tasks.get()
+            try:
+                task()
+            except Exception:  # noqa: BLE001 - the thread must outlive a task's unforeseen error
+                log.exception("a background tracking write failed")
+            finally:
+                self._tasks.task_done()
+
+
+_writer: Writer | None = None
+_writer_lock = threading.Lock()
+
+
+def process_writer() -> Writer:
+    """This process's writer, drained when the process exits."""
+    global _writer
+    with _writer_lock:
+        if _writer is None:
+            _writer = Writer()
+            atexit.register(_writer.drain)
+        return _writer

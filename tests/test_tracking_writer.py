@@ -1,0 +1,141 @@
+"""A job's results written in the background: the run closes FINISHED only once they are written, FAILED with
+the reason when a write fails, and the process ends only after its writer is done."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from crux.tracking import contract
+from crux.tracking.faults import FAULT_FILE, StoreFault, recorded_fault
+from crux.tracking.job import JobRun, WriteFailed, unwritten_jobs
+from crux.tracking.writer import Writer
+from writer_run import ARTIFACTS, EPOCHS, Upload, finish_a_job
+
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.fixture
+def store(tmp_path) -> tuple[MlflowClient, str]:
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    return client, client.create_run(client.create_experiment("e")).info.run_id
+
+
+def disk_full() -> None:
+    raise OSError("No space left on device")
+
+
+def store_away() -> None:
+    raise StoreFault("log_artifacts failed for 10 s (tracking.retry_seconds): connection refused")
+
+
+class Creations:
+    """Creates runs in ``client``'s experiment, counting them and saying so in ``events``."""
+
+    def __init__(self, client: MlflowClient, events: list[str] | None = None):
+        self.client, self.count, self.events = client, 0, events if events is not None else []
+
+    def __call__(self) -> str:
+        self.count += 1
+        self.events.append("run created")
+        return self.client.create_run(self.client.get_experiment_by_name("e").experiment_id).info.run_id
+
+
+def test_a_store_fault_met_in_the_background_stops_the_sweep_before_its_next_run(store, tmp_path):
+    """Job 0's upload meets a store fault while job 1 trains: job 1's run, queued behind job 0's writes, is never
+    created and none of its writes is tried; the fault is recorded for the sweep with job 0's run left open, and
+    neither job counts as finished."""
+    client, run_id = store
+    writer, creations = Writer(), Creations(client)
+    with JobRun(Upload(client, store_away), run_id, "default", 0, tmp_path, overlap=True, writer=writer,
+                job=0) as run:
+        finish_a_job(run)
+    with JobRun(Upload(client, store_away), creations, "default", 1, tmp_path, overlap=True, writer=writer,
+                job=1) as run:
+        finish_a_job(run)
+    writer.drain()
+    assert creations.count == 0
+    fault = recorded_fault(tmp_path)
+    assert fault["message"].startswith("log_artifacts failed for 10 s") and list(fault["runs"]) == [run_id]
+    assert client.get_run(run_id).info.status == contract.RUNNING  # closed by --resume or crux-report
+    assert unwritten_jobs(tmp_path) == {0, 1}
+
+
+def test_a_run_queued_behind_written_results_is_created_once_they_are(store, tmp_path):
+    """The same two jobs with a store that takes everything: job 1's run is created after job 0's upload, and
+    both close FINISHED."""
+    client, run_id = store
+    events: list[str] = []
+    writer, creations = Writer(), Creations(client, events)
+    with JobRun(Upload(client, lambda: events.append("job 0 uploaded")), run_id, "default", 0, tmp_path,
+                overlap=True, writer=writer, job=0) as run:
+        finish_a_job(run)
+    with JobRun(client, creations, "default", 1, tmp_path, overlap=True, writer=writer, job=1) as second:
+        finish_a_job(second)
+    writer.drain()
+    assert events == ["job 0 uploaded", "run created"]
+    assert [client.get_run(run).info.status for run in (run_id, second.run_id)] == [contract.FINISHED] * 2
+    assert not (tmp_path / FAULT_FILE).exists() and unwritten_jobs(tmp_path) == set()
+
+
+def test_a_failed_background_write_closes_the_run_failed_with_the_reason(store):
+    client, run_id = store
+    writer = Writer()
+    with JobRun(Upload(client, disk_full), run_id, "default", 0, overlap=True, writer=writer) as run:
+        finish_a_job(run)
+    writer.drain()
+    run = client.get_run(run_id)
+    assert run.info.status == "FAILED"
+    assert run.data.tags["crux.error_type"] == "OSError"
+    assert run.data.tags["crux.error_message"].startswith(  # then where it was raised (here: the test's code)
+        "writing the artifacts failed: OSError: No space left on device")
+    assert len(client.get_metric_history(run_id, "loss/total")) == EPOCHS  # the writes before it are kept
+
+
+def test_a_job_that_waits_for_its_writes_fails_when_one_fails(store):
+    client, run_id = store
+    with pytest.raises(WriteFailed, match="writing the artifacts failed: OSError: No space left on device"):
+        with JobRun(Upload(client, disk_full), run_id, "default", 0, writer=Writer()) as run:
+            finish_a_job(run)
+    assert client.get_run(run_id).info.status == "FAILED"  # closed before the error went on
+
+
+def test_a_run_handed_to_the_writer_stays_open_until_its_artifacts_are_written(store):
+    client, run_id = store
+    uploading, released = threading.Event(), threading.Event()
+    writer = Writer()
+
+    def held() -> None:
+        uploading.set()
+        released.wait()
+
+    with JobRun(Upload(client, held), run_id, "default", 0, overlap=True, writer=writer) as run:
+        finish_a_job(run)
+    handed_over = int(time.time() * 1000)
+    assert uploading.wait(60)
+    assert client.get_run(run_id).info.status == "RUNNING"  # histories written, artifacts not yet: not FINISHED
+    released.set()
+    writer.drain()
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert {artifact.path for artifact in client.list_artifacts(run_id)} == ARTIFACTS
+    assert run.info.end_time <= handed_over  # the run ended with the job, not with the writer
+
+
+@pytest.mark.integration
+def test_a_job_process_ends_only_after_its_writer_is_done(store):
+    client, run_id = store
+    job = subprocess.Popen([sys.executable, "writer_run.py", client.tracking_uri, run_id], cwd=TESTS,
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert job.stdout.readline().strip() == "handed over"  # the job is done; its upload waits for stdin
+    assert client.get_run(run_id).info.status == "RUNNING"
+    job.stdin.write("\n")
+    job.stdin.close()
+    assert job.wait(120) == 0
+    assert client.get_run(run_id).info.status == "FINISHED"
+    assert {artifact.path for artifact in client.list_artifacts(run_id)} == ARTIFACTS
