@@ -233,10 +233,6 @@ def record(run_id: str, case: Case, train: Train, options: dict, calls: Sequence
                      stats, phases=plans if len(calls) > 1 else (), roundoff_twin=twin)
 
 
-def with_draws(run: RunRecord, draws: GradientDraws) -> RunRecord:
-    return replace(run, metrics={**run.metrics, **draws.metrics()})
-
-
 def draws_of(case: Case, batchsize: int, accumulation: int, seed: int) -> GradientDraws:
     return crux_gradient_draws(problem(case), case.draws, batchsize, accumulation, seed)
 
@@ -301,7 +297,7 @@ def item_variances(case: Case) -> tuple[float, ...]:
     for constraint in base.constraints:
         def gradient(x, constraint=constraint):
             return ravel_pytree(jax.grad(lambda p: constraint_loss(constraint, base.models, p, x[None]))(params))[0]
-        gradients = np.asarray(jax.vmap(gradient)(jnp.asarray(constraint.points)), np.float64)
+        gradients = np.asarray(jax.jit(jax.vmap(gradient))(jnp.asarray(constraint.points)), np.float64)
         variances.append(float(np.sum(np.var(gradients, axis=0, ddof=1))))
     return tuple(variances)
 
@@ -330,16 +326,26 @@ def beyond_sampling_error(ratio: float, case: Case, verdict: Verdict) -> bool:
     allowance (3) and the standard error the one the check measured from the case's draws: the check accepts
     any measured log ratio within k errors of the range, and the defect's measured log ratio scatters around
     its expectation by one error, so it lands beyond the allowance, and is caught, except with the chance of a
-    k-error deviation (about 1 in 700). Where the verdict measured no error (no noise to compare) the defect
+    k-error deviation (about 1 in 700). Where the verdict measured no ratio (a run without noise) the defect
     counts as changing the numbers."""
     error = verdict.evidence.get("log_ratio_standard_error")
-    if error is None or not math.isfinite(error):
-        return True
+    if error is None:
+        return True  # the verdict measured no ratio (a run without noise) and decided on that alone
     low, high = expected_ratios(case.sizes, case.accumulation, case.batchsize)
-    margin = 2 * STANDARD_ERRORS * error
-    if ratio <= 0:
-        return low > 0
-    return math.log(ratio) > math.log(high) + margin or (low > 0 and math.log(ratio) < math.log(low) - margin)
+    margin = 2 * STANDARD_ERRORS * error  # infinite where a run's draws all agree: no ratio can be told apart
+    log_ratio = math.log(ratio) if ratio > 0 else -math.inf
+    return log_ratio > math.log(high) + margin or (low > 0 and log_ratio < math.log(low) - margin)
+
+
+def noise_job(case: Case, run_id: str, batchsize: int, accumulation: int = 1,
+              draws: GradientDraws | None = None) -> RunRecord:
+    """A job of the accumulation sweep as the noise check reads it: its options, initial parameters and, where it
+    measured them, its gradient draws' spread (the check reads no training, so none is run: it ends where it
+    started)."""
+    params = {name: model.params for name, model in problem(case).models.items()}
+    options = SolveOptions(epochs=UPDATES, batchsize=batchsize, accumulation_steps=accumulation)
+    return RunRecord(run_id, options, {}, draws.metrics() if draws is not None else {},
+                     {**snapshot_arrays(params, "initial"), **snapshot_arrays(params, "final")})
 
 
 def calibrate_noise(case: Case, tallies: dict[str, Tally]) -> None:
@@ -348,11 +354,11 @@ def calibrate_noise(case: Case, tallies: dict[str, Tally]) -> None:
     a, b = case.accumulation, case.batchsize
     if not any(n > b for n in case.sizes):
         return  # no constraint is sampled: no draw differs from another, nothing for the noise check to measure
-    acc, big, plain = accumulation_runs(case)
     noise = tallies["accumulation.noise"]
     mine, theirs = draws_of(case, b, a, case.seed), draws_of(case, b, 1, case.seed)
-    noise.real(only(check_gradient_noise([with_draws(acc, mine), big, with_draws(plain, theirs)]),
-                    "accumulation.noise"), case)
+    big, plain = noise_job(case, "big", a * b), noise_job(case, "plain", b, draws=theirs)
+    noise.real(only(check_gradient_noise([noise_job(case, "acc", b, a, mine), big, plain]), "accumulation.noise"),
+               case)
     # a defect's draws come from another seed than the plain run's, as another job's would
     repeated = draws_of(case, b, 1, case.seed + 1)
     planted = {"repeated micro-batches": repeated,
@@ -360,8 +366,7 @@ def calibrate_noise(case: Case, tallies: dict[str, Tally]) -> None:
                "dropped micro-batches": repeated if a // 2 == 1 else draws_of(case, b * (a // 2), 1, case.seed + 1)}
     expected = expected_noise_ratios(case)
     for name, draws in planted.items():
-        verdict = only(check_gradient_noise([with_draws(acc, draws), big, with_draws(plain, theirs)]),
-                       "accumulation.noise")
+        verdict = only(check_gradient_noise([noise_job(case, "acc", b, a, draws), big, plain]), "accumulation.noise")
         noise.defect(name, verdict, case, beyond_sampling_error(expected[name], case, verdict))
 
 
