@@ -58,9 +58,9 @@ from jax.flatten_util import ravel_pytree
 import crux
 from crux.pipeline.config import roundoff_twin
 from crux.backends.gradient_draws import GradientDraws, crux_gradient_draws
+from crux.constraint import constraint_loss
 from crux.problems import Problem
 from crux.report import FAILS, NO_EFFECT, PhasePlan, RunRecord, SolveOptions, Verdict
-from crux.constraint import constraint_loss
 from crux.report.claims import check_accumulation, check_gradient_noise, check_phases, check_resume
 from crux.report.claims.gradient_noise import STANDARD_ERRORS, expected_ratios
 from crux.report.numerics import agreement
@@ -326,7 +326,7 @@ def beyond_sampling_error(ratio: float, case: Case, verdict: Verdict) -> bool:
     allowance (3) and the standard error the one the check measured from the case's draws: the check accepts
     any measured log ratio within k errors of the range, and the defect's measured log ratio scatters around
     its expectation by one error, so it lands beyond the allowance, and is caught, except with the chance of a
-    k-error deviation (about 1 in 700). Where the verdict measured no ratio (a run without noise) the defect
+    k-error deviation (about 1 in 740). Where the verdict measured no ratio (a run without noise) the defect
     counts as changing the numbers."""
     error = verdict.evidence.get("log_ratio_standard_error")
     if error is None:
