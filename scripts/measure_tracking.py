@@ -40,7 +40,7 @@ from hydra.experimental.callback import Callback
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig
 
-from crux.tracking.contract import CHILD, JOB, ROLE, tag_filter
+from crux.tracking.contract import CHILD, ENVIRONMENT, HISTORY_PLOT, JOB, PARAMS, ROLE, STATS, tag_filter
 
 if __name__ == "__main__":  # Hydra instantiates the callback by this module's name: one module, one set of figures
     sys.modules.setdefault("measure_tracking", sys.modules[__name__])
@@ -48,7 +48,7 @@ if __name__ == "__main__":  # Hydra instantiates the callback by this module's n
 TIMING_FILE = "tracking_seconds.json"
 WRITER = "writer"
 """The key of the parts that the background writer ran (with the basic launcher, beside the next job)."""
-FIRST_IMPORTS = {"run create": "mlflow.store.tracking.sqlalchemy_store", "history.png": "matplotlib.figure"}
+FIRST_IMPORTS = {"run create": "mlflow.store.tracking.sqlalchemy_store", HISTORY_PLOT: "matplotlib.figure"}
 """A part's label -> the module its first use imports (timed apart, once a process)."""
 
 
@@ -58,9 +58,9 @@ def _parts() -> dict[str, tuple[Any, str]]:
     from crux.stats import Statistics
     from crux.tracking import job
 
-    parts = {"run create": (job.JobRun, "start"), "environment.json": (job, "environment"),
-             "history": (job, "log_history"), "history.png": (Statistics, "plot"),
-             "stats.npz": (Statistics, "save"), "params.npz": (np, "savez"),
+    parts = {"run create": (job.JobRun, "start"), ENVIRONMENT: (job, "environment"),
+             "history": (job, "log_history"), HISTORY_PLOT: (Statistics, "plot"),
+             STATS: (Statistics, "save"), PARAMS: (np, "savez"),
              "artifacts": (MlflowClient, "log_artifacts"), "artifact": (MlflowClient, "log_artifact"),
              "run close": (MlflowClient, "set_terminated"),
              "relative_l2": (crux.commands.experiment.Problem, "relative_l2"),

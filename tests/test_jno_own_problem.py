@@ -18,6 +18,7 @@ from mlflow.tracking import MlflowClient
 from crux.pipeline import config
 from crux.pipeline.backend_choice import backend_refusals
 from crux.pipeline.config import CONFIG_PACKAGE, ModelConfig
+from crux.tracking.contract import FINISHED
 
 pytest.importorskip("jno", reason='the jNO backend needs the jno extra: pip install -e ".[jno]"')
 
@@ -135,7 +136,7 @@ def test_the_example_swept_on_both_backends_is_reported_side_by_side(tmp_path):
     runs = client.search_runs([experiment.experiment_id], "tags.`crux.backend` = 'jno' and params.variant = 'b8'")
     (jno_run,) = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]
     assert jno_run.data.params["problem._target_"] == "nonlinear_poisson_jno.unit_square"
-    assert jno_run.info.status == "FINISHED" and jno_run.data.metrics["gradient_noise/population"] == 256
+    assert jno_run.info.status == FINISHED and jno_run.data.metrics["gradient_noise/population"] == 256
     # the table's jNO figure is that run's, as the table prints it (3 significant figures, or whole above 100)
     steps = jno_run.data.metrics["steps_per_second"]
     assert rows["b8"][1] == pytest.approx(steps, rel=5e-3 if steps < 100 else 0.5 / steps)

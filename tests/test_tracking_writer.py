@@ -122,7 +122,7 @@ def test_a_run_handed_to_the_writer_stays_open_until_its_artifacts_are_written(s
     released.set()
     writer.drain()
     run = client.get_run(run_id)
-    assert run.info.status == "FINISHED"
+    assert run.info.status == contract.FINISHED
     assert {artifact.path for artifact in client.list_artifacts(run_id)} == ARTIFACTS
     assert run.info.end_time <= handed_over  # the run ended with the job, not with the writer
 
@@ -137,5 +137,5 @@ def test_a_job_process_ends_only_after_its_writer_is_done(store):
     job.stdin.write("\n")
     job.stdin.close()
     assert job.wait(120) == 0
-    assert client.get_run(run_id).info.status == "FINISHED"
+    assert client.get_run(run_id).info.status == contract.FINISHED
     assert {artifact.path for artifact in client.list_artifacts(run_id)} == ARTIFACTS

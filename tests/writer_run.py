@@ -14,10 +14,11 @@ import numpy as np
 from mlflow.tracking import MlflowClient
 
 from crux.stats import Statistics
+from crux.tracking.contract import HISTORY_PLOT, PARAMS, STATS
 from crux.tracking.job import JobRun
 
 EPOCHS = 40
-ARTIFACTS = {"history.png", "params.npz", "stats.npz"}
+ARTIFACTS = {HISTORY_PLOT, PARAMS, STATS}
 
 
 class Upload:
