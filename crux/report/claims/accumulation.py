@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from crux.report.numerics import (HISTORY_RULE, ROUNDOFF_ALLOWANCE, ROUNDOFF_ORIGIN, ROUNDOFF_RULE, Agreement,
-                                  agreement, history_departure, unmoved)
 from crux.report.pairing import first, repeats, run_ids, settings
-from crux.report.records import RunRecord, UnreadableArtifact
-from crux.report.verdict import (FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, cannot_judge, fmt,
-                                 not_in_sweep)
+from crux.report.claims.split_batch import SplitBatch, split_batch_verdict
+from crux.report.records import RunRecord
+from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt, not_in_sweep
 
 EFFECTIVE_BATCH = Claim("accumulation_steps=N — Average gradients over N micro-batches before one optimizer "
                         "update — You want a larger effective batch than fits in memory [...] INFO: Gradient "
@@ -74,51 +72,10 @@ def _effective_batch(s: AccumulationSet) -> Verdict:
     test = (f"final parameters and loss/total history of {n}×{b} against one batch of {n * b} (must agree to "
             f"round-off) and against plain batch {b} (must differ beyond round-off)")
     runs = run_ids(s.accumulated, s.big_batch, s.plain)
-    if s.big_batch is None:
-        missing = " and ".join([f"batchsize={n * b}"] + ([f"batchsize={b}"] if s.plain is None else []))
-        return EFFECTIVE_BATCH.verdict(name, test, INCONCLUSIVE,
-                                       f"the sweep has no run with {missing} (accumulation_steps=1) to compare with",
-                                       runs=runs)
-    # Both partners measured against the accumulated run, so one bound serves both comparisons.
-    try:
-        big = agreement(s.big_batch, s.accumulated)
-        plain = agreement(s.plain, s.accumulated) if s.plain is not None else None
-    except UnreadableArtifact as error:
-        found = history_departure(s.big_batch, s.accumulated)
-        if not found:
-            return cannot_judge(name, EFFECTIVE_BATCH, test, error, runs)
-        return EFFECTIVE_BATCH.verdict(name, test, FAILS, f"{n}×{b} departs from one batch of {n * b}: {found} "
-                                                          f"(parameters not compared: {error})", runs=runs)
-    evidence = {"N": n, "B": b, "updates": big.updates, "travel": big.travel, **big.evidence("vs_NxB_batch_"),
-                **(plain.evidence("vs_plain_B_") if plain is not None else {})}
-    thresholds = {"parameter_distance": Threshold(big.parameter_bound, ROUNDOFF_RULE, ROUNDOFF_ORIGIN),
-                  "history_difference": Threshold(big.history_bound, HISTORY_RULE, ROUNDOFF_ORIGIN)}
-    verdict, summary = _judge(s, big, plain)
-    return EFFECTIVE_BATCH.verdict(name, test, verdict, summary, evidence, thresholds, runs)
-
-
-def _judge(s: AccumulationSet, big: Agreement, plain: Agreement | None) -> tuple[str, str]:
-    n, b = s.n, s.b
-    if big.travel == 0:
-        return unmoved(s.big_batch, s.accumulated, f"{n}×{b} did not move the parameters and departs from one "
-                                                   f"batch of {n * b}")
-    position = (f"distance in units of eps·sqrt(T)·travel: vs {n * b} {fmt(big.in_eps_units)}"
-                + (f", vs {b} {fmt(plain.in_eps_units)}" if plain is not None else "")
-                + f", round-off bound {fmt(ROUNDOFF_ALLOWANCE)}")
-    if plain is None:
-        if big.within_roundoff:
-            return INCONCLUSIVE, (f"{n}×{b} follows one batch of {n * b} to round-off, but the sweep has no run "
-                                  f"with batchsize={b} (accumulation_steps=1) to show the two differ; {position}")
-        return FAILS, f"{n}×{b} does not follow one batch of {n * b}; {position}"
-    if big.within_roundoff and not plain.within_roundoff:
-        return HOLDS, f"{n}×{b} follows one batch of {n * b} to round-off and not batch {b}; {position}"
-    if big.within_roundoff:
-        return INCONCLUSIVE, (f"{n}×{b}, {n * b} and {b} follow one trajectory: every batch holds all points "
-                              f"(N_c <= B?), so this sweep cannot show an effective batch; {position}")
-    if plain.within_roundoff:
-        return FAILS, (f"degenerate: micro-batches identical — {n}×{b} follows plain batch {b}, not "
-                       f"{n * b}; {position}")
-    return FAILS, f"{n}×{b} follows neither one batch of {n * b} nor batch {b}; {position}"
+    split = SplitBatch(s.accumulated, s.big_batch, s.plain, n, "N", f"{n}×{b}", f"one batch of {n * b}",
+                       f"batchsize={n * b} (accumulation_steps=1)", f"batch {b}",
+                       f"batchsize={b} (accumulation_steps=1)", "micro-batches identical", "vs_NxB_batch_")
+    return split_batch_verdict(EFFECTIVE_BATCH, name, test, split, runs)
 
 
 def _memory(s: AccumulationSet) -> Verdict:

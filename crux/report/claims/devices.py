@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from crux.report.numerics import (HISTORY_RULE, ROUNDOFF_ALLOWANCE, ROUNDOFF_ORIGIN, ROUNDOFF_RULE, STEP_TIME,
-                                  Agreement, agreement, history_departure, paired_timing, ratio_range, spread, unmoved)
+from crux.report.claims.split_batch import SplitBatch, split_batch_verdict
+from crux.report.numerics import STEP_TIME, paired_timing, ratio_range, spread
 from crux.report.pairing import first, repeats, run_ids, settings
-from crux.report.records import RunRecord, UnreadableArtifact
-from crux.report.verdict import (FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, cannot_judge, fmt,
-                                 not_in_sweep)
+from crux.report.records import RunRecord
+from crux.report.verdict import Claim, Verdict, fmt, not_in_sweep
 
 ONE_BATCH = Claim("solve(devices=D) splits each update's batch over D devices and sums their gradients inside "
                   "the update: D devices × B points train the updates of one device with a batch of D·B, to "
@@ -65,55 +64,17 @@ def _one_batch(s: DeviceSet) -> Verdict:
     test = (f"final parameters and loss/total history of {d} devices × {b} against one device with batch {d * b} "
             f"(must agree to round-off) and against plain batch {b} (must differ beyond round-off)")
     runs = run_ids(s.split, s.big_batch, s.plain)
-    if not s.big_batch:
-        missing = " and ".join([f"batchsize={d * b}"] + ([f"batchsize={b}"] if s.plain is None else []))
-        return ONE_BATCH.verdict(name, test, INCONCLUSIVE, f"the sweep has no run on one device with {missing} "
-                                 f"to compare with", runs=runs)
-    try:
-        together = agreement(s.big_batch[0], s.split[0])
-        alone = agreement(s.plain, s.split[0]) if s.plain is not None else None
-    except UnreadableArtifact as error:
-        found = history_departure(s.big_batch[0], s.split[0])
-        if not found:
-            return cannot_judge(name, ONE_BATCH, test, error, runs)
-        return ONE_BATCH.verdict(name, test, FAILS, f"{d} devices × {b} depart from one device with batch {d * b}: "
-                                                    f"{found} (parameters not compared: {error})", runs=runs)
-    evidence = {"D": d, "B": b, "updates": together.updates, "travel": together.travel,
-                **together.evidence("vs_one_device_DB_"),
-                **(alone.evidence("vs_plain_B_") if alone is not None else {})}
-    thresholds = {"parameter_distance": Threshold(together.parameter_bound, ROUNDOFF_RULE, ROUNDOFF_ORIGIN),
-                  "history_difference": Threshold(together.history_bound, HISTORY_RULE, ROUNDOFF_ORIGIN)}
-    verdict, summary = _judge(s, together, alone)
-    speed = _speed(s.split, s.big_batch)
-    if speed:
-        evidence.update(speed[0])
-        summary += f"; time per update against one device with batch {d * b}: {speed[1]} (a finding, not judged)"
-    return ONE_BATCH.verdict(name, test, verdict, summary, evidence, thresholds, runs)
-
-
-def _judge(s: DeviceSet, together: Agreement, alone: Agreement | None) -> tuple[str, str]:
-    d, b = s.d, s.b
-    if together.travel == 0:
-        return unmoved(s.big_batch[0], s.split[0], f"{d} devices × {b} did not move the parameters and depart "
-                                                   f"from one device with batch {d * b}")
-    position = (f"distance in units of eps·sqrt(T)·travel: vs {d * b} on one device {fmt(together.in_eps_units)}"
-                + (f", vs {b} {fmt(alone.in_eps_units)}" if alone is not None else "")
-                + f", round-off bound {fmt(ROUNDOFF_ALLOWANCE)}")
-    if alone is None:
-        if together.within_roundoff:
-            return INCONCLUSIVE, (f"{d} devices × {b} follow one device with batch {d * b} to round-off, but the "
-                                  f"sweep has no run with batchsize={b} on one device to show the two differ; "
-                                  f"{position}")
-        return FAILS, f"{d} devices × {b} do not follow one device with batch {d * b}; {position}"
-    if together.within_roundoff and not alone.within_roundoff:
-        return HOLDS, f"{d} devices × {b} follow one batch of {d * b} to round-off and not batch {b}; {position}"
-    if together.within_roundoff:
-        return INCONCLUSIVE, (f"{d}×{b}, {d * b} and {b} follow one trajectory: every batch holds all points, so "
-                              f"this sweep cannot tell the devices' batches apart; {position}")
-    if alone.within_roundoff:
-        return FAILS, (f"{d} devices × {b} follow plain batch {b}: the update saw one device's points; "
-                       f"{position}")
-    return FAILS, f"{d} devices × {b} follow neither one batch of {d * b} nor batch {b}; {position}"
+    split = SplitBatch(s.split[0], first(s.big_batch), s.plain, d, "D", f"{d}×{b} on {d} devices",
+                       f"one device with batch {d * b}", f"batchsize={d * b} on one device", f"batch {b}",
+                       f"batchsize={b} on one device", "the update saw one device's points", "vs_one_device_DB_")
+    verdict = split_batch_verdict(ONE_BATCH, name, test, split, runs)
+    # the time per update beside a comparison that was made (evidence), not beside a missing or unreadable run
+    speed = _speed(s.split, s.big_batch) if verdict.evidence else None
+    if speed is None:
+        return verdict
+    return replace(verdict, evidence={**verdict.evidence, **speed[0]},
+                   summary=f"{verdict.summary}; time per update against one device with batch {d * b}: {speed[1]} "
+                           f"(a finding, not judged)")
 
 
 def _speed(split: list[RunRecord], big: list[RunRecord]) -> tuple[dict[str, float], str] | None:
