@@ -76,6 +76,10 @@ def test_statistics_save_load_round_trip_and_plot(tmp_path):
     np.testing.assert_array_equal(loaded.lr["u"], history.lr["u"])
     assert loaded.names == ["pde", "bc"] and loaded.phases == [0, 6] and loaded.memory == history.memory
     assert loaded.run_cpu_seconds == history.run_cpu_seconds > 0  # the two calls' CPU time, summed and kept
+    # per call, the parameters it started from and ended with: the second starts where the first ended, to the bit
+    (first_start, first_end), (second_start, second_end) = history.fingerprints
+    assert second_start == first_end != first_start and second_end == crux.stats.fingerprint(solver.params)
+    assert loaded.fingerprints == history.fingerprints
     assert history.plot(tmp_path / contract.HISTORY_PLOT) is history
     assert (tmp_path / contract.HISTORY_PLOT).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
