@@ -433,6 +433,17 @@ def test_a_solve_that_does_not_carry_the_parameters_fails_the_phases(defect, han
     assert moves.verdict == (HOLDS if handed_back else FAILS), moves.summary
 
 
+def test_a_restart_fails_from_the_fingerprints_alone_where_the_parameter_snapshots_cannot_be_read(monkeypatch):
+    """The fingerprints decide: with params.npz unreadable the restart still fails; only the finding's note on
+    whether the trained parameters were handed back, which reads the snapshots, is left out."""
+    monkeypatch.setattr(Crux, "solve", calibrate.forgetful(Crux.solve))
+    record = replace(two_phases("forgetful", ((3, optax.adam, 1e-2), (3, optax.sgd, 1e-3)), batchsize=8),
+                     unreadable={contract.PARAMS: "BadZipFile: File is not a zip file"})
+    resume = only(check_phases([record]), "phases.resume")
+    assert resume.verdict == FAILS, resume.summary
+    assert "phase 1 started where phase 0 started" in resume.summary and "handed back" not in resume.summary
+
+
 def test_short_mini_batch_phases_of_the_real_solve_resume_to_the_bit():
     """The same short mini-batch phases on the real solve(): each phase starts from the parameters the last one
     ended with, the same fingerprint to the bit."""
