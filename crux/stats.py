@@ -15,9 +15,9 @@ def fingerprint(params: Any) -> float:
     """The sum of squares of every parameter in ``params`` (any pytree of arrays), correctly rounded in float64.
 
     Each square is rounded once (exact for float32 values: 48 significant bits of float64's 53) and
-    ``math.fsum`` rounds their exact sum once, so the value depends on the parameters' values alone, not on their order or layout: the same
-    parameters give the same value to the bit, and parameters that differ give another value except by a
-    coincidence of their norms.
+    ``math.fsum`` rounds their exact sum once, so the value depends on the parameters' values alone, not on
+    their order or layout: the same parameters give the same value to the bit, and parameters that differ give
+    another value except by a coincidence of their norms.
     """
     leaves = [np.asarray(leaf, np.float64).ravel() for leaf in jax.tree.leaves(params)]
     return math.fsum(np.square(np.concatenate(leaves)).tolist()) if leaves else 0.0

@@ -134,7 +134,8 @@ def _restarts(run: RunRecord, prints: list[tuple[float, float]], evidence: dict)
         earlier = [j for j in range(k) if prints[j][0] == started]
         where = f"where phase {earlier[0]} started" if earlier else "from parameters no phase started from"
         restarts.append(f"{run.label} phase {k} started {where} (fingerprint {started!r} against {ended!r} at the "
-                        f"end of phase {k - 1}, relative difference {fmt(difference)}){_handed_back(run, k - 1, ended)}")
+                        f"end of phase {k - 1}, relative difference {fmt(difference)})"
+                        + _handed_back(run, k - 1, ended))
     return restarts, []
 
 
