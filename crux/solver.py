@@ -22,7 +22,7 @@ from crux.layout import Layout
 from crux.loop import RECORD_ROWS, SYNC_SECONDS, Executable, HostLoop, fresh_copy, record_slots
 from crux.model import Model
 from crux.options import Options, validate
-from crux.stats import Statistics
+from crux.stats import Statistics, fingerprint
 
 log = logging.getLogger("crux")
 
@@ -195,6 +195,7 @@ class Crux:
     def _run(self, plan: Plan, options: Options) -> Statistics:
         calls = options.epochs // options.inner_steps
         state = self._initial_state(plan, options)
+        start = fingerprint(sharding.local(state).train.params)  # before the first call donates the state
         if plan.offload_data:
             self._points_on_device = None  # offloading is for when they should not stay on the device
             target = jax.local_devices()[0] if options.devices == 1 else sharding.split(options.devices, 1)
@@ -216,6 +217,8 @@ class Crux:
         finally:  # also on an exception or interrupt: keep what was synchronised
             stats, error = loop.statistics(compiled.seconds, compiled.memory)
             if loop.state is not None:
+                end = fingerprint(sharding.local(loop.state).train.params)
+                stats = dataclasses.replace(stats, fingerprints=[(start, end)])
                 self._commit(loop.state, plan, options, stats.steps)
             if stats.steps:
                 self._history.append(stats)

@@ -2,10 +2,25 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import jax
 import numpy as np
+
+
+def fingerprint(params: Any) -> float:
+    """The sum of squares of every parameter in ``params`` (any pytree of arrays), correctly rounded in float64.
+
+    Each square is rounded once (exact for float32 values: 48 significant bits of float64's 53) and
+    ``math.fsum`` rounds their exact sum once, so the value depends on the parameters' values alone, not on
+    their order or layout: the same parameters give the same value to the bit, and parameters that differ give
+    another value except by a coincidence of their norms.
+    """
+    leaves = [np.asarray(leaf, np.float64).ravel() for leaf in jax.tree.leaves(params)]
+    return math.fsum(np.square(np.concatenate(leaves)).tolist()) if leaves else 0.0
 
 
 @dataclass
@@ -18,7 +33,9 @@ class Statistics:
     update measured over each synchronisation window; ``run_cpu_seconds`` is the
     process's CPU time (all its threads) over the same span as ``run_seconds``, which
     other processes sharing the cores do not lengthen; ``phases`` are the first
-    epoch of each solve() call; ``memory`` holds the compiled update's
+    epoch of each solve() call; ``fingerprints`` per solve() call the :func:`fingerprint` of the parameters its
+    first update started from and of those it ended with (what the next call should start from), so a call
+    that starts anywhere else shows; ``memory`` holds the compiled update's
     ``temp_bytes``/``argument_bytes``/``output_bytes`` and ``peak_bytes`` where the
     device reports it.
     """
@@ -33,6 +50,7 @@ class Statistics:
     step_seconds: np.ndarray = field(default_factory=lambda: np.zeros(0))
     memory: dict[str, int] = field(default_factory=dict)
     phases: list[int] = field(default_factory=list)
+    fingerprints: list[tuple[float, float]] = field(default_factory=list)
 
     @property
     def total_loss(self) -> np.ndarray:
@@ -83,6 +101,7 @@ class Statistics:
             step_seconds=np.concatenate([p.step_seconds for p in parts]),
             memory=memory,
             phases=[e for p in parts for e in p.phases],
+            fingerprints=[f for p in parts for f in p.fingerprints],
         )
 
     # -- persistence -------------------------------------------------------------
@@ -92,7 +111,8 @@ class Statistics:
                   "total_loss": self.total_loss}
         arrays.update({f"lr/{m}": v for m, v in self.lr.items()})
         meta = {"names": self.names, "compile_seconds": self.compile_seconds, "run_seconds": self.run_seconds,
-                "run_cpu_seconds": self.run_cpu_seconds, "memory": self.memory, "phases": self.phases}
+                "run_cpu_seconds": self.run_cpu_seconds, "memory": self.memory, "phases": self.phases,
+                "fingerprints": [list(f) for f in self.fingerprints]}
         np.savez(path, meta=np.array(json.dumps(meta)), **arrays)
         return self
 
@@ -104,7 +124,8 @@ class Statistics:
             return Statistics(names=meta["names"], losses=data["losses"], epoch=data["epoch"], lr=lr,
                               compile_seconds=meta["compile_seconds"], run_seconds=meta["run_seconds"],
                               run_cpu_seconds=meta.get("run_cpu_seconds", 0.0),
-                              step_seconds=data["step_seconds"], memory=meta["memory"], phases=meta["phases"])
+                              step_seconds=data["step_seconds"], memory=meta["memory"], phases=meta["phases"],
+                              fingerprints=[tuple(f) for f in meta.get("fingerprints", [])])
 
     # -- figure --------------------------------------------------------------------
     def plot(self, path: str | Path) -> "Statistics":

@@ -77,6 +77,10 @@ def test_statistics_save_load_round_trip_and_plot(tmp_path):
     # The timings are the two calls' sums (the same float additions, so exact) and survive the round trip.
     for field in ("compile_seconds", "run_seconds", "run_cpu_seconds"):
         assert getattr(history, field) == sum(getattr(call, field) for call in calls) == getattr(loaded, field)
+    # per call, the parameters it started from and ended with: the second starts where the first ended, to the bit
+    (first_start, first_end), (second_start, second_end) = history.fingerprints
+    assert second_start == first_end != first_start and second_end == crux.stats.fingerprint(solver.params)
+    assert loaded.fingerprints == history.fingerprints
     assert history.plot(tmp_path / contract.HISTORY_PLOT) is history
     assert (tmp_path / contract.HISTORY_PLOT).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

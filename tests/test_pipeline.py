@@ -25,7 +25,7 @@ from omegaconf.errors import ConfigKeyError
 
 from crux.pipeline import config
 from crux.pipeline.config import CONFIG_PACKAGE
-from crux.stats import Statistics
+from crux.stats import Statistics, fingerprint
 from crux.commands.sweep import available, check_claims
 from crux.tracking import contract
 from crux.tracking.history import history_series, thinned
@@ -158,7 +158,8 @@ def test_phases_run_on_one_solver_with_their_own_optimizers(store):
     np.testing.assert_allclose(lr[6:9], 5e-5, rtol=1e-6)
     np.testing.assert_allclose(lr[9:], 1e-5, rtol=1e-6)
     local = Path(client.download_artifacts(run.info.run_id, "", str(store / "artifacts")))
-    assert Statistics.load(local / contract.STATS).phases == [0, 6, 9]
+    stats = Statistics.load(local / contract.STATS)
+    assert stats.phases == [0, 6, 9]
     with np.load(local / contract.PARAMS) as params:
         stages = ["initial", "phase0", "phase1", "phase2", "final"]
         assert {key.split("/")[0] for key in params.files} == set(stages)
@@ -167,6 +168,9 @@ def test_phases_run_on_one_solver_with_their_own_optimizers(store):
     np.testing.assert_array_equal(snapshot["phase2"], snapshot["final"])
     for before, after in zip(stages, stages[1:4]):
         assert not np.array_equal(snapshot[before], snapshot[after]), f"{after} did not move the parameters"
+    # each phase's fingerprints: it started from the snapshot before it and ended at the one after it, to the bit
+    assert [list(pair) for pair in stats.fingerprints] == [[fingerprint(snapshot[before]), fingerprint(snapshot[after])]
+                                                           for before, after in zip(stages, stages[1:4])]
 
 
 def test_the_plan_lists_each_job_as_the_basic_sweeper_numbers_them(tmp_path):

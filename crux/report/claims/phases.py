@@ -2,9 +2,13 @@
 
 Three verdicts over every run with more than one phase:
 
-- *resume*: the loss at a phase's first epoch is evaluated on the parameters it
-  starts from, so it must lie nearer the previous epoch's loss than the loss at
-  the start of any earlier phase (where a restart would take it);
+- *resume*: the parameters a phase's first update starts from are those the
+  previous phase ended with, to the bit, judged from the fingerprints solve()
+  records of both (:func:`crux.stats.fingerprint`); where a run has none (another
+  backend), from the loss: at a phase's first epoch it is evaluated on the
+  parameters the phase starts from, so it must lie nearer the previous epoch's
+  loss than the loss at the start of any earlier phase (where a restart would
+  take it);
 - *every phase moves the parameters*: per-phase snapshots where the pipeline saves
   them (``phase<k>/...``), else the loss history of full-batch phases (a phase
   that leaves the parameters alone has a constant full-batch loss);
@@ -23,6 +27,7 @@ from crux.report.numerics import EPS, ROUNDOFF_ALLOWANCE, history_difference
 from crux.report.pairing import first, run_ids, settings
 from crux.report.records import RunRecord, UnreadableArtifact
 from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt, not_in_sweep
+from crux.stats import fingerprint
 from crux.tracking.contract import PARAMS
 
 RESUMES = Claim("Call solve() multiple times with different optimisers or schedules. The solver resumes from where it "
@@ -33,6 +38,10 @@ SWITCHES = Claim("Multi-Phase Training [...] Call solve() multiple times with di
 FRESH_OPTIMIZER = Claim("A phase that sets an optimizer or a schedule (.optimizer() or .scale()) starts a fresh "
                         "optimizer state whose schedule counts from 0; a phase that sets neither continues the "
                         "previous state and schedule", "phases-fresh-optimizer")
+FINGERPRINT_ORIGIN = ("crux.stats.fingerprint, recorded by solve() from the parameters its first update starts from "
+                      "and those it ends with: each square rounded once and their sum once (math.fsum), a function "
+                      "of the parameters' values alone, so a phase that starts where the last ended gives the same "
+                      "value to the bit")
 JUMP_ORIGIN = ("measured on the run itself: the loss at a phase's first epoch is evaluated on the parameters it "
                "starts from, so a resumed phase starts next to the previous epoch's loss and a restarted one next to "
                "the loss of the start it went back to")
@@ -70,46 +79,100 @@ def check_phases(records: list[RunRecord]) -> list[Verdict]:
 
 
 def _resume(runs: list[RunRecord]) -> Verdict:
-    test = ("at every phase boundary b: |log L[b] - log L[b-1]| (L = loss/total) against |log L[b] - log L[s]| for "
-            "the first epoch s of every earlier phase; on mini-batches a start nearer an earlier one fails only "
-            "where the jump exceeds that distance by more than one epoch's step of log L can, from the steps in "
-            f"the phases on either side (their mean plus a Student-t prediction interval, false alarm "
-            f"{fmt(STEP_FALSE_ALARM)} per boundary)")
-    evidence, jumps, noisy, judged = {}, [], [], 0
+    test = ("at every phase boundary b, where the run recorded the parameters' fingerprints: the fingerprint of "
+            "the parameters phase b's first update started from against that of the parameters phase b-1 ended "
+            "with (relative difference); without them, |log L[b] - log L[b-1]| (L = loss/total) against "
+            "|log L[b] - log L[s]| for the first epoch s of every earlier phase, and on mini-batches a start nearer "
+            "an earlier one fails only where the jump exceeds that distance by more than one epoch's step of "
+            "log L can, from the steps in the phases on either side (their mean plus a Student-t prediction "
+            f"interval, false alarm {fmt(STEP_FALSE_ALARM)} per boundary)")
+    evidence, restarts, noisy, boundaries = {}, [], [], 0
     for run in runs:
-        log_loss = np.log(np.asarray(run.histories["loss/total"], np.float64))
-        bounds = phase_bounds(run)
-        starts = [start for start, _ in bounds]
-        for k, b in enumerate(starts[1:], start=1):
-            jump = abs(log_loss[b] - log_loss[b - 1])
-            to_start = min(abs(log_loss[b] - log_loss[s]) for s in starts[:k])
-            evidence[f"{run.label}/boundary{k}/jump"] = jump
-            evidence[f"{run.label}/boundary{k}/to_earlier_start"] = to_start
-            judged += 1
-            if jump < to_start:
-                continue
-            found = (f"{run.label} at epoch {b}: {fmt(jump)} from the previous epoch, {fmt(to_start)} from an "
-                     f"earlier start")
-            noise = _step_bound(run, log_loss, bounds[k - 1], bounds[k])
-            evidence[f"{run.label}/boundary{k}/step_bound"] = noise
-            if jump - to_start > noise:
-                jumps.append(found)
-            else:
-                noisy.append(f"{found}, within the {fmt(noise)} one epoch's loss can differ from the next's on "
-                             f"mini-batches")
-    threshold = {"boundary_jump": Threshold(min((v for k, v in evidence.items() if k.endswith("to_earlier_start")),
-                                                default=math.nan),
-                                            "jump < distance to every earlier phase start (per boundary)",
-                                            JUMP_ORIGIN)}
-    if jumps:
-        verdict, summary = FAILS, "a phase starts nearer an earlier start than where the last one ended: " + \
-            "; ".join(jumps)
+        prints = _fingerprints(run)
+        found, unsure = (_restarts(run, prints, evidence) if prints is not None else _loss_jumps(run, evidence))
+        restarts += found
+        noisy += unsure
+        boundaries += len(phase_bounds(run)) - 1
+    threshold = {}
+    if any(key.endswith("/start_vs_previous_end") for key in evidence):
+        threshold["start_vs_previous_end"] = Threshold(0.0, "== 0 at every boundary", FINGERPRINT_ORIGIN)
+    jump_distances = [v for k, v in evidence.items() if k.endswith("to_earlier_start")]
+    if jump_distances:
+        threshold["boundary_jump"] = Threshold(min(jump_distances), "jump < distance to every earlier phase start "
+                                               "(per boundary)", JUMP_ORIGIN)
+    if restarts:
+        verdict, summary = FAILS, "a phase does not start where the last one ended: " + "; ".join(restarts)
     elif noisy:
         verdict, summary = INCONCLUSIVE, "a phase's start cannot be placed beyond the batch noise: " + \
             "; ".join(noisy)
     else:
-        verdict, summary = HOLDS, f"every phase continues from where the previous one ended ({judged} boundaries)"
+        how = "the parameters' fingerprints" if all(_fingerprints(r) is not None for r in runs) else \
+            "the parameters' fingerprints where recorded, else the loss at the boundaries"
+        verdict, summary = HOLDS, (f"every phase continues from where the previous one ended ({boundaries} "
+                                   f"boundaries, judged from {how})")
     return RESUMES.verdict("phases.resume", test, verdict, summary, evidence, threshold, run_ids(runs))
+
+
+def _fingerprints(run: RunRecord) -> list[tuple[float, float]] | None:
+    """Per phase, the fingerprints of the parameters it started from and ended with (None where the run's
+    statistics do not have one pair per phase: another backend's, or a run without ``stats.npz``)."""
+    if run.stats is None or len(run.stats.fingerprints) != len(phase_bounds(run)):
+        return None
+    return run.stats.fingerprints
+
+
+def _restarts(run: RunRecord, prints: list[tuple[float, float]], evidence: dict) -> tuple[list[str], list[str]]:
+    """The boundaries where a phase's first update did not start from the parameters the last phase ended with,
+    each saying where it started instead (decisive: the real code gives the same fingerprint to the bit)."""
+    restarts = []
+    for k in range(1, len(prints)):
+        started, ended = prints[k][0], prints[k - 1][1]
+        difference = abs(started - ended) / abs(ended) if ended else abs(started)
+        evidence[f"{run.label}/boundary{k}/start_vs_previous_end"] = difference
+        if difference == 0:
+            continue
+        earlier = [j for j in range(k) if prints[j][0] == started]
+        where = f"where phase {earlier[0]} started" if earlier else "from parameters no phase started from"
+        restarts.append(f"{run.label} phase {k} started {where} (fingerprint {started!r} against {ended!r} at the "
+                        f"end of phase {k - 1}, relative difference {fmt(difference)})"
+                        + _handed_back(run, k - 1, ended))
+    return restarts, []
+
+
+def _handed_back(run: RunRecord, k: int, ended: float) -> str:
+    """Whether solve() handed back the parameters phase ``k`` ended with, from the job's snapshot after it (''
+    where the run has none)."""
+    try:
+        handed = fingerprint(run.snapshot(f"phase{k}"))
+    except (UnreadableArtifact, KeyError):
+        return ""
+    return "; the parameters handed back after phase {} {}".format(
+        k, "were those it ended with" if handed == ended else f"were not those it ended with (fingerprint {handed!r})")
+
+
+def _loss_jumps(run: RunRecord, evidence: dict) -> tuple[list[str], list[str]]:
+    """From the loss alone: the boundaries where a phase starts nearer an earlier start than where the last one
+    ended, beyond the batch noise (``jumps``), and those within it (``noisy``)."""
+    jumps, noisy = [], []
+    log_loss = np.log(np.asarray(run.histories["loss/total"], np.float64))
+    bounds = phase_bounds(run)
+    starts = [start for start, _ in bounds]
+    for k, b in enumerate(starts[1:], start=1):
+        jump = abs(log_loss[b] - log_loss[b - 1])
+        to_start = min(abs(log_loss[b] - log_loss[s]) for s in starts[:k])
+        evidence[f"{run.label}/boundary{k}/jump"] = jump
+        evidence[f"{run.label}/boundary{k}/to_earlier_start"] = to_start
+        if jump < to_start:
+            continue
+        found = f"{run.label} at epoch {b}: {fmt(jump)} from the previous epoch, {fmt(to_start)} from an earlier start"
+        noise = _step_bound(run, log_loss, bounds[k - 1], bounds[k])
+        evidence[f"{run.label}/boundary{k}/step_bound"] = noise
+        if jump - to_start > noise:
+            jumps.append(found)
+        else:
+            noisy.append(f"{found}, within the {fmt(noise)} one epoch's loss can differ from the next's on "
+                         f"mini-batches")
+    return jumps, noisy
 
 
 def _step_bound(run: RunRecord, log_loss: np.ndarray, before: tuple[int, int], after: tuple[int, int]) -> float:
