@@ -453,9 +453,9 @@ def bench_standard(plan: Plan, log, name="standard", n=1024, hidden=(64, 64, 64)
     variants: list[Variant] = [CruxVariant(crux_name(k), poisson_problem(n, hidden), k, first) for k in (1, *fused)]
     if name == "small" and steps != fused[-1] and not plan.quick:
         variants.append(CruxVariant(crux_name(steps), poisson_problem(n, hidden), steps, steps))
-    crux_reverse = f"{crux_name(fused[-1])}, laplacian_mode=reverse"
-    if "rev-rev" in forms:  # crux with the hand scan's rev-rev formulation of u''
-        variants.append(CruxVariant(crux_reverse, poisson_problem(n, hidden, "reverse"), fused[-1], first))
+    crux_reverse = lambda k: f"{crux_name(k)}, laplacian_mode=reverse"
+    if "rev-rev" in forms:  # crux with the hand scans' rev-rev formulation of u'', at each fused k
+        variants += [CruxVariant(crux_reverse(k), poisson_problem(n, hidden, "reverse"), k, first) for k in fused]
     variants += hand_survey(interior(n), (1, *hidden, 1), fused, forms)
     results = measure(variants, steps, plan.repeats, log)
     loops = [v for v in results if v.startswith("hand loop")]
@@ -471,11 +471,12 @@ def bench_standard(plan: Plan, log, name="standard", n=1024, hidden=(64, 64, 64)
     for k in fused:
         pairs[f"{crux_name(k)} / {hand_name('scan', k, SAME_AS_CRUX)}"] = (crux_name(k),
                                                                             hand_name("scan", k, SAME_AS_CRUX))
-    if crux_reverse in results:
-        k = fused[-1]
-        pairs[f"{crux_reverse} / {hand_name('scan', k, 'rev-rev')}"] = (crux_reverse, hand_name("scan", k, "rev-rev"))
-        pairs[f"fastest crux inner_steps={k} (either laplacian_mode) / fastest hand scan k={k}"] = (
-            fastest(results, [crux_name(k), crux_reverse]), best_scan[k])
+    for k in fused:
+        if crux_reverse(k) in results:
+            pairs[f"{crux_reverse(k)} / {hand_name('scan', k, 'rev-rev')}"] = (crux_reverse(k),
+                                                                                hand_name("scan", k, "rev-rev"))
+            pairs[f"fastest crux inner_steps={k} (either laplacian_mode) / fastest hand scan k={k}"] = (
+                fastest(results, [crux_name(k), crux_reverse(k)]), best_scan[k])
     return {"variants": results, "ratios": {key: rate(results, a) / rate(results, b) for key, (a, b) in pairs.items()},
             "paired": {key: paired_ratio(results, a, b) for key, (a, b) in pairs.items()},
             "fused": list(fused),
