@@ -5,7 +5,7 @@
     python scripts/bench.py --quick                          # smoke run, under a minute
     python scripts/bench.py --problems standard,small --out bench-out --mlflow
     python scripts/bench.py --jno jno.json                   # merge the column of scripts/bench_jno.sh
-    python scripts/bench.py --readme                         # README.md's speed table from this commit (~25 min)
+    python scripts/bench.py --readme                         # README.md's speed table from this commit (~10 min)
 
 Reference problems: -u'' = pi^2 sin(pi x) on [0, 1] with u = x(1-x) N(x), N a tanh MLP, Adam 1e-3.
 
