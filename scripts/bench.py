@@ -747,7 +747,7 @@ def readme_block(report: dict, gpu: dict[str, str], kept: list[str]) -> list[str
     """The README's speed table from ``report``: a line that says when, on what and from which commit, then the
     rows; ``gpu`` holds each label's GPU cell as measured, ``kept`` the rows this script does not measure."""
     env = report["environment"]
-    lines = [README_BEGIN, f"CPU column: `{report['command']}`, {env['summary']}. Ratios against hand-written "
+    lines = [README_BEGIN, f"CPU column: `{without_out(report['command'])}`, {env['summary']}. Ratios against hand-written "
              f"JAX: the median of the round-by-round ratios, their range in brackets; against jNO (timed in its own "
              f"process): the ratio of the medians.", "", *README_HEADER]
     for label, (name, kind, goal) in README_ROWS.items():
@@ -755,6 +755,12 @@ def readme_block(report: dict, gpu: dict[str, str], kept: list[str]) -> list[str
             lines.append(f"| {label} | {readme_cell(report['problems'][name], kind)} | "
                          f"{gpu.get(label, 'not run')} | {goal} |")
     return lines + kept + [README_END]
+
+
+def without_out(command: str) -> str:
+    """``command`` without its ``--out FOLDER``: where the run wrote its files changes no figure, and a
+    scratch folder's path has no place in the README."""
+    return re.sub(r" --out(=| )\S+", "", command)
 
 
 def readme_table(text: str) -> tuple[list[str], dict[str, str], list[str]]:
