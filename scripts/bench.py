@@ -747,9 +747,9 @@ def readme_block(report: dict, gpu: dict[str, str], kept: list[str]) -> list[str
     """The README's speed table from ``report``: a line that says when, on what and from which commit, then the
     rows; ``gpu`` holds each label's GPU cell as measured, ``kept`` the rows this script does not measure."""
     env = report["environment"]
-    lines = [README_BEGIN, f"CPU column: `{without_out(report['command'])}`, {env['summary']}. Ratios against hand-written "
-             f"JAX: the median of the round-by-round ratios, their range in brackets; against jNO (timed in its own "
-             f"process): the ratio of the medians.", "", *README_HEADER]
+    lines = [README_BEGIN, f"CPU column: `{without_out(report['command'])}`, {env['summary']}. Ratios against "
+             f"hand-written JAX: the median of the round-by-round ratios, their range in brackets; against jNO "
+             f"(timed in its own process): the ratio of the medians.", "", *README_HEADER]
     for label, (name, kind, goal) in README_ROWS.items():
         if name in report["problems"]:
             lines.append(f"| {label} | {readme_cell(report['problems'][name], kind)} | "
