@@ -176,18 +176,17 @@ class Crux:
         return tuple(entries)
 
     def _plan(self, options: Options, entries: tuple[Entry, ...]) -> Plan:
-        """The compiled call's static part. A call of several updates checks each update's loss and the
-        parameters it leaves, and a failing window is replayed with every update checked (see
-        :class:`crux.engine.Plan`); a call of one update checks it fully, and so do offloaded calls,
-        whose streamed batches are not kept for a replay (a window could hold thousands)."""
+        """The compiled call's static part. A call checks each update's loss and the parameters it leaves,
+        and a failing window is replayed with every update checked (see :class:`crux.engine.Plan`), also
+        at one update a call, where the full check would make every update wait for a reduction over the
+        new parameters before it is kept. Offloaded calls check every update, as their streamed batches
+        are not kept for a replay (a window could hold thousands)."""
         stream = PointStream(tuple(c.size for c in self.constraints), options.batchsize, options.accumulation_steps,
                              options.devices)
         layouts = {name: Layout.of(m.params, m.trains_flat) for name, m in self.models.items()}
         transforms = {n: self.models[n].transform(n) for e in entries for n in e.models}
-        steps_per_call = options.inner_steps * sum(e.steps for e in entries)
-        replayable = steps_per_call > 1 and not options.offload_data
         return Plan(tuple(self.constraints), self.models, layouts, transforms, entries, stream, options.inner_steps,
-                    options.checkpoint_gradients, options.offload_data, check_updates=not replayable,
+                    options.checkpoint_gradients, options.offload_data, check_updates=options.offload_data,
                     record_slots=record_slots(options.inner_steps, self.machinery.record_rows),
                     primitives=self.machinery.primitives)
 

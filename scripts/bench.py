@@ -5,7 +5,7 @@
     python scripts/bench.py --quick                          # smoke run, under a minute
     python scripts/bench.py --problems standard,small --out bench-out --mlflow
     python scripts/bench.py --jno jno.json                   # merge the column of scripts/bench_jno.sh
-    python scripts/bench.py --readme                         # README.md's speed table from this commit (~25 min)
+    python scripts/bench.py --readme                         # README.md's speed table from this commit (~10 min)
 
 Reference problems: -u'' = pi^2 sin(pi x) on [0, 1] with u = x(1-x) N(x), N a tanh MLP, Adam 1e-3.
 
@@ -453,9 +453,9 @@ def bench_standard(plan: Plan, log, name="standard", n=1024, hidden=(64, 64, 64)
     variants: list[Variant] = [CruxVariant(crux_name(k), poisson_problem(n, hidden), k, first) for k in (1, *fused)]
     if name == "small" and steps != fused[-1] and not plan.quick:
         variants.append(CruxVariant(crux_name(steps), poisson_problem(n, hidden), steps, steps))
-    crux_reverse = f"{crux_name(fused[-1])}, laplacian_mode=reverse"
-    if "rev-rev" in forms:  # crux with the hand scan's rev-rev formulation of u''
-        variants.append(CruxVariant(crux_reverse, poisson_problem(n, hidden, "reverse"), fused[-1], first))
+    crux_reverse = lambda k: f"{crux_name(k)}, laplacian_mode=reverse"
+    if "rev-rev" in forms:  # crux with the hand scans' rev-rev formulation of u'', at each fused k
+        variants += [CruxVariant(crux_reverse(k), poisson_problem(n, hidden, "reverse"), k, first) for k in fused]
     variants += hand_survey(interior(n), (1, *hidden, 1), fused, forms)
     results = measure(variants, steps, plan.repeats, log)
     loops = [v for v in results if v.startswith("hand loop")]
@@ -471,11 +471,12 @@ def bench_standard(plan: Plan, log, name="standard", n=1024, hidden=(64, 64, 64)
     for k in fused:
         pairs[f"{crux_name(k)} / {hand_name('scan', k, SAME_AS_CRUX)}"] = (crux_name(k),
                                                                             hand_name("scan", k, SAME_AS_CRUX))
-    if crux_reverse in results:
-        k = fused[-1]
-        pairs[f"{crux_reverse} / {hand_name('scan', k, 'rev-rev')}"] = (crux_reverse, hand_name("scan", k, "rev-rev"))
-        pairs[f"fastest crux inner_steps={k} (either laplacian_mode) / fastest hand scan k={k}"] = (
-            fastest(results, [crux_name(k), crux_reverse]), best_scan[k])
+    for k in fused:
+        if crux_reverse(k) in results:
+            pairs[f"{crux_reverse(k)} / {hand_name('scan', k, 'rev-rev')}"] = (crux_reverse(k),
+                                                                                hand_name("scan", k, "rev-rev"))
+            pairs[f"fastest crux inner_steps={k} (either laplacian_mode) / fastest hand scan k={k}"] = (
+                fastest(results, [crux_name(k), crux_reverse(k)]), best_scan[k])
     return {"variants": results, "ratios": {key: rate(results, a) / rate(results, b) for key, (a, b) in pairs.items()},
             "paired": {key: paired_ratio(results, a, b) for key, (a, b) in pairs.items()},
             "fused": list(fused),
@@ -746,14 +747,20 @@ def readme_block(report: dict, gpu: dict[str, str], kept: list[str]) -> list[str
     """The README's speed table from ``report``: a line that says when, on what and from which commit, then the
     rows; ``gpu`` holds each label's GPU cell as measured, ``kept`` the rows this script does not measure."""
     env = report["environment"]
-    lines = [README_BEGIN, f"CPU column: `{report['command']}`, {env['summary']}. Ratios against hand-written "
-             f"JAX: the median of the round-by-round ratios, their range in brackets; against jNO (timed in its own "
-             f"process): the ratio of the medians.", "", *README_HEADER]
+    lines = [README_BEGIN, f"CPU column: `{without_out(report['command'])}`, {env['summary']}. Ratios against "
+             f"hand-written JAX: the median of the round-by-round ratios, their range in brackets; against jNO "
+             f"(timed in its own process): the ratio of the medians.", "", *README_HEADER]
     for label, (name, kind, goal) in README_ROWS.items():
         if name in report["problems"]:
             lines.append(f"| {label} | {readme_cell(report['problems'][name], kind)} | "
                          f"{gpu.get(label, 'not run')} | {goal} |")
     return lines + kept + [README_END]
+
+
+def without_out(command: str) -> str:
+    """``command`` without its ``--out FOLDER``: where the run wrote its files changes no figure, and a
+    scratch folder's path has no place in the README."""
+    return re.sub(r" --out(=| )\S+", "", command)
 
 
 def readme_table(text: str) -> tuple[list[str], dict[str, str], list[str]]:

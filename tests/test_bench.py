@@ -76,6 +76,13 @@ def test_the_readme_speed_table_has_the_rows_and_the_commit_line_the_bench_write
                 assert re.fullmatch(rf"{number} one update a call; {number} fused ×10; {number} fused ×100", cpu)
 
 
+@pytest.mark.parametrize("out", [" --out /tmp/bench-out", " --out=/tmp/bench-out"])
+def test_the_readme_names_the_command_without_the_folder_the_run_wrote_to(out):
+    report = {**_report(1.0), "command": f"python scripts/bench.py --readme{out}"}
+    line = bench.readme_block(report, {}, [])[1]
+    assert line.startswith("CPU column: `python scripts/bench.py --readme`, 2026-12-03 10:00 UTC")
+
+
 def test_the_bench_rewrites_the_cpu_column_and_keeps_the_gpu_column_and_the_rows_it_does_not_measure(tmp_path):
     readme = tmp_path / "README.md"
     text = bench.README.read_text()

@@ -85,9 +85,11 @@ def test_diverging_update_stops_at_the_same_update_fused_or_not_and_keeps_finite
     assert stopped[0] == stopped[1] and stopped[1] % 10  # inside a fused call, not at its end
 
 
-def test_the_fast_calls_compute_what_fully_checked_calls_compute():
-    """Fast calls keep or drop an update on its loss alone; on a finite run that drops nothing, so they give
-    the numbers of calls that also check every update's parameters (the program a failing window replays)."""
+@pytest.mark.parametrize("inner_steps", [1, 10])
+def test_the_fast_calls_compute_what_fully_checked_calls_compute(inner_steps):
+    """Fast calls keep or drop an update on its loss alone, also at one update a call; on a finite run that drops
+    nothing, so they give the numbers of calls that also check every update's parameters (the program a failing
+    window replays)."""
     results, checked = [], []
 
     def checked_call(plan):
@@ -97,7 +99,7 @@ def test_the_fast_calls_compute_what_fully_checked_calls_compute():
         problem = poisson(optax.adam, lr=1e-2)
         if check_updates:
             problem.solver().machinery = Machinery(make_call=checked_call)
-        stats = problem.solver().solve(40, batchsize=32, inner_steps=10)
+        stats = problem.solver().solve(40, batchsize=32, inner_steps=inner_steps)
         results.append((flat(problem.solver().params), stats.total_loss))
     assert checked == [False]
     np.testing.assert_array_equal(results[0][0], results[1][0])
@@ -114,17 +116,19 @@ def nan_update_at(step: int) -> optax.GradientTransformation:
                                         update)
 
 
-@pytest.mark.parametrize("offload", [False, True], ids=["device", "offload"])
-def test_a_non_finite_update_inside_a_fused_call_is_found_by_the_replay(offload):
+@pytest.mark.parametrize("offload, inner_steps", [(False, 10), (False, 1), (True, 10)],
+                         ids=["device", "device-one-update-a-call", "offload"])
+def test_a_non_finite_update_is_found_by_the_replay(offload, inner_steps):
     """Update 13 is NaN after a finite loss. On the device the fast call applies it and only its end check sees it,
-    and the replay stops at epoch 13 with the parameters of 12; streamed batches are checked at every update
-    instead (no window of them is kept), with the same result."""
+    and the replay of the window stops at epoch 13 with the parameters of 12 (one update a call: the window's
+    calls after a copy of the state at its start); streamed batches are checked at every update instead (no
+    window of them is kept), with the same result."""
     problem = poisson()
     problem.models["u"].optimizer(nan_update_at(13))
     solver = problem.solver()
     with pytest.raises(FloatingPointError, match=r"the update made the parameters non-finite \(loss .*\) at "
                                                  r"epoch 13;"):
-        solver.solve(40, batchsize=64, inner_steps=10, offload_data=offload)
+        solver.solve(40, batchsize=64, inner_steps=inner_steps, offload_data=offload)
     reference = poisson()
     reference.models["u"].optimizer(nan_update_at(13))
     reference.solver().solve(13, batchsize=64, inner_steps=13, offload_data=offload)
