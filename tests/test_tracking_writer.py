@@ -2,6 +2,7 @@
 the reason when a write fails, and the process ends only after its writer is done."""
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import threading
@@ -139,3 +140,24 @@ def test_a_job_process_ends_only_after_its_writer_is_done(store):
     assert job.wait(120) == 0
     assert client.get_run(run_id).info.status == contract.FINISHED
     assert {artifact.path for artifact in client.list_artifacts(run_id)} == ARTIFACTS
+
+
+def test_a_task_that_fails_with_a_password_in_its_error_is_logged_in_one_masked_line(caplog, capfd):
+    """A task's error (and the error it was raised from) naming a store URI with its password: the writer logs
+    one line saying what failed, the password masked, and no traceback that would show the cause unmasked."""
+    password = "s3cret-Passw0rd"
+
+    def connect() -> None:
+        try:
+            raise ConnectionError(f"could not reach http://alice:{password}@tracking.example:5000")
+        except ConnectionError as cause:
+            raise RuntimeError(f"opening postgresql://mlflow:{password}@db.example/mlflow failed") from cause
+
+    writer = Writer()
+    with caplog.at_level(logging.ERROR, logger="crux.tracking.writer"):
+        writer.submit(connect)
+        writer.drain()
+    assert password not in caplog.text and password not in "".join(capfd.readouterr())
+    [record] = [record for record in caplog.records if record.name == "crux.tracking.writer"]
+    assert record.exc_info is None and "\n" not in record.getMessage()
+    assert "postgresql://mlflow:***@db.example/mlflow failed" in record.getMessage()

@@ -18,6 +18,9 @@ import queue
 import threading
 from typing import Callable
 
+from crux.failures import failure_line
+from crux.tracking.secrets import masked
+
 log = logging.getLogger(__name__)
 
 Task = Callable[[], None]
@@ -32,8 +35,8 @@ class Writer:
         self._lock = threading.Lock()
 
     def submit(self, task: Task) -> None:
-        """Run ``task`` after those handed over before it. An exception it lets out is logged, nothing more:
-        a task records its own failures where they belong."""
+        """Run ``task`` after those handed over before it. An exception it lets out is logged in one line, any
+        credential in it masked, nothing more: a task records its own failures where they belong."""
         with self._lock:
             if self._thread is None:
                 # daemon: a thread blocked on a dead store must not hold the process past its exit handlers,
@@ -51,8 +54,9 @@ class Writer:
             task = self._tasks.get()
             try:
                 task()
-            except Exception:  # noqa: BLE001 - the thread must outlive a task's unforeseen error
-                log.exception("a background tracking write failed")
+            except Exception as error:  # noqa: BLE001 - the thread must outlive a task's unforeseen error
+                # one masked line, no traceback: a store URI with its password can be in the error's frames
+                log.error("a background tracking write failed: %s", masked(failure_line(error)))
             finally:
                 self._tasks.task_done()
 
