@@ -10,9 +10,14 @@ The store's requests and ``history.png`` are handed to the process's writer
 (:mod:`crux.tracking.writer`) in order: the params while the job trains, the
 results and the closing once it has trained. A job of a sweep that runs its jobs
 one after another in its own process (Hydra's basic launcher) returns at once,
-and its next job trains while the writer works; any other job waits for the
-writer before it returns. Such a sweep's next run is created by the writer too,
-behind the previous job's writes: a write that meets a store fault records it in
+and its next job trains while the writer works; a job of a crux sweep whose
+launcher runs it in another process (joblib, Ray, submitit) has its writer
+create its run and write its params while it trains, and hands the rest to the
+sweep's process (:mod:`crux.tracking.handover`); any other job (a lone crux-run)
+waits for the writer before it returns. A sweep's job reads nothing from the
+store before it trains: the sweep hands its destination down. In a sweep of
+the basic launcher the next run is created by the writer behind the previous
+job's writes: a write that meets a store fault records it in
 the sweep's folder, and no run is created, nor any write attempted, after it
 (the sweep ends with that fault's line). The run closes FINISHED only after
 every write succeeded; a write that fails closes it FAILED with the reason. What
