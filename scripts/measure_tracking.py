@@ -48,8 +48,9 @@ if __name__ == "__main__":  # Hydra instantiates the callback by this module's n
 TIMING_FILE = "tracking_seconds.json"
 WRITER = "writer"
 """The key of the parts that the background writer ran (with the basic launcher, beside the next job)."""
-FIRST_IMPORTS = {"run create": "mlflow.store.tracking.sqlalchemy_store", HISTORY_PLOT: "matplotlib.figure"}
-"""A part's label -> the module its first use imports (timed apart, once a process)."""
+FIRST_IMPORTS = {"create_run": "mlflow.store.tracking.sqlalchemy_store", HISTORY_PLOT: "matplotlib.figure"}
+"""A part's label -> the module its first use imports (timed apart, once a process): the store's in the writer,
+which creates a sweep job's run while the job trains (a lone crux-run opens the store in "run create")."""
 
 
 def _parts() -> dict[str, tuple[Any, str]]:

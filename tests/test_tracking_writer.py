@@ -2,18 +2,21 @@
 the reason when a write fails, and the process ends only after its writer is done."""
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
 from crux.tracking import contract
 from crux.tracking.faults import FAULT_FILE, StoreFault, recorded_fault
-from crux.tracking.job import JobRun, WriteFailed, unwritten_jobs
+from crux.tracking.handover import RESULTS, Pickup, handed_over
+from crux.tracking.job import JobRun, OpenedOnFirstUse, WriteFailed, unwritten_jobs
 from crux.tracking.writer import Writer
 from writer_run import ARTIFACTS, EPOCHS, Upload, finish_a_job
 
@@ -139,3 +142,93 @@ def test_a_job_process_ends_only_after_its_writer_is_done(store):
     assert job.wait(120) == 0
     assert client.get_run(run_id).info.status == contract.FINISHED
     assert {artifact.path for artifact in client.list_artifacts(run_id)} == ARTIFACTS
+
+
+def test_a_task_that_fails_with_a_password_in_its_error_is_logged_in_one_masked_line(caplog, capfd):
+    """A task's error (and the error it was raised from) naming a store URI with its password: the writer logs
+    one line saying what failed, the password masked, and no traceback that would show the cause unmasked."""
+    password = "s3cret-Passw0rd"
+
+    def connect() -> None:
+        try:
+            raise ConnectionError(f"could not reach http://alice:{password}@tracking.example:5000")
+        except ConnectionError as cause:
+            raise RuntimeError(f"opening postgresql://mlflow:{password}@db.example/mlflow failed") from cause
+
+    writer = Writer()
+    with caplog.at_level(logging.ERROR, logger="crux.tracking.writer"):
+        writer.submit(connect)
+        writer.drain()
+    assert password not in caplog.text and password not in "".join(capfd.readouterr())
+    [record] = [record for record in caplog.records if record.name == "crux.tracking.writer"]
+    assert record.exc_info is None and "\n" not in record.getMessage()
+    assert "postgresql://mlflow:***@db.example/mlflow failed" in record.getMessage()
+
+
+def hand_over_a_job(client: MlflowClient, run_id: str, sweep_dir: Path, job: int = 3) -> int:
+    """A job of a parallel launcher's worker that trained and handed its results over; the time it ended (ms)."""
+    with JobRun(client, run_id, "default", 0, sweep_dir, overlap=True, writer=Writer(), job=job,
+                hands_over=True) as run:
+        finish_a_job(run)
+    return int(time.time() * 1000)
+
+
+def take_over(client: MlflowClient, sweep_dir: Path) -> Writer:
+    """The sweep's driver: every result left in ``sweep_dir`` taken over, its writer drained."""
+    driver = Writer()
+    Pickup(sweep_dir, lambda results, artifacts: JobRun.taken_over(client, sweep_dir, results, artifacts,
+                                                                   writer=driver)).start().stop()
+    driver.drain()
+    return driver
+
+
+def test_a_job_that_hands_its_results_over_is_closed_finished_by_the_driver_with_all_of_them(store, tmp_path):
+    """The job writes no history and leaves its run open; the driver writes every epoch, the artifacts and the
+    summary, and closes the run FINISHED at the job's end."""
+    client, run_id = store
+    ended = hand_over_a_job(client, run_id, tmp_path)
+    assert client.get_run(run_id).info.status == contract.RUNNING
+    assert client.get_metric_history(run_id, "loss/total") == []
+    assert (handed_over(tmp_path) / "3" / RESULTS).is_file()
+    take_over(client, tmp_path)
+    run = client.get_run(run_id)
+    assert run.info.status == contract.FINISHED and run.info.end_time <= ended
+    losses = np.geomspace(1.0, 1e-3, EPOCHS).astype(np.float32)  # finish_a_job's history, float32 as stored
+    history = sorted(client.get_metric_history(run_id, "loss/total"), key=lambda metric: metric.step)
+    assert [metric.step for metric in history] == list(range(EPOCHS))
+    np.testing.assert_array_equal([metric.value for metric in history], losses.astype(np.float64))
+    assert {artifact.path for artifact in client.list_artifacts(run_id)} == ARTIFACTS
+    assert run.data.metrics["run_seconds"] == 1.0 and run.data.tags[contract.HISTORY_POINTS] == f"{EPOCHS} of {EPOCHS}"
+    assert list(handed_over(tmp_path).iterdir()) == []
+
+
+def test_a_write_that_fails_in_the_driver_closes_the_run_failed_and_the_job_unfinished(store, tmp_path):
+    client, run_id = store
+    hand_over_a_job(client, run_id, tmp_path)
+    take_over(Upload(client, disk_full), tmp_path)
+    run = client.get_run(run_id)
+    assert run.info.status == "FAILED"
+    assert run.data.tags["crux.error_message"].startswith(
+        "writing the artifacts failed: OSError: No space left on device")
+    assert unwritten_jobs(tmp_path) == {3}
+
+
+def test_results_that_cannot_be_left_for_the_driver_are_written_by_the_job(store, tmp_path):
+    client, run_id = store
+    sweep_dir = tmp_path / "not-a-folder"
+    sweep_dir.write_text("")  # its results' folder cannot be made in it
+    hand_over_a_job(client, run_id, sweep_dir)
+    run = client.get_run(run_id)
+    assert run.info.status == contract.FINISHED
+    assert len(client.get_metric_history(run_id, "loss/total")) == EPOCHS
+    assert {artifact.path for artifact in client.list_artifacts(run_id)} == ARTIFACTS
+
+
+def test_a_client_opened_on_first_use_opens_the_store_only_then(tmp_path):
+    """A job's client does not touch the store when made (a folder that does not exist yet is no error then);
+    its first request opens it."""
+    uri = f"sqlite:///{tmp_path / 'later' / 'mlflow.db'}"
+    client = OpenedOnFirstUse(uri)
+    assert client.tracking_uri == uri and not (tmp_path / "later").exists()
+    (tmp_path / "later").mkdir()
+    assert client.search_experiments()[0].name == "Default"

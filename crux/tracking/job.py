@@ -10,9 +10,14 @@ The store's requests and ``history.png`` are handed to the process's writer
 (:mod:`crux.tracking.writer`) in order: the params while the job trains, the
 results and the closing once it has trained. A job of a sweep that runs its jobs
 one after another in its own process (Hydra's basic launcher) returns at once,
-and its next job trains while the writer works; any other job waits for the
-writer before it returns. Such a sweep's next run is created by the writer too,
-behind the previous job's writes: a write that meets a store fault records it in
+and its next job trains while the writer works; a job of a crux sweep whose
+launcher runs it in another process (joblib, Ray, submitit) has its writer
+create its run and write its params while it trains, and hands the rest to the
+sweep's process (:mod:`crux.tracking.handover`); any other job (a lone crux-run)
+waits for the writer before it returns. A sweep's job reads nothing from the
+store before it trains: the sweep hands its destination down. In a sweep of
+the basic launcher the next run is created by the writer behind the previous
+job's writes: a write that meets a store fault records it in
 the sweep's folder, and no run is created, nor any write attempted, after it
 (the sweep ends with that fault's line). The run closes FINISHED only after
 every write succeeded; a write that fails closes it FAILED with the reason. What
@@ -24,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -52,13 +58,14 @@ from crux.tracking.descriptions import job_description
 from crux.tracking.environment import environment
 from crux.tracking.faults import (PatientClient, StoreFault, record_fault, recorded_fault, set_retry_budget,
                                   store_retrying)
+from crux.tracking.handover import Results, hand_over
 from crux.tracking.history import history_series, log_history, thinned
 from crux.tracking.interrupt import deferred, signal_name
 from crux.tracking.liveness import Heartbeat, process_tags
 from crux.tracking.secrets import masked
 from crux.tracking.space import NoRoom, check_room
-from crux.tracking.store import (PARENT_RUN, TRACKING_URI, Destination, ensure_experiment, experiment_name,
-                                 tracking_uri, writable_store)
+from crux.tracking.store import (DESTINATION, PARENT_RUN, TRACKING_URI, Destination, ensure_experiment,
+                                 experiment_name, tracking_uri, writable_store)
 from crux.tracking.writer import Writer, process_writer
 
 log = logging.getLogger(__name__)
@@ -157,6 +164,23 @@ def _sweep_destination(client: MlflowClient, uri: str, parent_run_id: str) -> De
     return _destinations[key]
 
 
+class OpenedOnFirstUse:
+    """A store client (:class:`crux.tracking.faults.PatientClient`) for ``tracking_uri`` that opens the store
+    on its first request: MLflow opens a SQL store (imports, engine, schema check) when a client is made, which
+    a job whose writer makes the requests would otherwise wait for before it trains."""
+
+    def __init__(self, tracking_uri: str):
+        self.tracking_uri = tracking_uri
+        self._client: PatientClient | None = None
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        with self._lock:
+            if self._client is None:
+                self._client = PatientClient(MlflowClient(self.tracking_uri))
+        return getattr(self._client, name)
+
+
 def _artifact_location(client: MlflowClient, experiment_id: str) -> str:
     """The experiment's artifact location, read once a process."""
     key = (client.tracking_uri, experiment_id)
@@ -175,15 +199,21 @@ class JobRun:
     (:mod:`crux.tracking.liveness`). The writes go through ``writer`` (the
     process's by default); with ``overlap``, the run is created by the writer
     (``run`` is then the request that creates it, returning its id), and a job
-    that ends well hands its run's closing to the writer and goes on; else
-    leaving waits for the writer and raises :class:`WriteFailed` when a write
-    failed.
+    that ends well hands its run's closing to the writer and goes on; with
+    ``hands_over`` too, it waits for the writer (its run's creation and params,
+    done while it trained) and leaves the rest of its results to its sweep's
+    driver (:mod:`crux.tracking.handover`, :meth:`taken_over`); else leaving
+    waits for the writer. Leaving raises :class:`WriteFailed` when a write it
+    waited for failed.
     """
 
     def __init__(self, client: MlflowClient, run: str | Callable[[], str], variant: str, repeat: int,
                  sweep_dir: Path | None = None, history_points: int | None = None, overlap: bool = False,
-                 writer: Writer | None = None, job: int | None = None, artifact_location: str | None = None):
+                 writer: Writer | None = None, job: int | None = None, artifact_location: str | None = None,
+                 hands_over: bool = False):
         self.client, self.variant, self.repeat, self.job = client, variant, repeat, job
+        self.hands_over = hands_over and overlap and sweep_dir is not None and job is not None
+        self._results: tuple[Results, Statistics, Mapping[str, float]] | None = None  # what it hands over
         self.artifact_location = artifact_location  # the experiment's artifact folder, where known
         self.sweep_dir = sweep_dir
         self.history_points = history_points  # per series sent as metrics; None: every epoch
@@ -205,19 +235,26 @@ class JobRun:
     def start(cls, cfg: DictConfig) -> "JobRun":
         """The job's run, opened in the store and under the parent run that its multirun handed over (in the
         job's environment: :mod:`crux.tracking.multirun`), else a run of its own. A job of a sweep that runs
-        in the sweep's own process (Hydra's basic launcher) overlaps its writes with the next job."""
+        in the sweep's own process (Hydra's basic launcher) overlaps its writes with the next job; a job of a
+        crux sweep that runs in a process of its launcher's hands its results over to the sweep's driver. Either
+        opens the store in its writer, while it trains."""
         hydra = HydraConfig.get()
         multirun = hydra.mode == RunMode.MULTIRUN
         parent = os.environ.get(PARENT_RUN) if multirun else None
         set_retry_budget(cfg.tracking.retry_seconds)
         sweep_dir = Path(hydra.sweep.dir) if parent else None
-        overlap = multirun and hydra.launcher._target_.endswith(".BasicLauncher")
+        in_sweep_process = multirun and hydra.launcher._target_.endswith(".BasicLauncher")
+        hands_over = parent is not None and not in_sweep_process
+        overlap = in_sweep_process or hands_over
         if overlap and store_retrying():  # the previous job's write waits for the store: this job waits for it
             process_writer().drain()
         fault = recorded_fault(sweep_dir)
         if fault is not None:  # an earlier job of the sweep waited for the store in vain: this one would too
             raise StoreFault(f"not started: {fault['message']}")
-        if parent:
+        if parent and DESTINATION in os.environ:
+            client = OpenedOnFirstUse(os.environ[TRACKING_URI])
+            where = Destination.from_handed_down(os.environ[DESTINATION])
+        elif parent:
             client = PatientClient(MlflowClient(os.environ[TRACKING_URI]))
             where = _sweep_destination(client, os.environ[TRACKING_URI], parent)
         else:  # a plain crux-run, or a multirun of another sweeper
@@ -239,8 +276,9 @@ class JobRun:
             return cls(client, lambda: client.create_run(where.experiment_id, start_time=started, tags=tags,
                                                    run_name=name).info.run_id,
                        variant, cfg.repeat, sweep_dir, cfg.tracking.history_points, overlap=overlap,
-                       job=hydra.job.num if multirun else None,
-                       artifact_location=_artifact_location(client, where.experiment_id) if overlap else None)
+                       job=hydra.job.num if multirun else None, hands_over=hands_over,
+                       artifact_location=(where.artifact_location or _artifact_location(client, where.experiment_id))
+                       if overlap else None)
 
     @property
     def run_id(self) -> str:
@@ -266,8 +304,12 @@ class JobRun:
         with deferred():
             if error is None:
                 ended = int(time.time() * 1000) if self.overlap else None  # the job's end, not the writer's
+                if self.hands_over and self._results is not None:
+                    self._writer.drain()  # the run's creation and params, written while the job trained
+                    if self._failure is None and self._hand_over(ended):
+                        return False
                 self._writer.submit(lambda: self._close(FINISHED, [], ended))
-                if self.overlap:
+                if self.overlap and not self.hands_over:
                     return False
                 self._writer.drain()
                 if self._failure is not None:
@@ -330,7 +372,8 @@ class JobRun:
                     phase_ends: Sequence[ParameterLeaves], final: ParameterLeaves) -> None:
         """:meth:`log_results` from plain values, for a job whose models are not crux's (another backend):
         ``errors`` are the relative L2 errors per field, the parameters are host arrays per model. The files
-        are written here; the requests and the figure are the writer's."""
+        are written here; the requests and the figure are the writer's, or, for a job that hands its results
+        over, the sweep driver's."""
         now = int(time.time() * 1000)
         steps, series = thinned(stats.epoch, history_series(stats), self.history_points)
         summary = {"compile_seconds": stats.compile_seconds, "run_seconds": stats.run_seconds,
@@ -348,14 +391,62 @@ class JobRun:
         np.savez(self._staged / PARAMS, **{f"{when}/{name}/{i}": leaf for when, params in snapshots.items()
                                            for name, model_leaves in params.items()
                                            for i, leaf in enumerate(model_leaves)})
+        tags = {NOTE: job_description(self.variant, self.repeat, summary),
+                HISTORY_POINTS: f"{len(steps)} of {stats.steps}"}
+        if self.hands_over:
+            self._results = (Results("", self.job, self.variant, self.repeat, self.history_points, now, 0,
+                                     summary, tags), stats, errors)
+            return
+        uri = masked(self.client.tracking_uri)
+        self._write_outcome(stats, summary, tags, now, lambda: outcome_line(stats, errors, self._run_id, uri))
+
+    def _write_outcome(self, stats: Statistics, summary: Mapping[str, float], tags: Mapping[str, str], now: int,
+                       outcome: Callable[[], str]) -> None:
+        """Hand the histories, the summary, ``history.png`` and the ``outcome`` line to the writer."""
+        steps, series = thinned(stats.epoch, history_series(stats), self.history_points)
         self._write("the histories", lambda: log_history(self.client, self.run_id, steps, series, now))
         self._write("the summary", lambda: self.client.log_batch(
             self.run_id, metrics=[Metric(key, float(value), now, 0) for key, value in summary.items()],
-            tags=[RunTag(NOTE, job_description(self.variant, self.repeat, summary)),
-                  RunTag(HISTORY_POINTS, f"{len(steps)} of {stats.steps}")]))
+            tags=[RunTag(key, value) for key, value in tags.items()]))
         self._write(HISTORY_PLOT, lambda: stats.plot(self._staged / HISTORY_PLOT))
+        self._writer.submit(lambda: log.info("%s", outcome()))
+
+    def _hand_over(self, ended: int) -> bool:
+        """Leave the results and the staged artifacts to the sweep's driver, the run open for it; False, said in
+        the log, where they cannot be left: they are then handed to this process's writer."""
+        results, stats, errors = self._results
+        results.run_id, results.ended = self.run_id, ended
         uri = masked(self.client.tracking_uri)
-        self._writer.submit(lambda: log.info("%s", outcome_line(stats, errors, self._run_id, uri)))
+        results.outcome = outcome_line(stats, errors, self.run_id, uri)
+        try:
+            hand_over(self.sweep_dir, results, self._staged)
+        except OSError as error:
+            log.warning("run %s: its results could not be left for the sweep (%s); this job writes them",
+                        self.run_id, failure_line(error))
+            self._staged.mkdir(exist_ok=True)
+            self._write_outcome(stats, results.summary, results.tags, results.logged_at, lambda: results.outcome)
+            return False
+        if self._heartbeat is not None:
+            self._heartbeat.stop()  # the driver beats for the run from now on
+        self._files.cleanup()
+        return True
+
+    @classmethod
+    def taken_over(cls, client: MlflowClient, sweep_dir: Path, results: Results, artifacts: Path,
+                   writer: Writer | None = None) -> "JobRun":
+        """In a sweep's driver: the run of a job that handed its ``results`` over, its files moved from
+        ``artifacts``; the run's process becomes this one, and the rest of its writes and its closing go to
+        ``writer`` (the process's by default)."""
+        run = cls(client, results.run_id, results.variant, results.repeat, sweep_dir, results.history_points,
+                  overlap=True, writer=writer, job=results.job)
+        for path in artifacts.iterdir():
+            shutil.move(str(path), run._staged / path.name)
+        stats = Statistics.load(run._staged / STATS)
+        run._write("the run's process", lambda: client.log_batch(
+            results.run_id, tags=[RunTag(key, value) for key, value in process_tags().items()]))
+        run._write_outcome(stats, results.summary, results.tags, results.logged_at, lambda: results.outcome)
+        run._writer.submit(lambda: run._close(FINISHED, [], results.ended))
+        return run
 
     def log_metrics(self, values: Mapping[str, float]) -> None:
         """Summary metrics (step 0), e.g. a measurement made beside the training."""

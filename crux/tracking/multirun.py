@@ -35,7 +35,7 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
@@ -60,11 +60,13 @@ from crux.tracking.failures import tracebacks_shown
 from crux.tracking.faults import (PatientClient, StoreFault, clear_fault, record_fault, recorded_fault,
                                   set_retry_budget)
 from crux.tracking.interrupt import deferred, exit_status, interruptible, signal_name
-from crux.tracking.job import as_requested, flatten, unwritten_jobs
+from crux.tracking.handover import Pickup
+from crux.tracking.job import JobRun, as_requested, flatten, unwritten_jobs
 from crux.tracking.liveness import Heartbeat, close_orphans, process_tags
 from crux.tracking.secrets import masked
-from crux.tracking.store import (PARENT_RUN, STORE_ERRORS, TRACKING_URI, WRITING, StoreError, child_runs,
-                                 ensure_experiment, experiment_name, store_errors, tracking_uri, writable_store)
+from crux.tracking.store import (DESTINATION, PARENT_RUN, STORE_ERRORS, TRACKING_URI, WRITING, Destination,
+                                 StoreError, child_runs, ensure_experiment, experiment_name, store_errors,
+                                 tracking_uri, writable_store)
 from crux.tracking.writer import process_writer
 
 log = logging.getLogger(__name__)
@@ -311,11 +313,17 @@ class Multirun:
         launcher's returns, or SystemExit when stopped or when jobs failed."""
         hand_over(self.config, f"hydra.job.env_set.{PARENT_RUN}", opened.parent_id)
         hand_over(self.config, f"hydra.job.env_set.{TRACKING_URI}", opened.uri)
+        where = Destination.of_parent(opened.client, opened.uri, opened.parent_id)
+        where = replace(where, artifact_location=opened.client.get_experiment(opened.experiment_id).artifact_location)
+        hand_over(self.config, f"hydra.job.env_set.{DESTINATION}", where.handed_down())
         heartbeat = Heartbeat(opened.client, opened.parent_id).start()
         returns: list[Sequence[JobReturn]] = []
         completed: list[int] = []
         stopped: KeyboardInterrupt | None = None
         sweep_dir = Path(self.config.hydra.sweep.dir)
+        # jobs in processes of the launcher's leave their results here, written by this process's writer
+        pickup = Pickup(sweep_dir, lambda results, artifacts: JobRun.taken_over(opened.client, sweep_dir, results,
+                                                                                artifacts)).start()
         try:
             sweep_dir.mkdir(parents=True, exist_ok=True)
             clear_fault(sweep_dir)  # a resumed sweep in the same folder: that fault is over
@@ -332,7 +340,8 @@ class Multirun:
             stopped = error
         finally:
             heartbeat.stop()
-            with deferred():  # jobs run in this process hand their last writes to its writer: done before counting
+            with deferred():  # every job's last writes are this process's writer's: done before counting
+                pickup.stop()
                 process_writer().drain()
             completed = [n for n in completed if n not in unwritten_jobs(sweep_dir)]
             status, missing = self._close_or_report(opened, stopped, sweep_dir, completed)

@@ -28,7 +28,7 @@ import os
 import re
 import sqlite3
 from contextlib import closing, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping
 
@@ -48,6 +48,9 @@ log = logging.getLogger(__name__)
 SQLITE = "sqlite:///"
 PARENT_RUN, TRACKING_URI = "CRUX_PARENT_RUN_ID", "CRUX_TRACKING_URI"
 """The environment variables that give each job of a sweep its parent run and its store."""
+DESTINATION = "CRUX_DESTINATION"
+"""The environment variable that gives each job of a sweep where it logs (:meth:`Destination.handed_down`): a job
+that has it reads nothing from the store before it trains."""
 SERVERS = ("http://", "https://")
 # Values the user set in the environment win.
 HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
@@ -318,6 +321,17 @@ class Destination:
     sweep: str
     claim: str
     swept: list[str] = field(default_factory=list)
+    artifact_location: str = ""
+    """The experiment's artifact location, where known."""
+
+    def handed_down(self) -> str:
+        """This destination as :data:`DESTINATION`'s value (JSON)."""
+        return json.dumps(asdict(self))
+
+    @staticmethod
+    def from_handed_down(value: str) -> "Destination":
+        """The destination that :meth:`handed_down` wrote."""
+        return Destination(**json.loads(value))
 
     @staticmethod
     def of_parent(client: MlflowClient, uri: str, parent_run_id: str) -> "Destination":

@@ -5,7 +5,9 @@ folder) and the closing of its run are requests to the store and a figure to dra
 done on the job's path, they add to every job what the store and the machine make
 them cost. A sweep whose jobs run one after another in one process hands them to
 this writer instead, one task after another in the order given, and its next job
-starts training meanwhile (:class:`crux.tracking.job.JobRun`). The process waits
+starts training meanwhile (:class:`crux.tracking.job.JobRun`); a sweep whose jobs
+run in other processes has its own writer write what they hand over
+(:mod:`crux.tracking.handover`). The process waits
 for the writer before it exits and the sweep before it counts its runs
 (:meth:`Writer.drain`), so nothing handed over is lost on a normal exit; a task's
 failure is its own to record (the run closes FAILED with the reason).
@@ -17,6 +19,9 @@ import logging
 import queue
 import threading
 from typing import Callable
+
+from crux.failures import failure_line
+from crux.tracking.secrets import masked
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +37,8 @@ class Writer:
         self._lock = threading.Lock()
 
     def submit(self, task: Task) -> None:
-        """Run ``task`` after those handed over before it. An exception it lets out is logged, nothing more:
-        a task records its own failures where they belong."""
+        """Run ``task`` after those handed over before it. An exception it lets out is logged in one line, any
+        credential in it masked, nothing more: a task records its own failures where they belong."""
         with self._lock:
             if self._thread is None:
                 # daemon: a thread blocked on a dead store must not hold the process past its exit handlers,
@@ -51,8 +56,9 @@ class Writer:
             task = self._tasks.get()
             try:
                 task()
-            except Exception:  # noqa: BLE001 - the thread must outlive a task's unforeseen error
-                log.exception("a background tracking write failed")
+            except Exception as error:  # noqa: BLE001 - the thread must outlive a task's unforeseen error
+                # one masked line, no traceback: a store URI with its password can be in the error's frames
+                log.error("a background tracking write failed: %s", masked(failure_line(error)))
             finally:
                 self._tasks.task_done()
 

@@ -1,0 +1,120 @@
+"""A finished job's results handed to its sweep's driver, which writes them while other jobs train.
+
+A job that a parallel launcher (joblib, Ray, submitit) runs in a worker process
+would otherwise wait at its end for its histories, figure, artifacts and the
+closing of its run: seconds a job, and the worker's first job also opens the
+store. Such a job instead leaves its results in the sweep's folder, which the
+driver and the jobs share already (:mod:`crux.tracking.faults` records a store
+fault there): one folder per job, ``<sweep>/.crux-handed-over/<job>``, holding
+the run's staged artifacts and :data:`RESULTS` (what remains to be sent), moved
+into place whole so that the driver never reads half of it. The driver's
+:class:`Pickup` watches that folder from a thread while the launcher runs the
+jobs, and hands each job's results to its process's ordered writer
+(:mod:`crux.tracking.writer`); the sweep counts its runs only after the pickup
+has stopped and the writer is drained. The run was created, and its params
+written, by the job's own process while it trained; it closes FINISHED only
+after the driver wrote the rest, FAILED with the reason when a write fails.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from crux.failures import failure_line
+from crux.tracking.secrets import masked
+
+log = logging.getLogger(__name__)
+
+FOLDER = ".crux-handed-over"
+RESULTS = "results.json"
+ARTIFACTS = "artifacts"
+POLL_SECONDS = 0.2
+"""How often the driver looks for results: a job's results wait at most this long before being written."""
+
+
+@dataclass
+class Results:
+    """What a job's run still needs once the job has trained: its histories (from its staged ``stats.npz``),
+    the summary metrics and tags, ``history.png``, the artifacts, the outcome line and the closing."""
+
+    run_id: str
+    job: int
+    variant: str
+    repeat: int
+    history_points: int | None
+    logged_at: int
+    """When the job logged its results (ms), the histories' and summary's timestamp."""
+    ended: int
+    """When the job ended (ms), the run's end time."""
+    summary: dict[str, float] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+    outcome: str = ""
+
+
+def handed_over(sweep_dir: Path) -> Path:
+    """The folder where the jobs of the sweep in ``sweep_dir`` leave their results."""
+    return sweep_dir / FOLDER
+
+
+def hand_over(sweep_dir: Path, results: Results, staged: Path) -> None:
+    """Leave ``results`` and the artifacts staged in ``staged`` (moved) for the sweep's driver."""
+    folder = handed_over(sweep_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".{results.job}-", dir=folder))
+    shutil.move(str(staged), partial / ARTIFACTS)
+    (partial / RESULTS).write_text(json.dumps(asdict(results)))
+    partial.rename(folder / str(results.job))  # whole or not at all, for the driver's scan
+
+
+class Pickup:
+    """The driver's thread that hands every job's results left in ``sweep_dir`` to ``take`` (the results and
+    their artifacts' folder, whose files ``take`` moves away: the folder goes when it returns), in the order they
+    appear, until :meth:`stop`."""
+
+    def __init__(self, sweep_dir: Path, take: Callable[[Results, Path], None]):
+        self._folder, self._take = handed_over(sweep_dir), take
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="crux-results-pickup", daemon=True)
+
+    def start(self) -> "Pickup":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop watching after taking every result left so far (the launcher has returned: none is on its way)."""
+        self._stopped.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        while True:
+            stopping = self._stopped.wait(POLL_SECONDS)
+            self._scan()
+            if stopping:
+                return
+
+    def _scan(self) -> None:
+        if not self._folder.is_dir():
+            return
+        for entry in sorted(self._folder.iterdir(), key=lambda path: path.stat().st_mtime):
+            if entry.name.startswith("."):
+                continue  # still being written
+            try:
+                results = Results(**json.loads((entry / RESULTS).read_text()))
+            except (OSError, ValueError, TypeError) as error:
+                log.error("the results left in %s cannot be read (%s); the job's run is closed when the sweep "
+                          "ends", entry, error)
+                shutil.rmtree(entry, ignore_errors=True)
+                continue
+            try:
+                self._take(results, entry / ARTIFACTS)
+            except Exception as error:  # noqa: BLE001 - the pickup must go on for the other jobs
+                log.error("the results of job %s (run %s) could not be taken over: %s; the run is closed when the "
+                          "sweep ends", results.job, results.run_id, masked(failure_line(error)))
+            finally:
+                shutil.rmtree(entry, ignore_errors=True)
