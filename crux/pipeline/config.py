@@ -366,7 +366,6 @@ class Config:
     ``gradient_draws=S > 0`` first measures the gradient of S first updates from the initial parameters, each
     drawing its own mini-batches (the black-box accumulation check reads their spread; 0: none); a sweep's
     first repeat measures them, the others repeat nothing the draws depend on.
-    ``claim`` is what a sweep sets out to check; ``repeat`` only tells repeated
     ``claim`` is what a sweep sets out to check, in words, and ``claims`` the
     checks (keys of ``crux.report.CHECKS``) its report runs; both describe the
     sweep, not the job (:data:`SWEEP_KEYS`). ``repeat`` only tells repeated
