@@ -110,6 +110,12 @@ class Crux:
         """Statistics over every solve() so far (None before the first)."""
         return Statistics.concat(self._history) if self._history else None
 
+    def optimizer_state(self, model: str) -> Any:
+        """The optax state ``model``'s optimizer carries into the next plain solve(): None before its first
+        update there, or once its optimizer or schedule changed (the next solve() starts a fresh one)."""
+        version, state = self._opt_states.get((self._entry_key(None, 0), model), (None, None))
+        return state.inner if state is not None and version == self.models[model].optimizer_version else None
+
     @property
     def reach(self) -> list[set[str]]:
         """For each constraint, the models its residual reaches (resolved by tracing, once)."""
@@ -234,8 +240,10 @@ class Crux:
         return self._points_on_device[1]
 
     @staticmethod
-    def _entry_key(options: Options, index: int) -> tuple:
-        return ("solve",) if options.substeps is None else ("substeps", options.substeps, index)
+    def _entry_key(options: Options | None, index: int) -> tuple:
+        """Which optimizer states an entry carries on: one for plain solve() calls (``options`` None or without
+        substeps), one per entry of each substep plan."""
+        return ("solve",) if options is None or options.substeps is None else ("substeps", options.substeps, index)
 
     def _initial_state(self, plan: Plan, options: Options) -> State:
         """Parameters and counters as the last solve() left them; each entry's optimizer states too, unless

@@ -9,7 +9,9 @@ beforehand in another process, as an existing mlflow.db is; a tracking server's
 ``http://127.0.0.1:PORT``; a ``postgresql://`` store). For each job it prints
 the tracking share as the store sees it, (run duration - training - compile) /
 run duration, from the run's start and end and its ``run_seconds`` and
-``compile_seconds``, then the seconds of each tracking part: those on the job's
+``compile_seconds`` (with a sweep's ``gradient_draws``, the draws' own
+``gradient_noise/run_seconds`` and ``gradient_noise/compile_seconds`` count as
+training and compilation: solver work, not tracking), then the seconds of each tracking part: those on the job's
 own path, and those of the process's background writer, which overlap the next
 job's training (:mod:`crux.tracking.writer`). The first job's parts include the
 first use of MLflow's SQL store and of matplotlib, each import timed apart. The
@@ -205,14 +207,17 @@ def run_sweep(count: int, overrides: list[str], uri: str | None, folder: Path) -
 
 
 def store_shares(uri: str, experiment: str) -> list[dict[str, Any]]:
-    """Per child run, in job order: its duration, training and compile seconds and tracking share."""
+    """Per child run, in job order: its duration, training and compile seconds (the gradient draws' included)
+    and tracking share."""
     client = MlflowClient(uri)
     found = client.get_experiment_by_name(experiment)
     runs = client.search_runs([found.experiment_id], tag_filter(ROLE, CHILD))
     shares = []
     for run in sorted(runs, key=lambda run: int(run.data.tags[JOB])):
         duration = (run.info.end_time - run.info.start_time) / 1000
-        training, compiling = run.data.metrics["run_seconds"], run.data.metrics["compile_seconds"]
+        metrics = run.data.metrics
+        training = metrics["run_seconds"] + metrics.get("gradient_noise/run_seconds", 0.0)
+        compiling = metrics["compile_seconds"] + metrics.get("gradient_noise/compile_seconds", 0.0)
         shares.append({"duration": duration, "training": training, "compile": compiling,
                        "share": (duration - training - compiling) / duration, "status": run.info.status,
                        "run_id": run.info.run_id})

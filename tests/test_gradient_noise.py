@@ -15,7 +15,9 @@ import numpy as np
 import optax
 import pytest
 
+import crux
 from crux.backends import GradientDraws, crux_gradient_draws
+from crux.backends.gradient_draws import flat
 from crux.batching import PointStream
 from crux.report import FAILS, HOLDS, INCONCLUSIVE, NO_EFFECT, RunRecord, SolveOptions
 from crux.report.claims import check_gradient_noise, judge
@@ -61,6 +63,31 @@ def measured(n_interior: int = 64, **options) -> tuple[GradientDraws, dict]:
     draws = crux_gradient_draws(problem, DRAWS, options.get("batchsize"), options.get("accumulation_steps", 1),
                                 seed=0)
     return draws, initial
+
+
+@pytest.mark.parametrize("options", [dict(batchsize=B), dict(batchsize=B, accumulation_steps=A)])
+def test_the_draws_are_the_gradients_of_one_update_solves_from_the_same_parameters(options):
+    """Draw s is the step of one SGD update of learning rate 1 made at update count s from the initial
+    parameters, as a user would measure it with solve(1). The step is after = fl(before - g), so before - after
+    is g within one rounding of ``after`` (2^-24 |after|); the draws come from a fused call of ``S`` updates and
+    the reference from one-update calls, which may round the gradient's last operation differently (one more
+    2^-24 |g|). A stream that stopped moving or a wrong average would be off by the gradient's own size."""
+    draws = 12
+    problem = poisson(optax.sgd, n=64, hidden=(8, 8))
+    measured = crux_gradient_draws(problem, draws, options["batchsize"], options.get("accumulation_steps", 1), 3)
+    reference = poisson(optax.sgd, lr=1.0, n=64, hidden=(8, 8))
+    model = reference.models["u"]
+    start = model.params
+    solver = crux.Crux(reference.constraints, reference.models, seed=3)
+    before = flat(start)
+    for s in range(draws):
+        model.params = start
+        solver.solve(1, **options)
+        after = flat(model.params)
+        bound = 2.0 ** -24 * (np.abs(after) + np.abs(measured.gradients[s]))
+        assert np.all(np.abs((before - after) - measured.gradients[s]) <= bound), s
+    assert len({row.tobytes() for row in measured.gradients}) == draws  # every draw its own batch
+    assert flat(problem.models["u"].params).tobytes() == before.tobytes()  # the model ends where it started
 
 
 def sweep_records(n_interior: int = 64) -> list[RunRecord]:

@@ -67,6 +67,18 @@ def test_new_optimizer_starts_fresh_state_and_schedule():
     assert np.abs(carried.losses[20:] - restarted.losses).max() > 1e3 * ROUND_OFF * restarted.losses.max()
 
 
+def test_the_optimizer_state_carried_on_is_readable_until_the_optimizer_changes():
+    problem = poisson(optax.adam, 1e-3)
+    solver = problem.solver()
+    assert solver.optimizer_state("u") is None  # nothing to carry before the first update
+    solver.solve(7)
+    solver.solve(5)
+    state = solver.optimizer_state("u")  # inject_hyperparams(adam): its count, and adam's chain inside
+    assert int(state.count) == int(state.inner_state[0].count) == 12  # both calls' updates, on one state
+    problem.models["u"].optimizer(optax.sgd).scale(crux.lrs(1e-3))
+    assert solver.optimizer_state("u") is None  # the next solve() starts a fresh state
+
+
 def full_batch_loss(problem) -> float:
     """The loss over every point with the current parameters."""
     params = problem.solver().params

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 from omegaconf import DictConfig
@@ -35,17 +36,22 @@ class GradientDraws:
     """``gradients[s]`` is draw ``s`` (all models' parameters, flattened); ``population`` is how many items
     (collocation points, or jNO's samples) a mini-batch of the sampled constraint is drawn from, the largest
     where there are several; ``sizes`` gives every constraint's own, where the library draws per constraint:
-    each constraint's noise shrinks by its own factor, so the check needs them all."""
+    each constraint's noise shrinks by its own factor, so the check needs them all. ``compile_seconds`` and
+    ``run_seconds``, where the library reports them, are what measuring the draws cost: solver time of the
+    job's, not its training's nor its tracking's."""
 
     gradients: np.ndarray
     population: int
     sizes: Mapping[str, int] = field(default_factory=dict)
+    compile_seconds: float | None = None
+    run_seconds: float | None = None
 
     def metrics(self) -> dict[str, float]:
         """``gradient_noise/variance``: ``sum_s |g_s - mean|^2 / (S - 1)``, the unbiased estimate of the total
         variance (trace of the covariance) of one draw; ``gradient_noise/standard_error`` of that estimate
         (the standard deviation of the per-draw terms over sqrt S); the mean's norm, ``S``, the population and
-        ``gradient_noise/items/<constraint>``, each constraint's size."""
+        ``gradient_noise/items/<constraint>``, each constraint's size; ``gradient_noise/compile_seconds`` and
+        ``gradient_noise/run_seconds`` where known."""
         draws = np.asarray(self.gradients, np.float64)
         count = len(draws)
         if count < 2:
@@ -56,7 +62,10 @@ class GradientDraws:
                 "gradient_noise/standard_error": float(terms.std(ddof=1) / np.sqrt(count)),
                 "gradient_noise/mean_norm": float(np.linalg.norm(mean)),
                 "gradient_noise/draws": float(count), "gradient_noise/population": float(self.population),
-                **{f"{ITEMS}{name}": float(size) for name, size in self.sizes.items()}}
+                **{f"{ITEMS}{name}": float(size) for name, size in self.sizes.items()},
+                **{f"gradient_noise/{name}": float(seconds) for name, seconds in
+                   (("compile_seconds", self.compile_seconds), ("run_seconds", self.run_seconds))
+                   if seconds is not None}}
 
 
 def draws_wanted(cfg: DictConfig) -> int:
@@ -67,29 +76,56 @@ def draws_wanted(cfg: DictConfig) -> int:
 
 def crux_gradient_draws(problem: Problem, draws: int, batchsize: int | None, accumulation_steps: int,
                         seed: int) -> GradientDraws:
-    """``draws`` first updates of ``problem`` on crux: each puts the models back at their current parameters and
-    takes one SGD step of learning rate 1 (so the step is the gradient) on a solver of its own seed ``seed``,
-    whose update counter, and with it the point stream, moves on by one per draw. The models end where they
-    started, with that SGD attached (attach the training's optimizer after)."""
+    """``draws`` first updates of ``problem`` on crux, in one ``solve(draws, inner_steps=draws)`` on a solver of
+    its own seed ``seed``: each model's optimizer keeps the gradient it is handed and returns a zero update,
+    so every update starts from the current parameters while the update counter, and with it the point
+    stream, moves on by one. The gradients are the library's own (its batching, accumulation and stream),
+    all from one compiled call. The models end where they started, with the recorder attached (attach the
+    training's optimizer after)."""
     models = problem.models
     start = {name: model.params for name, model in models.items()}
     for model in models.values():
-        model.optimizer(optax.sgd).scale(crux.lrs(1.0))
+        model.optimizer(recorder(draws))
     solver = crux.Crux(problem.constraints, models, seed=seed)
-    before = flat(start)
-    rows = []
     solver_log = logging.getLogger("crux")
     level = solver_log.level
-    solver_log.setLevel(logging.WARNING)  # not the accumulation notice of every draw
+    solver_log.setLevel(logging.WARNING)  # not the accumulation notice
     try:
-        for _ in range(draws):
-            for name, model in models.items():
-                model.params = start[name]
-            solver.solve(1, batchsize=batchsize, accumulation_steps=accumulation_steps)
-            rows.append(before - flat({name: model.params for name, model in models.items()}))
+        stats = solver.solve(draws, batchsize=batchsize, accumulation_steps=accumulation_steps, inner_steps=draws)
     finally:
         solver_log.setLevel(level)
         for name, model in models.items():
-            model.params = start[name]
+            model.params = start[name]  # a zero update turns -0.0 into 0.0
+    kept = [_recorded(solver.optimizer_state(name)) for name in models]
+    rows = np.concatenate([np.asarray(rows, np.float64) for rows in kept if rows is not None], axis=1)
     sizes = {c.name: c.size for c in problem.constraints}
-    return GradientDraws(np.stack(rows), max(sizes.values()), sizes)
+    return GradientDraws(rows, max(sizes.values()), sizes, stats.compile_seconds, stats.run_seconds)
+
+
+class Recorded(NamedTuple):
+    """A recorder's state: the gradients so far, one row each (leaves flattened in ``jax.tree.leaves`` order)."""
+
+    rows: jax.Array  # (draws, parameters) float32
+    count: jax.Array  # int32: the row the next gradient goes to
+
+
+def recorder(draws: int) -> optax.GradientTransformation:
+    """An optax transform that keeps the gradients of its first ``draws`` updates in its state and moves
+    nothing: no host callback, so the program is cached like any other."""
+    def init(params) -> Recorded:
+        size = sum(leaf.size for leaf in jax.tree.leaves(params))
+        return Recorded(jnp.zeros((draws, size), jnp.float32), jnp.zeros((), jnp.int32))
+
+    def update(grads, state: Recorded, params=None):
+        row = jnp.concatenate([jnp.ravel(leaf).astype(jnp.float32) for leaf in jax.tree.leaves(grads)])
+        rows = jax.lax.dynamic_update_index_in_dim(state.rows, row, state.count, 0)
+        return jax.tree.map(jnp.zeros_like, grads), Recorded(rows, state.count + 1)
+
+    return optax.GradientTransformation(init, update)
+
+
+def _recorded(state) -> np.ndarray | None:
+    """The rows a model's recorder kept (None for a model that trained on nothing)."""
+    found = [leaf for leaf in jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, Recorded))
+             if isinstance(leaf, Recorded)]
+    return np.asarray(found[0].rows) if found else None
