@@ -92,29 +92,23 @@ RESIDUAL_COMPONENTS = 16
 array of two or more axes, is almost always a residual evaluated over many points instead of one."""
 
 
-def check_residual(constraint: Constraint, models: dict[str, Model], params: dict[str, Any]) -> None:
-    """Raise ValueError when ``constraint``'s residual returns, at one point, anything but a scalar or a vector
-    of at most :data:`RESIDUAL_COMPONENTS` components (tracing only, no compute), naming the residual's
-    function and the shape it returned."""
-    net = Nets(models, params, False)
-    shape = jax.eval_shape(lambda x: constraint.residual(net, x), constraint.points[0]).shape
-    if len(shape) == 0 or (len(shape) == 1 and shape[0] <= RESIDUAL_COMPONENTS):
-        return
-    code = getattr(constraint.residual, "__code__", None)
-    where = f" ({shown_path(code.co_filename)}:{code.co_firstlineno})" if code else ""
-    raise ValueError(f"Constraint '{constraint.name}': its residual{where} returns shape {shape} at one point x of "
-                     f"shape {constraint.points.shape[1:]}; a residual returns a scalar per point, or a vector of at "
-                     f"most {RESIDUAL_COMPONENTS} components (one per equation): did it use all the points, or an "
-                     f"array of them, instead of x?")
-
-
-def reached_models(constraint: Constraint, models: dict[str, Model], params: dict[str, Any]) -> set[str]:
-    """Models whose parameters enter the traced loss of ``constraint`` (tracing only, no compute)."""
-    names = sorted(params)
-    closed = jax.make_jaxpr(lambda p: constraint_loss(constraint, models, p, constraint.points[:1]))(params)
+def checked_reach(constraint: Constraint, models: dict[str, Model], params: dict[str, Any]) -> set[str]:
+    """The models whose parameters enter ``constraint``'s residual, from one trace of it at one point (no
+    compute). Raises ValueError when the residual returns anything but a scalar or a vector of at most
+    :data:`RESIDUAL_COMPONENTS` components, naming its function and the shape it returned."""
+    names = sorted(params)  # make_jaxpr flattens the dict in sorted-key order
+    closed = jax.make_jaxpr(lambda p, x: constraint.residual(Nets(models, p, False), x))(params, constraint.points[0])
+    shape = closed.out_avals[0].shape
+    if not (len(shape) == 0 or (len(shape) == 1 and shape[0] <= RESIDUAL_COMPONENTS)):
+        code = getattr(constraint.residual, "__code__", None)
+        where = f" ({shown_path(code.co_filename)}:{code.co_firstlineno})" if code else ""
+        raise ValueError(f"Constraint '{constraint.name}': its residual{where} returns shape {shape} at one point x "
+                         f"of shape {constraint.points.shape[1:]}; a residual returns a scalar per point, or a vector "
+                         f"of at most {RESIDUAL_COMPONENTS} components (one per equation): did it use all the "
+                         f"points, or an array of them, instead of x?")
     used = {id(v) for eqn in closed.jaxpr.eqns for v in eqn.invars} | {id(v) for v in closed.jaxpr.outvars}
     reached, position = set(), 0
-    for name in names:  # make_jaxpr flattens the dict in sorted-key order
+    for name in names:
         count = len(jax.tree.leaves(params[name]))
         if any(id(v) in used for v in closed.jaxpr.invars[position:position + count]):
             reached.add(name)

@@ -55,7 +55,7 @@ class HostLoop:
         interface: ``update``, ``set_postfix``, ``close``)."""
         self.plan, self.first_epoch = plan, first_epoch
         self.sync_seconds, self.progress = sync_seconds, progress
-        self._rows: list[np.ndarray] = []  # one record per call; only the first ``synced[0]`` count
+        self._rows: list[np.ndarray] = []  # one array of records per window; only the first ``synced[0]`` windows count
         self._step_seconds: list[float] = []  # one per window; only the first ``synced[1]`` count
         # (records, windows, state after them), replaced as one value so that it is never half updated;
         # state None: nothing synchronised yet, the solver's own state is the last one
@@ -109,7 +109,7 @@ class HostLoop:
                         state = self._call(program, state, data)  # the points on the device: the same each call
                     window = _read_window(state, index + 1 - pending, pending)
                 now = time.perf_counter()
-                self._rows += window
+                self._rows.append(window.reshape(-1, columns.width))
                 self._step_seconds.append((now - window_start) / (len(window) * updates_per_call))
                 self._synced = (len(self._rows), len(self._step_seconds), state)
                 pending, window_start = 0, now
@@ -165,15 +165,15 @@ class HostLoop:
         return stats, error
 
 
-def _read_window(state: State, first_call: int, count: int) -> list[np.ndarray]:
-    """The records of ``count`` calls from call ``first_call`` on, from the ring buffer (waits for the last call;
-    a copy, as the next call donates the buffer)."""
-    rows = np.array(sharding.local(state.records.rows))
-    return [rows[(first_call + i) % len(rows)] for i in range(count)]
+def _read_window(state: State, first_call: int, count: int) -> np.ndarray:
+    """The records of ``count`` calls from call ``first_call`` on, from the ring buffer, as one array ``(count,
+    inner_steps, width)`` (waits for the last call; a copy, as the next call donates the buffer)."""
+    rows = np.asarray(sharding.local(state.records.rows))
+    return rows[(first_call + np.arange(count)) % len(rows)]
 
 
-def _finite(window: list[np.ndarray], columns: Columns) -> bool:
-    return all(np.all(record[:, columns.finite]) for record in window)
+def _finite(window: np.ndarray, columns: Columns) -> bool:
+    return bool(np.all(window[:, :, columns.finite]))
 
 
 def _peak_bytes(device: jax.Device) -> int | None:

@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 
 from crux import sharding
 from crux.batching import DevicePoints, HostBatches, PointStream
-from crux.constraint import Constraint, check_residual, reached_models
+from crux.constraint import Constraint, checked_reach
 from crux.engine import Data, Entry, OptimizerState, Plan, Primitives, State, TrainState, make_call
 from crux.executables import compile_once
 from crux.layout import Layout
@@ -97,7 +97,6 @@ class Crux:
         self._compiled: dict[tuple, Compiled] = {}
         self._points_on_device: tuple[int, tuple[jax.Array, ...]] | None = None  # (devices, points)
         self._reach: list[set[str]] | None = None
-        self._residuals_checked = False
         self._history: list[Statistics] = []
 
     # -- public state ------------------------------------------------------------
@@ -118,10 +117,11 @@ class Crux:
 
     @property
     def reach(self) -> list[set[str]]:
-        """For each constraint, the models its residual reaches (resolved by tracing, once)."""
+        """For each constraint, the models its residual reaches (resolved by tracing, once, which also checks
+        that the residual gives one value, or one vector, per point)."""
         if self._reach is None:
             params = self.params
-            self._reach = [reached_models(c, self.models, params) for c in self.constraints]
+            self._reach = [checked_reach(c, self.models, params) for c in self.constraints]
         return self._reach
 
     # -- solve -------------------------------------------------------------------------
@@ -147,11 +147,7 @@ class Crux:
         """
         options = validate([c.size for c in self.constraints], epochs, batchsize, checkpoint_gradients,
                            offload_data, accumulation_steps, inner_steps, substeps, devices, len(jax.devices()))
-        if not self._residuals_checked:  # the first solve(): every residual's shape, checked once
-            for constraint in self.constraints:
-                check_residual(constraint, self.models, self.params)
-            self._residuals_checked = True
-        entries = self._entries(options)
+        entries = self._entries(options)  # the first solve() traces every residual and checks its shape
         for entry in entries:
             for name in entry.models:
                 if not self.models[name].has_optimizer:
