@@ -31,7 +31,7 @@ from omegaconf.errors import OmegaConfBaseException
 from hydra_plugins.crux_sweeper.crux_sweeper import CruxSweeper
 
 from crux import backends
-from crux.pipeline import config, processes
+from crux.pipeline import config, heap, processes
 from crux.pipeline.config import CONFIG_PACKAGE, Phase
 from crux.pipeline.refusals import refusals
 from crux.problems import Problem
@@ -147,6 +147,7 @@ def run_job(cfg: DictConfig) -> float:
             if refused:
                 raise ValueError("; ".join(refused))
             processes.join(cfg.jax, cfg.solver.devices)
+            heap.between_jobs()
             run = JobRun.start(cfg) if processes.records() else processes.Unrecorded()
         except (ValueError, StoreError, OmegaConfBaseException) as error:  # no run yet: nothing to record
             raise SystemExit(f"crux-run: {error}") from None

@@ -25,6 +25,7 @@ The configs ship inside the package: ``conf/`` as ``crux.conf`` (Hydra's
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import functools
@@ -534,14 +535,15 @@ def roundoff_twin(params: Any, twin: int) -> Any:
     return jax.tree.map(move, params)
 
 
-def effective_settings(cfg: DictConfig) -> dict[str, Any]:
-    """The settings the job runs with, as a nested dict: the resolved config, each optimizer and schedule
-    (the first phase's and every later one's) as its ``settings()`` give them, without :data:`SWEEP_KEYS` and
-    :data:`TRACKING_KEYS`.
+def effective_settings(cfg: DictConfig, resolved: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The settings the job runs with, as a nested dict: the resolved config (``resolved``, where the caller
+    has it already: ``OmegaConf.to_container(cfg, resolve=True)``, left unchanged), each optimizer and
+    schedule (the first phase's and every later one's) as its ``settings()`` give them, without
+    :data:`SWEEP_KEYS` and :data:`TRACKING_KEYS`.
 
     Raises as :func:`training_phases` does.
     """
-    settings = OmegaConf.to_container(cfg, resolve=True)
+    settings = OmegaConf.to_container(cfg, resolve=True) if resolved is None else copy.deepcopy(resolved)
     first, *later = training_phases(cfg)
     settings["optimizer"], settings["schedule"] = first.optimizer.settings(), first.schedule.settings(first.epochs)
     for name, phase in zip(cfg.phases, later):

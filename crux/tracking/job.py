@@ -348,11 +348,13 @@ class JobRun:
         than the config asked, logged as they ran, the request kept as ``<key>_requested``; ``adjustments``:
         lines saying what ran otherwise, in the tag ``crux.adjusted`` and the job's log. Raises for a malformed
         later phase, the config kept."""
-        (self._staged / CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        # resolved here, dumped to YAML by the writer: the dump costs ten times the resolving
+        resolved = OmegaConf.to_container(cfg, resolve=True)
+        self._write(CONFIG, lambda: (self._staged / CONFIG).write_text(OmegaConf.to_yaml(resolved)))
         folder = Path.cwd()
         self._write(ENVIRONMENT, lambda: (self._staged / ENVIRONMENT).write_text(
             json.dumps(environment(folder), indent=1)))
-        params = {**flatten(effective_settings(cfg)), VARIANT_PARAM: self.variant}
+        params = {**flatten(effective_settings(cfg, resolved)), VARIANT_PARAM: self.variant}
         for key, value in (applied or {}).items():
             params[f"{key}{REQUESTED}"], params[key] = params[key], str(value)
         tags = [RunTag(ADJUSTED, "; ".join(adjustments)[:MESSAGE_CHARS])] if adjustments else []
