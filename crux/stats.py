@@ -58,8 +58,12 @@ class Statistics:
         were not reported)."""
         if not self.losses.size:
             return np.zeros(0, np.float32)
-        evaluated = ~np.all(np.isnan(self.losses), axis=1)
-        return np.where(evaluated, np.nansum(self.losses, axis=1), np.float32(np.nan)).astype(self.losses.dtype)
+        return _row_sums(self.losses)
+
+    @property
+    def final_loss(self) -> float:
+        """``total_loss[-1]`` without summing every row; NaN before the first epoch."""
+        return float(_row_sums(self.losses[-1:])[0]) if self.losses.size else float("nan")
 
     @property
     def steps(self) -> int:
@@ -73,7 +77,7 @@ class Statistics:
         return self.steps
 
     def __repr__(self) -> str:
-        last = f", final loss {self.total_loss[-1]:.3e}" if self.steps else ""
+        last = f", final loss {self.final_loss:.3e}" if self.steps else ""
         return (f"Statistics({self.steps} epochs over {len(self.phases)} phase(s){last}, "
                 f"compile {self.compile_seconds:.2f} s, run {self.run_seconds:.2f} s)")
 
@@ -165,3 +169,9 @@ class Statistics:
         ax_time.set_title(f"compile {self.compile_seconds:.2f} s, run {self.run_seconds:.2f} s", fontsize=9)
         fig.savefig(path, dpi=110)
         return self
+
+
+def _row_sums(losses: np.ndarray) -> np.ndarray:
+    """Per row of ``losses``, the sum of its evaluated (non-NaN) entries; NaN in a row with none."""
+    evaluated = ~np.all(np.isnan(losses), axis=1)
+    return np.where(evaluated, np.nansum(losses, axis=1), np.float32(np.nan)).astype(losses.dtype)

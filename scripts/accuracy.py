@@ -17,7 +17,7 @@ def run(epochs: int, batchsize: int | None, seed: int, hard_boundary: bool) -> d
     problem.models["u"].optimizer(optax.adam).scale(crux.lrs.warmup_cosine(epochs, epochs // 10, 1e-3, 1e-5))
     stats = problem.solver().solve(epochs, batchsize=batchsize, inner_steps=100 if epochs % 100 == 0 else 1)
     return {"epochs": epochs, "batchsize": batchsize, "seed": seed, "hard_boundary": hard_boundary,
-            "relative_l2": problem.relative_l2()["u"], "final_loss": float(stats.total_loss[-1]),
+            "relative_l2": problem.relative_l2()["u"], "final_loss": stats.final_loss,
             "run_seconds": round(stats.run_seconds, 2), "compile_seconds": round(stats.compile_seconds, 2)}, stats
 
 

@@ -64,6 +64,18 @@ def test_ready_transform_is_scaled_by_the_schedule():
     np.testing.assert_allclose(a, b, rtol=10 * EPS32, atol=10 * EPS32)
 
 
+@pytest.mark.parametrize("last", [[0.5, np.nan, 0.25], [np.nan, np.nan, np.nan]])
+def test_the_final_loss_is_the_last_total_whatever_was_evaluated(last):
+    """A row's total sums the losses evaluated in it (substeps leave the others NaN); a row with none is NaN."""
+    losses = np.array([[1.0, 2.0, 3.0], last], np.float32)
+    stats = crux.Statistics(names=["a", "b", "c"], losses=losses, epoch=np.arange(2), lr={})
+    assert stats.total_loss[0] == 6.0
+    np.testing.assert_array_equal(stats.final_loss, stats.total_loss[-1])
+    assert np.isnan(stats.final_loss) == np.all(np.isnan(last))
+    empty = crux.Statistics(names=["a"], losses=np.zeros((0, 1), np.float32), epoch=np.arange(0), lr={})
+    assert np.isnan(empty.final_loss)
+
+
 def test_statistics_save_load_round_trip_and_plot(tmp_path):
     problem = poisson(optax.adam)
     solver = problem.solver()

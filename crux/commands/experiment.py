@@ -130,7 +130,7 @@ def train_job(cfg: DictConfig, run: JobRun) -> float:
             run.log_results(problem, history, initial, phase_ends)
     if processes.records():  # one process of several times nothing: its timing would share the cores
         time_against(cfg, run)
-    return float(history.total_loss[-1])
+    return history.final_loss
 
 
 @hydra.main(version_base="1.3", config_path=f"pkg://{CONFIG_PACKAGE}", config_name="config")

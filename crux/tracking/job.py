@@ -144,7 +144,7 @@ def outcome_line(stats: Statistics, errors: Mapping[str, float], run_id: str | N
         losses = "no epoch trained"
     else:
         final = stats.losses[-1]
-        losses = (f"final loss {stats.total_loss[-1]:.4g} (" +
+        losses = (f"final loss {stats.final_loss:.4g} (" +
                   ", ".join(f"{name} {value:.4g}" for name, value in zip(stats.names, final)) + ")")
     shown = "".join(f", error/{field} {value:.4g}" for field, value in errors.items())
     where = f"run {run_id} in {uri}" if run_id is not None else f"not recorded: the store at {uri} failed first"
@@ -327,7 +327,7 @@ class JobRun:
         """Raise :class:`crux.tracking.space.NoRoom` where this machine's store or artifact folder lacks room for
         what ``epochs`` of ``problem`` in ``phases`` phases write."""
         series = 1 + len(problem.constraints) + len(problem.models)
-        parameter_bytes = sum(np.asarray(leaf).nbytes for model in problem.models.values()
+        parameter_bytes = sum(leaf.nbytes for model in problem.models.values()
                               for leaf in jax.tree.leaves(model.params))
         sent = epochs if self.history_points is None else min(epochs, self.history_points)
         check_room(self.client.tracking_uri, self._artifact_root(), epochs * series, sent * series, parameter_bytes,
@@ -377,11 +377,11 @@ class JobRun:
         are written here; the requests and the figure are the writer's, or, for a job that hands its results
         over, the sweep driver's."""
         now = int(time.time() * 1000)
-        steps, series = thinned(stats.epoch, history_series(stats), self.history_points)
+        sent, _ = thinned(stats.epoch, {}, self.history_points)
         summary = {"compile_seconds": stats.compile_seconds, "run_seconds": stats.run_seconds,
                    "median_step_seconds": stats.median_step_seconds,
                    "steps_per_second": stats.steps / stats.run_seconds if stats.run_seconds else float("nan"),
-                   "final_loss": float(stats.total_loss[-1]) if stats.steps else float("nan")}
+                   "final_loss": stats.final_loss}
         summary.update({f"memory/{key}": value for key, value in stats.memory.items()})
         summary.update({f"error/{field}": value for field, value in errors.items()})
         summary.update({f"param_distance/{name}": float(np.sqrt(sum(np.sum((f - i) ** 2)
@@ -394,7 +394,7 @@ class JobRun:
                                            for name, model_leaves in params.items()
                                            for i, leaf in enumerate(model_leaves)})
         tags = {NOTE: job_description(self.variant, self.repeat, summary),
-                HISTORY_POINTS: f"{len(steps)} of {stats.steps}"}
+                HISTORY_POINTS: f"{len(sent)} of {stats.steps}"}
         if self.hands_over:
             self._results = (Results("", self.job, self.variant, self.repeat, self.history_points, now, 0,
                                      summary, tags), stats, errors)
@@ -404,9 +404,10 @@ class JobRun:
 
     def _write_outcome(self, stats: Statistics, summary: Mapping[str, float], tags: Mapping[str, str], now: int,
                        outcome: Callable[[], str]) -> None:
-        """Hand the histories, the summary, ``history.png`` and the ``outcome`` line to the writer."""
-        steps, series = thinned(stats.epoch, history_series(stats), self.history_points)
-        self._write("the histories", lambda: log_history(self.client, self.run_id, steps, series, now))
+        """Hand the histories (thinned by the writer too), the summary, ``history.png`` and the ``outcome`` line
+        to the writer."""
+        self._write("the histories", lambda: log_history(
+            self.client, self.run_id, *thinned(stats.epoch, history_series(stats), self.history_points), now))
         self._write("the summary", lambda: self.client.log_batch(
             self.run_id, metrics=[Metric(key, float(value), now, 0) for key, value in summary.items()],
             tags=[RunTag(key, value) for key, value in tags.items()]))

@@ -141,4 +141,4 @@ def train_and_log(cfg: DictConfig, run: JobRun) -> float:
         batching_options = {k: v for k, v in options.items() if k in BATCHING_OPTIONS}
         draws = training.gradient_draws(probe, draws_wanted(cfg), batching_options)
         run.log_metrics(GradientDraws(draws, probe.population).metrics())
-    return float(stats.total_loss[-1])
+    return stats.final_loss
