@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The device check: benchmark, inner_steps and accumulation sweeps on crux and on jNO, their reports (the two
-# libraries side by side); everything under $OUT.
+# libraries side by side), the tracking share of a job at the device's speed; everything under $OUT.
 #
 #   bash scripts/gpu_check.sh                       # on the GPU machine (its run tool sets $OUT)
 #   OUT=/tmp/x bash scripts/gpu_check.sh --dry-run  # the same path on a CPU with tiny settings (a smoke test)
@@ -146,6 +146,13 @@ else
         step "sweep accumulation on jNO" 80 30 python3 -m crux.commands.sweep accumulation backend=jno \
             "hydra.sweep.dir=$work/multirun/accumulation_jno"
     fi
+fi
+# What tracking adds to a job at the device's speed: scripts/measure_tracking.py's shares and parts, in the log.
+if (( dry )); then
+    step "tracking share" 30 30 python3 scripts/measure_tracking.py --jobs 2 \
+        solver.epochs=200
+else
+    step "tracking share" 30 60 python3 scripts/measure_tracking.py --jobs 4
 fi
 step "report inner_steps" 50 30 python3 -m crux.report inner_steps --out "$work/reports/inner_steps"
 step "report accumulation" 100 30 python3 -m crux.report accumulation --out "$work/reports/accumulation"
