@@ -55,7 +55,7 @@ class HostLoop:
         interface: ``update``, ``set_postfix``, ``close``)."""
         self.plan, self.first_epoch = plan, first_epoch
         self.sync_seconds, self.progress = sync_seconds, progress
-        self._rows: list[np.ndarray] = []  # one array of records per window; only the first ``synced[0]`` windows count
+        self._rows: list[np.ndarray] = []  # records, one array per window; the first ``synced[0]`` count
         self._step_seconds: list[float] = []  # one per window; only the first ``synced[1]`` count
         # (records, windows, state after them), replaced as one value so that it is never half updated;
         # state None: nothing synchronised yet, the solver's own state is the last one
