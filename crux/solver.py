@@ -112,6 +112,8 @@ class Crux:
     def optimizer_state(self, model: str) -> Any:
         """The optax state ``model``'s optimizer carries into the next plain solve(): None before its first
         update there, or once its optimizer or schedule changed (the next solve() starts a fresh one)."""
+        if model not in self.models:
+            raise KeyError(f"Crux.optimizer_state({model!r}): no such model; the solver has {sorted(self.models)}")
         version, state = self._opt_states.get((self._entry_key(None, 0), model), (None, None))
         return state.inner if state is not None and version == self.models[model].optimizer_version else None
 

@@ -77,6 +77,8 @@ def test_the_optimizer_state_carried_on_is_readable_until_the_optimizer_changes(
     assert int(state.count) == int(state.inner_state[0].count) == 12  # both calls' updates, on one state
     problem.models["u"].optimizer(optax.sgd).scale(crux.lrs(1e-3))
     assert solver.optimizer_state("u") is None  # the next solve() starts a fresh state
+    with pytest.raises(KeyError, match=r"no such model; the solver has \['u'\]"):
+        solver.optimizer_state("v")
 
 
 def full_batch_loss(problem) -> float:
