@@ -98,3 +98,36 @@ def test_the_bench_rewrites_the_cpu_column_and_keeps_the_gpu_column_and_the_rows
         if line.split(" | ")[0].lstrip("| ") in bench.README_ROWS:
             assert "7.25" in line.split(" | ")[1] and not re.search(r"\d\.\d\d", line.split(" | ")[1].replace(
                 "7.25", ""))
+
+
+class _Scripted(bench.Variant):
+    """A variant whose rounds take the seconds it is given, in turn, and that notes when it ran."""
+
+    def __init__(self, name: str, seconds: list[float], order: list[str]):
+        super().__init__(name, "hand")
+        self.seconds, self.order = iter(seconds), order
+
+    def run(self, steps: int) -> tuple[float, float]:
+        self.order.append(self.name)
+        return next(self.seconds), 0.0
+
+
+def test_a_duel_alternates_which_variant_goes_first_and_reports_the_first_over_the_second_in_steps_per_second():
+    order: list[str] = []
+    crux_variant = _Scripted("crux", [1.0, 2.0, 1.0, 4.0], order)
+    hand = _Scripted("hand", [2.0, 2.0, 3.0, 1.0], order)
+    result = bench.duel(crux_variant, hand, steps=100, rounds=4)
+    assert order == ["crux", "hand", "hand", "crux", "crux", "hand", "hand", "crux"]
+    assert result["all"] == [2.0, 1.0, 3.0, 0.25]  # hand's seconds over crux's: crux's steps/s over hand's
+    assert (result["median"], result["min"], result["max"]) == (1.5, 0.25, 3.0)
+    assert result["back_to_back"] and result["rounds"] == 4
+
+
+def test_call_costs_split_a_calls_time_into_its_fixed_part_and_its_updates():
+    # 30 us a call and 70 us an update: 10 updates a call take 730 us, 100 take 7030 us.
+    results = {"k10": {"steps_per_second": {"median": 10 / 730e-6}},
+               "k100": {"steps_per_second": {"median": 100 / 7030e-6}}}
+    costs = bench.call_costs(results, {10: "k10", 100: "k100"})
+    assert costs["per_call_us"] == pytest.approx(30.0, rel=1e-9)
+    assert costs["per_update_us"] == pytest.approx(70.0, rel=1e-9)
+    assert bench.call_costs(results, {10: "k10", 100: "not run"}) is None
