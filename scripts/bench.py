@@ -75,7 +75,7 @@ FORMS = ("fwd-fwd", "rev-rev", "fwd-rev", "jet", "hand-taylor")
 SAME_AS_CRUX = "hand-taylor"  # crux.laplacian's formulation: Taylor mode (crux/taylor.py), written by hand
 FUSED_STEPS = (10, 100)  # inner_steps of the fused variants: the README's example and the long scan
 SCAN_STEPS = FUSED_STEPS[-1]
-DUEL_ROUNDS = 10  # back-to-back rounds of each crux variant against the fastest hand-written one
+DUEL_ROUNDS = 16  # back-to-back rounds of each crux variant against the fastest hand-written one
 WARMUP_CALLS = 2  # a hand-written variant's first calls allocate: run when built, not timed
 
 
@@ -738,7 +738,9 @@ def markdown(report: dict) -> str:
         lines.append("")
         if p.get("call_costs"):
             k1, k2 = p["fused"][0], p["fused"][-1]
-            lines += [f"Cost of a fused call, fitted to the medians at {k1} and {k2} updates a call:", "",
+            lines += [f"Cost of a fused call, fitted to the medians at {k1} and {k2} updates a call (where the two "
+                      f"medians differ by less than their rounds' spread, the split is noise, a negative figure too):",
+                      "",
                       "| way to train | µs per call | µs per update |", "|---|---:|---:|"]
             lines += [f"| {name} | {c['per_call_us']:.1f} | {c['per_update_us']:.2f} |"
                       for name, c in p["call_costs"].items()]
