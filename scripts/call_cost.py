@@ -1,20 +1,24 @@
 #!/usr/bin/env python
-"""What a fused ``solve()`` call costs beyond its compiled program, against scripts/bench.py's hand-written scan.
+"""What a fused ``solve()`` call costs beyond its compiled program, against scripts/bench.py's hand-written scans.
 
-    python scripts/call_cost.py                      # small problem, inner_steps 10 and 100, 9 rounds (~3 min)
+    python scripts/call_cost.py                      # small problem, inner_steps 10 and 100, 9 rounds (~4 min)
     python scripts/call_cost.py --k 10 --rounds 15
+    taskset -c 0 python scripts/call_cost.py         # on one core: XLA runs the program's operations in turn
 
-Three ways to run the same ``2000`` updates of the small problem (64 points, 1-32-32-32-1), timed in
-interleaved rounds: the hand-written ``lax.scan`` of k updates a call; crux's compiled call of k updates
-in a bare Python loop (no host loop, no history); and ``solve(2000, inner_steps=k)``. Per call: wall and
-CPU microseconds (all threads of the process; CPU time moves less than wall time on a loaded machine),
-and each one's speed over the hand scan's, round by round. Then the CPU time of the parts of a
-``solve()`` outside its compiled calls, over repeated one-call solves.
+Ways to run the same ``2000`` updates of the small problem (64 points, 1-32-32-32-1), timed in interleaved
+rounds: the hand-written ``lax.scan`` of k updates a call, with the hand-derived Taylor u'' and with reverse
+over reverse; crux's compiled call of k updates in a bare Python loop (no host loop, no history), with its
+default Laplacian and with ``laplacian_mode="reverse"``; and ``solve(2000, inner_steps=k)``. Per call: wall and
+CPU microseconds (all threads of the process; CPU time moves less than wall time on a loaded machine), and
+each one's speed over the hand Taylor scan's, round by round. With two values of k, each way's time is split
+into a cost per call and a cost per update (a call of k updates takes ``per_call + k * per_update``). Then the
+CPU time of the parts of a ``solve()`` outside its compiled calls, over repeated one-call solves.
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import os
 import sys
 import time
 from pathlib import Path
@@ -52,26 +56,44 @@ def bare_loop(variant: bench.CruxVariant, k: int):
     return run
 
 
-def per_call(k: int, rounds: int) -> None:
-    hand = bench.HandVariant("hand scan", bench.SAME_AS_CRUX, bench.interior(N), (1, *HIDDEN, 1), k)
-    hand.build()
+def per_call(k: int, rounds: int) -> dict[str, float]:
+    """Each way's median wall seconds per call of ``k`` updates."""
+    hands = {form: bench.HandVariant(f"hand scan {form}", form, bench.interior(N), (1, *HIDDEN, 1), k)
+             for form in (bench.SAME_AS_CRUX, "rev-rev")}
+    for hand in hands.values():
+        hand.build()
     solve = bench.CruxVariant("solve()", bench.poisson_problem(N, HIDDEN), k, STEPS)
+    reverse = bench.CruxVariant("solve(), reverse", bench.poisson_problem(N, HIDDEN, "reverse"), k, STEPS)
     solve.build()
-    runs = {f"hand scan k={k}": hand.run, "crux call, bare loop": bare_loop(solve, k),
+    reverse.build()
+    runs = {**{f"hand scan {form}": hand.run for form, hand in hands.items()},
+            "crux call, bare loop": bare_loop(solve, k), "crux call, bare loop, reverse": bare_loop(reverse, k),
             f"solve(inner_steps={k})": solve.run}
     times = {name: [] for name in runs}
     for r in range(rounds):
-        names = list(runs)[r % 3:] + list(runs)[:r % 3]
+        names = list(runs)[r % len(runs):] + list(runs)[:r % len(runs)]
         for name in names:
             times[name].append(runs[name](STEPS))
     calls = STEPS // k
-    hand_wall = np.array([w for w, _ in times[f"hand scan k={k}"]])
+    hand_wall = np.array([w for w, _ in times[f"hand scan {bench.SAME_AS_CRUX}"]])
+    medians = {}
     for name, values in times.items():
         wall, cpu = np.array([w for w, _ in values]), np.array([c for _, c in values])
         ratio = hand_wall / wall
-        print(f"k={k:4d} {name:24s} wall {np.median(wall) / calls * 1e6:8.1f} us/call, CPU "
-              f"{np.median(cpu) / calls * 1e6:8.1f} us/call; speed / hand scan round by round "
+        medians[name.replace(f"(inner_steps={k})", "()")] = float(np.median(wall)) / calls
+        print(f"k={k:4d} {name:30s} wall {np.median(wall) / calls * 1e6:8.1f} us/call, CPU "
+              f"{np.median(cpu) / calls * 1e6:8.1f} us/call; speed / hand Taylor scan round by round "
               f"{np.median(ratio):.2f} ({ratio.min():.2f}-{ratio.max():.2f})")
+    return medians
+
+
+def split(per_k: dict[int, dict[str, float]]) -> None:
+    """Each way's time per call as ``per_call + k * per_update``, from the two smallest and largest k."""
+    k1, k2 = min(per_k), max(per_k)
+    for name in per_k[k1]:
+        per_update = (per_k[k2][name] - per_k[k1][name]) / (k2 - k1)
+        print(f"{name:30s} {(per_k[k1][name] - k1 * per_update) * 1e6:7.1f} us a call beyond its updates, "
+              f"{per_update * 1e6:7.2f} us an update (k = {k1} and {k2})")
 
 
 def fixed_parts(k: int, solves: int = 200) -> None:
@@ -109,9 +131,13 @@ def main() -> int:
     parser.add_argument("--k", default="10,100", help="inner_steps, comma-separated")
     parser.add_argument("--rounds", type=int, default=9)
     args = parser.parse_args()
+    print(f"{bench.environment()['summary']}; CPU affinity {sorted(os.sched_getaffinity(0))}")
+    per_k = {}
     for k in (int(k) for k in args.k.split(",")):
-        per_call(k, args.rounds)
+        per_k[k] = per_call(k, args.rounds)
         fixed_parts(k)
+    if len(per_k) > 1:
+        split(per_k)
     return 0
 
 
