@@ -381,18 +381,22 @@ def fastest(results: dict, names: list[str]) -> str:
     return max((n for n in names if n in results), key=lambda n: rate(results, n))
 
 
+def split_call(seconds_per_call: dict[int, float]) -> dict[str, float]:
+    """A call of k updates taking ``per_call + k * per_update`` seconds, fitted to the smallest and the largest k of
+    ``seconds_per_call`` (k -> seconds): both in microseconds."""
+    k1, k2 = min(seconds_per_call), max(seconds_per_call)
+    per_update = (seconds_per_call[k2] - seconds_per_call[k1]) / (k2 - k1)
+    return {"per_call_us": (seconds_per_call[k1] - k1 * per_update) * 1e6, "per_update_us": per_update * 1e6}
+
+
 def call_costs(results: dict, names: dict[int, str]) -> dict[str, float] | None:
-    """Microseconds per call and per update of one way to train, fitted to its medians at two numbers of updates
-    a call (``names``: k -> variant): a call of k updates takes ``per_call + k * per_update``. What a fused call
-    costs beyond its updates (starting the loop, the work outside it) shows as ``per_call``; crux's rounds also
-    spread its fixed cost per solve() over their updates, which lands in ``per_update``."""
-    k1, k2 = min(names), max(names)
-    a, b = names[k1], names[k2]
-    if k1 == k2 or a not in results or b not in results:
+    """:func:`split_call` of one way to train from its medians (``names``: k -> variant), or None where it did not
+    run at two values of k. What a fused call costs beyond its updates (starting the loop, the work outside it)
+    shows as ``per_call``; crux's rounds also spread its fixed cost per solve() over their updates, which lands
+    in ``per_update``."""
+    if len(names) < 2 or any(name not in results for name in names.values()):
         return None
-    c1, c2 = k1 / rate(results, a), k2 / rate(results, b)  # seconds per call
-    per_update = (c2 - c1) / (k2 - k1)
-    return {"per_call_us": (c1 - k1 * per_update) * 1e6, "per_update_us": per_update * 1e6}
+    return split_call({k: k / rate(results, name) for k, name in names.items()})
 
 
 def duel(a: Variant, b: Variant, steps: int, rounds: int) -> dict[str, Any]:
@@ -520,10 +524,11 @@ def bench_standard(plan: Plan, log, name="standard", n=1024, hidden=(64, 64, 64)
              "crux, laplacian_mode=reverse": call_costs(results, {k: crux_reverse(k) for k in fused}),
              **{f"hand scan {form}": call_costs(results, {k: hand_name("scan", k, form) for k in fused})
                 for form in forms}}
-    paired = {key: paired_ratio(results, a, b) for key, (a, b) in pairs.items()}
+    # crux against the fastest hand-written variant at the same k: back to back; the other pairs from the survey
+    dueled = ["crux inner_steps=1 / fastest hand loop", *(f"{crux_name(k)} / fastest hand scan k={k}" for k in fused)]
     by_name = {v.name: v for v in variants}
-    for k in (1, *fused):  # crux against the fastest hand-written variant at the same k: back to back
-        key = "crux inner_steps=1 / fastest hand loop" if k == 1 else f"{crux_name(k)} / fastest hand scan k={k}"
+    paired = {key: paired_ratio(results, a, b) for key, (a, b) in pairs.items() if key not in dueled}
+    for key in dueled:
         a, b = pairs[key]
         paired[key] = duel(by_name[a], by_name[b], steps, plan.duel_rounds)
         log(f"  {key} ({b}), back to back: {paired[key]['median']:.3f} "
@@ -692,8 +697,7 @@ def targets(report: dict) -> list[dict]:
             add("standard: fastest crux / fastest jNO", rate(v, p["best"]["crux"]) / max(rate(v, n) for n in jno)
                 if jno else None, ">= 1.3", lambda x: x >= 1.3)
         for key in [k for k in p["paired"] if re.fullmatch(r"crux inner_steps=\d+ / fastest hand (loop|scan k=\d+)", k)]:
-            how = "back to back" if p["paired"][key].get("back_to_back") else "round by round"
-            add(f"{name}: {key} ({how})", p["paired"][key]["median"], ">= 1.0", lambda x: x >= 1.0)
+            add(f"{name}: {key} ({_how(p['paired'][key])})", p["paired"][key]["median"], ">= 1.0", lambda x: x >= 1.0)
     if "accumulation" in problems:
         r = problems["accumulation"]["ratios"]
         for key in [k for k in r if k.startswith("crux") and "(4 t(8))" in k]:
@@ -711,6 +715,11 @@ def targets(report: dict) -> list[dict]:
 # ---------------------------------------------------------------------------------------------------
 def _num(x, fmt="{:.2f}"):
     return "-" if x is None or (isinstance(x, float) and not np.isfinite(x)) else fmt.format(x)
+
+
+def _how(pair: dict) -> str:
+    """How a paired ratio was timed: in a duel (:func:`duel`) or in the survey's rounds (:func:`paired_ratio`)."""
+    return "back to back" if pair.get("back_to_back") else "round by round"
 
 
 def markdown(report: dict) -> str:
@@ -747,9 +756,8 @@ def markdown(report: dict) -> str:
             lines.append("")
         for key, value in p.get("ratios", {}).items():
             pair = p.get("paired", {}).get(key)
-            how = "back to back" if pair is not None and pair.get("back_to_back") else "round by round"
             rounds = "" if pair is None else \
-                f" ({how}: median {pair['median']:.2f}, {pair['min']:.2f}-{pair['max']:.2f})"
+                f" ({_how(pair)}: median {pair['median']:.2f}, {pair['min']:.2f}-{pair['max']:.2f})"
             lines.append(f"- {key}: **{value:.2f}**{rounds}")
         lines.append("")
     lines += ["## Targets (docs/BENCHMARK.md; figures, not assertions)", "", "| target | measured | goal | met |",

@@ -68,7 +68,7 @@ def per_call(k: int, rounds: int) -> dict[str, float]:
     reverse.build()
     runs = {**{f"hand scan {form}": hand.run for form, hand in hands.items()},
             "crux call, bare loop": bare_loop(solve, k), "crux call, bare loop, reverse": bare_loop(reverse, k),
-            f"solve(inner_steps={k})": solve.run}
+            "solve()": solve.run}
     times = {name: [] for name in runs}
     for r in range(rounds):
         names = list(runs)[r % len(runs):] + list(runs)[:r % len(runs)]
@@ -80,7 +80,7 @@ def per_call(k: int, rounds: int) -> dict[str, float]:
     for name, values in times.items():
         wall, cpu = np.array([w for w, _ in values]), np.array([c for _, c in values])
         ratio = hand_wall / wall
-        medians[name.replace(f"(inner_steps={k})", "()")] = float(np.median(wall)) / calls
+        medians[name] = float(np.median(wall)) / calls
         print(f"k={k:4d} {name:30s} wall {np.median(wall) / calls * 1e6:8.1f} us/call, CPU "
               f"{np.median(cpu) / calls * 1e6:8.1f} us/call; speed / hand Taylor scan round by round "
               f"{np.median(ratio):.2f} ({ratio.min():.2f}-{ratio.max():.2f})")
@@ -88,12 +88,12 @@ def per_call(k: int, rounds: int) -> dict[str, float]:
 
 
 def split(per_k: dict[int, dict[str, float]]) -> None:
-    """Each way's time per call as ``per_call + k * per_update``, from the two smallest and largest k."""
+    """Each way's time per call as ``per_call + k * per_update`` (scripts/bench.py's ``split_call``)."""
     k1, k2 = min(per_k), max(per_k)
     for name in per_k[k1]:
-        per_update = (per_k[k2][name] - per_k[k1][name]) / (k2 - k1)
-        print(f"{name:30s} {(per_k[k1][name] - k1 * per_update) * 1e6:7.1f} us a call beyond its updates, "
-              f"{per_update * 1e6:7.2f} us an update (k = {k1} and {k2})")
+        cost = bench.split_call({k: medians[name] for k, medians in per_k.items()})
+        print(f"{name:30s} {cost['per_call_us']:7.1f} us a call beyond its updates, "
+              f"{cost['per_update_us']:7.2f} us an update (k = {k1} and {k2})")
 
 
 def fixed_parts(k: int, solves: int = 200) -> None:
