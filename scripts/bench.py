@@ -25,7 +25,9 @@ and round by round (two variants in the same round meet the same load; the media
 moves less on a shared machine). Then each crux variant meets the fastest hand-written variant of its
 kind (loop, or scan of as many updates a call) in a duel: the two timed back to back, ``DUEL_ROUNDS``
 times in alternating order; the target ratios are those duels' (see ``duel``: why not the survey's
-rounds). crux's rounds are ``solve()`` calls, so they include its fixed cost,
+rounds). Beside the clock, XLA's count of the FLOPs and bytes of crux's compiled call and of the
+hand-written one of crux's formulation (``work``): what each does per update, whatever the machine's load
+(the targets ask crux for no more FLOPs). crux's rounds are ``solve()`` calls, so they include its fixed cost,
 shown on its own as ``fixed ms/solve``: the round's wall time outside the compiled calls (setting up
 the state, reading back the history).
 
@@ -274,10 +276,8 @@ class HandVariant(Variant):
         start = time.perf_counter()
         self.call = jax.jit(call, donate_argnums=0).lower(self.carry, data).compile()
         self.compile_seconds = time.perf_counter() - start
-        cost = self.call.cost_analysis()
-        cost = cost[0] if isinstance(cost, list) else cost
-        if k == 1 and cost and "flops" in cost:  # a scan body is counted once, so only the loop's is per step
-            self.flops = float(cost["flops"])
+        if k == 1:  # a scan body is counted once, so only the loop's is per step
+            self.flops = work(self.call).get("flops")
         self.data_arrays = data
         self.run(WARMUP_CALLS * k)
         return self.compile_seconds
@@ -327,6 +327,32 @@ class CruxVariant(Variant):
         self.fixed_seconds.append(wall - stats.run_seconds)
         self.last_loss = stats.final_loss
         return wall, cpu
+
+
+def work(compiled: Any) -> dict[str, float]:
+    """XLA's count of what one run of a compiled program does: ``flops`` and ``bytes`` (accessed), from its cost
+    analysis. A loop's body is counted once, so a fused call of k updates counts as one update (and the work
+    outside its loop): the figures compare per update, free of timing noise. Empty where the backend counts
+    nothing."""
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    if not cost or "flops" not in cost:
+        return {}
+    return {"flops": float(cost["flops"]), "bytes": float(cost.get("bytes accessed", float("nan")))}
+
+
+def crux_call(solver: crux.Crux, inner_steps: int) -> tuple[Callable, Any, Any]:
+    """``(call, state, data)``: the compiled call that ``solver.solve(..., inner_steps=inner_steps)`` runs on
+    the full batch (compiled once per solver, as solve() compiles it), a fresh state from the solver's
+    parameters and the points on the device, for timing or counting the program without solve()'s host loop."""
+    from crux import sharding
+    from crux.batching import DevicePoints
+    from crux.options import validate
+    options = validate([c.size for c in solver.constraints], epochs=inner_steps, inner_steps=inner_steps)
+    plan = solver._plan(options, solver._entries(options))
+    state = solver._initial_state(plan, options)
+    data = sharding.put(DevicePoints(solver._key, solver._device_points(1)), sharding.placement(1))
+    return solver._compile(plan, state, data).call, state, data
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -534,12 +560,26 @@ def bench_standard(plan: Plan, log, name="standard", n=1024, hidden=(64, 64, 64)
         log(f"  {key} ({b}), back to back: {paired[key]['median']:.3f} "
             f"[{paired[key]['min']:.3f}-{paired[key]['max']:.3f}]")
     return {"variants": results, "ratios": {key: rate(results, a) / rate(results, b) for key, (a, b) in pairs.items()},
-            "paired": paired,
+            "paired": paired, "work": work_per_update(by_name, fused),
             "call_costs": {name: cost for name, cost in costs.items() if cost is not None},
             "fused": list(fused),
             "best": {"loop": best_loop, "scan": best_scan, "hand": best_hand, "crux": best_crux},
             "description": f"{n} points, 1-{'-'.join(map(str, hidden))}-1 tanh, full batch, Adam 1e-3; "
                            f"{steps} updates per round"}
+
+
+def work_per_update(variants: dict[str, Variant], fused: tuple[int, ...]) -> dict[int, dict[str, dict]]:
+    """k -> XLA's count (:func:`work`) of crux's call of k updates and of the hand-written loop (k = 1) or scan of
+    the same formulation (``SAME_AS_CRUX``): what each does per update, whatever the machine's load."""
+    out = {}
+    for k in (1, *fused):
+        hand = variants.get(hand_name("loop" if k == 1 else "scan", k, SAME_AS_CRUX))
+        ours = variants.get(f"crux inner_steps={k}")
+        if isinstance(hand, HandVariant) and isinstance(ours, CruxVariant):
+            counts = {"crux": work(crux_call(ours.solver, k)[0]), "hand": work(hand.call)}
+            if all(counts.values()):
+                out[k] = counts
+    return out
 
 
 def bench_small(plan: Plan, log, forms=FORMS) -> dict:
@@ -698,6 +738,9 @@ def targets(report: dict) -> list[dict]:
                 if jno else None, ">= 1.3", lambda x: x >= 1.3)
         for key in [k for k in p["paired"] if re.fullmatch(r"crux inner_steps=\d+ / fastest hand (loop|scan k=\d+)", k)]:
             add(f"{name}: {key} ({_how(p['paired'][key])})", p["paired"][key]["median"], ">= 1.0", lambda x: x >= 1.0)
+        for k, counts in p.get("work", {}).items():
+            add(f"{name}: FLOPs of an update, crux / hand-written {SAME_AS_CRUX} (XLA's count), {_calls(int(k))}",
+                counts["crux"]["flops"] / counts["hand"]["flops"], "<= 1.0", lambda x: x <= 1.0)
     if "accumulation" in problems:
         r = problems["accumulation"]["ratios"]
         for key in [k for k in r if k.startswith("crux") and "(4 t(8))" in k]:
@@ -754,6 +797,17 @@ def markdown(report: dict) -> str:
             lines += [f"| {name} | {c['per_call_us']:.1f} | {c['per_update_us']:.2f} |"
                       for name, c in p["call_costs"].items()]
             lines.append("")
+        if p.get("work"):
+            lines += [f"Work of an update, as XLA counts the compiled programs (a loop's body once, so a fused call "
+                      f"counts one update): crux against the hand-written {SAME_AS_CRUX} of as many updates a call:",
+                      "", "| updates a call | crux MFLOP | hand MFLOP | crux / hand | crux MB accessed | hand MB "
+                      "accessed | crux / hand |", "|---:|---:|---:|---:|---:|---:|---:|"]
+            for k, c in p["work"].items():
+                ours, hand = c["crux"], c["hand"]
+                lines.append(f"| {k} | {ours['flops'] / 1e6:.3f} | {hand['flops'] / 1e6:.3f} | "
+                             f"{ours['flops'] / hand['flops']:.4f} | {ours['bytes'] / 1e6:.3f} | "
+                             f"{hand['bytes'] / 1e6:.3f} | {ours['bytes'] / hand['bytes']:.4f} |")
+            lines.append("")
         for key, value in p.get("ratios", {}).items():
             pair = p.get("paired", {}).get(key)
             rounds = "" if pair is None else \
@@ -781,6 +835,8 @@ README_HEADER = ("| ratio | CPU | H200 | goal |", "|---|---|---|---|")
 README_ROWS = {
     "crux / fastest hand-written JAX, standard problem": ("standard", "hand", "≥ 1.0"),
     "crux / fastest hand-written JAX, 64 points, 3×32": ("small", "hand", "≥ 1.0"),
+    "FLOPs of an update, crux / hand-written JAX (XLA's count), standard problem": ("standard", "work", "≤ 1.0"),
+    "FLOPs of an update, crux / hand-written JAX (XLA's count), 64 points, 3×32": ("small", "work", "≤ 1.0"),
     "crux / jNO, standard problem": ("standard", "jNO", "≥ 1.3"),
     "crux / jNO, 64 points, 3×32": ("small", "jNO", "–"),
     "one update of 4×8 / four updates of 8": ("accumulation", "accumulation", "≤ 1.2"),
@@ -792,14 +848,18 @@ def _calls(k: int) -> str:
 
 
 def readme_cell(problem: dict, kind: str) -> str:
-    """The CPU cell of one row: ratios round by round (median, range) against the hand-written code, or of the
-    medians against jNO (timed in its own process)."""
+    """The CPU cell of one row: ratios back to back (median, range) against the hand-written code, of XLA's FLOP
+    counts against the hand-written code of crux's formulation, or of the medians against jNO (timed in its own
+    process)."""
     if kind == "accumulation":
         r = problem["ratios"]
         parts = [f"{r[key]:.2f} {_calls(int(k))}" for key in r
                  for k in re.findall(r"^crux inner_steps=(\d+): t\(4x8\) / \(4 t\(8\)\)$", key)]
         jno = r.get("jNO inner_steps=1: t(4x8) / (4 t(8))")
         return "; ".join(parts) + ("" if jno is None else f"; jNO {jno:.2f}")
+    if kind == "work":
+        return "; ".join(f"{c['crux']['flops'] / c['hand']['flops']:.3f} {_calls(int(k))}"
+                         for k, c in problem.get("work", {}).items()) or "not run"
     parts = []
     for k in [1, *problem.get("fused", [])]:
         if kind == "hand":

@@ -31,21 +31,14 @@ import bench  # noqa: E402  (the problems and the hand-written scan)
 
 import crux.loop  # noqa: E402
 import crux.solver  # noqa: E402
-from crux import sharding  # noqa: E402
-from crux.batching import DevicePoints  # noqa: E402
-from crux.options import validate  # noqa: E402
 
 N, HIDDEN, STEPS = 64, (32, 32, 32), 2000
 
 
 def bare_loop(variant: bench.CruxVariant, k: int):
     """``run(steps)`` for crux's compiled call of ``k`` updates, called in a plain loop on its own state."""
-    solver = variant.solver
-    options = validate([c.size for c in solver.constraints], STEPS, None, False, False, 1, k, None, 1, 1)
-    plan = solver._plan(options, solver._entries(options))
-    state = [solver._initial_state(plan, options)]
-    data = sharding.put(DevicePoints(solver._key, solver._device_points(1)), sharding.placement(1))
-    call = solver._compile(plan, state[0], data).call
+    call, state, data = bench.crux_call(variant.solver, k)
+    state = [state]
 
     def run(steps: int) -> tuple[float, float]:
         wall, cpu = time.perf_counter(), time.process_time()

@@ -2,12 +2,15 @@
 so a ratio of their speeds is a ratio for the same work; and the README's speed table is the one it writes."""
 import re
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from scripts_path import bench
 
+from crux.engine import Primitives, repeat
 from crux.problems import poisson1d
+from crux.solver import Crux, Machinery
 
 N, HIDDEN, K = 64, (16, 16, 16), 10
 WIDTHS = (1, *HIDDEN, 1)
@@ -46,7 +49,9 @@ def _report(value: float) -> dict:
     problem = lambda: {"fused": fused, "paired": {
         "crux inner_steps=1 / fastest hand loop": pair, **{f"crux inner_steps={k} / fastest hand scan k={k}": pair
                                                            for k in fused}},
-        "ratios": {f"crux inner_steps={k} / jNO inner_steps={k} (separate process)": value for k in [1, *fused]}}
+        "ratios": {f"crux inner_steps={k} / jNO inner_steps={k} (separate process)": value for k in [1, *fused]},
+        "work": {k: {"crux": {"flops": value, "bytes": 1.0}, "hand": {"flops": 1.0, "bytes": 1.0}}
+                 for k in [1, *fused]}}
     accumulation = {"ratios": {"crux inner_steps=1: t(4x8) / (4 t(8))": value,
                                "crux inner_steps=100: t(4x8) / (4 t(8))": value,
                                "jNO inner_steps=1: t(4x8) / (4 t(8))": value}}
@@ -74,6 +79,8 @@ def test_the_readme_speed_table_has_the_rows_and_the_commit_line_the_bench_write
                 assert re.fullmatch(rf"{paired} one update a call; {paired} fused ×10; {paired} fused ×100", cpu)
             elif kind == "jNO":
                 assert re.fullmatch(rf"{number} one update a call; {number} fused ×10; {number} fused ×100", cpu)
+            elif kind == "work":
+                assert re.fullmatch(r"1\.000 one update a call; 1\.000 fused ×10; 1\.000 fused ×100", cpu)
 
 
 @pytest.mark.parametrize("out", [" --out /tmp/bench-out", " --out=/tmp/bench-out"])
@@ -131,3 +138,47 @@ def test_call_costs_split_a_calls_time_into_its_fixed_part_and_its_updates():
     assert costs["per_call_us"] == pytest.approx(30.0, rel=1e-9)
     assert costs["per_update_us"] == pytest.approx(70.0, rel=1e-9)
     assert bench.call_costs(results, {10: "k10", 100: "not run"}) is None
+
+
+# What crux's update does beyond a hand-written Adam step on the same loss, in XLA's count per trained parameter:
+# the check that the new parameters are finite (a test and a reduction, 2) and the keep-or-apply select of the
+# parameters and both Adam moments (3); a few dozen more for the epoch's record (losses, learning rate, finite).
+BOOKKEEPING_FLOPS_PER_PARAMETER, RECORD_FLOPS = 5, 64
+
+
+def _flops(solver: Crux, k: int) -> tuple[float, int]:
+    """XLA's FLOP count of the solver's compiled call of ``k`` updates (its loop body counted once), and how many
+    parameters it trains."""
+    parameters = sum(np.size(leaf) for leaf in jax.tree.leaves(solver.params))
+    return bench.work(bench.crux_call(solver, k)[0])["flops"], parameters
+
+
+def _problem(dims: int):
+    """(crux problem, points, widths) of the bench's Poisson problem in ``dims`` dimensions."""
+    if dims == 1:
+        return poisson1d(n_interior=N, hidden=HIDDEN, hard_boundary=True), bench.interior(N), WIDTHS
+    points = bench.grid2d(N)
+    return bench.laplacian2d_problem(points, HIDDEN)(), points, (2, *HIDDEN, 1)
+
+
+@pytest.mark.parametrize("dims, k", [(1, 1), (1, K), (2, 1), (2, K)])
+def test_cruxs_compiled_update_does_no_more_arithmetic_than_the_hand_written_one(dims, k):
+    problem, points, widths = _problem(dims)
+    hand = bench.HandVariant("hand", bench.SAME_AS_CRUX, points, widths, k)
+    hand.build()
+    ours, parameters = _flops(problem.solver(), k)
+    hand_flops = bench.work(hand.call)["flops"]
+    assert ours <= hand_flops + BOOKKEEPING_FLOPS_PER_PARAMETER * parameters + RECORD_FLOPS
+    # Not a vacuous bound: the allowance is well under one extra forward pass of the network.
+    assert BOOKKEEPING_FLOPS_PER_PARAMETER * parameters + RECORD_FLOPS < 0.05 * hand_flops
+
+
+def test_the_work_count_catches_a_call_that_makes_each_update_twice():
+    def twice(body, carry, xs, length):
+        carry, _ = repeat(body, carry, xs, length)
+        return repeat(body, carry, xs, length)
+    problem = poisson1d(n_interior=N, hidden=HIDDEN, hard_boundary=True)
+    sound = problem.solver()
+    doubled = Crux(sound.constraints, sound.models, machinery=Machinery(primitives=Primitives(repeat=twice)))
+    (ours, parameters), (doubled_flops, _) = _flops(sound, 1), _flops(doubled, 1)
+    assert doubled_flops > 1.9 * ours > ours + BOOKKEEPING_FLOPS_PER_PARAMETER * parameters + RECORD_FLOPS
