@@ -766,7 +766,7 @@ def _how(pair: dict) -> str:
 
 
 def markdown(report: dict) -> str:
-    lines = [f"# crux benchmark", "",
+    lines = ["# crux benchmark", "",
              f"`{report['command']}`  ", f"{report['environment']['summary']}", ""]
     for name, p in report["problems"].items():
         lines += [f"## {name}", "", p.get("description", ""), ""]

@@ -31,6 +31,7 @@ import bench  # noqa: E402  (the problems and the hand-written scan)
 
 import crux.loop  # noqa: E402
 import crux.solver  # noqa: E402
+from crux import sharding  # noqa: E402
 
 N, HIDDEN, STEPS = 64, (32, 32, 32), 2000
 

@@ -80,9 +80,9 @@ def test_a_server_gone_for_good_ends_the_sweep_in_one_line_and_resume_completes_
     last = seen[-1].strip()
     assert last.startswith(f"crux-sweep: the tracking store at {url} failed: ") and "; 1 of the 3 jobs run finished (job 0), none started after it; " in last
     assert "closed by the next `crux-sweep --resume` or `crux-report`" in last
-    assert last.endswith(f"--resume` runs the others"), last
+    assert last.endswith("--resume` runs the others"), last
     # no job after the one that met the fault waited for the store: each was refused at once
-    assert output.count(f"the tracking store did not take") == 1
+    assert output.count("the tracking store did not take") == 1
 
     url = start("mlflow_server.sh", server_folder / "server", backend, "1")
     process, seen = sweep(tmp_path, url, "--resume"), []
