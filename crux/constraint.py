@@ -38,8 +38,8 @@ class Constraint:
         points = np.asarray(self.points, dtype=np.float32)
         if points.ndim == 1:
             points = points[:, None]
-        if points.ndim != 2 or points.shape[0] == 0:
-            raise ValueError(f"Constraint '{self.name}': points must be a non-empty (N, d) array, "
+        if points.ndim != 2 or points.shape[0] == 0 or points.shape[1] == 0:
+            raise ValueError(f"Constraint '{self.name}': points must be a non-empty (N, d) array with d >= 1, "
                              f"got shape {np.shape(self.points)}")
         if not np.isfinite(points).all():
             bad = int(np.argwhere(~np.isfinite(points))[0][0])
@@ -54,6 +54,10 @@ class Constraint:
         return self.points.shape[0]
 
 
+class PointShapeError(ValueError):
+    """A residual evaluated a model at a point of another shape than the model takes."""
+
+
 class Nets:
     """What a residual sees as ``net``: ``net.u(x)`` (or ``net["u"](x)``) evaluates model ``u`` at one point."""
 
@@ -64,7 +68,13 @@ class Nets:
         if name not in self._models:
             raise KeyError(f"residual asked for model '{name}', but the solver has models {sorted(self._models)}")
         model, params = self._models[name], self._params[name]
-        return lambda x: model.pointwise(params, x, self._checkpointed)
+
+        def evaluate(x: jax.Array) -> jax.Array:
+            if jnp.shape(x) != (model.in_dim,):
+                raise PointShapeError(f"model '{name}' takes one point of shape ({model.in_dim},), and the residual "
+                                      f"passed it shape {jnp.shape(x)}")
+            return model.pointwise(params, x, self._checkpointed)
+        return evaluate
 
     def __getattr__(self, name: str) -> Callable[[jax.Array], jax.Array]:
         if name.startswith("_"):
@@ -97,14 +107,25 @@ def checked_reach(constraint: Constraint, models: dict[str, Model], params: dict
     compute). Raises ValueError when the residual returns anything but a scalar or a vector of at most
     :data:`RESIDUAL_COMPONENTS` components, naming its function and the shape it returned."""
     names = sorted(params)  # make_jaxpr flattens the dict in sorted-key order
-    closed = jax.make_jaxpr(lambda p, x: constraint.residual(Nets(models, p, False), x))(params, constraint.points[0])
-    shape = closed.out_avals[0].shape
-    if not (len(shape) == 0 or (len(shape) == 1 and shape[0] <= RESIDUAL_COMPONENTS)):
-        code = getattr(constraint.residual, "__code__", None)
-        where = f" ({shown_path(code.co_filename)}:{code.co_firstlineno})" if code else ""
+    code = getattr(constraint.residual, "__code__", None)
+    where = f" ({shown_path(code.co_filename)}:{code.co_firstlineno})" if code else ""
+    try:
+        closed, returned = jax.make_jaxpr(lambda p, x: constraint.residual(Nets(models, p, False), x),
+                                          return_shape=True)(params, constraint.points[0])
+    except PointShapeError as error:
+        raise ValueError(f"Constraint '{constraint.name}': {error}; its points have {constraint.points.shape[1]} "
+                         f"coordinates. Give the constraint points as wide as the model's input, or pass the model the "
+                         f"coordinates it takes (e.g. a slice of x)") from None
+    if not isinstance(returned, jax.ShapeDtypeStruct):
+        kind = "None" if returned is None else f"a {type(returned).__name__}"
+        raise ValueError(f"Constraint '{constraint.name}': its residual{where} returns {kind}, not an array; "
+                         f"return one array per point: a scalar, or a vector of the equations' residuals "
+                         f"(e.g. jnp.stack([r1, r2]) instead of (r1, r2))")
+    shape = returned.shape
+    if not (len(shape) == 0 or (len(shape) == 1 and 1 <= shape[0] <= RESIDUAL_COMPONENTS)):
         raise ValueError(f"Constraint '{constraint.name}': its residual{where} returns shape {shape} at one point x "
                          f"of shape {constraint.points.shape[1:]}; a residual returns a scalar per point, or a vector "
-                         f"of at most {RESIDUAL_COMPONENTS} components (one per equation): did it use all the "
+                         f"of 1 to {RESIDUAL_COMPONENTS} components (one per equation): did it use all the "
                          f"points, or an array of them, instead of x?")
     used = {id(v) for eqn in closed.jaxpr.eqns for v in eqn.invars} | {id(v) for v in closed.jaxpr.outvars}
     reached, position = set(), 0

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from crux.layout import layout_free
@@ -140,7 +140,8 @@ class Model:
 
 def _glorot(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
     fan_in, fan_out = shape[-2], shape[-1]
-    return jax.random.normal(key, shape, jnp.float32) * np.sqrt(2.0 / (fan_in + fan_out))
+    # A Python float keeps the weights float32 under jax_enable_x64 too (a NumPy scalar would make them float64).
+    return jax.random.normal(key, shape, jnp.float32) * math.sqrt(2.0 / (fan_in + fan_out))
 
 
 def _stack_layout(widths: Sequence[int]) -> list[tuple[int, int, int]]:

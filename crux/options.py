@@ -5,6 +5,7 @@ Every refusal names the option as the caller typed it and says how to fix it.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -38,6 +39,8 @@ def validate(sizes: Sequence[int], epochs: Any, batchsize: Any = None, checkpoin
     so it is logged and taken as 1. ``available_devices``: how many devices ``devices`` may use.
     """
     epochs = _integer("epochs", epochs, "pass the number of epochs to train, e.g. solve(epochs=1000)")
+    checkpoint_gradients = _flag("checkpoint_gradients", checkpoint_gradients)
+    offload_data = _flag("offload_data", offload_data)
     if batchsize is not None:
         batchsize = _integer("batchsize", batchsize, "pass a positive batch size, or None for full batch")
     accumulation_steps = _integer("accumulation_steps", accumulation_steps,
@@ -67,13 +70,20 @@ def validate(sizes: Sequence[int], epochs: Any, batchsize: Any = None, checkpoin
         log.warning("accumulation_steps=%d ignored: with batchsize=None every update already sees all points, "
                     "so there is nothing to accumulate; using 1", accumulation_steps)
         accumulation_steps = 1
-    return Options(epochs, batchsize, bool(checkpoint_gradients), bool(offload_data), accumulation_steps,
-                   inner_steps, plan, devices)
+    return Options(epochs, batchsize, checkpoint_gradients, offload_data, accumulation_steps, inner_steps, plan,
+                   devices)
 
 
-def divisors(epochs: int, up_to: int = 100) -> list[int]:
-    """The values of ``inner_steps`` up to ``up_to`` that divide ``epochs``."""
-    return [k for k in range(1, min(epochs, up_to) + 1) if epochs % k == 0]
+def divisors(epochs: int) -> list[int]:
+    """The values of ``inner_steps`` that divide ``epochs``, in order."""
+    small = [k for k in range(1, math.isqrt(epochs) + 1) if epochs % k == 0]
+    return small + [epochs // k for k in reversed(small) if k * k != epochs]
+
+
+def _flag(name: str, value: Any) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r}; pass {name}=True or {name}=False")
+    return bool(value)
 
 
 def _integer(name: str, value: Any, fix: str) -> int:
@@ -91,7 +101,8 @@ def _substep_plan(substeps: Any, n_constraints: int) -> SubstepPlan:
     plan = []
     for k, entry in enumerate(substeps):
         steps = 1
-        if isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], (list, tuple)):
+        if isinstance(entry, (list, tuple)) and len(entry) == 2 and isinstance(entry[0], (list, tuple)):
+            # ([indices], n); a list pair too, as YAML and JSON write it: an index is never a list
             entry, steps = entry
             steps = _integer(f"substeps[{k}] step count", steps, "write the entry as ([indices], n) with n >= 1")
         if not isinstance(entry, (list, tuple)) or not entry:

@@ -54,6 +54,28 @@ def test_mlp_evaluates_batches_and_stacks_equal_layers():
     np.testing.assert_allclose(u.checkpointed_apply(u.params, jnp.asarray(xs[2])), out[2], rtol=1e-6)
 
 
+def _two_constraint_fit() -> tuple[np.ndarray, list]:
+    """Losses and parameters after 20 SGD epochs of mini-batches, 5 a call, of a Laplacian and a boundary constraint."""
+    u = crux.mlp(1, 1, hidden=(8, 8)).optimizer(optax.sgd).scale(crux.lrs(1e-2))
+    points = np.linspace(0, 1, 16, dtype=np.float32)[:, None]
+    solver = crux.Crux([crux.Constraint("pde", lambda net, x: -crux.laplacian(net.u)(x) - 1.0, points),
+                        crux.Constraint("bc", lambda net, x: net.u(x), np.array([[0.0], [1.0]]))], {"u": u})
+    stats = solver.solve(20, batchsize=4, inner_steps=5)
+    return stats.losses, jax.tree.leaves(solver.params)
+
+
+def test_with_jax_float64_enabled_crux_trains_in_float32_and_computes_the_same_bits():
+    # SGD has no scalars of its own; optax's Adam computes its bias correction in float64 there.
+    losses, params = _two_constraint_fit()
+    with jax.enable_x64(True):
+        losses64, params64 = _two_constraint_fit()
+        assert crux.mlp(2, 1, (4,)).params[0]["w"].dtype == jnp.float32
+    assert all(leaf.dtype == jnp.float32 for leaf in params64)
+    np.testing.assert_array_equal(losses64, losses)
+    for leaf, leaf64 in zip(params, params64):
+        np.testing.assert_array_equal(leaf64, leaf)
+
+
 def test_ready_transform_is_scaled_by_the_schedule():
     # sgd(1) scaled by lrs(1e-3) must be exactly sgd(1e-3).
     problem_a = poisson(optax.sgd, 1e-3)

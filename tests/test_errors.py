@@ -21,7 +21,12 @@ from crux_testing import CompileStages, flat, poisson
     ({"epochs": 10, "accumulation_steps": 0}, ValueError, r"accumulation_steps must be >= 1"),
     ({"epochs": 10, "inner_steps": 0}, ValueError, r"inner_steps must be >= 1"),
     ({"epochs": 10, "inner_steps": 3}, ValueError, r"inner_steps=3 must divide epochs=10; choose one of \[1, 2, 5, 10\]"),
+    ({"epochs": 1000, "inner_steps": 3}, ValueError, r"choose one of \[1, 2, 4, 5, 8, 10, 20, 25, 40, 50, 100, 125, "
+                                                     r"200, 250, 500, 1000\]$"),
     ({"epochs": 10, "offload_data": True}, ValueError, r"offload_data=True .* got batchsize=None"),
+    ({"epochs": 10, "offload_data": "False"}, TypeError, r"offload_data must be True or False, got 'False'; pass "
+                                                          r"offload_data=True or offload_data=False"),
+    ({"epochs": 10, "checkpoint_gradients": 1}, TypeError, r"checkpoint_gradients must be True or False, got 1"),
     ({"epochs": 10, "substeps": [[0]], "inner_steps": 2}, ValueError, r"substeps cannot be combined"),
     ({"epochs": 10, "substeps": [[5]]}, ValueError, r"substeps\[0\] names constraint 5"),
 ])
@@ -139,6 +144,7 @@ def test_a_non_finite_update_is_found_by_the_replay(offload, inner_steps):
 @pytest.mark.parametrize("returns, shape", [
     (lambda u, x: u * jnp.ones(crux.constraint.RESIDUAL_COMPONENTS + 1), (crux.constraint.RESIDUAL_COMPONENTS + 1,)),
     (lambda u, x: u * jnp.ones((2, 2)), (2, 2)),
+    (lambda u, x: u * jnp.ones(0), (0,)),
 ])
 def test_a_residual_of_another_shape_than_a_point_gives_is_refused_before_training(returns, shape):
     points = np.linspace(0, 1, 8, dtype=np.float32)[:, None]
@@ -149,9 +155,43 @@ def test_a_residual_of_another_shape_than_a_point_gives_is_refused_before_traini
     line = residual.__code__.co_firstlineno
     with pytest.raises(ValueError, match=rf"^Constraint 'pde': its residual \(tests/test_errors.py:{line}\) returns "
                                          rf"shape {re.escape(str(shape))} at one point x of shape \(1,\); a residual "
-                                         rf"returns a scalar per point, or a vector of at most 16 components"):
+                                         rf"returns a scalar per point, or a vector of 1 to 16 components"):
         solver.solve(2)
     assert solver.history is None  # nothing trained
+
+
+@pytest.mark.parametrize("returns, what", [
+    (lambda u, x: (u, u - 1.0), "a tuple"), (lambda u, x: [u], "a list"), (lambda u, x: {"r": u}, "a dict"),
+    (lambda u, x: None, "None"),
+])
+def test_a_residual_that_returns_no_array_is_refused_before_training(returns, what):
+    points = np.linspace(0, 1, 8, dtype=np.float32)[:, None]
+
+    def residual(net, x):
+        return returns(net.u(x), x)
+
+    solver = crux.Crux([crux.Constraint("pde", residual, points)], {"u": crux.mlp(1, 1, (4,), seed=0)})
+    line = residual.__code__.co_firstlineno
+    with pytest.raises(ValueError, match=rf"^Constraint 'pde': its residual \(tests/test_errors.py:{line}\) returns "
+                                         rf"{what}, not an array; .*jnp.stack\(\[r1, r2\]\)"):
+        solver.solve(2)
+    assert solver.history is None
+
+
+def test_points_of_another_width_than_the_model_takes_are_refused_naming_both():
+    u = crux.mlp(2, 1, (4,)).optimizer(optax.adam).scale(crux.lrs(1e-3))
+    solver = crux.Crux([crux.Constraint("wall", lambda net, x: net.u(x), np.ones((5, 3)))], {"u": u})
+    with CompileStages() as stages, pytest.raises(
+            ValueError, match=r"^Constraint 'wall': model 'u' takes one point of shape \(2,\), and the residual passed "
+                              r"it shape \(3,\); its points have 3 coordinates"):
+        solver.solve(2)
+    assert stages.compiled == 0 and solver.history is None
+
+
+def test_points_without_coordinates_are_refused_when_the_constraint_is_built():
+    with pytest.raises(ValueError, match=r"Constraint 'c': points must be a non-empty \(N, d\) array with d >= 1, "
+                                         r"got shape \(4, 0\)"):
+        crux.Constraint("c", lambda net, x: net.u(x), np.ones((4, 0)))
 
 
 def test_a_vector_residual_of_a_few_components_trains_as_the_mean_over_them():

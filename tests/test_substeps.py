@@ -50,6 +50,14 @@ def test_substep_counts_and_state_carry_into_the_next_solve():
     np.testing.assert_allclose(flat(split.params), flat(whole.params), rtol=10 * EPS32, atol=10 * EPS32)
 
 
+def test_a_pair_written_as_a_list_as_yaml_writes_it_is_the_same_entry_as_a_tuple():
+    as_list, as_tuple = mixed().solver(), mixed().solver()
+    as_list.solve(4, substeps=[[[0], 2], [1, 2]])
+    as_tuple.solve(4, substeps=[([0], 2), [1, 2]])
+    np.testing.assert_array_equal(as_list.history.losses, as_tuple.history.losses)
+    np.testing.assert_array_equal(flat(as_list.params), flat(as_tuple.params))
+
+
 @pytest.mark.parametrize("options, message", [
     ({"substeps": [[0]], "accumulation_steps": 2, "batchsize": 8}, "substeps cannot be combined"),
     ({"substeps": [[0]], "inner_steps": 2}, "substeps cannot be combined"),
