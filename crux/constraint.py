@@ -2,16 +2,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from crux.failures import shown_path
+from crux.model import Model, ShapeMismatch
+from crux.numbers import is_rate
 
-if TYPE_CHECKING:
-    from crux.model import Model
 
 Residual = Callable[[Any, Any], Any]
 
@@ -33,9 +33,16 @@ class Constraint:
     weight: float = 1.0
 
     def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"Constraint name must be a non-empty string, got {self.name!r}")
         if not callable(self.residual):
             raise TypeError(f"Constraint '{self.name}': residual must be a function (net, x) -> residual")
-        points = np.asarray(self.points, dtype=np.float32)
+        if np.iscomplexobj(self.points):
+            raise ValueError(f"Constraint '{self.name}': points must be real coordinates, got complex ones")
+        try:
+            points = np.asarray(self.points, dtype=np.float32)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"Constraint '{self.name}': points must be an (N, d) array of numbers ({error})") from None
         if points.ndim == 1:
             points = points[:, None]
         if points.ndim != 2 or points.shape[0] == 0 or points.shape[1] == 0:
@@ -45,17 +52,14 @@ class Constraint:
             bad = int(np.argwhere(~np.isfinite(points))[0][0])
             raise ValueError(f"Constraint '{self.name}': points contain NaN or inf (first at row {bad}); "
                              f"remove or fix them before building the solver")
-        if not np.isfinite(self.weight) or self.weight < 0:
-            raise ValueError(f"Constraint '{self.name}': weight must be a finite number >= 0, got {self.weight}")
+        if not is_rate(self.weight):
+            raise ValueError(f"Constraint '{self.name}': weight must be a finite number >= 0, got {self.weight!r}")
         object.__setattr__(self, "points", points)
+        object.__setattr__(self, "weight", float(self.weight))
 
     @property
     def size(self) -> int:
         return self.points.shape[0]
-
-
-class PointShapeError(ValueError):
-    """A residual evaluated a model at a point of another shape than the model takes."""
 
 
 class Nets:
@@ -70,10 +74,10 @@ class Nets:
         model, params = self._models[name], self._params[name]
 
         def evaluate(x: jax.Array) -> jax.Array:
-            if jnp.shape(x) != (model.in_dim,):
-                raise PointShapeError(f"model '{name}' takes one point of shape ({model.in_dim},), and the residual "
-                                      f"passed it shape {jnp.shape(x)}")
-            return model.pointwise(params, x, self._checkpointed)
+            try:
+                return model.pointwise(params, x, self._checkpointed)
+            except ShapeMismatch as error:
+                raise ShapeMismatch(f"model '{name}' {error}") from None
         return evaluate
 
     def __getattr__(self, name: str) -> Callable[[jax.Array], jax.Array]:
@@ -112,10 +116,10 @@ def checked_reach(constraint: Constraint, models: dict[str, Model], params: dict
     try:
         closed, returned = jax.make_jaxpr(lambda p, x: constraint.residual(Nets(models, p, False), x),
                                           return_shape=True)(params, constraint.points[0])
-    except PointShapeError as error:
-        raise ValueError(f"Constraint '{constraint.name}': {error}; its points have {constraint.points.shape[1]} "
-                         f"coordinates. Give the constraint points as wide as the model's input, or pass the model the "
-                         f"coordinates it takes (e.g. a slice of x)") from None
+    except ShapeMismatch as error:
+        raise ValueError(f"Constraint '{constraint.name}': {error}; the constraint's points have "
+                         f"{constraint.points.shape[1]} coordinates. A model takes one point of its in_dim coordinates "
+                         f"(a slice of x where the points hold more) and returns out_dim values") from None
     if not isinstance(returned, jax.ShapeDtypeStruct):
         kind = "None" if returned is None else f"a {type(returned).__name__}"
         raise ValueError(f"Constraint '{constraint.name}': its residual{where} returns {kind}, not an array; "

@@ -13,9 +13,11 @@ from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from crux.layout import layout_free
+from crux.numbers import is_real_scalar
 from crux.schedules import Schedule
 
 Params = Any
@@ -29,6 +31,10 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     "softplus": jax.nn.softplus,
     "relu": jax.nn.relu,
 }
+
+
+class ShapeMismatch(ValueError):
+    """A model met a point, or returned a value, of another shape than its ``in_dim`` or ``out_dim``."""
 
 
 class Model:
@@ -63,7 +69,7 @@ class Model:
     def scale(self, schedule: Schedule | float) -> "Model":
         """Set the learning-rate schedule (a factory's ``learning_rate``, or a multiplier of a transform's updates)."""
         if not isinstance(schedule, Schedule):
-            if not isinstance(schedule, (int, float)):
+            if not is_real_scalar(schedule):
                 raise TypeError(f"Model.scale takes a crux.lrs schedule or a number, got {schedule!r}")
             from crux.schedules import lrs
             schedule = lrs(schedule)
@@ -126,8 +132,15 @@ class Model:
 
     # -- evaluation --------------------------------------------------------------
     def pointwise(self, params: Params, x: jax.Array, checkpointed: bool = False) -> jax.Array:
-        """One point: a scalar when ``out_dim == 1``, else ``(out_dim,)``."""
+        """One point: a scalar when ``out_dim == 1``, else ``(out_dim,)``. Raises :class:`ShapeMismatch` (while
+        tracing) where ``x`` is not ``(in_dim,)`` or ``apply`` does not return ``(out_dim,)``."""
+        if jnp.shape(x) != (self.in_dim,):
+            raise ShapeMismatch(f"takes one point of shape ({self.in_dim},), and the residual passed it shape "
+                                f"{jnp.shape(x)}")
         y = (self.checkpointed_apply if checkpointed else self.apply)(params, x)
+        if jnp.shape(y) != (self.out_dim,):
+            raise ShapeMismatch(f"was declared with out_dim={self.out_dim}, and its apply returns shape "
+                                f"{jnp.shape(y)} at one point")
         return y[0] if self.out_dim == 1 else y
 
     def __call__(self, xs: Any) -> jax.Array:
@@ -172,6 +185,12 @@ def mlp(in_dim: int, out_dim: int, hidden: Sequence[int] = (64, 64, 64), activat
     """
     if activation not in ACTIVATIONS:
         raise ValueError(f"crux.mlp: unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}")
+    if not isinstance(hidden, Sequence) or isinstance(hidden, str):
+        raise TypeError(f"crux.mlp: hidden is the hidden layers' widths, a sequence such as hidden=(64, 64), "
+                        f"got {hidden!r}")
+    for name, value in [("in_dim", in_dim), ("out_dim", out_dim), *((f"hidden[{i}]", h) for i, h in enumerate(hidden))]:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"crux.mlp: {name} must be an integer, got {value!r}")
     if in_dim < 1 or out_dim < 1 or any(h < 1 for h in hidden):
         raise ValueError(f"crux.mlp: dimensions must be >= 1, got in_dim={in_dim}, hidden={hidden}, out_dim={out_dim}")
     layout = _stack_layout([in_dim, *hidden, out_dim])

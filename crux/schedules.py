@@ -13,6 +13,8 @@ from typing import Callable
 import jax.numpy as jnp
 import optax
 
+from crux.numbers import is_rate
+
 
 @dataclass(frozen=True)
 class Schedule:
@@ -37,6 +39,8 @@ class _Schedules:
 
     @staticmethod
     def constant(value: float) -> Schedule:
+        if not is_rate(value):
+            raise ValueError(f"crux.lrs: a learning rate is a finite number >= 0, got {value!r}")
         value = float(value)
         return Schedule(lambda step: jnp.full_like(jnp.asarray(step, jnp.float32), value),
                         f"constant({value:g})", value=value)

@@ -84,8 +84,12 @@ class Crux:
         names = [c.name for c in constraints]
         if len(set(names)) != len(names):
             raise ValueError(f"constraint names must be unique, got {names}")
-        if not models or not all(isinstance(m, Model) for m in models.values()):
-            raise TypeError("crux.Crux needs models={'name': crux.Model, ...}")
+        if (not isinstance(models, dict) or not models or not all(isinstance(m, Model) for m in models.values())
+                or not all(isinstance(name, str) for name in models)):
+            raise TypeError(f"crux.Crux needs models={{'name': crux.Model, ...}} (names are strings), got {models!r}")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2 ** 32:
+            raise ValueError(f"crux.Crux: seed must be an integer from 0 to 2**32 - 1 (the point stream's key holds "
+                             f"32 bits: larger seeds would repeat smaller ones' streams), got {seed!r}")
         self.constraints = constraints
         self.models = dict(models)
         self.seed = int(seed)

@@ -172,9 +172,57 @@ def test_points_of_another_width_than_the_model_takes_are_refused_naming_both():
     solver = crux.Crux([crux.Constraint("wall", lambda net, x: net.u(x), np.ones((5, 3)))], {"u": u})
     with CompileStages() as stages, pytest.raises(
             ValueError, match=r"^Constraint 'wall': model 'u' takes one point of shape \(2,\), and the residual passed "
-                              r"it shape \(3,\); its points have 3 coordinates"):
+                              r"it shape \(3,\); the constraint's points have 3 coordinates"):
         solver.solve(2)
     assert stages.compiled == 0 and solver.history is None
+
+
+def test_a_model_whose_apply_returns_another_shape_than_its_out_dim_is_refused_naming_it():
+    inner = crux.mlp(1, 3, (4,))
+    declared_one = crux.Model(lambda key: inner.params, inner.apply, in_dim=1, out_dim=1)  # returns 3 values
+    declared_one.optimizer(optax.adam).scale(crux.lrs(1e-3))
+    solver = crux.Crux([crux.Constraint("fit", lambda net, x: net.v(x) - 1.0, np.linspace(0, 1, 4))],
+                       {"v": declared_one})
+    with CompileStages() as stages, pytest.raises(
+            ValueError, match=r"^Constraint 'fit': model 'v' was declared with out_dim=1, and its apply returns shape "
+                              r"\(3,\) at one point"):
+        solver.solve(2)
+    assert stages.compiled == 0 and solver.history is None
+
+
+@pytest.mark.parametrize("build, error, message", [
+    (lambda: crux.Constraint("c", lambda n, x: 0, np.ones(4), weight=None), ValueError,
+     r"Constraint 'c': weight must be a finite number >= 0, got None"),
+    (lambda: crux.Constraint("c", lambda n, x: 0, np.ones(4), weight="1"), ValueError, r"weight must be .* got '1'"),
+    (lambda: crux.Constraint("c", lambda n, x: 0, np.ones(4), weight=np.ones(2)), ValueError, r"weight must be"),
+    (lambda: crux.Constraint("c", lambda n, x: 0, "abc"), ValueError,
+     r"Constraint 'c': points must be an \(N, d\) array of numbers"),
+    (lambda: crux.Constraint("c", lambda n, x: 0, np.ones(4) * 1j), ValueError,
+     r"Constraint 'c': points must be real coordinates"),
+    (lambda: crux.Constraint(None, lambda n, x: 0, np.ones(4)), TypeError, r"Constraint name must be a non-empty string"),
+    (lambda: crux.mlp(2.0, 1), TypeError, r"crux.mlp: in_dim must be an integer, got 2.0"),
+    (lambda: crux.mlp(1, 1, hidden=(4, 4.0)), TypeError, r"crux.mlp: hidden\[1\] must be an integer, got 4.0"),
+    (lambda: crux.mlp(1, 1, hidden=8), TypeError, r"crux.mlp: hidden is the hidden layers' widths, a sequence such "
+                                                  r"as hidden=\(64, 64\), got 8"),
+    (lambda: crux.mlp(1, 1, (4,)).scale(True), TypeError, r"Model.scale takes a crux.lrs schedule or a number"),
+    (lambda: crux.mlp(1, 1, (4,)).scale(float("nan")), ValueError, r"crux.lrs: a learning rate is a finite number "
+                                                                   r">= 0, got nan"),
+    (lambda: crux.lrs(-1e-3), ValueError, r"a learning rate is a finite number >= 0, got -0.001"),
+    (lambda: crux.Crux([crux.Constraint("c", lambda n, x: 0, np.ones(4))], [crux.mlp(1, 1, (4,))]), TypeError,
+     r"crux.Crux needs models=\{'name': crux.Model, ...\} \(names are strings\)"),
+    (lambda: crux.Crux([crux.Constraint("c", lambda n, x: 0, np.ones(4))], {1: crux.mlp(1, 1, (4,))}), TypeError,
+     r"names are strings"),
+    (lambda: crux.Crux([crux.Constraint("c", lambda n, x: 0, np.ones(4))], {"u": crux.mlp(1, 1, (4,))}, seed=2 ** 32),
+     ValueError, r"crux.Crux: seed must be an integer from 0 to 2\*\*32 - 1 .* got 4294967296"),
+])
+def test_bad_arguments_of_the_building_blocks_are_refused_naming_the_argument(build, error, message):
+    with pytest.raises(error, match=message):
+        build()
+
+
+def test_a_learning_rate_of_any_real_scalar_type_is_taken():
+    rates = [crux.mlp(1, 1, (4,)).scale(rate).schedule.value for rate in (1e-3, np.float32(1e-3), jnp.float32(1e-3), 1)]
+    assert rates == [1e-3, float(np.float32(1e-3)), float(np.float32(1e-3)), 1.0]
 
 
 def test_points_without_coordinates_are_refused_when_the_constraint_is_built():

@@ -54,7 +54,7 @@ from crux.failures import failure_line
 from crux.model import ACTIVATIONS, Model
 from crux.optim import soap
 from crux.options import divisors
-from crux.pipeline.ranges import AT_LEAST_ONE, FRACTION, NOT_NEGATIVE, POSITIVE, Choice, checked
+from crux.pipeline.ranges import AT_LEAST_ONE, FRACTION, NOT_NEGATIVE, POSITIVE, SEED, Choice, checked
 from crux.pipeline.ranges import refusals as range_refusals
 from crux.schedules import Schedule, lrs
 
@@ -272,7 +272,7 @@ class SolverConfig:
     epochs: int = checked(AT_LEAST_ONE)
     inner_steps: int = checked(AT_LEAST_ONE)
     substeps: Optional[List[Any]] = None
-    seed: int = checked(NOT_NEGATIVE)
+    seed: int = checked(SEED)
     devices: int = checked(AT_LEAST_ONE)
 
     def substep_plan(self) -> list | None:

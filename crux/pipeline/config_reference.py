@@ -51,8 +51,7 @@ def allowed(field: dataclasses.Field) -> str:
     if isinstance(check, Choice):
         return "one of " + ", ".join(f"`{option}`" for option in check.options)
     if isinstance(check, Range):
-        low = f"{'>' if check.low_open else '>='} {check.low:g}"
-        return low if check.high is None else f"{'(' if check.low_open else '['}{check.low:g}, {check.high:g})"
+        return check.accepted
     return "-"
 
 

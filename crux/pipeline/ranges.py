@@ -32,13 +32,18 @@ class Range:
     high: float | None = None
     low_open: bool = False
 
+    @property
+    def accepted(self) -> str:
+        """The range as the reference writes it: ``>= 1``, ``> 0``, ``[0, 1)``."""
+        if self.high is None:
+            return f"{'>' if self.low_open else '>='} {_number(self.low)}"
+        return f"{'(' if self.low_open else '['}{_number(self.low)}, {_number(self.high)})"
+
     def refusal(self, value: Any) -> str | None:
         below = value <= self.low if self.low_open else value < self.low
         if not below and (self.high is None or value < self.high):
             return None
-        if self.high is None:
-            return f"must be {'>' if self.low_open else '>='} {self.low:g}"
-        return f"must be in {'(' if self.low_open else '['}{self.low:g}, {self.high:g})"
+        return f"must be {self.accepted}" if self.high is None else f"must be in {self.accepted}"
 
 
 @dataclass(frozen=True)
@@ -51,9 +56,16 @@ class Choice:
         return None if value in self.options else f"must be one of {', '.join(self.options)}"
 
 
+def _number(x: float) -> str:
+    """``x`` as a user types it: ``0``, ``0.5``, ``4294967296`` (not ``4.29497e+09``)."""
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
 AT_LEAST_ONE = Range(1)
 NOT_NEGATIVE = Range(0)
 POSITIVE = Range(0, low_open=True)
+SEED = Range(0, 2 ** 32)
+"""A seed of the point stream's 32-bit key (crux.Crux refuses others: they would repeat smaller seeds' streams)."""
 FRACTION = Range(0, 1)
 """``0 <= value < 1``: a moment's decay (Adam's ``b1``, ``b2``), a momentum."""
 
