@@ -74,6 +74,24 @@ def test_non_finite_loss_stops_with_epoch_and_constraint_and_keeps_history():
     assert np.isfinite(flat(solver.params)).all() and float(np.max(u(points))) > 1.5
 
 
+def test_a_later_solve_goes_on_after_the_failing_epoch_with_the_schedule_at_the_updates_applied():
+    """The failing update's batch is not drawn again (a point that makes the residual infinite would stop every
+    retry); its epoch keeps its number in the history; the schedule counts the updates applied, one fewer."""
+    points = np.linspace(0, 1, 64, dtype=np.float32)[:, None]
+    bad = points[23, 0]
+    schedule = crux.lrs.exponential(1e-3, 0.99, 1)
+    u = crux.mlp(1, 1, hidden=(8,)).optimizer(optax.adam).scale(schedule)
+    solver = crux.Crux([crux.Constraint("fit", lambda net, x: net.u(x) - 1.0 / jnp.where(x[0] == bad, 0.0, 1.0),
+                                        points)], {"u": u}, seed=7)
+    with pytest.raises(FloatingPointError, match=r"loss of constraint 'fit' became non-finite") as raised:
+        solver.solve(400, batchsize=1)
+    epoch = stopped_epoch(raised.value)
+    later = solver.solve(3, batchsize=1)
+    np.testing.assert_array_equal(later.epoch, [epoch + 1, epoch + 2, epoch + 3])
+    np.testing.assert_array_equal(later.lr["u"], [schedule(np.int32(epoch + i)) for i in range(3)])
+    assert np.isfinite(later.losses).all()
+
+
 def test_diverging_update_stops_at_the_same_update_fused_or_not_and_keeps_finite_parameters():
     """Fast calls check each update's loss and the parameters a call leaves; a failing sync window is replayed
     with every update checked. So a fused solve stops inside its call, at the update a solve of single updates
