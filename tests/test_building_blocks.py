@@ -25,6 +25,15 @@ def test_derivatives_match_closed_forms():
     np.testing.assert_allclose(np.trace(crux.hessian(f)(x)), expected_laplacian, rtol=1e-6)
 
 
+@pytest.mark.parametrize("d", [5, 6])
+def test_every_mode_sums_every_direction_in_more_dimensions_than_it_unrolls(d):
+    x = jnp.linspace(0.1, 0.9, d)
+    expected = -np.sum(np.sin(np.asarray(x))) + 2 * d  # the Laplacian of sum(sin x) + x.x
+    for mode in ("taylor", "forward", "reverse"):
+        got = crux.laplacian(lambda y: jnp.sum(jnp.sin(y)) + y @ y, mode)(x)
+        np.testing.assert_allclose(got, expected, rtol=1e-6, err_msg=mode)
+
+
 def test_laplacian_refuses_an_unknown_mode_and_a_vector_function_in_reverse_mode():
     with pytest.raises(ValueError, match="unknown mode 'backward'.*'taylor', 'forward', 'reverse'"):
         crux.laplacian(f, "backward")

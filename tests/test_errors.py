@@ -17,6 +17,8 @@ from crux_testing import CompileStages, flat, poisson
 @pytest.mark.parametrize("options, error, message", [
     ({"epochs": 0}, ValueError, r"epochs must be >= 1, got 0; pass the number of epochs"),
     ({"epochs": 2.5}, TypeError, r"epochs must be an integer, got 2.5"),
+    ({"epochs": True}, TypeError, r"epochs must be an integer, got True"),
+    ({"epochs": 10, "batchsize": True}, TypeError, r"batchsize must be an integer, got True"),
     ({"epochs": 10, "batchsize": 0}, ValueError, r"batchsize must be >= 1, got 0; .*or None for full batch"),
     ({"epochs": 10, "accumulation_steps": 0}, ValueError, r"accumulation_steps must be >= 1"),
     ({"epochs": 10, "inner_steps": 0}, ValueError, r"inner_steps must be >= 1"),

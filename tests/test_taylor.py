@@ -100,6 +100,22 @@ def test_primitive_rules_equal_forward_over_forward(f):
     assert_same_as_forward_over_forward((f, points(2)))
 
 
+# One jnp function per primitive that crux.taylor has a one-operand rule for.
+UNARY = {P.sin_p: jnp.sin, P.cos_p: jnp.cos, P.sinh_p: jnp.sinh, P.cosh_p: jnp.cosh, P.atan_p: jnp.arctan,
+         P.tanh_p: jnp.tanh, P.logistic_p: jax.nn.sigmoid, P.exp_p: jnp.exp, P.expm1_p: jnp.expm1, P.log_p: jnp.log,
+         P.log1p_p: jnp.log1p, P.sqrt_p: jnp.sqrt, P.rsqrt_p: jax.lax.rsqrt, P.square_p: jnp.square,
+         P.integer_pow_p: lambda a: a ** 3, P.erf_p: jax.scipy.special.erf, P.erfc_p: jax.scipy.special.erfc,
+         P.abs_p: jnp.abs}
+
+
+def test_every_one_operand_rule_equals_forward_over_forward():
+    assert set(UNARY) == set(crux.taylor._DERIVATIVES)  # a new rule gets a case here
+
+    def inner(x):  # in (0.3, 1.5) on the points, inside every rule's domain, curved in both coordinates
+        return 0.3 + x[0] * x[1] + 0.5 * x[1] ** 2
+    assert_same_as_forward_over_forward(*[(lambda x, op=op: op(inner(x)), points(2)) for op in UNARY.values()])
+
+
 def test_parameter_gradient_equals_forward_over_forward():
     u = crux.mlp(2, 1, (8, 8, 8))
     xs = points(2, 16)
