@@ -39,13 +39,16 @@ def test_unreached_model_keeps_its_optimizer_state_untouched():
     np.testing.assert_array_equal(flat(solver.params["u"]), flat(reference.params["u"]))
 
 
-def test_substep_counts_and_state_carry_into_the_next_solve():
+@pytest.mark.parametrize("batchsize", [None, 16])
+def test_substep_counts_and_state_carry_into_the_next_solve(batchsize):
+    # With mini-batches the point stream must go on from the update the first solve() stopped at: three
+    # updates an epoch here.
     plan = [([0], 2), ([1, 2], 1)]
     split = mixed().solver()
-    split.solve(6, substeps=plan)
-    split.solve(4, substeps=plan)
+    split.solve(6, substeps=plan, batchsize=batchsize)
+    split.solve(4, substeps=plan, batchsize=batchsize)
     whole = mixed().solver()
-    stats = whole.solve(10, substeps=plan)
+    stats = whole.solve(10, substeps=plan, batchsize=batchsize)
     np.testing.assert_allclose(split.history.losses, stats.losses, rtol=10 * EPS32)
     np.testing.assert_allclose(flat(split.params), flat(whole.params), rtol=10 * EPS32, atol=10 * EPS32)
 
@@ -56,6 +59,19 @@ def test_a_pair_written_as_a_list_as_yaml_writes_it_is_the_same_entry_as_a_tuple
     as_tuple.solve(4, substeps=[([0], 2), [1, 2]])
     np.testing.assert_array_equal(as_list.history.losses, as_tuple.history.losses)
     np.testing.assert_array_equal(flat(as_list.params), flat(as_tuple.params))
+
+
+def test_an_entrys_loss_is_the_mean_over_its_updates_and_its_learning_rate_the_last_ones():
+    # At learning rate 0 each of an entry's updates sees the same parameters: the mean of two equal losses is
+    # that loss, exactly.
+    once, twice = mixed(optax.sgd, 0.0).solver(), mixed(optax.sgd, 0.0).solver()
+    np.testing.assert_array_equal(twice.solve(3, substeps=[([0], 2)]).losses, once.solve(3, substeps=[[0]]).losses)
+    # The learning rate recorded for epoch e is the one of its last update, number 3e + 2 of the entry.
+    schedule = crux.lrs.exponential(1e-2, 0.9, 1)
+    problem = mixed(optax.sgd)
+    problem.models["q"].scale(schedule)
+    stats = problem.solver().solve(4, substeps=[([0], 3)])
+    np.testing.assert_allclose(stats.lr["q"], [schedule(np.int32(3 * e + 2)) for e in range(4)], rtol=EPS32)
 
 
 @pytest.mark.parametrize("options, message", [
