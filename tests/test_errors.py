@@ -76,15 +76,20 @@ def test_non_finite_loss_stops_with_epoch_and_constraint_and_keeps_history():
     assert np.isfinite(flat(solver.params)).all() and float(np.max(u(points))) > 1.5
 
 
+def infinite_at_one_point(schedule: crux.Schedule = crux.lrs(1e-3)) -> crux.Crux:
+    """A fit whose residual is infinite at one of its 64 points: an update whose batch draws it fails."""
+    points = np.linspace(0, 1, 64, dtype=np.float32)[:, None]
+    bad = points[23, 0]
+    u = crux.mlp(1, 1, hidden=(8,)).optimizer(optax.adam).scale(schedule)
+    return crux.Crux([crux.Constraint("fit", lambda net, x: net.u(x) - 1.0 / jnp.where(x[0] == bad, 0.0, 1.0),
+                                      points)], {"u": u}, seed=7)
+
+
 def test_a_later_solve_goes_on_after_the_failing_epoch_with_the_schedule_at_the_updates_applied():
     """The failing update's batch is not drawn again (a point that makes the residual infinite would stop every
     retry); its epoch keeps its number in the history; the schedule counts the updates applied, one fewer."""
-    points = np.linspace(0, 1, 64, dtype=np.float32)[:, None]
-    bad = points[23, 0]
     schedule = crux.lrs.exponential(1e-3, 0.99, 1)
-    u = crux.mlp(1, 1, hidden=(8,)).optimizer(optax.adam).scale(schedule)
-    solver = crux.Crux([crux.Constraint("fit", lambda net, x: net.u(x) - 1.0 / jnp.where(x[0] == bad, 0.0, 1.0),
-                                        points)], {"u": u}, seed=7)
+    solver = infinite_at_one_point(schedule)
     with pytest.raises(FloatingPointError, match=r"loss of constraint 'fit' became non-finite") as raised:
         solver.solve(400, batchsize=1)
     epoch = stopped_epoch(raised.value)
@@ -92,6 +97,19 @@ def test_a_later_solve_goes_on_after_the_failing_epoch_with_the_schedule_at_the_
     np.testing.assert_array_equal(later.epoch, [epoch + 1, epoch + 2, epoch + 3])
     np.testing.assert_array_equal(later.lr["u"], [schedule(np.int32(epoch + i)) for i in range(3)])
     assert np.isfinite(later.losses).all()
+
+
+def test_nothing_is_applied_after_a_non_finite_update_inside_a_call():
+    """A residual infinite at one point: the update that draws it fails, and the finite updates after it in the
+    same call are not applied, so the parameters are those of a clean run up to the failing epoch."""
+    failing = infinite_at_one_point()
+    with pytest.raises(FloatingPointError) as raised:
+        failing.solve(400, batchsize=8, inner_steps=10)
+    epoch = stopped_epoch(raised.value)
+    assert epoch % 10 != 9  # later updates of its call were finite
+    clean = infinite_at_one_point()
+    clean.solve(epoch, batchsize=8)
+    np.testing.assert_array_equal(flat(failing.params), flat(clean.params))
 
 
 def test_diverging_update_stops_at_the_same_update_fused_or_not_and_keeps_finite_parameters():

@@ -45,3 +45,11 @@ def test_history_rows_keep_their_order_when_the_record_buffer_wraps(inner_steps,
     assert len(np.unique(reference.total_loss)) == 12 and len(np.unique(reference.lr["u"])) == 12
     np.testing.assert_array_equal(wrapped.losses, reference.losses)
     np.testing.assert_array_equal(wrapped.lr["u"], reference.lr["u"])
+
+
+def test_a_windows_seconds_per_update_spread_its_time_over_its_updates():
+    # One synchronisation window holds all four calls of ten updates: its time over its 40 updates, which the
+    # run's time contains.
+    _, _, stats = train(poisson(optax.adam), 40, Machinery(sync_seconds=1e9), inner_steps=10)
+    assert len(stats.step_seconds) == 1
+    assert 0 < stats.step_seconds[0] * 40 <= stats.run_seconds

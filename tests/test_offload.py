@@ -33,3 +33,11 @@ def test_offload_needs_a_batch_smaller_than_the_largest_constraint(batchsize):
                                          r"\(256 points\)"):
         problem.solver().solve(5, batchsize=batchsize, offload_data=True)
     assert problem.solver().history is None
+
+
+def test_a_later_offloaded_solve_goes_on_with_the_stream_where_it_stopped():
+    split, whole = poisson(optax.adam).solver(), poisson(optax.adam).solver()
+    split.solve(10, batchsize=16, offload_data=True)
+    split.solve(10, batchsize=16, offload_data=True)
+    whole.solve(20, batchsize=16, offload_data=True)
+    np.testing.assert_array_equal(split.history.losses, whole.history.losses)
