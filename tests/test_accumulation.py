@@ -41,6 +41,15 @@ def test_accumulation_equals_one_big_batch(optimizer):
     assert relative(accumulated, small, travel) > 100 * ROUND_OFF
 
 
+def test_lbfgs_line_search_sees_the_mean_loss_over_the_micro_batches():
+    # L-BFGS evaluates trial losses in its line search: over the micro-batches they must be the mean, as one
+    # batch of 32 computes it, or the search accepts other steps. Five updates (L-BFGS amplifies round-off less
+    # than the margin over so few: measured 2.5 eps).
+    initial, accumulated, _ = train(poisson(optax.lbfgs, lr=1.0), 5, batchsize=8, accumulation_steps=4)
+    _, big, _ = train(poisson(optax.lbfgs, lr=1.0), 5, batchsize=32)
+    assert relative(accumulated, big, np.linalg.norm(accumulated - initial)) < ROUND_OFF
+
+
 def test_accumulation_averages_rather_than_sums_gradients():
     # Under SGD a sum of 4 micro-batch gradients would be a 4x larger step. Adam would hide it: its step
     # m / (sqrt(v) + eps) barely changes when every gradient is scaled by the same factor.
