@@ -23,6 +23,10 @@ from crux.model import Model
 from crux.report import FAILS, HOLDS, INCONCLUSIVE, PhasePlan, RunRecord, SolveOptions, judge, record_from_solve
 from crux.report.claims import check_accumulation, check_checkpoint, check_inner_steps, check_phases
 from crux.report.claims import check_devices, check_offload, check_substeps
+from crux.report.claims.accumulation import AccumulationSet
+from crux.report.claims.accumulation import _memory as accumulation_saves_memory
+from crux.report.claims.checkpoint import _memory as checkpoint_saves_memory
+from crux.report.claims.offload import _moves_data as offload_moves_data
 from crux.report.document import verdicts_json
 from crux.report.records import snapshot_arrays
 from crux.pipeline.settings import normalise_substeps
@@ -560,3 +564,34 @@ def test_verdicts_file_gives_claim_verdict_evidence_threshold_and_runs(batches):
     threshold = effective["threshold"]["parameter_distance"]
     assert math.isclose(threshold["value"], effective["evidence"]["travel"] * 1e3 * 2 ** -23 * math.sqrt(EPOCHS))
     assert "round-off" in threshold["origin"]
+
+
+
+def _memory_record(run_id: str, key: str, value: float, **options) -> RunRecord:
+    return RunRecord(run_id, SolveOptions(epochs=4, **options), {}, {key: value}, {})
+
+
+def offload_memory(saved: float):
+    key = "memory/argument_bytes"
+    return offload_moves_data("b16", _memory_record("on", key, 4096 - saved, batchsize=16, offload_data=True),
+                              _memory_record("off", key, 4096, batchsize=16))
+
+
+def checkpoint_memory(saved: float):
+    key = "memory/temp_bytes"
+    return checkpoint_saves_memory("ckpt", _memory_record("on", key, 4096 - saved, checkpoint_gradients=True),
+                                   _memory_record("off", key, 4096))
+
+
+def accumulation_memory(saved: float):
+    key = "memory/temp_bytes"
+    return accumulation_saves_memory(AccumulationSet(
+        _memory_record("4x8", key, 4096 - saved, batchsize=8, accumulation_steps=4),
+        _memory_record("32", key, 4096, batchsize=32), _memory_record("8", key, 1024, batchsize=8)))
+
+
+@pytest.mark.parametrize("verdict_of", [offload_memory, checkpoint_memory, accumulation_memory],
+                         ids=["offload", "checkpoint", "accumulation"])
+def test_a_memory_verdict_holds_only_where_the_option_saves_bytes(verdict_of):
+    assert verdict_of(1.0).verdict == HOLDS
+    assert verdict_of(0.0).verdict == FAILS  # the same bytes: nothing saved
