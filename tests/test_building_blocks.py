@@ -135,3 +135,16 @@ def test_problems_score_against_their_exact_solutions():
     assert problem.relative_l2()["u"] > 0.1
     np.testing.assert_allclose(exact[:64], np.sin(np.pi * problem.test_points[:64, 0]), atol=1e-6)
     jax.block_until_ready(exact)
+
+
+def test_a_constraints_loss_is_its_weight_times_its_mean_squared_residual():
+    points = np.linspace(0, 1, 8, dtype=np.float32)
+
+    def first_loss(weight: float) -> np.float32:
+        u = crux.mlp(1, 1, (4,)).optimizer(optax.sgd).scale(crux.lrs(1e-3))
+        solver = crux.Crux([crux.Constraint("fit", lambda net, x: net.u(x) - 1.0, points, weight=weight)], {"u": u})
+        return solver.solve(1).losses[0, 0]
+    plain = first_loss(1.0)
+    residuals = np.asarray(crux.mlp(1, 1, (4,))(points))[:, 0] - 1.0
+    np.testing.assert_allclose(plain, np.mean(residuals ** 2), rtol=8 * EPS32)  # 8 squares summed in float32
+    assert first_loss(3.0) == np.float32(3.0) * plain  # the same float32 product the update computes

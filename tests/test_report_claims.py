@@ -28,6 +28,7 @@ from crux.report.claims.accumulation import _memory as accumulation_saves_memory
 from crux.report.claims.checkpoint import _memory as checkpoint_saves_memory
 from crux.report.claims.offload import _moves_data as offload_moves_data
 from crux.report.document import verdicts_json
+from crux.report.numerics import TwinComparison
 from crux.report.records import snapshot_arrays
 from crux.pipeline.settings import normalise_substeps
 from crux.engine import Primitives, repeat
@@ -595,3 +596,12 @@ def accumulation_memory(saved: float):
 def test_a_memory_verdict_holds_only_where_the_option_saves_bytes(verdict_of):
     assert verdict_of(1.0).verdict == HOLDS
     assert verdict_of(0.0).verdict == FAILS  # the same bytes: nothing saved
+
+
+@pytest.mark.parametrize("times_twins, within", [(1.0, True), (100.0, False)])
+def test_a_run_agrees_with_its_reference_only_if_its_parameters_do_too(times_twins, within):
+    # The loss history alone is not enough: the same history with final parameters a hundred times further
+    # from the reference than any round-off twin's is not round-off.
+    twins = TwinComparison(divergence=np.zeros(4), twin_drift=np.full(4, 1e-6), distance=times_twins * 1e-3,
+                           twin_distance=1e-3, parameter_floor=1e-7, twins=2)
+    assert twins.within is within
