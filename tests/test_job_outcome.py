@@ -33,6 +33,13 @@ def test_the_last_line_gives_the_final_losses_the_errors_and_the_run():
                     f"error/u 0.25; run abc123 in sqlite:///x.db")
 
 
+@pytest.mark.parametrize("run_id", ["abc123", None], ids=["recorded", "store-failed"])
+def test_the_last_line_masks_a_password_in_the_stores_address(run_id):
+    stats = poisson(n=16, hidden=(4,)).solver().solve(1)
+    line = outcome_line(stats, {}, run_id, "http://user:s3cr3t@tracking.example:5000")
+    assert "s3cr3t" not in line and "http://user:***@tracking.example:5000" in line
+
+
 def users_code(values):
     return values["missing"]  # the line failure_line names
 

@@ -9,7 +9,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from crux.tracking.secrets import PASSWORD_VARIABLE, masked, without_password, without_passwords
+from crux.tracking.secrets import (PASSWORD_VARIABLE, SECRET_VARIABLES, SHORTEST_SECRET, masked, without_password,
+                                   without_passwords)
+from crux.tracking.store import StoreError
 
 TINY = ["solver.epochs=20", "model.width=8", "problem.n_interior=64", "repeat=0", "memory=b8,b32", "gradient_draws=0"]
 
@@ -38,6 +40,23 @@ def test_tracking_uri_overrides_lose_their_password(no_password_variable):
     assert without_passwords(arguments) == ["crux-run", "--multirun", "tracking.uri=postgresql://u@h/db",
                                             "++tracking.uri='postgres://u@h/db'", "solver.epochs=5"]
     assert os.environ[PASSWORD_VARIABLE] == "x2"  # the last one given, as Hydra takes the last override
+
+
+@pytest.mark.parametrize("name", SECRET_VARIABLES)
+def test_every_secret_variable_is_masked_from_the_shortest_secret_on(monkeypatch, name):
+    for other in SECRET_VARIABLES:
+        monkeypatch.delenv(other, raising=False)
+    shortest = "k" * SHORTEST_SECRET
+    monkeypatch.setenv(name, shortest)
+    assert masked(f"token {shortest}.") == "token ***."
+    monkeypatch.setenv(name, shortest[1:])  # shorter: left alone, masking it would garble the text
+    assert masked(f"token {shortest}.") == f"token {shortest}."
+
+
+def test_a_store_error_says_no_password(monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", "tok-123456")
+    error = StoreError("the store at http://u:pw12@h:5000 refused the token tok-123456")
+    assert str(error) == "the store at http://u:***@h:5000 refused the token ***"
 
 
 def test_secret_variables_are_masked_wherever_they_appear(monkeypatch):

@@ -138,8 +138,8 @@ def unwritten_jobs(sweep_dir: Path) -> set[int]:
 
 def outcome_line(stats: Statistics, errors: Mapping[str, float], run_id: str | None, uri: str) -> str:
     """How the job ended, in one line: final loss in total and per constraint, the error per field where the
-    problem knows its solution, and where the run is (``uri`` with any password masked; ``run_id`` None: the
-    store failed before the run was created)."""
+    problem knows its solution, and where the run is (``run_id`` None: the store failed before the run was
+    created). The line goes to the log and the sweep's files: any password in ``uri`` is masked here."""
     if not stats.steps:
         losses = "no epoch trained"
     else:
@@ -148,7 +148,7 @@ def outcome_line(stats: Statistics, errors: Mapping[str, float], run_id: str | N
                   ", ".join(f"{name} {value:.4g}" for name, value in zip(stats.names, final)) + ")")
     shown = "".join(f", error/{field} {value:.4g}" for field, value in errors.items())
     where = f"run {run_id} in {uri}" if run_id is not None else f"not recorded: the store at {uri} failed first"
-    return f"{losses}{shown}; {where}"
+    return masked(f"{losses}{shown}; {where}")
 
 
 _destinations: dict[tuple[str, str], Destination] = {}
@@ -399,7 +399,7 @@ class JobRun:
             self._results = (Results("", self.job, self.variant, self.repeat, self.history_points, now, 0,
                                      summary, tags), stats, errors)
             return
-        uri = masked(self.client.tracking_uri)
+        uri = self.client.tracking_uri
         self._write_outcome(stats, summary, tags, now, lambda: outcome_line(stats, errors, self._run_id, uri))
 
     def _write_outcome(self, stats: Statistics, summary: Mapping[str, float], tags: Mapping[str, str], now: int,
@@ -419,8 +419,7 @@ class JobRun:
         the log, where they cannot be left: they are then handed to this process's writer."""
         results, stats, errors = self._results
         results.run_id, results.ended = self.run_id, ended
-        uri = masked(self.client.tracking_uri)
-        results.outcome = outcome_line(stats, errors, self.run_id, uri)
+        results.outcome = outcome_line(stats, errors, self.run_id, self.client.tracking_uri)
         try:
             hand_over(self.sweep_dir, results, self._staged)
         except OSError as error:
