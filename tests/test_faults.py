@@ -9,6 +9,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import PERMISSION_DENIED, RESOURCE_DOES_NOT_EXIST, TEMPORARILY_UNAVAILABLE
 from requests.exceptions import ConnectionError as RequestsConnectionError
 
+from crux.tracking import faults
 from crux.tracking.faults import (RETRY_SECONDS, PatientClient, StoreFault, is_store_fault, patiently, record_fault,
                                   recorded_fault)
 
@@ -44,6 +45,29 @@ def test_a_write_waits_for_the_store_within_the_budget(monkeypatch):
     monkeypatch.setenv(RETRY_SECONDS, "30")  # the pauses before the third try: 0.5 + 1 s
     flaky = Flaky(RequestsConnectionError("refused"), failures=2)
     assert patiently(flaky, "log_batch") == 42 and flaky.calls == 3
+
+
+class Clock:
+    """``time`` for crux.tracking.faults: ``sleep`` only moves ``monotonic`` on, and is noted."""
+
+    def __init__(self):
+        self.now, self.pauses = 0.0, []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.pauses.append(seconds)
+        self.now += seconds
+
+
+def test_the_pauses_double_up_to_their_cap_and_the_last_ends_at_the_budget(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(faults, "time", clock)
+    monkeypatch.setenv(RETRY_SECONDS, "30")
+    with pytest.raises(StoreFault):
+        patiently(Flaky(RequestsConnectionError("refused"), failures=100), "log_batch")
+    assert clock.pauses == [0.5, 1.0, 2.0, 4.0, faults.LONGEST_PAUSE, faults.LONGEST_PAUSE, 6.5]  # 30 s in all
 
 
 def test_past_the_budget_it_is_a_store_fault_naming_what_failed(monkeypatch):
