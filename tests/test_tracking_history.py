@@ -14,7 +14,7 @@ import pytest
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from crux.tracking.history import history_metrics, log_history
+from crux.tracking.history import history_metrics, log_history, thinned
 
 EPOCHS = 600  # 4 series x 601 values: log_batch needs three store calls, the direct path one transaction
 TIME = 1_700_000_000_000
@@ -165,3 +165,11 @@ def test_any_other_store_takes_log_batch(tmp_path, monkeypatch):
     assert len(calls) == 1
     histories, latest = read_back(client, run_id)
     assert len(histories["loss/total"]) == STEPS.size and latest["nan_last"] == "nan"
+
+
+@pytest.mark.parametrize("epochs, points", [(1000, 7), (10, 3), (5, 5)])
+def test_a_thinned_history_keeps_the_first_and_the_last_epoch_evenly_spaced(epochs, points):
+    steps, series = thinned(np.arange(epochs), {"loss/total": np.arange(epochs) * 0.5}, points)
+    assert steps[0] == 0 and steps[-1] == epochs - 1 and len(steps) == min(points, epochs)
+    assert np.ptp(np.diff(steps)) <= 1  # as even as whole epochs allow
+    np.testing.assert_array_equal(series["loss/total"], steps * 0.5)  # each value with its own epoch
