@@ -53,6 +53,9 @@ def hydra_configs() -> Iterator[None]:
     (["memory=b8_acc4", "+solver.substeps=[[0],[1]]"],
      ["solver.substeps makes each substep an update of its own, so memory.accumulation_steps=4 and "
       "solver.inner_steps=1 must both be 1"]),
+    (["solver.inner_steps=2", "solver.substeps=[[0],[1]]"],
+     ["solver.substeps makes each substep an update of its own, so memory.accumulation_steps=1 and "
+      "solver.inner_steps=2 must both be 1"]),
 ])
 def test_each_value_out_of_range_is_named_as_it_was_typed(hydra_configs, overrides, problems):
     assert config.out_of_range(compose("config", overrides=overrides)) == problems
