@@ -148,3 +148,11 @@ def test_a_constraints_loss_is_its_weight_times_its_mean_squared_residual():
     residuals = np.asarray(crux.mlp(1, 1, (4,))(points))[:, 0] - 1.0
     np.testing.assert_allclose(plain, np.mean(residuals ** 2), rtol=8 * EPS32)  # 8 squares summed in float32
     assert first_loss(3.0) == np.float32(3.0) * plain  # the same float32 product the update computes
+
+
+def test_the_history_of_several_solves_keeps_each_memory_figures_largest():
+    solver = poisson(n=16, hidden=(4,)).solver()
+    full = solver.solve(2).memory  # the full batch first: the larger update
+    batched = solver.solve(2, batchsize=8).memory
+    assert batched["temp_bytes"] < full["temp_bytes"]
+    assert solver.history.memory["temp_bytes"] == full["temp_bytes"]

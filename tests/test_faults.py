@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import sqlite3
 
 import pytest
@@ -10,6 +11,7 @@ from mlflow.protos.databricks_pb2 import PERMISSION_DENIED, RESOURCE_DOES_NOT_EX
 from requests.exceptions import ConnectionError as RequestsConnectionError
 
 from crux.tracking import faults
+from crux.tracking.store import HTTP_LIMITS, bounded_http
 from crux.tracking.faults import (RETRY_SECONDS, PatientClient, StoreFault, is_store_fault, patiently, record_fault,
                                   recorded_fault)
 
@@ -90,3 +92,14 @@ def test_a_recorded_fault_keeps_every_run_it_left_open(tmp_path):
     record_fault(tmp_path, "parent", "closing failed")
     assert recorded_fault(tmp_path) == {"message": "log_batch failed",
                                         "runs": {"run1": "log_batch failed", "parent": "closing failed"}}
+
+
+def test_mlflows_http_limits_are_bounded_only_where_the_user_set_none(monkeypatch):
+    first, *others = HTTP_LIMITS
+    monkeypatch.setenv(first, "7")
+    for key in others:
+        monkeypatch.delenv(key, raising=False)
+    with bounded_http():
+        assert os.environ[first] == "7"
+        assert all(os.environ[key] == HTTP_LIMITS[key] for key in others)
+    assert os.environ[first] == "7" and not any(key in os.environ for key in others)  # put back as found
