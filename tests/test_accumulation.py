@@ -29,6 +29,19 @@ def test_point_stream_splits_one_big_draw_into_disjoint_micro_batches():
     assert not np.array_equal(np.asarray(later[0]), np.asarray(big[0]))  # a new draw every update
 
 
+def test_a_constraint_of_exactly_the_effective_batch_is_taken_in_order_and_draws_no_keys():
+    # 32 points = 4 micro-batches of 8: all of them, in order, as one batch of 32 takes all; the 100-point
+    # constraint then draws what it draws beside them in one batch of 32.
+    import jax
+    key = jax.random.key(0)
+    accumulated = PointStream((32, 100), batchsize=8, accumulation_steps=4)
+    big = PointStream((32, 100), batchsize=32, accumulation_steps=1)
+    for step in (0, 5):
+        exact, drawn = accumulated.indices(key, step)
+        np.testing.assert_array_equal(np.asarray(exact), np.arange(32).reshape(4, 8))
+        np.testing.assert_array_equal(np.asarray(drawn).reshape(-1), np.asarray(big.indices(key, step)[1]).reshape(-1))
+
+
 @pytest.mark.parametrize("optimizer", [optax.sgd, optax.adam], ids=["sgd", "adam"])
 def test_accumulation_equals_one_big_batch(optimizer):
     initial, accumulated, stats_a = train(poisson(optimizer), UPDATES, batchsize=8, accumulation_steps=4)
