@@ -91,6 +91,15 @@ def _soap_reference(grads, b1, b2, eps, frequency, precondition_right):
     return updates, gaps
 
 
+def test_weight_decay_is_decoupled_and_scaled_by_the_learning_rate():
+    """soap(lr, weight_decay=wd) steps by -lr * (SOAP's direction + wd * params), as AdamW does: with a zero
+    gradient the direction is 0 (0 / (0 + eps)) and the step is -lr * wd * params, one float32 product each."""
+    params = {"b": jnp.array([1.0, -2.0, 3.0])}
+    opt = soap(0.1, weight_decay=0.01)
+    updates, _ = opt.update({"b": jnp.zeros(3)}, opt.init(params), params)
+    np.testing.assert_allclose(updates["b"], -0.1 * 0.01 * params["b"], rtol=4 * F32_EPS)
+
+
 @pytest.mark.parametrize(("frequency", "max_precond_dim"), [(3, 10000), (1, 4)])
 def test_matrix_step_matches_hand_computation(frequency, max_precond_dim):
     """A (4, 5) leaf follows the float64 algorithm: eigh at step 1 (zero update),
