@@ -28,7 +28,7 @@ from crux.report.claims.accumulation import _memory as accumulation_saves_memory
 from crux.report.claims.checkpoint import _memory as checkpoint_saves_memory
 from crux.report.claims.offload import _moves_data as offload_moves_data
 from crux.report.document import verdicts_json
-from crux.report.numerics import TwinComparison
+from crux.report.numerics import TwinComparison, history_departure, twin_comparison
 from crux.report.records import snapshot_arrays
 from crux.pipeline.settings import normalise_substeps
 from crux.engine import Primitives, repeat
@@ -605,3 +605,28 @@ def test_a_run_agrees_with_its_reference_only_if_its_parameters_do_too(times_twi
     twins = TwinComparison(divergence=np.zeros(4), twin_drift=np.full(4, 1e-6), distance=times_twins * 1e-3,
                            twin_distance=1e-3, parameter_floor=1e-7, twins=2)
     assert twins.within is within
+
+
+def _history_record(run_id: str, relative: list[float], final_offset: float, twin: int = 0) -> RunRecord:
+    """A run whose loss/total is 1 + ``relative`` per epoch and whose final parameters are ``final_offset`` away
+    from those of the reference (1 + 0)."""
+    return RunRecord(run_id, SolveOptions(epochs=len(relative)), {"loss/total": 1.0 + np.asarray(relative)}, {},
+                     {"initial/u/0": np.zeros(2), "final/u/0": np.ones(2) + final_offset}, roundoff_twin=twin)
+
+
+def test_a_twins_drift_that_falls_back_still_allows_what_it_reached():
+    # The twin's loss crosses the reference's at epoch 3 (its difference dips to 1e-8); a run that stays where
+    # the twin had got to drifted no further than round-off did.
+    reference = _history_record("ref", [0.0] * 5, 0.0)
+    twin = _history_record("twin", [0.0, 1e-4, 1e-3, 1e-8, 1e-3], 1e-6, twin=1)
+    run = _history_record("run", [0.0, 1e-4, 1e-3, 1e-3, 1e-3], 1e-7)
+    assert twin_comparison(run, reference, [twin]).history_ratio <= 1.0 + 1e-6
+    assert history_departure(run, reference, [twin]) == ""
+
+
+def test_a_history_is_held_to_the_round_off_floor_where_the_reference_loss_did_not_move():
+    # A constant reference loss has no travel to scale by: 1e-6 relative sits far below 1e3 eps sqrt(T) (1.2e-3
+    # at T = 100), so it is round-off; 1e-2 is not.
+    reference = _history_record("ref", [0.0] * 100, 0.0)
+    assert history_departure(_history_record("run", [0.0] * 50 + [1e-6] + [0.0] * 49, 0.0), reference) == ""
+    assert history_departure(_history_record("far", [0.0] * 50 + [1e-2] + [0.0] * 49, 0.0), reference) != ""

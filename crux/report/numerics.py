@@ -219,6 +219,12 @@ def _lined_up_twins(reference: RunRecord, twins: Sequence[RunRecord]) -> list[tu
             if (drift := relative_differences(twin.histories["loss/total"], losses)) is not None]
 
 
+def _twin_drift(lined_up: list[tuple[RunRecord, np.ndarray]]) -> np.ndarray:
+    """Per epoch, the largest relative difference any twin reached by then (a drift that falls back, as a twin's
+    loss crosses the reference's, still shows how far round-off went)."""
+    return np.maximum.accumulate(np.max([drift for _, drift in lined_up], axis=0))
+
+
 def twin_comparison(run: RunRecord, reference: RunRecord, twins: Sequence[RunRecord]) -> TwinComparison | None:
     """``run`` against ``reference``, with ``twins`` (round-off twins of the reference) as the measure of
     round-off; None when no twin lines up with the reference."""
@@ -226,7 +232,7 @@ def twin_comparison(run: RunRecord, reference: RunRecord, twins: Sequence[RunRec
     lined_up = _lined_up_twins(reference, twins)
     if not lined_up:
         return None
-    twin_drift = np.maximum.accumulate(np.max([drift for _, drift in lined_up], axis=0))
+    twin_drift = _twin_drift(lined_up)
     final = reference.snapshot("final")
     twin_distance = max(float(np.linalg.norm(twin.snapshot("final") - final)) for twin, _ in lined_up)
     mine = run.snapshot("final")
@@ -253,7 +259,7 @@ def history_departure(run: RunRecord, reference: RunRecord, twins: Sequence[RunR
     worst = float(np.max(differences, initial=0.0))
     lined_up = _lined_up_twins(reference, twins)
     if lined_up:
-        drift = np.maximum.accumulate(np.max([d for _, d in lined_up], axis=0))
+        drift = _twin_drift(lined_up)
         ratio = float(np.max(differences / np.maximum(drift, EPS), initial=0.0))
         return (f"the loss history differs by up to {fmt(worst)} relative, {fmt(ratio)}× as far as round-off "
                 f"twins drift (bound {fmt(TWIN_FACTOR)}×)") if ratio > TWIN_FACTOR else ""
