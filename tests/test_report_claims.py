@@ -23,6 +23,7 @@ from crux.model import Model
 from crux.report import FAILS, HOLDS, INCONCLUSIVE, PhasePlan, RunRecord, SolveOptions, judge, record_from_solve
 from crux.report.claims import check_accumulation, check_checkpoint, check_inner_steps, check_phases
 from crux.report.claims import check_devices, check_offload, check_substeps
+from crux.report.claims.phases import expected_lr
 from crux.report.claims.accumulation import AccumulationSet
 from crux.report.claims.accumulation import _memory as accumulation_saves_memory
 from crux.report.claims.checkpoint import _memory as checkpoint_saves_memory
@@ -630,3 +631,12 @@ def test_a_history_is_held_to_the_round_off_floor_where_the_reference_loss_did_n
     reference = _history_record("ref", [0.0] * 100, 0.0)
     assert history_departure(_history_record("run", [0.0] * 50 + [1e-6] + [0.0] * 49, 0.0), reference) == ""
     assert history_departure(_history_record("far", [0.0] * 50 + [1e-2] + [0.0] * 49, 0.0), reference) != ""
+
+
+@pytest.mark.parametrize("fresh, counts", [(True, [0, 1, 2, 0, 1, 2]), (False, [0, 1, 2, 3, 4, 5])],
+                         ids=["fresh", "continued"])
+def test_the_configured_learning_rate_counts_a_fresh_phases_schedule_from_zero(fresh, counts):
+    schedule = crux.lrs.exponential(1e-2, 0.5, 1)
+    run = RunRecord("r", SolveOptions(epochs=3), {"loss/total": np.ones(6)}, {}, {},
+                    phases=(PhasePlan(3, "adam", schedule, fresh=True), PhasePlan(3, "sgd", schedule, fresh=fresh)))
+    np.testing.assert_allclose(expected_lr(run), [float(schedule(c)) for c in counts], rtol=1e-6)
