@@ -23,6 +23,7 @@ from crux.model import Model
 from crux.report import FAILS, HOLDS, INCONCLUSIVE, PhasePlan, RunRecord, SolveOptions, judge, record_from_solve
 from crux.report.claims import check_accumulation, check_checkpoint, check_inner_steps, check_phases
 from crux.report.claims import check_devices, check_offload, check_substeps
+from crux.report.claims.devices import _speed as devices_speed
 from crux.report.claims.phases import expected_lr
 from crux.report.claims.accumulation import AccumulationSet
 from crux.report.claims.accumulation import _memory as accumulation_saves_memory
@@ -640,3 +641,10 @@ def test_the_configured_learning_rate_counts_a_fresh_phases_schedule_from_zero(f
     run = RunRecord("r", SolveOptions(epochs=3), {"loss/total": np.ones(6)}, {}, {},
                     phases=(PhasePlan(3, "adam", schedule, fresh=True), PhasePlan(3, "sgd", schedule, fresh=fresh)))
     np.testing.assert_allclose(expected_lr(run), [float(schedule(c)) for c in counts], rtol=1e-6)
+
+
+def test_the_devices_time_ratio_range_brackets_its_median():
+    timed = lambda run_id, seconds: RunRecord(run_id, SolveOptions(epochs=4), {}, {"median_step_seconds": seconds}, {})
+    evidence, _ = devices_speed([timed("d1", 2.0), timed("d2", 2.2)], [timed("b1", 1.0), timed("b2", 1.1)])
+    assert (evidence["time_ratio_low"], evidence["time_ratio_high"]) == (2.0 / 1.1, 2.2 / 1.0)
+    assert evidence["time_ratio_low"] <= evidence["time_ratio_median"] <= evidence["time_ratio_high"]
