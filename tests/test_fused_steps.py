@@ -1,9 +1,12 @@
 """inner_steps=K: K updates in one compiled call, the same numbers and one history row per epoch."""
+import time
+
 import numpy as np
 import optax
 import pytest
 
 import crux
+import crux.loop
 
 from crux.solver import Machinery
 from crux_testing import EPS32, poisson, relative, train
@@ -47,9 +50,23 @@ def test_history_rows_keep_their_order_when_the_record_buffer_wraps(inner_steps,
     np.testing.assert_array_equal(wrapped.lr["u"], reference.lr["u"])
 
 
-def test_a_windows_seconds_per_update_spread_its_time_over_its_updates():
-    # One synchronisation window holds all four calls of ten updates: its time over its 40 updates, which the
-    # run's time contains.
+class Ticks:
+    """``time`` for crux.loop: ``perf_counter`` a second later at every reading, so no test waits on a clock."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        self.now += 1.0
+        return self.now
+
+    process_time = staticmethod(time.process_time)
+
+
+def test_a_windows_seconds_per_update_spread_its_time_over_its_updates(monkeypatch):
+    # One synchronisation window holds all four calls of ten updates: its seconds over its 40 updates, which the
+    # run's seconds contain (on a clock that ticks a second per reading; a window per call would be 10x more).
+    monkeypatch.setattr(crux.loop, "time", Ticks())
     _, _, stats = train(poisson(optax.adam), 40, Machinery(sync_seconds=1e9), inner_steps=10)
     assert len(stats.step_seconds) == 1
     assert 0 < stats.step_seconds[0] * 40 <= stats.run_seconds
