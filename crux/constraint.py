@@ -108,8 +108,9 @@ array of two or more axes, is almost always a residual evaluated over many point
 
 def checked_reach(constraint: Constraint, models: dict[str, Model], params: dict[str, Any]) -> set[str]:
     """The models whose parameters enter ``constraint``'s residual, from one trace of it at one point (no
-    compute). Raises ValueError when the residual returns anything but a scalar or a vector of at most
-    :data:`RESIDUAL_COMPONENTS` components, naming its function and the shape it returned."""
+    compute). Raises ValueError when the residual returns anything but one array, a scalar or a vector of 1 to
+    :data:`RESIDUAL_COMPONENTS` components (naming its function and what it returned), or evaluates a model at
+    a point, or gets a value from it, of another shape than the model's ``in_dim`` and ``out_dim``."""
     names = sorted(params)  # make_jaxpr flattens the dict in sorted-key order
     code = getattr(constraint.residual, "__code__", None)
     where = f" ({shown_path(code.co_filename)}:{code.co_firstlineno})" if code else ""
