@@ -22,6 +22,7 @@ import numpy as np
 import optax
 from jax.sharding import PartitionSpec as P
 
+from crux import precision as matmul
 from crux import sharding
 from crux.batching import DevicePoints, PointStream, StreamedBatches
 from crux.constraint import Constraint, constraint_loss
@@ -127,6 +128,7 @@ class Plan:
     inner_steps: int = 1
     checkpoint_gradients: bool = False
     offload_data: bool = False
+    precision: str = matmul.DEFAULT  # of every float32 matrix product in the call (crux.precision)
     check_updates: bool = True
     record_slots: int = 1  # calls whose records the state holds between two reads
     primitives: Primitives = Primitives()
@@ -156,7 +158,7 @@ def make_call(plan: Plan) -> Callable[[State, Data], State]:
     applied). ``data`` is :class:`DevicePoints` (batches drawn inside the call) or, with ``offload_data``,
     :class:`StreamedBatches`.
     """
-    return lambda state, data: _call(plan, state, data)
+    return matmul.applied(plan.precision, lambda state, data: _call(plan, state, data))
 
 
 def _call(plan: Plan, state: State, data: Data) -> State:

@@ -161,7 +161,7 @@ class HostLoop:
                            compile_seconds=compile_seconds + self.replay_compile_seconds,
                            run_seconds=self.run_seconds, run_cpu_seconds=self.run_cpu_seconds,
                            step_seconds=np.asarray(self._step_seconds[:windows]),
-                           memory=memory, phases=[self.first_epoch])
+                           memory=memory, phases=[self.first_epoch], precision=[plan.precision])
         return stats, error
 
 

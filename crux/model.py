@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from crux import precision as matmul
 from crux.layout import layout_free
 from crux.numbers import is_real_scalar
 from crux.schedules import Schedule
@@ -143,12 +144,14 @@ class Model:
                                 f"{jnp.shape(y)} at one point")
         return y[0] if self.out_dim == 1 else y
 
-    def __call__(self, xs: Any) -> jax.Array:
-        """Evaluate at points ``(N, in_dim)`` with the current parameters: ``(N, out_dim)``."""
+    def __call__(self, xs: Any, precision: str = matmul.DEFAULT) -> jax.Array:
+        """Evaluate at points ``(N, in_dim)`` with the current parameters: ``(N, out_dim)``. ``precision``: of
+        the network's matrix products (:mod:`crux.precision`; full float32 unless told otherwise)."""
+        precision = matmul.checked(precision, "Model(xs, precision)")
         xs = jnp.asarray(xs, jnp.float32)
         if xs.ndim == 1:
             xs = xs[:, None] if self.in_dim == 1 else xs[None, :]
-        return _batched(self.apply)(self.params, xs)
+        return _batched(self.apply, precision)(self.params, xs)
 
 
 def _glorot(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
@@ -205,10 +208,11 @@ def mlp(in_dim: int, out_dim: int, hidden: Sequence[int] = (64, 64, 64), activat
 
 
 @functools.lru_cache(maxsize=64)
-def _batched(apply: Apply) -> Callable[[Params, jax.Array], jax.Array]:
-    """``apply`` over a batch of points, one jit per apply: models of the same apply (every ``crux.mlp`` of an
-    activation) share it, so a sweep's next job evaluates its new model without compiling again."""
-    return jax.jit(jax.vmap(apply, in_axes=(None, 0)))
+def _batched(apply: Apply, precision: str) -> Callable[[Params, jax.Array], jax.Array]:
+    """``apply`` over a batch of points at ``precision``, one jit per apply: models of the same apply (every
+    ``crux.mlp`` of an activation) share it, so a sweep's next job evaluates its new model without compiling
+    again."""
+    return jax.jit(matmul.applied(precision, jax.vmap(apply, in_axes=(None, 0))))
 
 
 @functools.lru_cache(maxsize=None)

@@ -11,6 +11,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from crux import precision as matmul
+
 log = logging.getLogger("crux")
 
 SubstepPlan = tuple[tuple[tuple[int, ...], int], ...]  # ((constraint indices, updates), ...)
@@ -28,17 +30,20 @@ class Options:
     inner_steps: int
     substeps: SubstepPlan | None
     devices: int = 1
+    precision: str = matmul.DEFAULT
 
 
 def validate(sizes: Sequence[int], epochs: Any, batchsize: Any = None, checkpoint_gradients: Any = False,
              offload_data: Any = False, accumulation_steps: Any = 1, inner_steps: Any = 1,
-             substeps: Any = None, devices: Any = 1, available_devices: int = 1) -> Options:
+             substeps: Any = None, devices: Any = 1, available_devices: int = 1,
+             precision: Any = matmul.DEFAULT) -> Options:
     """The options of ``solve()`` for constraints of ``sizes`` points, or TypeError/ValueError naming the fix.
 
     ``accumulation_steps`` with ``batchsize=None`` is not an error: every update already sees every point,
     so it is logged and taken as 1. ``available_devices``: how many devices ``devices`` may use.
     """
     epochs = _integer("epochs", epochs, "pass the number of epochs to train, e.g. solve(epochs=1000)")
+    precision = matmul.checked(precision)
     checkpoint_gradients = _flag("checkpoint_gradients", checkpoint_gradients)
     offload_data = _flag("offload_data", offload_data)
     if batchsize is not None:
@@ -71,7 +76,7 @@ def validate(sizes: Sequence[int], epochs: Any, batchsize: Any = None, checkpoin
                     "so there is nothing to accumulate; using 1", accumulation_steps)
         accumulation_steps = 1
     return Options(epochs, batchsize, checkpoint_gradients, offload_data, accumulation_steps, inner_steps, plan,
-                   devices)
+                   devices, precision)
 
 
 def divisors(epochs: int) -> list[int]:

@@ -133,7 +133,7 @@ class Crux:
     # -- solve -------------------------------------------------------------------------
     def solve(self, epochs: int, batchsize: int | None = None, checkpoint_gradients: bool = False,
               offload_data: bool = False, accumulation_steps: int = 1, inner_steps: int = 1,
-              substeps: Sequence | None = None, devices: int = 1) -> Statistics:
+              substeps: Sequence | None = None, devices: int = 1, precision: str = "highest") -> Statistics:
         """Train for ``epochs`` epochs; return their Statistics (also appended to ``history``).
 
         ``batchsize``: points per constraint and update (None: all of them); ``accumulation_steps``:
@@ -143,7 +143,9 @@ class Crux:
         ``substeps``: entries ``[i, j]`` or ``([i, j], n)`` run in order each epoch, each updating only the
         models its constraints reach; ``devices``: split each update's micro-batches over the first
         ``devices`` devices (each takes ``accumulation_steps`` micro-batches of ``batchsize``, the gradients
-        are averaged over all of them), parameters and optimizer states whole on each.
+        are averaged over all of them), parameters and optimizer states whole on each; ``precision``: the
+        float32 matrix-product precision of the compiled update, ``"highest"`` (full float32), ``"high"`` or
+        ``"default"`` (the device's fastest: one bfloat16 pass on a TPU; see :mod:`crux.precision`).
 
         Raises ValueError/TypeError for bad options before any compute, and FloatingPointError when a loss
         or update turns non-finite. Whatever stops it (that error, an exception, KeyboardInterrupt), the
@@ -152,7 +154,8 @@ class Crux:
         solve() resumes from there.
         """
         options = validate([c.size for c in self.constraints], epochs, batchsize, checkpoint_gradients,
-                           offload_data, accumulation_steps, inner_steps, substeps, devices, len(jax.devices()))
+                           offload_data, accumulation_steps, inner_steps, substeps, devices, len(jax.devices()),
+                           precision)
         entries = self._entries(options)  # the first solve() traces every residual and checks its shape
         for entry in entries:
             for name in entry.models:
@@ -194,7 +197,8 @@ class Crux:
         layouts = {name: Layout.of(m.params, m.trains_flat) for name, m in self.models.items()}
         transforms = {n: self.models[n].transform(n) for e in entries for n in e.models}
         return Plan(tuple(self.constraints), self.models, layouts, transforms, entries, stream, options.inner_steps,
-                    options.checkpoint_gradients, options.offload_data, check_updates=options.offload_data,
+                    options.checkpoint_gradients, options.offload_data, precision=options.precision,
+                    check_updates=options.offload_data,
                     record_slots=record_slots(options.inner_steps, self.machinery.record_rows),
                     primitives=self.machinery.primitives)
 
@@ -271,7 +275,8 @@ class Crux:
         traced, and a program that another solver of the process compiled is reused."""
         versions = tuple((n, self.models[n].optimizer_version) for e in plan.entries for n in e.models)
         key = (plan.entries, plan.stream, plan.inner_steps, plan.checkpoint_gradients, plan.offload_data,
-               plan.check_updates, plan.record_slots, tuple(plan.layouts.items()), versions, self.machinery)
+               plan.precision, plan.check_updates, plan.record_slots, tuple(plan.layouts.items()), versions,
+               self.machinery)
         if key in self._compiled:
             return self._compiled[key]._replace(seconds=0.0)
         start = time.perf_counter()

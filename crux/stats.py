@@ -35,7 +35,8 @@ class Statistics:
     other processes sharing the cores do not lengthen; ``phases`` are the first
     epoch of each solve() call; ``fingerprints`` per solve() call the :func:`fingerprint` of the parameters its
     first update started from and of those it ended with (what the next call should start from), so a call
-    that starts anywhere else shows; ``memory`` holds the compiled update's
+    that starts anywhere else shows; ``precision`` per solve() call the matmul precision its update was compiled
+    at (:mod:`crux.precision`); ``memory`` holds the compiled update's
     ``temp_bytes``/``argument_bytes``/``output_bytes`` and ``peak_bytes`` where the
     device reports it.
     """
@@ -51,6 +52,7 @@ class Statistics:
     memory: dict[str, int] = field(default_factory=dict)
     phases: list[int] = field(default_factory=list)
     fingerprints: list[tuple[float, float]] = field(default_factory=list)
+    precision: list[str] = field(default_factory=list)
 
     @property
     def total_loss(self) -> np.ndarray:
@@ -106,6 +108,7 @@ class Statistics:
             memory=memory,
             phases=[e for p in parts for e in p.phases],
             fingerprints=[f for p in parts for f in p.fingerprints],
+            precision=[q for p in parts for q in p.precision],
         )
 
     # -- persistence -------------------------------------------------------------
@@ -116,7 +119,7 @@ class Statistics:
         arrays.update({f"lr/{m}": v for m, v in self.lr.items()})
         meta = {"names": self.names, "compile_seconds": self.compile_seconds, "run_seconds": self.run_seconds,
                 "run_cpu_seconds": self.run_cpu_seconds, "memory": self.memory, "phases": self.phases,
-                "fingerprints": [list(f) for f in self.fingerprints]}
+                "fingerprints": [list(f) for f in self.fingerprints], "precision": self.precision}
         np.savez(path, meta=np.array(json.dumps(meta)), **arrays)
         return self
 
@@ -129,7 +132,8 @@ class Statistics:
                               compile_seconds=meta["compile_seconds"], run_seconds=meta["run_seconds"],
                               run_cpu_seconds=meta.get("run_cpu_seconds", 0.0),
                               step_seconds=data["step_seconds"], memory=meta["memory"], phases=meta["phases"],
-                              fingerprints=[tuple(f) for f in meta.get("fingerprints", [])])
+                              fingerprints=[tuple(f) for f in meta.get("fingerprints", [])],
+                              precision=meta.get("precision", []))
 
     # -- figure --------------------------------------------------------------------
     def plot(self, path: str | Path) -> "Statistics":

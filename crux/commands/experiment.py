@@ -99,7 +99,7 @@ def train(problem: Problem, phases: list[Phase], cfg: DictConfig,
                 phase.optimizer.attach(model, schedule)
             previous = (phase.optimizer, phase.schedule)
         solver.solve(phase.epochs, inner_steps=cfg.solver.inner_steps, substeps=substeps,
-                     devices=cfg.solver.devices, **memory)
+                     devices=cfg.solver.devices, precision=cfg.solver.precision, **memory)
         phase_ends.append(parameter_leaves(problem.models))
 
 

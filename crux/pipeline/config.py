@@ -48,6 +48,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from hydra_plugins.crux_sweeper.config import SweeperConfig
 
+from crux import precision as matmul
 from crux import problems
 from crux.derivatives import LAPLACIAN_MODES
 from crux.failures import failure_line
@@ -274,6 +275,7 @@ class SolverConfig:
     substeps: Optional[List[Any]] = None
     seed: int = checked(SEED)
     devices: int = checked(AT_LEAST_ONE)
+    precision: str = checked(Choice(matmul.NAMES))
 
     def substep_plan(self) -> list | None:
         """``substeps`` in solve()'s form: YAML has no tuples, so ``[[i, j], n]`` becomes ``([i, j], n)``."""
@@ -306,7 +308,8 @@ class TimingConfig:
     builds: int = checked(AT_LEAST_ONE, 1)
 
 
-TIMED_OPTIONS = ("batchsize", "accumulation_steps", "checkpoint_gradients", "offload_data", "inner_steps", "devices")
+TIMED_OPTIONS = ("batchsize", "accumulation_steps", "checkpoint_gradients", "offload_data", "inner_steps", "devices",
+                 "precision")
 """The solve() options ``timing.against`` may change."""
 
 

@@ -19,8 +19,8 @@ Substeps = tuple[tuple[tuple[int, ...], int], ...]
 
 # Config keys that are the solve options under test, or only tell repeated jobs apart (a repeat may be a
 # round-off twin): runs that differ in nothing else belong to one group and may be paired.
-NOT_GROUP = ("memory", "solver.inner_steps", "solver.substeps", "solver.devices", "repeat", "roundoff_twin",
-             "variant", "tracking", "jax")
+NOT_GROUP = ("memory", "solver.inner_steps", "solver.substeps", "solver.devices", "solver.precision", "repeat",
+             "roundoff_twin", "variant", "tracking", "jax")
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,7 @@ class SolveOptions:
     offload_data: bool = False
     substeps: Substeps | None = None
     devices: int = 1
+    precision: str = "highest"
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,9 @@ def solve_options(cfg: DictConfig) -> SolveOptions:
                         offload_data=bool(cfg.memory.offload_data),
                         substeps=normalise_substeps(OmegaConf.to_container(cfg.solver.substeps)
                                                     if cfg.solver.substeps is not None else None),
-                        devices=int(cfg.solver.get("devices", 1)))
+                        devices=int(cfg.solver.get("devices", 1)),
+                        # runs recorded before the option existed were compiled at JAX's default
+                        precision=str(cfg.solver.get("precision", "default")))
 
 
 def phase_plan(cfg: DictConfig) -> tuple[PhasePlan, ...]:

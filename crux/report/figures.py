@@ -14,6 +14,7 @@ from crux.report.claims.devices import device_sets
 from crux.report.claims.fusion import batches, fused_pairs
 from crux.report.claims.offload import offload_pairs
 from crux.report.claims.phases import expected_lr, phase_bounds, phased_runs
+from crux.report.claims.precision import precision_pairs, relative_errors
 from crux.report.claims.resume import resumed_pairs
 from crux.report.claims.substeps import reached_models, substep_runs
 from crux.report.numerics import (STEP_TIME, TWIN_FACTOR, agreement, parameter_bound, relative_differences,
@@ -277,6 +278,31 @@ def resume_figures(records: list[RunRecord], out: Path) -> list[Figure]:
     return figures
 
 
+def precision_figures(records: list[RunRecord], out: Path) -> list[Figure]:
+    """Per setting: the total loss of each repeat at both precisions, and each repeat's error at both."""
+    plt = _plt()
+    figures = []
+    for fast, full in precision_pairs(records):
+        name = fast[0].label
+        fig, (ax_loss, ax_error) = plt.subplots(1, 2, figsize=(10, 3.6))
+        for color, runs, precision in (("C3", fast, "default"), ("C0", full, "highest")):
+            for n, run in enumerate(runs):
+                loss = np.asarray(run.histories.get("loss/total", []), np.float64)
+                ax_loss.semilogy(loss, color=color, lw=0.8, alpha=0.8, label=f"precision={precision}" if not n else None)
+        ax_loss.set_xlabel("epoch")
+        ax_loss.set_ylabel("total loss")
+        ax_loss.legend(fontsize=8)
+        errors = [(f"{precision} r{twin}", error) for precision, runs in (("default", fast), ("highest", full))
+                  for twin, fields in sorted(relative_errors(runs).items()) for error in fields.values()]
+        if errors:
+            _bars(ax_error, [label for label, _ in errors], [e for _, e in errors], "relative L2 error", log=True)
+        file = _save(fig, out, f"precision_{name}")
+        figures.append(Figure(file, f"{name}: total loss of each repeat at the device's default precision (red) and at "
+                                    f"full float32 (blue), and each repeat's relative L2 error against the exact "
+                                    f"solution", "precision"))
+    return figures
+
+
 FIGURES: dict[str, Callable[[list[RunRecord], Path], list[Figure]]] = {
     "accumulation": accumulation_figures,
     "inner_steps": inner_steps_figures,
@@ -286,6 +312,7 @@ FIGURES: dict[str, Callable[[list[RunRecord], Path], list[Figure]]] = {
     "phases": phases_figures,
     "resume": resume_figures,
     "devices": devices_figures,
+    "precision": precision_figures,
 }
 
 

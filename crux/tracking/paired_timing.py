@@ -34,7 +34,8 @@ PREFIX = "timing/"
 def solve_options(cfg: DictConfig) -> dict[str, Any]:
     """The options the job's training passes to solve()."""
     return {**OmegaConf.to_container(cfg.memory), "inner_steps": cfg.solver.inner_steps,
-            "devices": cfg.solver.devices, "substeps": OmegaConf.to_object(cfg.solver).substep_plan()}
+            "devices": cfg.solver.devices, "precision": cfg.solver.precision,
+            "substeps": OmegaConf.to_object(cfg.solver).substep_plan()}
 
 
 def reference_options(cfg: DictConfig) -> dict[str, Any] | None:

@@ -25,6 +25,7 @@ import optax
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from crux import precision as matmul
 from crux.pipeline import config
 from crux.pipeline.backend_choice import builtin_problem
 from crux.backends.gradient_draws import GradientDraws, draws_wanted
@@ -121,7 +122,8 @@ def train_and_log(cfg: DictConfig, run: JobRun) -> float:
     options = training.solve_options(memory.pop("batchsize"), batching.form, inner_steps=cfg.solver.inner_steps,
                                      substeps=OmegaConf.to_object(cfg.solver).substep_plan(), **memory)
     initial = _leaves(problem.networks)
-    parts, phase_ends, unsupported = _train(problem, config.training_phases(cfg), options, log)
+    with jax.default_matmul_precision(cfg.solver.precision):  # what crux's own update is compiled at
+        parts, phase_ends, unsupported = _train(problem, config.training_phases(cfg), options, log)
     if unsupported:
         run.set_tags({UNSUPPORTED: "; ".join(unsupported)})
     if not parts:  # refused before training: nothing trained, the parameters are the initial ones
@@ -131,8 +133,9 @@ def train_and_log(cfg: DictConfig, run: JobRun) -> float:
         return math.nan
     stats = Statistics.concat(parts)
     points = problem.test_points
-    errors = {field: _relative_l2(problem.predict[field](points), exact(points))
-              for field, exact in problem.exact.items()}
+    with jax.default_matmul_precision(matmul.DEFAULT):  # judged as crux's models are evaluated
+        errors = {field: _relative_l2(problem.predict[field](points), exact(points))
+                  for field, exact in problem.exact.items()}
     run.log_outcome(stats, errors, initial, phase_ends, _leaves(problem.networks))
     if draws_wanted(cfg):
         probe = build()

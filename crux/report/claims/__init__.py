@@ -17,6 +17,7 @@ from crux.report.claims.fusion import check_inner_steps
 from crux.report.claims.gradient_noise import check_gradient_noise
 from crux.report.claims.offload import check_offload
 from crux.report.claims.phases import check_phases
+from crux.report.claims.precision import check_precision
 from crux.report.claims.resume import check_resume
 from crux.report.claims.substeps import check_substeps
 from crux.report.records import RunRecord
@@ -32,6 +33,7 @@ CHECKS: dict[str, Callable[[list[RunRecord]], list[Verdict]]] = {
     "phases": check_phases,
     "resume": check_resume,
     "devices": check_devices,
+    "precision": check_precision,
 }
 
 
@@ -60,4 +62,4 @@ def _not_supported(claim: str, record: RunRecord) -> Verdict:
 
 
 __all__ = ["CHECKS", "check_accumulation", "check_checkpoint", "check_devices", "check_gradient_noise", "check_inner_steps",
-           "check_offload", "check_phases", "check_resume", "check_substeps", "judge"]
+           "check_offload", "check_phases", "check_precision", "check_resume", "check_substeps", "judge"]

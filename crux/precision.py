@@ -1,0 +1,51 @@
+"""The float32 matrix-product precision of crux's compiled programs.
+
+On a CPU every setting computes the same numbers. On a TPU JAX's default multiplies float32 matrices in one
+bfloat16 pass (about three significant digits), and on recent NVIDIA GPUs in TensorFloat-32: a PINN's loss
+differentiates the network twice, which amplifies that error, and trains to a solution tens of times less
+accurate (docs/api.md#precision has the figures). crux therefore compiles at ``"highest"`` (full float32) unless
+told otherwise; ``"default"`` is the device's own fast setting, ``"high"`` the middle one (three bfloat16 passes
+on a TPU).
+
+The setting is applied while a program is traced, so every product in it (the network, its derivatives, the
+gradient) carries it explicitly: it is part of what the program is, and so of every key a compiled program is
+kept under, and it does not touch the user's other JAX code the way ``jax.config.update`` would.
+"""
+from __future__ import annotations
+
+import difflib
+import functools
+from typing import Any, Callable
+
+import jax
+
+DEFAULT = "highest"
+NAMES = ("default", "high", "highest")
+# JAX's other names for the same three settings (jax.default_matmul_precision accepts them): taken, and
+# recorded by crux's name, so runs at one setting group together however it was spelt.
+SYNONYMS = {"bfloat16": "default", "fastest": "default", "tensorfloat32": "high", "bfloat16_3x": "high",
+            "float32": "highest"}
+
+
+def checked(value: Any, option: str = "precision") -> str:
+    """``value`` as one of :data:`NAMES`, or ValueError naming ``option`` (as the caller spelt it) and the fix."""
+    if isinstance(value, str):
+        name = value.strip().lower()
+        if name in NAMES:
+            return name
+        if name in SYNONYMS:
+            return SYNONYMS[name]
+    close = difflib.get_close_matches(str(value).lower(), NAMES + tuple(SYNONYMS), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ValueError(f"{option}={value!r} is not a matmul precision{hint}; use 'highest' (full float32, the "
+                     f"default: a PINN's accuracy), 'high' (three bfloat16 passes on a TPU) or 'default' (the "
+                     f"device's fastest: one bfloat16 pass on a TPU)")
+
+
+def applied(precision: str, function: Callable) -> Callable:
+    """``function`` traced at ``precision``: every matrix product in its program carries the setting."""
+    @functools.wraps(function)
+    def at_precision(*args: Any, **kwargs: Any) -> Any:
+        with jax.default_matmul_precision(precision):
+            return function(*args, **kwargs)
+    return at_precision
