@@ -357,7 +357,7 @@ def hydra_configs():
 @pytest.mark.parametrize("overrides, problems", [
     (["+timing.against.epochs=5"],
      ["timing.against.epochs: not a solve() option the timing can change; choose among batchsize, "
-      "accumulation_steps, checkpoint_gradients, offload_data, inner_steps, devices"]),
+      "accumulation_steps, checkpoint_gradients, offload_data, inner_steps, devices, precision"]),
     (["timing.budget_seconds=0"], ["timing.budget_seconds=0.0: must be > 0"]),
     (["timing.builds=0"], ["timing.builds=0: must be >= 1"]),
 ])
