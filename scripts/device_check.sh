@@ -1,0 +1,225 @@
+#!/usr/bin/env bash
+# The device check: crux's claim sweeps and their reports, the benchmark and the capacity search, on the machine's
+# accelerator (a TPU or a GPU), installed from crux's own wheel; everything that comes back under $OUT.
+#
+#   bash scripts/device_check.sh --prepare                 # here (network): wheels a bare device image lacks -> .wheels/
+#   bash scripts/device_check.sh [STEP ...]                # on the device machine ($OUT set): every step, or those named
+#   OUT=/tmp/x bash scripts/device_check.sh --dry-run [STEP ...]   # the same path on a CPU with tiny settings
+#
+# Steps: the claim sweeps (accumulation inner_steps checkpoint offload substeps phases resume precision devices),
+# each followed by its report; bench (scripts/bench.py); capacity (scripts/capacity.py). `devices` runs only where
+# JAX sees more than one device. A step that fails or runs out of its time limit does not stop the next; the log
+# says which. One command on a device machine may be limited (10 minutes on the lent TPU): name the steps to run a
+# part, and the next command the rest.
+#
+# The device image is expected to have Python 3.11 with JAX for its accelerator, numpy and scipy on PYTHONPATH.
+# `--prepare` builds crux's wheel into .wheels/ and downloads into .wheels/deps/ the wheels such an image lacks
+# (Hydra, OmegaConf, MLflow and their pure-Python needs; antlr4 4.9.3 is published only as source, so it is built).
+# The packages a TPU image's own index holds (/opt/pypi/simple: optax, matplotlib, pandas, ...) are installed from
+# it there; `--prepare --full` downloads them too, into .wheels/index/, for an image without such an index.
+# Everything installs under /tmp and is appended to PYTHONPATH, never put before it: the image's own JAX stays
+# first. crux runs from its wheel in a folder outside the checkout (its configs, crux.conf and crux.sweeps, exist
+# only in an installed crux). One process holds the accelerator at a time: the steps run one after another, and
+# the sweeps use Hydra's in-process launcher. The store is SQLite under a fixed path (/tmp/crux-device-check, or $CRUX_DEVICE_CHECK_DIR), so
+# that the returned mlflow.db.gz and reports.tgz, unpacked there on another machine, make the same reports.
+#
+# $OUT receives (at most 8 files): device_check.log, environment.txt, bench.md, bench.json, capacity.json,
+# mlflow.db.gz, reports.tgz (report folders, the MLflow artifacts, Hydra's multirun logs).
+set -uo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+python=${PYTHON:-python3}
+sweeps=(accumulation inner_steps checkpoint offload substeps phases resume precision devices)
+every_step=("${sweeps[@]}" bench capacity)
+
+prepare() {  # $1: "full" to carry the index's packages too
+    local wheels="$root/.wheels" index_names
+    index_names=(optax absl-py matplotlib contourpy cycler fonttools kiwisolver pillow pyparsing python-dateutil six
+                 packaging pandas tzdata pyarrow joblib pyyaml tqdm narwhals scikit-learn threadpoolctl)
+    rm -rf "$wheels" && mkdir -p "$wheels/deps" || return 1
+    "$python" -m pip wheel -q --no-deps --no-build-isolation -w "$wheels" "$root" || return 1
+    "$python" -m pip wheel -q --no-deps -w "$wheels/deps" "antlr4-python3-runtime==4.9.3" || return 1
+    local pins
+    pins=$("$python" - <<'EOF'
+from importlib.metadata import version
+print(" ".join(f"{name}=={version(name)}" for name in
+      ("mlflow", "hydra-core", "omegaconf", "hydra-joblib-launcher", "optax", "matplotlib", "tqdm")))
+EOF
+) || return 1
+    local platform=(--only-binary=:all: --python-version 3.11 --implementation cp --platform any)
+    for tag in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 manylinux_2_17_x86_64 \
+               manylinux2014_x86_64 manylinux1_x86_64; do
+        platform+=(--platform "$tag")
+    done
+    # shellcheck disable=SC2086
+    "$python" -m pip download -q "${platform[@]}" --find-links "$wheels/deps" -d "$wheels/deps" $pins || return 1
+    # What the image has (JAX and its numerics) never travels; what its index has travels only with --full.
+    local present=(jax jaxlib numpy scipy ml_dtypes opt_einsum) name file
+    [[ "${1:-}" == full ]] && mkdir -p "$wheels/index"
+    for file in "$wheels"/deps/*.whl; do
+        name=$(basename "$file" | cut -d- -f1 | tr '[:upper:]_' '[:lower:]-')
+        if printf '%s\n' "${present[@]}" | grep -qx "$name"; then
+            rm "$file"
+        elif printf '%s\n' "${index_names[@]}" | grep -qx "$name"; then
+            if [[ "${1:-}" == full ]]; then mv "$file" "$wheels/index/"; else rm "$file"; fi
+        fi
+    done
+    printf '%s\n' "${index_names[@]}" > "$wheels/index-names.txt"
+    echo "$(find "$wheels" -name '*.whl' | wc -l) wheels, $(du -sh "$wheels" | cut -f1) in $wheels"
+}
+
+if [[ "${1:-}" == "--prepare" ]]; then
+    prepare "$([[ "${2:-}" == "--full" ]] && echo full)"
+    exit
+fi
+
+dry=0
+if [[ "${1:-}" == "--dry-run" ]]; then
+    dry=1
+    shift
+fi
+chosen=("$@")
+(( ${#chosen[@]} )) || chosen=("${every_step[@]}")
+for name in "${chosen[@]}"; do
+    if ! printf '%s\n' "${every_step[@]}" | grep -qx "$name"; then
+        echo "unknown step '$name'; choose among: ${every_step[*]}" >&2
+        exit 2
+    fi
+done
+: "${OUT:?set OUT to the folder that comes back}"
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
+# A fixed folder: the store's artifact paths must mean the same on the machine that makes the reports again.
+store=${CRUX_DEVICE_CHECK_DIR:-/tmp/crux-device-check}
+rm -rf "$store" && mkdir -p "$store/work"
+work="$store/work"
+exec > >(tee -a "$OUT/device_check.log") 2>&1
+
+start=$(date +%s)
+budget=${BUDGET_S:-$(( dry ? 1800 : 570 ))}
+left() { echo $(( budget - ($(date +%s) - start) )); }
+
+# step NAME MIN_S COMMAND...: run with the time left as its limit (at least MIN_S), log status and seconds.
+step() {
+    local name=$1 floor=$2 limit t0 status
+    shift 2
+    limit=$(left)
+    if (( limit < floor )); then
+        echo "== $name: skipped, ${limit} s left of the budget and it needs at least ${floor} s"
+        return 0
+    fi
+    echo "== $name (limit ${limit} s): $*"
+    t0=$(date +%s)
+    timeout --kill-after=10 "$limit" "$@"
+    status=$?
+    echo "== $name: exit $status after $(( $(date +%s) - t0 )) s$( ((status == 124)) && echo ' (time limit)')"
+}
+
+# -- install: appended to PYTHONPATH, crux from its wheel into a folder of its own ------------------------------
+install() {  # TARGET WHEEL...
+    local target=$1
+    shift
+    PIP_CONFIG_FILE=/dev/null "$python" -m pip install --isolated -q --no-index --no-deps --no-compile \
+        --no-cache-dir --upgrade --target "$target" "$@"
+}
+if compgen -G "$root/.wheels/crux-*.whl" > /dev/null; then
+    install "$store/site-crux" "$root"/.wheels/crux-*.whl || echo "crux's wheel did not install (exit $?)"
+    install "$store/site" "$root"/.wheels/deps/*.whl || echo "the wheels in .wheels/deps did not install (exit $?)"
+    if compgen -G "$root/.wheels/index/*.whl" > /dev/null; then
+        install "$store/site-index" "$root"/.wheels/index/*.whl || echo ".wheels/index did not install (exit $?)"
+    elif [[ -d /opt/pypi/simple ]]; then
+        from_index() {
+            PIP_CONFIG_FILE=/dev/null "$python" -m pip install --isolated -q --only-binary=:all: --no-deps \
+                --no-compile --no-cache-dir --index-url file:///opt/pypi/simple --target "$store/site-index" "$@"
+        }
+        mapfile -t names < "$root/.wheels/index-names.txt"
+        if ! from_index "${names[@]}" 2> /dev/null; then  # one missing name fails them all: then one by one
+            for name in "${names[@]}"; do
+                from_index "$name" 2> /dev/null || echo "the image's index has no $name"
+            done
+        fi
+    fi
+    export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$store/site-crux:$store/site:$store/site-index"
+else
+    echo "no .wheels/crux-*.whl (run --prepare first): crux, Hydra and MLflow must already be installed"
+fi
+cd "$work" || exit 1  # never the checkout: there `import crux` would find the source tree, without its configs
+export MLFLOW_TRACKING_URI="sqlite:///$store/mlflow.db"
+export MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR=false
+export MPLBACKEND=Agg
+export TQDM_DISABLE=1
+export PYTHONUNBUFFERED=1
+
+{
+    date -u
+    echo "mode: $( ((dry)) && echo dry-run || echo device); steps: ${chosen[*]}"
+    echo "commit: $(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)"
+    git -C "$root" status --porcelain 2>/dev/null | head -20
+    command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+    "$python" - <<'EOF'
+import importlib, platform
+print("python", platform.python_version(), "on", platform.processor() or platform.machine(), "cores", __import__("os").cpu_count())
+for name in ("jax", "jaxlib", "optax", "matplotlib", "numpy", "hydra", "omegaconf", "mlflow", "crux"):
+    try:
+        module = importlib.import_module(name)
+        print(name, getattr(module, "__version__", "?"), module.__file__)
+    except Exception as error:
+        print(name, "MISSING:", type(error).__name__, error)
+import jax
+print("backend", jax.default_backend(), jax.devices())
+stats = jax.devices()[0].memory_stats()
+print("bytes_limit", stats and stats.get("bytes_limit"))
+print("device_count", jax.device_count())
+EOF
+} > "$OUT/environment.txt" 2>&1
+cat "$OUT/environment.txt"
+device_count=$(sed -n 's/^device_count //p' "$OUT/environment.txt")
+
+# -- steps ----------------------------------------------------------------------------------------------------
+# The dry run's settings: each sweep's own grid cut to one repeat and a few epochs, short timing budgets.
+declare -A tiny=(
+    [accumulation]="solver.epochs=10 repeat=0 gradient_draws=8"
+    [inner_steps]="solver.epochs=20 solver.inner_steps=1,20 repeat=0 timing.budget_seconds=2"
+    [checkpoint]="solver.epochs=10 model.depth=2 repeat=0 timing.budget_seconds=2"
+    [offload]="solver.epochs=10 repeat=0"
+    [substeps]="solver.epochs=10"
+    [phases]="solver.epochs=20 phases.lbfgs.epochs=5 phases.soap.epochs=5"
+    [resume]="repeat=0"
+    [precision]="solver.epochs=100 solver.inner_steps=10 phases.lbfgs.epochs=10 repeat=0 timing.budget_seconds=2"
+    [devices]="solver.epochs=10 repeat=0"
+)
+for name in "${chosen[@]}"; do
+    case $name in
+        bench)
+            if (( dry )); then
+                step bench 20 "$python" "$root/scripts/bench.py" --quick --problems small --repeats 2 --out "$OUT"
+            else
+                step bench 60 "$python" "$root/scripts/bench.py" --problems standard,small --repeats 3 --out "$OUT"
+            fi ;;
+        capacity)
+            if [[ ! -f "$root/scripts/capacity.py" ]]; then
+                echo "== capacity: skipped, this checkout has no scripts/capacity.py"
+            elif (( dry )); then
+                step capacity 20 "$python" "$root/scripts/capacity.py" --budget-bytes 4194304 --out "$OUT/capacity.json"
+            else
+                step capacity 60 "$python" "$root/scripts/capacity.py" --out "$OUT/capacity.json"
+            fi ;;
+        devices)
+            if (( ${device_count:-1} < 2 )); then
+                echo "== devices: skipped, JAX sees one device here"
+                continue
+            fi ;&
+        *)
+            # shellcheck disable=SC2086
+            step "sweep $name" 30 "$python" -m crux.commands.sweep "$name" $( ((dry)) && echo "${tiny[$name]}" ) \
+                "hydra.sweep.dir=$work/multirun/$name"
+            step "report $name" 20 "$python" -m crux.report "$name" --out "$work/reports/$name" ;;
+    esac
+done
+
+# -- pack: many files go into one archive, the store gzipped (files over 16 MB do not come back) ----------------
+[[ -d "$store/mlartifacts" ]] && cp -r "$store/mlartifacts" "$work/"
+tar czf "$OUT/reports.tgz" -C "$work" . 2> /dev/null || echo "tar failed"
+[[ -f "$store/mlflow.db" ]] && gzip -c "$store/mlflow.db" > "$OUT/mlflow.db.gz"
+echo "== done in $(( $(date +%s) - start )) s; files in $OUT:"
+ls -la "$OUT"
