@@ -8,9 +8,10 @@
 #
 # Steps: the claim sweeps (accumulation inner_steps checkpoint offload substeps phases resume precision devices),
 # each followed by its report; bench (scripts/bench.py); capacity (scripts/capacity.py). `devices` runs only where
-# JAX sees more than one device. A step that fails or runs out of its time limit does not stop the next; the log
-# says which. One command on a device machine may be limited (10 minutes on the lent TPU): name the steps to run a
-# part, and the next command the rest.
+# JAX sees more than one device; REPORTS=0 leaves the reports to be made from the returned store. A step that
+# fails or runs out of its time limit does not stop the next; the log says which. One command on a device machine
+# may be limited (10 minutes on the lent TPU; BUDGET_S, default 570 s): name the steps to run a part, and the next
+# command the rest.
 #
 # The device image is expected to have Python 3.11 with JAX for its accelerator, numpy and scipy on PYTHONPATH.
 # `--prepare` builds crux's wheel into .wheels/ and downloads into .wheels/deps/ the wheels such an image lacks
@@ -213,7 +214,11 @@ for name in "${chosen[@]}"; do
             # shellcheck disable=SC2086
             step "sweep $name" 30 "$python" -m crux.commands.sweep "$name" $( ((dry)) && echo "${tiny[$name]}" ) \
                 "hydra.sweep.dir=$work/multirun/$name"
-            step "report $name" 20 "$python" -m crux.report "$name" --out "$work/reports/$name" ;;
+            if [[ "${REPORTS:-1}" == 0 ]]; then
+                echo "== report $name: left for later (REPORTS=0): crux-report $name, against the returned store"
+            else
+                step "report $name" 20 "$python" -m crux.report "$name" --out "$work/reports/$name"
+            fi ;;
     esac
 done
 
