@@ -26,7 +26,7 @@ timed in interleaved rounds:
 - ``hand scan``: scripts/bench.py's hand-written scan with the hand-derived Taylor u''.
 
 The crux diagnostics patch crux internals here only; they are not options. The header records
-``XLA_FLAGS``: scripts/gpu_check.sh runs this again with XLA keeping the loop itself in the CUDA graph.
+``XLA_FLAGS``: on a GPU, ``XLA_FLAGS=--xla_gpu_enable_command_buffer=+WHILE`` keeps the loop itself in the CUDA graph.
 """
 from __future__ import annotations
 
