@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from crux import sharding
+from crux import remat, sharding
 from crux.batching import DevicePoints, HostBatches, PointStream
 from crux.constraint import Constraint, checked_reach
 from crux.engine import Data, Entry, OptimizerState, Plan, Primitives, State, TrainState, make_call
@@ -197,7 +197,7 @@ class Crux:
         layouts = {name: Layout.of(m.params, m.trains_flat) for name, m in self.models.items()}
         transforms = {n: self.models[n].transform(n) for e in entries for n in e.models}
         return Plan(tuple(self.constraints), self.models, layouts, transforms, entries, stream, options.inner_steps,
-                    options.checkpoint_gradients, options.offload_data, precision=options.precision,
+                    offload_data=options.offload_data, precision=options.precision,
                     check_updates=options.offload_data,
                     record_slots=record_slots(options.inner_steps, self.machinery.record_rows),
                     primitives=self.machinery.primitives)
@@ -217,7 +217,7 @@ class Crux:
             example = sharding.put(DevicePoints(self._key, self._device_points(options.devices)),
                                    sharding.placement(options.devices))
             feed = itertools.repeat(example, calls)
-        compiled = self._compile(plan, state, example)
+        plan, compiled = self._compiled_update(plan, options, state, example)
         checked = None
         if not plan.check_updates:
             checked = lambda at: self._compile(dataclasses.replace(plan, check_updates=True), at, example)[:2]
@@ -270,11 +270,26 @@ class Crux:
         # Host leaves (counters, the record buffer) travel with them, to the devices the call runs on.
         return fresh_copy(sharding.put(state, sharding.placement(options.devices)))
 
+    def _compiled_update(self, plan: Plan, options: Options, state: State, data: Data) -> tuple[Plan, Compiled]:
+        """The plan the solve runs and its compiled call. With ``checkpoint_gradients``, the update compiled in
+        every form of :mod:`crux.remat` and the one of the fewest temporary bytes kept (plain where no
+        rematerialisation needs fewer), its index in ``remat.FORMS`` recorded as ``memory["checkpoint_used"]``
+        and the compile seconds of every form counted."""
+        if not options.checkpoint_gradients:
+            return plan, self._compile(plan, state, data)
+        forms = {form: self._compile(dataclasses.replace(plan, remat=form), state, data) for form in remat.FORMS}
+        form = remat.least_memory({name: c.memory.get("temp_bytes") for name, c in forms.items()})
+        memory = {**forms[form].memory, "checkpoint_used": remat.FORMS.index(form)}
+        log.info("checkpoint_gradients: the update compiled %s (temporary bytes per form: %s)", form,
+                 {name: c.memory.get("temp_bytes") for name, c in forms.items()})
+        return (dataclasses.replace(plan, remat=form),
+                Compiled(forms[form].call, sum(c.seconds for c in forms.values()), memory))
+
     def _compile(self, plan: Plan, state: State, data: Data) -> Compiled:
         """The compiled call of ``plan``, kept per static key, so a later solve() traces nothing; a new key is
         traced, and a program that another solver of the process compiled is reused."""
         versions = tuple((n, self.models[n].optimizer_version) for e in plan.entries for n in e.models)
-        key = (plan.entries, plan.stream, plan.inner_steps, plan.checkpoint_gradients, plan.offload_data,
+        key = (plan.entries, plan.stream, plan.inner_steps, plan.remat, plan.offload_data,
                plan.precision, plan.check_updates, plan.record_slots, tuple(plan.layouts.items()), versions,
                self.machinery)
         if key in self._compiled:
