@@ -669,3 +669,14 @@ def test_checkpointing_memory_finding_says_which_form_crux_ran():
         memory[0.69].summary
     assert memory[1.0].verdict == FAILS and "so crux ran the plain update" in memory[1.0].summary
 
+
+def test_accumulation_memory_at_sizes_a_tile_pads_alike_is_inconclusive():
+    """The chip's measure: batches of 8 and 32 padded to the same bytes, 4×8 at 1.0× batch 8 and 1.04× batch 32.
+    No batch size can show a saving there: too small to decide, not a failure of the option."""
+    key = "memory/temp_bytes"
+    verdict = accumulation_saves_memory(AccumulationSet(
+        _memory_record("4x8", key, 1040, batchsize=8, accumulation_steps=4),
+        _memory_record("32", key, 1000, batchsize=32), _memory_record("8", key, 1040, batchsize=8)))
+    assert verdict.verdict == INCONCLUSIVE
+    assert verdict.summary.startswith("sizes too small to decide: one batch of 32 needs no more temporary memory "
+                                      "than batch 8 (1,000 bytes against 1,040 bytes")
