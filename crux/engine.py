@@ -165,7 +165,7 @@ def make_call(plan: Plan) -> Callable[[State, Data], State]:
 def _call(plan: Plan, state: State, data: Data) -> State:
     xs = None
     if plan.offload_data:
-        xs = jax.tree.map(lambda a: a.reshape(plan.inner_steps, plan.steps_per_epoch, *a.shape[1:]), data.batches)
+        xs = jax.tree.map(lambda a: a.reshape(plan.inner_steps, plan.steps_per_epoch, *a.shape[1:]), data.points())
     train, rows = plan.primitives.repeat(functools.partial(_epoch, plan, data), state.train, xs, plan.inner_steps)
     if not plan.check_updates:  # the parameters left behind: a non-finite update marks the call's last epoch
         rows = rows.at[-1, -1].multiply(_all_finite(train.params).astype(rows.dtype))
