@@ -207,16 +207,7 @@ class Crux:
         calls = options.epochs // options.inner_steps
         state = self._initial_state(plan, options)
         start = fingerprint(sharding.local(state).train.params)  # before the first call donates the state
-        if plan.offload_data:
-            self._points_on_device = None  # offloading is for when they should not stay on the device
-            target = jax.local_devices()[0] if options.devices == 1 else sharding.split(options.devices, 1)
-            host = HostBatches(plan.stream, tuple(c.points for c in self.constraints), self._key, self._step,
-                               options.inner_steps * plan.steps_per_epoch, calls, target)
-            feed, example = iter(host), host.shapes()
-        else:
-            example = sharding.put(DevicePoints(self._key, self._device_points(options.devices)),
-                                   sharding.placement(options.devices))
-            feed = itertools.repeat(example, calls)
+        feed, example = self._feed(plan, options, calls)
         plan, compiled = self._compiled_update(plan, options, state, example)
         checked = None
         if not plan.check_updates:
@@ -236,6 +227,34 @@ class Crux:
         if error:
             raise FloatingPointError(error)
         return stats
+
+    def _feed(self, plan: Plan, options: Options, calls: int) -> tuple[Any, Data]:
+        """What the calls take, one item each, and an item's example to compile with: the points on the device
+        (the same item every call), or with ``offload_data`` each call's batches streamed from the host."""
+        if plan.offload_data:
+            self._points_on_device = None  # offloading is for when they should not stay on the device
+            target = jax.local_devices()[0] if options.devices == 1 else sharding.split(options.devices, 1)
+            host = HostBatches(plan.stream, tuple(c.points for c in self.constraints), self._key, self._step,
+                               options.inner_steps * plan.steps_per_epoch, calls, target)
+            return iter(host), host.shapes()
+        example = sharding.put(DevicePoints(self._key, self._device_points(options.devices)),
+                               sharding.placement(options.devices))
+        return itertools.repeat(example, calls), example
+
+    def compiled_memory(self, batchsize: int | None = None, checkpoint_gradients: bool = False,
+                        offload_data: bool = False, accumulation_steps: int = 1, inner_steps: int = 1,
+                        devices: int = 1, precision: str = "highest") -> dict[str, int]:
+        """What solve() with these options compiles its update to need on the device, from XLA's memory
+        analysis (``temp_bytes``, ``argument_bytes``, ``output_bytes``; ``checkpoint_used`` with
+        ``checkpoint_gradients``), without running an update: how a size that may not fit is tried. The
+        constraints' points go to the device as solve() would send them (not with ``offload_data``), so a
+        device without room for them refuses here (RESOURCE_EXHAUSTED)."""
+        options = validate([c.size for c in self.constraints], inner_steps, batchsize, checkpoint_gradients,
+                           offload_data, accumulation_steps, inner_steps, None, devices, len(jax.devices()),
+                           precision)
+        plan = self._plan(options, self._entries(options))
+        _, example = self._feed(plan, options, 1)
+        return dict(self._compiled_update(plan, options, self._initial_state(plan, options), example)[1].memory)
 
     def _device_points(self, devices: int) -> tuple[jax.Array, ...]:
         """The constraints' points on the device (whole on each of ``devices``), sent once and kept for later
