@@ -38,7 +38,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend.random import threefry_2x32
 
-PRODUCER_THREAD = "crux-host-batches"  # the name of the thread that gathers and sends offloaded batches
+PRODUCER_THREAD = "crux-host-batches"  # the name of the thread that gathers offloaded batches
+DRAW_WORDS = 2 ** 25  # the most ranking keys the host draws at once (128 MiB of float32; more for large point sets
+# would hold gigabytes of host memory for a block of updates)
 
 
 @dataclass(frozen=True)
@@ -173,6 +175,9 @@ class HostBatches:
         self._key = jax.device_put(key, cpu)
         self._cpu = cpu
         self._draw = _host_draw(stream)
+        # updates drawn at once: ``block``, or fewer where their ranking keys would pass DRAW_WORDS
+        ranked = sum(n for c, n in enumerate(stream.sizes) if stream.ranks(c))
+        block = min(block, max(DRAW_WORDS // max(ranked, 1), 1))
         self._block = max(block // steps_per_call, 1) * steps_per_call
 
     def _indices(self, start: int, count: int) -> tuple[np.ndarray, ...]:

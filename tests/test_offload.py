@@ -78,3 +78,16 @@ def test_batches_go_to_the_device_only_when_the_loop_takes_them(monkeypatch):
     assert items[0].batches[0].shape == (3, 2, 2, 4)  # (updates, micro-batches, coordinates, points)
     monkeypatch.undo()
     assert senders == [threading.current_thread().name] * 5
+
+
+def test_the_host_draws_fewer_updates_at_once_from_a_large_point_set(monkeypatch):
+    """Ranking keys for a block of updates take host memory in proportion to the point set: the block shrinks so
+    that it stays within DRAW_WORDS keys, and the stream is the same."""
+    stream = batching.PointStream((1000,), batchsize=10)
+    points, key = (np.linspace(0, 1, 1000, dtype=np.float32)[:, None],), jax.random.key(3, impl="threefry2x32")
+    whole = batching.HostBatches(stream, points, key, 0, 1, 6, jax.devices()[0])
+    monkeypatch.setattr(batching, "DRAW_WORDS", 2500)  # two updates' keys at a time
+    blocks = batching.HostBatches(stream, points, key, 0, 1, 6, jax.devices()[0])
+    assert (whole._block, blocks._block) == (256, 2)
+    for a, b in zip(whole, blocks):
+        np.testing.assert_array_equal(np.asarray(a.batches[0]), np.asarray(b.batches[0]))
