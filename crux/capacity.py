@@ -154,17 +154,18 @@ def attempt(points: int, hidden: Sequence[int], options: dict[str, Any]) -> Atte
 def smallest_not_fitting(budget: int, try_size: Callable[[int], Attempt], start: int, limit: int,
                          refine: bool = False, growth: int = 2) -> list[Attempt]:
     """The sizes tried, growing ``growth``-fold from ``start`` until one does not fit ``budget`` (or ``limit`` is
-    passed); with ``refine``, then bisected between the last two until they are within an eighth of each other."""
-    tried, size = [], start
-    while size <= limit:
+    passed), or, where ``start`` does not fit, halving until one does; with ``refine``, then bisected between the
+    largest that fits and the smallest that does not until they are within an eighth of each other."""
+    tried = [try_size(start)]
+    step = (lambda n: n // 2) if not tried[0].fits(budget) else (lambda n: n * growth)
+    while tried[-1].fits(budget) == tried[0].fits(budget):
+        size = step(tried[-1].points)
+        if not 1 <= size <= limit:
+            return tried  # every size fits, or none does: nothing to bracket
         tried.append(try_size(size))
-        if not tried[-1].fits(budget):
-            break
-        size *= growth
-    else:
-        return tried
-    if refine and len(tried) > 1:
-        low, high = tried[-2].points, tried[-1].points
+    if refine:
+        low = max(a.points for a in tried if a.fits(budget))
+        high = min(a.points for a in tried if not a.fits(budget))
         while high - low > max(high // 8, 1):
             middle = (low + high) // 2
             tried.append(try_size(middle))

@@ -1,7 +1,7 @@
 """Each memory option at the smallest size the run without it does not fit: one line per option, and a verdict.
 
     python scripts/capacity.py --options checkpoint_gradients --out capacity.json   # on a device: its memory
-    python scripts/capacity.py --budget-bytes 4194304 --width 64                     # on a CPU: a declared budget
+    python scripts/capacity.py --budget-bytes 4194304                                # on a CPU: a declared budget
 
 Sizes are points of the 1-D Poisson problem, doubled from --start until the run without the option does not fit
 the budget (XLA's compiled memory analysis needs more, or XLA refuses with RESOURCE_EXHAUSTED); the option's run
@@ -19,6 +19,9 @@ from typing import Sequence
 
 from crux import capacity
 from crux.report.claims.capacity import capacity_verdict
+
+# width, first size, offload_data's batch: at a device's gigabytes, and at a declared budget of a few MiB on a CPU
+DEVICE, CPU = (256, 1024, 2 ** 16), (64, 64, 256)
 
 
 def line(result: capacity.Capacity, verdict: str) -> str:
@@ -39,25 +42,33 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "--budget-bytes 4194304)")
     parser.add_argument("--options", default=",".join(capacity.OPTIONS),
                         help=f"comma-separated options to show (default all: {','.join(capacity.OPTIONS)})")
-    parser.add_argument("--width", type=int, default=256, help="the networks' width (default 256)")
-    parser.add_argument("--start", type=int, default=1024, help="the first size tried, in points (default 1024)")
-    parser.add_argument("--offload-batch", type=int, default=2 ** 16,
-                        help="offload_data's batch, and the on-device batches it is set against (default 65536)")
+    parser.add_argument("--width", type=int, default=None,
+                        help="the networks' width (default: 256 on a device that reports its memory, else 64)")
+    parser.add_argument("--start", type=int, default=None,
+                        help="the first size tried, in points (default: 1024 on such a device, else 64)")
+    parser.add_argument("--offload-batch", type=int, default=None,
+                        help="offload_data's batch, and the on-device batches it is set against (default: 65536 on "
+                             "such a device, else 256)")
     parser.add_argument("--out", type=Path, default=None, help="write the results and verdicts to this JSON file")
     args = parser.parse_args(argv)
     options = [o.strip() for o in args.options.split(",") if o.strip()]
     unknown = [o for o in options if o not in capacity.OPTIONS]
     if unknown or not options:
         parser.error(f"--options {args.options}: choose from {','.join(capacity.OPTIONS)}")
-    budget = args.budget_bytes if args.budget_bytes is not None else capacity.device_budget()
+    device = capacity.device_budget()
+    budget = args.budget_bytes if args.budget_bytes is not None else device
     if budget is None:
         parser.error("this device reports no memory limit (a CPU): declare one, e.g. --budget-bytes 4194304")
     if budget <= 0:
         parser.error(f"--budget-bytes {budget}: give a positive number of bytes")
+    width, start, batch = [given if given is not None else default for given, default in
+                           zip((args.width, args.start, args.offload_batch), DEVICE if device is not None else CPU)]
+    if min(width, start, batch) < 1:
+        parser.error(f"--width {width}, --start {start}, --offload-batch {batch}: each must be at least 1")
     logging.getLogger("crux").setLevel(logging.WARNING)
     results = []
     for option in options:
-        result = capacity.measure(option, budget, width=args.width, start=args.start, offload_batch=args.offload_batch)
+        result = capacity.measure(option, budget, width=width, start=start, offload_batch=batch)
         verdict = capacity_verdict(option, result.metrics())
         print(line(result, verdict.verdict), flush=True)
         results.append({"option": option, "attempts": [vars(a) for a in result.attempts],

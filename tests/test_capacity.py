@@ -44,3 +44,20 @@ def test_a_cpu_needs_a_declared_budget(capsys):
     with pytest.raises(SystemExit):
         capacity.main(["--options", "batchsize"])
     assert "declare one, e.g. --budget-bytes 4194304" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("start, refine, expected", [
+    (64, False, [64, 128, 256, 512]),  # doubling to the first size over the budget
+    (2048, False, [2048, 1024, 512, 256]),  # a start over the budget: halving to the first that fits
+    (64, True, [64, 128, 256, 512, 384, 448, 416]),  # bisected until the two sides are within an eighth
+])
+def test_sizes_are_bracketed_from_any_start(start, refine, expected):
+    """A size needs its own number of bytes; the budget, 400, lies between 256 and 512 (and 384 and 448)."""
+    tried = library.smallest_not_fitting(400, lambda n: library.Attempt(n, n), start, 2 ** 20, refine)
+    assert [a.points for a in tried] == expected
+
+
+def test_sizes_that_all_fit_or_none_fits_are_reported_as_tried():
+    assert [a.points for a in library.smallest_not_fitting(10 ** 9, lambda n: library.Attempt(n, n), 64, 256)] == \
+        [64, 128, 256]
+    assert [a.points for a in library.smallest_not_fitting(0, lambda n: library.Attempt(n, n), 4, 256)] == [4, 2, 1]
