@@ -36,7 +36,6 @@ from crux.schedules import lrs
 from crux.solver import Crux
 
 OPTIONS = ("batchsize", "accumulation_steps", "checkpoint_gradients", "offload_data")
-REFUSED = "RESOURCE_EXHAUSTED"  # how XLA says a program or buffer does not fit the device
 UPDATES = 2  # the option's run: enough to show that it trains, few enough for the largest sizes
 
 
@@ -127,12 +126,6 @@ class Capacity:
                                                     if self.reference_step_seconds is not None else nan)}
 
 
-def _refusal(error: BaseException) -> str | None:
-    """XLA's out-of-memory message, where ``error`` is one (the first line of it)."""
-    text = str(error)
-    return text.strip().splitlines()[0][:300] if REFUSED in text else None
-
-
 def _solver(points: int, hidden: Sequence[int], seed: int = 0) -> Crux:
     problem = poisson1d(n_interior=points, hidden=tuple(hidden), seed=seed)
     problem.models["u"].optimizer(optax.adam).scale(lrs(1e-3))
@@ -144,7 +137,7 @@ def attempt(points: int, hidden: Sequence[int], options: dict[str, Any]) -> Atte
     try:
         memory = _solver(points, hidden).compiled_memory(**options)
     except Exception as error:  # XLA's own error type differs between versions; its message does not
-        refused = _refusal(error)
+        refused = device_memory.refusal(error)
         if refused is None:
             raise
         return Attempt(points, None, refused)
@@ -205,7 +198,7 @@ def _train(points: int, hidden: Sequence[int], options: dict[str, Any], budget: 
     try:
         stats = _solver(points, hidden).solve(UPDATES, **options)
     except Exception as error:
-        refused = _refusal(error)
+        refused = device_memory.refusal(error)
         if refused is None:
             raise
         return {"peak": None, "trained": False, "error": refused, "step_seconds": None}

@@ -14,6 +14,7 @@ from typing import Mapping
 import jax
 
 COMPILED = ("temp_bytes", "argument_bytes", "output_bytes")  # the compiled program's figures that make its peak
+REFUSED = "RESOURCE_EXHAUSTED"  # how XLA says a program or a buffer does not fit the device
 
 
 @dataclass(frozen=True)
@@ -51,3 +52,10 @@ def update_peak(memory: Mapping[str, int], start: Before, device: jax.Device) ->
         candidates.append(int(high_water) - int(start.in_use))
     known = [c for c in candidates if c is not None]
     return max(known) if known else None
+
+
+def refusal(error: BaseException) -> str | None:
+    """XLA's out-of-memory message (its first line), where ``error`` is one; None for any other error. XLA's
+    error type differs between versions, its status code does not."""
+    text = str(error)
+    return text.strip().splitlines()[0][:300] if REFUSED in text else None

@@ -19,10 +19,10 @@ FORMS = (PLAIN, LAYERS, WHOLE)
 """The forms in order of preference on a tie; a form's index is what ``memory["checkpoint_used"]`` records."""
 
 
-def least_memory(temp_bytes: Mapping[str, int | None]) -> str:
+def least_memory(temp_bytes: Mapping[str, float | None]) -> str:
     """The form of the fewest temporary bytes (``temp_bytes``: per form of :data:`FORMS`, None where the backend
-    gives no memory analysis), the earlier form on a tie; the model's own rematerialised form where no figure
-    can decide, as that is what the option asks for."""
+    gives no memory analysis, infinite where the device refused it), the earlier form on a tie; the model's own
+    rematerialised form where no figure can decide, as that is what the option asks for."""
     if any(temp_bytes.get(form) is None for form in FORMS):
         return LAYERS
     return min(FORMS, key=lambda form: (temp_bytes[form], FORMS.index(form)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Sequence
@@ -13,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from crux import remat, sharding
+from crux import device_memory, remat, sharding
 from crux.batching import DevicePoints, HostBatches, PointStream
 from crux.constraint import Constraint, checked_reach
 from crux.engine import Data, Entry, OptimizerState, Plan, Primitives, State, TrainState, make_call
@@ -296,8 +297,18 @@ class Crux:
         and the compile seconds of every form counted."""
         if not options.checkpoint_gradients:
             return plan, self._compile(plan, state, data)
-        forms = {form: self._compile(dataclasses.replace(plan, remat=form), state, data) for form in remat.FORMS}
-        form = remat.least_memory({name: c.memory.get("temp_bytes") for name, c in forms.items()})
+        forms, refused = {}, None
+        for form in remat.FORMS:
+            try:
+                forms[form] = self._compile(dataclasses.replace(plan, remat=form), state, data)
+            except Exception as error:  # a form the device has no room for (XLA refuses it) is not a candidate
+                if device_memory.refusal(error) is None:
+                    raise
+                refused = error
+        if not forms:
+            raise refused
+        form = remat.least_memory({name: forms[name].memory.get("temp_bytes") if name in forms else math.inf
+                                   for name in remat.FORMS})
         memory = {**forms[form].memory, "checkpoint_used": remat.FORMS.index(form)}
         log.info("checkpoint_gradients: the update compiled %s (temporary bytes per form: %s)", form,
                  {name: c.memory.get("temp_bytes") for name, c in forms.items()})

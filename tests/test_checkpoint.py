@@ -5,7 +5,9 @@ import optax
 import pytest
 
 import crux
-from crux import remat
+from crux import engine, remat
+from crux.executables import compile_once
+from crux.solver import Machinery
 from crux_testing import EPS32, flat, poisson, relative, train
 
 # Rematerialisation recomputes the same forward ops; XLA may order the recomputed sums differently, a few
@@ -60,3 +62,26 @@ def test_the_form_of_fewest_temporary_bytes_is_chosen_plain_on_a_tie():
     assert remat.least_memory({"plain": 10, "layers": 12, "whole": 9}) == remat.WHOLE
     assert remat.least_memory({"plain": 10, "layers": 10, "whole": 10}) == remat.PLAIN
     assert remat.least_memory({"plain": None, "layers": None, "whole": None}) == remat.LAYERS
+
+
+def test_a_form_the_device_refuses_is_not_a_candidate():
+    """Where XLA refuses the plain update for want of device memory (RESOURCE_EXHAUSTED at compile), a
+    rematerialised form that compiles is run; where every form is refused, solve() raises XLA's refusal."""
+    def make_call(plan):
+        call = engine.make_call(plan)
+        return lambda state, data, form=plan.remat: call(state, data)
+
+    def compile_unless(refused):
+        def compile(function, *args, donate_argnums=()):
+            if function.__defaults__[0] in refused:
+                raise RuntimeError("RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm")
+            return compile_once(function, *args, donate_argnums=donate_argnums)
+        return compile
+
+    problem = poisson(optax.adam, n=64, hidden=(16,) * 4)
+    _, _, stats = train(problem, 2, Machinery(make_call=make_call, compile=compile_unless({remat.PLAIN})),
+                        checkpoint_gradients=True)
+    assert remat.FORMS[stats.memory["checkpoint_used"]] != remat.PLAIN and stats.steps == 2
+    with pytest.raises(RuntimeError, match="RESOURCE_EXHAUSTED"):
+        train(poisson(optax.adam, n=64, hidden=(16,) * 4), 2,
+              Machinery(make_call=make_call, compile=compile_unless(set(remat.FORMS))), checkpoint_gradients=True)
