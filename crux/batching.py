@@ -38,7 +38,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend.random import threefry_2x32
 
-PRODUCER_THREAD = "crux-host-batches"  # the name of the thread that gathers and sends offloaded batches
+PRODUCER_THREAD = "crux-host-batches"  # the name of the thread that gathers offloaded batches
+DRAW_WORDS = 2 ** 25  # the most ranking keys the host draws at once (128 MiB of float32; more for large point sets
+# would hold gigabytes of host memory for a block of updates)
 
 
 @dataclass(frozen=True)
@@ -132,9 +134,18 @@ class DevicePoints(NamedTuple):
 
 
 class StreamedBatches(NamedTuple):
-    """What a compiled call gets with ``offload_data``: its updates' batches, gathered on the host."""
+    """What a compiled call gets with ``offload_data``: its updates' batches, gathered on the host.
 
-    batches: tuple[jax.Array, ...]  # per constraint, (updates of the call, G, B_c, d)
+    Each micro-batch travels as rows, one per coordinate (``(d, B_c)``, the points along the last axis): a device
+    that pads an array's last axis to its tile (a TPU's 128 lanes) would pad points ``(B_c, d)`` of one or two
+    coordinates 64- to 128-fold, more memory than the same points kept on the device.
+    """
+
+    batches: tuple[jax.Array, ...]  # per constraint, (updates of the call, G, d, B_c)
+
+    def points(self) -> tuple[jax.Array, ...]:
+        """Per constraint, the batches as points ``(updates of the call, G, B_c, d)`` (inside the compiled call)."""
+        return tuple(jnp.swapaxes(rows, -1, -2) for rows in self.batches)
 
 
 @functools.lru_cache(maxsize=64)
@@ -145,9 +156,11 @@ def _host_draw(stream: PointStream) -> Callable[[jax.Array, jax.Array], tuple[ja
 
 
 class HostBatches:
-    """Batches gathered on the host and sent to the device, one dispatch ahead, for ``offload_data``.
+    """Batches gathered on the host and sent to the device one call at a time, for ``offload_data``.
 
-    Each item holds the batches of ``steps_per_call`` updates.
+    Each item holds the batches of ``steps_per_call`` updates. A thread gathers the next items on the host; an
+    item goes to the device only when the loop asks for it, so the device holds the batches of the call that
+    runs and of the one dispatched after it, never the point set or a queue of batches.
     Indices are drawn with the same function as on the device (threefry is
     bit-identical across backends), jitted on the CPU in blocks of updates.
     """
@@ -162,6 +175,9 @@ class HostBatches:
         self._key = jax.device_put(key, cpu)
         self._cpu = cpu
         self._draw = _host_draw(stream)
+        # updates drawn at once: ``block``, or fewer where their ranking keys would pass DRAW_WORDS
+        ranked = sum(n for c, n in enumerate(stream.sizes) if stream.ranks(c))
+        block = min(block, max(DRAW_WORDS // max(ranked, 1), 1))
         self._block = max(block // steps_per_call, 1) * steps_per_call
 
     def _indices(self, start: int, count: int) -> tuple[np.ndarray, ...]:
@@ -175,8 +191,9 @@ class HostBatches:
                 count = min(self._block, total - start)
                 block = self._indices(self.first_step + start, self._block)  # one shape: compiled once
                 for offset in range(0, count, k):
-                    batch = tuple(p[i[offset:offset + k]] for p, i in zip(self.points, block))
-                    if not self._put(out, StreamedBatches(jax.device_put(batch, self.device)), stop):
+                    batch = tuple(np.ascontiguousarray(np.swapaxes(p[i[offset:offset + k]], -1, -2))
+                                  for p, i in zip(self.points, block))
+                    if not self._put(out, StreamedBatches(batch), stop):
                         return
         except BaseException as error:  # surfaced in the consumer
             self._put(out, error, stop)
@@ -196,7 +213,7 @@ class HostBatches:
         sharding = self.device if isinstance(self.device, jax.sharding.Sharding) else None
         return StreamedBatches(tuple(
             jax.ShapeDtypeStruct((self.steps_per_call, self.stream.micro_batches,
-                                  self.stream.points_per_batch(c), p.shape[1]), p.dtype, sharding=sharding)
+                                  p.shape[1], self.stream.points_per_batch(c)), p.dtype, sharding=sharding)
             for c, p in enumerate(self.points)))
 
     def __iter__(self) -> Iterator[StreamedBatches]:
@@ -208,6 +225,6 @@ class HostBatches:
                 item = out.get()
                 if isinstance(item, BaseException):
                     raise item
-                yield item
+                yield StreamedBatches(jax.device_put(item.batches, self.device))
         finally:  # the solver finished, stopped early (non-finite loss) or was interrupted: let the producer go
             stop.set()

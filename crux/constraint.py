@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from crux import remat
 from crux.failures import shown_path
 from crux.model import Model, ShapeMismatch
 from crux.numbers import is_rate
@@ -65,8 +66,8 @@ class Constraint:
 class Nets:
     """What a residual sees as ``net``: ``net.u(x)`` (or ``net["u"](x)``) evaluates model ``u`` at one point."""
 
-    def __init__(self, models: dict[str, Model], params: dict[str, Any], checkpointed: bool):
-        self._models, self._params, self._checkpointed = models, params, checkpointed
+    def __init__(self, models: dict[str, Model], params: dict[str, Any], form: str = remat.PLAIN):
+        self._models, self._params, self._form = models, params, form
 
     def __getitem__(self, name: str) -> Callable[[jax.Array], jax.Array]:
         if name not in self._models:
@@ -75,7 +76,7 @@ class Nets:
 
         def evaluate(x: jax.Array) -> jax.Array:
             try:
-                return model.pointwise(params, x, self._checkpointed)
+                return model.pointwise(params, x, self._form)
             except ShapeMismatch as error:
                 raise ShapeMismatch(f"model '{name}' {error}") from None
         return evaluate
@@ -87,13 +88,14 @@ class Nets:
 
 
 def constraint_loss(constraint: Constraint, models: dict[str, Model], params: dict[str, Any],
-                    points: jax.Array, checkpointed: bool = False, slot_weights: jax.Array | None = None) -> jax.Array:
-    """``weight * mean(residual**2)`` over ``points (B, d)``, with each model's parameters from ``params``.
+                    points: jax.Array, form: str = remat.PLAIN, slot_weights: jax.Array | None = None) -> jax.Array:
+    """``weight * mean(residual**2)`` over ``points (B, d)``, with each model's parameters from ``params``, its
+    networks applied in rematerialisation ``form`` (:mod:`crux.remat`).
 
     With ``slot_weights`` (shape ``(B,)``) the mean over the points becomes the sum of each point's mean
     squared residual times its slot's weight (a micro-batch whose slots repeat points, see
     :meth:`crux.batching.PointStream.slot_weights`)."""
-    net = Nets(models, params, checkpointed)
+    net = Nets(models, params, form)
     squares = jnp.square(jax.vmap(lambda x: constraint.residual(net, x))(points))
     if slot_weights is None:
         return constraint.weight * jnp.mean(squares)
@@ -115,7 +117,7 @@ def checked_reach(constraint: Constraint, models: dict[str, Model], params: dict
     code = getattr(constraint.residual, "__code__", None)
     where = f" ({shown_path(code.co_filename)}:{code.co_firstlineno})" if code else ""
     try:
-        closed, returned = jax.make_jaxpr(lambda p, x: constraint.residual(Nets(models, p, False), x),
+        closed, returned = jax.make_jaxpr(lambda p, x: constraint.residual(Nets(models, p), x),
                                           return_shape=True)(params, constraint.points[0])
     except ShapeMismatch as error:
         raise ValueError(f"Constraint '{constraint.name}': {error}; the constraint's points have "

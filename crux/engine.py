@@ -23,6 +23,7 @@ import optax
 from jax.sharding import PartitionSpec as P
 
 from crux import precision as matmul
+from crux import remat as rematerialise
 from crux import sharding
 from crux.batching import DevicePoints, PointStream, StreamedBatches
 from crux.constraint import Constraint, constraint_loss
@@ -126,7 +127,7 @@ class Plan:
     entries: tuple[Entry, ...]
     stream: PointStream
     inner_steps: int = 1
-    checkpoint_gradients: bool = False
+    remat: str = rematerialise.PLAIN  # the networks' rematerialisation form (crux.remat)
     offload_data: bool = False
     precision: str = matmul.DEFAULT  # of every float32 matrix product in the call (crux.precision)
     check_updates: bool = True
@@ -164,7 +165,7 @@ def make_call(plan: Plan) -> Callable[[State, Data], State]:
 def _call(plan: Plan, state: State, data: Data) -> State:
     xs = None
     if plan.offload_data:
-        xs = jax.tree.map(lambda a: a.reshape(plan.inner_steps, plan.steps_per_epoch, *a.shape[1:]), data.batches)
+        xs = jax.tree.map(lambda a: a.reshape(plan.inner_steps, plan.steps_per_epoch, *a.shape[1:]), data.points())
     train, rows = plan.primitives.repeat(functools.partial(_epoch, plan, data), state.train, xs, plan.inner_steps)
     if not plan.check_updates:  # the parameters left behind: a non-finite update marks the call's last epoch
         rows = rows.at[-1, -1].multiply(_all_finite(train.params).astype(rows.dtype))
@@ -233,7 +234,7 @@ def _entry_losses(plan: Plan, entry: Entry, trainable: dict, params: dict, batch
     """(total, per-constraint losses) of the entry's constraints on one micro-batch (``weights``: per
     constraint, its slots' weights in this micro-batch, or None for the plain mean)."""
     full = {name: plan.layouts[name].unpack(p) for name, p in {**params, **trainable}.items()}
-    per = jnp.stack([constraint_loss(plan.constraints[c], plan.models, full, points, plan.checkpoint_gradients, w)
+    per = jnp.stack([constraint_loss(plan.constraints[c], plan.models, full, points, plan.remat, w)
                      for c, points, w in zip(entry.constraints, batch, weights)])
     return jnp.sum(per), per
 

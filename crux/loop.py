@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from crux import sharding
+from crux import device_memory, sharding
 from crux.engine import Columns, Data, Plan, State
 from crux.stats import Statistics
 
@@ -63,7 +63,7 @@ class HostLoop:
         self.replay_compile_seconds = 0.0
         self.run_seconds = 0.0
         self.run_cpu_seconds = 0.0
-        self._peak_before = 0
+        self._device_before = device_memory.Before(None, None)
         self._one_call_at_a_time = plan.stream.devices > 1 and jax.local_devices()[0].platform == "cpu"
 
     @property
@@ -83,7 +83,7 @@ class HostLoop:
         columns, epochs_per_call = self.plan.columns, self.plan.inner_steps
         updates_per_call = epochs_per_call * self.plan.steps_per_epoch
         device = jax.local_devices()[0]
-        self._peak_before = _peak_bytes(device) or 0
+        self._device_before = device_memory.before(device)
         bar = self.progress(total=calls * epochs_per_call, desc="solve", disable=None, leave=False)
         pending, start, cpu_start = 0, time.perf_counter(), time.process_time()
         window_start = start
@@ -153,8 +153,8 @@ class HostLoop:
                      f"kept in solver.history; the parameters are those before it (lower the learning rate, or "
                      f"check the residual for a division by zero or a log of a negative number).")
         memory = dict(memory)
-        peak = _peak_bytes(jax.local_devices()[0])
-        if peak is not None and peak > self._peak_before:  # the device peak is per process: only a new one is ours
+        peak = device_memory.update_peak(memory, self._device_before, jax.local_devices()[0])
+        if peak is not None:
             memory["peak_bytes"] = peak
         stats = Statistics(names=[c.name for c in plan.constraints], losses=losses,
                            epoch=np.arange(self.first_epoch, self.first_epoch + len(losses)), lr=lr,
@@ -174,9 +174,3 @@ def _read_window(state: State, first_call: int, count: int) -> np.ndarray:
 
 def _finite(window: np.ndarray, columns: Columns) -> bool:
     return bool(np.all(window[:, :, columns.finite]))
-
-
-def _peak_bytes(device: jax.Device) -> int | None:
-    """The device's peak memory in use since the process started, where the backend reports it (not on CPU)."""
-    stats = device.memory_stats()
-    return int(stats["peak_bytes_in_use"]) if stats and "peak_bytes_in_use" in stats else None

@@ -17,6 +17,7 @@ import numpy as np
 import optax
 
 from crux import precision as matmul
+from crux import remat
 from crux.layout import layout_free
 from crux.numbers import is_real_scalar
 from crux.schedules import Schedule
@@ -44,7 +45,9 @@ class Model:
     ``apply(params, x)`` maps one point ``(in_dim,)`` to ``(out_dim,)``.
     ``checkpointed_apply`` is the same function with activations rematerialised
     in the backward pass; without one, the whole ``apply`` is wrapped in
-    ``jax.checkpoint`` (which saves little: see ``crux.mlp`` for why).
+    ``jax.checkpoint`` (which saves little: see ``crux.mlp`` for why). With
+    ``checkpoint_gradients`` the update is compiled with each form of
+    :mod:`crux.remat` and runs the one that needs the least memory.
     """
 
     def __init__(self, init: Callable[[jax.Array], Params], apply: Apply, *, in_dim: int, out_dim: int,
@@ -132,13 +135,22 @@ class Model:
         return optax.with_extra_args_support(tx)
 
     # -- evaluation --------------------------------------------------------------
-    def pointwise(self, params: Params, x: jax.Array, checkpointed: bool = False) -> jax.Array:
-        """One point: a scalar when ``out_dim == 1``, else ``(out_dim,)``. Raises :class:`ShapeMismatch` (while
-        tracing) where ``x`` is not ``(in_dim,)`` or ``apply`` does not return ``(out_dim,)``."""
+    def applied(self, form: str = remat.PLAIN) -> Apply:
+        """The apply of a form of :mod:`crux.remat`: plain, the model's own rematerialised one, or one checkpoint
+        around the whole apply."""
+        if form not in remat.FORMS:
+            raise ValueError(f"no rematerialisation form {form!r}; crux has {remat.FORMS}")
+        return {remat.PLAIN: self.apply, remat.LAYERS: self.checkpointed_apply,
+                remat.WHOLE: _checkpointed_whole(self.apply)}[form]
+
+    def pointwise(self, params: Params, x: jax.Array, form: str = remat.PLAIN) -> jax.Array:
+        """One point, through the apply of ``form`` (:meth:`applied`): a scalar when ``out_dim == 1``, else
+        ``(out_dim,)``. Raises :class:`ShapeMismatch` (while tracing) where ``x`` is not ``(in_dim,)`` or
+        ``apply`` does not return ``(out_dim,)``."""
         if jnp.shape(x) != (self.in_dim,):
             raise ShapeMismatch(f"takes one point of shape ({self.in_dim},), and the residual passed it shape "
                                 f"{jnp.shape(x)}")
-        y = (self.checkpointed_apply if checkpointed else self.apply)(params, x)
+        y = self.applied(form)(params, x)
         if jnp.shape(y) != (self.out_dim,):
             raise ShapeMismatch(f"was declared with out_dim={self.out_dim}, and its apply returns shape "
                                 f"{jnp.shape(y)} at one point")
@@ -213,6 +225,12 @@ def _batched(apply: Apply, precision: str) -> Callable[[Params, jax.Array], jax.
     ``crux.mlp`` of an activation) share it, so a sweep's next job evaluates its new model without compiling
     again."""
     return jax.jit(matmul.applied(precision, jax.vmap(apply, in_axes=(None, 0))))
+
+
+@functools.lru_cache(maxsize=256)
+def _checkpointed_whole(apply: Apply) -> Apply:
+    """``jax.checkpoint(apply)``, one per apply, so that a sweep's next job traces the same function again."""
+    return jax.checkpoint(apply)
 
 
 @functools.lru_cache(maxsize=None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Sequence
@@ -13,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from crux import sharding
+from crux import device_memory, remat, sharding
 from crux.batching import DevicePoints, HostBatches, PointStream
 from crux.constraint import Constraint, checked_reach
 from crux.engine import Data, Entry, OptimizerState, Plan, Primitives, State, TrainState, make_call
@@ -197,7 +198,7 @@ class Crux:
         layouts = {name: Layout.of(m.params, m.trains_flat) for name, m in self.models.items()}
         transforms = {n: self.models[n].transform(n) for e in entries for n in e.models}
         return Plan(tuple(self.constraints), self.models, layouts, transforms, entries, stream, options.inner_steps,
-                    options.checkpoint_gradients, options.offload_data, precision=options.precision,
+                    offload_data=options.offload_data, precision=options.precision,
                     check_updates=options.offload_data,
                     record_slots=record_slots(options.inner_steps, self.machinery.record_rows),
                     primitives=self.machinery.primitives)
@@ -207,17 +208,8 @@ class Crux:
         calls = options.epochs // options.inner_steps
         state = self._initial_state(plan, options)
         start = fingerprint(sharding.local(state).train.params)  # before the first call donates the state
-        if plan.offload_data:
-            self._points_on_device = None  # offloading is for when they should not stay on the device
-            target = jax.local_devices()[0] if options.devices == 1 else sharding.split(options.devices, 1)
-            host = HostBatches(plan.stream, tuple(c.points for c in self.constraints), self._key, self._step,
-                               options.inner_steps * plan.steps_per_epoch, calls, target)
-            feed, example = iter(host), host.shapes()
-        else:
-            example = sharding.put(DevicePoints(self._key, self._device_points(options.devices)),
-                                   sharding.placement(options.devices))
-            feed = itertools.repeat(example, calls)
-        compiled = self._compile(plan, state, example)
+        feed, example = self._feed(plan, options, calls)
+        plan, compiled = self._compiled_update(plan, options, state, example)
         checked = None
         if not plan.check_updates:
             checked = lambda at: self._compile(dataclasses.replace(plan, check_updates=True), at, example)[:2]
@@ -236,6 +228,34 @@ class Crux:
         if error:
             raise FloatingPointError(error)
         return stats
+
+    def _feed(self, plan: Plan, options: Options, calls: int) -> tuple[Any, Data]:
+        """What the calls take, one item each, and an item's example to compile with: the points on the device
+        (the same item every call), or with ``offload_data`` each call's batches streamed from the host."""
+        if plan.offload_data:
+            self._points_on_device = None  # offloading is for when they should not stay on the device
+            target = jax.local_devices()[0] if options.devices == 1 else sharding.split(options.devices, 1)
+            host = HostBatches(plan.stream, tuple(c.points for c in self.constraints), self._key, self._step,
+                               options.inner_steps * plan.steps_per_epoch, calls, target)
+            return iter(host), host.shapes()
+        example = sharding.put(DevicePoints(self._key, self._device_points(options.devices)),
+                               sharding.placement(options.devices))
+        return itertools.repeat(example, calls), example
+
+    def compiled_memory(self, batchsize: int | None = None, checkpoint_gradients: bool = False,
+                        offload_data: bool = False, accumulation_steps: int = 1, inner_steps: int = 1,
+                        devices: int = 1, precision: str = "highest") -> dict[str, int]:
+        """What solve() with these options compiles its update to need on the device, from XLA's memory
+        analysis (``temp_bytes``, ``argument_bytes``, ``output_bytes``; ``checkpoint_used`` with
+        ``checkpoint_gradients``), without running an update: how a size that may not fit is tried. The
+        constraints' points go to the device as solve() would send them (not with ``offload_data``), so a
+        device without room for them refuses here (RESOURCE_EXHAUSTED)."""
+        options = validate([c.size for c in self.constraints], inner_steps, batchsize, checkpoint_gradients,
+                           offload_data, accumulation_steps, inner_steps, None, devices, len(jax.devices()),
+                           precision)
+        plan = self._plan(options, self._entries(options))
+        _, example = self._feed(plan, options, 1)
+        return dict(self._compiled_update(plan, options, self._initial_state(plan, options), example)[1].memory)
 
     def _device_points(self, devices: int) -> tuple[jax.Array, ...]:
         """The constraints' points on the device (whole on each of ``devices``), sent once and kept for later
@@ -270,11 +290,36 @@ class Crux:
         # Host leaves (counters, the record buffer) travel with them, to the devices the call runs on.
         return fresh_copy(sharding.put(state, sharding.placement(options.devices)))
 
+    def _compiled_update(self, plan: Plan, options: Options, state: State, data: Data) -> tuple[Plan, Compiled]:
+        """The plan the solve runs and its compiled call. With ``checkpoint_gradients``, the update compiled in
+        every form of :mod:`crux.remat` and the one of the fewest temporary bytes kept (plain where no
+        rematerialisation needs fewer), its index in ``remat.FORMS`` recorded as ``memory["checkpoint_used"]``
+        and the compile seconds of every form counted."""
+        if not options.checkpoint_gradients:
+            return plan, self._compile(plan, state, data)
+        forms, refused = {}, None
+        for form in remat.FORMS:
+            try:
+                forms[form] = self._compile(dataclasses.replace(plan, remat=form), state, data)
+            except Exception as error:  # a form the device has no room for (XLA refuses it) is not a candidate
+                if device_memory.refusal(error) is None:
+                    raise
+                refused = error
+        if not forms:
+            raise refused
+        form = remat.least_memory({name: forms[name].memory.get("temp_bytes") if name in forms else math.inf
+                                   for name in remat.FORMS})
+        memory = {**forms[form].memory, "checkpoint_used": remat.FORMS.index(form)}
+        log.info("checkpoint_gradients: the update compiled %s (temporary bytes per form: %s)", form,
+                 {name: c.memory.get("temp_bytes") for name, c in forms.items()})
+        return (dataclasses.replace(plan, remat=form),
+                Compiled(forms[form].call, sum(c.seconds for c in forms.values()), memory))
+
     def _compile(self, plan: Plan, state: State, data: Data) -> Compiled:
         """The compiled call of ``plan``, kept per static key, so a later solve() traces nothing; a new key is
         traced, and a program that another solver of the process compiled is reused."""
         versions = tuple((n, self.models[n].optimizer_version) for e in plan.entries for n in e.models)
-        key = (plan.entries, plan.stream, plan.inner_steps, plan.checkpoint_gradients, plan.offload_data,
+        key = (plan.entries, plan.stream, plan.inner_steps, plan.remat, plan.offload_data,
                plan.precision, plan.check_updates, plan.record_slots, tuple(plan.layouts.items()), versions,
                self.machinery)
         if key in self._compiled:

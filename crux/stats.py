@@ -37,8 +37,8 @@ class Statistics:
     first update started from and of those it ended with (what the next call should start from), so a call
     that starts anywhere else shows; ``precision`` per solve() call the matmul precision its update was compiled
     at (:mod:`crux.precision`); ``memory`` holds the compiled update's
-    ``temp_bytes``/``argument_bytes``/``output_bytes`` and ``peak_bytes`` where the
-    device reports it.
+    ``temp_bytes``/``argument_bytes``/``output_bytes``, ``peak_bytes`` (the update's own peak,
+    :mod:`crux.device_memory`) and, with ``checkpoint_gradients``, ``checkpoint_used`` (:mod:`crux.remat`).
     """
 
     names: list[str]

@@ -19,3 +19,4 @@ calibrate = _load("calibrate")
 bench = _load("bench")
 measure_tracking = _load("measure_tracking")  # load_test reads its timing files
 load_test = _load("load_test")
+capacity = _load("capacity")

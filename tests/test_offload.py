@@ -1,7 +1,12 @@
 """offload_data: points stay on the host; each update's batch is gathered there and streamed."""
+import threading
+
+import jax
 import numpy as np
 import optax
 import pytest
+
+from crux import batching
 
 from crux_testing import EPS32, poisson, relative, train
 
@@ -41,3 +46,48 @@ def test_a_later_offloaded_solve_goes_on_with_the_stream_where_it_stopped():
     split.solve(10, batchsize=16, offload_data=True)
     whole.solve(20, batchsize=16, offload_data=True)
     np.testing.assert_array_equal(split.history.losses, whole.history.losses)
+
+
+def test_offload_needs_no_more_device_memory_than_batches_on_the_device():
+    """4 micro-batches of 256 over 4096 points: the offloaded update's compiled temporaries and arguments are at
+    most those of the same batches drawn on the device (which also holds the 4096 points)."""
+    def device_bytes(offload_data):
+        _, _, stats = train(poisson(optax.adam, n=4096), 1, batchsize=256, accumulation_steps=4,
+                            offload_data=offload_data)
+        return stats.memory["temp_bytes"] + stats.memory["argument_bytes"]
+
+    assert device_bytes(True) <= device_bytes(False)
+
+
+def test_batches_go_to_the_device_only_when_the_loop_takes_them(monkeypatch):
+    """The thread that gathers batches ahead keeps them on the host; only the loop's own thread sends a batch to
+    the device, when it takes it for the next call, so the device never holds a queue of batches."""
+    senders, put = [], jax.device_put
+
+    def device_put(x, device=None):
+        if isinstance(x, tuple) and all(np.ndim(a) == 4 for a in x):  # a call's batches (not a draw's counters)
+            senders.append(threading.current_thread().name)
+        return put(x, device)
+
+    monkeypatch.setattr(batching.jax, "device_put", device_put)
+    stream = batching.PointStream((64, 8), batchsize=4, accumulation_steps=2)
+    points = (np.arange(128, dtype=np.float32).reshape(64, 2), np.ones((8, 2), np.float32))
+    host = batching.HostBatches(stream, points, jax.random.key(0, impl="threefry2x32"), 0, 3, 5, jax.devices()[0])
+    items = list(host)
+    assert len(items) == 5 and all(isinstance(a, jax.Array) for item in items for a in item.batches)
+    assert items[0].batches[0].shape == (3, 2, 2, 4)  # (updates, micro-batches, coordinates, points)
+    monkeypatch.undo()
+    assert senders == [threading.current_thread().name] * 5
+
+
+def test_the_host_draws_fewer_updates_at_once_from_a_large_point_set(monkeypatch):
+    """Ranking keys for a block of updates take host memory in proportion to the point set: the block shrinks so
+    that it stays within DRAW_WORDS keys, and the stream is the same."""
+    stream = batching.PointStream((1000,), batchsize=10)
+    points, key = (np.linspace(0, 1, 1000, dtype=np.float32)[:, None],), jax.random.key(3, impl="threefry2x32")
+    whole = batching.HostBatches(stream, points, key, 0, 1, 6, jax.devices()[0])
+    monkeypatch.setattr(batching, "DRAW_WORDS", 2500)  # two updates' keys at a time
+    blocks = batching.HostBatches(stream, points, key, 0, 1, 6, jax.devices()[0])
+    assert (whole._block, blocks._block) == (256, 2)
+    for a, b in zip(whole, blocks):
+        np.testing.assert_array_equal(np.asarray(a.batches[0]), np.asarray(b.batches[0]))

@@ -17,6 +17,7 @@ import pytest
 
 from crux.tracking import contract
 import crux
+from crux import remat
 from crux.batching import PointStream
 from crux.pipeline.config import roundoff_twin
 from crux.model import Model
@@ -202,6 +203,7 @@ def test_checkpointing_that_is_off_by_1e_5_fails_against_round_off_twins(batches
     """A rematerialised network whose output is off by 1e-5 relative: a real difference, small next to what chaotic
     training does to round-off, but many times what a run started one ulp away drifts on this calm one."""
     twin = solve_record("twin", poisson(), batchsize=B, twin=1)
+    monkeypatch.setattr(remat, "least_memory", lambda temp_bytes: remat.LAYERS)  # run the rematerialised form
     honest = solve_record("ckpt", poisson(), batchsize=B, checkpoint_gradients=True)
     problem = poisson()
     rematerialise = problem.models["u"].checkpointed_apply
@@ -648,3 +650,33 @@ def test_the_devices_time_ratio_range_brackets_its_median():
     evidence, _ = devices_speed([timed("d1", 2.0), timed("d2", 2.2)], [timed("b1", 1.0), timed("b2", 1.1)])
     assert (evidence["time_ratio_low"], evidence["time_ratio_high"]) == (2.0 / 1.1, 2.2 / 1.0)
     assert evidence["time_ratio_low"] <= evidence["time_ratio_median"] <= evidence["time_ratio_high"]
+
+
+def test_checkpointing_memory_finding_says_which_form_crux_ran():
+    """A run that records the form it ran: the finding names it, and a plain update that rematerialising could
+    not beat reads as the residual's, with the ratio 1.0 that fails the claim of a saving."""
+    def run(run_id, bytes_, used=None, **options):
+        memory = {"memory/temp_bytes": bytes_, **({} if used is None else {"memory/checkpoint_used": used})}
+        return RunRecord(run_id, SolveOptions(epochs=10, **options), {"loss/total": np.ones(10)}, memory,
+                         {"initial/u/0": np.zeros(2), "final/u/0": np.ones(2)}, group=run_id[:2],
+                         params={"model.depth": "8", "model.width": "64"},
+                         environment={"backend": "cpu", "device_kind": "cpu"})
+
+    records = [run("g1", 1000), run("g1-ckpt", 690, 1, checkpoint_gradients=True),
+               run("g2", 1000), run("g2-ckpt", 1000, 0, checkpoint_gradients=True)]
+    memory = {v.evidence["ratio"]: v for v in check_checkpoint(records) if v.id.startswith("checkpoint.saves")}
+    assert memory[0.69].verdict == HOLDS and "ran the one of the fewest temporary bytes, 'layers'" in \
+        memory[0.69].summary
+    assert memory[1.0].verdict == FAILS and "so crux ran the plain update" in memory[1.0].summary
+
+
+def test_accumulation_memory_at_sizes_a_tile_pads_alike_is_inconclusive():
+    """The chip's measure: batches of 8 and 32 padded to the same bytes, 4×8 at 1.0× batch 8 and 1.04× batch 32.
+    No batch size can show a saving there: too small to decide, not a failure of the option."""
+    key = "memory/temp_bytes"
+    verdict = accumulation_saves_memory(AccumulationSet(
+        _memory_record("4x8", key, 1040, batchsize=8, accumulation_steps=4),
+        _memory_record("32", key, 1000, batchsize=32), _memory_record("8", key, 1040, batchsize=8)))
+    assert verdict.verdict == INCONCLUSIVE
+    assert verdict.summary.startswith("sizes too small to decide: one batch of 32 needs no more temporary memory "
+                                      "than batch 8 (1,000 bytes against 1,040 bytes")

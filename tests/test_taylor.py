@@ -72,7 +72,7 @@ def test_mlp_laplacian_equals_forward_over_forward(rotation, activation):
     for i, (hidden, checkpointed) in enumerate(STRUCTURES):
         d = 1 + (i + rotation) % 3
         u = crux.mlp(d, 1, hidden, activation, seed=d)
-        cases.append((lambda x, u=u, c=checkpointed: u.pointwise(u.params, x, c), points(d)))
+        cases.append((lambda x, u=u, c=checkpointed: u.pointwise(u.params, x, "layers" if c else "plain"), points(d)))
     assert_same_as_forward_over_forward(*cases)
 
 

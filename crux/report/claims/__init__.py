@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from crux.report.claims.accumulation import check_accumulation
+from crux.report.claims.capacity import check_capacity
 from crux.report.claims.checkpoint import check_checkpoint
 from crux.report.claims.devices import check_devices
 from crux.report.claims.fusion import check_inner_steps
@@ -34,6 +35,7 @@ CHECKS: dict[str, Callable[[list[RunRecord]], list[Verdict]]] = {
     "resume": check_resume,
     "devices": check_devices,
     "precision": check_precision,
+    "capacity": check_capacity,
 }
 
 
@@ -61,5 +63,5 @@ def _not_supported(claim: str, record: RunRecord) -> Verdict:
                    NOT_SUPPORTED, f"{record.backend}: {record.unsupported}", runs=(record.run_id,))
 
 
-__all__ = ["CHECKS", "check_accumulation", "check_checkpoint", "check_devices", "check_gradient_noise", "check_inner_steps",
+__all__ = ["CHECKS", "check_accumulation", "check_capacity", "check_checkpoint", "check_devices", "check_gradient_noise", "check_inner_steps",
            "check_offload", "check_phases", "check_precision", "check_resume", "check_substeps", "judge"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from crux.report.pairing import first, repeats, run_ids, settings
 from crux.report.claims.split_batch import SplitBatch, split_batch_verdict
 from crux.report.records import RunRecord
-from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt, not_in_sweep
+from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt, fmt_bytes, not_in_sweep
 
 EFFECTIVE_BATCH = Claim("accumulation_steps=N — Average gradients over N micro-batches before one optimizer "
                         "update — You want a larger effective batch than fits in memory [...] INFO: Gradient "
@@ -96,4 +96,10 @@ def _memory(s: AccumulationSet) -> Verdict:
     threshold = {"temp_bytes_NxB": Threshold(big, f"temp_bytes({n}×{b}) < temp_bytes({n * b})", MEMORY_ORIGIN)}
     summary = (f"{n}×{b} needs {fmt(acc / plain)}× the temporary memory of batch {b} and {fmt(acc / big)}× that "
                f"of one batch of {n * b}")
+    if big <= plain:
+        # Both batches below one of the device's tiles (a TPU pads arrays to them): no batch size can show a saving.
+        return MEMORY.verdict(name, test, INCONCLUSIVE,
+                              f"sizes too small to decide: one batch of {n * b} needs no more temporary memory than "
+                              f"batch {b} ({fmt_bytes(big)} against {fmt_bytes(plain)}, both padded to the device's "
+                              f"tiles); {summary}; sweep larger batches", evidence, threshold, runs)
     return MEMORY.verdict(name, test, HOLDS if acc < big else FAILS, summary, evidence, threshold, runs)

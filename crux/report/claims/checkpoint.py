@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from crux import remat
 from crux.pipeline.timing_bands import CLAIMED_COST
 from crux.report.claims.equivalence import same_numbers
 from crux.report.numerics import TIMING_ORIGIN, TIMING_RULE, paired_timing
@@ -63,6 +64,8 @@ def _memory(label: str, on: RunRecord, off: RunRecord | None) -> Verdict:
     with_, without = on.metrics[key], off.metrics[key]
     ratio = with_ / without
     evidence = {"temp_bytes_checkpointed": with_, "temp_bytes_plain": without, "ratio": ratio, **model_shape(on)}
+    if "memory/checkpoint_used" in on.metrics:
+        evidence["checkpoint_used"] = on.metrics["memory/checkpoint_used"]
     threshold = {"temp_bytes_checkpointed": Threshold(without, "temp_bytes(on) < temp_bytes(off)", MEMORY_ORIGIN)}
     summary = (f"checkpointing needs {fmt(ratio)}× the temporary memory ({fmt_bytes(with_)} vs "
                f"{fmt_bytes(without)}){_what_decides(evidence)}")
@@ -82,13 +85,25 @@ def model_shape(run: RunRecord) -> dict[str, float]:
 
 
 def _what_decides(evidence: dict[str, float]) -> str:
-    """The model the memory was measured on, and why that decides it: checkpointing keeps one layer's input per
-    layer and recomputes the rest, so what it saves grows with the depth, and with the width each layer holds."""
-    if "model_depth" not in evidence:
+    """What decided the memory: the form crux chose (a run that records ``memory/checkpoint_used``: the update
+    compiled in each form of :mod:`crux.remat`, the one of the fewest temporary bytes run), on the model it was
+    measured on; for a run without, the model alone: checkpointing keeps one layer's input per layer and
+    recomputes the rest, so what it saves grows with the depth, and with the width each layer holds."""
+    model = ""
+    if "model_depth" in evidence:
+        width = f", width {int(evidence['model_width'])}" if "model_width" in evidence else ""
+        model = f" on a model of depth {int(evidence['model_depth'])}{width}"
+    if "checkpoint_used" in evidence:
+        form = remat.FORMS[int(evidence["checkpoint_used"])]
+        if form == remat.PLAIN:
+            return (f": no rematerialisation (each layer's, or the whole network's) needed fewer temporary bytes "
+                    f"than the plain update for this residual{model}, so crux ran the plain update; which "
+                    f"activations a residual's derivatives keep alive decides it, not the option")
+        return (f": crux compiled the update plain and with each rematerialisation and ran the one of the fewest "
+                f"temporary bytes, '{form}'{model}")
+    if not model:
         return ""
-    depth = int(evidence["model_depth"])
-    width = f", width {int(evidence['model_width'])}" if "model_width" in evidence else ""
-    return (f", on a model of depth {depth}{width}: checkpointing keeps each layer's input and recomputes the "
+    return (f",{model}: checkpointing keeps each layer's input and recomputes the "
             f"rest, so what it saves grows with the depth and width of the model (measure at your own)")
 
 

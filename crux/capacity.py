@@ -1,0 +1,214 @@
+"""Capacity: each memory option trains at a size where the run without it does not fit.
+
+The claims' table says when to reach for each memory option: ``batchsize`` when the dataset does not fit,
+``accumulation_steps`` for a larger effective batch than fits, ``checkpoint_gradients`` for very deep networks,
+``offload_data`` for very large datasets. Each is shown where it matters: sizes double, from ``start``, until
+the run without the option does not fit the budget (its compiled update needs more bytes than the budget, or
+XLA refuses it with RESOURCE_EXHAUSTED); that size is evidence, recorded in one line. Then the option's run at
+that size trains a couple of updates, and its peak (``memory["peak_bytes"]``, :mod:`crux.device_memory`) is
+held to the budget.
+
+Sizes are points of the 1-D Poisson problem (``crux.problems.poisson1d``):
+
+- ``batchsize``: the full batch of N points does not fit; mini-batches of half the largest full batch that fits
+  train over the N points.
+- ``accumulation_steps``: one batch of N points does not fit; micro-batches of half the largest batch that fits,
+  as many as make an effective batch of N, train.
+- ``checkpoint_gradients``: on a deep network, the plain update over N points does not fit, the checkpointed one
+  does; the sizes are bisected further between the doublings, as rematerialising saves a fraction, not a
+  factor of two.
+- ``offload_data``: mini-batches drawn on the device from N points do not fit (the points do not); the same
+  batches streamed from the host train, and their seconds per update are set against on-device batches of
+  the largest point set that fits.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import jax
+import optax
+
+from crux import device_memory
+from crux.problems import poisson1d
+from crux.schedules import lrs
+from crux.solver import Crux
+
+OPTIONS = ("batchsize", "accumulation_steps", "checkpoint_gradients", "offload_data")
+UPDATES = 2  # the option's run: enough to show that it trains, few enough for the largest sizes
+
+
+@dataclass(frozen=True)
+class Setup:
+    """The runs one option is shown with: the network, and the options of the run without it and with it at N
+    points (``largest``: the largest N that fitted without it)."""
+
+    hidden: tuple[int, ...]
+    without: Callable[[int], dict[str, Any]]
+    with_option: Callable[[int, int], dict[str, Any]]
+    refine: bool = False  # bisect between the doublings too
+    growth: int = 2  # the factor from one size tried to the next
+
+
+def _mini_batches(n: int, largest: int) -> dict[str, Any]:
+    return {"batchsize": max(largest // 2, 1)}
+
+
+def _accumulated(n: int, largest: int) -> dict[str, Any]:
+    b = max(largest // 2, 1)
+    return {"batchsize": b, "accumulation_steps": -(-n // b)}
+
+
+def setups(width: int, offload_batch: int) -> dict[str, Setup]:
+    """Each option's runs for networks of ``width`` (a deep one of 8 layers for checkpointing), with on-device
+    and offloaded batches of ``offload_batch`` points."""
+    shallow, deep = (width,) * 3, (width,) * 8
+    return {
+        "batchsize": Setup(shallow, lambda n: {}, _mini_batches),
+        "accumulation_steps": Setup(shallow, lambda n: {}, _accumulated),
+        "checkpoint_gradients": Setup(deep, lambda n: {}, lambda n, largest: {"checkpoint_gradients": True},
+                                      refine=True),
+        # the point set grows, the batches do not: sizes eight times apart are fine enough
+        "offload_data": Setup(shallow, lambda n: {"batchsize": offload_batch},
+                              lambda n, largest: {"batchsize": offload_batch, "offload_data": True}, growth=8),
+    }
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One size tried without the option: what its compiled update needs, or XLA's refusal."""
+
+    points: int
+    needed: int | None  # temporaries, arguments and outputs of the compiled update
+    refused: str | None = None  # XLA's RESOURCE_EXHAUSTED message
+
+    def fits(self, budget: int) -> bool:
+        return self.refused is None and self.needed is not None and self.needed <= budget
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What one option was shown with: the budget, the sizes tried without it, and its own run."""
+
+    option: str
+    budget: int
+    attempts: tuple[Attempt, ...]
+    run_options: dict[str, Any] = field(default_factory=dict)
+    peak: int | None = None  # the option's run's peak bytes
+    trained: bool = False
+    error: str | None = None  # why the option's run did not train
+    step_seconds: float | None = None  # the option's run's median seconds per update
+    reference_step_seconds: float | None = None  # on-device batches at the largest size that fits (offload_data)
+
+    @property
+    def does_not_fit(self) -> Attempt | None:
+        """The smallest size tried that did not fit without the option (None: every size fitted)."""
+        failing = [a for a in self.attempts if not a.fits(self.budget)]
+        return min(failing, key=lambda a: a.points) if failing else None
+
+    @property
+    def largest_fit(self) -> Attempt | None:
+        fitting = [a for a in self.attempts if a.fits(self.budget)]
+        return max(fitting, key=lambda a: a.points) if fitting else None
+
+    def metrics(self) -> dict[str, float]:
+        """The numbers a verdict is given: ``capacity/...`` (NaN where there is none)."""
+        failing, nan = self.does_not_fit, math.nan
+        return {"capacity/budget_bytes": float(self.budget),
+                "capacity/points": float(failing.points) if failing else nan,
+                "capacity/needed_bytes": float(failing.needed) if failing and failing.needed is not None else nan,
+                "capacity/refused": float(bool(failing and failing.refused)),
+                "capacity/option_peak_bytes": float(self.peak) if self.peak is not None else nan,
+                "capacity/option_trained": float(self.trained),
+                "capacity/step_seconds": self.step_seconds if self.step_seconds is not None else nan,
+                "capacity/reference_step_seconds": (self.reference_step_seconds
+                                                    if self.reference_step_seconds is not None else nan)}
+
+
+def _solver(points: int, hidden: Sequence[int], seed: int = 0) -> Crux:
+    problem = poisson1d(n_interior=points, hidden=tuple(hidden), seed=seed)
+    problem.models["u"].optimizer(optax.adam).scale(lrs(1e-3))
+    return problem.solver()
+
+
+def attempt(points: int, hidden: Sequence[int], options: dict[str, Any]) -> Attempt:
+    """The update of ``options`` over ``points`` points, compiled and not run: what it needs, or the refusal."""
+    try:
+        memory = _solver(points, hidden).compiled_memory(**options)
+    except Exception as error:  # XLA's own error type differs between versions; its message does not
+        refused = device_memory.refusal(error)
+        if refused is None:
+            raise
+        return Attempt(points, None, refused)
+    return Attempt(points, device_memory.compiled_bytes(memory))
+
+
+def smallest_not_fitting(budget: int, try_size: Callable[[int], Attempt], start: int, limit: int,
+                         refine: bool = False, growth: int = 2) -> list[Attempt]:
+    """The sizes tried, growing ``growth``-fold from ``start`` until one does not fit ``budget`` (or ``limit`` is
+    passed), or, where ``start`` does not fit, halving until one does; with ``refine``, then bisected between the
+    largest that fits and the smallest that does not until they are within an eighth of each other."""
+    tried = [try_size(start)]
+    step = (lambda n: n // 2) if not tried[0].fits(budget) else (lambda n: n * growth)
+    while tried[-1].fits(budget) == tried[0].fits(budget):
+        size = step(tried[-1].points)
+        if not 1 <= size <= limit:
+            return tried  # every size fits, or none does: nothing to bracket
+        tried.append(try_size(size))
+    if refine:
+        low = max(a.points for a in tried if a.fits(budget))
+        high = min(a.points for a in tried if not a.fits(budget))
+        while high - low > max(high // 8, 1):
+            middle = (low + high) // 2
+            tried.append(try_size(middle))
+            low, high = (middle, high) if tried[-1].fits(budget) else (low, middle)
+    return tried
+
+
+def measure(option: str, budget: int, width: int = 64, start: int = 64, limit: int = 2 ** 26,
+            offload_batch: int = 256) -> Capacity:
+    """Show ``option`` (one of :data:`OPTIONS`) at the smallest size that does not fit ``budget`` bytes without it.
+
+    Nothing that does not fit stops it: a size that does not fit is recorded as such; the option's own run is
+    recorded as not trained, with XLA's message, if it does not fit either.
+    """
+    if option not in OPTIONS:
+        raise ValueError(f"capacity: no option {option!r}; choose from {', '.join(OPTIONS)}")
+    setup = setups(width, offload_batch)[option]
+    if option == "offload_data":  # a batch of offload_batch needs a larger point set to be drawn from
+        start = max(start, 2 * offload_batch)
+    attempts = smallest_not_fitting(budget, lambda n: attempt(n, setup.hidden, setup.without(n)), start, limit,
+                                    setup.refine, setup.growth)
+    capacity = Capacity(option, budget, tuple(attempts))
+    failing, largest = capacity.does_not_fit, capacity.largest_fit
+    if failing is None or largest is None:  # every size fitted, or not even the first did: nothing to show
+        return capacity
+    options = setup.with_option(failing.points, largest.points)
+    run = _train(failing.points, setup.hidden, options, budget)
+    reference = None
+    if option == "offload_data" and run["trained"]:
+        reference = _train(largest.points, setup.hidden, setup.without(largest.points), budget)["step_seconds"]
+    return Capacity(option, budget, tuple(attempts), options, run["peak"], run["trained"], run["error"],
+                    run["step_seconds"], reference)
+
+
+def _train(points: int, hidden: Sequence[int], options: dict[str, Any], budget: int) -> dict[str, Any]:
+    """A couple of updates of ``options`` over ``points``: its peak bytes, whether it trained within ``budget``."""
+    try:
+        stats = _solver(points, hidden).solve(UPDATES, **options)
+    except Exception as error:
+        refused = device_memory.refusal(error)
+        if refused is None:
+            raise
+        return {"peak": None, "trained": False, "error": refused, "step_seconds": None}
+    peak = stats.memory.get("peak_bytes")
+    trained = peak is not None and peak <= budget
+    error = None if trained else f"its peak, {peak} bytes, is over the budget of {budget} bytes"
+    return {"peak": peak, "trained": trained, "error": error, "step_seconds": stats.median_step_seconds}
+
+
+def device_budget() -> int | None:
+    """The first device's memory limit (``memory_stats()["bytes_limit"]``), None where it reports none (CPU)."""
+    stats = jax.local_devices()[0].memory_stats() or {}
+    return int(stats["bytes_limit"]) if "bytes_limit" in stats else None

@@ -1,0 +1,61 @@
+"""The device memory a solve's update needs: what crux records as ``memory["peak_bytes"]``.
+
+A device's ``peak_bytes_in_use`` is the process's high-water mark: it counts what was on the device before the
+solve (another solver's points, earlier jobs' buffers) and stays at an earlier, larger solve's peak. The
+update's own peak is the larger of what its compiled program needs (XLA's memory analysis: temporaries,
+arguments, outputs) and how far the device's high-water mark rose above the bytes in use before it, where the
+mark rose during the solve. Backends without ``memory_stats()`` (the CPU) give the compiled figure alone.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import jax
+
+COMPILED = ("temp_bytes", "argument_bytes", "output_bytes")  # the compiled program's figures that make its peak
+REFUSED = "RESOURCE_EXHAUSTED"  # how XLA says a program or a buffer does not fit the device
+
+
+@dataclass(frozen=True)
+class Before:
+    """The device's bytes in use and high-water mark before the update ran (None where it does not say)."""
+
+    in_use: int | None
+    high_water: int | None
+
+
+def _stats(device: jax.Device) -> dict | None:
+    try:
+        return device.memory_stats()
+    except Exception:  # a backend that does not implement it
+        return None
+
+
+def before(device: jax.Device) -> Before:
+    """What ``device`` holds now, to be read before the update runs."""
+    stats = _stats(device) or {}
+    return Before(stats.get("bytes_in_use"), stats.get("peak_bytes_in_use"))
+
+
+def compiled_bytes(memory: Mapping[str, int]) -> int | None:
+    """Temporaries, arguments and outputs of the compiled update (None where the backend gave no analysis)."""
+    return sum(int(memory[key]) for key in COMPILED) if all(key in memory for key in COMPILED) else None
+
+
+def update_peak(memory: Mapping[str, int], start: Before, device: jax.Device) -> int | None:
+    """The update's own peak on ``device``: the larger of its compiled bytes and the rise of the device's
+    high-water mark over the bytes in use at ``start``, where the mark rose since then."""
+    candidates = [compiled_bytes(memory)]
+    high_water = (_stats(device) or {}).get("peak_bytes_in_use")
+    if high_water is not None and start.in_use is not None and high_water > (start.high_water or 0):
+        candidates.append(int(high_water) - int(start.in_use))
+    known = [c for c in candidates if c is not None]
+    return max(known) if known else None
+
+
+def refusal(error: BaseException) -> str | None:
+    """XLA's out-of-memory message (its first line), where ``error`` is one; None for any other error. XLA's
+    error type differs between versions, its status code does not."""
+    text = str(error)
+    return text.strip().splitlines()[0][:300] if REFUSED in text else None

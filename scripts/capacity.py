@@ -1,0 +1,82 @@
+"""Each memory option at the smallest size the run without it does not fit: one line per option, and a verdict.
+
+    python scripts/capacity.py --options checkpoint_gradients --out capacity.json   # on a device: its memory
+    python scripts/capacity.py --budget-bytes 4194304                                # on a CPU: a declared budget
+
+Sizes are points of the 1-D Poisson problem, doubled from --start until the run without the option does not fit
+the budget (XLA's compiled memory analysis needs more, or XLA refuses with RESOURCE_EXHAUSTED); the option's run
+then trains two updates at that size and its peak is held to the budget (crux.capacity). On a device the budget
+is its memory (memory_stats()["bytes_limit"]); a CPU reports none, so the budget is declared there.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from crux import capacity
+from crux.report.claims.capacity import capacity_verdict
+
+# width, first size, offload_data's batch: at a device's gigabytes, and at a declared budget of a few MiB on a CPU
+DEVICE, CPU = (256, 1024, 2 ** 16), (64, 64, 256)
+
+
+def line(result: capacity.Capacity, verdict: str) -> str:
+    """One line: the size that does not fit, what it needed, the limit, the option's peak, the verdict."""
+    failing = result.does_not_fit
+    if failing is None:
+        return f"{result.option}: every size tried fits {result.budget:,} bytes; verdict {verdict}"
+    needed = "refused (RESOURCE_EXHAUSTED)" if failing.refused else f"needs {failing.needed:,} bytes"
+    peak = f"peak {result.peak:,} bytes" if result.peak is not None else f"not trained ({result.error})"
+    return (f"{result.option}: {failing.points:,} points do not fit without it ({needed}, limit "
+            f"{result.budget:,} bytes); with {result.run_options}: {peak}; verdict {verdict}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--budget-bytes", type=int, default=None,
+                        help="the memory to fit in (default: the device's bytes_limit; required on a CPU, e.g. "
+                             "--budget-bytes 4194304)")
+    parser.add_argument("--options", default=",".join(capacity.OPTIONS),
+                        help=f"comma-separated options to show (default all: {','.join(capacity.OPTIONS)})")
+    parser.add_argument("--width", type=int, default=None,
+                        help="the networks' width (default: 256 on a device that reports its memory, else 64)")
+    parser.add_argument("--start", type=int, default=None,
+                        help="the first size tried, in points (default: 1024 on such a device, else 64)")
+    parser.add_argument("--offload-batch", type=int, default=None,
+                        help="offload_data's batch, and the on-device batches it is set against (default: 65536 on "
+                             "such a device, else 256)")
+    parser.add_argument("--out", type=Path, default=None, help="write the results and verdicts to this JSON file")
+    args = parser.parse_args(argv)
+    options = [o.strip() for o in args.options.split(",") if o.strip()]
+    unknown = [o for o in options if o not in capacity.OPTIONS]
+    if unknown or not options:
+        parser.error(f"--options {args.options}: choose from {','.join(capacity.OPTIONS)}")
+    device = capacity.device_budget()
+    budget = args.budget_bytes if args.budget_bytes is not None else device
+    if budget is None:
+        parser.error("this device reports no memory limit (a CPU): declare one, e.g. --budget-bytes 4194304")
+    if budget <= 0:
+        parser.error(f"--budget-bytes {budget}: give a positive number of bytes")
+    width, start, batch = [given if given is not None else default for given, default in
+                           zip((args.width, args.start, args.offload_batch), DEVICE if device is not None else CPU)]
+    if min(width, start, batch) < 1:
+        parser.error(f"--width {width}, --start {start}, --offload-batch {batch}: each must be at least 1")
+    logging.getLogger("crux").setLevel(logging.WARNING)
+    results = []
+    for option in options:
+        result = capacity.measure(option, budget, width=width, start=start, offload_batch=batch)
+        verdict = capacity_verdict(option, result.metrics())
+        print(line(result, verdict.verdict), flush=True)
+        results.append({"option": option, "attempts": [vars(a) for a in result.attempts],
+                        "run_options": result.run_options, "verdict": verdict.as_dict()})
+    if args.out is not None:
+        args.out.write_text(json.dumps({"budget_bytes": budget, "results": results}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""Each memory option trains at the smallest size where the run without it does not fit a declared budget."""
+import json
+
+import pytest
+
+from crux import capacity as library
+from crux.model import Model
+from crux.report.claims.capacity import capacity_verdict
+from scripts_path import capacity
+
+# Small enough for a CPU: a 1 MiB budget, networks 16 wide, batches of 64 for offload_data.
+SMALL = ["--budget-bytes", str(2 ** 20), "--width", "16", "--start", "256", "--offload-batch", "64"]
+
+
+def test_every_option_trains_where_the_run_without_it_does_not_fit(tmp_path, capsys):
+    out = tmp_path / "capacity.json"
+    assert capacity.main(SMALL + ["--out", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [text.split(":")[0] for text in lines] == list(library.OPTIONS)
+    results = json.loads(out.read_text())["results"]
+    for result in results:
+        verdict = result["verdict"]
+        assert verdict["verdict"] == "holds", verdict["summary"]
+        evidence = verdict["evidence"]
+        # the size that does not fit needed more than the budget; the option's run there stayed within it
+        assert evidence["needed_bytes"] > evidence["budget_bytes"] >= evidence["option_peak_bytes"]
+        largest = max(a["points"] for a in result["attempts"] if a["needed"] <= evidence["budget_bytes"])
+        assert largest < evidence["points"]
+    options = {r["option"]: r["run_options"] for r in results}
+    assert options["accumulation_steps"]["accumulation_steps"] > 1 and options["offload_data"]["offload_data"]
+
+
+def test_checkpointing_that_saves_nothing_fails(monkeypatch):
+    """Checkpointing planted as a no-op (every form applies the plain network): the plain update that does not
+    fit is what it runs, so it does not train within the budget."""
+    monkeypatch.setattr(Model, "applied", lambda self, form="plain": self.apply)
+    result = library.measure("checkpoint_gradients", 2 ** 20, width=16, start=256)
+    verdict = capacity_verdict("checkpoint_gradients", result.metrics())
+    assert verdict.verdict == "fails", verdict.summary
+    assert result.peak > result.budget and "does not train within the budget" in verdict.summary
+
+
+def test_a_cpu_needs_a_declared_budget(capsys):
+    with pytest.raises(SystemExit):
+        capacity.main(["--options", "batchsize"])
+    assert "declare one, e.g. --budget-bytes 4194304" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("start, refine, expected", [
+    (64, False, [64, 128, 256, 512]),  # doubling to the first size over the budget
+    (2048, False, [2048, 1024, 512, 256]),  # a start over the budget: halving to the first that fits
+    (64, True, [64, 128, 256, 512, 384, 448, 416]),  # bisected until the two sides are within an eighth
+])
+def test_sizes_are_bracketed_from_any_start(start, refine, expected):
+    """A size needs its own number of bytes; the budget, 400, lies between 256 and 512 (and 384 and 448)."""
+    tried = library.smallest_not_fitting(400, lambda n: library.Attempt(n, n), start, 2 ** 20, refine)
+    assert [a.points for a in tried] == expected
+
+
+def test_sizes_that_all_fit_or_none_fits_are_reported_as_tried():
+    assert [a.points for a in library.smallest_not_fitting(10 ** 9, lambda n: library.Attempt(n, n), 64, 256)] == \
+        [64, 128, 256]
+    assert [a.points for a in library.smallest_not_fitting(0, lambda n: library.Attempt(n, n), 4, 256)] == [4, 2, 1]
