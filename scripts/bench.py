@@ -6,6 +6,8 @@
     python scripts/bench.py --problems standard,small --out bench-out --mlflow
     python scripts/bench.py --jno jno.json                   # merge the column of scripts/bench_jno.sh
     python scripts/bench.py --readme                         # README.md's speed table from this commit (~10 min)
+    python scripts/bench.py --readme-from tpu/bench.json     # ... from a run elsewhere, in its device's column
+    python scripts/bench.py --problems throughput --sizes 16384,65536 --widths 64,512 --peak-tflops 197
 
 Reference problems: -u'' = pi^2 sin(pi x) on [0, 1] with u = x(1-x) N(x), N a tanh MLP, Adam 1e-3.
 
@@ -14,7 +16,15 @@ Reference problems: -u'' = pi^2 sin(pi x) on [0, 1] with u = x(1-x) N(x), N a ta
 - ``accumulation``: the standard problem with batches of 8, of 32, and 4 micro-batches of 8;
 - ``laplacian``: the 2-D analogue -Δu = 2 pi^2 sin(pi x) sin(pi y), u = x(1-x)y(1-y) N(x, y) on 1024
   points, to rank the Laplacian formulations where there is more than one direction;
-- ``scaling``: the standard problem from 1k to 64k points and from width 32 to 256.
+- ``scaling``: the standard problem from 1k to 64k points and from width 32 to 256;
+- ``fusing``: Burgers' equation on (x, t) (u_t, u_x, u_xx), updates of 4 micro-batches of 8: crux's time per
+  update at K = 1, 10, 100, 1000 updates a call, each against K = 1's;
+- ``throughput``: full batch, fused ×100, at ``--sizes`` and ``--widths``, at each of ``--precisions``: crux beside
+  the hand-written scan, FLOP/s (XLA's count of an update over its time) and the fraction of ``--peak-tflops``.
+
+The standard and small problems are also fused at K = epochs (one call a round). crux and the hand-written code
+run at the same matmul precision (``--precision``; crux's solve() defaults to full float32, hand-written JAX to the
+device's fastest); ``--loop-forms`` also times both with their fused loop unrolled or guarded otherwise.
 
 Every variant of a problem is built first (that is where compile seconds are measured), then the
 variants are timed in turns, ``repeats`` rounds of ``steps`` updates each, in a rotating order, so
@@ -1343,6 +1353,9 @@ def log_mlflow(report: dict, out: Path) -> str:
                     metrics[f"{base}/compile_seconds"] = r["compile_seconds"]
             for key, value in p.get("ratios", {}).items():
                 metrics[_metric_name(f"{name}/ratio/{key}")] = value
+            for row in p.get("per_update", []):
+                metrics[f"{name}/k{row['k']}/us_per_update"] = row["us_per_update"]
+                metrics[f"{name}/k{row['k']}/over_k1"] = row["over_k1"]
             for row in p.get("rows", []):
                 base = f"{name}/n{row['points']}_w{row['width']}"
                 if name == "throughput":
