@@ -1410,10 +1410,11 @@ def _integers(option: str) -> Callable[[str], tuple[int, ...]]:
 
 
 def _precisions(text: str) -> tuple[str, ...]:
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    if not items:
-        raise ValueError(f"--precisions takes matmul precisions separated by commas, e.g. {_joined(PRECISIONS)}")
-    return tuple(matmul.checked(t, "--precisions") for t in items)
+    items = [t.strip().lower() for t in text.split(",") if t.strip()]
+    if not items or set(items) - set(matmul.NAMES):
+        raise ValueError(f"--precisions takes matmul precisions from {','.join(matmul.NAMES)} separated by commas, "
+                         f"e.g. --precisions {_joined(PRECISIONS)}")
+    return tuple(items)
 
 
 def _joined(values: tuple) -> str:
@@ -1477,8 +1478,9 @@ def main(argv: list[str] | None = None) -> int:
                      f"(TPU v5e, bfloat16)")
     try:
         precision = matmul.checked(args.precision, "--precision")
-    except ValueError as error:
-        parser.error(str(error))
+    except ValueError:
+        parser.error(f"--precision {args.precision!r} is not a matmul precision; use default (here the default: "
+                     f"hand-written JAX's own, one bfloat16 pass on a TPU), high or highest (full float32)")
     default = README_PROBLEMS if args.readme else QUICK_PROBLEMS if args.quick else PROBLEMS
     problems = [p.strip() for p in (args.problems or ",".join(default)).split(",") if p.strip()]
     unknown = sorted(set(problems) - set(PROBLEMS))
