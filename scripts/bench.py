@@ -6,6 +6,8 @@
     python scripts/bench.py --problems standard,small --out bench-out --mlflow
     python scripts/bench.py --jno jno.json                   # merge the column of scripts/bench_jno.sh
     python scripts/bench.py --readme                         # README.md's speed table from this commit (~10 min)
+    python scripts/bench.py --readme-from tpu/bench.json     # ... from a run elsewhere, in its device's column
+    python scripts/bench.py --problems throughput --sizes 16384,65536 --widths 64,512 --peak-tflops 197
 
 Reference problems: -u'' = pi^2 sin(pi x) on [0, 1] with u = x(1-x) N(x), N a tanh MLP, Adam 1e-3.
 
@@ -14,7 +16,15 @@ Reference problems: -u'' = pi^2 sin(pi x) on [0, 1] with u = x(1-x) N(x), N a ta
 - ``accumulation``: the standard problem with batches of 8, of 32, and 4 micro-batches of 8;
 - ``laplacian``: the 2-D analogue -Δu = 2 pi^2 sin(pi x) sin(pi y), u = x(1-x)y(1-y) N(x, y) on 1024
   points, to rank the Laplacian formulations where there is more than one direction;
-- ``scaling``: the standard problem from 1k to 64k points and from width 32 to 256.
+- ``scaling``: the standard problem from 1k to 64k points and from width 32 to 256;
+- ``fusing``: Burgers' equation on (x, t) (u_t, u_x, u_xx), updates of 4 micro-batches of 8: crux's time per
+  update at K = 1, 10, 100, 1000 updates a call, each against K = 1's;
+- ``throughput``: full batch, fused ×100, at ``--sizes`` and ``--widths``, at each of ``--precisions``: crux beside
+  the hand-written scan, FLOP/s (XLA's count of an update over its time) and the fraction of ``--peak-tflops``.
+
+The standard and small problems are also fused at K = epochs (one call a round). crux and the hand-written code
+run at the same matmul precision (``--precision``; crux's solve() defaults to full float32, hand-written JAX to the
+device's fastest); ``--loop-forms`` also times both with their fused loop unrolled or guarded otherwise.
 
 Every variant of a problem is built first (that is where compile seconds are measured), then the
 variants are timed in turns, ``repeats`` rounds of ``steps`` updates each, in a rotating order, so
@@ -45,6 +55,7 @@ replacement like crux's point stream, by the cheapest such draw found (top-k of 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import math
@@ -69,9 +80,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 import crux  # noqa: E402
-from crux.tracking.contract import BENCH, ROLE, SWEEP
+from crux import engine, precision as matmul  # noqa: E402
+from crux.solver import Machinery  # noqa: E402
+from crux.tracking.contract import BENCH, ROLE, SWEEP  # noqa: E402
 
-PROBLEMS = ("standard", "small", "accumulation", "laplacian", "scaling")
+PROBLEMS = ("standard", "small", "accumulation", "laplacian", "scaling", "fusing", "throughput")
 QUICK_PROBLEMS = ("standard", "small", "accumulation")  # the rest compile too many programs for a minute
 FORMS = ("fwd-fwd", "rev-rev", "fwd-rev", "jet", "hand-taylor")
 SAME_AS_CRUX = "hand-taylor"  # crux.laplacian's formulation: Taylor mode (crux/taylor.py), written by hand
@@ -247,34 +260,104 @@ class Variant:
         raise NotImplementedError
 
 
+@dataclass(frozen=True)
+class LoopForm:
+    """How a fused loop is written: ``unroll`` updates per iteration of the scan, and the finiteness guard of an
+    update: ``None`` (each as it is written: crux keeps an update if its loss is finite, the hand-written loop
+    keeps every update), ``"loss"`` (the hand-written loop guarded as crux is) or ``"full"`` (an update kept if
+    its loss and the new parameters are finite, both: crux's replay program).
+
+    On the chip either may decide crux against hand-written JAX; ``--loop-forms`` times crux and the
+    hand-written scan in each form asked for, side by side."""
+
+    unroll: int = 1
+    guard: str | None = None
+
+    @property
+    def crux_default(self) -> bool:
+        """crux's own form: no unrolling, its own guard."""
+        return self.unroll == 1 and self.guard != "full"
+
+    @property
+    def label(self) -> str:
+        parts = ([f"unroll={self.unroll}"] if self.unroll > 1 else []) + ([f"{self.guard}-check"] if self.guard
+                                                                          else [])
+        return "+".join(parts) or "plain"
+
+
+GUARDS = {"loss-check": "loss", "full-check": "full"}
+
+
+def loop_forms(text: str) -> list[LoopForm]:
+    """``--loop-forms``: comma-separated forms, each ``+``-joined from ``unroll=U``, ``loss-check``, ``full-check``
+    (e.g. ``unroll=4,full-check,unroll=8+full-check``); ValueError naming the option and its syntax."""
+    forms = []
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        unroll, guard = 1, None
+        for part in item.split("+"):
+            match = re.fullmatch(r"unroll=(\d+)", part.strip())
+            if match and int(match.group(1)) >= 1:
+                unroll = int(match.group(1))
+            elif part.strip() in GUARDS:
+                guard = GUARDS[part.strip()]
+            else:
+                raise ValueError(f"--loop-forms: {part.strip()!r} is not a loop form; use unroll=U (U >= 1), "
+                                 f"loss-check or full-check, joined by + within a form and by commas between "
+                                 f"forms, e.g. --loop-forms unroll=4,full-check,unroll=8+full-check")
+        forms.append(LoopForm(unroll, guard))
+    return forms
+
+
+def _all_finite(tree: Any) -> jax.Array:
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves(tree)]))
+
+
+def traced_at(precision: str, function: Callable) -> Callable:
+    """``function`` traced at the matmul ``precision``; ``"default"``: untouched, as hand-written code runs."""
+    if precision == "default":
+        return function
+
+    def at(*args):
+        with jax.default_matmul_precision(precision):
+            return function(*args)
+    return at
+
+
 class HandVariant(Variant):
     def __init__(self, name: str, form: str, points: np.ndarray, widths: tuple[int, ...], steps_per_call: int,
-                 batch: int | None = None, micro: int = 1, seed: int = 0):
-        super().__init__(name, "hand", steps_per_call, info={"form": form})
+                 batch: int | None = None, micro: int = 1, seed: int = 0, precision: str = "default",
+                 loop: LoopForm = LoopForm()):
+        super().__init__(name, "hand", steps_per_call, info={"form": form, "precision": precision,
+                                                             "loop_form": loop.label})
         self.form, self.points, self.widths, self.batch, self.micro = form, points, widths, batch, micro
-        self.seed = seed
+        self.seed, self.precision, self.loop = seed, precision, loop
 
     def build(self) -> float:
         params = initial_layers(self.widths, self.seed)
         tx = optax.adam(1e-3)
         loss_and_grad = sampled(residual_loss(self.form), len(self.points), self.batch, self.micro)
-        k = self.steps_per_call
+        k, guard = self.steps_per_call, self.loop.guard
 
         def call(carry, data):
             def step(carry, _):
                 params, opt_state, t = carry
                 value, grads = loss_and_grad(params, data["points"], data["key"], t)
-                updates, opt_state = tx.update(grads, opt_state, params)
-                return (optax.apply_updates(params, updates), opt_state, t + 1), value
+                updates, new_opt_state = tx.update(grads, opt_state, params)
+                new_params = optax.apply_updates(params, updates)
+                if guard is not None:
+                    keep = jnp.isfinite(value) & (_all_finite(new_params) if guard == "full" else True)
+                    new_params, new_opt_state = jax.tree.map(lambda a, b: jnp.where(keep, a, b),
+                                                             (new_params, new_opt_state), (params, opt_state))
+                return (new_params, new_opt_state, t + 1), value
             if k == 1:
                 carry, value = step(carry, None)
                 return carry, value[None]
-            return jax.lax.scan(step, carry, None, length=k)
+            return jax.lax.scan(step, carry, None, length=k, unroll=self.loop.unroll)
 
         self.carry = (params, tx.init(params), jnp.int32(0))
         data = {"points": jnp.asarray(self.points), "key": jax.random.key(self.seed)}
         start = time.perf_counter()
-        self.call = jax.jit(call, donate_argnums=0).lower(self.carry, data).compile()
+        self.call = jax.jit(traced_at(self.precision, call), donate_argnums=0).lower(self.carry, data).compile()
         self.compile_seconds = time.perf_counter() - start
         if k == 1:  # a scan body is counted once, so only the loop's is per step
             self.flops = work(self.call).get("flops")
@@ -296,24 +379,30 @@ class CruxVariant(Variant):
     """``solve()`` on a crux problem; the first solve (``first_epochs``) compiles and is the reference run."""
 
     def __init__(self, name: str, make_problem: Callable[[], Any], inner_steps: int, first_epochs: int,
-                 batchsize: int | None = None, accumulation_steps: int = 1):
+                 batchsize: int | None = None, accumulation_steps: int = 1, precision: str = "default",
+                 loop: LoopForm = LoopForm()):
         super().__init__(name, "crux", inner_steps, info={"inner_steps": inner_steps, "batchsize": batchsize,
-                                                           "accumulation_steps": accumulation_steps})
-        self.make_problem, self.first_epochs = make_problem, first_epochs
-        self.options = dict(inner_steps=inner_steps, batchsize=batchsize, accumulation_steps=accumulation_steps)
+                                                           "accumulation_steps": accumulation_steps,
+                                                           "precision": precision, "loop_form": loop.label})
+        self.make_problem, self.first_epochs, self.loop = make_problem, first_epochs, loop
+        self.options = dict(inner_steps=inner_steps, batchsize=batchsize, accumulation_steps=accumulation_steps,
+                            precision=precision)
         self.recompile_seconds: list[float] = []
         self.fixed_seconds: list[float] = []  # per solve(): time outside its compiled calls (setup, history)
 
     def build(self) -> float:
         self.problem = self.make_problem()
         self.solver = self.problem.solver()
+        if not self.loop.crux_default:  # the same problem, its calls built in another loop form
+            self.solver = crux.Crux(self.solver.constraints, self.solver.models, machinery=crux_machinery(self.loop))
         start = time.perf_counter()
         stats = self.solver.solve(epochs=self.first_epochs, **self.options)
         self.info["first_solve_seconds"] = time.perf_counter() - start
         self.compile_seconds = float(stats.compile_seconds)
         self.info["first_solve_final_loss"] = stats.final_loss
         try:
-            self.info["first_solve_relative_l2"] = float(np.mean(list(self.problem.relative_l2().values())))
+            errors = list(self.problem.relative_l2().values())
+            self.info["first_solve_relative_l2"] = float(np.mean(errors)) if errors else None
         except Exception as error:  # an accuracy figure is a bonus here, never a reason to stop the benchmark
             self.info["first_solve_relative_l2"] = f"{type(error).__name__}: {error}"
         self.info["memory"] = dict(stats.memory)
@@ -341,14 +430,36 @@ def work(compiled: Any) -> dict[str, float]:
     return {"flops": float(cost["flops"]), "bytes": float(cost.get("bytes accessed", float("nan")))}
 
 
-def crux_call(solver: crux.Crux, inner_steps: int) -> tuple[Callable, Any, Any]:
+def unrolled(unroll: int) -> Callable:
+    """crux's ``repeat`` (engine.Primitives) with ``unroll`` iterations of its scan per loop iteration."""
+    def repeat(body: Callable, carry: Any, xs: Any, length: int) -> tuple[Any, Any]:
+        if length == 1:
+            return engine.repeat(body, carry, xs, length)
+        return jax.lax.scan(body, carry, xs, length=length, unroll=unroll)
+    return repeat
+
+
+def crux_machinery(loop: LoopForm) -> Machinery:
+    """crux's machinery with its fused loop in the form ``loop``, through the solver's own seams (its primitives
+    and the function that traces a plan), the engine untouched: ``unroll`` for the scan of the call's updates (and
+    of an epoch's micro-batches), guard ``"full"`` for the program that checks every update's parameters, which
+    crux otherwise runs only to replay a non-finite window (any other guard: crux's own, the loss)."""
+    primitives = engine.Primitives(repeat=unrolled(loop.unroll)) if loop.unroll > 1 else engine.Primitives()
+    if loop.guard == "full":
+        return Machinery(primitives=primitives,
+                         make_call=lambda plan: engine.make_call(dataclasses.replace(plan, check_updates=True)))
+    return Machinery(primitives=primitives)
+
+
+def crux_call(solver: crux.Crux, inner_steps: int, precision: str = "default") -> tuple[Callable, Any, Any]:
     """``(call, state, data)``: the compiled call that ``solver.solve(..., inner_steps=inner_steps)`` runs on
     the full batch (compiled once per solver, as solve() compiles it), a fresh state from the solver's
     parameters and the points on the device, for timing or counting the program without solve()'s host loop."""
     from crux import sharding
     from crux.batching import DevicePoints
     from crux.options import validate
-    options = validate([c.size for c in solver.constraints], epochs=inner_steps, inner_steps=inner_steps)
+    options = validate([c.size for c in solver.constraints], epochs=inner_steps, inner_steps=inner_steps,
+                       precision=precision)
     plan = solver._plan(options, solver._entries(options))
     state = solver._initial_state(plan, options)
     data = sharding.put(DevicePoints(solver._key, solver._device_points(1)), sharding.placement(1))
@@ -450,6 +561,8 @@ class Plan:
 
     quick: bool
     repeats: int
+    precision: str = "default"  # of crux's and the hand-written programs alike: like is compared with like
+    loop_forms: tuple[LoopForm, ...] = ()  # fused loops also timed in these forms (standard and small problems)
 
     def steps(self, full: int, quick: int) -> int:
         return quick if self.quick else full
@@ -498,14 +611,14 @@ def laplacian2d_problem(points: np.ndarray, hidden: tuple[int, ...]) -> Callable
 
 
 def hand_survey(points: np.ndarray, widths: tuple[int, ...], fused: tuple[int, ...], forms=FORMS,
-                modes=("loop", "scan"), **sampling) -> list[Variant]:
+                modes=("loop", "scan"), **options) -> list[Variant]:
     """The hand-written variants: a loop of one update a call, and a scan of ``k`` updates a call for each
     ``k`` in ``fused``, with each derivative formulation in ``forms``."""
     out = []
     for mode in modes:
         for k in (1,) if mode == "loop" else fused:
             for form in forms:
-                out.append(HandVariant(hand_name(mode, k, form), form, points, widths, k, **sampling))
+                out.append(HandVariant(hand_name(mode, k, form), form, points, widths, k, **options))
     return out
 
 
@@ -513,25 +626,69 @@ def hand_name(mode: str, k: int, form: str) -> str:
     return f"hand loop {form}" if mode == "loop" else f"hand scan k={k} {form}"
 
 
+def fused_depths(steps: int) -> tuple[int, ...]:
+    """The fused depths of a problem timed in rounds of ``steps`` updates: ``FUSED_STEPS`` and K = epochs (one
+    call runs a round's every update), none deeper than a round."""
+    return tuple(sorted({min(k, steps) for k in (*FUSED_STEPS, steps)}))
+
+
+def formed(name: str, loop: LoopForm) -> str:
+    return f"{name} [{loop.label}]"
+
+
+def loop_form_variants(plan: Plan, make_problem: Callable[[], Any], points: np.ndarray, widths: tuple[int, ...],
+                       fused: tuple[int, ...], first: int) -> list[Variant]:
+    """crux and the hand-written scan of crux's formulation in each of ``plan.loop_forms`` at each fused depth
+    (crux's own form, a loss check alone, is its plain variant)."""
+    out: list[Variant] = []
+    for loop in plan.loop_forms:
+        for k in fused:
+            if not loop.crux_default:
+                out.append(CruxVariant(formed(f"crux inner_steps={k}", loop), make_problem, k, first,
+                                       precision=plan.precision, loop=loop))
+            out.append(HandVariant(formed(hand_name("scan", k, SAME_AS_CRUX), loop), SAME_AS_CRUX, points, widths, k,
+                                   precision=plan.precision, loop=loop))
+    return out
+
+
+def loop_form_pairs(results: dict, plan: Plan, fused: tuple[int, ...]) -> dict[str, tuple[str, str]]:
+    """Each crux loop form against the hand-written scan in the same form, and each against crux's own."""
+    pairs = {}
+    for loop in plan.loop_forms:
+        for k in fused:
+            ours, hand = formed(f"crux inner_steps={k}", loop), formed(hand_name("scan", k, SAME_AS_CRUX), loop)
+            if loop.crux_default:
+                ours = f"crux inner_steps={k}"
+            if ours in results and hand in results:
+                pairs[f"{ours} / {hand}"] = (ours, hand)
+            if ours in results and ours != f"crux inner_steps={k}":
+                pairs[f"{ours} / crux inner_steps={k}"] = (ours, f"crux inner_steps={k}")
+            if hand in results:
+                pairs[f"{hand} / {hand_name('scan', k, SAME_AS_CRUX)}"] = (hand, hand_name("scan", k, SAME_AS_CRUX))
+    return pairs
+
+
 def bench_standard(plan: Plan, log, name="standard", n=1024, hidden=(64, 64, 64), full_steps=500,
                    quick_steps=40, first_full=2000, forms=FORMS) -> dict:
     steps = plan.steps(full_steps, quick_steps)
-    fused = tuple(sorted({min(k, steps) for k in FUSED_STEPS}))
+    fused = fused_depths(steps)
     first = plan.steps(first_full, steps)
+    first = first - first % steps  # solve(epochs=first) at every fused depth: a multiple of K = epochs
     crux_name = lambda k: f"crux inner_steps={k}"
-    variants: list[Variant] = [CruxVariant(crux_name(k), poisson_problem(n, hidden), k, first) for k in (1, *fused)]
-    if name == "small" and steps != fused[-1] and not plan.quick:
-        variants.append(CruxVariant(crux_name(steps), poisson_problem(n, hidden), steps, steps))
+    variants: list[Variant] = [CruxVariant(crux_name(k), poisson_problem(n, hidden), k, first,
+                                           precision=plan.precision) for k in (1, *fused)]
     crux_reverse = lambda k: f"{crux_name(k)}, laplacian_mode=reverse"
     if "rev-rev" in forms:  # crux with the hand scans' rev-rev formulation of u'', at each fused k
-        variants += [CruxVariant(crux_reverse(k), poisson_problem(n, hidden, "reverse"), k, first) for k in fused]
-    variants += hand_survey(interior(n), (1, *hidden, 1), fused, forms)
+        variants += [CruxVariant(crux_reverse(k), poisson_problem(n, hidden, "reverse"), k, first,
+                                 precision=plan.precision) for k in fused]
+    variants += hand_survey(interior(n), (1, *hidden, 1), fused, forms, precision=plan.precision)
+    variants += loop_form_variants(plan, poisson_problem(n, hidden), interior(n), (1, *hidden, 1), fused, first)
     results = measure(variants, steps, plan.repeats, log)
     loops = [v for v in results if v.startswith("hand loop")]
     scans = {k: [v for v in results if v.startswith(f"hand scan k={k} ")] for k in fused}
     best_loop, best_scan = fastest(results, loops), {k: fastest(results, scans[k]) for k in fused}
     best_hand = fastest(results, loops + sum(scans.values(), []))
-    best_crux = fastest(results, [v for v in results if "crux" in v])
+    best_crux = fastest(results, [v for v in results if v.startswith("crux")])
     pairs = {"crux inner_steps=1 / fastest hand loop": (crux_name(1), best_loop)}
     for k in fused:
         pairs[f"{crux_name(k)} / fastest hand scan k={k}"] = (crux_name(k), best_scan[k])
@@ -540,6 +697,7 @@ def bench_standard(plan: Plan, log, name="standard", n=1024, hidden=(64, 64, 64)
     for k in fused:
         pairs[f"{crux_name(k)} / {hand_name('scan', k, SAME_AS_CRUX)}"] = (crux_name(k),
                                                                             hand_name("scan", k, SAME_AS_CRUX))
+    pairs.update(loop_form_pairs(results, plan, fused))
     for k in fused:
         if crux_reverse(k) in results:
             pairs[f"{crux_reverse(k)} / {hand_name('scan', k, 'rev-rev')}"] = (crux_reverse(k),
@@ -562,10 +720,11 @@ def bench_standard(plan: Plan, log, name="standard", n=1024, hidden=(64, 64, 64)
     return {"variants": results, "ratios": {key: rate(results, a) / rate(results, b) for key, (a, b) in pairs.items()},
             "paired": paired, "work": work_per_update(by_name, fused),
             "call_costs": {name: cost for name, cost in costs.items() if cost is not None},
-            "fused": list(fused),
+            "fused": list(fused), "epochs": steps, "precision": plan.precision,
             "best": {"loop": best_loop, "scan": best_scan, "hand": best_hand, "crux": best_crux},
-            "description": f"{n} points, 1-{'-'.join(map(str, hidden))}-1 tanh, full batch, Adam 1e-3; "
-                           f"{steps} updates per round"}
+            "description": f"{n} points, 1-{'-'.join(map(str, hidden))}-1 tanh, full batch, Adam 1e-3, matmul "
+                           f"precision {plan.precision!r} for crux and the hand-written code; {steps} updates per "
+                           f"round, fused at K = {', '.join(map(str, fused))} (K = {steps}: one call a round)"}
 
 
 def work_per_update(variants: dict[str, Variant], fused: tuple[int, ...]) -> dict[int, dict[str, dict]]:
@@ -576,7 +735,7 @@ def work_per_update(variants: dict[str, Variant], fused: tuple[int, ...]) -> dic
         hand = variants.get(hand_name("loop" if k == 1 else "scan", k, SAME_AS_CRUX))
         ours = variants.get(f"crux inner_steps={k}")
         if isinstance(hand, HandVariant) and isinstance(ours, CruxVariant):
-            counts = {"crux": work(crux_call(ours.solver, k)[0]), "hand": work(hand.call)}
+            counts = {"crux": work(crux_call(ours.solver, k, ours.options["precision"])[0]), "hand": work(hand.call)}
             if all(counts.values()):
                 out[k] = counts
     return out
@@ -597,13 +756,14 @@ def bench_accumulation(plan: Plan, log, form: str) -> dict:
     for k in ((1,) if plan.quick else (1, fused)):
         for case, options in cases.items():
             variants.append(CruxVariant(f"crux {case} inner_steps={k}", poisson_problem(n, hidden), k, k,
-                                        **options))
+                                        precision=plan.precision, **options))
     hand_cases = ("b8", "b8x4") if plan.quick else tuple(cases)
     for mode, k in (("loop", 1),) if plan.quick else (("loop", 1), ("scan", fused)):
         for case in hand_cases:
             options = cases[case]
             variants.append(HandVariant(f"hand {mode} {form} {case}", form, interior(n), (1, *hidden, 1), k,
-                                        batch=options["batchsize"], micro=options.get("accumulation_steps", 1)))
+                                        batch=options["batchsize"], micro=options.get("accumulation_steps", 1),
+                                        precision=plan.precision))
     results = measure(variants, steps, plan.repeats, log)
     ratios = {}
     for prefix in ["crux", f"hand loop {form}", f"hand scan {form}"]:
@@ -623,8 +783,9 @@ def bench_accumulation(plan: Plan, log, form: str) -> dict:
 def bench_laplacian(plan: Plan, log, forms=FORMS) -> dict:
     points, hidden = grid2d(1024), (64, 64, 64)
     steps = plan.steps(100, 10)
-    variants: list[Variant] = [CruxVariant("crux inner_steps=1", laplacian2d_problem(points, hidden), 1, steps)]
-    variants += hand_survey(points, (2, *hidden, 1), (), forms, modes=("loop",))
+    variants: list[Variant] = [CruxVariant("crux inner_steps=1", laplacian2d_problem(points, hidden), 1, steps,
+                                           precision=plan.precision)]
+    variants += hand_survey(points, (2, *hidden, 1), (), forms, modes=("loop",), precision=plan.precision)
     results = measure(variants, steps, plan.repeats, log)
     loops = [v for v in results if v.startswith("hand loop")]
     best = fastest(results, loops)
@@ -646,8 +807,8 @@ def bench_scaling(plan: Plan, log, form: str) -> dict:
     rows = []
     for n, width in configs:
         hidden = (width,) * 3
-        pair = [CruxVariant("crux inner_steps=1", poisson_problem(n, hidden), 1, 2),
-                HandVariant(f"hand loop {form}", form, interior(n), (1, *hidden, 1), 1)]
+        pair = [CruxVariant("crux inner_steps=1", poisson_problem(n, hidden), 1, 2, precision=plan.precision),
+                HandVariant(f"hand loop {form}", form, interior(n), (1, *hidden, 1), 1, precision=plan.precision)]
         for variant in pair:
             variant.build()
         probe = min(v.run(2)[0] / 2 for v in pair)  # seconds per update, to size the rounds
@@ -665,6 +826,131 @@ def bench_scaling(plan: Plan, log, form: str) -> dict:
         log(f"  {n:6d} points width {width:3d}: crux {row['crux_steps_per_second']:8.2f} steps/s, "
             f"hand {row['hand_steps_per_second']:8.2f} ({row['ratio']:.2f}x)")
     return {"rows": rows, "form": form, "description": f"crux inner_steps=1 vs hand loop {form}; 3 hidden layers"}
+
+
+def burgers_problem(n: int, hidden: tuple[int, ...], nu: float = 0.01 / math.pi) -> Callable[[], Any]:
+    """Burgers' equation u_t + u u_x = nu u_xx on (x, t) in [0, 1]^2 with u(x, 0) = sin(pi x), from the public
+    API: two inputs, three partial derivatives (u_t, u_x, u_xx), ``n`` interior and ``n // 8`` initial points."""
+    def make():
+        rng = np.random.default_rng(0)
+        interior_points = rng.uniform(0.0, 1.0, (n, 2)).astype(np.float32)
+        initial = np.stack([rng.uniform(0.0, 1.0, n // 8), np.zeros(n // 8)], 1).astype(np.float32)
+        u = lambda net: net.u
+        pde = lambda net, x: (crux.partial(u(net), 1)(x) + u(net)(x) * crux.partial(u(net), 0)(x)
+                              - nu * crux.partial(u(net), 0, 0)(x))
+        constraints = [crux.Constraint("pde", pde, interior_points),
+                       crux.Constraint("initial", lambda net, x: u(net)(x) - jnp.sin(jnp.pi * x[0]), initial)]
+        return crux.problems.problem.Problem("burgers", constraints, {"u": crux.mlp(2, 1, hidden)})
+    return make
+
+
+FUSING_DEPTHS = (1, 10, 100, 1000)
+
+
+def per_update_cost(results: dict, names: dict[int, str]) -> list[dict[str, float]]:
+    """For each fused depth k (``names``: k -> variant): µs per update (median of the rounds), and its time per
+    update over K = 1's and over the next shallower depth's, round by round (:func:`paired_ratio`: the median of
+    the rounds' ratios and their range; above 1, fusing made an update dearer)."""
+    depths = sorted(k for k, name in names.items() if name in results)
+    rows = []
+    for previous, k in zip([depths[0], *depths], depths):
+        against_one = paired_ratio(results, names[depths[0]], names[k])  # steps/s of K=1 over K's: t(K) / t(1)
+        rows.append({"k": k, "us_per_update": 1e6 / rate(results, names[k]),
+                     "over_k1": against_one["median"], "over_k1_min": against_one["min"],
+                     "over_k1_max": against_one["max"],
+                     "over_previous": paired_ratio(results, names[previous], names[k])["median"]})
+    return rows
+
+
+def bench_fusing(plan: Plan, log) -> dict:
+    """Per-update cost against the fused depth K on Burgers' equation, batches of 4 micro-batches of 8: each K's
+    rounds run the same updates (``steps`` a round, one solve()), K = 1 pays a dispatch per update."""
+    n, hidden, batch, micro = 1024, (32, 32, 32), 8, 4
+    steps = plan.steps(max(FUSING_DEPTHS), 100)
+    depths = [k for k in FUSING_DEPTHS if k <= steps]
+    names = {k: f"crux inner_steps={k}" for k in depths}
+    variants: list[Variant] = [CruxVariant(names[k], burgers_problem(n, hidden), k, steps, batchsize=batch,
+                                           accumulation_steps=micro, precision=plan.precision) for k in depths]
+    results = measure(variants, steps, plan.repeats, log)
+    rows = per_update_cost(results, names)
+    for row in rows:
+        log(f"  K={row['k']:<5d} {row['us_per_update']:9.1f} µs/update, {row['over_k1']:.3f}x K=1's "
+            f"[{row['over_k1_min']:.3f}-{row['over_k1_max']:.3f}], {row['over_previous']:.3f}x the shallower K's")
+    return {"variants": results, "per_update": rows, "precision": plan.precision,
+            "description": f"Burgers u_t + u u_x = nu u_xx on (x, t), 2-{'-'.join(map(str, hidden))}-1 tanh, {n} "
+                           f"interior points, updates of {micro} micro-batches of {batch}, Adam 1e-3; {steps} "
+                           f"updates per round at each fused depth K"}
+
+
+# Throughput at scale: the sizes and widths on a CPU (small: a smoke run) and the fused depth of every row.
+THROUGHPUT_SIZES, THROUGHPUT_WIDTHS, THROUGHPUT_K = (1024,), (64,), 100
+PRECISIONS = ("default", "highest")
+
+
+def throughput(flops_per_update: float | None, updates_per_second: float,
+               peak_tflops: float | None) -> dict[str, float | None]:
+    """FLOP/s of a training loop from XLA's count of an update's FLOPs (:func:`work`) over its time, and the
+    fraction of a peak of ``peak_tflops`` (None where no peak or no count is given)."""
+    if not flops_per_update:
+        return {"tflops": None, "peak_fraction": None}
+    flops = flops_per_update * updates_per_second
+    return {"tflops": flops / 1e12, "peak_fraction": flops / (peak_tflops * 1e12) if peak_tflops else None}
+
+
+def bench_throughput(plan: Plan, log, sizes: tuple[int, ...] = THROUGHPUT_SIZES,
+                     widths: tuple[int, ...] = THROUGHPUT_WIDTHS, precisions: tuple[str, ...] = PRECISIONS,
+                     peak_tflops: float | None = None, k: int = THROUGHPUT_K,
+                     on_row: Callable[[dict], None] = lambda result: None) -> dict:
+    """Full-batch Adam on the standard problem fused ×``k``, crux beside the hand-written scan of crux's
+    formulation, for every size and width (3 hidden layers) at each matmul precision: updates/s, and FLOP/s
+    from XLA's count of one update of the hand-written program (the same arithmetic for both: tests hold crux's
+    count to it), with the fraction of ``peak_tflops``. ``on_row`` gets the result after every row, so that a
+    run cut short keeps its rows."""
+    rows: list[dict] = []
+    result = {"rows": rows, "k": k, "peak_tflops": peak_tflops,
+              "description": f"Poisson 1-D, 3 hidden tanh layers, full batch, Adam 1e-3, fused ×{k}: crux beside "
+                             f"the hand-written scan ({SAME_AS_CRUX}); FLOP/s from XLA's count of one update"}
+    for n in sizes:
+        for width in widths:
+            hidden, layers = (width,) * 3, (1, width, width, width, 1)
+            counter = HandVariant("count", SAME_AS_CRUX, interior(n), layers, 1)
+            counter.build()
+            flops = work(counter.call).get("flops")
+            for precision in precisions:
+                pair = [CruxVariant(f"crux inner_steps={k}", poisson_problem(n, hidden), k, k, precision=precision),
+                        HandVariant(hand_name("scan", k, SAME_AS_CRUX), SAME_AS_CRUX, interior(n), layers, k,
+                                    precision=precision)]
+                try:
+                    for variant in pair:
+                        variant.build()
+                except Exception as error:  # the largest sizes may not fit the device: say so, go on with the rest
+                    if "RESOURCE_EXHAUSTED" not in str(error):
+                        raise
+                    result.setdefault("out_of_memory", []).append({"points": n, "width": width,
+                                                                   "precision": precision})
+                    log(f"  {n:7d} points width {width:3d} {precision:>7}: out of device memory, skipped")
+                    on_row(result)
+                    continue
+                probe = min(v.run(k)[0] for v in pair) / k  # seconds per update, to size the rounds
+                steps = k * int(np.clip(round((0.15 if plan.quick else 1.0) / (probe * k)), 1, 50))
+                rounds = {v.name: [] for v in pair}
+                for r in range(plan.repeats):
+                    for variant in (pair if r % 2 == 0 else pair[::-1]):
+                        rounds[variant.name].append(steps / variant.run(steps)[0])
+                row = {"points": n, "width": width, "precision": precision, "steps": steps,
+                       "flops_per_update": flops}
+                for family, variant in zip(("crux", "hand"), pair):
+                    rate_ = float(np.median(rounds[variant.name]))
+                    row[family] = {"steps_per_second": rate_, "compile_seconds": variant.compile_seconds,
+                                   **throughput(flops, rate_, peak_tflops)}
+                row["ratio"] = float(np.median(np.array(rounds[pair[0].name]) / np.array(rounds[pair[1].name])))
+                rows.append(row)
+                log(f"  {n:7d} points width {width:3d} {precision:>7}: crux {row['crux']['steps_per_second']:9.1f} "
+                    f"updates/s {_num(row['crux']['tflops'], '{:.3f}')} TFLOP/s, hand "
+                    f"{row['hand']['steps_per_second']:9.1f} {_num(row['hand']['tflops'], '{:.3f}')} TFLOP/s "
+                    f"({row['ratio']:.2f}x)")
+                on_row(result)
+    return result
 
 
 def plot_scaling(scaling: dict, path: Path) -> None:
@@ -745,6 +1031,12 @@ def targets(report: dict) -> list[dict]:
         r = problems["accumulation"]["ratios"]
         for key in [k for k in r if k.startswith("crux") and "(4 t(8))" in k]:
             add(f"accumulation: {key}", r[key], "<= 1.2", lambda x: x <= 1.2)
+    for row in problems.get("fusing", {}).get("per_update", [])[1:]:
+        add(f"fusing: time per update at K={row['k']} / at K=1 (round by round)", row["over_k1"], "<= 1.0",
+            lambda x: x <= 1.0)
+    for row in problems.get("throughput", {}).get("rows", []):
+        add(f"throughput: crux / hand-written, {row['points']} points, width {row['width']}, precision "
+            f"{row['precision']}", row["ratio"], ">= 1.0", lambda x: x >= 1.0)
     for name, p in problems.items():
         for vname, result in p.get("variants", {}).items():
             if "second_solve_compiles_nothing" in result:
@@ -778,6 +1070,9 @@ def markdown(report: dict) -> str:
                              f"{r['hand_steps_per_second']:.2f} | {r['ratio']:.2f} | {r['steps']} |")
             lines.append("")
             continue
+        if name == "throughput":
+            lines += throughput_table(p)
+            continue
         lines += ["| variant | compile s | steps/s (median) | min-max | CPU ms/step | fixed ms/solve | GFLOP/step "
                   "| final loss |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
         for vname, r in sorted(p["variants"].items(), key=lambda kv: -kv[1]["steps_per_second"]["median"]):
@@ -808,6 +1103,14 @@ def markdown(report: dict) -> str:
                              f"{ours['flops'] / hand['flops']:.4f} | {ours['bytes'] / 1e6:.3f} | "
                              f"{hand['bytes'] / 1e6:.3f} | {ours['bytes'] / hand['bytes']:.4f} |")
             lines.append("")
+        if p.get("per_update"):
+            lines += ["Per-update time against the fused depth K, each K's rounds against K = 1's and against the "
+                      "next shallower K's round by round (median of the rounds' ratios; above 1, fusing made an "
+                      "update dearer):", "",
+                      "| K | µs per update | / K = 1 | range | / shallower K |", "|---:|---:|---:|---:|---:|"]
+            lines += [f"| {r['k']} | {r['us_per_update']:.1f} | {r['over_k1']:.3f} | {r['over_k1_min']:.3f}-"
+                      f"{r['over_k1_max']:.3f} | {r['over_previous']:.3f} |" for r in p["per_update"]]
+            lines.append("")
         for key, value in p.get("ratios", {}).items():
             pair = p.get("paired", {}).get(key)
             rounds = "" if pair is None else \
@@ -823,6 +1126,27 @@ def markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
+def throughput_table(p: dict) -> list[str]:
+    """The throughput rows: updates/s, TFLOP/s and the fraction of the peak, crux beside hand-written JAX; then
+    the sizes that did not fit the device."""
+    peak = p.get("peak_tflops")
+    fraction = f" of {peak:g} TFLOP/s" if peak else " (no --peak-tflops)"
+    lines = [f"| points | width | precision | MFLOP/update | crux updates/s | crux TFLOP/s | crux fraction{fraction} "
+             f"| hand updates/s | hand TFLOP/s | hand fraction | crux / hand |",
+             "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in p["rows"]:
+        flops = None if r["flops_per_update"] is None else r["flops_per_update"] / 1e6
+        cells = [f"{r[f]['steps_per_second']:.1f} | {_num(r[f]['tflops'], '{:.3f}')} | "
+                 f"{_num(r[f]['peak_fraction'], '{:.1%}')}" for f in ("crux", "hand")]
+        lines.append(f"| {r['points']} | {r['width']} | {r['precision']} | {_num(flops, '{:.1f}')} | {cells[0]} | "
+                     f"{cells[1]} | {r['ratio']:.2f} |")
+    lines.append("")
+    if p.get("out_of_memory"):
+        lines += ["Out of device memory: " + ", ".join(f"{r['points']} points width {r['width']} ({r['precision']})"
+                                                      for r in p["out_of_memory"]), ""]
+    return lines
+
+
 # ---------------------------------------------------------------------------------------------------
 # The README's speed table
 # ---------------------------------------------------------------------------------------------------
@@ -830,8 +1154,10 @@ README = ROOT / "README.md"
 README_BEGIN = "<!-- speed table: written by `python scripts/bench.py --readme` -->"
 README_END = "<!-- end of speed table -->"
 README_PROBLEMS = ("standard", "small", "accumulation")
-README_HEADER = ("| ratio | CPU | H200 | goal |", "|---|---|---|---|")
-# row label -> (problem, kind, goal); the GPU cell of a label is kept as it stands in the README
+README_SEPARATOR = "|---|---|---|---|"
+# jax's device_kind -> the name of the README's column; other kinds are named as jax names them
+DEVICE_NAMES = {"TPU v5 lite": "TPU v5e", "TPU v5e": "TPU v5e", "NVIDIA H200": "H200"}
+# row label -> (problem, kind, goal); the cells of the column a run did not measure are kept as they stand
 README_ROWS = {
     "crux / fastest hand-written JAX, standard problem": ("standard", "hand", "≥ 1.0"),
     "crux / fastest hand-written JAX, 64 points, 3×32": ("small", "hand", "≥ 1.0"),
@@ -843,14 +1169,19 @@ README_ROWS = {
 }
 
 
-def _calls(k: int) -> str:
-    return "one update a call" if k == 1 else f"fused ×{k}"
+def readme_header(device: str) -> str:
+    return f"| ratio | CPU | {device} | goal |"
+
+
+def _calls(k: int, epochs: int | None = None) -> str:
+    return "one update a call" if k == 1 else f"fused ×{k}" + (" (K = epochs)" if k == epochs else "")
 
 
 def readme_cell(problem: dict, kind: str) -> str:
-    """The CPU cell of one row: ratios back to back (median, range) against the hand-written code, of XLA's FLOP
+    """The cell of one row: ratios back to back (median, range) against the hand-written code, of XLA's FLOP
     counts against the hand-written code of crux's formulation, or of the medians against jNO (timed in its own
     process)."""
+    epochs = problem.get("epochs")
     if kind == "accumulation":
         r = problem["ratios"]
         parts = [f"{r[key]:.2f} {_calls(int(k))}" for key in r
@@ -858,7 +1189,7 @@ def readme_cell(problem: dict, kind: str) -> str:
         jno = r.get("jNO inner_steps=1: t(4x8) / (4 t(8))")
         return "; ".join(parts) + ("" if jno is None else f"; jNO {jno:.2f}")
     if kind == "work":
-        return "; ".join(f"{c['crux']['flops'] / c['hand']['flops']:.3f} {_calls(int(k))}"
+        return "; ".join(f"{c['crux']['flops'] / c['hand']['flops']:.3f} {_calls(int(k), epochs)}"
                          for k, c in problem.get("work", {}).items()) or "not run"
     parts = []
     for k in [1, *problem.get("fused", [])]:
@@ -866,59 +1197,103 @@ def readme_cell(problem: dict, kind: str) -> str:
             key = "crux inner_steps=1 / fastest hand loop" if k == 1 else \
                 f"crux inner_steps={k} / fastest hand scan k={k}"
             pair = problem["paired"][key]
-            parts.append(f"{pair['median']:.2f} ({pair['min']:.2f}–{pair['max']:.2f}) {_calls(k)}")
+            parts.append(f"{pair['median']:.2f} ({pair['min']:.2f}–{pair['max']:.2f}) {_calls(k, epochs)}")
         else:
             value = problem["ratios"].get(f"crux inner_steps={k} / jNO inner_steps={k} (separate process)")
             if value is not None:
-                parts.append(f"{value:.2f} {_calls(k)}")
+                parts.append(f"{value:.2f} {_calls(k, epochs)}")
     return "; ".join(parts) or "not run"
 
 
-def readme_block(report: dict, gpu: dict[str, str], kept: list[str]) -> list[str]:
-    """The README's speed table from ``report``: a line that says when, on what and from which commit, then the
-    rows; ``gpu`` holds each label's GPU cell as measured, ``kept`` the rows this script does not measure."""
+def report_column(report: dict) -> str:
+    """The README column a report's figures belong in: ``CPU``, or the accelerator it ran on (DEVICE_NAMES)."""
     env = report["environment"]
-    lines = [README_BEGIN, f"CPU column: `{without_out(report['command'])}`, {env['summary']}. Ratios against "
-             f"the fastest hand-written JAX of each kind: the two timed back to back, {DUEL_ROUNDS} rounds in "
-             f"alternating order, the median of the rounds' ratios and their range in brackets; against jNO "
-             f"(timed in its own process): the ratio of the medians.", "", *README_HEADER]
+    if env.get("backend", "cpu") == "cpu":
+        return "CPU"
+    kind = env.get("device_kind") or env["backend"].upper()
+    return DEVICE_NAMES.get(kind, kind)
+
+
+@dataclass
+class ReadmeTable:
+    """The README's speed table as it stands."""
+
+    block: list[str]  # its lines, the markers included
+    device: str  # the name of its accelerator column
+    notes: dict[str, str]  # column -> the line that says how and when its figures were taken
+    cells: dict[str, dict[str, str]]  # row label (of README_ROWS) -> column -> cell
+    kept: list[str]  # the rows README_ROWS does not name, as they stand
+
+
+def readme_block(report: dict, table: ReadmeTable) -> list[str]:
+    """The README's speed table with the figures of ``report`` in the column of the device it ran on: the CPU's,
+    or the accelerator's (named after the device; an accelerator column of another device is replaced, its
+    figures kept in docs/BENCHMARK.md's history). The other column's cells and note stay as they stand."""
+    env, column = report["environment"], report_column(report)
+    device = table.device if column == "CPU" else column
+    notes = {"CPU": table.notes.get("CPU"), device: table.notes.get(device) if device == table.device else None}
+    notes[column] = (f"{column} column: `{without_out(report['command'])}`, {env['summary']}. Ratios against the "
+                     f"fastest hand-written JAX of each kind: the two timed back to back, {DUEL_ROUNDS} rounds in "
+                     f"alternating order, the median of the rounds' ratios and their range in brackets; against "
+                     f"jNO (timed in its own process): the ratio of the medians.")
+    lines = [README_BEGIN, *(notes[c] for c in ("CPU", device) if notes[c]), "", readme_header(device),
+             README_SEPARATOR]
     for label, (name, kind, goal) in README_ROWS.items():
+        kept = table.cells.get(label, {})
+        cells = {"CPU": kept.get("CPU", "not run"), device: kept.get(device, "not run")}
         if name in report["problems"]:
-            lines.append(f"| {label} | {readme_cell(report['problems'][name], kind)} | "
-                         f"{gpu.get(label, 'not run')} | {goal} |")
-    return lines + kept + [README_END]
+            cells[column] = readme_cell(report["problems"][name], kind)
+        lines.append(f"| {label} | {cells['CPU']} | {cells[device]} | {goal} |")
+    return lines + table.kept + [README_END]
 
 
 def without_out(command: str) -> str:
     """``command`` without its ``--out FOLDER``: where the run wrote its files changes no figure, and a
     scratch folder's path has no place in the README."""
-    return re.sub(r" --out(=| )\S+", "", command)
+    return re.sub(r" --out(=| )[^\s`]+", "", command)
 
 
-def readme_table(text: str) -> tuple[list[str], dict[str, str], list[str]]:
-    """The README's speed table: its lines between the markers, each row's GPU cell by label, and the rows
-    that ``README_ROWS`` does not name (kept as they are)."""
+def readme_table(text: str) -> ReadmeTable:
+    """The README's speed table: its lines between the markers, its accelerator column, each column's note,
+    each row's cells by label and column, and the rows that ``README_ROWS`` does not name (kept as they are)."""
     if README_BEGIN not in text or README_END not in text:
         raise ValueError(f"README.md has no speed table between {README_BEGIN!r} and {README_END!r}")
     block = text[text.index(README_BEGIN):text.index(README_END) + len(README_END)].splitlines()
-    gpu, kept = {}, []
+    headers = [m.group(1) for line in block for m in [re.fullmatch(r"\| ratio \| CPU \| (.+) \| goal \|", line)] if m]
+    if len(headers) != 1:
+        raise ValueError(f"README.md's speed table needs one header line {readme_header('DEVICE')!r}")
+    device, notes, cells, kept = headers[0], {}, {}, []
     for line in block:
-        if not line.startswith("|") or line in README_HEADER:
+        note = None if line.startswith("|") else re.match(r"(.+?) column: `", line)
+        if note:
+            notes[note.group(1)] = line
+        if not line.startswith("|") or line in (readme_header(device), README_SEPARATOR):
             continue
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if cells[0] in README_ROWS:
-            gpu[cells[0]] = cells[2]
+        row = [c.strip() for c in line.strip().strip("|").split("|")]
+        if row[0] in README_ROWS:
+            cells[row[0]] = {"CPU": row[1], device: row[2]}
         else:
             kept.append(line)
-    return block, gpu, kept
+    return ReadmeTable(block, device, notes, cells, kept)
+
+
+def merged(reports: list[dict]) -> dict:
+    """Runs of the bench on one device as one report: their problems together (a later run's over an earlier's),
+    their commands in turn, the first's environment."""
+    devices = {report_column(r) for r in reports}
+    if len(devices) > 1:
+        raise ValueError(f"--readme-from: the runs come from different devices ({', '.join(sorted(devices))}); "
+                         f"give the runs of one device")
+    return {"command": "`; `".join(r["command"] for r in reports), "environment": reports[0]["environment"],
+            "problems": {name: p for r in reports for name, p in r["problems"].items()}}
 
 
 def update_readme(report: dict, path: Path = README) -> str:
     """Replace the speed table of the README at ``path`` with the figures of ``report``; returns the table."""
     text = path.read_text()
-    old, gpu, kept = readme_table(text)
-    new = "\n".join(readme_block(report, gpu, kept))
-    path.write_text(text.replace("\n".join(old), new))
+    table = readme_table(text)
+    new = "\n".join(readme_block(report, table))
+    path.write_text(text.replace("\n".join(table.block), new))
     return new
 
 
@@ -930,6 +1305,8 @@ def environment() -> dict:
         env = {"python": platform.python_version(), "backend": jax.default_backend(),
                "versions": {"jax": jax.__version__, "optax": optax.__version__}}
     env["device"] = str(jax.devices()[0])
+    env.setdefault("backend", jax.default_backend())
+    env.setdefault("device_kind", jax.devices()[0].device_kind)
     env["cpu_count"] = os.cpu_count()
     try:
         env["load_average"] = os.getloadavg()
@@ -976,8 +1353,17 @@ def log_mlflow(report: dict, out: Path) -> str:
                     metrics[f"{base}/compile_seconds"] = r["compile_seconds"]
             for key, value in p.get("ratios", {}).items():
                 metrics[_metric_name(f"{name}/ratio/{key}")] = value
+            for row in p.get("per_update", []):
+                metrics[f"{name}/k{row['k']}/us_per_update"] = row["us_per_update"]
+                metrics[f"{name}/k{row['k']}/over_k1"] = row["over_k1"]
             for row in p.get("rows", []):
                 base = f"{name}/n{row['points']}_w{row['width']}"
+                if name == "throughput":
+                    base += f"_{row['precision']}"
+                    for family in ("crux", "hand"):
+                        metrics[f"{base}/{family}_steps_per_second"] = row[family]["steps_per_second"]
+                        metrics[f"{base}/{family}_tflops"] = row[family]["tflops"]
+                    continue
                 metrics[f"{base}/crux_steps_per_second"] = row["crux_steps_per_second"]
                 metrics[f"{base}/hand_steps_per_second"] = row["hand_steps_per_second"]
         mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v is not None and np.isfinite(v)})
@@ -1004,6 +1390,37 @@ def write(report: dict, out: Path | None, jno: Path | None, started: float, fina
     return text
 
 
+def _parsed(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse type from a parser that raises ValueError with its own message (argparse would replace it)."""
+    def typed(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    return typed
+
+
+def _integers(option: str) -> Callable[[str], tuple[int, ...]]:
+    def parse(text: str) -> tuple[int, ...]:
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        if not items or not all(t.isdigit() and int(t) > 0 for t in items):
+            raise ValueError(f"{option} takes positive integers separated by commas, e.g. {option} 16384,65536")
+        return tuple(int(t) for t in items)
+    return parse
+
+
+def _precisions(text: str) -> tuple[str, ...]:
+    items = [t.strip().lower() for t in text.split(",") if t.strip()]
+    if not items or set(items) - set(matmul.NAMES):
+        raise ValueError(f"--precisions takes matmul precisions from {','.join(matmul.NAMES)} separated by commas, "
+                         f"e.g. --precisions {_joined(PRECISIONS)}")
+    return tuple(items)
+
+
+def _joined(values: tuple) -> str:
+    return ",".join(map(str, values))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -1016,10 +1433,54 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="write bench.md, bench.json, scaling.png here")
     parser.add_argument("--jno", type=Path, help="JSON written by scripts/bench_jno.sh, merged as jNO rows")
     parser.add_argument("--mlflow", action="store_true", help="log the tables as one MLflow run (experiment bench)")
+    parser.add_argument("--precision", default="default",
+                        help="matmul precision of crux's and the hand-written programs alike, for every problem but "
+                             "throughput (default: 'default', hand-written JAX's own; 'high', 'highest')")
+    parser.add_argument("--loop-forms", default="", type=_parsed(loop_forms),
+                        help="also time crux's fused loop and the hand-written scan in these forms (standard, "
+                             "small): comma-separated, each +-joined from unroll=U, loss-check (crux's default "
+                             "guard), full-check; e.g. unroll=4,full-check,unroll=8+full-check")
+    parser.add_argument("--sizes", type=_parsed(_integers("--sizes")), default=THROUGHPUT_SIZES,
+                        help=f"throughput: points, comma-separated (default {_joined(THROUGHPUT_SIZES)}; on the chip "
+                             f"e.g. 16384,65536,262144)")
+    parser.add_argument("--widths", type=_parsed(_integers("--widths")), default=THROUGHPUT_WIDTHS,
+                        help=f"throughput: hidden widths, comma-separated (default {_joined(THROUGHPUT_WIDTHS)}; on "
+                             f"the chip e.g. 64,128,256,512)")
+    parser.add_argument("--precisions", type=_parsed(_precisions), default=PRECISIONS,
+                        help=f"throughput: matmul precisions, comma-separated (default {_joined(PRECISIONS)})")
+    parser.add_argument("--peak-tflops", type=float,
+                        help="throughput: the device's peak TFLOP/s, for the fraction of it reached (TPU v5e: 197, "
+                             "bfloat16 matrix work)")
+    parser.add_argument("--readme-from", type=Path, nargs="+", metavar="BENCH_JSON",
+                        help="write README.md's speed table from the bench.json of runs with --out (e.g. on a TPU; "
+                             "their problems together), in the column of the device they ran on; measures nothing")
     parser.add_argument("--readme", action="store_true",
                         help=f"measure {','.join(README_PROBLEMS)} and jNO (in its own process, unless --jno) and "
                              f"write the CPU column of README.md's speed table; needs a clean checkout")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.readme_from:
+        absent = [str(path) for path in args.readme_from if not path.exists()]
+        if absent:
+            parser.error(f"--readme-from {' '.join(absent)}: no such file (write it with --out FOLDER: "
+                         f"FOLDER/bench.json)")
+        try:
+            report = merged([json.loads(path.read_text()) for path in args.readme_from])
+        except ValueError as error:
+            parser.error(str(error))
+        missing = [p for p in README_PROBLEMS if p not in report["problems"]]
+        if missing:
+            parser.error(f"--readme-from: no run measured {','.join(missing)}; the README's table needs "
+                         f"{','.join(README_PROBLEMS)} (--problems)")
+        print(update_readme(report))
+        return 0
+    if args.peak_tflops is not None and not args.peak_tflops > 0:
+        parser.error(f"--peak-tflops {args.peak_tflops}: give the device's peak in TFLOP/s, e.g. --peak-tflops 197 "
+                     f"(TPU v5e, bfloat16)")
+    try:
+        precision = matmul.checked(args.precision, "--precision")
+    except ValueError:
+        parser.error(f"--precision {args.precision!r} is not a matmul precision; use default (here the default: "
+                     f"hand-written JAX's own, one bfloat16 pass on a TPU), high or highest (full float32)")
     default = README_PROBLEMS if args.readme else QUICK_PROBLEMS if args.quick else PROBLEMS
     problems = [p.strip() for p in (args.problems or ",".join(default)).split(",") if p.strip()]
     unknown = sorted(set(problems) - set(PROBLEMS))
@@ -1058,21 +1519,31 @@ def main(argv: list[str] | None = None) -> int:
                        stdout=sys.stderr)
     fast_repeats = args.repeats or (3 if args.quick else 5)
     slow_repeats = args.repeats or 3
+    plan = lambda repeats: Plan(args.quick, repeats, precision, tuple(args.loop_forms))
     report["repeats"] = {"fast problems": fast_repeats, "slow problems": slow_repeats}
     best_form = SAME_AS_CRUX
     for problem in problems:
         log(f"[{time.perf_counter() - started:6.1f} s] {problem}")
         if problem == "standard":
-            result = bench_standard(Plan(args.quick, slow_repeats), log, forms=forms)
+            result = bench_standard(plan(slow_repeats), log, forms=forms)
             best_form = result["variants"][result["best"]["loop"]]["form"]
         elif problem == "small":
-            result = bench_small(Plan(args.quick, fast_repeats), log, forms=forms)
+            result = bench_small(plan(fast_repeats), log, forms=forms)
         elif problem == "accumulation":
-            result = bench_accumulation(Plan(args.quick, fast_repeats), log, best_form)
+            result = bench_accumulation(plan(fast_repeats), log, best_form)
         elif problem == "laplacian":
-            result = bench_laplacian(Plan(args.quick, slow_repeats), log, forms=forms)
+            result = bench_laplacian(plan(slow_repeats), log, forms=forms)
+        elif problem == "fusing":
+            result = bench_fusing(plan(fast_repeats), log)
+        elif problem == "throughput":
+            def keep(partial: dict) -> None:  # every row as it comes: a run cut short keeps the rows it made
+                report["problems"][problem] = partial
+                if args.out:
+                    write(report, args.out, args.jno, started, final=False)
+            result = bench_throughput(plan(slow_repeats), log, args.sizes, args.widths, args.precisions,
+                                      args.peak_tflops, on_row=keep)
         else:
-            result = bench_scaling(Plan(args.quick, slow_repeats), log, best_form)
+            result = bench_scaling(plan(slow_repeats), log, best_form)
         report["problems"][problem] = result
         if args.out:  # after every problem: a run cut short by a time limit still leaves its tables
             write(report, args.out, args.jno, started, final=False)

@@ -42,11 +42,11 @@ def test_the_hand_written_scan_makes_the_updates_crux_makes(crux_losses):
     assert hand.last_loss == pytest.approx(float(crux_losses[-1]), rel=len(crux_losses) * LOSS_RTOL)
 
 
-def _report(value: float) -> dict:
-    """A bench report with every figure the README's speed table reads set to ``value``."""
+def _report(value: float, backend: str = "cpu", device_kind: str = "cpu") -> dict:
+    """A bench report with every figure the README's speed table reads set to ``value``, run on ``backend``."""
     pair = {"median": value, "min": value, "max": value}
-    fused = [10, 100]
-    problem = lambda: {"fused": fused, "paired": {
+    fused = [10, 100, 500]
+    problem = lambda: {"fused": fused, "epochs": 500, "paired": {
         "crux inner_steps=1 / fastest hand loop": pair, **{f"crux inner_steps={k} / fastest hand scan k={k}": pair
                                                            for k in fused}},
         "ratios": {f"crux inner_steps={k} / jNO inner_steps={k} (separate process)": value for k in [1, *fused]},
@@ -56,56 +56,82 @@ def _report(value: float) -> dict:
                                "crux inner_steps=100: t(4x8) / (4 t(8))": value,
                                "jNO inner_steps=1: t(4x8) / (4 t(8))": value}}
     return {"command": "python scripts/bench.py --readme",
-            "environment": {"summary": "2026-12-03 10:00 UTC, commit abcdef1; jax 0.10.2 on cpu, 2 cores"},
+            "environment": {"summary": "2026-12-03 10:00 UTC, commit abcdef1; jax 0.10.2 on cpu, 2 cores",
+                            "backend": backend, "device_kind": device_kind},
             "problems": {"standard": problem(), "small": problem(), "accumulation": accumulation}}
 
 
+def _cell_pattern(kind: str) -> str:
+    """What a CPU cell of a row of ``kind`` reads: one update a call, fused ×10, ×100 and (since the fused depth
+    K = epochs was added) ×K."""
+    number = {"hand": r"\d+\.\d\d \(\d+\.\d\d–\d+\.\d\d\)", "jNO": r"\d+\.\d\d", "work": r"\d+\.\d\d\d"}[kind]
+    return (rf"{number} one update a call; {number} fused ×10; {number} fused ×100"
+            rf"(; {number} fused ×\d+ \(K = epochs\))?")
+
+
 def test_the_readme_speed_table_has_the_rows_and_the_commit_line_the_bench_writes():
-    block, gpu, kept = bench.readme_table(bench.README.read_text())
-    written = bench.readme_block(_report(1.0), gpu, kept)
+    table = bench.readme_table(bench.README.read_text())
+    written = bench.readme_block(_report(1.0), table)
     rows = lambda lines: [line.split(" | ")[0] for line in lines if line.startswith("|")]
-    assert rows(block) == rows(written) and len(block) == len(written)
+    assert rows(table.block) == rows(written) and len(table.block) == len(written)
     # The CPU line names when and from which commit, as environment() writes it.
     assert re.fullmatch(r"CPU column: `python scripts/bench\.py --readme`, \d{4}-\d\d-\d\d \d\d:\d\d UTC, "
-                        r"commit [0-9a-f]{7}; .*", block[1])
-    number = r"\d+\.\d\d"
-    paired = rf"{number} \({number}–{number}\)"
-    for line in block:
-        label = line.split(" | ")[0].lstrip("| ")
-        if label in bench.README_ROWS:
-            cpu = line.split(" | ")[1]
-            kind = bench.README_ROWS[label][1]
-            if kind == "hand":
-                assert re.fullmatch(rf"{paired} one update a call; {paired} fused ×10; {paired} fused ×100", cpu)
-            elif kind == "jNO":
-                assert re.fullmatch(rf"{number} one update a call; {number} fused ×10; {number} fused ×100", cpu)
-            elif kind == "work":
-                count = r"\d+\.\d\d\d"
-                assert re.fullmatch(rf"{count} one update a call; {count} fused ×10; {count} fused ×100", cpu)
+                        r"commit [0-9a-f]{7}; .*", table.block[1])
+    for block in (table.block, written):
+        for line in block:
+            label = line.split(" | ")[0].lstrip("| ")
+            if label in bench.README_ROWS and bench.README_ROWS[label][1] in ("hand", "jNO", "work"):
+                assert re.fullmatch(_cell_pattern(bench.README_ROWS[label][1]), line.split(" | ")[1])
+    assert "1.00 (1.00–1.00) fused ×500 (K = epochs)" in "\n".join(written)
 
 
 @pytest.mark.parametrize("out", [" --out /tmp/bench-out", " --out=/tmp/bench-out"])
 def test_the_readme_names_the_command_without_the_folder_the_run_wrote_to(out):
     report = {**_report(1.0), "command": f"python scripts/bench.py --readme{out}"}
-    line = bench.readme_block(report, {}, [])[1]
+    line = bench.readme_block(report, bench.readme_table(bench.README.read_text()))[1]
     assert line.startswith("CPU column: `python scripts/bench.py --readme`, 2026-12-03 10:00 UTC")
+
+
+def _only(value: str, cell: str) -> bool:
+    """Every figure of ``cell`` is ``value`` (and there is one)."""
+    return value in cell and not re.search(r"\d\.\d\d", cell.replace(value, ""))
 
 
 def test_the_bench_rewrites_the_cpu_column_and_keeps_the_gpu_column_and_the_rows_it_does_not_measure(tmp_path):
     readme = tmp_path / "README.md"
     text = bench.README.read_text()
     readme.write_text(text)
-    before, gpu, kept = bench.readme_table(text)
+    before = bench.readme_table(text)
     bench.update_readme(_report(7.25), readme)
     after_text = readme.read_text()
-    after, gpu_after, kept_after = bench.readme_table(after_text)
-    assert gpu_after == {label: gpu.get(label, "not run") for label in bench.README_ROWS}
-    assert kept_after == kept and kept  # the MLflow row: measured by another script
-    assert after_text.replace("\n".join(after), "") == text.replace("\n".join(before), "")  # nothing else moves
-    for line in after:
-        if line.split(" | ")[0].lstrip("| ") in bench.README_ROWS:
-            assert "7.25" in line.split(" | ")[1] and not re.search(r"\d\.\d\d", line.split(" | ")[1].replace(
-                "7.25", ""))
+    after = bench.readme_table(after_text)
+    assert after.device == before.device
+    assert {label: cells[after.device] for label, cells in after.cells.items()} == \
+        {label: before.cells.get(label, {}).get(before.device, "not run") for label in bench.README_ROWS}
+    assert after.kept == before.kept and before.kept  # the MLflow row: measured by another script
+    assert after_text.replace("\n".join(after.block), "") == text.replace("\n".join(before.block), "")
+    assert all(_only("7.25", cells["CPU"]) for cells in after.cells.values())
+
+
+def test_a_run_on_the_tpu_writes_a_column_named_after_it_in_place_of_another_accelerators(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(bench.README.read_text())
+    bench.update_readme(_report(7.25), readme)  # a CPU column of 7.25s beside the README's accelerator column
+    cpu = bench.readme_table(readme.read_text())
+    bench.update_readme(_report(3.5, backend="tpu", device_kind="TPU v5 lite"), readme)
+    tpu = bench.readme_table(readme.read_text())
+    assert tpu.device == "TPU v5e" and cpu.device != "TPU v5e"
+    assert "| ratio | CPU | TPU v5e | goal |" in tpu.block and tpu.kept == cpu.kept
+    assert all(_only("3.50", cells["TPU v5e"]) for cells in tpu.cells.values())
+    assert {label: cells["CPU"] for label, cells in tpu.cells.items()} == \
+        {label: cells["CPU"] for label, cells in cpu.cells.items()}
+    assert tpu.notes["CPU"] == cpu.notes["CPU"] and tpu.notes["TPU v5e"].startswith("TPU v5e column: `python")
+    # A later CPU run keeps the TPU column, its cells and its note.
+    bench.update_readme(_report(1.25), readme)
+    again = bench.readme_table(readme.read_text())
+    assert again.device == "TPU v5e" and again.notes["TPU v5e"] == tpu.notes["TPU v5e"]
+    assert {label: cells["TPU v5e"] for label, cells in again.cells.items()} == \
+        {label: cells["TPU v5e"] for label, cells in tpu.cells.items()}
 
 
 class _Scripted(bench.Variant):
@@ -183,3 +209,105 @@ def test_the_work_count_catches_a_call_that_makes_each_update_twice():
     doubled = Crux(sound.constraints, sound.models, machinery=Machinery(primitives=Primitives(repeat=twice)))
     (ours, parameters), (doubled_flops, _) = _flops(sound, 1), _flops(doubled, 1)
     assert doubled_flops > 1.9 * ours > ours + BOOKKEEPING_FLOPS_PER_PARAMETER * parameters + RECORD_FLOPS
+
+
+def test_fused_depths_add_k_equal_to_epochs_and_none_deeper_than_a_round():
+    assert bench.fused_depths(500) == (10, 100, 500)
+    assert bench.fused_depths(2000) == (10, 100, 2000)
+    assert bench.fused_depths(40) == (10, 40)  # a quick round: K = epochs is the deepest
+    assert bench.fused_depths(100) == (10, 100)
+
+
+def _rounds(updates_per_second: list[float]) -> dict:
+    return {"steps_per_second": {"median": float(np.median(updates_per_second)), "all": updates_per_second}}
+
+
+def test_per_update_cost_is_each_depths_time_over_k1s_round_by_round():
+    # Three rounds; K=1 slows in the second (load) and K=10 with it, so round by round K=10 is 0.5x K=1 throughout
+    # though the ratio of the medians says 0.4x; K=100 costs as much as K=10 in every round but the last.
+    results = {"k1": _rounds([1000.0, 500.0, 1000.0]), "k10": _rounds([2000.0, 1000.0, 2000.0]),
+               "k100": _rounds([2000.0, 1000.0, 1000.0])}
+    rows = bench.per_update_cost(results, {1: "k1", 10: "k10", 100: "k100"})
+    assert [r["k"] for r in rows] == [1, 10, 100]
+    assert rows[0]["over_k1"] == 1.0 and rows[0]["over_previous"] == 1.0
+    assert rows[1]["us_per_update"] == pytest.approx(500.0) and rows[1]["over_k1"] == pytest.approx(0.5)
+    assert (rows[1]["over_k1_min"], rows[1]["over_k1_max"]) == pytest.approx((0.5, 0.5))
+    assert rows[2]["over_k1"] == pytest.approx(0.5) and rows[2]["over_k1_max"] == pytest.approx(1.0)
+    assert rows[2]["over_previous"] == pytest.approx(1.0)  # the median of 1, 1 and 2
+    report = {"problems": {"fusing": {"per_update": rows}}}
+    assert [(t["value"], t["met"]) for t in bench.targets(report)] == [(0.5, True), (0.5, True)]
+
+
+class _Compiled:
+    """A compiled program whose cost analysis reports ``cost`` (a dict, or a list of one as older jax returns)."""
+
+    def __init__(self, cost):
+        self.cost = cost
+
+    def cost_analysis(self):
+        return self.cost
+
+
+@pytest.mark.parametrize("cost", [{"flops": 2e9, "bytes accessed": 8e6}, [{"flops": 2e9, "bytes accessed": 8e6}]])
+def test_throughput_is_xlas_flop_count_over_the_time_and_its_fraction_of_the_peak(cost):
+    flops = bench.work(_Compiled(cost))["flops"]
+    # 2 GFLOP an update at 500 updates/s: 1 TFLOP/s, a quarter of a 4 TFLOP/s peak.
+    assert bench.throughput(flops, 500.0, 4.0) == pytest.approx({"tflops": 1.0, "peak_fraction": 0.25})
+    assert bench.throughput(flops, 500.0, None) == pytest.approx({"tflops": 1.0, "peak_fraction": None})
+    assert bench.throughput(bench.work(_Compiled({})).get("flops"), 500.0, 4.0) == \
+        {"tflops": None, "peak_fraction": None}  # a backend that counts nothing gives no figure, not zero
+
+
+def test_the_throughput_table_prints_the_fraction_of_the_peak_beside_the_hand_written_figures():
+    family = lambda rate: {"steps_per_second": rate, **bench.throughput(2e9, rate, 4.0)}
+    row = {"points": 16384, "width": 64, "precision": "highest", "steps": 100, "flops_per_update": 2e9,
+           "crux": family(500.0), "hand": family(400.0), "ratio": 1.25}
+    lines = bench.throughput_table({"rows": [row], "peak_tflops": 4.0})
+    assert "fraction of 4 TFLOP/s" in lines[0]
+    assert lines[2] == "| 16384 | 64 | highest | 2000.0 | 500.0 | 1.000 | 25.0% | 400.0 | 0.800 | 20.0% | 1.25 |"
+
+
+def test_loop_forms_parse_and_refuse_naming_the_option():
+    assert bench.loop_forms("unroll=4,full-check,unroll=8+full-check,loss-check") == [
+        bench.LoopForm(4, None), bench.LoopForm(1, "full"), bench.LoopForm(8, "full"), bench.LoopForm(1, "loss")]
+    assert [f.label for f in bench.loop_forms("unroll=8+full-check,loss-check")] == ["unroll=8+full-check",
+                                                                                      "loss-check"]
+    for bad in ("unroll=0", "unrol=4", "full"):
+        with pytest.raises(ValueError, match=r"--loop-forms: .* e\.g\. --loop-forms unroll=4"):
+            bench.loop_forms(bad)
+
+
+def test_a_loop_form_changes_how_the_updates_are_written_not_which_updates_are_made(crux_losses):
+    """The forms --loop-forms times make crux's updates: unrolled and fully checked, crux and the hand-written
+    scan train as in their plain form."""
+    form = bench.LoopForm(unroll=4, guard="full")
+    hand = bench.HandVariant("hand scan", bench.SAME_AS_CRUX, bench.interior(N), WIDTHS, K, loop=form)
+    hand.build()
+    assert hand.last_loss == pytest.approx(float(crux_losses[-1]), rel=len(crux_losses) * LOSS_RTOL)
+    problem = poisson1d(n_interior=N, hidden=HIDDEN, hard_boundary=True)
+    formed = Crux(problem.constraints, problem.models, machinery=bench.crux_machinery(form))
+    losses = formed.solve(epochs=bench.WARMUP_CALLS * K, inner_steps=K).total_loss
+    np.testing.assert_allclose(losses, crux_losses, rtol=len(crux_losses) * LOSS_RTOL)
+    # Not the plain program under another name: the full check adds its reduction over the parameters.
+    plain = poisson1d(n_interior=N, hidden=HIDDEN, hard_boundary=True).solver()
+    assert _flops(formed, K)[0] > _flops(plain, K)[0]
+
+
+def test_the_readme_takes_the_tpu_column_from_two_runs_on_the_chip(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(bench.README.read_text())
+    one, two = _report(2.0, "tpu", "TPU v5 lite"), _report(3.0, "tpu", "TPU v5 lite")
+    one["command"] += " --problems standard,small --out tpu-standard"
+    two["command"] += " --problems accumulation --out tpu-small"
+    one["problems"].pop("accumulation")
+    two["problems"] = {"accumulation": two["problems"]["accumulation"]}
+    bench.update_readme(bench.merged([one, two]), readme)
+    table = bench.readme_table(readme.read_text())
+    assert table.notes["TPU v5e"].startswith("TPU v5e column: `python scripts/bench.py --readme --problems "
+                                             "standard,small`; `python scripts/bench.py --readme --problems "
+                                             "accumulation`, ")
+    by_problem = {label: name for label, (name, _, _) in bench.README_ROWS.items()}
+    assert all(_only("3.00" if by_problem[label] == "accumulation" else "2.00", cells["TPU v5e"])
+               for label, cells in table.cells.items())
+    with pytest.raises(ValueError, match="different devices"):
+        bench.merged([one, _report(1.0)])
