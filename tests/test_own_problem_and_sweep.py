@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 from crux.tracking import contract
 import crux
 from crux.pipeline import config
+from crux.pipeline.keys import refused_override
 from crux.pipeline.config import CONFIG_PACKAGE, ModelConfig, build_problem, effective_settings
 from crux.problems import Problem
 from crux.commands.sweep import available, find_sweep, main, register
@@ -102,13 +103,12 @@ def test_hydras_could_not_override_a_problem_field_is_said_as_a_field_the_functi
         composed_without.append(key)
         return OmegaConf.create({"problem": {"_target_": f"{__name__}.recording_problem", "n_points": 5}})
 
-    assert config.refused_problem_override(refusal, compose_without) == (
+    assert refused_override(refusal, compose_without) == (
         f"problem.n_pts: {__name__}.recording_problem has no parameter 'n_pts'; its fields are n_points, scale: "
         f"write problem.n_points=7")
     assert composed_without == ["problem.n_pts"]
-    other = ConfigCompositionException("Could not override 'solver.epochz'.\nTo append to your config use "
-                                       "+solver.epochz=7")
-    assert config.refused_problem_override(other, compose_without) is None  # Hydra says it
+    other = ConfigCompositionException("Could not override 'solver'.\nTo append to your config use +solver=7")
+    assert refused_override(other, compose_without) is None  # not a key of a node: Hydra says it
     assert config.overrides_without(["problem=line", "+problem.n_pts=7", "problem.n_points=5,6"],
                                     "problem.n_pts") == ["problem=line", "problem.n_points=5,6"]
 

@@ -32,7 +32,6 @@ import functools
 import importlib
 import inspect
 import os
-import re
 import secrets
 import sys
 from dataclasses import dataclass, field
@@ -659,29 +658,6 @@ def problem_faults(cfg: DictConfig) -> list[str]:
     except (ValueError, TypeError) as error:
         return [str(error)]
     return []
-
-
-OVERRIDE_REFUSED = re.compile(r"Could not override 'problem\.([^'.]+)'\.\s*To append to your config use "
-                              r"\+problem\.[^=]+=(.*)")
-"""Hydra's refusal of ``problem.X=v`` for a key the problem's config lacks, which suggests ``+problem.X=v``."""
-
-
-def refused_problem_override(error: Exception, compose_without: Callable[[str], DictConfig]) -> str | None:
-    """Hydra's "Could not override 'problem.X'" said as crux says a field the problem's function does not take
-    (:func:`unknown_field`), instead of Hydra's advice to append it with ``+`` (which only moves the refusal);
-    ``compose_without(key)`` composes the job's config without the overrides of ``key``, to find the problem.
-    None for any other error, or when the config does not compose without it either."""
-    match = OVERRIDE_REFUSED.search(str(error))
-    if match is None:
-        return None
-    key, value = match.group(1), match.group(2).strip()
-    try:
-        target = compose_without(f"problem.{key}").problem._target_
-        return unknown_field(target, key, value)
-    except ValueError as refusal:  # the problem's function cannot be found either: the more basic fault
-        return str(refusal)
-    except Exception:  # noqa: BLE001 - another fault of the config: Hydra's own message says it
-        return None
 
 
 def overrides_without(overrides: list[str], key: str) -> list[str]:
