@@ -81,6 +81,22 @@ def module_failing_on_import(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
 
 
+def test_a_dependency_missing_inside_the_users_module_is_named_with_the_line_that_imports_it(tmp_path,
+                                                                                            monkeypatch):
+    (tmp_path / "crux_problem_needs_more.py").write_text("import math\n\nimport crux_no_such_dependency\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError) as refused:
+        config.problem_function("crux_problem_needs_more.heat")
+    assert str(refused.value) == (
+        "problem._target_=crux_problem_needs_more.heat: crux_problem_needs_more was found, but "
+        "crux_problem_needs_more.py:3 imports crux_no_such_dependency, which is not installed here (No module named "
+        "'crux_no_such_dependency'): install it where crux runs, or remove the import")
+    with pytest.raises(ValueError, match=r"^problem._target_=crux_problem_not_here.heat: No module named "
+                                         r"'crux_problem_not_here'; a problem's module is imported from the working"):
+        config.problem_function("crux_problem_not_here.heat")  # the module itself: not found, said as such
+
+
 def test_a_jobs_problem_is_checked_without_calling_its_function():
     received.clear()
 

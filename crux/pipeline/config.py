@@ -34,6 +34,7 @@ import inspect
 import os
 import secrets
 import sys
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Dict, List, Optional
 
@@ -50,7 +51,7 @@ from hydra_plugins.crux_sweeper.config import SweeperConfig
 from crux import precision as matmul
 from crux import problems
 from crux.derivatives import LAPLACIAN_MODES
-from crux.failures import failure_line
+from crux.failures import failure_line, raised_at, shown_path
 from crux.model import ACTIVATIONS, Model
 from crux.optim import soap
 from crux.options import divisors
@@ -576,14 +577,27 @@ def problem_function(target: str) -> Callable[..., problems.Problem]:
     try:
         function = getattr(importlib.import_module(module), name, None) if module else None
     except ImportError as error:
-        raise ValueError(f"problem._target_={target}: {error}; a problem's module is imported from the working "
-                         f"directory or from an installed package") from None
+        if error.name is None or module == error.name or module.startswith(f"{error.name}."):
+            raise ValueError(f"problem._target_={target}: {error}; a problem's module is imported from the working "
+                             f"directory or from an installed package") from None
+        raise ValueError(f"problem._target_={target}: {module} was found, but {failed_import(error)}") from None
     except Exception as error:  # noqa: BLE001 - the user's module failed while it was imported
         raise ValueError(f"problem._target_={target}: importing {module} failed: {failure_line(error)}") from None
     if not callable(function):
         raise ValueError(f"problem._target_={target}: no function {name!r} in module {module or '(none given)'}; "
                          f"write _target_ as module.function")
     return function
+
+
+def failed_import(error: ImportError) -> str:
+    """What a module that was found failed to import, in one line: where (the user's ``file:line``, else the
+    innermost file the import passed through) and the module that is missing, with the fix."""
+    files = [frame for frame in traceback.extract_tb(error.__traceback__) if os.path.isfile(frame.filename)]
+    where = raised_at(error) or (f"{shown_path(files[-1].filename)}:{files[-1].lineno}" if files else "?")
+    if isinstance(error, ModuleNotFoundError):
+        return (f"{where} imports {error.name}, which is not installed here (No module named {error.name!r}): "
+                f"install it where crux runs, or remove the import")
+    return f"its import at {where} failed: {' '.join(str(error).split())}"
 
 
 def problem_fields(function: Callable[..., Any]) -> list[str]:
