@@ -232,13 +232,17 @@ def test_params_are_the_settings_the_job_ran_with_and_never_empty():
 
 
 def test_a_batch_size_is_recorded_as_it_applies_to_the_problems_points():
-    assert config.batch_as_applied(None, {"pde": 1024, "bc": 2}) == ({}, [])
-    assert config.batch_as_applied(8, {"pde": 1024, "bc": 8}) == (
+    assert config.batch_as_applied(None, 1, {"pde": 1024, "bc": 2}) == ({}, [])
+    assert config.batch_as_applied(8, 4, {"pde": 1024, "bc": 8}) == (
         {}, ["memory.batchsize=8 is at least the points of bc (8 points): every update took all of them"])
-    assert config.batch_as_applied(100000, {"pde": 1152, "bc": 64}) == (
+    assert config.batch_as_applied(100000, 1, {"pde": 1152, "bc": 64}) == (
         {"memory.batchsize": 1152}, ["memory.batchsize=100000 is at least every constraint's points (the largest, "
                                      "pde, has 1152): every update saw every point, as with memory=full"])
-    assert config.batch_as_applied(1152, {"pde": 1152})[0] == {}  # as requested: nothing to record otherwise
+    assert config.batch_as_applied(1152, 1, {"pde": 1152})[0] == {}  # as requested: nothing to record otherwise
+    applied, lines = config.batch_as_applied(5000, 4, {"pde": 3000, "bc": 2})
+    assert applied == {"memory.batchsize": 3000, "memory.accumulation_steps": 1}  # one update of the whole set ran
+    assert lines[1] == ("memory.accumulation_steps=4 ran as 1: each micro-batch would have been the whole set "
+                        "again, so one update of the whole set ran")
 
 
 def test_a_setting_that_ran_otherwise_is_logged_as_it_ran_beside_the_request(store):
@@ -247,14 +251,17 @@ def test_a_setting_that_ran_otherwise_is_logged_as_it_ran_beside_the_request(sto
     from crux.tracking.job import JobRun, as_requested
 
     with initialize_config_module(CONFIG_PACKAGE, version_base="1.3"):
-        cfg = compose("config", overrides=["memory.batchsize=100000"])
+        cfg = compose("config", overrides=["memory.batchsize=100000", "memory.accumulation_steps=4"])
     client = MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
     run_id = client.create_run(client.create_experiment("e")).info.run_id
+    applied, lines = config.batch_as_applied(100000, 4, {"pde": 1024, "bc": 2})
     with JobRun(client, run_id, "default", 0) as run:
-        run.log_config(cfg, {"memory.batchsize": 1024}, ["memory.batchsize=100000 is at least every constraint's"])
+        run.log_config(cfg, applied, lines)
     logged = client.get_run(run_id).data
     assert logged.params["memory.batchsize"] == "1024" and logged.params["memory.batchsize_requested"] == "100000"
-    assert logged.tags[contract.ADJUSTED] == "memory.batchsize=100000 is at least every constraint's"
+    assert (logged.params["memory.accumulation_steps"], logged.params["memory.accumulation_steps_requested"]) == (
+        "1", "4")
+    assert logged.tags[contract.ADJUSTED] == "; ".join(lines)
     assert as_requested(logged.params) == {**flatten(effective_settings(cfg)), "variant": "default"}
 
 

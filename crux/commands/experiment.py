@@ -116,7 +116,8 @@ def train_job(cfg: DictConfig, run: JobRun) -> float:
     except Exception:
         run.log_config(cfg)  # the failed run keeps what it was asked to run
         raise
-    run.log_config(cfg, *config.batch_as_applied(cfg.memory.batchsize, {c.name: c.size for c in problem.constraints}))
+    run.log_config(cfg, *config.batch_as_applied(cfg.memory.batchsize, cfg.memory.accumulation_steps,
+                                                 {c.name: c.size for c in problem.constraints}))
     run.check_room(problem, sum(phase.epochs for phase in phases), len(phases))
     if backends.draws_wanted(cfg):
         run.log_metrics(backends.crux_gradient_draws(problem, backends.draws_wanted(cfg), cfg.memory.batchsize,
