@@ -54,7 +54,7 @@ def test_a_config_group_file_of_ones_own_is_held_to_the_schema(hydra_configs, tm
     with pytest.raises(ConfigCompositionException) as refused:
         compose("config", ["solver=short", f"hydra.searchpath=[file://{tmp_path}]"])
     assert keys.refused_override(refused.value, lambda key: compose("config", [])) == (
-        "solver.epoch: not a key of solver; did you mean solver.epochs? write solver.epochs=...")
+        "solver.epoch (in solver/short.yaml): not a key of solver; did you mean solver.epochs? write epochs: there")
 
 
 def test_keys_of_ones_own_stay_free_where_the_schema_names_none(hydra_configs):

@@ -45,18 +45,18 @@ def schema_fields(node: Any, path: str) -> list[str] | None:
     return [f.name for f in dataclasses.fields(kind)] if kind is not None else None
 
 
-def unknown_key(path: str, fields: list[str], value: Any = None) -> str:
+def unknown_key(path: str, fields: list[str], value: Any = None, file: str | None = None) -> str:
     """The refusal of dotted ``path``, a key its node's schema (of ``fields``) lacks: the closest key, and how to
-    write it instead, in the command line's terms."""
+    write it instead, in the command line's terms (in ``file``'s, where a config group file set it)."""
     parent, _, key = path.rpartition(".")
     prefix = f"{parent}." if parent else ""
-    where = parent or "the config"
+    named, where = (f"{path} (in {file})" if file else path), parent or "the config"
     closest = difflib.get_close_matches(key, fields, n=1)
-    if closest:
-        shown = "..." if value is None or isinstance(value, (dict, list, DictConfig)) else value
-        return (f"{path}: not a key of {where}; did you mean {prefix}{closest[0]}? write "
-                f"{prefix}{closest[0]}={shown}")
-    return f"{path}: not a key of {where}; its keys are {', '.join(fields)}: remove it or set one of them"
+    if not closest:
+        return f"{named}: not a key of {where}; its keys are {', '.join(fields)}: remove it or set one of them"
+    shown = "..." if value is None or isinstance(value, (dict, list, DictConfig)) else value
+    fix = f"write {closest[0]}: there" if file else f"write {prefix}{closest[0]}={shown}"
+    return f"{named}: not a key of {where}; did you mean {prefix}{closest[0]}? {fix}"
 
 
 def unknown_keys(cfg: DictConfig, path: str = "") -> list[str]:
@@ -76,7 +76,7 @@ def unknown_keys(cfg: DictConfig, path: str = "") -> list[str]:
 
 COULD_NOT_OVERRIDE = re.compile(r"Could not override '([^']+)'\.\s*To append to your config use \+[^=]+=(.*)")
 """Hydra's refusal of ``key=v`` for a key the config lacks, which suggests ``+key=v``."""
-NOT_IN_SCHEMA = re.compile(r"Key '[^']+' not in '([^']+)'\s+full_key: (\S+)")
+NOT_IN_SCHEMA = re.compile(r"In '([^']+)':.*?Key '[^']+' not in '([^']+)'\s+full_key: (\S+)", re.DOTALL)
 """omegaconf's refusal of a key that a config group file sets and its schema (named) lacks."""
 
 
@@ -89,9 +89,10 @@ def refused_override(error: Exception, compose_without: Callable[[str], DictConf
     message = str(error)
     override, in_file = COULD_NOT_OVERRIDE.search(message), NOT_IN_SCHEMA.search(message)
     if in_file is not None:
-        schema = getattr(config, in_file.group(1), None)
-        return (unknown_key(in_file.group(2), [f.name for f in dataclasses.fields(schema)])
-                if dataclasses.is_dataclass(schema) else None)
+        written, schema, path = in_file.group(1), getattr(config, in_file.group(2), None), in_file.group(3)
+        if not dataclasses.is_dataclass(schema):
+            return None
+        return unknown_key(path, [f.name for f in dataclasses.fields(schema)], file=f"{written}.yaml")
     if override is None:
         return None
     path, value = override.group(1), override.group(2).strip()
