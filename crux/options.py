@@ -39,8 +39,9 @@ def validate(sizes: Sequence[int], epochs: Any, batchsize: Any = None, checkpoin
              precision: Any = matmul.DEFAULT) -> Options:
     """The options of ``solve()`` for constraints of ``sizes`` points, or TypeError/ValueError naming the fix.
 
-    ``accumulation_steps`` with ``batchsize=None`` is not an error: every update already sees every point,
-    so it is logged and taken as 1. ``available_devices``: how many devices ``devices`` may use.
+    ``accumulation_steps`` with ``batchsize=None``, or with a batch size at least every constraint's points, is
+    not an error: every update already sees every point (each micro-batch would repeat the whole set), so it
+    is logged and taken as 1: one update of the whole set, the gradient the micro-batches would average. ``available_devices``: how many devices ``devices`` may use.
     """
     epochs = _integer("epochs", epochs, "pass the number of epochs to train, e.g. solve(epochs=1000)")
     precision = matmul.checked(precision)
@@ -74,6 +75,11 @@ def validate(sizes: Sequence[int], epochs: Any, batchsize: Any = None, checkpoin
     if batchsize is None and accumulation_steps > 1:
         log.warning("accumulation_steps=%d ignored: with batchsize=None every update already sees all points, "
                     "so there is nothing to accumulate; using 1", accumulation_steps)
+        accumulation_steps = 1
+    if batchsize is not None and batchsize >= max(sizes) and accumulation_steps > 1:
+        log.warning("accumulation_steps=%d ignored: batchsize=%d is at least every constraint's points (the "
+                    "largest has %d), so each micro-batch would be the whole set again; one update of the whole "
+                    "set runs (accumulation_steps=1)", accumulation_steps, batchsize, max(sizes))
         accumulation_steps = 1
     return Options(epochs, batchsize, checkpoint_gradients, offload_data, accumulation_steps, inner_steps, plan,
                    devices, precision)

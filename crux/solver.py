@@ -164,9 +164,10 @@ class Crux:
                     raise ValueError(f"model '{name}' has no optimizer: call models['{name}'].optimizer(optax.adam)"
                                      f".scale(crux.lrs(1e-3)) before solve()")
         if options.accumulation_steps > 1:
-            b, a = options.batchsize, options.accumulation_steps
-            log.info("Gradient accumulation enabled: %d micro-batches per update (effective batch = %d × %d = %d)",
-                     a, b, a, a * b)
+            b, a, largest = options.batchsize, options.accumulation_steps, max(c.size for c in self.constraints)
+            log.info("Gradient accumulation enabled: %d micro-batches per update (effective batch = %s)", a,
+                     f"{b} × {a} = {a * b}" if a * b <= largest else
+                     f"every point of each constraint, the largest's {largest} (fewer than {b} × {a})")
         return self._run(self._plan(options, entries), options)
 
     def _entries(self, options: Options) -> tuple[Entry, ...]:

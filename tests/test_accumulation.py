@@ -100,6 +100,20 @@ def test_accumulation_logs_the_effective_batch(caplog):
     with caplog.at_level(logging.INFO, logger="crux"):
         train(poisson(optax.sgd), 1, batchsize=8, accumulation_steps=4)
     assert "Gradient accumulation enabled: 4 micro-batches per update (effective batch = 8 × 4 = 32)" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="crux"):  # 100 × 4 slots for 256 points: each point once
+        train(poisson(optax.sgd), 1, batchsize=100, accumulation_steps=4)
+    assert ("Gradient accumulation enabled: 4 micro-batches per update (effective batch = every point of each "
+            "constraint, the largest's 256 (fewer than 100 × 4))") in caplog.text
+
+
+def test_accumulating_batches_of_the_whole_set_is_one_update_of_it(caplog):
+    with caplog.at_level(logging.INFO, logger="crux"):
+        _, folded, _ = train(poisson(optax.sgd), 5, batchsize=256, accumulation_steps=4)
+    assert "accumulation_steps=4 ignored: batchsize=256 is at least every constraint's points" in caplog.text
+    assert "Gradient accumulation enabled" not in caplog.text  # no effective batch that did not run
+    _, whole, _ = train(poisson(optax.sgd), 5, batchsize=256)
+    np.testing.assert_array_equal(folded, whole)  # what ran is the plain update of the whole set
 
 
 # Constraint sizes that put each of the three regimes in one problem, for (A, B) = (4, 8), (3, 5) and (2, 16):

@@ -12,13 +12,16 @@ crux, which comes first on the path (checked).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
 import sysconfig
 import zipfile
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -120,7 +123,10 @@ def test_installed_commands_write_only_into_the_folder_they_run_in(installed, tm
     for run in runs:
         assert run.info.artifact_uri.startswith((work / "mlartifacts").as_uri())
     (environment,) = {p.read_text() for p in work.glob("mlartifacts/crux/*/artifacts/environment.json")}
-    assert json.loads(environment)["git_commit"] == "crux 0.1.0"  # no repository here: the installed version
+    recorded = json.loads(environment)
+    assert recorded["git_commit"] is None  # no repository here
+    assert (recorded["crux_wheel"], recorded["crux_wheel_sha256"], recorded["crux_commit"]) == (
+        installed.wheel.name, hashlib.sha256(installed.wheel.read_bytes()).hexdigest(), None)
     assert any((installed.cache / "crux" / "jax").iterdir())
     assert files_under(installed.site_packages / "crux") == package
 
@@ -153,4 +159,52 @@ def test_a_problem_and_a_sweep_of_ones_own_run_to_verdicts_through_the_installed
         assert {"loss/pde", "loss/edge", "run_seconds"} <= set(run.data.metrics)
         assert not [key for key in run.data.metrics if key.startswith("error/")]  # no exact solution
     environment = json.loads(next(project.glob("mlartifacts/*/*/artifacts/environment.json")).read_text())
-    assert environment["git_commit"] == commit
+    assert environment["git_commit"] == commit and environment["git_dirty"] is False
+
+
+def reproduce_commands(report: Path) -> tuple[str, list[str]]:
+    """The words and the shell commands of a report's Reproduce section."""
+    section = report.read_text().split("## Reproduce")[1].split("## Environment")[0]
+    return section.split("```sh")[0], section.split("```sh\n")[1].split("```")[0].splitlines()
+
+
+def final_losses(folder: Path, experiment: str) -> dict[str, float]:
+    client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id],
+                              contract.tag_filter(contract.ROLE, contract.CHILD))
+    return {run.data.params["variant"]: run.data.metrics["final_loss"] for run in runs}
+
+
+def test_a_reports_reproduce_section_rebuilds_its_runs_from_an_empty_folder(installed, tmp_path):
+    """A problem of one's own run from the installed wheel in a folder outside git; a stranger follows the
+    report's Reproduce section: checks the wheel against the recorded sha256, has the problem's file of the
+    recorded sha256, runs the command in an empty folder of their own, and gets the same runs."""
+    project = tmp_path / "project"
+    project.mkdir()
+    problem = REPO / "examples" / "own_problem"
+    shutil.copy(problem / "nonlinear_poisson.py", project)
+    shutil.copytree(problem / "conf", project / "conf")
+    (project / "tiny.yaml").write_text("claim: two settings\nhydra:\n  sweeper:\n    params:\n"
+                                       "      memory: full,b8_acc4\n")
+    installed.run(project, "crux-sweep", "tiny.yaml", "--config-dir", "conf", "problem=unit_square",
+                  "problem.n_interior=64", "solver.epochs=10", "model.width=8")
+    installed.run(project, "crux-report", "tiny")
+    (report,) = project.glob("reports/tiny/*/report.md")
+    said, commands = reproduce_commands(report)
+    digest = hashlib.sha256((project / "nonlinear_poisson.py").read_bytes()).hexdigest()
+    assert f"- the problem's module `nonlinear_poisson`, file `nonlinear_poisson.py` of sha256 `{digest}`" in said
+    assert "- the folder was not in a git repository" in said and "/path/to" not in said
+    cd, check, install, pins, command, report_command = commands
+    assert (cd, install, report_command) == (f"cd {project}", f"pip install {installed.wheel.name}", "crux-report tiny")
+    assert pins == "pip install " + " ".join(f"{p}=={version(p)}" for p in ("jax", "jaxlib", "optax"))
+    assert subprocess.run(check, shell=True, cwd=installed.wheel.parent, capture_output=True).returncode == 0
+    assert subprocess.run(check.replace(check[6:10], "0000"), shell=True, cwd=installed.wheel.parent,
+                          capture_output=True).returncode != 0  # another wheel would not pass
+
+    stranger = tmp_path / "stranger"  # the stranger's own folder: the problem's file, config and sweep copied
+    stranger.mkdir()
+    for name in ("nonlinear_poisson.py", "tiny.yaml"):
+        shutil.copy(project / name, stranger)
+    shutil.copytree(project / "conf", stranger / "conf")
+    installed.run(stranger, *shlex.split(command))
+    assert final_losses(stranger, "tiny") == final_losses(project, "tiny")  # the same runs, to the bit

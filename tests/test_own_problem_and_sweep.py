@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 from crux.tracking import contract
 import crux
 from crux.pipeline import config
+from crux.pipeline.keys import refused_override
 from crux.pipeline.config import CONFIG_PACKAGE, ModelConfig, build_problem, effective_settings
 from crux.problems import Problem
 from crux.commands.sweep import available, find_sweep, main, register
@@ -80,6 +81,22 @@ def module_failing_on_import(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
 
 
+def test_a_dependency_missing_inside_the_users_module_is_named_with_the_line_that_imports_it(tmp_path,
+                                                                                            monkeypatch):
+    (tmp_path / "crux_problem_needs_more.py").write_text("import math\n\nimport crux_no_such_dependency\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError) as refused:
+        config.problem_function("crux_problem_needs_more.heat")
+    assert str(refused.value) == (
+        "problem._target_=crux_problem_needs_more.heat: crux_problem_needs_more was found, but "
+        "crux_problem_needs_more.py:3 imports crux_no_such_dependency, which is not installed here (No module named "
+        "'crux_no_such_dependency'): install it where crux runs, or remove the import")
+    with pytest.raises(ValueError, match=r"^problem._target_=crux_problem_not_here.heat: No module named "
+                                         r"'crux_problem_not_here'; a problem's module is imported from the working"):
+        config.problem_function("crux_problem_not_here.heat")  # the module itself: not found, said as such
+
+
 def test_a_jobs_problem_is_checked_without_calling_its_function():
     received.clear()
 
@@ -102,13 +119,12 @@ def test_hydras_could_not_override_a_problem_field_is_said_as_a_field_the_functi
         composed_without.append(key)
         return OmegaConf.create({"problem": {"_target_": f"{__name__}.recording_problem", "n_points": 5}})
 
-    assert config.refused_problem_override(refusal, compose_without) == (
+    assert refused_override(refusal, compose_without) == (
         f"problem.n_pts: {__name__}.recording_problem has no parameter 'n_pts'; its fields are n_points, scale: "
         f"write problem.n_points=7")
     assert composed_without == ["problem.n_pts"]
-    other = ConfigCompositionException("Could not override 'solver.epochz'.\nTo append to your config use "
-                                       "+solver.epochz=7")
-    assert config.refused_problem_override(other, compose_without) is None  # Hydra says it
+    other = ConfigCompositionException("Could not override 'solver'.\nTo append to your config use +solver=7")
+    assert refused_override(other, compose_without) is None  # not a key of a node: Hydra says it
     assert config.overrides_without(["problem=line", "+problem.n_pts=7", "problem.n_points=5,6"],
                                     "problem.n_pts") == ["problem=line", "problem.n_points=5,6"]
 
@@ -216,13 +232,17 @@ def test_params_are_the_settings_the_job_ran_with_and_never_empty():
 
 
 def test_a_batch_size_is_recorded_as_it_applies_to_the_problems_points():
-    assert config.batch_as_applied(None, {"pde": 1024, "bc": 2}) == ({}, [])
-    assert config.batch_as_applied(8, {"pde": 1024, "bc": 8}) == (
+    assert config.batch_as_applied(None, 1, {"pde": 1024, "bc": 2}) == ({}, [])
+    assert config.batch_as_applied(8, 4, {"pde": 1024, "bc": 8}) == (
         {}, ["memory.batchsize=8 is at least the points of bc (8 points): every update took all of them"])
-    assert config.batch_as_applied(100000, {"pde": 1152, "bc": 64}) == (
+    assert config.batch_as_applied(100000, 1, {"pde": 1152, "bc": 64}) == (
         {"memory.batchsize": 1152}, ["memory.batchsize=100000 is at least every constraint's points (the largest, "
                                      "pde, has 1152): every update saw every point, as with memory=full"])
-    assert config.batch_as_applied(1152, {"pde": 1152})[0] == {}  # as requested: nothing to record otherwise
+    assert config.batch_as_applied(1152, 1, {"pde": 1152})[0] == {}  # as requested: nothing to record otherwise
+    applied, lines = config.batch_as_applied(5000, 4, {"pde": 3000, "bc": 2})
+    assert applied == {"memory.batchsize": 3000, "memory.accumulation_steps": 1}  # one update of the whole set ran
+    assert lines[1] == ("memory.accumulation_steps=4 ran as 1: each micro-batch would have been the whole set "
+                        "again, so one update of the whole set ran")
 
 
 def test_a_setting_that_ran_otherwise_is_logged_as_it_ran_beside_the_request(store):
@@ -231,14 +251,17 @@ def test_a_setting_that_ran_otherwise_is_logged_as_it_ran_beside_the_request(sto
     from crux.tracking.job import JobRun, as_requested
 
     with initialize_config_module(CONFIG_PACKAGE, version_base="1.3"):
-        cfg = compose("config", overrides=["memory.batchsize=100000"])
+        cfg = compose("config", overrides=["memory.batchsize=100000", "memory.accumulation_steps=4"])
     client = MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
     run_id = client.create_run(client.create_experiment("e")).info.run_id
+    applied, lines = config.batch_as_applied(100000, 4, {"pde": 1024, "bc": 2})
     with JobRun(client, run_id, "default", 0) as run:
-        run.log_config(cfg, {"memory.batchsize": 1024}, ["memory.batchsize=100000 is at least every constraint's"])
+        run.log_config(cfg, applied, lines)
     logged = client.get_run(run_id).data
     assert logged.params["memory.batchsize"] == "1024" and logged.params["memory.batchsize_requested"] == "100000"
-    assert logged.tags[contract.ADJUSTED] == "memory.batchsize=100000 is at least every constraint's"
+    assert (logged.params["memory.accumulation_steps"], logged.params["memory.accumulation_steps_requested"]) == (
+        "1", "4")
+    assert logged.tags[contract.ADJUSTED] == "; ".join(lines)
     assert as_requested(logged.params) == {**flatten(effective_settings(cfg)), "variant": "default"}
 
 

@@ -1,5 +1,5 @@
 """A problem of one's own that cannot run, as a user meets it on the terminal: a misspelt field (with and
-without ``+``) or a module not found is one crux line before any job or run exists; an error in the user's
+without ``+``) a module not found or a dependency its module lacks is one crux line before any job or run exists; an error in the user's
 code is one line per job naming the user's file and line, the run FAILED with it, the traceback in the job's
 log file (on the terminal with ``HYDRA_FULL_ERROR=1``)."""
 from __future__ import annotations
@@ -40,7 +40,9 @@ def project(tmp_path) -> Path:
     """A folder as a user makes it: a module with the problem functions, config groups, a sweep file."""
     (tmp_path / "mine.py").write_text(MODULE)
     (tmp_path / "conf" / "problem").mkdir(parents=True)
-    for name, target in (("line", "mine.line"), ("broken", "mine.broken"), ("lost", "nosuchmodule.line")):
+    (tmp_path / "needs.py").write_text("import numpy as np\nimport nosuchdependency\n")
+    for name, target in (("line", "mine.line"), ("broken", "mine.broken"), ("lost", "nosuchmodule.line"),
+                         ("needs", "needs.line")):
         (tmp_path / "conf" / "problem" / f"{name}.yaml").write_text(f"_target_: {target}\nn_interior: 16\n"
                                                                    f"slope: 2.0\n")
     (tmp_path / "two.yaml").write_text(SWEEP)
@@ -76,6 +78,12 @@ def test_a_module_not_found_is_one_line_and_nothing_runs(project):
     assert done.returncode == 1
     assert done.stderr.splitlines() == ["crux-run: problem.slop: mine.line has no parameter 'slop'; its fields are "
                                         "n_interior, slope: write problem.slope=1"]
+    assert not (project / "mlflow.db").exists()
+    done = run(project, "crux.commands.experiment", "--config-dir", "conf", "problem=needs", *TINY)
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "crux-run: problem._target_=needs.line: needs was found, but needs.py:2 imports nosuchdependency, which is "
+        "not installed here (No module named 'nosuchdependency'): install it where crux runs, or remove the import"]
     assert not (project / "mlflow.db").exists()
 
 

@@ -85,7 +85,9 @@ def test_report_lists_environment_commit_configs_and_commands(store, tmp_path, m
     sweep = load_sweep("accumulation", uri=store)
     environment = sweep.records[0].environment
     assert f'"device_kind": "{environment["device_kind"]}"' in text
-    assert f"commit `{environment['git_commit']}`" in text
+    assert environment["git_commit"] is None and "- the folder was not in a git repository" in text  # a tmp folder
+    assert f"from a checkout at commit `{environment['crux_commit']}`" in text  # the tests' editable crux
+    assert f"matmul precision {environment['matmul_precision']}" in text
     assert "crux-sweep accumulation " + " ".join(SWEEP_OVERRIDES) in text
     assert f"crux-report accumulation --run {sweep.parent_id}" in text
     assert "accumulation_steps: 4" in text and "batchsize: 32" in text  # the resolved configs

@@ -65,3 +65,23 @@ def test_values_out_of_range_are_refused_before_any_run_exists(tmp_path):
     assert done.returncode == 1
     assert done.stderr.splitlines() == ["crux-run: model.width=0: must be >= 1; optimizer.b1=2.0: must be in [0, 1)"]
     assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_a_key_the_schema_lacks_is_refused_in_every_spelling_before_any_run_exists(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    done = run(tmp_path, "crux.commands.experiment", "+solver.epoch=10", uri=uri)
+    assert (done.returncode, done.stderr.splitlines()) == (1, [
+        "crux-run: solver.epoch: not a key of solver; did you mean solver.epochs? write solver.epochs=10"])
+    done = run(tmp_path, "crux.commands.experiment", "solver.epoch=10", uri=uri)  # Hydra would advise +solver.epoch
+    assert (done.returncode, done.stderr.splitlines()) == (1, [
+        "crux-run: solver.epoch: not a key of solver; did you mean solver.epochs? write solver.epochs=10"])
+    (tmp_path / "typo.yaml").write_text("claim: a key misspelt in a sweep file\nhydra:\n  sweeper:\n    params:\n"
+                                        "      ++memory.batchsze: 8,16\n")
+    done = run(tmp_path, "crux.commands.sweep", "typo.yaml", *TINY, "+model.widht=8", uri=uri)
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "crux-sweep: model.widht: not a key of model; did you mean model.width? write model.width=8 (in every job); "
+        "memory.batchsze: not a key of memory; did you mean memory.batchsize? write memory.batchsize=8 (in job 0 "
+        "(++memory.batchsze=8)); memory.batchsze: not a key of memory; did you mean memory.batchsize? write "
+        "memory.batchsize=16 (in job 1 (++memory.batchsze=16)); nothing was run"]
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "multirun").exists()  # no run, no job

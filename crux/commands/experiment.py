@@ -33,6 +33,7 @@ from hydra_plugins.crux_sweeper.crux_sweeper import CruxSweeper
 from crux import backends
 from crux.pipeline import config, heap, processes
 from crux.pipeline.config import CONFIG_PACKAGE, Phase
+from crux.pipeline.keys import refused_override
 from crux.pipeline.refusals import refusals
 from crux.problems import Problem
 from crux.tracking import JobRun, ParameterLeaves, parameter_leaves
@@ -115,7 +116,8 @@ def train_job(cfg: DictConfig, run: JobRun) -> float:
     except Exception:
         run.log_config(cfg)  # the failed run keeps what it was asked to run
         raise
-    run.log_config(cfg, *config.batch_as_applied(cfg.memory.batchsize, {c.name: c.size for c in problem.constraints}))
+    run.log_config(cfg, *config.batch_as_applied(cfg.memory.batchsize, cfg.memory.accumulation_steps,
+                                                 {c.name: c.size for c in problem.constraints}))
     run.check_room(problem, sum(phase.epochs for phase in phases), len(phases))
     if backends.draws_wanted(cfg):
         run.log_metrics(backends.crux_gradient_draws(problem, backends.draws_wanted(cfg), cfg.memory.batchsize,
@@ -166,8 +168,8 @@ def run_job(cfg: DictConfig) -> float:
 
 
 def reported(error: Exception) -> str | None:
-    """A field the problem does not take (Hydra's "Could not override 'problem.X'"), in one line; None for any
-    other error, which Hydra reports."""
+    """A key crux's schema or the problem's function lacks (Hydra's "Could not override 'solver.X'"), in one
+    line; None for any other error, which Hydra reports."""
     if not isinstance(error, ConfigCompositionException):
         return None
     arguments = get_args_parser().parse_args()
@@ -179,7 +181,7 @@ def reported(error: Exception) -> str | None:
                 "config", search + config.overrides_without(arguments.overrides, key), RunMode.MULTIRUN,
                 validate_sweep_overrides=False)
 
-    return config.refused_problem_override(error, composed_without)
+    return refused_override(error, composed_without)
 
 
 def main(program: str = "crux-run") -> None:

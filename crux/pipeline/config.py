@@ -32,9 +32,9 @@ import functools
 import importlib
 import inspect
 import os
-import re
 import secrets
 import sys
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Dict, List, Optional
 
@@ -51,7 +51,7 @@ from hydra_plugins.crux_sweeper.config import SweeperConfig
 from crux import precision as matmul
 from crux import problems
 from crux.derivatives import LAPLACIAN_MODES
-from crux.failures import failure_line
+from crux.failures import failure_line, raised_at, shown_path
 from crux.model import ACTIVATIONS, Model
 from crux.optim import soap
 from crux.options import divisors
@@ -497,18 +497,25 @@ def out_of_range(cfg: DictConfig) -> list[str]:
     return found + timing_refusals(cfg)
 
 
-def batch_as_applied(batchsize: int | None, sizes: dict[str, int]) -> tuple[dict[str, Any], list[str]]:
-    """How ``solve()`` applies ``memory.batchsize`` to constraints of ``sizes`` points (name -> points): each
-    takes ``min(batchsize, points)`` per update. The settings to record instead of the requested ones (a batch
-    size above every constraint's points is the largest constraint's, every update seeing every point) and
-    one line for each thing the request did not do as typed."""
+def batch_as_applied(batchsize: int | None, accumulation_steps: int,
+                     sizes: dict[str, int]) -> tuple[dict[str, Any], list[str]]:
+    """How ``solve()`` applies ``memory.batchsize`` and ``memory.accumulation_steps`` to constraints of ``sizes``
+    points (name -> points): each takes ``min(batchsize, points)`` per micro-batch. The settings to record
+    instead of the requested ones (a batch size above every constraint's points is the largest constraint's,
+    every update seeing every point, and accumulating such batches is one update of the whole set:
+    ``accumulation_steps`` 1) and one line for each thing the request did not do as typed."""
     if batchsize is None:
         return {}, []
     largest = max(sizes, key=sizes.get)
     if batchsize >= sizes[largest]:
-        return ({"memory.batchsize": sizes[largest]} if batchsize > sizes[largest] else {},
-                [f"memory.batchsize={batchsize} is at least every constraint's points (the largest, {largest}, has "
-                 f"{sizes[largest]}): every update saw every point, as with memory=full"])
+        applied = {"memory.batchsize": sizes[largest]} if batchsize > sizes[largest] else {}
+        lines = [f"memory.batchsize={batchsize} is at least every constraint's points (the largest, {largest}, has "
+                 f"{sizes[largest]}): every update saw every point, as with memory=full"]
+        if accumulation_steps > 1:
+            applied["memory.accumulation_steps"] = 1
+            lines.append(f"memory.accumulation_steps={accumulation_steps} ran as 1: each micro-batch would have been "
+                         f"the whole set again, so one update of the whole set ran")
+        return applied, lines
     whole = [f"{name} ({points} points)" for name, points in sizes.items() if points <= batchsize]
     return {}, [f"memory.batchsize={batchsize} is at least the points of {', '.join(whole)}: every update took all "
                 f"of them"] if whole else []
@@ -577,14 +584,27 @@ def problem_function(target: str) -> Callable[..., problems.Problem]:
     try:
         function = getattr(importlib.import_module(module), name, None) if module else None
     except ImportError as error:
-        raise ValueError(f"problem._target_={target}: {error}; a problem's module is imported from the working "
-                         f"directory or from an installed package") from None
+        if error.name is None or module == error.name or module.startswith(f"{error.name}."):
+            raise ValueError(f"problem._target_={target}: {error}; a problem's module is imported from the working "
+                             f"directory or from an installed package") from None
+        raise ValueError(f"problem._target_={target}: {module} was found, but {failed_import(error)}") from None
     except Exception as error:  # noqa: BLE001 - the user's module failed while it was imported
         raise ValueError(f"problem._target_={target}: importing {module} failed: {failure_line(error)}") from None
     if not callable(function):
         raise ValueError(f"problem._target_={target}: no function {name!r} in module {module or '(none given)'}; "
                          f"write _target_ as module.function")
     return function
+
+
+def failed_import(error: ImportError) -> str:
+    """What a module that was found failed to import, in one line: where (the user's ``file:line``, else the
+    innermost file the import passed through) and the module that is missing, with the fix."""
+    files = [frame for frame in traceback.extract_tb(error.__traceback__) if os.path.isfile(frame.filename)]
+    where = raised_at(error) or (f"{shown_path(files[-1].filename)}:{files[-1].lineno}" if files else "?")
+    if isinstance(error, ModuleNotFoundError):
+        return (f"{where} imports {error.name}, which is not installed here (No module named {error.name!r}): "
+                f"install it where crux runs, or remove the import")
+    return f"its import at {where} failed: {' '.join(str(error).split())}"
 
 
 def problem_fields(function: Callable[..., Any]) -> list[str]:
@@ -659,29 +679,6 @@ def problem_faults(cfg: DictConfig) -> list[str]:
     except (ValueError, TypeError) as error:
         return [str(error)]
     return []
-
-
-OVERRIDE_REFUSED = re.compile(r"Could not override 'problem\.([^'.]+)'\.\s*To append to your config use "
-                              r"\+problem\.[^=]+=(.*)")
-"""Hydra's refusal of ``problem.X=v`` for a key the problem's config lacks, which suggests ``+problem.X=v``."""
-
-
-def refused_problem_override(error: Exception, compose_without: Callable[[str], DictConfig]) -> str | None:
-    """Hydra's "Could not override 'problem.X'" said as crux says a field the problem's function does not take
-    (:func:`unknown_field`), instead of Hydra's advice to append it with ``+`` (which only moves the refusal);
-    ``compose_without(key)`` composes the job's config without the overrides of ``key``, to find the problem.
-    None for any other error, or when the config does not compose without it either."""
-    match = OVERRIDE_REFUSED.search(str(error))
-    if match is None:
-        return None
-    key, value = match.group(1), match.group(2).strip()
-    try:
-        target = compose_without(f"problem.{key}").problem._target_
-        return unknown_field(target, key, value)
-    except ValueError as refusal:  # the problem's function cannot be found either: the more basic fault
-        return str(refusal)
-    except Exception:  # noqa: BLE001 - another fault of the config: Hydra's own message says it
-        return None
 
 
 def overrides_without(overrides: list[str], key: str) -> list[str]:

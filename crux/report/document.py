@@ -92,39 +92,83 @@ def _environments(records: Sequence[RunRecord]) -> list[str]:
     return lines
 
 
-def _commits(records: Sequence[RunRecord]) -> list[str]:
-    commits = sorted({(str(r.environment.get("git_commit")), str(r.environment.get("git_dirty")))
-                      for r in records})
-    return [f"- commit `{commit}`" + (" with uncommitted changes" if dirty == "True" else "")
-            for commit, dirty in commits]
+def _distinct(records: Sequence[RunRecord], *keys: str) -> list[tuple]:
+    """The distinct values of ``keys`` in the runs' environment.json, in order (None where a run lacks one)."""
+    found: dict[str, tuple] = {}
+    for r in records:
+        values = tuple(r.environment.get(key) for key in keys)
+        found.setdefault(json.dumps(values, sort_keys=True, default=str), values)
+    return [found[text] for text in sorted(found)]
 
 
-def _crux_installs(records: Sequence[RunRecord]) -> list[str]:
-    """How to install the crux the runs ran: its version, and its commit where it ran from a checkout."""
-    found = sorted({(str(r.environment.get("versions", {}).get("crux")), str(r.environment.get("crux_commit")))
-                    for r in records})
+def _folder_code(records: Sequence[RunRecord]) -> list[str]:
+    """The code of the folder the runs ran in: its commit, and the problem module each ran, by file and hash."""
     lines = []
-    for version, commit in found:
-        source = (f"a checkout of crux at commit `{commit}`" if commit != "None" else
-                  f"crux {version} (its wheel, or a checkout of that version)")
-        lines.append(f"- crux {version}: `pip install /path/to/crux`, from {source}")
+    for commit, dirty in _distinct(records, "git_commit", "git_dirty"):
+        lines.append(f"- the folder's commit `{commit}`" + (" with uncommitted changes" if dirty else "")
+                     if commit else "- the folder was not in a git repository: the problem's file below is its code")
+    for module, file, digest in _distinct(records, "problem_module", "problem_file", "problem_sha256"):
+        if module:
+            lines.append(f"- the problem's module `{module}`" + (f", file `{file}` of sha256 `{digest}`" if digest else
+                                                                   " (its file was not found)"))
     return lines
 
 
+def _crux_installs(records: Sequence[RunRecord]) -> tuple[list[str], list[str]]:
+    """How the runs' crux was installed, in words, and the commands that install that exact crux: its wheel,
+    checked against the wheel's sha256; a checkout at its commit; else the released version."""
+    said, commands = [], []
+    for version, wheel, digest, files, commit, clean in _distinct(
+            records, "crux_version", "crux_wheel", "crux_wheel_sha256", "crux_files_sha256", "crux_commit",
+            "crux_clean"):
+        version = version or next((v for r in records if (v := r.environment.get("versions", {}).get("crux"))), None)
+        if wheel and digest:
+            said.append(f"- crux {version} from the wheel `{wheel}`, sha256 `{digest}`"
+                        + (f" (its installed files: `{files}`)" if files else ""))
+            commands += [f"echo '{digest}  {wheel}' | sha256sum --check   # the same wheel as the runs'",
+                         f"pip install {shlex.quote(wheel)}"]
+        elif commit:
+            said.append(f"- crux {version} from a checkout at commit `{commit}`" + (
+                "" if clean else ", with uncommitted changes (the commit alone does not hold the code that ran)"
+                if clean is False else ""))
+            commands += [f"git -C crux checkout {commit}   # in a clone of crux's repository", "pip install ./crux"]
+        else:
+            said.append(f"- crux {version}" + (f", its installed files `{files}`" if files else "")
+                        + " (no wheel or checkout recorded)")
+            commands.append(f"pip install crux=={version}")
+    return said, commands
+
+
+def _runtime(records: Sequence[RunRecord]) -> tuple[list[str], list[str]]:
+    """The jax, jaxlib and optax the runs ran, the backend, device and matmul precision, and the command that
+    installs those versions."""
+    said, pins = [], set()
+    for versions, backend, device, precision in _distinct(records, "versions", "backend", "device_kind",
+                                                         "matmul_precision"):
+        versions = dict(versions or {})
+        named = [(package, versions.get(package)) for package in ("jax", "jaxlib", "optax")]
+        said.append("- " + ", ".join(f"{package} {found}" for package, found in named)
+                    + f" on {backend} ({device}), matmul precision {precision}")
+        pins |= {f"{package}=={found}" for package, found in named if found}
+    return said, [f"pip install {' '.join(sorted(pins))}"] if pins else []
+
+
 def _reproduce(sweep: Sweep, overrides: str) -> list[str]:
-    """Commands that run the sweep again where it ran: the folder, the crux to install, the command as typed
-    (a sweep file's path and ``--config-dir`` included), then the report."""
+    """Commands that run the sweep again: the folder, the exact crux and jax to install, the command as typed
+    (a sweep file's path and ``--config-dir`` included), then the report; and what identifies the code."""
     command = sweep.parent_tags.get(COMMAND) or f"crux-sweep {sweep.name} {overrides}".rstrip()
     folder = sweep.parent_tags.get(WORKING_DIR)
+    installs, install_commands = _crux_installs(sweep.records)
+    runtime, runtime_commands = _runtime(sweep.records)
     lines = ["## Reproduce", ""]
     lines += [f"The sweep ran in `{folder}`, which holds what its command names (a sweep file, a config folder, "
-              f"a problem's module); the code there was, per run:" if folder else
-              "The code the runs recorded (the git commit of the folder each ran in):", ""] + _commits(sweep.records)
-    lines += ["", "with crux installed as", ""] + _crux_installs(sweep.records)
-    lines += ["", "```sh"] + ([f"cd {shlex.quote(folder)}"] if folder else []) + [
-        "pip install /path/to/crux   # the crux above", command, f"crux-report {sweep.name}", "```", "",
-        "This report itself (same runs, same report.md and verdicts.json):", "", "```sh",
-        f"MLFLOW_TRACKING_URI={sweep.uri} crux-report {sweep.name} --run {sweep.parent_id}", "```", ""]
+              f"a problem's module); its code, per run:" if folder else "The code the runs recorded:", ""]
+    lines += _folder_code(sweep.records)
+    lines += ["", "with", ""] + installs + runtime
+    lines += ["", "```sh"] + ([f"cd {shlex.quote(folder)}"] if folder else []) + install_commands + runtime_commands
+    lines += [command, f"crux-report {sweep.name}", "```", "",
+              "This report itself (same runs, same report.md and verdicts.json):", "", "```sh",
+              f"MLFLOW_TRACKING_URI={sweep.uri} crux-report {sweep.name} --run {sweep.parent_id}", "```", ""]
     return lines
 
 

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import os
 import platform
-import subprocess
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import jax
+
+from crux.tracking.provenance import checkout, installed_crux, invocation, problem_code
 
 PACKAGES = ("crux", "jax", "jaxlib", "optax", "numpy", "mlflow", "hydra-core", "omegaconf", "jax-numerical-operators")
 
@@ -30,32 +31,19 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _git(root: Path, *args: str) -> str | None:
-    try:
-        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout.strip() if done.returncode == 0 else None
-
-
-def crux_commit() -> str | None:
-    """The commit of the crux checkout this crux runs from (an editable install), else None (a wheel)."""
-    checkout = Path(__file__).resolve().parents[2]
-    top = _git(checkout, "rev-parse", "--show-toplevel")
-    return _git(checkout, "rev-parse", "HEAD") if top and Path(top).resolve() == checkout else None
-
-
-def environment(folder: Path) -> dict[str, Any]:
-    """Versions, backend, device, CPU model, and what identifies the code that ran.
+def environment(folder: Path, problem_target: str | None = None) -> dict[str, Any]:
+    """Versions, backend, device, CPU model, and what identifies the code that ran and how it was run.
 
     ``git_commit`` is the commit of the git repository that holds ``folder`` (a
-    job passes its working directory, where a user's own problem code lives), or
-    ``crux <version>`` outside one; ``git_dirty`` says whether that repository had
-    uncommitted changes (None outside one); ``crux_commit`` is crux's own, where it runs from a checkout.
+    job passes its working directory, where a user's own problem code lives), None
+    outside one; ``git_dirty`` says whether that repository had uncommitted changes
+    (None outside one). crux's own install (:func:`crux.tracking.provenance.installed_crux`),
+    the module of the problem ``problem_target`` names, with its file's sha256
+    (:func:`crux.tracking.provenance.problem_code`), and the command and overrides of
+    the job (:func:`crux.tracking.provenance.invocation`) follow.
     """
     device = jax.devices()[0]
-    commit = _git(folder, "rev-parse", "HEAD")
-    status = _git(folder, "status", "--porcelain") if commit else None
+    folder_state = checkout(folder)
     return {
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -65,7 +53,9 @@ def environment(folder: Path) -> dict[str, Any]:
         "device_count": jax.device_count(),
         "cpu": _cpu_model(),
         "cpu_count": len(os.sched_getaffinity(0)),
-        "git_commit": commit or f"crux {_version('crux')}",
-        "git_dirty": None if status is None else bool(status),
-        "crux_commit": crux_commit(),
+        "git_commit": folder_state["commit"],
+        "git_dirty": None if folder_state["clean"] is None else not folder_state["clean"],
+        **installed_crux(),
+        **problem_code(problem_target),
+        **invocation(),
     }

@@ -354,7 +354,8 @@ class JobRun:
         folder = Path.cwd()
         precision = resolved["solver"].get("precision")  # the job's updates' matmul precision (crux.precision)
         self._write(ENVIRONMENT, lambda: (self._staged / ENVIRONMENT).write_text(
-            json.dumps({**environment(folder), "matmul_precision": precision}, indent=1)))
+            json.dumps({**environment(folder, resolved["problem"].get("_target_")), "matmul_precision": precision},
+                       indent=1)))
         params = {**flatten(effective_settings(cfg, resolved)), VARIANT_PARAM: self.variant}
         for key, value in (applied or {}).items():
             params[f"{key}{REQUESTED}"], params[key] = params[key], str(value)

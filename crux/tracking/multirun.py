@@ -49,7 +49,8 @@ from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
-from crux.pipeline.config import effective_settings, overrides_without, refused_problem_override
+from crux.pipeline.config import effective_settings, overrides_without
+from crux.pipeline.keys import refused_override
 from crux.pipeline.refusals import refusals as job_refusals
 from crux.tracking.contract import (BACKEND, CLAIM, CLAIMS, COMMAND, ERROR_MESSAGE, ERROR_TYPE, FAILED, FINISHED, HOST,
                                    JOB, KILLED, NOTE, OVERRIDES, PARENT, PID, PLANNED_JOBS, PLANNED_JOB_COUNT,
@@ -182,7 +183,7 @@ class Multirun:
                 found = job_refusals(cfg)
             except CONFIG_ERRORS as error:
                 without = lambda key: self.compose(self.config, overrides_without(list(overrides), key))  # noqa: E731
-                found = [refused_problem_override(error, without) or _one_line(error)]
+                found = [refused_override(error, without) or _one_line(error)]
             configs.append(cfg)
             for refusal in found:
                 refusals.setdefault(refusal, []).append(number)

@@ -1,0 +1,68 @@
+"""What identifies the code that produced a run: crux's wheel by its sha256 (or its checkout by commit and
+state), the user's problem module by its file's sha256, and no commit where the folder is not a repository."""
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from importlib.metadata import Distribution
+from pathlib import Path
+
+from crux.tracking.environment import environment
+from crux.tracking.provenance import installed_crux, problem_code
+
+REPO = Path(__file__).resolve().parent.parent
+WHEEL_SHA256 = "a611795fdefcba1c47d18d1a754c5fe97cb8c3ccf606be3bc715fe8873a09754"
+RECORD = """crux/__init__.py,sha256=AAAA,10
+crux/__pycache__/__init__.cpython-311.pyc,,
+hydra_plugins/crux_sweeper/__init__.py,sha256=BBBB,5
+crux-0.1.0.dist-info/RECORD,,
+crux-0.1.0.dist-info/direct_url.json,sha256=CCCC,252
+../../../bin/crux-run,sha256=DDDD,179
+"""
+
+
+def wheel_install(folder: Path) -> Distribution:
+    """A distribution as pip leaves one installed from a local wheel: METADATA, RECORD, direct_url.json."""
+    info = folder / "crux-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: crux\nVersion: 0.1.0\n")
+    (info / "RECORD").write_text(RECORD)
+    (info / "direct_url.json").write_text(json.dumps({
+        "archive_info": {"hash": f"sha256={WHEEL_SHA256}", "hashes": {"sha256": WHEEL_SHA256}},
+        "url": "file:///home/someone/wheels/crux-0.1.0-py3-none-any.whl"}))
+    return Distribution.at(info)
+
+
+def test_a_wheel_install_is_identified_by_the_wheels_hash_and_its_files(tmp_path):
+    found = installed_crux(wheel_install(tmp_path))
+    files = hashlib.sha256(b"crux/__init__.py,AAAA\nhydra_plugins/crux_sweeper/__init__.py,BBBB").hexdigest()
+    assert found == {"crux_version": "0.1.0", "crux_wheel": "crux-0.1.0-py3-none-any.whl",
+                     "crux_wheel_sha256": WHEEL_SHA256, "crux_files_sha256": files,  # crux's files, no caches
+                     "crux_commit": None, "crux_clean": None}
+
+
+def test_a_checkout_install_is_identified_by_its_commit_and_whether_it_was_clean():
+    found = installed_crux()  # the tests run on an editable install of this checkout
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    status = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain"], capture_output=True, text=True).stdout
+    assert (found["crux_commit"], found["crux_clean"]) == (head.strip(), not status)
+    assert found["crux_wheel"] is None and found["crux_files_sha256"] is None
+
+
+def test_the_problems_module_is_identified_by_its_file_and_hash_without_importing_it(tmp_path, monkeypatch):
+    text = b"import crux_no_such_dependency\n\n\ndef line(n, hidden, activation, seed):\n    pass\n"
+    (tmp_path / "crux_provenance_mine.py").write_bytes(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    assert problem_code("crux_provenance_mine.line") == {
+        "problem_module": "crux_provenance_mine", "problem_file": "crux_provenance_mine.py",
+        "problem_sha256": hashlib.sha256(text).hexdigest()}
+    assert problem_code("crux_provenance_absent.line") == {"problem_module": "crux_provenance_absent"}
+    assert problem_code(None) == {}
+
+
+def test_a_folder_outside_git_records_no_commit(tmp_path):
+    found = environment(tmp_path, "crux.problems.poisson1d")
+    assert (found["git_commit"], found["git_dirty"]) == (None, None)
+    assert found["problem_module"] == "crux.problems" and len(found["problem_sha256"]) == 64
