@@ -73,8 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(line(result, verdict.verdict), flush=True)
         results.append({"option": option, "attempts": [vars(a) for a in result.attempts],
                         "run_options": result.run_options, "verdict": verdict.as_dict()})
-    if args.out is not None:
-        args.out.write_text(json.dumps({"budget_bytes": budget, "results": results}, indent=2))
+        if args.out is not None:  # after each option: a run stopped at a time limit keeps those done
+            args.out.write_text(json.dumps({"budget_bytes": budget, "results": results}, indent=2))
     return 0
 
 

@@ -29,7 +29,8 @@
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-python=${PYTHON:-python3}
+python=$(command -v "${PYTHON:-python3}") || { echo "no ${PYTHON:-python3} here" >&2; exit 2; }
+python="$(cd "$(dirname "$python")" && pwd)/$(basename "$python")"  # absolute (not resolved): the steps run elsewhere
 sweeps=(accumulation inner_steps checkpoint offload substeps phases resume precision devices)
 every_step=("${sweeps[@]}" bench capacity)
 
@@ -100,11 +101,13 @@ start=$(date +%s)
 budget=${BUDGET_S:-$(( dry ? 1800 : 570 ))}
 left() { echo $(( budget - ($(date +%s) - start) )); }
 
-# step NAME MIN_S COMMAND...: run with the time left as its limit (at least MIN_S), log status and seconds.
+# step NAME MIN_S MAX_S COMMAND...: run with the time left as its limit (at least MIN_S, at most MAX_S where MAX_S
+# is not 0), log status and seconds.
 step() {
-    local name=$1 floor=$2 limit t0 status
-    shift 2
+    local name=$1 floor=$2 most=$3 limit t0 status
+    shift 3
     limit=$(left)
+    (( most > 0 && limit > most )) && limit=$most
     if (( limit < floor )); then
         echo "== $name: skipped, ${limit} s left of the budget and it needs at least ${floor} s"
         return 0
@@ -193,17 +196,18 @@ for name in "${chosen[@]}"; do
     case $name in
         bench)
             if (( dry )); then
-                step bench 20 "$python" "$root/scripts/bench.py" --quick --problems small --repeats 2 --out "$OUT"
+                step bench 20 0 "$python" "$root/scripts/bench.py" --quick --problems small --repeats 2 --out "$OUT"
             else
-                step bench 60 "$python" "$root/scripts/bench.py" --problems standard,small --repeats 3 --out "$OUT"
+                step bench 60 0 "$python" "$root/scripts/bench.py" --problems standard,small,fusing,throughput \
+                    --sizes 16384,65536 --widths 64,256 --peak-tflops "${PEAK_TFLOPS:-197}" --out "$OUT"
             fi ;;
         capacity)
             if [[ ! -f "$root/scripts/capacity.py" ]]; then
                 echo "== capacity: skipped, this checkout has no scripts/capacity.py"
             elif (( dry )); then
-                step capacity 20 "$python" "$root/scripts/capacity.py" --budget-bytes 4194304 --out "$OUT/capacity.json"
+                step capacity 20 0 "$python" "$root/scripts/capacity.py" --budget-bytes 4194304 --out "$OUT/capacity.json"
             else
-                step capacity 60 "$python" "$root/scripts/capacity.py" --out "$OUT/capacity.json"
+                step capacity 60 300 "$python" "$root/scripts/capacity.py" --out "$OUT/capacity.json"
             fi ;;
         devices)
             if (( ${device_count:-1} < 2 )); then
@@ -212,12 +216,12 @@ for name in "${chosen[@]}"; do
             fi ;&
         *)
             # shellcheck disable=SC2086
-            step "sweep $name" 30 "$python" -m crux.commands.sweep "$name" $( ((dry)) && echo "${tiny[$name]}" ) \
+            step "sweep $name" 30 0 "$python" -m crux.commands.sweep "$name" $( ((dry)) && echo "${tiny[$name]}" ) \
                 "hydra.sweep.dir=$work/multirun/$name"
             if [[ "${REPORTS:-1}" == 0 ]]; then
                 echo "== report $name: left for later (REPORTS=0): crux-report $name, against the returned store"
             else
-                step "report $name" 20 "$python" -m crux.report "$name" --out "$work/reports/$name"
+                step "report $name" 20 0 "$python" -m crux.report "$name" --out "$work/reports/$name"
             fi ;;
     esac
 done
