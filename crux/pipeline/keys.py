@@ -29,6 +29,8 @@ from crux.pipeline.config import OPTIMIZERS, SCHEDULES, unknown_field
 
 CHECKED_ELSEWHERE = ("problem", "timing.against")
 """Nodes whose keys are not the schema's: a problem's fields (its function's parameters), a timing's options."""
+LEARNING_RATE = ("lr", "learning_rate")
+"""An optimizer's keys that name its learning rate, which the schedule gives in crux."""
 UNTYPED = {"optimizer": OPTIMIZERS, "schedule": SCHEDULES}
 """The schemas of a later phase's ``optimizer`` and ``schedule``, by their ``name``."""
 
@@ -52,6 +54,10 @@ def unknown_key(path: str, fields: list[str], value: Any = None, file: str | Non
     prefix = f"{parent}." if parent else ""
     named, where = (f"{path} (in {file})" if file else path), parent or "the config"
     closest = difflib.get_close_matches(key, fields, n=1)
+    if key in LEARNING_RATE and parent.rpartition(".")[2] == "optimizer":
+        schedule = f"{parent.rpartition('.')[0]}.schedule".lstrip(".")
+        return (f"{named}: not a key of {where}; the learning rate is the schedule's: write {schedule}.value="
+                f"{'...' if value is None else value} (schedule=constant) or {schedule}.peak (schedule=warmup_cosine)")
     if not closest:
         return f"{named}: not a key of {where}; its keys are {', '.join(fields)}: remove it or set one of them"
     shown = "..." if value is None or isinstance(value, (dict, list, DictConfig)) else value
