@@ -21,8 +21,11 @@ MISSPELT = {
     "memory.batchsze=8": "memory.batchsze: not a key of memory; did you mean memory.batchsize? write "
                          "memory.batchsize=8",
     "gradient_draw=4": "gradient_draw: not a key of the config; did you mean gradient_draws? write gradient_draws=4",
-    "optimizer.lr=0.1": "optimizer.lr: not a key of optimizer; its keys are name, b1, b2, eps: remove it or set one "
-                        "of them",
+    "optimizer.lr=0.1": "optimizer.lr: not a key of optimizer; the learning rate is the schedule's: write "
+                        "schedule.value=0.1 (schedule=constant) or schedule.peak (schedule=warmup_cosine)",
+    "optimizer.bb1=0.9": "optimizer.bb1: not a key of optimizer; did you mean optimizer.b1? write optimizer.b1=0.9",
+    "solver.zzz=1": "solver.zzz: not a key of solver; its keys are epochs, inner_steps, substeps, seed, devices, "
+                    "precision: remove it or set one of them",
 }
 
 

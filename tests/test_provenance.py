@@ -45,7 +45,8 @@ def test_a_wheel_install_is_identified_by_the_wheels_hash_and_its_files(tmp_path
 def test_a_checkout_install_is_identified_by_its_commit_and_whether_it_was_clean():
     found = installed_crux()  # the tests run on an editable install of this checkout
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
-    status = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain"], capture_output=True, text=True).stdout
+    status = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                            capture_output=True, text=True).stdout
     assert (found["crux_commit"], found["crux_clean"]) == (head.strip(), not status)
     assert found["crux_wheel"] is None and found["crux_files_sha256"] is None
 

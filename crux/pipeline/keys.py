@@ -29,6 +29,8 @@ from crux.pipeline.config import OPTIMIZERS, SCHEDULES, unknown_field
 
 CHECKED_ELSEWHERE = ("problem", "timing.against")
 """Nodes whose keys are not the schema's: a problem's fields (its function's parameters), a timing's options."""
+LEARNING_RATE = ("lr", "learning_rate")
+"""An optimizer's keys that name its learning rate, which the schedule gives in crux."""
 UNTYPED = {"optimizer": OPTIMIZERS, "schedule": SCHEDULES}
 """The schemas of a later phase's ``optimizer`` and ``schedule``, by their ``name``."""
 
@@ -51,6 +53,10 @@ def unknown_key(path: str, fields: list[str], value: Any = None, file: str | Non
     parent, _, key = path.rpartition(".")
     prefix = f"{parent}." if parent else ""
     named, where = (f"{path} (in {file})" if file else path), parent or "the config"
+    if key in LEARNING_RATE and parent.rpartition(".")[2] == "optimizer":
+        schedule = f"{parent.rpartition('.')[0]}.schedule".lstrip(".")
+        return (f"{named}: not a key of {where}; the learning rate is the schedule's: write {schedule}.value="
+                f"{'...' if value is None else value} (schedule=constant) or {schedule}.peak (schedule=warmup_cosine)")
     closest = difflib.get_close_matches(key, fields, n=1)
     if not closest:
         return f"{named}: not a key of {where}; its keys are {', '.join(fields)}: remove it or set one of them"
@@ -65,12 +71,11 @@ def unknown_keys(cfg: DictConfig, path: str = "") -> list[str]:
     fields = schema_fields(cfg, path)
     found = []
     for key in cfg.keys():
-        where = f"{path}.{key}" if path else str(key)
+        where, node = (f"{path}.{key}" if path else str(key)), cfg._get_node(key)  # as written: not resolved
         if fields is not None and key not in fields:
-            value = cfg._get_node(key)
-            found.append(unknown_key(where, fields, None if OmegaConf.is_config(value) else value._value()))
-        elif where not in CHECKED_ELSEWHERE and OmegaConf.is_dict(cfg._get_node(key)):
-            found += unknown_keys(cfg[key], where)
+            found.append(unknown_key(where, fields, None if OmegaConf.is_config(node) else node._value()))
+        elif where not in CHECKED_ELSEWHERE and OmegaConf.is_dict(node):
+            found += unknown_keys(node, where)
     return found
 
 

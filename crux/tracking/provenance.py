@@ -39,10 +39,10 @@ def git(root: Path, *args: str) -> str | None:
 
 
 def checkout(root: Path) -> dict[str, Any]:
-    """``commit`` of the git repository holding ``root`` and ``clean`` (no uncommitted changes); both None
-    outside one."""
+    """``commit`` of the git repository holding ``root`` and ``clean`` (no uncommitted changes to the files git
+    tracks: what runs write beside them, a store or Hydra's folders, does not count); both None outside one."""
     commit = git(root, "rev-parse", "HEAD")
-    status = git(root, "status", "--porcelain") if commit else None
+    status = git(root, "status", "--porcelain", "--untracked-files=no") if commit else None
     return {"commit": commit, "clean": None if status is None else not status}
 
 
