@@ -2,7 +2,7 @@
 
 The claims' table says when to reach for each memory option: ``batchsize`` when the dataset does not fit,
 ``accumulation_steps`` for a larger effective batch than fits, ``checkpoint_gradients`` for very deep networks,
-``offload_data`` for very large datasets. Each is shown where it matters: sizes double, from ``start``, until
+``offload_data`` for very large datasets. Each is shown where it matters: sizes grow, from ``start``, until
 the run without the option does not fit the budget (its compiled update needs more bytes than the budget, or
 XLA refuses it with RESOURCE_EXHAUSTED); that size is evidence, recorded in one line. Then the option's run at
 that size trains a couple of updates, and its peak (``memory["peak_bytes"]``, :mod:`crux.device_memory`) is
@@ -144,21 +144,42 @@ def attempt(points: int, hidden: Sequence[int], options: dict[str, Any]) -> Atte
     return Attempt(points, device_memory.compiled_bytes(memory))
 
 
+def _factor(tried: Attempt, budget: int, growth: int) -> int:
+    """The factor to the next size up: ``growth``, or, where ``tried`` needs a small share of ``budget``, the
+    largest power of ``growth`` that keeps its need, grown in proportion to the points, within half the budget
+    (a PINN's update needs memory in proportion to its points once they fill the device's tiles)."""
+    if tried.needed is None or tried.needed <= 0 or budget <= 2 * tried.needed * growth:
+        return growth
+    return growth ** max(int(math.log(budget / (2 * tried.needed), growth)), 1)
+
+
 def smallest_not_fitting(budget: int, try_size: Callable[[int], Attempt], start: int, limit: int,
                          refine: bool = False, growth: int = 2) -> list[Attempt]:
-    """The sizes tried, growing ``growth``-fold from ``start`` until one does not fit ``budget`` (or ``limit`` is
-    passed), or, where ``start`` does not fit, halving until one does; with ``refine``, then bisected between the
-    largest that fits and the smallest that does not until they are within an eighth of each other."""
+    """The sizes tried: from ``start``, growing (by ``growth``, or by a power of it where a size needs a small share
+    of ``budget``) until one does not fit (or ``limit`` is passed), or, where ``start`` does not fit, halving until
+    one does; then bisected, in powers of ``growth``, to the smallest ``start · growth^k`` that does not fit; with
+    ``refine``, further between the largest that fits and the smallest that does not until they are within an
+    eighth of each other."""
     tried = [try_size(start)]
-    step = (lambda n: n // 2) if not tried[0].fits(budget) else (lambda n: n * growth)
-    while tried[-1].fits(budget) == tried[0].fits(budget):
-        size = step(tried[-1].points)
+    fits_first = tried[0].fits(budget)
+    while tried[-1].fits(budget) == fits_first:
+        if fits_first:
+            factor = _factor(tried[-1], budget, growth)
+            while factor > growth and tried[-1].points * factor > limit:
+                factor //= growth
+            size = tried[-1].points * factor
+        else:
+            size = tried[-1].points // 2
         if not 1 <= size <= limit:
             return tried  # every size fits, or none does: nothing to bracket
         tried.append(try_size(size))
+    low = max(a.points for a in tried if a.fits(budget))
+    high = min(a.points for a in tried if not a.fits(budget))
+    while high > low * growth:  # a jump overshot: halve the powers of growth between them
+        middle = low * growth ** max(round(math.log(high / low, growth) / 2), 1)
+        tried.append(try_size(middle))
+        low, high = (middle, high) if tried[-1].fits(budget) else (low, middle)
     if refine:
-        low = max(a.points for a in tried if a.fits(budget))
-        high = min(a.points for a in tried if not a.fits(budget))
         while high - low > max(high // 8, 1):
             middle = (low + high) // 2
             tried.append(try_size(middle))
@@ -167,19 +188,29 @@ def smallest_not_fitting(budget: int, try_size: Callable[[int], Attempt], start:
 
 
 def measure(option: str, budget: int, width: int = 64, start: int = 64, limit: int = 2 ** 26,
-            offload_batch: int = 256) -> Capacity:
+            offload_batch: int = 256, compiled: dict[tuple, Attempt] | None = None) -> Capacity:
     """Show ``option`` (one of :data:`OPTIONS`) at the smallest size that does not fit ``budget`` bytes without it.
 
     Nothing that does not fit stops it: a size that does not fit is recorded as such; the option's own run is
-    recorded as not trained, with XLA's message, if it does not fit either.
+    recorded as not trained, with XLA's message, if it does not fit either. ``compiled`` keeps the sizes tried
+    between calls (``batchsize`` and ``accumulation_steps`` try the same runs without them): pass one dict to
+    the calls of one device.
     """
     if option not in OPTIONS:
         raise ValueError(f"capacity: no option {option!r}; choose from {', '.join(OPTIONS)}")
     setup = setups(width, offload_batch)[option]
     if option == "offload_data":  # a batch of offload_batch needs a larger point set to be drawn from
         start = max(start, 2 * offload_batch)
-    attempts = smallest_not_fitting(budget, lambda n: attempt(n, setup.hidden, setup.without(n)), start, limit,
-                                    setup.refine, setup.growth)
+    compiled = {} if compiled is None else compiled
+
+    def try_size(points: int) -> Attempt:
+        without = setup.without(points)
+        key = (points, setup.hidden, tuple(sorted(without.items())))
+        if key not in compiled:
+            compiled[key] = attempt(points, setup.hidden, without)
+        return compiled[key]
+
+    attempts = smallest_not_fitting(budget, try_size, start, limit, setup.refine, setup.growth)
     capacity = Capacity(option, budget, tuple(attempts))
     failing, largest = capacity.does_not_fit, capacity.largest_fit
     if failing is None or largest is None:  # every size fitted, or not even the first did: nothing to show

@@ -3,8 +3,8 @@
     python scripts/capacity.py --options checkpoint_gradients --out capacity.json   # on a device: its memory
     python scripts/capacity.py --budget-bytes 4194304                                # on a CPU: a declared budget
 
-Sizes are points of the 1-D Poisson problem, doubled from --start until the run without the option does not fit
-the budget (XLA's compiled memory analysis needs more, or XLA refuses with RESOURCE_EXHAUSTED); the option's run
+Sizes are points of the 1-D Poisson problem, grown from --start to the smallest power-of-two multiple that the run
+without the option does not fit (XLA's compiled memory analysis needs more, or XLA refuses with RESOURCE_EXHAUSTED); the option's run
 then trains two updates at that size and its peak is held to the budget (crux.capacity). On a device the budget
 is its memory (memory_stats()["bytes_limit"]); a CPU reports none, so the budget is declared there.
 """
@@ -66,9 +66,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if min(width, start, batch) < 1:
         parser.error(f"--width {width}, --start {start}, --offload-batch {batch}: each must be at least 1")
     logging.getLogger("crux").setLevel(logging.WARNING)
-    results = []
+    results, compiled = [], {}
     for option in options:
-        result = capacity.measure(option, budget, width=width, start=start, offload_batch=batch)
+        result = capacity.measure(option, budget, width=width, start=start, offload_batch=batch, compiled=compiled)
         verdict = capacity_verdict(option, result.metrics())
         print(line(result, verdict.verdict), flush=True)
         results.append({"option": option, "attempts": [vars(a) for a in result.attempts],

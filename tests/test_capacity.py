@@ -58,6 +58,22 @@ def test_sizes_are_bracketed_from_any_start(start, refine, expected):
 
 
 def test_sizes_that_all_fit_or_none_fits_are_reported_as_tried():
+    # far under the budget: the jump stops at the largest size within the limit, and that fits too
     assert [a.points for a in library.smallest_not_fitting(10 ** 9, lambda n: library.Attempt(n, n), 64, 256)] == \
-        [64, 128, 256]
+        [64, 256]
     assert [a.points for a in library.smallest_not_fitting(0, lambda n: library.Attempt(n, n), 4, 256)] == [4, 2, 1]
+
+
+@pytest.mark.parametrize("need, bracket, at_most", [
+    (lambda n: 1000 * n, (8192, 16384), 4),  # in proportion to the points: 4 -> x1024 -> x2 -> x2
+    (lambda n: n * n, (2048, 4096), 6),  # faster than that: the jump overshoots and is bisected back
+])
+def test_a_size_far_under_the_budget_jumps_and_is_bisected_back_to_the_smallest_that_does_not_fit(
+        need, bracket, at_most):
+    """From 4 points, far under a budget of 10^7 bytes, the search ends at the same two neighbouring powers of two
+    as doubling would (13 sizes from 4 to 16384), in fewer compiles."""
+    tried = library.smallest_not_fitting(10 ** 7, lambda n: library.Attempt(n, need(n)), 4, 2 ** 30)
+    low = max(a.points for a in tried if a.fits(10 ** 7))
+    high = min(a.points for a in tried if not a.fits(10 ** 7))
+    assert (low, high) == bracket
+    assert len(tried) <= at_most
