@@ -89,8 +89,11 @@ def tracking_uri(configured: str | None) -> str:
     """``configured``, else ``$MLFLOW_TRACKING_URI``, else ``mlflow.db`` in the working directory.
 
     A relative SQLite path is made absolute against the working directory of the command that was typed; a
-    PostgreSQL password is moved out of the URI into the environment (:func:`crux.tracking.secrets.without_password`).
+    password is moved out of the URI into the environment (:func:`crux.tracking.secrets.without_password`), and out
+    of ``$MLFLOW_TRACKING_URI`` too, which the processes a sweep starts inherit.
     """
+    if not configured and os.environ.get("MLFLOW_TRACKING_URI"):
+        os.environ["MLFLOW_TRACKING_URI"] = without_password(os.environ["MLFLOW_TRACKING_URI"])
     uri = without_password(configured or os.environ.get("MLFLOW_TRACKING_URI") or f"{SQLITE}mlflow.db")
     if uri.startswith(SQLITE):
         return f"{SQLITE}{Path(uri[len(SQLITE):]).resolve()}"
