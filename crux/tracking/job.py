@@ -214,6 +214,7 @@ class JobRun:
         self.client, self.variant, self.repeat, self.job = client, variant, repeat, job
         self.hands_over = hands_over and overlap and sweep_dir is not None and job is not None
         self._results: tuple[Results, Statistics, Mapping[str, float]] | None = None  # what it hands over
+        self._outcome: Callable[[], str] | None = None  # the job's result line, said by the job itself
         self.artifact_location = artifact_location  # the experiment's artifact folder, where known
         self.sweep_dir = sweep_dir
         self.history_points = history_points  # per series sent as metrics; None: every epoch
@@ -300,6 +301,7 @@ class JobRun:
             log.error("the tracking store failed: %s; run %s stays open until the next crux-sweep --resume or "
                       "crux-report closes it", error, self._run_id or "(not created)")
             self._writer.submit(lambda: self._forget(str(error)))
+            self._say_outcome()
             return False
         with deferred():
             if error is None:
@@ -310,8 +312,10 @@ class JobRun:
                         return False
                 self._writer.submit(lambda: self._close(FINISHED, [], ended))
                 if self.overlap and not self.hands_over:
+                    self._say_outcome()
                     return False
                 self._writer.drain()
+                self._say_outcome()
                 if self._failure is not None:
                     what, failure = self._failure
                     raise WriteFailed(f"writing {what} failed: {failure_line(failure)}") from failure
@@ -321,6 +325,7 @@ class JobRun:
             tags = [RunTag(ERROR_TYPE, kind.__name__), RunTag(ERROR_MESSAGE, what[:MESSAGE_CHARS])]
             self._writer.submit(lambda: self._close(KILLED if stopped else FAILED, tags, None))
             self._writer.drain()  # the exception may end the process: the run is closed first
+            self._say_outcome()
         return False
 
     def check_room(self, problem: Problem, epochs: int, phases: int) -> None:
@@ -401,19 +406,30 @@ class JobRun:
                                      summary, tags), stats, errors)
             return
         uri = self.client.tracking_uri
-        self._write_outcome(stats, summary, tags, now, lambda: outcome_line(stats, errors, self._run_id, uri))
+        self._outcome = lambda: outcome_line(stats, errors, self._run_id, uri)
+        self._write_outcome(stats, summary, tags, now)
+
+    def _say_outcome(self) -> None:
+        """Log the job's result line in the job's own thread, once its run is created (or could not be): the
+        writer works on while the next job of the sweep runs, whose log and console a line of the writer's would
+        reach, or miss while Hydra sets up that job's logging."""
+        if self._outcome is not None:
+            self._created.wait()
+            log.info("%s", self._outcome())
+            self._outcome = None
 
     def _write_outcome(self, stats: Statistics, summary: Mapping[str, float], tags: Mapping[str, str], now: int,
-                       outcome: Callable[[], str]) -> None:
+                       outcome: Callable[[], str] | None = None) -> None:
         """Hand the histories (thinned by the writer too), the summary, ``history.png`` and the ``outcome`` line
-        to the writer."""
+        (where given; a job says its own, :meth:`_say_outcome`) to the writer."""
         self._write("the histories", lambda: log_history(
             self.client, self.run_id, *thinned(stats.epoch, history_series(stats), self.history_points), now))
         self._write("the summary", lambda: self.client.log_batch(
             self.run_id, metrics=[Metric(key, float(value), now, 0) for key, value in summary.items()],
             tags=[RunTag(key, value) for key, value in tags.items()]))
         self._write(HISTORY_PLOT, lambda: stats.plot(self._staged / HISTORY_PLOT))
-        self._writer.submit(lambda: log.info("%s", outcome()))
+        if outcome is not None:
+            self._writer.submit(lambda: log.info("%s", outcome()))
 
     def _hand_over(self, ended: int) -> bool:
         """Leave the results and the staged artifacts to the sweep's driver, the run open for it; False, said in
