@@ -213,3 +213,24 @@ def test_a_sweep_ends_with_a_line_per_job_from_its_newest_run():
                                   "  0  full     FAILED             -      1.0",
                                   "  1  b8_acc4  FINISHED     0.01235      2.5",
                                   " 10  b8 r1    FAILED             -        -"]
+
+
+def test_a_store_fault_while_a_run_closes_stops_the_sweep_and_its_job_is_not_counted(store, monkeypatch):
+    """The store goes away as job 0's run is closed FINISHED (its last write): that is a store fault like any
+    other, recorded at once, so the jobs after it are not started and job 0 is not counted as finished."""
+    from requests.exceptions import ConnectionError as RequestsConnectionError
+
+    set_terminated = MlflowClient.set_terminated
+
+    def closing_fails(self, run_id, status=None, end_time=None):
+        if status == contract.FINISHED:
+            raise RequestsConnectionError("[Errno 111] Connection refused")
+        return set_terminated(self, run_id, status, end_time)
+
+    monkeypatch.setattr(MlflowClient, "set_terminated", closing_fails)
+    launched, ended = sweep(store, "solver.epochs=20,21,22", "tracking.retry_seconds=0.2")
+    assert isinstance(ended, SystemExit) and "Connection refused" in ended.code
+    assert "; 0 of the 3 jobs run finished, none started after it; parent run " in ended.code
+    client, parent, children = runs(store)
+    assert parent.info.status == contract.FAILED
+    assert [(c.data.tags[contract.JOB], c.info.status) for c in children] == [("0", contract.KILLED)]

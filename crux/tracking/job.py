@@ -551,6 +551,10 @@ class JobRun:
             log.info("run %s closed %s, its results written in %.2f s", self.run_id, status,
                      time.perf_counter() - start)
         except Exception as error:  # noqa: BLE001 - said; crux-report or a resumed sweep closes it later
+            if isinstance(error, StoreFault) and self.sweep_dir is not None:
+                record_fault(self.sweep_dir, self._run_id, str(error))  # no job starts, no write waits, after it
+            if self.job is not None and self.sweep_dir is not None and status == FINISHED:
+                _unwritten_jobs.setdefault(self.sweep_dir, set()).add(self.job)  # its run is not FINISHED
             log.error("run %s could not be closed %s: %s", self.run_id, status, failure_line(error))
         finally:
             self._files.cleanup()
