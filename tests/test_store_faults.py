@@ -132,7 +132,7 @@ def small_disk(tmp_path) -> Iterator[Path]:
     try:
         yield disk
     finally:
-        subprocess.run(["umount", str(disk)], check=True)
+        subprocess.run(["umount", "--lazy", str(disk)], check=True)  # freed once this process's store clients let go
 
 
 def test_a_store_without_room_for_a_job_is_refused_before_it_trains(small_disk, empty_store, tmp_path):
@@ -169,3 +169,26 @@ def test_a_store_that_runs_full_while_a_job_trains_ends_the_sweep_in_one_line(sm
     assert last.startswith(f"crux-sweep: the tracking store at sqlite:///{small_disk / 'mlflow.db'} failed: ")
     assert "disk is full" in last and "0 of the 3 jobs run finished, none started after it" in last
     assert output.count("the tracking store did not take") == 1  # job 0 waited; jobs 1 and 2 were not started
+
+
+def test_a_job_refused_for_room_leaves_the_writes_of_the_job_before_it_complete(small_disk, empty_store, tmp_path):
+    """Job 0 (300 epochs, about 0.7 MB) has room and is written while job 1 starts; job 1 (20,000 epochs, about
+    20 MB) is refused before it trains: job 0's run still closes FINISHED with its five artifacts, job 1's closes
+    FAILED with the reason, and the sweep ends with the refusal."""
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{small_disk / 'mlflow.db'}"
+    shutil.copy(empty_store, small_disk / "mlflow.db")
+    process, seen = sweep(tmp_path, uri, "memory=b8", "solver.epochs=300,20000", "tracking.history_points=null"), []
+    assert finish(process, seen) != 0
+    output = "".join(seen)
+    assert "Traceback" not in output and "a job of 80,000 history values needs about " in seen[-1], output[-3000:]
+    assert "1 of the 2 jobs run finished (job 0)" in seen[-1]
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("accumulation").experiment_id],
+                              contract.tag_filter(contract.ROLE, contract.CHILD))
+    job = {run.data.tags[contract.JOB]: run for run in runs}
+    assert {number: run.info.status for number, run in job.items()} == {"0": contract.FINISHED, "1": contract.FAILED}
+    assert sorted(artifact.path for artifact in client.list_artifacts(job["0"].info.run_id)) == [
+        contract.CONFIG, contract.ENVIRONMENT, contract.HISTORY_PLOT, contract.PARAMS, contract.STATS]
+    assert job["1"].data.tags[contract.ERROR_TYPE] == "NoRoom"

@@ -295,9 +295,10 @@ class JobRun:
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  traceback: TracebackType | None) -> bool:
-        if isinstance(error, StoreFault) and self.sweep_dir is not None:  # the sweep stops its jobs
+        no_room = isinstance(error, NoRoom)  # the store is there: this run closes FAILED with the reason
+        if isinstance(error, StoreFault) and not no_room and self.sweep_dir is not None:  # the sweep stops its jobs
             record_fault(self.sweep_dir, self._run_id, str(error))
-        if isinstance(error, StoreFault) and not isinstance(error, NoRoom):  # the store is away: closed later
+        if isinstance(error, StoreFault) and not no_room:  # the store is away: closed later
             log.error("the tracking store failed: %s; run %s stays open until the next crux-sweep --resume or "
                       "crux-report closes it", error, self._run_id or "(not created)")
             self._writer.submit(lambda: self._forget(str(error)))
@@ -326,6 +327,10 @@ class JobRun:
             self._writer.submit(lambda: self._close(KILLED if stopped else FAILED, tags, None))
             self._writer.drain()  # the exception may end the process: the run is closed first
             self._say_outcome()
+            if no_room and self.sweep_dir is not None:
+                # recorded once the writes queued before it are done (an earlier job's, which had room): the
+                # sweep starts no job after it
+                record_fault(self.sweep_dir, None, str(error))
         return False
 
     def check_room(self, problem: Problem, epochs: int, phases: int) -> None:
