@@ -192,3 +192,28 @@ def test_a_job_refused_for_room_leaves_the_writes_of_the_job_before_it_complete(
     assert sorted(artifact.path for artifact in client.list_artifacts(job["0"].info.run_id)) == [
         contract.CONFIG, contract.ENVIRONMENT, contract.HISTORY_PLOT, contract.PARAMS, contract.STATS]
     assert job["1"].data.tags[contract.ERROR_TYPE] == "NoRoom"
+
+
+def test_postgresql_refusals_are_one_line_without_mlflows_retries(postgres_store, tmp_path):
+    """A wrong password and a PostgreSQL server that does not answer are each refused in one line by a check of
+    the server's own, before MLflow's opening of the store (which retries for about 100 s, warning each time)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    wrong = postgres_store.replace(f":{urlsplit(postgres_store).password}@", ":not-its-password@")
+    with socket.socket() as probe:  # a port of 127.0.0.1 that nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        nowhere = f"postgresql://mlflow@127.0.0.1:{probe.getsockname()[1]}/mlflow"
+    env = {key: value for key, value in os.environ.items() if key != "PGPASSWORD"}
+    swept = subprocess.run([sys.executable, "-m", "crux.commands.sweep", "accumulation", *JOBS, f"tracking.uri={wrong}"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    reported = subprocess.run([sys.executable, "-m", "crux.report", "accumulation", "--tracking-uri", nowhere],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    for done, status, line in ((swept, 1, f"crux-sweep: the PostgreSQL server of "
+                                          f"{wrong.replace(':not-its-password', '')} refused the user ("),
+                               (reported, 2, f"crux-report: the PostgreSQL server of {nowhere} did not answer within ")):
+        output = done.stdout + done.stderr
+        assert done.returncode == status and output.strip().splitlines()[-1].startswith(line), output[-3000:]
+        assert "retried" not in output and "Traceback" not in output and "not-its-password" not in output
+    assert "set PGPASSWORD to the user's password" in swept.stderr
+    assert "(Connection refused): start it" in reported.stderr
