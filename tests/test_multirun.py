@@ -234,3 +234,22 @@ def test_a_store_fault_while_a_run_closes_stops_the_sweep_and_its_job_is_not_cou
     client, parent, children = runs(store)
     assert parent.info.status == contract.FAILED
     assert [(c.data.tags[contract.JOB], c.info.status) for c in children] == [("0", contract.KILLED)]
+
+
+def test_a_resume_may_name_the_store_where_it_is_now(store):
+    """The store moved (a server restarted on another port, a file copied elsewhere): ``tracking.uri=`` is where
+    the runs are, not what the jobs compute, so a resume may give another."""
+    before, after = store / "mlflow.db", store / "moved.db"
+    sweep(store, f"tracking.uri=sqlite:///{before}", f"solver.epochs=20,{STOP_AT}")
+    before.rename(after)
+    stopping.clear()
+    try:
+        launched, outcome = sweep(store, f"tracking.uri=sqlite:///{after}", f"solver.epochs=20,{STOP_AT}", resume=True)
+    finally:
+        stopping.add(STOP_AT)
+    assert [(first, [job[-1] for job in jobs]) for first, jobs in launched] == [(1, [f"solver.epochs={STOP_AT}"])]
+    after.rename(before)
+    client, parent, children = runs(store)
+    assert parent.info.status == contract.FINISHED
+    assert [(c.data.tags[contract.JOB], c.info.status) for c in children] == [
+        ("0", contract.FINISHED), ("1", contract.KILLED), ("1", contract.FINISHED)]

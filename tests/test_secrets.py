@@ -10,8 +10,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from crux.tracking.secrets import (PASSWORD_VARIABLE, SECRET_VARIABLES, SERVER_VARIABLES, SHORTEST_SECRET, masked,
-                                   without_password, without_passwords)
+from crux.tracking.secrets import (PASSWORD_VARIABLE, SECRET_VARIABLES, SERVER_VARIABLES, SHORTEST_SECRET,
+                                   credential_variables, masked, without_password, without_passwords)
 from crux.tracking.store import StoreError
 
 TINY = ["solver.epochs=20", "model.width=8", "problem.n_interior=64", "repeat=0", "memory=b8,b32", "gradient_draws=0"]
@@ -35,6 +35,13 @@ def test_a_servers_user_and_password_move_into_mlflows_variables(no_password_var
     assert without_password(f"{scheme}://alice:p%40ss@srv:5000/") == f"{scheme}://srv:5000/"
     assert [os.environ[name] for name in SERVER_VARIABLES] == ["alice", "p@ss"]  # decoded, as MLflow sends them
     assert PASSWORD_VARIABLE not in os.environ
+
+
+def test_a_command_printed_to_run_again_names_the_variables_its_store_needs(no_password_variable):
+    """The URI crux prints holds no password: the variables it went to are named for the user's shell."""
+    assert credential_variables(without_password("postgresql://crux:pw12@db/mlflow")) == [PASSWORD_VARIABLE]
+    assert credential_variables(without_password("https://alice:pw12@srv/")) == list(SERVER_VARIABLES)
+    assert credential_variables("sqlite:////tmp/mlflow.db") == []
 
 
 @pytest.mark.parametrize("uri", ["sqlite:////tmp/mlflow.db", "postgresql://crux@db/mlflow", "http://alice@srv/",

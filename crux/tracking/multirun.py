@@ -63,7 +63,7 @@ from crux.tracking.interrupt import deferred, exit_status, interruptible, signal
 from crux.tracking.handover import Pickup
 from crux.tracking.job import JobRun, as_requested, flatten, unwritten_jobs
 from crux.tracking.liveness import Heartbeat, close_orphans, process_tags
-from crux.tracking.secrets import masked
+from crux.tracking.secrets import credential_variables, masked
 from crux.tracking.store import (DESTINATION, PARENT_RUN, STORE_ERRORS, TRACKING_URI, WRITING, Destination,
                                  StoreError, child_runs, ensure_experiment, experiment_name, store_errors,
                                  tracking_uri, writable_store)
@@ -151,6 +151,13 @@ class Multirun:
     def resume_command(self) -> str:
         flag = "--resume" if self.program == "crux-sweep" else "hydra.sweeper.resume=true"
         return f"{self.command} {flag}" if flag not in self.command else self.command
+
+    @property
+    def resume_advice(self) -> str:
+        """:attr:`resume_command` quoted, with the variables it needs set where the store takes credentials
+        (named, never shown: the command holds none)."""
+        needed = credential_variables(self.uri)
+        return f"`{self.resume_command}`" + (f" with {' and '.join(needed)} set as for this sweep" if needed else "")
 
     def run(self, resume: bool) -> list[Sequence[JobReturn]]:
         """Check, open, launch, close; raises SystemExit with one line when refused, with the shell's status of
@@ -264,7 +271,8 @@ class Multirun:
             raise Refused(f"the newest sweep of {self.name!r} (parent run {parent_id}) recorded no plan of its jobs, "
                           f"so what it lacks is not known: run it again without --resume")
         recorded = tags.get(OVERRIDES, "").split()
-        extra = [o for o in " ".join(self.config.hydra.overrides.task).split() if o not in recorded]
+        extra = [o for o in " ".join(self.config.hydra.overrides.task).split() if o not in recorded
+                 and not o.lstrip("+~").startswith(UNCOMPARED)]  # the store moved, its budget changed: not the jobs
         if extra:
             raise Refused(f"--resume runs the jobs sweep {parent_id} planned, with the overrides it ran with "
                           f"({' '.join(recorded)}); {' '.join(extra)} is not among them: leave it out, or start a "
@@ -348,7 +356,7 @@ class Multirun:
             print(job_table(child_runs(opened.client, opened.experiment_id, opened.parent_id)), flush=True)
         if stopped is not None:
             print(f"{self.program}: stopped by {signal_name(stopped)}: parent run {opened.parent_id} closed {status} "
-                  f"with {len(opened.jobs) - len(missing)} of {len(opened.jobs)} jobs finished; `{self.resume_command}` "
+                  f"with {len(opened.jobs) - len(missing)} of {len(opened.jobs)} jobs finished; {self.resume_advice} "
                   f"runs the others", file=sys.stderr)
             raise SystemExit(exit_status(stopped))
         for result in (result for results in returns for result in results if result.status == JobStatus.FAILED):
@@ -360,7 +368,7 @@ class Multirun:
         if missing:
             raise SystemExit(f"{self.program}: {len(missing)} of the {len(opened.jobs)} jobs did not finish (jobs "
                              f"{', '.join(map(str, missing))}); parent run {opened.parent_id} closed {status}; "
-                             f"`{self.resume_command}` runs them again")
+                             f"{self.resume_advice} runs them again")
         return returns
 
     def _batches(self, todo: list[int]) -> Iterator[list[int]]:
@@ -397,7 +405,7 @@ class Multirun:
             + (f"parent run {opened.parent_id} closed {closed[0]}" if closed else
                f"the runs left open (parent run {opened.parent_id}) are closed by the next `crux-sweep --resume` "
                f"or `crux-report`")
-            + f"; once the store is back, `{self.resume_command}` runs the others")
+            + f"; once the store is back, {self.resume_advice} runs the others")
 
     @deferred()
     def _close(self, opened: Opened, stopped: KeyboardInterrupt | None) -> tuple[str, list[int]]:

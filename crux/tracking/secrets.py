@@ -71,3 +71,12 @@ def without_passwords(arguments: list[str]) -> list[str]:
             argument = f"{override['head']}{override['quote']}{without_password(override['uri'])}{override['quote']}"
         kept.append(argument)
     return kept
+
+
+def credential_variables(uri: str) -> list[str]:
+    """The environment variables, set in this process, that hold the credentials the store of ``uri`` is reached
+    with: what a command printed for the user to run again needs set in the user's shell (its values are never
+    shown)."""
+    names = ([PASSWORD_VARIABLE] if uri.startswith(POSTGRESQL) else
+             [*SERVER_VARIABLES, "MLFLOW_TRACKING_TOKEN"] if uri.startswith(SERVERS) else [])
+    return [name for name in names if os.environ.get(name)]
