@@ -100,6 +100,24 @@ def test_a_server_gone_for_good_ends_the_sweep_in_one_line_and_resume_completes_
     assert all("the tracking store failed" in run.data.tags[contract.ERROR_MESSAGE] for run in closed)
 
 
+def test_no_job_starts_after_the_server_is_gone(server_folder, tmp_path):
+    """The server goes away while job 0 trains, its run and params written and nothing else being sent: job 1
+    does not train for a store that is gone, it waits for the server up to the budget, and the sweep ends."""
+    backend = f"sqlite:///{server_folder / 'runs.db'}"
+    url = start("mlflow_server.sh", server_folder / "server", backend, "1")
+    process, seen = sweep(tmp_path, url), []
+    read_until(process, seen, TRAINING)
+    while not run_opened(url, "accumulation", "0"):
+        assert process.poll() is None, "".join(seen)[-4000:]
+        time.sleep(0.05)
+    stop("mlflow_server.sh", server_folder / "server")
+    status = finish(process, seen)
+    output = "".join(seen)
+    assert status != 0 and "Traceback" not in output, output[-4000:]
+    assert output.count(TRAINING) == 1, output[-4000:]  # job 0 only
+    assert "; 0 of the 3 jobs run finished, none started after it; " in seen[-1], seen[-1]
+
+
 def test_a_postgresql_restart_within_the_budget_under_a_direct_sweep_loses_no_job(postgres, postgres_store, tmp_path):
     """PostgreSQL goes down while job 1 trains and comes back once a write has met it (the job's warning that it
     tries again): every job finishes, as does the sweep."""

@@ -20,11 +20,13 @@ import functools
 import json
 import logging
 import os
+import socket
 import sqlite3
 import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, TypeVar
+from urllib.parse import urlsplit
 
 from mlflow.exceptions import MlflowException
 from requests.exceptions import ConnectionError as RequestsConnectionError
@@ -78,7 +80,8 @@ def set_retry_budget(seconds: float) -> None:
 def is_store_fault(error: BaseException) -> bool:
     """Whether ``error`` says the store is away (no connection, a timeout, a database down or restarting, no space
     left) rather than that the request was wrong."""
-    if isinstance(error, (RequestsConnectionError, Timeout, OperationalError, sqlite3.OperationalError)):
+    if isinstance(error, (RequestsConnectionError, Timeout, OperationalError, sqlite3.OperationalError,
+                          ConnectionError, TimeoutError)):
         return True
     if isinstance(error, DBAPIError) and error.connection_invalidated:
         return True
@@ -126,6 +129,22 @@ def patiently(call: Callable[[], T], what: str) -> T:
     finally:
         if deadline is not None:
             _count_retrying(-1)
+
+
+REACH_SECONDS = 5.0
+"""How long :func:`reach` waits for a store's server to take a connection."""
+
+
+def reach(uri: str) -> None:
+    """Open and close a connection to the server of ``uri`` (a tracking server, a PostgreSQL server on a host):
+    ConnectionError or TimeoutError, store faults, where none is taken within :data:`REACH_SECONDS`. A store
+    without a server (SQLite) is not checked here: its writes say whether its disk takes them."""
+    parts = urlsplit(uri)
+    ports = {"http": 80, "https": 443}
+    if not parts.hostname or not (parts.scheme in ports or parts.scheme.startswith("postgres")):
+        return
+    with socket.create_connection((parts.hostname, parts.port or ports.get(parts.scheme, 5432)), REACH_SECONDS):
+        pass
 
 
 class PatientClient:

@@ -15,7 +15,8 @@ launcher runs it in another process (joblib, Ray, submitit) has its writer
 create its run and write its params while it trains, and hands the rest to the
 sweep's process (:mod:`crux.tracking.handover`); any other job (a lone crux-run)
 waits for the writer before it returns. A sweep's job reads nothing from the
-store before it trains: the sweep hands its destination down. In a sweep of
+store before it trains: the sweep hands its destination down (it opens a connection to the store's server,
+:func:`crux.tracking.faults.reach`, so that no job trains for a store known to be gone). In a sweep of
 the basic launcher the next run is created by the writer behind the previous
 job's writes: a write that meets a store fault records it in
 the sweep's folder, and no run is created, nor any write attempted, after it
@@ -56,8 +57,8 @@ from crux.tracking.contract import (ADJUSTED, BACKEND, CHILD, CLAIM, CONFIG, ENV
                                    PARAMS, PARENT_ID, REPEAT, REQUESTED, ROLE, SINGLE, STATS, SWEEP, VARIANT, VARIANT_PARAM)
 from crux.tracking.descriptions import job_description
 from crux.tracking.environment import environment
-from crux.tracking.faults import (PatientClient, StoreFault, record_fault, recorded_fault, set_retry_budget,
-                                  store_retrying)
+from crux.tracking.faults import (PatientClient, StoreFault, patiently, reach, record_fault, recorded_fault,
+                                  set_retry_budget, store_retrying)
 from crux.tracking.handover import Results, hand_over
 from crux.tracking.history import history_series, log_history, thinned
 from crux.tracking.interrupt import deferred, signal_name
@@ -252,6 +253,12 @@ class JobRun:
         fault = recorded_fault(sweep_dir)
         if fault is not None:  # an earlier job of the sweep waited for the store in vain: this one would too
             raise StoreFault(f"not started: {fault['message']}")
+        if parent:  # a store that went away since the last job is waited for, up to the budget, before training
+            try:
+                patiently(lambda: reach(os.environ[TRACKING_URI]), "a connection before the job starts")
+            except StoreFault as away:
+                record_fault(sweep_dir, None, str(away))
+                raise StoreFault(f"not started: {away}") from None
         if parent and DESTINATION in os.environ:
             client = OpenedOnFirstUse(os.environ[TRACKING_URI])
             where = Destination.from_handed_down(os.environ[DESTINATION])
