@@ -235,3 +235,27 @@ def test_postgresql_refusals_are_one_line_without_mlflows_retries(postgres_store
         assert "retried" not in output and "Traceback" not in output and "not-its-password" not in output
     assert "set PGPASSWORD to the user's password" in swept.stderr
     assert "(Connection refused): start it" in reported.stderr
+
+
+def test_a_disk_that_fills_up_under_the_sweep_and_its_store_ends_it_in_one_line(small_disk, empty_store):
+    """The store and the sweep's folder on one small disk, filled while job 0 trains: the fault's record goes
+    into the room taken for it when the sweep started, no job after it trains, and the sweep ends in one line,
+    its record naming job 0's run."""
+    import json
+
+    from crux.tracking.faults import FAULT_FILE
+
+    shutil.copy(empty_store, small_disk / "mlflow.db")
+    process, seen = sweep(small_disk, f"sqlite:///{small_disk / 'mlflow.db'}", "solver.epochs=300"), []
+    read_until(process, seen, TRAINING)
+    with open(small_disk / "filler", "wb") as filler:
+        os.posix_fallocate(filler.fileno(), 0, shutil.disk_usage(small_disk).free)
+    status = finish(process, seen)
+    output = "".join(seen)
+    assert status != 0 and "Traceback" not in output, output[-4000:]
+    assert "0 of the 3 jobs run finished, none started after it" in seen[-1], seen[-1]
+    assert "No space left on device" in seen[-1] or "disk is full" in seen[-1]  # what met the full disk first
+    assert output.count(TRAINING) == 1
+    (record,) = small_disk.glob(f"multirun/*/*/{FAULT_FILE}")
+    (job_0,) = [run for run, message in json.loads(record.read_text())["runs"].items() if "disk is full" in message]
+    assert f"run {job_0} " in output  # job 0's run, left open with the cause, for the next command to close

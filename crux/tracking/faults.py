@@ -11,7 +11,9 @@ raises :class:`StoreFault`. MLflow's own HTTP retries are cut to seconds
 (:data:`crux.tracking.store.HTTP_LIMITS`) so that this budget is the one that
 counts. A job that meets a StoreFault writes it into the sweep's folder
 (:func:`record_fault`): the jobs after it end at once, the sweep ends with one
-line, and the runs it left open are closed later with that cause.
+line, and the runs it left open are closed later with that cause. The room for
+that record is taken when the sweep starts (:func:`reserve_fault_record`), so
+that a disk that fills up still takes it.
 """
 from __future__ import annotations
 
@@ -43,7 +45,10 @@ RETRY_SECONDS = "CRUX_STORE_RETRY_SECONDS"
 DEFAULT_RETRY_SECONDS = 60.0
 LONGEST_PAUSE = 8.0
 FAULT_FILE = "store_fault.json"
-"""In the sweep's folder: the store fault a job met (``{"message": ..., "runs": {run id: message}}``)."""
+"""In the sweep's folder: the store fault a job met (``{"message": ..., "runs": {run id: message}}``), or blanks
+(room reserved, no fault)."""
+RESERVED_BYTES = 64 * 1024
+"""The room taken for the fault's record when a sweep starts: its message and a line per run left open."""
 UNAVAILABLE = ("TEMPORARILY_UNAVAILABLE",)
 FAULT_WORDS = ("failed with exception", "failed with timeout exception", "database or disk is full",
                "No space left on device", "503 != 200", "502 != 200", "504 != 200")
@@ -165,19 +170,33 @@ class PatientClient:
 
 
 def record_fault(folder: Path, run_id: str | None, message: str) -> None:
-    """Write into the sweep's ``folder`` that the store failed (``message``), with the run it left open."""
+    """Write into the sweep's ``folder`` that the store failed (``message``), with the run it left open: into the
+    room reserved for it (:func:`reserve_fault_record`), in place, which a full disk takes, where it fits."""
     with _recording:
         recorded = recorded_fault(folder) or {"message": message, "runs": {}}
         if run_id:
             recorded["runs"][run_id] = message
+        text = json.dumps(recorded, indent=1).encode()
+        path = folder / FAULT_FILE
+        if path.is_file() and len(text) <= path.stat().st_size:
+            with open(path, "r+b") as file:
+                file.write(text.ljust(path.stat().st_size))  # JSON, then blanks, which JSON ignores
+                file.flush()
+                os.fsync(file.fileno())
+            return
         written = folder / f"{FAULT_FILE}.part"  # whole or absent for a reader in another thread or process
-        written.write_text(json.dumps(recorded, indent=1))
-        os.replace(written, folder / FAULT_FILE)
+        written.write_bytes(text)
+        os.replace(written, path)
 
 
-def clear_fault(folder: Path) -> None:
-    """Forget a fault recorded in ``folder`` (a sweep resumed there)."""
-    (folder / FAULT_FILE).unlink(missing_ok=True)
+def reserve_fault_record(folder: Path) -> None:
+    """Take :data:`RESERVED_BYTES` in ``folder`` for the record of a store fault, forgetting one recorded there
+    before (a sweep resumed in the same folder)."""
+    path = folder / FAULT_FILE
+    with open(path, "wb") as file:
+        file.write(b" " * RESERVED_BYTES)
+        file.flush()
+        os.fsync(file.fileno())
 
 
 def recorded_fault(folder: Path | None) -> dict | None:
@@ -186,6 +205,7 @@ def recorded_fault(folder: Path | None) -> dict | None:
     if path is None or not path.is_file():
         return None
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        text = path.read_text()
+        return json.loads(text) if text.strip() else None  # blanks: room reserved, no fault
+    except (OSError, ValueError):  # a record half written, read by another process: seen whole at its next look
         return None

@@ -57,15 +57,15 @@ from crux.tracking.contract import (BACKEND, CLAIM, CLAIMS, COMMAND, ERROR_MESSA
                                    WORKING_DIR, tag_filter)
 from crux.tracking.descriptions import runs_page, sweep_description
 from crux.tracking.failures import tracebacks_shown
-from crux.tracking.faults import (PatientClient, StoreFault, clear_fault, record_fault, recorded_fault,
-                                  set_retry_budget)
+from crux.tracking.faults import (PatientClient, StoreFault, is_store_fault, record_fault, recorded_fault,
+                                  reserve_fault_record, set_retry_budget)
 from crux.tracking.interrupt import deferred, exit_status, interruptible, signal_name
 from crux.tracking.handover import Pickup
 from crux.tracking.job import JobRun, as_requested, flatten, unwritten_jobs
 from crux.tracking.liveness import Heartbeat, close_orphans, process_tags
 from crux.tracking.secrets import credential_variables, masked
 from crux.tracking.store import (DESTINATION, PARENT_RUN, STORE_ERRORS, TRACKING_URI, WRITING, Destination,
-                                 StoreError, child_runs, ensure_experiment, experiment_name, store_errors,
+                                 StoreError, brief, child_runs, ensure_experiment, experiment_name, store_errors,
                                  tracking_uri, writable_store)
 from crux.tracking.writer import process_writer
 
@@ -163,6 +163,7 @@ class Multirun:
         """Check, open, launch, close; raises SystemExit with one line when refused, with the shell's status of
         the signal when stopped, and with a summary when jobs failed."""
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar for a one-file download
+        logging.raiseExceptions = False  # a log file on a full disk: its lines still reach the console, untraced
         set_retry_budget(self.config.tracking.retry_seconds)
         with interruptible():
             try:
@@ -334,7 +335,7 @@ class Multirun:
                                                                                 artifacts)).start()
         try:
             sweep_dir.mkdir(parents=True, exist_ok=True)
-            clear_fault(sweep_dir)  # a resumed sweep in the same folder: that fault is over
+            reserve_fault_record(sweep_dir)  # a fault of a resumed sweep in the same folder is over
             OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
             for batch in self._batches(opened.todo):
                 if recorded_fault(sweep_dir) is not None:
@@ -343,6 +344,10 @@ class Multirun:
                     returns.append(self.launcher.launch([opened.jobs[n] for n in batch], initial_job_idx=batch[0]))
                     completed += [n for n, result in zip(batch, returns[-1]) if result.status == JobStatus.COMPLETED]
                 except Exception as error:  # noqa: BLE001 - a job the launcher lost (a Slurm job past its time
+                    if is_store_fault(error) or recorded_fault(sweep_dir) is not None:  # a full disk: said at the end
+                        if recorded_fault(sweep_dir) is None:
+                            record_fault(sweep_dir, None, f"the launcher could not start a job: {brief(error)}")
+                        break
                     log.error("the launcher failed on jobs %s", batch, exc_info=error)  # limit): the others go on
         except KeyboardInterrupt as error:
             stopped = error
