@@ -253,3 +253,42 @@ def test_a_resume_may_name_the_store_where_it_is_now(store):
     assert parent.info.status == contract.FINISHED
     assert [(c.data.tags[contract.JOB], c.info.status) for c in children] == [
         ("0", contract.FINISHED), ("1", contract.KILLED), ("1", contract.FINISHED)]
+
+
+def test_a_run_left_open_is_closed_with_its_true_cause():
+    """A sweep closes each run of its jobs still RUNNING with what ended it, in this order of precedence."""
+    import subprocess
+    import sys
+
+    from mlflow.entities import Run, RunData, RunInfo, RunTag
+
+    from crux.tracking.multirun import closing_cause
+
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = {**process_tags(), contract.PID: ended.stdout.strip(), contract.PROCESS: ""}  # a process that is gone
+
+    def run(run_id: str, job: str, tags: dict[str, str]) -> Run:
+        info = RunInfo(run_id, "0", "u", contract.RUNNING, 0, None, "active", run_name=run_id)
+        return Run(info, RunData(tags=[RunTag(key, value) for key, value in {**tags, contract.JOB: job}.items()]))
+
+    alive = process_tags()
+    causes = {name: closing_cause(r, stopped, {"1": "ValueError: bad JSON"}, {"r2": "log_batch failed"}, 0.0)[:2]
+              for name, r, stopped in [("damaged", run("r1", "1", dead), None), ("store", run("r2", "2", dead), None),
+                                       ("signal", run("r3", "3", dead), KeyboardInterrupt()),
+                                       ("killed", run("r4", "4", dead), None), ("ended", run("r5", "5", alive), None)]}
+    assert causes == {"damaged": (contract.FAILED, "ResultsUnreadable"), "store": (contract.KILLED, "StoreFault"),
+                      "signal": (contract.KILLED, "SweepStopped"), "killed": (contract.KILLED, "ProcessGone"),
+                      "ended": (contract.KILLED, "SweepEnded")}
+
+
+def test_damaged_results_left_by_a_job_are_named_for_its_runs_closing(tmp_path):
+    from crux.tracking.handover import RESULTS, Pickup, handed_over
+
+    damaged = handed_over(tmp_path) / "3"
+    damaged.mkdir(parents=True)
+    (damaged / RESULTS).write_text('{"run_id": "r3", "job"')  # cut short
+    taken = []
+    pickup = Pickup(tmp_path, lambda results, artifacts: taken.append(results)).start()
+    pickup.stop()
+    assert taken == [] and list(pickup.unreadable) == ["3"] and "Expecting" in pickup.unreadable["3"]
+    assert not damaged.exists()

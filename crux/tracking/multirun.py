@@ -62,7 +62,7 @@ from crux.tracking.faults import (PatientClient, StoreFault, is_store_fault, rec
 from crux.tracking.interrupt import deferred, exit_status, interruptible, signal_name
 from crux.tracking.handover import Pickup
 from crux.tracking.job import JobRun, as_requested, flatten, unwritten_jobs
-from crux.tracking.liveness import Heartbeat, close_orphans, process_tags
+from crux.tracking.liveness import GONE, STORE_FAULT, Heartbeat, close_orphans, is_gone, process_tags
 from crux.tracking.secrets import credential_variables, masked
 from crux.tracking.store import (DESTINATION, PARENT_RUN, STORE_ERRORS, TRACKING_URI, WRITING, Destination,
                                  StoreError, brief, child_runs, ensure_experiment, experiment_name, store_errors,
@@ -357,7 +357,7 @@ class Multirun:
                 pickup.stop()
                 process_writer().drain()
             completed = [n for n in completed if n not in unwritten_jobs(sweep_dir)]
-            status, missing = self._close_or_report(opened, stopped, sweep_dir, completed)
+            status, missing = self._close_or_report(opened, stopped, sweep_dir, completed, pickup.unreadable)
             print(job_table(child_runs(opened.client, opened.experiment_id, opened.parent_id)), flush=True)
         if stopped is not None:
             print(f"{self.program}: stopped by {signal_name(stopped)}: parent run {opened.parent_id} closed {status} "
@@ -388,7 +388,7 @@ class Multirun:
             block.append(number)
 
     def _close_or_report(self, opened: Opened, stopped: KeyboardInterrupt | None, sweep_dir: Path,
-                         completed: list[int]) -> tuple[str, list[int]]:
+                         completed: list[int], unreadable: dict[str, str]) -> tuple[str, list[int]]:
         """:meth:`_close`; where a job found the store away (or the closing does), closing is tried once, and
         SystemExit with one line says what failed, which jobs finished and how to go on."""
         fault = recorded_fault(sweep_dir)
@@ -396,7 +396,7 @@ class Multirun:
             opened = Opened(getattr(opened.client, "client", opened.client), opened.uri, opened.experiment_id,
                             opened.parent_id, opened.jobs, opened.todo)
         try:
-            closed = self._close(opened, stopped)
+            closed = self._close(opened, stopped, unreadable, (fault or {}).get("runs", {}))
         except (StoreFault, *STORE_ERRORS) as error:
             fault = fault or {"message": f"closing the sweep failed: {error}"}
             record_fault(sweep_dir, opened.parent_id, fault["message"])
@@ -413,18 +413,21 @@ class Multirun:
             + f"; once the store is back, {self.resume_advice} runs the others")
 
     @deferred()
-    def _close(self, opened: Opened, stopped: KeyboardInterrupt | None) -> tuple[str, list[int]]:
-        """Close the parent with the truth read from the store, after closing KILLED the runs of its jobs still
-        RUNNING (processes stopped with the sweep); its status and the planned jobs with no FINISHED run."""
+    def _close(self, opened: Opened, stopped: KeyboardInterrupt | None, unreadable: dict[str, str],
+               faulted: dict[str, str]) -> tuple[str, list[int]]:
+        """Close the parent with the truth read from the store, after closing the runs of its jobs still RUNNING
+        with their cause (:func:`closing_cause`; ``unreadable``: job -> why its handed-over results could not be
+        read, ``faulted``: run -> the store fault that left it open); its status and the planned jobs with no
+        FINISHED run."""
         client = opened.client
         finished: set[int] = set()
+        now = time.time()
         for run in child_runs(client, opened.experiment_id, opened.parent_id):
             if run.info.status == RUNNING:
-                why = f"stopped by {signal_name(stopped)}" if stopped else "ended"
-                client.log_batch(run.info.run_id, tags=[
-                    RunTag(ERROR_TYPE, "SweepStopped"),
-                    RunTag(ERROR_MESSAGE, f"its sweep {why} while it ran; closed by {self.program}")])
-                client.set_terminated(run.info.run_id, KILLED)
+                status, kind, why = closing_cause(run, stopped, unreadable, faulted, now)
+                client.log_batch(run.info.run_id, tags=[RunTag(ERROR_TYPE, kind),
+                                                        RunTag(ERROR_MESSAGE, f"{why}; closed by {self.program}")])
+                client.set_terminated(run.info.run_id, status)
             elif run.info.status == FINISHED and run.data.tags.get(JOB, "").isdigit():
                 finished.add(int(run.data.tags[JOB]))
         missing = [n for n in range(len(opened.jobs)) if n not in finished]
@@ -437,6 +440,26 @@ class Multirun:
         log.info("MLflow: the sweep's runs at %s%s", masked(runs_page(opened.uri, opened.experiment_id)),
                  "" if served else f" once `mlflow ui --backend-store-uri {masked(opened.uri)}` serves them")
         return status, missing
+
+
+def closing_cause(run: Run, stopped: KeyboardInterrupt | None, unreadable: dict[str, str], faulted: dict[str, str],
+                  now: float) -> tuple[str, str, str]:
+    """Status, ``crux.error_type`` and message for a job's run still RUNNING when its sweep closes: FAILED where
+    the results its job handed over could not be read (``unreadable``, by job number), else KILLED: by the store
+    fault that left it open (``faulted``, by run), by the signal that stopped the sweep, by the end of its process
+    (:func:`crux.tracking.liveness.is_gone`: killed, out of memory), else by the end of its sweep."""
+    tags = run.data.tags
+    job = tags.get(JOB, "")
+    if job in unreadable:
+        return FAILED, "ResultsUnreadable", f"the results its job handed over could not be read ({unreadable[job]})"
+    if run.info.run_id in faulted:
+        return KILLED, STORE_FAULT, f"the tracking store failed ({faulted[run.info.run_id]})"
+    if stopped is not None:
+        return KILLED, "SweepStopped", f"its sweep was stopped by {signal_name(stopped)} while it ran"
+    if is_gone(tags, now):
+        return KILLED, GONE, (f"its process (pid {tags.get(PID)} on {tags.get(HOST)}) ended without closing the run "
+                              f"(killed: kill -9, out of memory)")
+    return KILLED, "SweepEnded", "its sweep ended while it ran"
 
 
 def job_table(runs: Iterable[Run]) -> str:
