@@ -147,3 +147,44 @@ def test_after_kill_9_resume_closes_the_orphans_killed_and_completes_the_sweep(t
     assert orphan[contract.ERROR_MESSAGE].startswith(f"its process (pid {orphan[contract.PID]} on ")
     assert contract.ERROR_TYPE not in again.data.tags  # it was closed KILLED as an orphan, then resumed
     assert np.all([run.info.status != contract.RUNNING for run in children])
+
+
+def ended(pid: int) -> bool:
+    """Whether process ``pid`` has ended (gone, or a zombie nobody has reaped yet)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_after_kill_9_of_a_joblib_sweep_its_workers_end_too(tmp_path):
+    """Two jobs train in two joblib workers when the sweep is killed: the workers end with it, rather than
+    training on for nobody and holding their runs open, which the next command then closes as orphans."""
+    uri = environment(tmp_path)["MLFLOW_TRACKING_URI"]
+    with open(tmp_path / "sweep.log", "w") as out:
+        sweep = subprocess.Popen(command("crux-sweep", "accumulation", "memory=b8,b32", "repeat=0",
+                                         f"solver.epochs={LONG}", "model.width=8", "problem.n_interior=64",
+                                         "gradient_draws=0", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"),
+                                 cwd=tmp_path, env=environment(tmp_path), stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 600
+    while not (run_opened(uri, "accumulation", "0") and run_opened(uri, "accumulation", "1")):
+        assert sweep.poll() is None and time.monotonic() < deadline, (tmp_path / "sweep.log").read_text()[-3000:]
+        time.sleep(0.05)
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("accumulation").experiment_id
+    workers = {int(run.data.tags[contract.PID]) for run in
+               client.search_runs([experiment], contract.tag_filter(contract.ROLE, contract.CHILD))}
+    assert len(workers) == 2 and sweep.pid not in workers
+    sweep.kill()
+    sweep.wait(timeout=60)
+    deadline = time.monotonic() + 60  # each looks for its sweep every 0.2 s; a job alone trains longer than this
+    while not all(ended(pid) for pid in workers):
+        assert time.monotonic() < deadline, [pid for pid in workers if not ended(pid)]
+        time.sleep(0.05)
+    runs = client.search_runs([experiment], contract.tag_filter(contract.ROLE, contract.CHILD))
+    assert {run.info.status for run in runs} == {contract.RUNNING}  # neither trained to the end
+
+    report = subprocess.run(command("crux-report", "accumulation", "--out", str(tmp_path / "report")), cwd=tmp_path,
+                            env=environment(tmp_path), capture_output=True, text=True, timeout=600)
+    runs = client.search_runs([experiment], contract.tag_filter(contract.ROLE, contract.CHILD))
+    assert {run.data.tags[contract.ERROR_TYPE] for run in runs} == {"ProcessGone"}, report.stderr[-3000:]

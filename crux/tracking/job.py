@@ -62,7 +62,7 @@ from crux.tracking.faults import (PatientClient, StoreFault, patiently, reach, r
 from crux.tracking.handover import Results, hand_over
 from crux.tracking.history import history_series, log_history, thinned
 from crux.tracking.interrupt import deferred, signal_name
-from crux.tracking.liveness import Heartbeat, process_tags
+from crux.tracking.liveness import Heartbeat, follow_sweep, process_tags
 from crux.tracking.secrets import masked
 from crux.tracking.space import NoRoom, check_room
 from crux.tracking.store import (DESTINATION, PARENT_RUN, TRACKING_URI, Destination, ensure_experiment,
@@ -247,6 +247,8 @@ class JobRun:
         sweep_dir = Path(hydra.sweep.dir) if parent else None
         in_sweep_process = multirun and hydra.launcher._target_.endswith(".BasicLauncher")
         hands_over = parent is not None and not in_sweep_process
+        if hands_over:
+            follow_sweep()
         overlap = in_sweep_process or hands_over
         if overlap and store_retrying():  # the previous job's write waits for the store: this job waits for it
             process_writer().drain()

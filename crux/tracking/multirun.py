@@ -62,7 +62,8 @@ from crux.tracking.faults import (PatientClient, StoreFault, is_store_fault, rec
 from crux.tracking.interrupt import deferred, exit_status, interruptible, signal_name
 from crux.tracking.handover import Pickup
 from crux.tracking.job import JobRun, as_requested, flatten, unwritten_jobs
-from crux.tracking.liveness import GONE, STORE_FAULT, Heartbeat, close_orphans, is_gone, process_tags
+from crux.tracking.liveness import (GONE, STORE_FAULT, SWEEP_PID, Heartbeat, close_orphans, is_gone,
+                                   process_tags)
 from crux.tracking.secrets import credential_variables, masked
 from crux.tracking.store import (DESTINATION, PARENT_RUN, STORE_ERRORS, TRACKING_URI, WRITING, Destination,
                                  StoreError, brief, child_runs, ensure_experiment, experiment_name, store_errors,
@@ -322,6 +323,7 @@ class Multirun:
         launcher's returns, or SystemExit when stopped or when jobs failed."""
         hand_over(self.config, f"hydra.job.env_set.{PARENT_RUN}", opened.parent_id)
         hand_over(self.config, f"hydra.job.env_set.{TRACKING_URI}", opened.uri)
+        hand_over(self.config, f"hydra.job.env_set.{SWEEP_PID}", str(os.getpid()))
         where = Destination.of_parent(opened.client, opened.uri, opened.parent_id)
         where = replace(where, artifact_location=opened.client.get_experiment(opened.experiment_id).artifact_location)
         hand_over(self.config, f"hydra.job.env_set.{DESTINATION}", where.handed_down())
