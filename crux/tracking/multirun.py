@@ -76,6 +76,8 @@ UNCOMPARED = ("tracking.", "jax.")
 """Settings a resumed sweep may change: where runs and compiled programs are kept, not what a job computes."""
 CONFIG_ERRORS = (HydraException, OmegaConfBaseException, ValueError, TypeError)
 ERROR_TAGS = {ERROR_TYPE, ERROR_MESSAGE}
+WORKER_KILLED = ("TerminatedWorkerError", "BrokenProcessPool")
+"""What a launcher whose pool lost a worker process raises (joblib's loky, Python's process pools)."""
 
 
 class Refused(Exception):
@@ -339,7 +341,9 @@ class Multirun:
             sweep_dir.mkdir(parents=True, exist_ok=True)
             reserve_fault_record(sweep_dir)  # a fault of a resumed sweep in the same folder is over
             OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-            for batch in self._batches(opened.todo):
+            batches = list(self._batches(opened.todo))
+            while batches:
+                batch = batches.pop(0)
                 if recorded_fault(sweep_dir) is not None:
                     break  # the store is away: the jobs left would wait for it in vain
                 try:
@@ -350,6 +354,9 @@ class Multirun:
                         if recorded_fault(sweep_dir) is None:
                             record_fault(sweep_dir, None, f"the launcher could not start a job: {brief(error)}")
                         break
+                    if type(error).__name__ in WORKER_KILLED:
+                        batches[:0] = self._after_killed_worker(opened, batch, error)
+                        continue
                     log.error("the launcher failed on jobs %s", batch, exc_info=error)  # limit): the others go on
         except KeyboardInterrupt as error:
             stopped = error
@@ -377,6 +384,18 @@ class Multirun:
                              f"{', '.join(map(str, missing))}); parent run {opened.parent_id} closed {status}; "
                              f"{self.resume_advice} runs them again")
         return returns
+
+    def _after_killed_worker(self, opened: Opened, batch: list[int], error: BaseException) -> list[list[int]]:
+        """Said in one line: a worker process of the launcher was killed (the kernel's out-of-memory killer) and
+        the launch of ``batch`` ended with it; the batches of its jobs that had not started yet, to launch now
+        (those that ran then are closed with their cause when the sweep ends, and run again by ``--resume``)."""
+        started = {run.data.tags.get(JOB) for run in child_runs(opened.client, opened.experiment_id,
+                                                                  opened.parent_id)}
+        left = [n for n in batch if str(n) not in started]
+        log.error("a worker process of the launcher was killed during the launch of jobs %s (%s): the runs of those it stopped "
+                  "are closed with the cause when the sweep ends; %s", ", ".join(map(str, batch)), type(error).__name__,
+                  f"jobs {', '.join(map(str, left))}, not started yet, go on" if left else "no job was left to start")
+        return list(self._batches(left))
 
     def _batches(self, todo: list[int]) -> Iterator[list[int]]:
         """``todo`` in runs of consecutive job numbers (a launcher numbers the jobs of one launch in a row), each
