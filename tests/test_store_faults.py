@@ -62,6 +62,18 @@ def server_folder(empty_store) -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def server_stopped_once_opened(process: subprocess.Popen, seen: list[str], server_folder: Path, url: str,
+                               job: str) -> None:
+    """Stop the server once the run of ``job`` is open, then read the sweep's output to its end into ``seen``; the
+    sweep is checked to fail without a traceback."""
+    while not run_opened(url, "accumulation", job):
+        assert process.poll() is None, "".join(seen)[-4000:]
+        time.sleep(0.05)
+    stop("mlflow_server.sh", server_folder / "server")
+    status = finish(process, seen)
+    assert status != 0 and "Traceback" not in "".join(seen), "".join(seen)[-4000:]
+
+
 def test_a_server_gone_for_good_ends_the_sweep_in_one_line_and_resume_completes_it(server_folder, tmp_path):
     from mlflow.tracking import MlflowClient
 
@@ -70,13 +82,8 @@ def test_a_server_gone_for_good_ends_the_sweep_in_one_line_and_resume_completes_
     process, seen = sweep(tmp_path, url), []
     read_until(process, seen, TRAINING, times=2)  # job 1 trains
     read_until(process, seen, CLOSED)  # and job 0's results are written (while job 1 trains)
-    while not run_opened(url, "accumulation", "1"):  # job 1's run, created by the writer after them
-        assert process.poll() is None, "".join(seen)[-4000:]
-        time.sleep(0.05)
-    stop("mlflow_server.sh", server_folder / "server")
-    status = finish(process, seen)
+    server_stopped_once_opened(process, seen, server_folder, url, "1")  # job 1's run, created after them
     output = "".join(seen)
-    assert status != 0 and "Traceback" not in output, output[-4000:]
     last = seen[-1].strip()
     assert last.startswith(f"crux-sweep: the tracking store at {url} failed: ") and "; 1 of the 3 jobs run finished (job 0), none started after it; " in last
     assert "closed by the next `crux-sweep --resume` or `crux-report`" in last
@@ -107,13 +114,8 @@ def test_no_job_starts_after_the_server_is_gone(server_folder, tmp_path):
     url = start("mlflow_server.sh", server_folder / "server", backend, "1")
     process, seen = sweep(tmp_path, url), []
     read_until(process, seen, TRAINING)
-    while not run_opened(url, "accumulation", "0"):
-        assert process.poll() is None, "".join(seen)[-4000:]
-        time.sleep(0.05)
-    stop("mlflow_server.sh", server_folder / "server")
-    status = finish(process, seen)
+    server_stopped_once_opened(process, seen, server_folder, url, "0")
     output = "".join(seen)
-    assert status != 0 and "Traceback" not in output, output[-4000:]
     assert output.count(TRAINING) == 1, output[-4000:]  # job 0 only
     assert "; 0 of the 3 jobs run finished, none started after it; " in seen[-1], seen[-1]
 
@@ -171,18 +173,25 @@ def test_a_store_without_room_for_a_job_is_refused_before_it_trains(small_disk, 
     assert "--resume` runs the others" in last
 
 
-def test_a_store_that_runs_full_while_a_job_trains_ends_the_sweep_in_one_line(small_disk, empty_store, tmp_path):
-    """The check before training passes (about 2 MB free, a 300-epoch job writes about 0.6 MB); then the disk is
-    filled while job 0 trains: its history insert meets a full disk, waits the budget, and the sweep ends as for a
-    server gone away."""
+def filled_while_job_0_trains(small_disk: Path, empty_store: Path, folder: Path) -> list[str]:
+    """The output of a sweep run in ``folder`` into a store on ``small_disk``, which is filled while job 0 trains
+    (300 epochs: the check before training passes); the sweep is checked to fail without a traceback."""
     shutil.copy(empty_store, small_disk / "mlflow.db")
-    process, seen = sweep(tmp_path, f"sqlite:///{small_disk / 'mlflow.db'}", "solver.epochs=300"), []
+    process, seen = sweep(folder, f"sqlite:///{small_disk / 'mlflow.db'}", "solver.epochs=300"), []
     read_until(process, seen, TRAINING)
     with open(small_disk / "filler", "wb") as filler:
         os.posix_fallocate(filler.fileno(), 0, shutil.disk_usage(small_disk).free)
     status = finish(process, seen)
+    assert status != 0 and "Traceback" not in "".join(seen), "".join(seen)[-4000:]
+    return seen
+
+
+def test_a_store_that_runs_full_while_a_job_trains_ends_the_sweep_in_one_line(small_disk, empty_store, tmp_path):
+    """The check before training passes (about 2 MB free, a 300-epoch job writes about 0.6 MB); then the disk is
+    filled while job 0 trains: its history insert meets a full disk, waits the budget, and the sweep ends as for a
+    server gone away."""
+    seen = filled_while_job_0_trains(small_disk, empty_store, tmp_path)
     output = "".join(seen)
-    assert status != 0 and "Traceback" not in output, output[-4000:]
     last = seen[-1]
     assert last.startswith(f"crux-sweep: the tracking store at sqlite:///{small_disk / 'mlflow.db'} failed: ")
     assert "disk is full" in last and "0 of the 3 jobs run finished, none started after it" in last
@@ -245,14 +254,8 @@ def test_a_disk_that_fills_up_under_the_sweep_and_its_store_ends_it_in_one_line(
 
     from crux.tracking.faults import FAULT_FILE
 
-    shutil.copy(empty_store, small_disk / "mlflow.db")
-    process, seen = sweep(small_disk, f"sqlite:///{small_disk / 'mlflow.db'}", "solver.epochs=300"), []
-    read_until(process, seen, TRAINING)
-    with open(small_disk / "filler", "wb") as filler:
-        os.posix_fallocate(filler.fileno(), 0, shutil.disk_usage(small_disk).free)
-    status = finish(process, seen)
+    seen = filled_while_job_0_trains(small_disk, empty_store, small_disk)
     output = "".join(seen)
-    assert status != 0 and "Traceback" not in output, output[-4000:]
     assert "0 of the 3 jobs run finished, none started after it" in seen[-1], seen[-1]
     assert "No space left on device" in seen[-1] or "disk is full" in seen[-1]  # what met the full disk first
     assert output.count(TRAINING) == 1

@@ -165,6 +165,25 @@ def _sweep_destination(client: MlflowClient, uri: str, parent_run_id: str) -> De
     return _destinations[key]
 
 
+def _wait_for_store(uri: str, sweep_dir: Path) -> None:
+    """Before a sweep's job trains: return once the store's server takes a connection (:func:`reach`); where it
+    does not, the writes handed over before this job are waited for (they meet the same store, and record its
+    fault), then the server, up to the retry budget; StoreFault, recorded in ``sweep_dir``, where it stays away."""
+    try:
+        reach(uri)
+        return
+    except OSError:
+        process_writer().drain()
+    fault = recorded_fault(sweep_dir)
+    if fault is not None:
+        raise StoreFault(f"not started: {fault['message']}")
+    try:
+        patiently(lambda: reach(uri), "a connection before the job starts")
+    except StoreFault as away:
+        record_fault(sweep_dir, None, str(away))
+        raise StoreFault(f"not started: {away}") from None
+
+
 class OpenedOnFirstUse:
     """A store client (:class:`crux.tracking.faults.PatientClient`) for ``tracking_uri`` that opens the store
     on its first request: MLflow opens a SQL store (imports, engine, schema check) when a client is made, which
@@ -255,12 +274,8 @@ class JobRun:
         fault = recorded_fault(sweep_dir)
         if fault is not None:  # an earlier job of the sweep waited for the store in vain: this one would too
             raise StoreFault(f"not started: {fault['message']}")
-        if parent:  # a store that went away since the last job is waited for, up to the budget, before training
-            try:
-                patiently(lambda: reach(os.environ[TRACKING_URI]), "a connection before the job starts")
-            except StoreFault as away:
-                record_fault(sweep_dir, None, str(away))
-                raise StoreFault(f"not started: {away}") from None
+        if parent:
+            _wait_for_store(os.environ[TRACKING_URI], sweep_dir)
         if parent and DESTINATION in os.environ:
             client = OpenedOnFirstUse(os.environ[TRACKING_URI])
             where = Destination.from_handed_down(os.environ[DESTINATION])
