@@ -222,6 +222,6 @@ def test_one_killed_joblib_worker_ends_in_one_line_and_the_jobs_not_started_go_o
     assert "3" in left and set(left) <= finished and "0" not in finished, output[-3000:]
     stopped = [run for run in runs if run.info.status != contract.FINISHED]  # job 0's, and the other worker's job
     assert {run.data.tags[contract.ERROR_TYPE] for run in stopped} == {"ProcessGone"}
-    (last,) = [line for line in output.splitlines() if line.startswith("crux-sweep: ")]
+    last = output.strip().splitlines()[-1]
     assert last.startswith(f"crux-sweep: {len(stopped)} of the 4 jobs did not finish (jobs 0") and last.endswith(
         "--resume` runs them again")

@@ -76,6 +76,8 @@ UNCOMPARED = ("tracking.", "jax.")
 """Settings a resumed sweep may change: where runs and compiled programs are kept, not what a job computes."""
 CONFIG_ERRORS = (HydraException, OmegaConfBaseException, ValueError, TypeError)
 ERROR_TAGS = {ERROR_TYPE, ERROR_MESSAGE}
+TRACKER_WARNING = "ignore:resource_tracker:UserWarning"
+"""A ``PYTHONWARNINGS`` filter for the warning of a process pool's resource tracker about what it frees."""
 WORKER_KILLED = ("TerminatedWorkerError", "BrokenProcessPool")
 """What a launcher whose pool lost a worker process raises (joblib's loky, Python's process pools)."""
 
@@ -167,6 +169,9 @@ class Multirun:
         the signal when stopped, and with a summary when jobs failed."""
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar for a one-file download
         logging.raiseExceptions = False  # a log file on a full disk: its lines still reach the console, untraced
+        # a killed worker leaves its semaphores to the pool's resource tracker, which frees them and would warn
+        # after the sweep's last line; the tracker, started later, takes its warnings' filters from here
+        os.environ["PYTHONWARNINGS"] = ",".join(filter(None, (os.environ.get("PYTHONWARNINGS"), TRACKER_WARNING)))
         set_retry_budget(self.config.tracking.retry_seconds)
         with interruptible():
             try:
