@@ -171,7 +171,9 @@ class Multirun:
         logging.raiseExceptions = False  # a log file on a full disk: its lines still reach the console, untraced
         # a killed worker leaves its semaphores to the pool's resource tracker, which frees them and would warn
         # after the sweep's last line; the tracker, started later, takes its warnings' filters from here
-        os.environ["PYTHONWARNINGS"] = ",".join(filter(None, (os.environ.get("PYTHONWARNINGS"), TRACKER_WARNING)))
+        filters = os.environ.get("PYTHONWARNINGS", "")
+        if TRACKER_WARNING not in filters.split(","):
+            os.environ["PYTHONWARNINGS"] = ",".join(filter(None, (filters, TRACKER_WARNING)))
         set_retry_budget(self.config.tracking.retry_seconds)
         with interruptible():
             try:
