@@ -112,7 +112,7 @@ def test_no_job_starts_after_the_server_is_gone(server_folder, tmp_path):
     does not train for a store that is gone, it waits for the server up to the budget, and the sweep ends."""
     backend = f"sqlite:///{server_folder / 'runs.db'}"
     url = start("mlflow_server.sh", server_folder / "server", backend, "1")
-    process, seen = sweep(tmp_path, url), []
+    process, seen = sweep(tmp_path, url, "tracking.retry_seconds=3"), []  # job 1 waits this long in vain
     read_until(process, seen, TRAINING)
     server_stopped_once_opened(process, seen, server_folder, url, "0")
     output = "".join(seen)
