@@ -147,3 +147,81 @@ def test_after_kill_9_resume_closes_the_orphans_killed_and_completes_the_sweep(t
     assert orphan[contract.ERROR_MESSAGE].startswith(f"its process (pid {orphan[contract.PID]} on ")
     assert contract.ERROR_TYPE not in again.data.tags  # it was closed KILLED as an orphan, then resumed
     assert np.all([run.info.status != contract.RUNNING for run in children])
+
+
+def ended(pid: int) -> bool:
+    """Whether process ``pid`` has ended (gone, or a zombie nobody has reaped yet)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_after_kill_9_of_a_joblib_sweep_its_workers_end_too(store):
+    tmp_path = store  # holding a copy of the empty store: the test reads it while the sweep starts
+    """Two jobs train in two joblib workers when the sweep is killed: the workers end with it, rather than
+    training on for nobody and holding their runs open, which the next command then closes as orphans."""
+    uri = environment(tmp_path)["MLFLOW_TRACKING_URI"]
+    with open(tmp_path / "sweep.log", "w") as out:
+        sweep = subprocess.Popen(command("crux-sweep", "accumulation", "memory=b8,b32", "repeat=0",
+                                         f"solver.epochs={LONG}", "model.width=8", "problem.n_interior=64",
+                                         "gradient_draws=0", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"),
+                                 cwd=tmp_path, env=environment(tmp_path), stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 600
+    while not (run_opened(uri, "accumulation", "0") and run_opened(uri, "accumulation", "1")):
+        assert sweep.poll() is None and time.monotonic() < deadline, (tmp_path / "sweep.log").read_text()[-3000:]
+        time.sleep(0.05)
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("accumulation").experiment_id
+    workers = {int(run.data.tags[contract.PID]) for run in
+               client.search_runs([experiment], contract.tag_filter(contract.ROLE, contract.CHILD))}
+    assert len(workers) == 2 and sweep.pid not in workers
+    sweep.kill()
+    sweep.wait(timeout=60)
+    deadline = time.monotonic() + 60  # each looks for its sweep every 0.2 s
+    while not all(ended(pid) for pid in workers):
+        assert time.monotonic() < deadline, [pid for pid in workers if not ended(pid)]
+        time.sleep(0.05)
+    runs = client.search_runs([experiment], contract.tag_filter(contract.ROLE, contract.CHILD))
+    assert {run.info.status for run in runs} == {contract.RUNNING}  # neither trained to the end
+
+    report = subprocess.run(command("crux-report", "accumulation", "--out", str(tmp_path / "report")), cwd=tmp_path,
+                            env=environment(tmp_path), capture_output=True, text=True, timeout=600)
+    runs = client.search_runs([experiment], contract.tag_filter(contract.ROLE, contract.CHILD))
+    assert {run.data.tags[contract.ERROR_TYPE] for run in runs} == {"ProcessGone"}, report.stderr[-3000:]
+
+
+def test_one_killed_joblib_worker_ends_in_one_line_and_the_jobs_not_started_go_on(store):
+    tmp_path = store  # holding a copy of the empty store: the test reads it while the sweep starts
+    """Four jobs on two joblib workers, job 0 long; its worker is killed (as the out-of-memory killer does) while
+    it trains: the launch says so in one line, the jobs not started yet still run, and no run is left RUNNING, those
+    of the jobs stopped closed as their processes' end (``--resume`` runs them again, as after any kill). The job
+    the other worker ran then may be stopped too: the pool ends all its workers when one is killed."""
+    uri = environment(tmp_path)["MLFLOW_TRACKING_URI"]
+    args = ["accumulation", "memory=b8", "repeat=0", f"solver.epochs={LONG},300,301,302", "model.width=8",
+            "problem.n_interior=64", "gradient_draws=0", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
+    with open(tmp_path / "sweep.log", "w") as out:
+        sweep = subprocess.Popen(command("crux-sweep", *args), cwd=tmp_path, env=environment(tmp_path), stdout=out,
+                                 stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 600
+    while not run_opened(uri, "accumulation", "0"):
+        assert sweep.poll() is None and time.monotonic() < deadline, (tmp_path / "sweep.log").read_text()[-3000:]
+        time.sleep(0.05)
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("accumulation").experiment_id
+    (first,) = client.search_runs([experiment], contract.tag_filter(contract.JOB, "0"))
+    os.kill(int(first.data.tags[contract.PID]), signal.SIGKILL)
+    assert sweep.wait(timeout=600) == 1
+    output = (tmp_path / "sweep.log").read_text()
+    assert "Traceback" not in output, output[-3000:]
+    assert "a worker process of the launcher was killed during the launch of jobs 0, 1, 2, 3" in output
+    runs = client.search_runs([experiment], contract.tag_filter(contract.ROLE, contract.CHILD))
+    assert contract.RUNNING not in {run.info.status for run in runs}
+    left = output.split(", not started yet, go on")[0].rsplit("; jobs ", 1)[1].split(", ")  # those with no run then
+    finished = {run.data.tags[contract.JOB] for run in runs if run.info.status == contract.FINISHED}
+    assert "3" in left and set(left) <= finished and "0" not in finished, output[-3000:]
+    stopped = [run for run in runs if run.info.status != contract.FINISHED]  # job 0's, and the other worker's job
+    assert {run.data.tags[contract.ERROR_TYPE] for run in stopped} == {"ProcessGone"}
+    last = output.strip().splitlines()[-1]
+    assert last.startswith(f"crux-sweep: {len(stopped)} of the 4 jobs did not finish (jobs 0") and last.endswith(
+        "--resume` runs them again")

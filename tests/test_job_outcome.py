@@ -74,3 +74,34 @@ def test_jax_platform_probe_is_kept_quiet_and_its_warnings_are_not(caplog):
         probe.removeFilter(platform_probe_quiet)
     assert [record.getMessage()[:30] for record in caplog.records] == ["An NVIDIA GPU may be present o",
                                                                       "another line of the platform s"]
+
+
+@pytest.mark.integration  # a sweep in a subprocess
+def test_every_job_of_a_sweep_on_the_default_launcher_says_its_own_result_line(tmp_path):
+    """Eight short jobs in one process, each written by the writer while the next trains: each job's log and the
+    console hold its line, naming its own run."""
+    import os
+    import subprocess
+    import sys
+
+    from mlflow.tracking import MlflowClient
+
+    from crux.tracking import contract
+
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    done = subprocess.run([sys.executable, "-m", "crux.commands.sweep", "accumulation", "solver.epochs=20",
+                           "model.width=8", "problem.n_interior=64", "repeat=0,1,2,3", "memory=b8,b32",
+                           "gradient_draws=0"], cwd=tmp_path, env={**os.environ, "MLFLOW_TRACKING_URI": store},
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    client = MlflowClient(store)
+    runs = client.search_runs([client.get_experiment_by_name("accumulation").experiment_id],
+                              contract.tag_filter(contract.ROLE, contract.CHILD))
+    run_of = {int(run.data.tags[contract.JOB]): run.info.run_id for run in runs}
+    assert sorted(run_of) == list(range(8))
+    said = [line for line in (done.stdout + done.stderr).splitlines() if "final loss" in line and "; run " in line]
+    assert sorted(line.split("; run ")[1].split()[0] for line in said) == sorted(run_of.values())
+    for number, run_id in run_of.items():
+        (log,) = tmp_path.glob(f"multirun/*/*/{number}/crux.log")
+        lines = [line for line in log.read_text().splitlines() if "final loss" in line]
+        assert len(lines) == 1 and f"; run {run_id} in " in lines[0], (number, lines)

@@ -213,3 +213,82 @@ def test_a_sweep_ends_with_a_line_per_job_from_its_newest_run():
                                   "  0  full     FAILED             -      1.0",
                                   "  1  b8_acc4  FINISHED     0.01235      2.5",
                                   " 10  b8 r1    FAILED             -        -"]
+
+
+def test_a_store_fault_while_a_run_closes_stops_the_sweep_and_its_job_is_not_counted(store, monkeypatch):
+    """The store goes away as job 0's run is closed FINISHED (its last write): that is a store fault like any
+    other, recorded at once, so the jobs after it are not started and job 0 is not counted as finished."""
+    from requests.exceptions import ConnectionError as RequestsConnectionError
+
+    set_terminated = MlflowClient.set_terminated
+
+    def closing_fails(self, run_id, status=None, end_time=None):
+        if status == contract.FINISHED:
+            raise RequestsConnectionError("[Errno 111] Connection refused")
+        return set_terminated(self, run_id, status, end_time)
+
+    monkeypatch.setattr(MlflowClient, "set_terminated", closing_fails)
+    launched, ended = sweep(store, "solver.epochs=20,21,22", "tracking.retry_seconds=0.2")
+    assert isinstance(ended, SystemExit) and "Connection refused" in ended.code
+    assert "; 0 of the 3 jobs run finished, none started after it; parent run " in ended.code
+    client, parent, children = runs(store)
+    assert parent.info.status == contract.FAILED
+    assert [(c.data.tags[contract.JOB], c.info.status) for c in children] == [("0", contract.KILLED)]
+
+
+def test_a_resume_may_name_the_store_where_it_is_now(store):
+    """The store moved (a server restarted on another port, a file copied elsewhere): ``tracking.uri=`` is where
+    the runs are, not what the jobs compute, so a resume may give another."""
+    before, after = store / "mlflow.db", store / "moved.db"
+    sweep(store, f"tracking.uri=sqlite:///{before}", f"solver.epochs=20,{STOP_AT}")
+    before.rename(after)
+    stopping.clear()
+    try:
+        launched, outcome = sweep(store, f"tracking.uri=sqlite:///{after}", f"solver.epochs=20,{STOP_AT}", resume=True)
+    finally:
+        stopping.add(STOP_AT)
+    assert [(first, [job[-1] for job in jobs]) for first, jobs in launched] == [(1, [f"solver.epochs={STOP_AT}"])]
+    after.rename(before)
+    client, parent, children = runs(store)
+    assert parent.info.status == contract.FINISHED
+    assert [(c.data.tags[contract.JOB], c.info.status) for c in children] == [
+        ("0", contract.FINISHED), ("1", contract.KILLED), ("1", contract.FINISHED)]
+
+
+def test_a_run_left_open_is_closed_with_its_true_cause():
+    """A sweep closes each run of its jobs still RUNNING with what ended it, in this order of precedence."""
+    import subprocess
+    import sys
+
+    from mlflow.entities import Run, RunData, RunInfo, RunTag
+
+    from crux.tracking.multirun import closing_cause
+
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = {**process_tags(), contract.PID: ended.stdout.strip(), contract.PROCESS: ""}  # a process that is gone
+
+    def run(run_id: str, job: str, tags: dict[str, str]) -> Run:
+        info = RunInfo(run_id, "0", "u", contract.RUNNING, 0, None, "active", run_name=run_id)
+        return Run(info, RunData(tags=[RunTag(key, value) for key, value in {**tags, contract.JOB: job}.items()]))
+
+    alive = process_tags()
+    causes = {name: closing_cause(r, stopped, {"1": "ValueError: bad JSON"}, {"r2": "log_batch failed"}, 0.0)[:2]
+              for name, r, stopped in [("damaged", run("r1", "1", dead), None), ("store", run("r2", "2", dead), None),
+                                       ("signal", run("r3", "3", dead), KeyboardInterrupt()),
+                                       ("killed", run("r4", "4", dead), None), ("ended", run("r5", "5", alive), None)]}
+    assert causes == {"damaged": (contract.FAILED, "ResultsUnreadable"), "store": (contract.KILLED, "StoreFault"),
+                      "signal": (contract.KILLED, "SweepStopped"), "killed": (contract.KILLED, "ProcessGone"),
+                      "ended": (contract.KILLED, "SweepEnded")}
+
+
+def test_damaged_results_left_by_a_job_are_named_for_its_runs_closing(tmp_path):
+    from crux.tracking.handover import RESULTS, Pickup, handed_over
+
+    damaged = handed_over(tmp_path) / "3"
+    damaged.mkdir(parents=True)
+    (damaged / RESULTS).write_text('{"run_id": "r3", "job"')  # cut short
+    taken = []
+    pickup = Pickup(tmp_path, lambda results, artifacts: taken.append(results)).start()
+    pickup.stop()
+    assert taken == [] and list(pickup.unreadable) == ["3"] and "Expecting" in pickup.unreadable["3"]
+    assert not damaged.exists()

@@ -1,5 +1,6 @@
 """A store's password stays off the screen and out of every file: masked in messages, moved out of the URI into
-``PGPASSWORD`` before Hydra saves any config (crux.tracking.secrets)."""
+``PGPASSWORD`` (PostgreSQL) or ``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD`` (a tracking server) before
+Hydra saves any config (crux.tracking.secrets)."""
 from __future__ import annotations
 
 import os
@@ -9,8 +10,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from crux.tracking.secrets import (PASSWORD_VARIABLE, SECRET_VARIABLES, SHORTEST_SECRET, masked, without_password,
-                                   without_passwords)
+from crux.tracking.secrets import (PASSWORD_VARIABLE, SECRET_VARIABLES, SERVER_VARIABLES, SHORTEST_SECRET,
+                                   credential_variables, masked, without_password, without_passwords)
 from crux.tracking.store import StoreError
 
 TINY = ["solver.epochs=20", "model.width=8", "problem.n_interior=64", "repeat=0", "memory=b8,b32", "gradient_draws=0"]
@@ -21,6 +22,7 @@ def no_password_variable(monkeypatch):
     monkeypatch.delenv(PASSWORD_VARIABLE, raising=False)
     monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)
     monkeypatch.delenv("MLFLOW_TRACKING_TOKEN", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_USERNAME", raising=False)
 
 
 def test_a_postgresql_password_moves_into_the_environment(no_password_variable):
@@ -28,10 +30,25 @@ def test_a_postgresql_password_moves_into_the_environment(no_password_variable):
     assert os.environ[PASSWORD_VARIABLE] == "p@ss"  # decoded, as libpq takes it
 
 
-@pytest.mark.parametrize("uri", ["sqlite:////tmp/mlflow.db", "postgresql://crux@db/mlflow", "http://alice:pw@srv/"])
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_a_servers_user_and_password_move_into_mlflows_variables(no_password_variable, scheme):
+    assert without_password(f"{scheme}://alice:p%40ss@srv:5000/") == f"{scheme}://srv:5000/"
+    assert [os.environ[name] for name in SERVER_VARIABLES] == ["alice", "p@ss"]  # decoded, as MLflow sends them
+    assert PASSWORD_VARIABLE not in os.environ
+
+
+def test_a_command_printed_to_run_again_names_the_variables_its_store_needs(no_password_variable):
+    """The URI crux prints holds no password: the variables it went to are named for the user's shell."""
+    assert credential_variables(without_password("postgresql://crux:pw12@db/mlflow")) == [PASSWORD_VARIABLE]
+    assert credential_variables(without_password("https://alice:pw12@srv/")) == list(SERVER_VARIABLES)
+    assert credential_variables("sqlite:////tmp/mlflow.db") == []
+
+
+@pytest.mark.parametrize("uri", ["sqlite:////tmp/mlflow.db", "postgresql://crux@db/mlflow", "http://alice@srv/",
+                                 "http://srv:5000"])
 def test_other_uris_are_left_as_they_are(no_password_variable, uri):
     assert without_password(uri) == uri
-    assert PASSWORD_VARIABLE not in os.environ
+    assert not {PASSWORD_VARIABLE, *SERVER_VARIABLES} & os.environ.keys()
 
 
 def test_tracking_uri_overrides_lose_their_password(no_password_variable):
@@ -92,3 +109,30 @@ def test_a_postgresql_sweep_and_its_report_write_and_print_no_password(postgres_
     assert len(runs) == 3  # the parent and its two jobs
     recorded = [value for run in runs for value in (*run.data.params.values(), *run.data.tags.values())]
     assert [value for value in recorded if password in value or token in value] == []
+
+
+@pytest.mark.integration  # an MLflow server and a sweep in subprocesses
+def test_a_sweep_to_a_server_whose_uri_holds_a_password_writes_and_prints_none(empty_store, tmp_path_factory):
+    from mlflow_server import mlflow_server
+
+    password = "pw-" + os.urandom(8).hex()
+    served, folder = tmp_path_factory.mktemp("server"), tmp_path_factory.mktemp("sweep")
+    env = {key: value for key, value in os.environ.items() if key not in SECRET_VARIABLES + SERVER_VARIABLES}
+    with mlflow_server(served, empty_store) as url:
+        with_password = url.replace("http://", f"http://alice:{password}@")
+        sweep = subprocess.run([sys.executable, "-m", "crux.commands.sweep", "accumulation", *TINY,
+                                f"tracking.uri={with_password}"], cwd=folder, env=env, capture_output=True, text=True,
+                               timeout=600)
+        assert sweep.returncode == 0, sweep.stderr[-3000:]
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(url)
+        runs = client.search_runs([client.get_experiment_by_name("accumulation").experiment_id])
+    assert len(runs) == 3  # the parent and its two jobs
+    recorded = [value for run in runs for value in (*run.data.params.values(), *run.data.tags.values())]
+    assert [value for value in recorded if password in value] == []
+    written = [path for place in (folder, served) for path in place.rglob("*") if path.is_file()]
+    assert any(path.name == "hydra.yaml" for path in written) and any(path.name == "config.yaml" for path in written)
+    assert [str(path) for path in written if password.encode() in path.read_bytes()] == []
+    assert password not in sweep.stdout + sweep.stderr
+    assert url in sweep.stdout + sweep.stderr  # the server is still named, without the credentials

@@ -62,6 +62,18 @@ def server_folder(empty_store) -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def server_stopped_once_opened(process: subprocess.Popen, seen: list[str], server_folder: Path, url: str,
+                               job: str) -> None:
+    """Stop the server once the run of ``job`` is open, then read the sweep's output to its end into ``seen``; the
+    sweep is checked to fail without a traceback."""
+    while not run_opened(url, "accumulation", job):
+        assert process.poll() is None, "".join(seen)[-4000:]
+        time.sleep(0.05)
+    stop("mlflow_server.sh", server_folder / "server")
+    status = finish(process, seen)
+    assert status != 0 and "Traceback" not in "".join(seen), "".join(seen)[-4000:]
+
+
 def test_a_server_gone_for_good_ends_the_sweep_in_one_line_and_resume_completes_it(server_folder, tmp_path):
     from mlflow.tracking import MlflowClient
 
@@ -70,13 +82,8 @@ def test_a_server_gone_for_good_ends_the_sweep_in_one_line_and_resume_completes_
     process, seen = sweep(tmp_path, url), []
     read_until(process, seen, TRAINING, times=2)  # job 1 trains
     read_until(process, seen, CLOSED)  # and job 0's results are written (while job 1 trains)
-    while not run_opened(url, "accumulation", "1"):  # job 1's run, created by the writer after them
-        assert process.poll() is None, "".join(seen)[-4000:]
-        time.sleep(0.05)
-    stop("mlflow_server.sh", server_folder / "server")
-    status = finish(process, seen)
+    server_stopped_once_opened(process, seen, server_folder, url, "1")  # job 1's run, created after them
     output = "".join(seen)
-    assert status != 0 and "Traceback" not in output, output[-4000:]
     last = seen[-1].strip()
     assert last.startswith(f"crux-sweep: the tracking store at {url} failed: ") and "; 1 of the 3 jobs run finished (job 0), none started after it; " in last
     assert "closed by the next `crux-sweep --resume` or `crux-report`" in last
@@ -98,6 +105,19 @@ def test_a_server_gone_for_good_ends_the_sweep_in_one_line_and_resume_completes_
     closed = [run for run in runs if run.data.tags.get(contract.ERROR_TYPE) in ("StoreFault", "ProcessGone")]
     assert closed and {run.data.tags[contract.ERROR_TYPE] for run in closed} == {"StoreFault"}
     assert all("the tracking store failed" in run.data.tags[contract.ERROR_MESSAGE] for run in closed)
+
+
+def test_no_job_starts_after_the_server_is_gone(server_folder, tmp_path):
+    """The server goes away while job 0 trains, its run and params written and nothing else being sent: job 1
+    does not train for a store that is gone, it waits for the server up to the budget, and the sweep ends."""
+    backend = f"sqlite:///{server_folder / 'runs.db'}"
+    url = start("mlflow_server.sh", server_folder / "server", backend, "1")
+    process, seen = sweep(tmp_path, url, "tracking.retry_seconds=3"), []  # job 1 waits this long in vain
+    read_until(process, seen, TRAINING)
+    server_stopped_once_opened(process, seen, server_folder, url, "0")
+    output = "".join(seen)
+    assert output.count(TRAINING) == 1, output[-4000:]  # job 0 only
+    assert "; 0 of the 3 jobs run finished, none started after it; " in seen[-1], seen[-1]
 
 
 def test_a_postgresql_restart_within_the_budget_under_a_direct_sweep_loses_no_job(postgres, postgres_store, tmp_path):
@@ -132,7 +152,7 @@ def small_disk(tmp_path) -> Iterator[Path]:
     try:
         yield disk
     finally:
-        subprocess.run(["umount", str(disk)], check=True)
+        subprocess.run(["umount", "--lazy", str(disk)], check=True)  # freed once this process's store clients let go
 
 
 def test_a_store_without_room_for_a_job_is_refused_before_it_trains(small_disk, empty_store, tmp_path):
@@ -153,19 +173,92 @@ def test_a_store_without_room_for_a_job_is_refused_before_it_trains(small_disk, 
     assert "--resume` runs the others" in last
 
 
-def test_a_store_that_runs_full_while_a_job_trains_ends_the_sweep_in_one_line(small_disk, empty_store, tmp_path):
-    """The check before training passes (about 2 MB free, a 300-epoch job writes about 0.6 MB); then the disk is
-    filled while job 0 trains: its history insert meets a full disk, waits the budget, and the sweep ends as for a
-    server gone away."""
+def filled_while_job_0_trains(small_disk: Path, empty_store: Path, folder: Path) -> list[str]:
+    """The output of a sweep run in ``folder`` into a store on ``small_disk``, which is filled while job 0 trains
+    (300 epochs: the check before training passes); the sweep is checked to fail without a traceback."""
     shutil.copy(empty_store, small_disk / "mlflow.db")
-    process, seen = sweep(tmp_path, f"sqlite:///{small_disk / 'mlflow.db'}", "solver.epochs=300"), []
+    process, seen = sweep(folder, f"sqlite:///{small_disk / 'mlflow.db'}", "solver.epochs=300"), []
     read_until(process, seen, TRAINING)
     with open(small_disk / "filler", "wb") as filler:
         os.posix_fallocate(filler.fileno(), 0, shutil.disk_usage(small_disk).free)
     status = finish(process, seen)
+    assert status != 0 and "Traceback" not in "".join(seen), "".join(seen)[-4000:]
+    return seen
+
+
+def test_a_store_that_runs_full_while_a_job_trains_ends_the_sweep_in_one_line(small_disk, empty_store, tmp_path):
+    """The check before training passes (about 2 MB free, a 300-epoch job writes about 0.6 MB); then the disk is
+    filled while job 0 trains: its history insert meets a full disk, waits the budget, and the sweep ends as for a
+    server gone away."""
+    seen = filled_while_job_0_trains(small_disk, empty_store, tmp_path)
     output = "".join(seen)
-    assert status != 0 and "Traceback" not in output, output[-4000:]
     last = seen[-1]
     assert last.startswith(f"crux-sweep: the tracking store at sqlite:///{small_disk / 'mlflow.db'} failed: ")
     assert "disk is full" in last and "0 of the 3 jobs run finished, none started after it" in last
     assert output.count("the tracking store did not take") == 1  # job 0 waited; jobs 1 and 2 were not started
+
+
+def test_a_job_refused_for_room_leaves_the_writes_of_the_job_before_it_complete(small_disk, empty_store, tmp_path):
+    """Job 0 (300 epochs, about 0.7 MB) has room and is written while job 1 starts; job 1 (20,000 epochs, about
+    20 MB) is refused before it trains: job 0's run still closes FINISHED with its five artifacts, job 1's closes
+    FAILED with the reason, and the sweep ends with the refusal."""
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{small_disk / 'mlflow.db'}"
+    shutil.copy(empty_store, small_disk / "mlflow.db")
+    process, seen = sweep(tmp_path, uri, "memory=b8", "solver.epochs=300,20000", "tracking.history_points=null"), []
+    assert finish(process, seen) != 0
+    output = "".join(seen)
+    assert "Traceback" not in output and "a job of 80,000 history values needs about " in seen[-1], output[-3000:]
+    assert "1 of the 2 jobs run finished (job 0)" in seen[-1]
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("accumulation").experiment_id],
+                              contract.tag_filter(contract.ROLE, contract.CHILD))
+    job = {run.data.tags[contract.JOB]: run for run in runs}
+    assert {number: run.info.status for number, run in job.items()} == {"0": contract.FINISHED, "1": contract.FAILED}
+    assert sorted(artifact.path for artifact in client.list_artifacts(job["0"].info.run_id)) == [
+        contract.CONFIG, contract.ENVIRONMENT, contract.HISTORY_PLOT, contract.PARAMS, contract.STATS]
+    assert job["1"].data.tags[contract.ERROR_TYPE] == "NoRoom"
+
+
+def test_postgresql_refusals_are_one_line_without_mlflows_retries(postgres_store, tmp_path):
+    """A wrong password and a PostgreSQL server that does not answer are each refused in one line by a check of
+    the server's own, before MLflow's opening of the store (which retries for about 100 s, warning each time)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    wrong = postgres_store.replace(f":{urlsplit(postgres_store).password}@", ":not-its-password@")
+    with socket.socket() as probe:  # a port of 127.0.0.1 that nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        nowhere = f"postgresql://mlflow@127.0.0.1:{probe.getsockname()[1]}/mlflow"
+    env = {key: value for key, value in os.environ.items() if key != "PGPASSWORD"}
+    swept = subprocess.run([sys.executable, "-m", "crux.commands.sweep", "accumulation", *JOBS, f"tracking.uri={wrong}"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    reported = subprocess.run([sys.executable, "-m", "crux.report", "accumulation", "--tracking-uri", nowhere],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    for done, status, line in ((swept, 1, f"crux-sweep: the PostgreSQL server of "
+                                          f"{wrong.replace(':not-its-password', '')} refused the user ("),
+                               (reported, 2, f"crux-report: the PostgreSQL server of {nowhere} did not answer within ")):
+        output = done.stdout + done.stderr
+        assert done.returncode == status and output.strip().splitlines()[-1].startswith(line), output[-3000:]
+        assert "retried" not in output and "Traceback" not in output and "not-its-password" not in output
+    assert "set PGPASSWORD to the user's password" in swept.stderr
+    assert "(Connection refused): start it" in reported.stderr
+
+
+def test_a_disk_that_fills_up_under_the_sweep_and_its_store_ends_it_in_one_line(small_disk, empty_store):
+    """The store and the sweep's folder on one small disk, filled while job 0 trains: the fault's record goes
+    into the room taken for it when the sweep started, no job after it trains, and the sweep ends in one line,
+    its record naming job 0's run."""
+    import json
+
+    from crux.tracking.faults import FAULT_FILE
+
+    seen = filled_while_job_0_trains(small_disk, empty_store, small_disk)
+    output = "".join(seen)
+    assert "0 of the 3 jobs run finished, none started after it" in seen[-1], seen[-1]
+    assert "No space left on device" in seen[-1] or "disk is full" in seen[-1]  # what met the full disk first
+    assert output.count(TRAINING) == 1
+    (record,) = small_disk.glob(f"multirun/*/*/{FAULT_FILE}")
+    (job_0,) = [run for run, message in json.loads(record.read_text())["runs"].items() if "disk is full" in message]
+    assert f"run {job_0} " in output  # job 0's run, left open with the cause, for the next command to close

@@ -48,8 +48,9 @@ from crux.tracking.contract import (BACKEND, CLAIM, CONFIG, ENVIRONMENT, OVERRID
                                    PARENT_ID, PLANNED_JOBS, PLANNED_JOB_COUNT, REPEAT, ROLE, STATS, VARIANT, tag_filter)
 from crux.tracking.history import history_series
 from crux.tracking.liveness import close_orphans
-from crux.tracking.store import (READING, SQLITE, STORE_ERRORS, StoreError, bounded_http, brief, check_sqlite,
-                                 child_runs, store_errors, tracking_uri)
+from crux.tracking.secrets import POSTGRESQL
+from crux.tracking.store import (READING, SQLITE, STORE_ERRORS, StoreError, bounded_http, brief, check_postgresql,
+                                 check_sqlite, child_runs, store_errors, tracking_uri)
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +157,8 @@ def open_client(uri: str | None = None) -> tuple[MlflowClient, str]:
             raise StoreError(f"no tracking store at {resolved}: run a sweep first (crux-sweep NAME), or point "
                              f"MLFLOW_TRACKING_URI / --tracking-uri at the store that holds it")
         check_sqlite(path, resolved, READING)
+    if resolved.startswith(POSTGRESQL):
+        check_postgresql(resolved, READING)
     with store_errors(resolved, READING):  # MLflow opens the store here
         return MlflowClient(resolved), resolved
 

@@ -11,7 +11,9 @@ raises :class:`StoreFault`. MLflow's own HTTP retries are cut to seconds
 (:data:`crux.tracking.store.HTTP_LIMITS`) so that this budget is the one that
 counts. A job that meets a StoreFault writes it into the sweep's folder
 (:func:`record_fault`): the jobs after it end at once, the sweep ends with one
-line, and the runs it left open are closed later with that cause.
+line, and the runs it left open are closed later with that cause. The room for
+that record is taken when the sweep starts (:func:`reserve_fault_record`), so
+that a disk that fills up still takes it.
 """
 from __future__ import annotations
 
@@ -20,11 +22,13 @@ import functools
 import json
 import logging
 import os
+import socket
 import sqlite3
 import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, TypeVar
+from urllib.parse import urlsplit
 
 from mlflow.exceptions import MlflowException
 from requests.exceptions import ConnectionError as RequestsConnectionError
@@ -41,7 +45,10 @@ RETRY_SECONDS = "CRUX_STORE_RETRY_SECONDS"
 DEFAULT_RETRY_SECONDS = 60.0
 LONGEST_PAUSE = 8.0
 FAULT_FILE = "store_fault.json"
-"""In the sweep's folder: the store fault a job met (``{"message": ..., "runs": {run id: message}}``)."""
+"""In the sweep's folder: the store fault a job met (``{"message": ..., "runs": {run id: message}}``), or blanks
+(room reserved, no fault)."""
+RESERVED_BYTES = 64 * 1024
+"""The room taken for the fault's record when a sweep starts: its message and a line per run left open."""
 UNAVAILABLE = ("TEMPORARILY_UNAVAILABLE",)
 FAULT_WORDS = ("failed with exception", "failed with timeout exception", "database or disk is full",
                "No space left on device", "503 != 200", "502 != 200", "504 != 200")
@@ -78,7 +85,8 @@ def set_retry_budget(seconds: float) -> None:
 def is_store_fault(error: BaseException) -> bool:
     """Whether ``error`` says the store is away (no connection, a timeout, a database down or restarting, no space
     left) rather than that the request was wrong."""
-    if isinstance(error, (RequestsConnectionError, Timeout, OperationalError, sqlite3.OperationalError)):
+    if isinstance(error, (RequestsConnectionError, Timeout, OperationalError, sqlite3.OperationalError,
+                          ConnectionError, TimeoutError)):
         return True
     if isinstance(error, DBAPIError) and error.connection_invalidated:
         return True
@@ -128,6 +136,22 @@ def patiently(call: Callable[[], T], what: str) -> T:
             _count_retrying(-1)
 
 
+REACH_SECONDS = 5.0
+"""How long :func:`reach` waits for a store's server to take a connection."""
+
+
+def reach(uri: str) -> None:
+    """Open and close a connection to the server of ``uri`` (a tracking server, a PostgreSQL server on a host):
+    ConnectionError or TimeoutError, store faults, where none is taken within :data:`REACH_SECONDS`. A store
+    without a server (SQLite) is not checked here: its writes say whether its disk takes them."""
+    parts = urlsplit(uri)
+    ports = {"http": 80, "https": 443}
+    if not parts.hostname or not (parts.scheme in ports or parts.scheme.startswith("postgres")):
+        return
+    with socket.create_connection((parts.hostname, parts.port or ports.get(parts.scheme, 5432)), REACH_SECONDS):
+        pass
+
+
 class PatientClient:
     """An ``MlflowClient`` whose every public method goes through :func:`patiently`."""
 
@@ -146,19 +170,33 @@ class PatientClient:
 
 
 def record_fault(folder: Path, run_id: str | None, message: str) -> None:
-    """Write into the sweep's ``folder`` that the store failed (``message``), with the run it left open."""
+    """Write into the sweep's ``folder`` that the store failed (``message``), with the run it left open: into the
+    room reserved for it (:func:`reserve_fault_record`), in place, which a full disk takes, where it fits."""
     with _recording:
         recorded = recorded_fault(folder) or {"message": message, "runs": {}}
         if run_id:
             recorded["runs"][run_id] = message
+        text = json.dumps(recorded, indent=1).encode()
+        path = folder / FAULT_FILE
+        if path.is_file() and len(text) <= path.stat().st_size:
+            with open(path, "r+b") as file:
+                file.write(text.ljust(path.stat().st_size))  # JSON, then blanks, which JSON ignores
+                file.flush()
+                os.fsync(file.fileno())
+            return
         written = folder / f"{FAULT_FILE}.part"  # whole or absent for a reader in another thread or process
-        written.write_text(json.dumps(recorded, indent=1))
-        os.replace(written, folder / FAULT_FILE)
+        written.write_bytes(text)
+        os.replace(written, path)
 
 
-def clear_fault(folder: Path) -> None:
-    """Forget a fault recorded in ``folder`` (a sweep resumed there)."""
-    (folder / FAULT_FILE).unlink(missing_ok=True)
+def reserve_fault_record(folder: Path) -> None:
+    """Take :data:`RESERVED_BYTES` in ``folder`` for the record of a store fault, forgetting one recorded there
+    before (a sweep resumed in the same folder)."""
+    path = folder / FAULT_FILE
+    with open(path, "wb") as file:
+        file.write(b" " * RESERVED_BYTES)
+        file.flush()
+        os.fsync(file.fileno())
 
 
 def recorded_fault(folder: Path | None) -> dict | None:
@@ -167,6 +205,7 @@ def recorded_fault(folder: Path | None) -> dict | None:
     if path is None or not path.is_file():
         return None
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        text = path.read_text()
+        return json.loads(text) if text.strip() else None  # blanks: room reserved, no fault
+    except (OSError, ValueError):  # a record half written, read by another process: seen whole at its next look
         return None

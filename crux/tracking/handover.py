@@ -75,10 +75,12 @@ def hand_over(sweep_dir: Path, results: Results, staged: Path) -> None:
 class Pickup:
     """The driver's thread that hands every job's results left in ``sweep_dir`` to ``take`` (the results and
     their artifacts' folder, whose files ``take`` moves away: the folder goes when it returns), in the order they
-    appear, until :meth:`stop`."""
+    appear, until :meth:`stop`. ``unreadable``: job number (as its run's ``crux.job`` tag) -> why its results
+    could not be read or taken over, for the closing of its run."""
 
     def __init__(self, sweep_dir: Path, take: Callable[[Results, Path], None]):
         self._folder, self._take = handed_over(sweep_dir), take
+        self.unreadable: dict[str, str] = {}
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="crux-results-pickup", daemon=True)
 
@@ -107,13 +109,15 @@ class Pickup:
             try:
                 results = Results(**json.loads((entry / RESULTS).read_text()))
             except (OSError, ValueError, TypeError) as error:
-                log.error("the results left in %s cannot be read (%s); the job's run is closed when the sweep "
+                self.unreadable[entry.name] = failure_line(error)
+                log.error("the results left in %s cannot be read (%s); the job's run is closed FAILED when the sweep "
                           "ends", entry, error)
                 shutil.rmtree(entry, ignore_errors=True)
                 continue
             try:
                 self._take(results, entry / ARTIFACTS)
             except Exception as error:  # noqa: BLE001 - the pickup must go on for the other jobs
+                self.unreadable[str(results.job)] = masked(failure_line(error))
                 log.error("the results of job %s (run %s) could not be taken over: %s; the run is closed when the "
                           "sweep ends", results.job, results.run_id, masked(failure_line(error)))
             finally:

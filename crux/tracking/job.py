@@ -15,7 +15,8 @@ launcher runs it in another process (joblib, Ray, submitit) has its writer
 create its run and write its params while it trains, and hands the rest to the
 sweep's process (:mod:`crux.tracking.handover`); any other job (a lone crux-run)
 waits for the writer before it returns. A sweep's job reads nothing from the
-store before it trains: the sweep hands its destination down. In a sweep of
+store before it trains: the sweep hands its destination down (it opens a connection to the store's server,
+:func:`crux.tracking.faults.reach`, so that no job trains for a store known to be gone). In a sweep of
 the basic launcher the next run is created by the writer behind the previous
 job's writes: a write that meets a store fault records it in
 the sweep's folder, and no run is created, nor any write attempted, after it
@@ -56,12 +57,12 @@ from crux.tracking.contract import (ADJUSTED, BACKEND, CHILD, CLAIM, CONFIG, ENV
                                    PARAMS, PARENT_ID, REPEAT, REQUESTED, ROLE, SINGLE, STATS, SWEEP, VARIANT, VARIANT_PARAM)
 from crux.tracking.descriptions import job_description
 from crux.tracking.environment import environment
-from crux.tracking.faults import (PatientClient, StoreFault, record_fault, recorded_fault, set_retry_budget,
-                                  store_retrying)
+from crux.tracking.faults import (PatientClient, StoreFault, patiently, reach, record_fault, recorded_fault,
+                                  set_retry_budget, store_retrying)
 from crux.tracking.handover import Results, hand_over
 from crux.tracking.history import history_series, log_history, thinned
 from crux.tracking.interrupt import deferred, signal_name
-from crux.tracking.liveness import Heartbeat, process_tags
+from crux.tracking.liveness import Heartbeat, follow_sweep, process_tags
 from crux.tracking.secrets import masked
 from crux.tracking.space import NoRoom, check_room
 from crux.tracking.store import (DESTINATION, PARENT_RUN, TRACKING_URI, Destination, ensure_experiment,
@@ -164,6 +165,25 @@ def _sweep_destination(client: MlflowClient, uri: str, parent_run_id: str) -> De
     return _destinations[key]
 
 
+def _wait_for_store(uri: str, sweep_dir: Path) -> None:
+    """Before a sweep's job trains: return once the store's server takes a connection (:func:`reach`); where it
+    does not, the writes handed over before this job are waited for (they meet the same store, and record its
+    fault), then the server, up to the retry budget; StoreFault, recorded in ``sweep_dir``, where it stays away."""
+    try:
+        reach(uri)
+        return
+    except OSError:
+        process_writer().drain()
+    fault = recorded_fault(sweep_dir)
+    if fault is not None:
+        raise StoreFault(f"not started: {fault['message']}")
+    try:
+        patiently(lambda: reach(uri), "a connection before the job starts")
+    except StoreFault as away:
+        record_fault(sweep_dir, None, str(away))
+        raise StoreFault(f"not started: {away}") from None
+
+
 class OpenedOnFirstUse:
     """A store client (:class:`crux.tracking.faults.PatientClient`) for ``tracking_uri`` that opens the store
     on its first request: MLflow opens a SQL store (imports, engine, schema check) when a client is made, which
@@ -214,6 +234,7 @@ class JobRun:
         self.client, self.variant, self.repeat, self.job = client, variant, repeat, job
         self.hands_over = hands_over and overlap and sweep_dir is not None and job is not None
         self._results: tuple[Results, Statistics, Mapping[str, float]] | None = None  # what it hands over
+        self._outcome: Callable[[], str] | None = None  # the job's result line, said by the job itself
         self.artifact_location = artifact_location  # the experiment's artifact folder, where known
         self.sweep_dir = sweep_dir
         self.history_points = history_points  # per series sent as metrics; None: every epoch
@@ -245,12 +266,16 @@ class JobRun:
         sweep_dir = Path(hydra.sweep.dir) if parent else None
         in_sweep_process = multirun and hydra.launcher._target_.endswith(".BasicLauncher")
         hands_over = parent is not None and not in_sweep_process
+        if hands_over:
+            follow_sweep()
         overlap = in_sweep_process or hands_over
         if overlap and store_retrying():  # the previous job's write waits for the store: this job waits for it
             process_writer().drain()
         fault = recorded_fault(sweep_dir)
         if fault is not None:  # an earlier job of the sweep waited for the store in vain: this one would too
             raise StoreFault(f"not started: {fault['message']}")
+        if parent:
+            _wait_for_store(os.environ[TRACKING_URI], sweep_dir)
         if parent and DESTINATION in os.environ:
             client = OpenedOnFirstUse(os.environ[TRACKING_URI])
             where = Destination.from_handed_down(os.environ[DESTINATION])
@@ -294,12 +319,14 @@ class JobRun:
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  traceback: TracebackType | None) -> bool:
-        if isinstance(error, StoreFault) and self.sweep_dir is not None:  # the sweep stops its jobs
+        no_room = isinstance(error, NoRoom)  # the store is there: this run closes FAILED with the reason
+        if isinstance(error, StoreFault) and not no_room and self.sweep_dir is not None:  # the sweep stops its jobs
             record_fault(self.sweep_dir, self._run_id, str(error))
-        if isinstance(error, StoreFault) and not isinstance(error, NoRoom):  # the store is away: closed later
+        if isinstance(error, StoreFault) and not no_room:  # the store is away: closed later
             log.error("the tracking store failed: %s; run %s stays open until the next crux-sweep --resume or "
                       "crux-report closes it", error, self._run_id or "(not created)")
             self._writer.submit(lambda: self._forget(str(error)))
+            self._say_outcome()
             return False
         with deferred():
             if error is None:
@@ -310,8 +337,10 @@ class JobRun:
                         return False
                 self._writer.submit(lambda: self._close(FINISHED, [], ended))
                 if self.overlap and not self.hands_over:
+                    self._say_outcome()
                     return False
                 self._writer.drain()
+                self._say_outcome()
                 if self._failure is not None:
                     what, failure = self._failure
                     raise WriteFailed(f"writing {what} failed: {failure_line(failure)}") from failure
@@ -321,6 +350,11 @@ class JobRun:
             tags = [RunTag(ERROR_TYPE, kind.__name__), RunTag(ERROR_MESSAGE, what[:MESSAGE_CHARS])]
             self._writer.submit(lambda: self._close(KILLED if stopped else FAILED, tags, None))
             self._writer.drain()  # the exception may end the process: the run is closed first
+            self._say_outcome()
+            if no_room and self.sweep_dir is not None:
+                # recorded once the writes queued before it are done (an earlier job's, which had room): the
+                # sweep starts no job after it
+                record_fault(self.sweep_dir, None, str(error))
         return False
 
     def check_room(self, problem: Problem, epochs: int, phases: int) -> None:
@@ -402,19 +436,30 @@ class JobRun:
                                      summary, tags), stats, errors)
             return
         uri = self.client.tracking_uri
-        self._write_outcome(stats, summary, tags, now, lambda: outcome_line(stats, errors, self._run_id, uri))
+        self._outcome = lambda: outcome_line(stats, errors, self._run_id, uri)
+        self._write_outcome(stats, summary, tags, now)
+
+    def _say_outcome(self) -> None:
+        """Log the job's result line in the job's own thread, once its run is created (or could not be): the
+        writer works on while the next job of the sweep runs, whose log and console a line of the writer's would
+        reach, or miss while Hydra sets up that job's logging."""
+        if self._outcome is not None:
+            self._created.wait()
+            log.info("%s", self._outcome())
+            self._outcome = None
 
     def _write_outcome(self, stats: Statistics, summary: Mapping[str, float], tags: Mapping[str, str], now: int,
-                       outcome: Callable[[], str]) -> None:
+                       outcome: Callable[[], str] | None = None) -> None:
         """Hand the histories (thinned by the writer too), the summary, ``history.png`` and the ``outcome`` line
-        to the writer."""
+        (where given; a job says its own, :meth:`_say_outcome`) to the writer."""
         self._write("the histories", lambda: log_history(
             self.client, self.run_id, *thinned(stats.epoch, history_series(stats), self.history_points), now))
         self._write("the summary", lambda: self.client.log_batch(
             self.run_id, metrics=[Metric(key, float(value), now, 0) for key, value in summary.items()],
             tags=[RunTag(key, value) for key, value in tags.items()]))
         self._write(HISTORY_PLOT, lambda: stats.plot(self._staged / HISTORY_PLOT))
-        self._writer.submit(lambda: log.info("%s", outcome()))
+        if outcome is not None:
+            self._writer.submit(lambda: log.info("%s", outcome()))
 
     def _hand_over(self, ended: int) -> bool:
         """Leave the results and the staged artifacts to the sweep's driver, the run open for it; False, said in
@@ -536,6 +581,10 @@ class JobRun:
             log.info("run %s closed %s, its results written in %.2f s", self.run_id, status,
                      time.perf_counter() - start)
         except Exception as error:  # noqa: BLE001 - said; crux-report or a resumed sweep closes it later
+            if isinstance(error, StoreFault) and self.sweep_dir is not None:
+                record_fault(self.sweep_dir, self._run_id, str(error))  # no job starts, no write waits, after it
+            if self.job is not None and self.sweep_dir is not None and status == FINISHED:
+                _unwritten_jobs.setdefault(self.sweep_dir, set()).add(self.job)  # its run is not FINISHED
             log.error("run %s could not be closed %s: %s", self.run_id, status, failure_line(error))
         finally:
             self._files.cleanup()

@@ -11,6 +11,11 @@ time) every :data:`HEARTBEAT_SECONDS`, and a run whose heartbeat is older than
 :data:`STALE_SECONDS` is taken for lost with its machine. Both limits are generous
 so that clocks a few minutes apart do not close a live run.
 
+A worker process that a sweep started (joblib's) ends with its sweep
+(:func:`follow_sweep`): killed with it (``kill -9``), it would train its job to the
+end for nobody, and hold its run open against the next command's closing of
+orphans.
+
 A run whose job, or whose sweep, stopped because the tracking store was away
 recorded that in the sweep's folder (:func:`crux.tracking.faults.record_fault`):
 such a run is closed with that cause, ``crux.error_type`` = ``StoreFault``.
@@ -37,6 +42,10 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 60.0
 STALE_SECONDS = 15 * 60.0
+SWEEP_PID = "CRUX_SWEEP_PID"
+"""The environment variable that gives each job of a sweep the process id of the sweep's driver."""
+FOLLOW_SECONDS = 0.2
+"""How often a worker of a sweep looks whether the sweep is still there."""
 GONE, STORE_FAULT = "ProcessGone", "StoreFault"
 """The ``crux.error_type`` of a run closed because its process was gone, and because the store was away."""
 
@@ -116,6 +125,30 @@ def close_orphans(client: MlflowClient, experiment_id: str, closer: str) -> list
         log.warning("run %s (%s) was left RUNNING by a process that is gone (%s): closed KILLED",
                     run.info.run_id, run.info.run_name, where)
     return closed
+
+
+_following = threading.Lock()
+_followed: set[int] = set()
+
+
+def follow_sweep() -> None:
+    """In a job of a sweep that runs in a child process of the sweep's (a joblib worker): end this process within
+    :data:`FOLLOW_SECONDS` of the sweep's end, from a daemon thread started once a process. A job in the sweep's
+    own process, or in a process that is not its child (Ray, Slurm), is left alone."""
+    recorded = os.environ.get(SWEEP_PID, "")
+    if not recorded.isdigit() or int(recorded) == os.getpid() or os.getppid() != int(recorded):
+        return
+    with _following:
+        if int(recorded) in _followed:
+            return
+        _followed.add(int(recorded))
+    threading.Thread(target=_end_with, args=(int(recorded),), name="crux-follow-sweep", daemon=True).start()
+
+
+def _end_with(parent: int) -> None:
+    while os.getppid() == parent:  # a child whose parent ended is handed to another process
+        time.sleep(FOLLOW_SECONDS)
+    os._exit(128 + 9)  # as killed with it: its run stays open, closed as an orphan by the next command
 
 
 class Heartbeat:

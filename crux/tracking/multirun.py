@@ -58,15 +58,16 @@ from crux.tracking.contract import (BACKEND, CLAIM, CLAIMS, COMMAND, ERROR_MESSA
                                    WORKING_DIR, tag_filter)
 from crux.tracking.descriptions import runs_page, sweep_description
 from crux.tracking.failures import tracebacks_shown
-from crux.tracking.faults import (PatientClient, StoreFault, clear_fault, record_fault, recorded_fault,
-                                  set_retry_budget)
+from crux.tracking.faults import (PatientClient, StoreFault, is_store_fault, record_fault, recorded_fault,
+                                  reserve_fault_record, set_retry_budget)
 from crux.tracking.interrupt import deferred, exit_status, interruptible, signal_name
 from crux.tracking.handover import Pickup
 from crux.tracking.job import JobRun, as_requested, flatten, unwritten_jobs
-from crux.tracking.liveness import Heartbeat, close_orphans, process_tags
-from crux.tracking.secrets import masked
+from crux.tracking.liveness import (GONE, STORE_FAULT, SWEEP_PID, Heartbeat, close_orphans, is_gone,
+                                   process_tags)
+from crux.tracking.secrets import credential_variables, masked
 from crux.tracking.store import (DESTINATION, PARENT_RUN, STORE_ERRORS, TRACKING_URI, WRITING, Destination,
-                                 StoreError, child_runs, ensure_experiment, experiment_name, store_errors,
+                                 StoreError, brief, child_runs, ensure_experiment, experiment_name, store_errors,
                                  tracking_uri, writable_store)
 from crux.tracking.writer import process_writer
 
@@ -76,6 +77,10 @@ UNCOMPARED = ("tracking.", "jax.")
 """Settings a resumed sweep may change: where runs and compiled programs are kept, not what a job computes."""
 CONFIG_ERRORS = (HydraException, OmegaConfBaseException, ValueError, TypeError)
 ERROR_TAGS = {ERROR_TYPE, ERROR_MESSAGE}
+TRACKER_WARNING = "ignore:resource_tracker:UserWarning"
+"""A ``PYTHONWARNINGS`` filter for the warning of a process pool's resource tracker about what it frees."""
+WORKER_KILLED = ("TerminatedWorkerError", "BrokenProcessPool")
+"""What a launcher whose pool lost a worker process raises (joblib's loky, Python's process pools)."""
 
 
 class Refused(Exception):
@@ -153,10 +158,23 @@ class Multirun:
         flag = "--resume" if self.program == "crux-sweep" else "hydra.sweeper.resume=true"
         return f"{self.command} {flag}" if flag not in self.command else self.command
 
+    @property
+    def resume_advice(self) -> str:
+        """:attr:`resume_command` quoted, with the variables it needs set where the store takes credentials
+        (named, never shown: the command holds none)."""
+        needed = credential_variables(self.uri)
+        return f"`{self.resume_command}`" + (f" with {' and '.join(needed)} set as for this sweep" if needed else "")
+
     def run(self, resume: bool) -> list[Sequence[JobReturn]]:
         """Check, open, launch, close; raises SystemExit with one line when refused, with the shell's status of
         the signal when stopped, and with a summary when jobs failed."""
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar for a one-file download
+        logging.raiseExceptions = False  # a log file on a full disk: its lines still reach the console, untraced
+        # a killed worker leaves its semaphores to the pool's resource tracker, which frees them and would warn
+        # after the sweep's last line; the tracker, started later, takes its warnings' filters from here
+        filters = os.environ.get("PYTHONWARNINGS", "")
+        if TRACKER_WARNING not in filters.split(","):
+            os.environ["PYTHONWARNINGS"] = ",".join(filter(None, (filters, TRACKER_WARNING)))
         set_retry_budget(self.config.tracking.retry_seconds)
         with interruptible():
             try:
@@ -265,7 +283,8 @@ class Multirun:
             raise Refused(f"the newest sweep of {self.name!r} (parent run {parent_id}) recorded no plan of its jobs, "
                           f"so what it lacks is not known: run it again without --resume")
         recorded = tags.get(OVERRIDES, "").split()
-        extra = [o for o in " ".join(self.config.hydra.overrides.task).split() if o not in recorded]
+        extra = [o for o in " ".join(self.config.hydra.overrides.task).split() if o not in recorded
+                 and not o.lstrip("+~").startswith(UNCOMPARED)]  # the store moved, its budget changed: not the jobs
         if extra:
             raise Refused(f"--resume runs the jobs sweep {parent_id} planned, with the overrides it ran with "
                           f"({' '.join(recorded)}); {' '.join(extra)} is not among them: leave it out, or start a "
@@ -314,6 +333,7 @@ class Multirun:
         launcher's returns, or SystemExit when stopped or when jobs failed."""
         hand_over(self.config, f"hydra.job.env_set.{PARENT_RUN}", opened.parent_id)
         hand_over(self.config, f"hydra.job.env_set.{TRACKING_URI}", opened.uri)
+        hand_over(self.config, f"hydra.job.env_set.{SWEEP_PID}", str(os.getpid()))
         where = Destination.of_parent(opened.client, opened.uri, opened.parent_id)
         where = replace(where, artifact_location=opened.client.get_experiment(opened.experiment_id).artifact_location)
         hand_over(self.config, f"hydra.job.env_set.{DESTINATION}", where.handed_down())
@@ -327,15 +347,24 @@ class Multirun:
                                                                                 artifacts)).start()
         try:
             sweep_dir.mkdir(parents=True, exist_ok=True)
-            clear_fault(sweep_dir)  # a resumed sweep in the same folder: that fault is over
+            reserve_fault_record(sweep_dir)  # a fault of a resumed sweep in the same folder is over
             OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-            for batch in self._batches(opened.todo):
+            batches = list(self._batches(opened.todo))
+            while batches:
+                batch = batches.pop(0)
                 if recorded_fault(sweep_dir) is not None:
                     break  # the store is away: the jobs left would wait for it in vain
                 try:
                     returns.append(self.launcher.launch([opened.jobs[n] for n in batch], initial_job_idx=batch[0]))
                     completed += [n for n, result in zip(batch, returns[-1]) if result.status == JobStatus.COMPLETED]
                 except Exception as error:  # noqa: BLE001 - a job the launcher lost (a Slurm job past its time
+                    if is_store_fault(error) or recorded_fault(sweep_dir) is not None:  # a full disk: said at the end
+                        if recorded_fault(sweep_dir) is None:
+                            record_fault(sweep_dir, None, f"the launcher could not start a job: {brief(error)}")
+                        break
+                    if type(error).__name__ in WORKER_KILLED:
+                        batches[:0] = self._after_killed_worker(opened, batch, error)
+                        continue
                     log.error("the launcher failed on jobs %s", batch, exc_info=error)  # limit): the others go on
         except KeyboardInterrupt as error:
             stopped = error
@@ -345,11 +374,11 @@ class Multirun:
                 pickup.stop()
                 process_writer().drain()
             completed = [n for n in completed if n not in unwritten_jobs(sweep_dir)]
-            status, missing = self._close_or_report(opened, stopped, sweep_dir, completed)
+            status, missing = self._close_or_report(opened, stopped, sweep_dir, completed, pickup.unreadable)
             print(job_table(child_runs(opened.client, opened.experiment_id, opened.parent_id)), flush=True)
         if stopped is not None:
             print(f"{self.program}: stopped by {signal_name(stopped)}: parent run {opened.parent_id} closed {status} "
-                  f"with {len(opened.jobs) - len(missing)} of {len(opened.jobs)} jobs finished; `{self.resume_command}` "
+                  f"with {len(opened.jobs) - len(missing)} of {len(opened.jobs)} jobs finished; {self.resume_advice} "
                   f"runs the others", file=sys.stderr)
             raise SystemExit(exit_status(stopped))
         for result in (result for results in returns for result in results if result.status == JobStatus.FAILED):
@@ -361,8 +390,20 @@ class Multirun:
         if missing:
             raise SystemExit(f"{self.program}: {len(missing)} of the {len(opened.jobs)} jobs did not finish (jobs "
                              f"{', '.join(map(str, missing))}); parent run {opened.parent_id} closed {status}; "
-                             f"`{self.resume_command}` runs them again")
+                             f"{self.resume_advice} runs them again")
         return returns
+
+    def _after_killed_worker(self, opened: Opened, batch: list[int], error: BaseException) -> list[list[int]]:
+        """Said in one line: a worker process of the launcher was killed (the kernel's out-of-memory killer) and
+        the launch of ``batch`` ended with it; the batches of its jobs that had not started yet, to launch now
+        (those that ran then are closed with their cause when the sweep ends, and run again by ``--resume``)."""
+        started = {run.data.tags.get(JOB) for run in child_runs(opened.client, opened.experiment_id,
+                                                                  opened.parent_id)}
+        left = [n for n in batch if str(n) not in started]
+        log.error("a worker process of the launcher was killed during the launch of jobs %s (%s): the runs of those it stopped "
+                  "are closed with the cause when the sweep ends; %s", ", ".join(map(str, batch)), type(error).__name__,
+                  f"jobs {', '.join(map(str, left))}, not started yet, go on" if left else "no job was left to start")
+        return list(self._batches(left))
 
     def _batches(self, todo: list[int]) -> Iterator[list[int]]:
         """``todo`` in runs of consecutive job numbers (a launcher numbers the jobs of one launch in a row), each
@@ -376,7 +417,7 @@ class Multirun:
             block.append(number)
 
     def _close_or_report(self, opened: Opened, stopped: KeyboardInterrupt | None, sweep_dir: Path,
-                         completed: list[int]) -> tuple[str, list[int]]:
+                         completed: list[int], unreadable: dict[str, str]) -> tuple[str, list[int]]:
         """:meth:`_close`; where a job found the store away (or the closing does), closing is tried once, and
         SystemExit with one line says what failed, which jobs finished and how to go on."""
         fault = recorded_fault(sweep_dir)
@@ -384,7 +425,7 @@ class Multirun:
             opened = Opened(getattr(opened.client, "client", opened.client), opened.uri, opened.experiment_id,
                             opened.parent_id, opened.jobs, opened.todo)
         try:
-            closed = self._close(opened, stopped)
+            closed = self._close(opened, stopped, unreadable, (fault or {}).get("runs", {}))
         except (StoreFault, *STORE_ERRORS) as error:
             fault = fault or {"message": f"closing the sweep failed: {error}"}
             record_fault(sweep_dir, opened.parent_id, fault["message"])
@@ -398,21 +439,24 @@ class Multirun:
             + (f"parent run {opened.parent_id} closed {closed[0]}" if closed else
                f"the runs left open (parent run {opened.parent_id}) are closed by the next `crux-sweep --resume` "
                f"or `crux-report`")
-            + f"; once the store is back, `{self.resume_command}` runs the others")
+            + f"; once the store is back, {self.resume_advice} runs the others")
 
     @deferred()
-    def _close(self, opened: Opened, stopped: KeyboardInterrupt | None) -> tuple[str, list[int]]:
-        """Close the parent with the truth read from the store, after closing KILLED the runs of its jobs still
-        RUNNING (processes stopped with the sweep); its status and the planned jobs with no FINISHED run."""
+    def _close(self, opened: Opened, stopped: KeyboardInterrupt | None, unreadable: dict[str, str],
+               faulted: dict[str, str]) -> tuple[str, list[int]]:
+        """Close the parent with the truth read from the store, after closing the runs of its jobs still RUNNING
+        with their cause (:func:`closing_cause`; ``unreadable``: job -> why its handed-over results could not be
+        read, ``faulted``: run -> the store fault that left it open); its status and the planned jobs with no
+        FINISHED run."""
         client = opened.client
         finished: set[int] = set()
+        now = time.time()
         for run in child_runs(client, opened.experiment_id, opened.parent_id):
             if run.info.status == RUNNING:
-                why = f"stopped by {signal_name(stopped)}" if stopped else "ended"
-                client.log_batch(run.info.run_id, tags=[
-                    RunTag(ERROR_TYPE, "SweepStopped"),
-                    RunTag(ERROR_MESSAGE, f"its sweep {why} while it ran; closed by {self.program}")])
-                client.set_terminated(run.info.run_id, KILLED)
+                status, kind, why = closing_cause(run, stopped, unreadable, faulted, now)
+                client.log_batch(run.info.run_id, tags=[RunTag(ERROR_TYPE, kind),
+                                                        RunTag(ERROR_MESSAGE, f"{why}; closed by {self.program}")])
+                client.set_terminated(run.info.run_id, status)
             elif run.info.status == FINISHED and run.data.tags.get(JOB, "").isdigit():
                 finished.add(int(run.data.tags[JOB]))
         missing = [n for n in range(len(opened.jobs)) if n not in finished]
@@ -425,6 +469,26 @@ class Multirun:
         log.info("MLflow: the sweep's runs at %s%s", masked(runs_page(opened.uri, opened.experiment_id)),
                  "" if served else f" once `mlflow ui --backend-store-uri {masked(opened.uri)}` serves them")
         return status, missing
+
+
+def closing_cause(run: Run, stopped: KeyboardInterrupt | None, unreadable: dict[str, str], faulted: dict[str, str],
+                  now: float) -> tuple[str, str, str]:
+    """Status, ``crux.error_type`` and message for a job's run still RUNNING when its sweep closes: FAILED where
+    the results its job handed over could not be read (``unreadable``, by job number), else KILLED: by the store
+    fault that left it open (``faulted``, by run), by the signal that stopped the sweep, by the end of its process
+    (:func:`crux.tracking.liveness.is_gone`: killed, out of memory), else by the end of its sweep."""
+    tags = run.data.tags
+    job = tags.get(JOB, "")
+    if job in unreadable:
+        return FAILED, "ResultsUnreadable", f"the results its job handed over could not be read ({unreadable[job]})"
+    if run.info.run_id in faulted:
+        return KILLED, STORE_FAULT, f"the tracking store failed ({faulted[run.info.run_id]})"
+    if stopped is not None:
+        return KILLED, "SweepStopped", f"its sweep was stopped by {signal_name(stopped)} while it ran"
+    if is_gone(tags, now):
+        return KILLED, GONE, (f"its process (pid {tags.get(PID)} on {tags.get(HOST)}) ended without closing the run "
+                              f"(killed: kill -9, out of memory)")
+    return KILLED, "SweepEnded", "its sweep ended while it ran"
 
 
 def job_table(runs: Iterable[Run]) -> str:

@@ -7,8 +7,11 @@ by ``MLFLOW_TRACKING_URI`` or ``tracking.uri=``) or by the environment (MLflow's
 (``multirun.yaml``, ``.hydra/``), and crux records them in MLflow, so a password
 must not stay in the URI crux works with: :func:`without_password` moves a
 PostgreSQL password into ``PGPASSWORD`` of the process, where PostgreSQL's client
-library reads it and the jobs the process starts inherit it, and leaves the URI
-without it. :func:`masked` is what every message goes through.
+library reads it, and the user and password of a tracking server's URI
+(``http://alice:PASSWORD@host:5000``, which MLflow accepts) into
+``MLFLOW_TRACKING_USERNAME`` and ``MLFLOW_TRACKING_PASSWORD``, where MLflow's
+client reads them; the jobs the process starts inherit them, and the URI is left
+without them. :func:`masked` is what every message goes through.
 """
 from __future__ import annotations
 
@@ -18,8 +21,11 @@ from urllib.parse import unquote
 
 PASSWORD_VARIABLE = "PGPASSWORD"
 """Where PostgreSQL's client library (libpq, under psycopg) takes a password that its URI leaves out."""
+SERVER_VARIABLES = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
+"""Where MLflow's client takes the user and password of a tracking server (HTTP basic authentication)."""
 SECRET_VARIABLES = ("MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN", PASSWORD_VARIABLE)
 POSTGRESQL = ("postgresql://", "postgresql+psycopg://", "postgresql+psycopg2://", "postgres://")
+SERVERS = ("http://", "https://")
 MASK = "***"
 SHORTEST_SECRET = 4
 """Values of :data:`SECRET_VARIABLES` shorter than this are not searched for: masking ``a`` would garble the text."""
@@ -39,14 +45,20 @@ def masked(text: str) -> str:
 
 
 def without_password(uri: str) -> str:
-    """``uri`` without its password, which goes to ``$PGPASSWORD`` here, for a PostgreSQL store; any other URI
-    as it is (a password in it is masked wherever crux shows the URI)."""
+    """``uri`` without its password: for a PostgreSQL store it goes to ``$PGPASSWORD`` here, the user staying in
+    the URI; for a tracking server the user and password go to :data:`SERVER_VARIABLES`, both leaving the URI.
+    Any other URI as it is (a password in it is masked wherever crux shows the URI)."""
     found = _PASSWORD.match(uri)
-    if found is None or not uri.startswith(POSTGRESQL):
+    if found is None or not uri.startswith(POSTGRESQL + SERVERS):
         return uri
     user_part = found.group("head")
-    os.environ[PASSWORD_VARIABLE] = unquote(uri[len(user_part):found.end() - 1])
-    return user_part[:-1] + "@" + uri[found.end():]
+    password = unquote(uri[len(user_part):found.end() - 1])
+    if uri.startswith(POSTGRESQL):
+        os.environ[PASSWORD_VARIABLE] = password
+        return user_part[:-1] + "@" + uri[found.end():]
+    scheme, user = user_part[:-1].split("://", 1)
+    os.environ.update(zip(SERVER_VARIABLES, (unquote(user), password)))
+    return f"{scheme}://{uri[found.end():]}"
 
 
 def without_passwords(arguments: list[str]) -> list[str]:
@@ -59,3 +71,12 @@ def without_passwords(arguments: list[str]) -> list[str]:
             argument = f"{override['head']}{override['quote']}{without_password(override['uri'])}{override['quote']}"
         kept.append(argument)
     return kept
+
+
+def credential_variables(uri: str) -> list[str]:
+    """The environment variables, set in this process, that hold the credentials the store of ``uri`` is reached
+    with: what a command printed for the user to run again needs set in the user's shell (its values are never
+    shown)."""
+    names = ([PASSWORD_VARIABLE] if uri.startswith(POSTGRESQL) else
+             [*SERVER_VARIABLES, "MLFLOW_TRACKING_TOKEN"] if uri.startswith(SERVERS) else [])
+    return [name for name in names if os.environ.get(name)]

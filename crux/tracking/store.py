@@ -9,9 +9,12 @@ URI is made absolute once and every job receives it with its parent run
 Whatever keeps a command from using the store raises :class:`StoreError`, whose
 message is one line naming the store and the fix. A SQLite file is checked with
 SQLite itself before MLflow opens it (MLflow would give a file that is not yet a
-store a fresh schema, and report a damaged one with a long traceback), and a
+store a fresh schema, and report a damaged one with a long traceback), a
 tracking server that does not answer is given up within seconds (:data:`HTTP_LIMITS`;
-MLflow's own defaults retry for about 4 minutes).
+MLflow's own defaults retry for about 4 minutes), and a PostgreSQL server is asked
+for one ``SELECT 1`` within :data:`POSTGRESQL_SECONDS` first (MLflow retries the
+opening of a SQL store for about 100 s, whatever the reason it fails: a wrong
+password as well as a stopped server).
 
 MLflow creates a new SQLite store's tables the first time a process opens it, in
 several steps; two processes doing so at once break each other's migration
@@ -41,7 +44,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from crux.tracking.contract import CLAIM, PARENT_ID, SWEEP, SWEPT
 from crux.tracking.descriptions import experiment_tags
-from crux.tracking.secrets import masked, without_password
+from crux.tracking.secrets import PASSWORD_VARIABLE, POSTGRESQL, masked, without_password
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +58,8 @@ SERVERS = ("http://", "https://")
 # Values the user set in the environment win.
 HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
                "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
+POSTGRESQL_SECONDS = 10
+"""How long the check of a PostgreSQL store (:func:`check_postgresql`) waits for its server to answer."""
 STORE_ERRORS = (MlflowException, SQLAlchemyError, RequestException, sqlite3.Error)
 PROBLEM_CHARS = 300
 
@@ -89,8 +94,11 @@ def tracking_uri(configured: str | None) -> str:
     """``configured``, else ``$MLFLOW_TRACKING_URI``, else ``mlflow.db`` in the working directory.
 
     A relative SQLite path is made absolute against the working directory of the command that was typed; a
-    PostgreSQL password is moved out of the URI into the environment (:func:`crux.tracking.secrets.without_password`).
+    password is moved out of the URI into the environment (:func:`crux.tracking.secrets.without_password`), and out
+    of ``$MLFLOW_TRACKING_URI`` too, which the processes a sweep starts inherit.
     """
+    if not configured and os.environ.get("MLFLOW_TRACKING_URI"):
+        os.environ["MLFLOW_TRACKING_URI"] = without_password(os.environ["MLFLOW_TRACKING_URI"])
     uri = without_password(configured or os.environ.get("MLFLOW_TRACKING_URI") or f"{SQLITE}mlflow.db")
     if uri.startswith(SQLITE):
         return f"{SQLITE}{Path(uri[len(SQLITE):]).resolve()}"
@@ -172,6 +180,28 @@ def check_sqlite(path: Path, uri: str, access: Access) -> None:
                          f"{access.setting} at {access.needs}, or restore the file from a backup") from None
 
 
+def check_postgresql(uri: str, access: Access) -> None:
+    """Connect to the PostgreSQL server of ``uri`` and run ``SELECT 1``, within :data:`POSTGRESQL_SECONDS`;
+    StoreError in one line where it refuses the user or does not answer. Nothing is checked where PostgreSQL's
+    client (psycopg, crux's ``postgres`` extra) is not installed: MLflow then says so."""
+    try:
+        import psycopg
+    except ImportError:
+        return
+    rest = uri.split("://", 1)[1]
+    try:
+        with psycopg.connect(f"postgresql://{rest}", connect_timeout=POSTGRESQL_SECONDS) as connection:
+            connection.execute("SELECT 1")
+    except psycopg.Error as error:
+        first = (str(error).strip().splitlines() or [""])[0]  # libpq's reason, then hints on further lines
+        reason = " ".join(first.split("failed: ")[-1].split()) or type(error).__name__
+        if "password" in reason or "authentication" in reason:
+            raise StoreError(f"the PostgreSQL server of {uri} refused the user ({reason}): set {PASSWORD_VARIABLE} "
+                             f"to the user's password (or give it in the URI)") from None
+        raise StoreError(f"the PostgreSQL server of {uri} did not answer within {POSTGRESQL_SECONDS} s ({reason}): "
+                         f"start it, or point MLFLOW_TRACKING_URI / {access.setting} at a running one") from None
+
+
 def writable_store(uri: str) -> MlflowClient:
     """A client on ``uri`` once the store is known to take a command's runs: a SQLite store's folder exists
     and may be written, its file (if any) is an MLflow store, and its tables exist (created now, under the
@@ -191,6 +221,8 @@ def writable_store(uri: str) -> MlflowClient:
                 if not _looks_complete(path, uri):
                     _has_tables(path, uri)  # a file that is no MLflow store is refused here
                     return _open(uri)  # MLflow creates (or completes) the tables under the lock
+    if uri.startswith(POSTGRESQL):
+        check_postgresql(uri, WRITING)
     return _open(uri)
 
 
