@@ -313,6 +313,7 @@ FIGURES: dict[str, Callable[[list[RunRecord], Path], list[Figure]]] = {
     "resume": resume_figures,
     "devices": devices_figures,
     "precision": precision_figures,
+    "capacity": lambda records, out: [],  # judged from scripts/capacity.py's sizes: no training history to draw
 }
 
 
