@@ -680,3 +680,10 @@ def test_accumulation_memory_at_sizes_a_tile_pads_alike_is_inconclusive():
     assert verdict.verdict == INCONCLUSIVE
     assert verdict.summary.startswith("sizes too small to decide: one batch of 32 needs no more temporary memory "
                                       "than batch 8 (1,000 bytes against 1,040 bytes")
+
+
+def test_every_check_has_its_figures_entry():
+    """A sweep that names no claims is judged by every check and drawn by each one's figures: one entry each."""
+    from crux.report.claims import CHECKS
+    from crux.report.figures import FIGURES
+    assert set(FIGURES) == set(CHECKS)
