@@ -451,21 +451,6 @@ def crux_machinery(loop: LoopForm) -> Machinery:
     return Machinery(primitives=primitives)
 
 
-def crux_call(solver: crux.Crux, inner_steps: int, precision: str = "default") -> tuple[Callable, Any, Any]:
-    """``(call, state, data)``: the compiled call that ``solver.solve(..., inner_steps=inner_steps)`` runs on
-    the full batch (compiled once per solver, as solve() compiles it), a fresh state from the solver's
-    parameters and the points on the device, for timing or counting the program without solve()'s host loop."""
-    from crux import sharding
-    from crux.batching import DevicePoints
-    from crux.options import validate
-    options = validate([c.size for c in solver.constraints], epochs=inner_steps, inner_steps=inner_steps,
-                       precision=precision)
-    plan = solver._plan(options, solver._entries(options))
-    state = solver._initial_state(plan, options)
-    data = sharding.put(DevicePoints(solver._key, solver._device_points(1)), sharding.placement(1))
-    return solver._compile(plan, state, data).call, state, data
-
-
 # ---------------------------------------------------------------------------------------------------
 # Timing
 # ---------------------------------------------------------------------------------------------------
@@ -735,7 +720,7 @@ def work_per_update(variants: dict[str, Variant], fused: tuple[int, ...]) -> dic
         hand = variants.get(hand_name("loop" if k == 1 else "scan", k, SAME_AS_CRUX))
         ours = variants.get(f"crux inner_steps={k}")
         if isinstance(hand, HandVariant) and isinstance(ours, CruxVariant):
-            counts = {"crux": work(crux_call(ours.solver, k, ours.options["precision"])[0]), "hand": work(hand.call)}
+            counts = {"crux": work(ours.solver.compiled_call(inner_steps=k, precision=ours.options["precision"]).call), "hand": work(hand.call)}
             if all(counts.values()):
                 out[k] = counts
     return out
