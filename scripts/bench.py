@@ -82,6 +82,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 import crux  # noqa: E402
 from crux import engine, precision as matmul  # noqa: E402
 from crux.solver import Machinery  # noqa: E402
+from crux.timing.pairs import in_turn  # noqa: E402
 from crux.tracking.contract import BENCH, ROLE, SWEEP  # noqa: E402
 
 PROBLEMS = ("standard", "small", "accumulation", "laplacian", "scaling", "fusing", "throughput")
@@ -527,10 +528,11 @@ def duel(a: Variant, b: Variant, steps: int, rounds: int) -> dict[str, Any]:
     The survey's rounds choose ``b`` (the fastest hand-written variant) and the duel times it afresh: a choice
     and a comparison made on the same rounds favour whichever variant had lucky rounds, as the largest of
     several noisy medians overstates its variant. Back to back, the two meet the same load, which rounds
-    with twenty variants between them do not."""
-    ratios = []
+    with twenty variants between them do not. The order alternates as in crux's paired timing
+    (:func:`crux.timing.pairs.in_turn`)."""
+    ratios, sides = [], (a, b)
     for r in range(rounds):
-        seconds = {v.name: v.run(steps)[0] for v in ((a, b) if r % 2 == 0 else (b, a))}
+        seconds = {sides[side].name: sides[side].run(steps)[0] for side in in_turn(r)}
         ratios.append(seconds[b.name] / seconds[a.name])
     ratio = np.array(ratios)
     return {"median": float(np.median(ratio)), "min": float(ratio.min()), "max": float(ratio.max()),

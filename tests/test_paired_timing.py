@@ -19,9 +19,10 @@ from crux.pipeline.config import CONFIG_PACKAGE
 from crux.report import FAILS, HOLDS, INCONCLUSIVE, RunRecord, SolveOptions
 from crux.report.claims import check_checkpoint, check_devices, check_inner_steps
 from crux.report.numerics import paired_timing
-from crux.pipeline.timing_bands import CLAIMED_COST, FASTER_BAND, UNCLAIMED_BAND, timing_band
-from crux.timing import (CPU_TIME, FIRST_LOOK, OUTSIDE, UNDECIDED, WALL_TIME, WITHIN, Band, Machine, PairedTimes,
-                         Side, chunk_epochs, ratio_interval, time_paired)
+from crux.timing.bands import CLAIMED_COST, FASTER_BAND, UNCLAIMED_BAND, timing_band
+from crux.timing.interval import OUTSIDE, UNDECIDED, WITHIN, Band, ratio_interval
+from crux.timing.machine import CPU_TIME, WALL_TIME, Machine
+from crux.timing.pairs import FIRST_LOOK, PairedTimes, Side, chunk_epochs, time_paired
 from crux.tracking.paired_timing import logged, reference_options, solve_options
 from crux_testing import poisson
 

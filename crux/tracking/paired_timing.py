@@ -1,5 +1,5 @@
 """A job's paired timing (config ``timing``): after training, its solve() options against ``timing.against``,
-timed in one process by :func:`crux.timing.time_paired`, logged to the job's run.
+timed in one process by :func:`crux.timing.pairs.time_paired`, logged to the job's run.
 
 The chunks' seconds per epoch are metric histories (step = pair number), so MLflow shows them and the report
 reads them: ``timing/candidate_seconds`` (the job's own options), ``timing/reference_seconds`` (with
@@ -8,7 +8,7 @@ of the two settings the pair ran on, of ``timing.builds``). Summary metrics
 ``timing/chunk_epochs``, ``timing/budget_seconds``, ``timing/spent_seconds``, ``timing/cores`` and tags
 ``crux.timing.cpu``, ``crux.timing.device``, ``crux.timing.clock``, ``crux.timing.against`` say how and where it
 was measured. The job times until the interval is placed by the band of the claim that will judge it
-(:func:`crux.pipeline.timing_bands.timing_band`), the band the report judges with.
+(:func:`crux.timing.bands.timing_band`), the band the report judges with.
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from mlflow.entities import Metric
 from omegaconf import DictConfig, OmegaConf
 
 from crux.pipeline import config
-from crux.pipeline.timing_bands import timing_band
-from crux.timing import PairedTimes, Side, time_paired
+from crux.timing.bands import timing_band
+from crux.timing.pairs import PairedTimes, Side, time_paired
 from crux.tracking.contract import TIMING_AGAINST, TIMING_CLOCK, TIMING_CPU, TIMING_DEVICE
 from crux.tracking.job import JobRun
 
