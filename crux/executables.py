@@ -15,15 +15,16 @@ cannot be hashed compares by identity: it can make the key miss, never match ano
 The key reads JAX's jaxpr objects field by field (``KEYED_FIELDS``). A JAX release whose jaxprs have a
 field this module does not know, or lack one it reads, turns sharing off with a warning (see
 ``uncovered()``): each solver then compiles its own program, as JAX alone would. ``clear()`` drops every
-shared executable.
+shared executable; ``set_aside()`` empties the table for a while and then puts it back.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import threading
 from collections import OrderedDict
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import jax
 import jax.extend.core as jex
@@ -67,6 +68,18 @@ class ExecutableTable:
         A solver keeps the executables it already holds for its own later solve() calls."""
         with self._lock:
             self._executables.clear()
+
+    @contextlib.contextmanager
+    def set_aside(self) -> Iterator[None]:
+        """The table empty for the duration and as it was afterwards, what was compiled meanwhile dropped: what a
+        process without earlier solvers' executables pays, measured in one that has them."""
+        with self._lock:
+            kept, self._executables = self._executables, OrderedDict()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._executables = kept
 
     def uncovered(self) -> list[str]:
         """What of this JAX version's jaxprs the program key does not cover, one line each; empty when it
@@ -125,7 +138,7 @@ def _fields(obj: Any) -> set[str]:
 
 
 SHARED = ExecutableTable()  # the process's table, which every solver uses
-clear, uncovered, compile_once = SHARED.clear, SHARED.uncovered, SHARED.compile_once
+clear, set_aside, uncovered, compile_once = SHARED.clear, SHARED.set_aside, SHARED.uncovered, SHARED.compile_once
 
 
 def program_key(jaxpr: Any) -> tuple:

@@ -36,6 +36,16 @@ class Compiled(NamedTuple):
     memory: dict[str, int]
 
 
+class CompiledCall(NamedTuple):
+    """What ``Crux.compiled_call`` gives: the compiled call ``solve()`` runs, a fresh state to call it with (the
+    solver's parameters, optimizer states and counters; the call donates it) and the points it takes, so that
+    ``call(state, data)`` makes ``inner_steps`` updates as ``solve()`` would, without its host loop."""
+
+    call: Executable
+    state: State
+    data: Data
+
+
 def _strongly_typed(tree: Any) -> Any:
     """Weak-typed leaves (optax's L-BFGS starts its line-search info from Python scalars) as the arrays a
     compiled call returns, so a state has the same types before and after a call and a later solve() traces
@@ -157,18 +167,24 @@ class Crux:
         options = validate([c.size for c in self.constraints], epochs, batchsize, checkpoint_gradients,
                            offload_data, accumulation_steps, inner_steps, substeps, devices, len(jax.devices()),
                            precision)
-        entries = self._entries(options)  # the first solve() traces every residual and checks its shape
-        for entry in entries:
-            for name in entry.models:
-                if not self.models[name].has_optimizer:
-                    raise ValueError(f"model '{name}' has no optimizer: call models['{name}'].optimizer(optax.adam)"
-                                     f".scale(crux.lrs(1e-3)) before solve()")
+        entries = self._trained_entries(options)
         if options.accumulation_steps > 1:
             b, a, largest = options.batchsize, options.accumulation_steps, max(c.size for c in self.constraints)
             log.info("Gradient accumulation enabled: %d micro-batches per update (effective batch = %s)", a,
                      f"{b} × {a} = {a * b}" if a * b <= largest else
                      f"every point of each constraint, the largest's {largest} (fewer than {b} × {a})")
         return self._run(self._plan(options, entries), options)
+
+    def _trained_entries(self, options: Options) -> tuple[Entry, ...]:
+        """The entries of ``options``, refused where one trains a model without an optimizer (the first call
+        traces every residual and checks its shape)."""
+        entries = self._entries(options)
+        for entry in entries:
+            for name in entry.models:
+                if not self.models[name].has_optimizer:
+                    raise ValueError(f"model '{name}' has no optimizer: call models['{name}'].optimizer(optax.adam)"
+                                     f".scale(crux.lrs(1e-3)) before solve()")
+        return entries
 
     def _entries(self, options: Options) -> tuple[Entry, ...]:
         reach = self.reach
@@ -257,6 +273,23 @@ class Crux:
         plan = self._plan(options, self._entries(options))
         _, example = self._feed(plan, options, 1)
         return dict(self._compiled_update(plan, options, self._initial_state(plan, options), example)[1].memory)
+
+    def compiled_call(self, batchsize: int | None = None, checkpoint_gradients: bool = False,
+                      accumulation_steps: int = 1, inner_steps: int = 1, substeps: Sequence | None = None,
+                      devices: int = 1, precision: str = "highest") -> CompiledCall:
+        """The compiled call that solve() with these options runs, a fresh state from where the solver stands
+        and the points on the device: ``call(state, data)`` returns the state after ``inner_steps`` updates,
+        bit for bit those solve() makes, without advancing the solver. For timing or inspecting the program
+        (``call.as_text()``, ``call.cost_analysis()``) without solve()'s host loop; the program is compiled
+        once per solver and options, as solve() compiles it. ``offload_data`` is not an option here: its
+        calls take batches streamed from the host."""
+        options = validate([c.size for c in self.constraints], inner_steps, batchsize, checkpoint_gradients,
+                           False, accumulation_steps, inner_steps, substeps, devices, len(jax.devices()),
+                           precision)
+        plan = self._plan(options, self._trained_entries(options))
+        state = self._initial_state(plan, options)
+        _, data = self._feed(plan, options, 1)
+        return CompiledCall(self._compiled_update(plan, options, state, data)[1].call, state, data)
 
     def _device_points(self, devices: int) -> tuple[jax.Array, ...]:
         """The constraints' points on the device (whole on each of ``devices``), sent once and kept for later

@@ -82,6 +82,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 import crux  # noqa: E402
 from crux import engine, precision as matmul  # noqa: E402
 from crux.solver import Machinery  # noqa: E402
+from crux.timing.pairs import in_turn  # noqa: E402
 from crux.tracking.contract import BENCH, ROLE, SWEEP  # noqa: E402
 
 PROBLEMS = ("standard", "small", "accumulation", "laplacian", "scaling", "fusing", "throughput")
@@ -451,21 +452,6 @@ def crux_machinery(loop: LoopForm) -> Machinery:
     return Machinery(primitives=primitives)
 
 
-def crux_call(solver: crux.Crux, inner_steps: int, precision: str = "default") -> tuple[Callable, Any, Any]:
-    """``(call, state, data)``: the compiled call that ``solver.solve(..., inner_steps=inner_steps)`` runs on
-    the full batch (compiled once per solver, as solve() compiles it), a fresh state from the solver's
-    parameters and the points on the device, for timing or counting the program without solve()'s host loop."""
-    from crux import sharding
-    from crux.batching import DevicePoints
-    from crux.options import validate
-    options = validate([c.size for c in solver.constraints], epochs=inner_steps, inner_steps=inner_steps,
-                       precision=precision)
-    plan = solver._plan(options, solver._entries(options))
-    state = solver._initial_state(plan, options)
-    data = sharding.put(DevicePoints(solver._key, solver._device_points(1)), sharding.placement(1))
-    return solver._compile(plan, state, data).call, state, data
-
-
 # ---------------------------------------------------------------------------------------------------
 # Timing
 # ---------------------------------------------------------------------------------------------------
@@ -542,10 +528,11 @@ def duel(a: Variant, b: Variant, steps: int, rounds: int) -> dict[str, Any]:
     The survey's rounds choose ``b`` (the fastest hand-written variant) and the duel times it afresh: a choice
     and a comparison made on the same rounds favour whichever variant had lucky rounds, as the largest of
     several noisy medians overstates its variant. Back to back, the two meet the same load, which rounds
-    with twenty variants between them do not."""
-    ratios = []
+    with twenty variants between them do not. The order alternates as in crux's paired timing
+    (:func:`crux.timing.pairs.in_turn`)."""
+    ratios, sides = [], (a, b)
     for r in range(rounds):
-        seconds = {v.name: v.run(steps)[0] for v in ((a, b) if r % 2 == 0 else (b, a))}
+        seconds = {sides[side].name: sides[side].run(steps)[0] for side in in_turn(r)}
         ratios.append(seconds[b.name] / seconds[a.name])
     ratio = np.array(ratios)
     return {"median": float(np.median(ratio)), "min": float(ratio.min()), "max": float(ratio.max()),
@@ -735,7 +722,7 @@ def work_per_update(variants: dict[str, Variant], fused: tuple[int, ...]) -> dic
         hand = variants.get(hand_name("loop" if k == 1 else "scan", k, SAME_AS_CRUX))
         ours = variants.get(f"crux inner_steps={k}")
         if isinstance(hand, HandVariant) and isinstance(ours, CruxVariant):
-            counts = {"crux": work(crux_call(ours.solver, k, ours.options["precision"])[0]), "hand": work(hand.call)}
+            counts = {"crux": work(ours.solver.compiled_call(inner_steps=k, precision=ours.options["precision"]).call), "hand": work(hand.call)}
             if all(counts.values()):
                 out[k] = counts
     return out

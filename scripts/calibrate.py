@@ -56,7 +56,7 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 import crux
-from crux.pipeline.config import roundoff_twin
+from crux.roundoff import roundoff_twin
 from crux.backends.gradient_draws import GradientDraws, crux_gradient_draws
 from crux.constraint import constraint_loss
 from crux.problems import Problem

@@ -38,7 +38,7 @@ N, HIDDEN, STEPS = 64, (32, 32, 32), 2000
 
 def bare_loop(variant: bench.CruxVariant, k: int):
     """``run(steps)`` for crux's compiled call of ``k`` updates, called in a plain loop on its own state."""
-    call, state, data = bench.crux_call(variant.solver, k)
+    call, state, data = variant.solver.compiled_call(inner_steps=k, precision="default")
     state = [state]
 
     def run(steps: int) -> tuple[float, float]:

@@ -12,8 +12,8 @@ A setting is one group of overrides in quotes, e.g. ``"memory=b8_acc4 solver.inn
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
-from collections import OrderedDict
 
 import jax
 from hydra import compose, initialize_config_module
@@ -45,12 +45,11 @@ def main() -> None:
     with initialize_config_module(CONFIG_PACKAGE, version_base="1.3"):
         use_compilation_cache(compose("config", overrides=args.common.split()).jax.compilation_cache_dir)
         seconds = {(setting, way): [] for setting in args.settings for way in WAYS}
-        shared = executables.SHARED._executables
         for round_ in range(args.rounds):
             for setting in args.settings:
                 for way in WAYS:
-                    executables.SHARED._executables = shared if way == "shared" else OrderedDict()
-                    spent = job_compile_seconds(args.common.split() + setting.split())
+                    with executables.set_aside() if way == "cleared" else contextlib.nullcontext():
+                        spent = job_compile_seconds(args.common.split() + setting.split())
                     if round_:
                         seconds[setting, way].append(spent)
     print(f"{jax.default_backend()}, jax {jax.__version__}; medians of {args.rounds - 1} repeat jobs, seconds:")

@@ -144,8 +144,8 @@ class PatchedCrux(bench.CruxVariant):
 
 def body_of(variant: bench.Variant) -> collections.Counter:
     if isinstance(variant, bench.CruxVariant):
-        (compiled, _, _), = variant.solver._compiled.values()
-        return loop_body_ops(compiled.as_text())
+        with patched(variant.patches):  # the key of the program its solve() compiled
+            return loop_body_ops(variant.solver.compiled_call(**variant.options).call.as_text())
     return loop_body_ops(variant.call.as_text())
 
 

@@ -177,7 +177,7 @@ def _flops(solver: Crux, k: int) -> tuple[float, int]:
     """XLA's FLOP count of the solver's compiled call of ``k`` updates (its loop body counted once), and how many
     parameters it trains."""
     parameters = sum(np.size(leaf) for leaf in jax.tree.leaves(solver.params))
-    return bench.work(bench.crux_call(solver, k)[0])["flops"], parameters
+    return bench.work(solver.compiled_call(inner_steps=k, precision="default").call)["flops"], parameters
 
 
 def _problem(dims: int):

@@ -70,6 +70,22 @@ def test_after_clear_the_next_solver_compiles_its_program_again():
     assert stages.lowered == 1
 
 
+def test_set_aside_compiles_afresh_inside_and_gives_back_the_executables_before_it_without_those_inside():
+    table = executables.ExecutableTable()
+    fit(seed=0, table=table)  # the program of shift 0
+    with table.set_aside():
+        with CompileStages() as stages:
+            fit(seed=1, table=table)
+            fit(shift=0.5, table=table)  # another program, compiled inside only
+        assert stages.lowered == 2
+    with CompileStages() as stages:
+        fit(seed=2, table=table)
+    assert stages.lowered == 0  # the executable from before is back
+    with CompileStages() as stages:
+        fit(shift=0.5, seed=1, table=table)
+    assert stages.lowered == 1  # the one compiled inside was dropped
+
+
 def test_the_program_key_covers_this_jax_versions_jaxprs():
     """The key reads jaxprs field by field. When a JAX upgrade adds a field the key does not know, or drops one
     it reads, sharing turns itself off; this test names what changed so that the key can be brought up to date

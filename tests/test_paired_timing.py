@@ -16,13 +16,15 @@ from hydra import compose, initialize_config_module
 
 from crux.pipeline import config
 from crux.pipeline.config import CONFIG_PACKAGE
+from crux.pipeline.settings import solve_keywords
 from crux.report import FAILS, HOLDS, INCONCLUSIVE, RunRecord, SolveOptions
 from crux.report.claims import check_checkpoint, check_devices, check_inner_steps
 from crux.report.numerics import paired_timing
-from crux.pipeline.timing_bands import CLAIMED_COST, FASTER_BAND, UNCLAIMED_BAND, timing_band
-from crux.timing import (CPU_TIME, FIRST_LOOK, OUTSIDE, UNDECIDED, WALL_TIME, WITHIN, Band, Machine, PairedTimes,
-                         Side, chunk_epochs, ratio_interval, time_paired)
-from crux.tracking.paired_timing import logged, reference_options, solve_options
+from crux.timing.bands import CLAIMED_COST, FASTER_BAND, UNCLAIMED_BAND, timing_band
+from crux.timing.interval import OUTSIDE, UNDECIDED, WITHIN, Band, ratio_interval
+from crux.timing.machine import CPU_TIME, WALL_TIME, Machine
+from crux.timing.pairs import FIRST_LOOK, PairedTimes, Side, chunk_epochs, time_paired
+from crux.tracking.paired_timing import logged, reference_options
 from crux_testing import poisson
 
 MACHINE = Machine("Test CPU", 2, "cpu")
@@ -368,8 +370,8 @@ def test_a_timing_the_job_could_not_run_is_refused_before_training(hydra_configs
 def test_a_job_is_timed_against_its_own_options_with_those_of_timing_against_changed(hydra_configs):
     against = "+timing.against={checkpoint_gradients: false}"
     checkpointed = compose("config", overrides=["memory=checkpoint", against])
-    assert reference_options(checkpointed) == {**solve_options(checkpointed), "checkpoint_gradients": False}
-    assert solve_options(checkpointed)["checkpoint_gradients"] is True
+    assert reference_options(checkpointed) == {**solve_keywords(checkpointed), "checkpoint_gradients": False}
+    assert solve_keywords(checkpointed)["checkpoint_gradients"] is True
     assert reference_options(compose("config", overrides=["memory=full", against])) is None  # itself: nothing
     assert reference_options(compose("config", overrides=["memory=checkpoint"])) is None  # no timing.against
 

@@ -25,6 +25,7 @@ from omegaconf.errors import ConfigKeyError
 
 from crux.pipeline import config
 from crux.pipeline.config import CONFIG_PACKAGE
+from crux.roundoff import roundoff_twin
 from crux.stats import Statistics, fingerprint
 from crux.commands.sweep import available, check_claims
 from crux.tracking import contract
@@ -238,7 +239,7 @@ def test_a_round_off_twin_starts_one_ulp_up_or_down_from_the_configured_paramete
         directions.append(up)
     assert not np.array_equal(*directions)  # each twin is another draw
     with pytest.raises(ValueError, match="roundoff_twin must be >= 0, got -1"):
-        config.roundoff_twin(plain.models["u"].params, -1)
+        roundoff_twin(plain.models["u"].params, -1)
 
 
 def test_every_config_option_composes(hydra_configs):

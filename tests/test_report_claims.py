@@ -19,7 +19,7 @@ from crux.tracking import contract
 import crux
 from crux import remat
 from crux.batching import PointStream
-from crux.pipeline.config import roundoff_twin
+from crux.roundoff import roundoff_twin
 from crux.model import Model
 from crux.report import FAILS, HOLDS, INCONCLUSIVE, PhasePlan, RunRecord, SolveOptions, judge, record_from_solve
 from crux.report.claims import check_accumulation, check_checkpoint, check_inner_steps, check_phases

@@ -16,7 +16,7 @@ import pytest
 
 import crux
 from crux.batching import PointStream
-from crux.pipeline.config import roundoff_twin
+from crux.roundoff import roundoff_twin
 from crux.model import Model
 from crux.report import FAILS, HOLDS, INCONCLUSIVE, PhasePlan, RunRecord, SolveOptions, record_from_solve
 from crux.report.claims import check_resume

@@ -25,7 +25,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.plugins import Plugins
 from hydra.errors import ConfigCompositionException
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from hydra_plugins.crux_sweeper.crux_sweeper import CruxSweeper
@@ -35,6 +35,7 @@ from crux.pipeline import config, heap, processes
 from crux.pipeline.config import CONFIG_PACKAGE, Phase
 from crux.pipeline.keys import refused_override
 from crux.pipeline.refusals import refusals
+from crux.pipeline.settings import solve_keywords
 from crux.problems import Problem
 from crux.tracking import JobRun, ParameterLeaves, parameter_leaves
 from crux.tracking.failures import errors_raised_by_hydra, job_failed, tracebacks_shown
@@ -89,8 +90,7 @@ def train(problem: Problem, phases: list[Phase], cfg: DictConfig,
     attaches a fresh optimizer to every model.
     """
     solver = problem.solver()
-    memory = OmegaConf.to_container(cfg.memory)
-    substeps = OmegaConf.to_object(cfg.solver).substep_plan()
+    options = solve_keywords(cfg)
     previous = None
     for number, phase in enumerate(phases, 1):
         log.info("training phase %d of %d: %d epochs, %s", number, len(phases), phase.epochs, phase.optimizer.name)
@@ -99,8 +99,7 @@ def train(problem: Problem, phases: list[Phase], cfg: DictConfig,
             for model in problem.models.values():
                 phase.optimizer.attach(model, schedule)
             previous = (phase.optimizer, phase.schedule)
-        solver.solve(phase.epochs, inner_steps=cfg.solver.inner_steps, substeps=substeps,
-                     devices=cfg.solver.devices, precision=cfg.solver.precision, **memory)
+        solver.solve(phase.epochs, **options)
         phase_ends.append(parameter_leaves(problem.models))
 
 

@@ -38,9 +38,6 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Dict, List, Optional
 
-import jax
-import jax.numpy as jnp
-import numpy as np
 import optax
 from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -57,6 +54,7 @@ from crux.optim import soap
 from crux.options import divisors
 from crux.pipeline.ranges import AT_LEAST_ONE, FRACTION, NOT_NEGATIVE, POSITIVE, SEED, Choice, checked
 from crux.pipeline.ranges import refusals as range_refusals
+from crux.roundoff import roundoff_twin
 from crux.schedules import Schedule, lrs
 
 CONFIG_PACKAGE = "crux.conf"
@@ -519,30 +517,6 @@ def batch_as_applied(batchsize: int | None, accumulation_steps: int,
     whole = [f"{name} ({points} points)" for name, points in sizes.items() if points <= batchsize]
     return {}, [f"memory.batchsize={batchsize} is at least the points of {', '.join(whole)}: every update took all "
                 f"of them"] if whole else []
-
-
-def roundoff_twin(params: Any, twin: int) -> Any:
-    """``params`` with every nonzero entry moved one unit in the last place, up or down at random (directions
-    drawn with seed ``twin``): a start that differs from ``params`` the way round-off makes numbers differ.
-
-    About eps relative per entry, in no common direction: moving every entry away
-    from zero instead would rescale each layer by 1 + eps, a coherent change that
-    moves the loss several times more than round-off does. Zeros stay zero (one ulp
-    of zero is a subnormal number, which some CPUs compute slowly). ``twin=0`` is
-    ``params`` unchanged; raises ValueError for ``twin < 0``.
-    """
-    if twin < 0:
-        raise ValueError(f"roundoff_twin must be >= 0, got {twin}")
-    if twin == 0:
-        return params
-    directions = np.random.default_rng(twin)
-
-    def move(leaf: Any) -> jax.Array:
-        values = np.asarray(leaf)
-        toward = np.where(directions.random(values.shape) < 0.5, -np.inf, np.inf).astype(values.dtype)
-        return jnp.asarray(np.where(values == 0, values, np.nextafter(values, toward)))
-
-    return jax.tree.map(move, params)
 
 
 def effective_settings(cfg: DictConfig, resolved: dict[str, Any] | None = None) -> dict[str, Any]:

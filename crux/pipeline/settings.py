@@ -90,6 +90,15 @@ def solve_options(cfg: DictConfig) -> SolveOptions:
                         precision=str(cfg.solver.get("precision", "default")))
 
 
+def solve_keywords(cfg: DictConfig) -> dict[str, Any]:
+    """The keyword arguments a crux-run job passes to each of its solve() calls (all but the phase's epochs): the
+    ``memory`` group's options and ``solver.inner_steps``, ``substeps`` (in solve()'s form), ``devices`` and
+    ``precision``, as the config holds them. :func:`solve_options` is the same reading normalised, to compare."""
+    return {**OmegaConf.to_container(cfg.memory), "inner_steps": cfg.solver.inner_steps,
+            "devices": cfg.solver.devices, "precision": cfg.solver.precision,
+            "substeps": OmegaConf.to_object(cfg.solver).substep_plan()}
+
+
 def phase_plan(cfg: DictConfig) -> tuple[PhasePlan, ...]:
     """Every training phase as configured. crux-run attaches a fresh optimizer when a phase's optimizer or
     schedule differs from the previous phase's, and lets the solver resume otherwise."""

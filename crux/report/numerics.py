@@ -22,7 +22,8 @@ import numpy as np
 
 from crux.report.records import RunRecord, UnreadableArtifact
 from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, fmt
-from crux.timing import OUTSIDE, WALL_TIME, WITHIN, Band, RatioInterval, ratio_interval
+from crux.timing.interval import OUTSIDE, WITHIN, Band, RatioInterval, ratio_interval
+from crux.timing.machine import WALL_TIME
 from crux.tracking.contract import TIMING_CLOCK, TIMING_CPU, TIMING_DEVICE
 
 EPS = float(np.finfo(np.float32).eps)  # 2**-23: relative spacing of float32
@@ -372,7 +373,7 @@ class PairedTiming:
     pair, ``run_of_pair`` the number of the run that timed it, ``build_of_pair``
     the build of that run it ran on; ``budget`` and
     ``spent`` sum the runs' budgets and seconds; ``chunk_epochs`` lists each
-    run's chunk length; ``clock`` says what the seconds are (crux.timing's
+    run's chunk length; ``clock`` says what the seconds are (crux.timing.machine's
     ``CPU_TIME`` or ``WALL_TIME``).
     """
 

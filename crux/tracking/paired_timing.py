@@ -1,5 +1,5 @@
 """A job's paired timing (config ``timing``): after training, its solve() options against ``timing.against``,
-timed in one process by :func:`crux.timing.time_paired`, logged to the job's run.
+timed in one process by :func:`crux.timing.pairs.time_paired`, logged to the job's run.
 
 The chunks' seconds per epoch are metric histories (step = pair number), so MLflow shows them and the report
 reads them: ``timing/candidate_seconds`` (the job's own options), ``timing/reference_seconds`` (with
@@ -8,7 +8,7 @@ of the two settings the pair ran on, of ``timing.builds``). Summary metrics
 ``timing/chunk_epochs``, ``timing/budget_seconds``, ``timing/spent_seconds``, ``timing/cores`` and tags
 ``crux.timing.cpu``, ``crux.timing.device``, ``crux.timing.clock``, ``crux.timing.against`` say how and where it
 was measured. The job times until the interval is placed by the band of the claim that will judge it
-(:func:`crux.pipeline.timing_bands.timing_band`), the band the report judges with.
+(:func:`crux.timing.bands.timing_band`), the band the report judges with.
 """
 from __future__ import annotations
 
@@ -21,8 +21,9 @@ from mlflow.entities import Metric
 from omegaconf import DictConfig, OmegaConf
 
 from crux.pipeline import config
-from crux.pipeline.timing_bands import timing_band
-from crux.timing import PairedTimes, Side, time_paired
+from crux.pipeline.settings import solve_keywords
+from crux.timing.bands import timing_band
+from crux.timing.pairs import PairedTimes, Side, time_paired
 from crux.tracking.contract import TIMING_AGAINST, TIMING_CLOCK, TIMING_CPU, TIMING_DEVICE
 from crux.tracking.job import JobRun
 
@@ -31,16 +32,9 @@ log = logging.getLogger(__name__)
 PREFIX = "timing/"
 
 
-def solve_options(cfg: DictConfig) -> dict[str, Any]:
-    """The options the job's training passes to solve()."""
-    return {**OmegaConf.to_container(cfg.memory), "inner_steps": cfg.solver.inner_steps,
-            "devices": cfg.solver.devices, "precision": cfg.solver.precision,
-            "substeps": OmegaConf.to_object(cfg.solver).substep_plan()}
-
-
 def reference_options(cfg: DictConfig) -> dict[str, Any] | None:
     """The options the job is timed against; None when ``timing.against`` changes none of its own."""
-    own = solve_options(cfg)
+    own = solve_keywords(cfg)
     other = {**own, **OmegaConf.to_container(cfg.timing.against)}
     return None if other == own else other
 
@@ -60,7 +54,7 @@ def time_against(cfg: DictConfig, run: JobRun) -> PairedTimes | None:
         return Side(problem.solver(), options)
 
     builds = range(cfg.timing.builds)
-    candidates, references = [build(solve_options(cfg)) for _ in builds], [build(other) for _ in builds]
+    candidates, references = [build(solve_keywords(cfg)) for _ in builds], [build(other) for _ in builds]
     band = timing_band(cfg.timing.against)
     log.info("paired timing against %s on %d build(s) of each: until the ratio's interval is in or out of "
              "[%g, %g) or %g s are spent", dict(cfg.timing.against), cfg.timing.builds, band.low, band.high,

@@ -23,7 +23,8 @@ from omegaconf import DictConfig
 import jno
 from crux.pipeline import config
 from crux.backends.jno.problems import JnoProblem
-from crux.pipeline.config import ModelConfig, roundoff_twin
+from crux.pipeline.config import ModelConfig
+from crux.roundoff import roundoff_twin
 from crux.problems.problem import exact_solution_faults
 
 

@@ -26,7 +26,8 @@ import jax
 import numpy as np
 
 import jno
-from crux.pipeline.config import ModelConfig, roundoff_twin
+from crux.pipeline.config import ModelConfig
+from crux.roundoff import roundoff_twin
 from crux.model import ACTIVATIONS
 from crux.problems import Problem
 

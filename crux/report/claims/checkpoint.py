@@ -14,7 +14,7 @@ import math
 from dataclasses import replace
 
 from crux import remat
-from crux.pipeline.timing_bands import CLAIMED_COST
+from crux.timing.bands import CLAIMED_COST
 from crux.report.claims.equivalence import same_numbers
 from crux.report.numerics import TIMING_ORIGIN, TIMING_RULE, paired_timing
 from crux.report.pairing import Pair, first, paired_settings, reference_and_twins, run_ids

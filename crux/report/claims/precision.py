@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from crux.pipeline.timing_bands import UNCLAIMED_BAND
+from crux.timing.bands import UNCLAIMED_BAND
 from crux.report.numerics import TIMING_ORIGIN, TIMING_RULE, paired_timing
 from crux.report.pairing import Pair, paired_settings, run_ids
 from crux.report.records import RunRecord

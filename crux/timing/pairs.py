@@ -1,17 +1,11 @@
-"""Paired, interleaved timing: how much longer one setting of solve() takes per epoch than another, with a
-confidence interval, measured in one process.
+"""Interleaved pairs: how much longer one setting of solve() takes per epoch than another, measured in one
+process.
 
 Two solvers of the same problem (the *candidate* setting and the *reference* it is compared with) train in
 alternating chunks of the same number of epochs, the order flipped every pair (A B, B A, A B, ...), so
 neither always runs first and a load on the machine that drifts over seconds hits both sides of a pair
-alike. Each pair gives a ratio of seconds per epoch; the estimate is the median of the pairs' ratios and
-its interval a percentile bootstrap over the pairs (a fixed seed: the same times give the same interval).
-
-What a chunk's time is depends on the device. On a CPU it is the process's CPU time (all its threads): on a
-machine shared with other work, a chunk's wall-clock time is its own work stretched by the share of the cores
-the other processes left it, a share that changes within a second and so differs between the two chunks of a
-pair; the CPU time counts only the work. On an accelerator, whose work the CPU time does not see, it is the
-wall-clock time.
+alike. The pairs' ratios are summarised by :func:`crux.timing.interval.ratio_interval`; a chunk's seconds are
+on the clock of :mod:`crux.timing.machine`.
 
 A program's speed also depends on the build it was given: two builds of the same problem and options in one
 process, each with its own buffers, can differ by several percent for as long as they live, so the chunks of
@@ -26,23 +20,24 @@ outside it, or when its time budget is spent (then the last interval is what it 
 from __future__ import annotations
 
 import math
-import os
-import platform
 import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
-import jax
 import numpy as np
 
 from crux.stats import Statistics
+from crux.timing.interval import UNDECIDED, Band, RatioInterval, ratio_interval
+from crux.timing.machine import CPU_TIME, WALL_TIME, Machine, clock_here, load_average
 
-CONFIDENCE = 0.95
-RESAMPLES = 2000  # bootstrap resamples: the 2.5% and 97.5% quantiles are each read from 50 values beyond them
 FIRST_LOOK = 8  # pairs before the first look: fewer give a bootstrap interval of a handful of distinct medians
 MIN_CHUNK_SECONDS = 0.1  # each chunk runs at least this long, so that the timer's and one dispatch's jitter is small
-WITHIN, OUTSIDE, UNDECIDED = "within", "outside", "undecided"
-CPU_TIME, WALL_TIME = "process CPU time", "wall-clock time"  # what a chunk's seconds are (see the module's docstring)
+
+
+def in_turn(pair: int) -> tuple[int, int]:
+    """The order the two sides run in the ``pair``-th pair: ``(0, 1)``, then ``(1, 0)``, flipped every pair, so
+    neither side always runs first."""
+    return (0, 1) if pair % 2 == 0 else (1, 0)
 
 
 class Trainable(Protocol):
@@ -67,107 +62,6 @@ class Side:
         and compiling are left out)."""
         stats = self.solver.solve(epochs, **self.options)
         return (stats.run_cpu_seconds if clock == CPU_TIME else stats.run_seconds) / epochs
-
-
-@dataclass(frozen=True)
-class Band:
-    """The range of time ratios (candidate over reference) a claim allows: ``[low, high)``."""
-
-    low: float
-    high: float
-
-    def __post_init__(self):
-        if not 0 <= self.low < self.high:
-            raise ValueError(f"a band of time ratios needs 0 <= low < high, got [{self.low}, {self.high})")
-
-    def place(self, interval: "RatioInterval") -> str:
-        """``within`` when the whole interval lies in the band, ``outside`` when none of it does, else
-        ``undecided``."""
-        if self.low <= interval.low and interval.high < self.high:
-            return WITHIN
-        if interval.high < self.low or interval.low >= self.high:
-            return OUTSIDE
-        return UNDECIDED
-
-
-@dataclass(frozen=True)
-class RatioInterval:
-    """The median time ratio over ``pairs`` pairs of chunks and its ``confidence`` bootstrap interval."""
-
-    estimate: float
-    low: float
-    high: float
-    pairs: int
-    confidence: float = CONFIDENCE
-
-
-def ratio_interval(candidate: np.ndarray, reference: np.ndarray, confidence: float = CONFIDENCE,
-                   resamples: int = RESAMPLES, seed: int = 0, groups: np.ndarray | None = None) -> RatioInterval:
-    """The median of the per-pair ratios ``candidate[i] / reference[i]`` and its percentile bootstrap interval
-    (``resamples`` resamples drawn with ``seed``: deterministic).
-
-    ``groups`` labels each pair with what timed it under one condition of its own: a build of the two sides, in
-    one run. Pairs of one group are resampled with replacement; pairs of several groups in two stages, the
-    groups with replacement and then the pairs of each drawn group, so that the interval also holds how much
-    the ratio moved between groups (between builds, and between runs at their moments of a shared machine),
-    not only within them.
-    """
-    candidate, reference = np.asarray(candidate, np.float64), np.asarray(reference, np.float64)
-    if candidate.shape != reference.shape or candidate.ndim != 1 or len(candidate) < 2:
-        raise ValueError(f"paired timing needs two equally long series of at least 2 chunks, got "
-                         f"{candidate.shape} and {reference.shape}")
-    logs = np.log(candidate / reference)
-    rng = np.random.default_rng(seed)
-    members = [logs[np.asarray(groups) == group] for group in np.unique(groups)] if groups is not None else [logs]
-    if len(members) == 1:
-        medians = np.median(logs[rng.integers(0, len(logs), size=(resamples, len(logs)))], axis=1)
-    else:
-        medians = np.array([np.median(np.concatenate([group[rng.integers(0, len(group), len(group))] for group in
-                                                      (members[g] for g in rng.integers(0, len(members),
-                                                                                        len(members)))]))
-                            for _ in range(resamples)])
-    tail = (1 - confidence) / 2 * 100
-    low, high = np.percentile(medians, [tail, 100 - tail])
-    return RatioInterval(float(np.exp(np.median(logs))), float(np.exp(low)), float(np.exp(high)), len(logs),
-                         confidence)
-
-
-@dataclass(frozen=True)
-class Machine:
-    """What ran the timing: the CPU model, its logical cores, the accelerator JAX used."""
-
-    cpu: str
-    cores: int
-    device: str
-
-    @staticmethod
-    def here() -> "Machine":
-        return Machine(cpu_model(), os.cpu_count() or 1, jax.devices()[0].device_kind)
-
-
-def clock_here() -> str:
-    """The clock chunks are timed on with JAX's default device: CPU time on a CPU, else wall-clock time."""
-    return CPU_TIME if jax.devices()[0].platform == "cpu" else WALL_TIME
-
-
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo`` on Linux, else what ``platform`` says)."""
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
-
-
-def load_average() -> float:
-    """The 1-minute load average (NaN where the system has none)."""
-    try:
-        return float(os.getloadavg()[0])
-    except (OSError, AttributeError):
-        return math.nan
 
 
 @dataclass(frozen=True)
@@ -239,8 +133,7 @@ def time_paired(candidate: Side | Sequence[Side], reference: Side | Sequence[Sid
     while True:
         pair = len(load)
         sides = (candidates[pair % builds], references[pair % builds])
-        order = (0, 1) if (pair // builds) % 2 == 0 else (1, 0)
-        for side in order:
+        for side in in_turn(pair // builds):
             times[side].append(sides[side].chunk(epochs, clock))
         load.append(load_average())
         build.append(pair % builds)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from crux.timing import Band
+from crux.timing.interval import Band
 
 CLAIMED_COST = Band(1.25, 1.35)  # checkpointing's "~30% slower" at its one significant digit
 NOISE_THRESHOLD = 0.05  # the least speed-up fusing must show to count as one
