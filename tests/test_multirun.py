@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from crux.pipeline.config import CONFIG_PACKAGE
 from crux.tracking import JobRun
 from crux.tracking import contract
+from crux.tracking.composed import compose_once
 from crux.tracking.job import variant_name
 from crux.tracking.liveness import process_tags
 from crux.tracking.multirun import Multirun
@@ -63,7 +64,7 @@ def sweep(store: Path, *overrides: str, resume: bool = False) -> tuple[list[list
     real_launch = launcher.launch
     launcher.launch = lambda jobs, initial_job_idx: (launched.append((initial_job_idx, [list(j) for j in jobs]))
                                                     or real_launch(jobs, initial_job_idx))
-    multirun = Multirun(config, OverridesParser.create(config_loader=loader), launcher, loader.load_sweep_config,
+    multirun = Multirun(config, OverridesParser.create(config_loader=loader), launcher, compose_once(loader),
                         None, "crux-run --multirun " + " ".join(overrides))
     try:
         outcome: Any = multirun.run(resume)

@@ -25,7 +25,8 @@ is decided here reaches every job, whatever machine runs it. The sweep folder
 goes into it as an absolute path (a relative one would be resolved in each job's
 working directory, which on a Ray cluster started elsewhere is the cluster's),
 and the parent run's id and the absolute tracking URI go into
-``hydra.job.env_set``, the environment Hydra gives each job while it runs.
+``hydra.job.env_set``, the environment Hydra gives each job while it runs. A launcher that composes in this
+process gets the check's composition of the job with those overrides applied (:mod:`crux.tracking.composed`).
 """
 from __future__ import annotations
 

@@ -36,9 +36,10 @@ class CruxSweeper(Sweeper):
         import shlex
         import sys
 
+        from crux.tracking.composed import compose_once
         from crux.tracking.multirun import Multirun
 
         loader = self.hydra_context.config_loader
         command = self.command or shlex.join(["crux-run", *sys.argv[1:]])
         return Multirun(self.config, OverridesParser.create(config_loader=loader), self.launcher,
-                        loader.load_sweep_config, self.max_batch_size, command).run(self.resume)
+                        compose_once(loader), self.max_batch_size, command).run(self.resume)

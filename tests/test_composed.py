@@ -1,0 +1,84 @@
+"""A sweep composes each job's config once: the launcher gets the check's composition, with what the sweep
+handed over since, equal to Hydra's own."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra._internal.utils import create_config_search_path
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+from crux.pipeline.config import CONFIG_PACKAGE
+from crux.tracking.composed import compose_once
+from crux.tracking.multirun import hand_over
+
+try:  # what joblib's workers are sent with: a package of its own from joblib 1.6, joblib's own before
+    import cloudpickle
+except ImportError:
+    from joblib.externals import cloudpickle
+
+JOB = ["memory=b8", "solver.seed=1"]
+
+
+@pytest.fixture
+def composing(monkeypatch) -> list[list[str]]:
+    """The overrides of every composition Hydra's loader makes, as they happen."""
+    made: list[list[str]] = []
+    real = ConfigLoaderImpl.load_configuration
+
+    def counted(self, config_name, overrides, *args, **kwargs):
+        made.append(list(overrides))
+        return real(self, config_name, overrides, *args, **kwargs)
+    monkeypatch.setattr(ConfigLoaderImpl, "load_configuration", counted)
+    return made
+
+
+def multirun(tmp_path: Path) -> tuple[ConfigLoaderImpl, DictConfig]:
+    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(f"pkg://{CONFIG_PACKAGE}"))
+    config = loader.load_configuration("config", overrides=[f"hydra.sweep.dir={tmp_path}", "hydra.mode=MULTIRUN"],
+                                       run_mode=RunMode.MULTIRUN)
+    return loader, config
+
+
+def test_a_job_composed_again_after_hand_overs_is_hydras_composition_made_once(tmp_path, composing):
+    loader, config = multirun(tmp_path)
+    compose = compose_once(loader)
+    checked = compose(config, JOB)
+    with read_write(checked), open_dict(checked):  # what the sweep's check does with its copy
+        del checked["hydra"]
+    hand_over(config, "hydra.sweep.dir", str(tmp_path / "pinned"))
+    hand_over(config, "hydra.job.env_set.CRUX_PARENT", "it's quoted")
+    del composing[:]
+    launched = loader.load_sweep_config(config, JOB)  # as a launcher calls it
+    assert composing == []
+    expected = type(loader).load_sweep_config(loader, config, JOB)
+    assert OmegaConf.to_container(launched) == OmegaConf.to_container(expected)
+    assert launched.hydra.sweep.dir == str(tmp_path / "pinned")
+    assert launched.hydra.job.env_set.CRUX_PARENT == "it's quoted"
+    assert launched.solver.seed == 1 and launched.hydra.overrides.hydra[-1].startswith("++hydra.job.env_set")
+
+
+def test_a_job_is_composed_anew_when_the_hydra_overrides_changed_otherwise_or_it_was_launched(tmp_path, composing):
+    loader, config = multirun(tmp_path)
+    compose = compose_once(loader)
+    del composing[:]
+    compose(config, JOB)
+    config.hydra.overrides.hydra.append("hydra/launcher=basic")  # not a value handed over: Hydra composes
+    compose(config, JOB)
+    assert len(composing) == 2
+    compose(config, JOB)  # the launch takes that composition
+    assert len(composing) == 2
+    compose(config, JOB)  # a second launch of the job composes again
+    assert len(composing) == 3
+
+
+def test_a_loader_sent_to_a_worker_process_leaves_its_compositions_behind(tmp_path, composing):
+    loader, config = multirun(tmp_path)
+    del composing[:]
+    compose_once(loader)(config, JOB)
+    worker = cloudpickle.loads(cloudpickle.dumps(loader))  # as joblib's launcher sends it
+    worker.load_sweep_config(config, JOB)
+    assert len(composing) == 2
+    assert compose_once(worker) is worker.load_sweep_config  # made once a loader
