@@ -45,3 +45,15 @@ def hydra_configs() -> Iterator[None]:
 
     with initialize_config_module(CONFIG_PACKAGE, version_base="1.3"):
         yield
+
+
+@pytest.fixture(autouse=True)
+def environment_stays_in_its_test() -> Iterator[None]:
+    """A command run in the test's process sets variables for the processes it starts (a store's credentials moved
+    out of its URI, $MLFLOW_TRACKING_URI without them, the retry budget, warning filters): the environment is put
+    back after each test, so that no later test's processes inherit what it did not give them."""
+    before = dict(os.environ)
+    yield
+    if os.environ != before:
+        os.environ.clear()
+        os.environ.update(before)
