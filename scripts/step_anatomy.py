@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
-import dataclasses
 import functools
 import os
 import re
@@ -107,8 +106,6 @@ class _UnrolledScans:
 
 UNROLLED_4 = [(crux.engine, "jax", _UnrolledScans(4))]
 EVERY_UPDATE_APPLIED = [(crux.engine, "jnp", _EveryUpdateApplied())]
-EVERY_UPDATE_CHECKED = [(crux.solver, "make_call",
-                         lambda plan: crux.engine.make_call(dataclasses.replace(plan, check_updates=True)))]
 TREE_LAYOUT = [(crux.model, "layout_free", lambda optimizer: False)]
 LAYER_ARRAYS = [(crux.problems.poisson, "mlp", layer_arrays_mlp), *TREE_LAYOUT]
 
@@ -152,7 +149,7 @@ def body_of(variant: bench.Variant) -> collections.Counter:
 def anatomy(name: str, n: int, hidden: tuple[int, ...], steps: int, repeats: int, k: int, log) -> str:
     make = bench.poisson_problem(n, hidden)
     variants = [PatchedCrux("crux", [], make, k, k),
-                PatchedCrux("crux, every update checked", EVERY_UPDATE_CHECKED, make, k, k),
+                PatchedCrux("crux, every update checked", [], make, k, k, loop=bench.LoopForm(guard="full")),
                 PatchedCrux("crux, every update applied", EVERY_UPDATE_APPLIED, make, k, k),
                 PatchedCrux("crux, scan unrolled 4x", UNROLLED_4, make, k, k),
                 PatchedCrux("crux, tree layout", TREE_LAYOUT, make, k, k),
