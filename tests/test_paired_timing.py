@@ -316,9 +316,9 @@ def test_the_order_within_a_pair_alternates():
 # -- planted defects, timed for real ---------------------------------------------------------------------------
 def deep_poisson(free_checkpointing: bool = False):
     problem = poisson(optax.adam, hidden=(32,) * 6, n=256)
-    if free_checkpointing:  # the model's checkpointed apply (crux.Model's seam) rematerialises nothing
+    if free_checkpointing:  # every form of the model's apply (crux.Model's seam) is the plain one: nothing rematerialised
         model = problem.models["u"]
-        model.checkpointed_apply = model.apply
+        model.applied = lambda form="plain": model.apply
     return problem
 
 
