@@ -76,6 +76,7 @@ class Machinery:
     record_rows: int = RECORD_ROWS  # epochs' records the device holds between two waits
     progress: Callable[..., Any] = tqdm  # the progress bar's class
     trained: Callable[[Sequence[set[str]], Sequence[str]], tuple[str, ...]] = models_reached  # an entry's models
+    flat_params: bool | None = None  # False: every model's parameters as its own tree (None: crux's choice)
 
 
 class Crux:
@@ -212,7 +213,8 @@ class Crux:
         are not kept for a replay (a window could hold thousands)."""
         stream = PointStream(tuple(c.size for c in self.constraints), options.batchsize, options.accumulation_steps,
                              options.devices)
-        layouts = {name: Layout.of(m.params, m.trains_flat) for name, m in self.models.items()}
+        flat = lambda m: m.trains_flat and self.machinery.flat_params is not False
+        layouts = {name: Layout.of(m.params, flat(m)) for name, m in self.models.items()}
         transforms = {n: self.models[n].transform(n) for e in entries for n in e.models}
         return Plan(tuple(self.constraints), self.models, layouts, transforms, entries, stream, options.inner_steps,
                     offload_data=options.offload_data, precision=options.precision,

@@ -273,16 +273,22 @@ class LoopForm:
 
     unroll: int = 1
     guard: str | None = None
+    tree: bool = False  # crux's parameters kept as each model's tree of arrays, not packed into one vector
 
     @property
     def crux_default(self) -> bool:
-        """crux's own form: no unrolling, its own guard."""
-        return self.unroll == 1 and self.guard != "full"
+        """crux's own form: no unrolling, its own guard and parameter layout."""
+        return self.unroll == 1 and self.guard != "full" and not self.tree
+
+    @property
+    def changes_hand(self) -> bool:
+        """Whether the hand-written scan differs in this form (it always keeps its parameters as a tree)."""
+        return self.unroll > 1 or self.guard is not None
 
     @property
     def label(self) -> str:
         parts = ([f"unroll={self.unroll}"] if self.unroll > 1 else []) + ([f"{self.guard}-check"] if self.guard
-                                                                          else [])
+                                                                          else []) + (["tree"] if self.tree else [])
         return "+".join(parts) or "plain"
 
 
@@ -291,21 +297,23 @@ GUARDS = {"loss-check": "loss", "full-check": "full"}
 
 def loop_forms(text: str) -> list[LoopForm]:
     """``--loop-forms``: comma-separated forms, each ``+``-joined from ``unroll=U``, ``loss-check``, ``full-check``
-    (e.g. ``unroll=4,full-check,unroll=8+full-check``); ValueError naming the option and its syntax."""
+    and ``tree`` (e.g. ``unroll=4,full-check,unroll=8+tree``); ValueError naming the option and its syntax."""
     forms = []
     for item in filter(None, (t.strip() for t in text.split(","))):
-        unroll, guard = 1, None
+        unroll, guard, tree = 1, None, False
         for part in item.split("+"):
             match = re.fullmatch(r"unroll=(\d+)", part.strip())
             if match and int(match.group(1)) >= 1:
                 unroll = int(match.group(1))
             elif part.strip() in GUARDS:
                 guard = GUARDS[part.strip()]
+            elif part.strip() == "tree":
+                tree = True
             else:
                 raise ValueError(f"--loop-forms: {part.strip()!r} is not a loop form; use unroll=U (U >= 1), "
-                                 f"loss-check or full-check, joined by + within a form and by commas between "
-                                 f"forms, e.g. --loop-forms unroll=4,full-check,unroll=8+full-check")
-        forms.append(LoopForm(unroll, guard))
+                                 f"loss-check, full-check or tree, joined by + within a form and by commas between "
+                                 f"forms, e.g. --loop-forms unroll=4,full-check,unroll=8+tree")
+        forms.append(LoopForm(unroll, guard, tree))
     return forms
 
 
@@ -446,10 +454,11 @@ def crux_machinery(loop: LoopForm) -> Machinery:
     of an epoch's micro-batches), guard ``"full"`` for the program that checks every update's parameters, which
     crux otherwise runs only to replay a non-finite window (any other guard: crux's own, the loss)."""
     primitives = engine.Primitives(repeat=unrolled(loop.unroll)) if loop.unroll > 1 else engine.Primitives()
+    flat = False if loop.tree else None
     if loop.guard == "full":
-        return Machinery(primitives=primitives,
+        return Machinery(primitives=primitives, flat_params=flat,
                          make_call=lambda plan: engine.make_call(dataclasses.replace(plan, check_updates=True)))
-    return Machinery(primitives=primitives)
+    return Machinery(primitives=primitives, flat_params=flat)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -633,8 +642,9 @@ def loop_form_variants(plan: Plan, make_problem: Callable[[], Any], points: np.n
             if not loop.crux_default:
                 out.append(CruxVariant(formed(f"crux inner_steps={k}", loop), make_problem, k, first,
                                        precision=plan.precision, loop=loop))
-            out.append(HandVariant(formed(hand_name("scan", k, SAME_AS_CRUX), loop), SAME_AS_CRUX, points, widths, k,
-                                   precision=plan.precision, loop=loop))
+            if loop.changes_hand:
+                out.append(HandVariant(formed(hand_name("scan", k, SAME_AS_CRUX), loop), SAME_AS_CRUX, points, widths,
+                                       k, precision=plan.precision, loop=loop))
     return out
 
 
@@ -643,14 +653,16 @@ def loop_form_pairs(results: dict, plan: Plan, fused: tuple[int, ...]) -> dict[s
     pairs = {}
     for loop in plan.loop_forms:
         for k in fused:
-            ours, hand = formed(f"crux inner_steps={k}", loop), formed(hand_name("scan", k, SAME_AS_CRUX), loop)
+            ours, hand = formed(f"crux inner_steps={k}", loop), hand_name("scan", k, SAME_AS_CRUX)
+            if loop.changes_hand:
+                hand = formed(hand, loop)
             if loop.crux_default:
                 ours = f"crux inner_steps={k}"
             if ours in results and hand in results:
                 pairs[f"{ours} / {hand}"] = (ours, hand)
             if ours in results and ours != f"crux inner_steps={k}":
                 pairs[f"{ours} / crux inner_steps={k}"] = (ours, f"crux inner_steps={k}")
-            if hand in results:
+            if loop.changes_hand and hand in results:
                 pairs[f"{hand} / {hand_name('scan', k, SAME_AS_CRUX)}"] = (hand, hand_name("scan", k, SAME_AS_CRUX))
     return pairs
 
@@ -1426,7 +1438,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loop-forms", default="", type=_parsed(loop_forms),
                         help="also time crux's fused loop and the hand-written scan in these forms (standard, "
                              "small): comma-separated, each +-joined from unroll=U, loss-check (crux's default "
-                             "guard), full-check; e.g. unroll=4,full-check,unroll=8+full-check")
+                             "guard), full-check, tree (crux's parameters as each model's tree of arrays); e.g. "
+                             "unroll=4,full-check,unroll=8+tree")
     parser.add_argument("--sizes", type=_parsed(_integers("--sizes")), default=THROUGHPUT_SIZES,
                         help=f"throughput: points, comma-separated (default {_joined(THROUGHPUT_SIZES)}; on the chip "
                              f"e.g. 16384,65536,262144)")

@@ -7,7 +7,9 @@
 #   OUT=/tmp/x bash scripts/device_check.sh --dry-run [STEP ...]   # the same path on a CPU with tiny settings
 #
 # Steps: the claim sweeps (accumulation inner_steps checkpoint offload substeps phases resume precision devices),
-# each followed by its report; bench (scripts/bench.py); capacity (scripts/capacity.py). `devices` runs only where
+# each followed by its report; functions (scripts/function_accuracy.py: the float32 accuracy of the activations and
+# of matrix products, on the accelerator and on the CPU); bench (scripts/bench.py, with $BENCH_ARGS appended);
+# capacity (scripts/capacity.py). `devices` runs only where
 # JAX sees more than one device; REPORTS=0 leaves the reports to be made from the returned store. A step that
 # fails or runs out of its time limit does not stop the next; the log says which. One command on a device machine
 # may be limited (10 minutes on the lent TPU; BUDGET_S, default 570 s): name the steps to run a part, and the next
@@ -32,7 +34,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 python=$(command -v "${PYTHON:-python3}") || { echo "no ${PYTHON:-python3} here" >&2; exit 2; }
 python="$(cd "$(dirname "$python")" && pwd)/$(basename "$python")"  # absolute (not resolved): the steps run elsewhere
 sweeps=(accumulation inner_steps checkpoint offload substeps phases resume precision devices)
-every_step=("${sweeps[@]}" bench capacity)
+every_step=("${sweeps[@]}" functions bench capacity)
 
 prepare() {  # $1: "full" to carry the index's packages too
     local wheels="$root/.wheels" index_names
@@ -194,12 +196,16 @@ declare -A tiny=(
 )
 for name in "${chosen[@]}"; do
     case $name in
+        functions)
+            step functions 20 120 "$python" "$root/scripts/function_accuracy.py" --out "$work/function_accuracy.json" \
+                $( ((dry)) && echo "--points 1001" ) ;;
         bench)
+            # shellcheck disable=SC2086
             if (( dry )); then
-                step bench 20 0 "$python" "$root/scripts/bench.py" --quick --problems small --repeats 2 --out "$OUT"
+                step bench 20 0 "$python" "$root/scripts/bench.py" --quick --problems small --repeats 2 --out "$OUT" ${BENCH_ARGS:-}
             else
                 step bench 60 0 "$python" "$root/scripts/bench.py" --problems standard,small,fusing,throughput \
-                    --sizes 16384,65536 --widths 64,256 --peak-tflops "${PEAK_TFLOPS:-197}" --out "$OUT"
+                    --sizes 16384,65536 --widths 64,256 --peak-tflops "${PEAK_TFLOPS:-197}" --out "$OUT" ${BENCH_ARGS:-}
             fi ;;
         capacity)
             if [[ ! -f "$root/scripts/capacity.py" ]]; then

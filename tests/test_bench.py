@@ -268,11 +268,12 @@ def test_the_throughput_table_prints_the_fraction_of_the_peak_beside_the_hand_wr
 
 
 def test_loop_forms_parse_and_refuse_naming_the_option():
-    assert bench.loop_forms("unroll=4,full-check,unroll=8+full-check,loss-check") == [
-        bench.LoopForm(4, None), bench.LoopForm(1, "full"), bench.LoopForm(8, "full"), bench.LoopForm(1, "loss")]
+    assert bench.loop_forms("unroll=4,full-check,unroll=8+full-check,loss-check,tree+unroll=2") == [
+        bench.LoopForm(4, None), bench.LoopForm(1, "full"), bench.LoopForm(8, "full"), bench.LoopForm(1, "loss"),
+        bench.LoopForm(2, None, tree=True)]
     assert [f.label for f in bench.loop_forms("unroll=8+full-check,loss-check")] == ["unroll=8+full-check",
                                                                                       "loss-check"]
-    for bad in ("unroll=0", "unrol=4", "full"):
+    for bad in ("unroll=0", "unrol=4", "full", "trees"):
         with pytest.raises(ValueError, match=r"--loop-forms: .* e\.g\. --loop-forms unroll=4"):
             bench.loop_forms(bad)
 
