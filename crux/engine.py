@@ -89,12 +89,13 @@ class State(NamedTuple):
     records: Records
 
 
-def repeat(body: Callable, carry: Any, xs: Any, length: int) -> tuple[Any, Any]:
-    """``lax.scan`` that skips the loop for a single iteration (outputs still get the leading axis)."""
+def repeat(body: Callable, carry: Any, xs: Any, length: int, unroll: int = 1) -> tuple[Any, Any]:
+    """``lax.scan`` that skips the loop for a single iteration (outputs still get the leading axis), ``unroll``
+    iterations to a turn of the loop."""
     if length == 1:
         carry, out = body(carry, None if xs is None else jax.tree.map(lambda a: a[0], xs))
         return carry, jax.tree.map(lambda a: a[None], out)
-    return jax.lax.scan(body, carry, xs, length=length)
+    return jax.lax.scan(body, carry, xs, length=length, unroll=unroll)
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ class Primitives:
     drops its last update, a sum that keeps only the newest micro-batch) to show that the check catches it.
     """
 
-    repeat: Callable[[Callable, Any, Any, int], tuple[Any, Any]] = repeat  # runs an epoch's or a call's body
+    repeat: Callable[..., tuple[Any, Any]] = repeat  # runs an epoch's or a call's body (a call's: with unroll=)
     accumulate: Callable[[jax.Array, jax.Array], jax.Array] = jnp.add  # adds a micro-batch's gradient to the sum
 
 
@@ -131,6 +132,7 @@ class Plan:
     offload_data: bool = False
     precision: str = matmul.DEFAULT  # of every float32 matrix product in the call (crux.precision)
     check_updates: bool = True
+    unroll: int = 1  # epochs per turn of the call's loop (crux.loop.unrolled)
     record_slots: int = 1  # calls whose records the state holds between two reads
     primitives: Primitives = Primitives()
 
@@ -166,7 +168,9 @@ def _call(plan: Plan, state: State, data: Data) -> State:
     xs = None
     if plan.offload_data:
         xs = jax.tree.map(lambda a: a.reshape(plan.inner_steps, plan.steps_per_epoch, *a.shape[1:]), data.points())
-    train, rows = plan.primitives.repeat(functools.partial(_epoch, plan, data), state.train, xs, plan.inner_steps)
+    unrolled = {"unroll": plan.unroll} if plan.unroll > 1 else {}
+    train, rows = plan.primitives.repeat(functools.partial(_epoch, plan, data), state.train, xs, plan.inner_steps,
+                                         **unrolled)
     if not plan.check_updates:  # the parameters left behind: a non-finite update marks the call's last epoch
         rows = rows.at[-1, -1].multiply(_all_finite(train.params).astype(rows.dtype))
     records = state.records

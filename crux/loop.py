@@ -42,6 +42,17 @@ def fresh_copy(tree: Any) -> Any:
     return jax.tree.map(jnp.copy, tree)
 
 
+# A TPU runs a fused call's loop faster with several epochs to a turn: on a TPU v5e, 4 to a turn made calls of
+# 100 to 2000 epochs 1.11-1.32x faster (and calls of 10 no faster); a CPU gains nothing it can show.
+UNROLL = {"tpu": 4}
+UNROLL_FROM = 100  # epochs a call
+
+
+def unrolled(inner_steps: int, backend: str) -> int:
+    """Epochs per turn of the loop of a call of ``inner_steps`` epochs compiled for ``backend``."""
+    return UNROLL.get(backend, 1) if inner_steps >= UNROLL_FROM else 1
+
+
 def record_slots(inner_steps: int, record_rows: int) -> int:
     """Calls whose records the device holds between two syncs."""
     return max(record_rows // inner_steps, 1)

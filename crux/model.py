@@ -21,12 +21,13 @@ from crux import remat
 from crux.layout import layout_free
 from crux.numbers import is_real_scalar
 from crux.schedules import Schedule
+from crux.tanh import tanh
 
 Params = Any
 Apply = Callable[[Params, jax.Array], jax.Array]
 
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
-    "tanh": jnp.tanh,
+    "tanh": tanh,
     "sin": jnp.sin,
     "gelu": jax.nn.gelu,
     "silu": jax.nn.silu,

@@ -20,7 +20,7 @@ from crux.constraint import Constraint, checked_reach
 from crux.engine import Data, Entry, OptimizerState, Plan, Primitives, State, TrainState, make_call
 from crux.executables import compile_once
 from crux.layout import Layout
-from crux.loop import RECORD_ROWS, SYNC_SECONDS, Executable, HostLoop, fresh_copy, record_slots
+from crux.loop import RECORD_ROWS, SYNC_SECONDS, Executable, HostLoop, fresh_copy, record_slots, unrolled
 from crux.model import Model
 from crux.options import Options, validate
 from crux.stats import Statistics, fingerprint
@@ -218,7 +218,7 @@ class Crux:
         transforms = {n: self.models[n].transform(n) for e in entries for n in e.models}
         return Plan(tuple(self.constraints), self.models, layouts, transforms, entries, stream, options.inner_steps,
                     offload_data=options.offload_data, precision=options.precision,
-                    check_updates=options.offload_data,
+                    check_updates=options.offload_data, unroll=unrolled(options.inner_steps, jax.default_backend()),
                     record_slots=record_slots(options.inner_steps, self.machinery.record_rows),
                     primitives=self.machinery.primitives)
 
@@ -356,7 +356,7 @@ class Crux:
         traced, and a program that another solver of the process compiled is reused."""
         versions = tuple((n, self.models[n].optimizer_version) for e in plan.entries for n in e.models)
         key = (plan.entries, plan.stream, plan.inner_steps, plan.remat, plan.offload_data,
-               plan.precision, plan.check_updates, plan.record_slots, tuple(plan.layouts.items()), versions,
+               plan.precision, plan.check_updates, plan.unroll, plan.record_slots, tuple(plan.layouts.items()), versions,
                self.machinery)
         if key in self._compiled:
             return self._compiled[key]._replace(seconds=0.0)

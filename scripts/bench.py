@@ -440,11 +440,10 @@ def work(compiled: Any) -> dict[str, float]:
 
 
 def unrolled(unroll: int) -> Callable:
-    """crux's ``repeat`` (engine.Primitives) with ``unroll`` iterations of its scan per loop iteration."""
-    def repeat(body: Callable, carry: Any, xs: Any, length: int) -> tuple[Any, Any]:
-        if length == 1:
-            return engine.repeat(body, carry, xs, length)
-        return jax.lax.scan(body, carry, xs, length=length, unroll=unroll)
+    """crux's ``repeat`` (engine.Primitives) with ``unroll`` iterations of its scan per loop iteration, whatever
+    the engine would choose."""
+    def repeat(body: Callable, carry: Any, xs: Any, length: int, **chosen: int) -> tuple[Any, Any]:
+        return engine.repeat(body, carry, xs, length, unroll=unroll)
     return repeat
 
 

@@ -1,5 +1,5 @@
 """How accurate each backend's float32 elementwise functions are, against float64: the activations a PINN is built
-from, their derivatives, and one matrix product at each matmul precision.
+from, their derivatives, crux's own tanh, and one matrix product at each matmul precision.
 
 A network's second derivative carries the error of its activation and of the activation's derivatives; a backend
 whose ``tanh`` is a few ulp off trains to a less accurate solution at any matmul precision. For every backend JAX
@@ -20,6 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from crux.tanh import accurate_tanh
+
 # name -> (the function in JAX, the exact one in NumPy float64, the smallest magnitude an error is measured at).
 # The derivatives of tanh, as a network's derivatives compute them from tanh itself, lose their relative accuracy
 # where they are small whatever the backend; they are measured in ulp of 1, their scale inside a network.
@@ -28,6 +30,10 @@ FUNCTIONS: dict[str, tuple[Callable, Callable, float]] = {
     "tanh' = 1 - tanh^2": (lambda x: 1 - jnp.tanh(x) ** 2, lambda x: 1 / np.cosh(x) ** 2, 1.0),
     "tanh'' = -2 tanh tanh'": (lambda x: -2 * jnp.tanh(x) * (1 - jnp.tanh(x) ** 2),
                                lambda x: -2 * np.tanh(x) / np.cosh(x) ** 2, 1.0),
+    "crux's accurate tanh": (accurate_tanh, np.tanh, 0.0),
+    "its derivative (autodiff)": (jax.vmap(jax.grad(accurate_tanh)), lambda x: 1 / np.cosh(x) ** 2, 1.0),
+    "its second derivative": (jax.vmap(jax.grad(jax.grad(accurate_tanh))),
+                              lambda x: -2 * np.tanh(x) / np.cosh(x) ** 2, 1.0),
     "sin": (jnp.sin, np.sin, 0.0),
     "cos": (jnp.cos, np.cos, 0.0),
     "exp": (jnp.exp, np.exp, 0.0),

@@ -70,3 +70,17 @@ def test_a_windows_seconds_per_update_spread_its_time_over_its_updates(monkeypat
     _, _, stats = train(poisson(optax.adam), 40, Machinery(sync_seconds=1e9), inner_steps=10)
     assert len(stats.step_seconds) == 1
     assert 0 < stats.step_seconds[0] * 40 <= stats.run_seconds
+
+
+def test_a_loop_unrolled_as_on_a_tpu_makes_the_same_updates(monkeypatch):
+    """Where the backend runs a call's loop several epochs to a turn (a TPU), the updates are those of the plain
+    loop: the same operations in the same order, so the same numbers within the fusion's round-off (as above)."""
+    assert crux.loop.unrolled(crux.loop.UNROLL_FROM, "tpu") > 1
+    assert crux.loop.unrolled(crux.loop.UNROLL_FROM - 1, "tpu") == crux.loop.unrolled(10_000, "cpu") == 1
+    initial, plain, stats = train(poisson(optax.adam), 2 * crux.loop.UNROLL_FROM, inner_steps=crux.loop.UNROLL_FROM)
+    monkeypatch.setitem(crux.loop.UNROLL, "cpu", 4)
+    _, unrolled, unrolled_stats = train(poisson(optax.adam), 2 * crux.loop.UNROLL_FROM,
+                                        inner_steps=crux.loop.UNROLL_FROM)
+    assert unrolled_stats.compile_seconds > 0  # its own program, not the plain one kept from above
+    assert relative(unrolled, plain, np.linalg.norm(plain - initial)) < ROUND_OFF
+    np.testing.assert_allclose(unrolled_stats.losses, stats.losses, rtol=ROUND_OFF)
