@@ -165,7 +165,8 @@ class Multirun:
         (named, never shown: the command holds none, even where the sweep's ``tracking.uri=`` held a password)."""
         needed = credential_variables(self.uri)
         what = "password" if needed == [PASSWORD_VARIABLE] else "credentials"
-        return f"`{self.resume_command}`" + (f" with {' and '.join(needed)} set to the store's {what}" if needed else "")
+        return f"`{self.resume_command}`" + (f" with {' and '.join(needed)} set to the store's {what}"
+                                             if needed else "")
 
     def run(self, resume: bool) -> list[Sequence[JobReturn]]:
         """Check, open, launch, close; raises SystemExit with one line when refused, with the shell's status of
