@@ -9,7 +9,8 @@ import pytest
 
 from crux.tracking.job_process import InOwnProcess, JobProcessKilled
 
-pytestmark = pytest.mark.filterwarnings("ignore:os.fork")  # JAX's warning, where an earlier test started it
+# JAX's warning where an earlier test started it, and Python's (3.12 on) where a thread of pytest's runs
+pytestmark = [pytest.mark.filterwarnings("ignore:os.fork"), pytest.mark.filterwarnings("ignore:This process")]
 ELSEWHERE = -1
 """A sweep's process id that is not this process's: called here, as in a worker of the sweep's pool."""
 
