@@ -157,30 +157,42 @@ def ended(pid: int) -> bool:
         return True
 
 
-def test_after_kill_9_of_a_joblib_sweep_its_workers_end_too(store):
-    tmp_path = store  # holding a copy of the empty store: the test reads it while the sweep starts
-    """Two jobs train in two joblib workers when the sweep is killed: the workers end with it, rather than
-    training on for nobody and holding their runs open, which the next command then closes as orphans."""
-    uri = environment(tmp_path)["MLFLOW_TRACKING_URI"]
-    with open(tmp_path / "sweep.log", "w") as out:
-        sweep = subprocess.Popen(command("crux-sweep", "accumulation", "memory=b8,b32", "repeat=0",
-                                         f"solver.epochs={LONG}", "model.width=8", "problem.n_interior=64",
-                                         "gradient_draws=0", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"),
-                                 cwd=tmp_path, env=environment(tmp_path), stdout=out, stderr=subprocess.STDOUT)
+def joblib_sweep(folder: Path, *overrides: str, opened: tuple[str, ...]) -> tuple[subprocess.Popen, MlflowClient, str]:
+    """A small accumulation sweep with ``overrides`` on two joblib workers, its output in ``folder/sweep.log``,
+    once the runs of the jobs ``opened`` are open; the sweep, a client of its store and its experiment's id."""
+    uri = environment(folder)["MLFLOW_TRACKING_URI"]
+    with open(folder / "sweep.log", "w") as out:
+        sweep = subprocess.Popen(command("crux-sweep", "accumulation", "repeat=0", *overrides, "model.width=8",
+                                         "problem.n_interior=64", "gradient_draws=0", "hydra/launcher=joblib",
+                                         "hydra.launcher.n_jobs=2"),
+                                 cwd=folder, env=environment(folder), stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 600
-    while not (run_opened(uri, "accumulation", "0") and run_opened(uri, "accumulation", "1")):
-        assert sweep.poll() is None and time.monotonic() < deadline, (tmp_path / "sweep.log").read_text()[-3000:]
+    while not all(run_opened(uri, "accumulation", job) for job in opened):
+        assert sweep.poll() is None and time.monotonic() < deadline, (folder / "sweep.log").read_text()[-3000:]
         time.sleep(0.05)
     client = MlflowClient(uri)
-    experiment = client.get_experiment_by_name("accumulation").experiment_id
-    workers = {int(run.data.tags[contract.PID]) for run in
-               client.search_runs([experiment], contract.tag_filter(contract.ROLE, contract.CHILD))}
-    assert len(workers) == 2 and sweep.pid not in workers
+    return sweep, client, client.get_experiment_by_name("accumulation").experiment_id
+
+
+def job_run(client: MlflowClient, experiment: str, job: str):
+    (run,) = client.search_runs([experiment], contract.tag_filter(contract.JOB, job))
+    return run
+
+
+def test_after_kill_9_of_a_joblib_sweep_its_workers_end_too(store):
+    tmp_path = store  # holding a copy of the empty store: the test reads it while the sweep starts
+    """Two jobs train in two joblib workers when the sweep is killed: the workers end with it, and the jobs'
+    processes with them, rather than training on for nobody and holding their runs open, which the next command
+    then closes as orphans."""
+    sweep, client, experiment = joblib_sweep(tmp_path, "memory=b8,b32", f"solver.epochs={LONG}", opened=("0", "1"))
+    jobs_processes = {int(run.data.tags[contract.PID]) for run in
+                      client.search_runs([experiment], contract.tag_filter(contract.ROLE, contract.CHILD))}
+    assert len(jobs_processes) == 2 and sweep.pid not in jobs_processes
     sweep.kill()
     sweep.wait(timeout=60)
-    deadline = time.monotonic() + 60  # each looks for its sweep every 0.2 s
-    while not all(ended(pid) for pid in workers):
-        assert time.monotonic() < deadline, [pid for pid in workers if not ended(pid)]
+    deadline = time.monotonic() + 60  # each worker looks for its sweep, each job's process for its worker, every 0.2 s
+    while not all(ended(pid) for pid in jobs_processes):
+        assert time.monotonic() < deadline, [pid for pid in jobs_processes if not ended(pid)]
         time.sleep(0.05)
     runs = client.search_runs([experiment], contract.tag_filter(contract.ROLE, contract.CHILD))
     assert {run.info.status for run in runs} == {contract.RUNNING}  # neither trained to the end
@@ -191,26 +203,52 @@ def test_after_kill_9_of_a_joblib_sweep_its_workers_end_too(store):
     assert {run.data.tags[contract.ERROR_TYPE] for run in runs} == {"ProcessGone"}, report.stderr[-3000:]
 
 
-def test_one_killed_joblib_worker_ends_in_one_line_and_the_jobs_not_started_go_on(store):
+def test_one_killed_joblib_job_costs_that_job_only(store):
     tmp_path = store  # holding a copy of the empty store: the test reads it while the sweep starts
-    """Four jobs on two joblib workers, job 0 long; its worker is killed (as the out-of-memory killer does) while
-    it trains: the launch says so in one line, the jobs not started yet still run, and no run is left RUNNING, those
-    of the jobs stopped closed as their processes' end (``--resume`` runs them again, as after any kill). The job
-    the other worker ran then may be stopped too: the pool ends all its workers when one is killed."""
-    uri = environment(tmp_path)["MLFLOW_TRACKING_URI"]
-    args = ["accumulation", "memory=b8", "repeat=0", f"solver.epochs={LONG},300,301,302", "model.width=8",
-            "problem.n_interior=64", "gradient_draws=0", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
-    with open(tmp_path / "sweep.log", "w") as out:
-        sweep = subprocess.Popen(command("crux-sweep", *args), cwd=tmp_path, env=environment(tmp_path), stdout=out,
-                                 stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 600
-    while not run_opened(uri, "accumulation", "0"):
-        assert sweep.poll() is None and time.monotonic() < deadline, (tmp_path / "sweep.log").read_text()[-3000:]
-        time.sleep(0.05)
-    client = MlflowClient(uri)
-    experiment = client.get_experiment_by_name("accumulation").experiment_id
-    (first,) = client.search_runs([experiment], contract.tag_filter(contract.JOB, "0"))
-    os.kill(int(first.data.tags[contract.PID]), signal.SIGKILL)
+    """Four jobs on two joblib workers, jobs 0 and 1 long; job 0's process is killed (as the out-of-memory killer
+    does) while job 1 trains in the other worker: job 1 trains on to the end in its one run, the jobs not started
+    yet run, job 0's run is closed as its process's end, and the sweep ends in one line per failed job and the
+    summary, with no traceback (``--resume`` runs job 0 again, as after any kill)."""
+    sibling_epochs = LONG // 2
+    sweep, client, experiment = joblib_sweep(tmp_path, "memory=b8", f"solver.epochs={LONG},{sibling_epochs},300,301",
+                                             opened=("0", "1"))
+    killed, sibling = job_run(client, experiment, "0"), job_run(client, experiment, "1")
+    assert sibling.info.status == contract.RUNNING, "job 1 ended before job 0 was killed"
+    pid = int(killed.data.tags[contract.PID])
+    os.kill(pid, signal.SIGKILL)
+    assert sweep.wait(timeout=600) == 1
+    output = (tmp_path / "sweep.log").read_text()
+    assert "Traceback" not in output and "TerminatedWorkerError" not in output, output[-3000:]
+    runs = client.search_runs([experiment], contract.tag_filter(contract.ROLE, contract.CHILD))
+    assert sorted(jobs(runs)) == [("0", contract.KILLED), ("1", contract.FINISHED), ("2", contract.FINISHED),
+                                  ("3", contract.FINISHED)], output[-3000:]  # one run a job: none trained twice
+    closed = client.get_run(killed.info.run_id).data.tags
+    assert closed[contract.ERROR_TYPE] == "ProcessGone" and f"pid {pid} " in closed[contract.ERROR_MESSAGE]
+    trained = client.get_run(sibling.info.run_id)
+    assert trained.info.status == contract.FINISHED and "final_loss" in trained.data.metrics
+    steps = [m.step for m in client.get_metric_history(sibling.info.run_id, "loss/total")]
+    assert min(steps) == 0 and max(steps) == sibling_epochs - 1  # every epoch of it, in the run it opened
+    failed = [line for line in output.splitlines() if " failed: " in line]
+    assert len(failed) == 1 and f"job 0 (memory=b8 " in failed[0] and f"solver.epochs={LONG} " in failed[0], failed
+    assert failed[0].endswith(f") failed: its process (pid {pid}) was killed by SIGKILL, as the "
+                              f"kernel's out-of-memory killer does; the jobs of the other workers go on")
+    last = output.strip().splitlines()[-1]
+    assert last.startswith("crux-sweep: 1 of the 4 jobs did not finish (jobs 0); parent run ") and last.endswith(
+        "--resume` runs them again")
+
+
+def test_a_killed_joblib_worker_ends_its_launch_in_one_line_and_the_jobs_not_started_go_on(store):
+    tmp_path = store  # holding a copy of the empty store: the test reads it while the sweep starts
+    """Four jobs on two joblib workers, job 0 long; the worker that waits on job 0's process is killed itself:
+    joblib's pool ends its other workers, and with them the jobs they ran. The launch says so in one line, the jobs
+    not started yet still run, and no run is left RUNNING, those of the jobs stopped closed as their processes'
+    end (``--resume`` runs them again, as after any kill)."""
+    sweep, client, experiment = joblib_sweep(tmp_path, "memory=b8", f"solver.epochs={LONG},300,301,302",
+                                             opened=("0",))
+    job_process = int(job_run(client, experiment, "0").data.tags[contract.PID])
+    worker = int(Path(f"/proc/{job_process}/stat").read_text().rsplit(")", 1)[1].split()[1])  # its parent
+    assert worker != sweep.pid
+    os.kill(worker, signal.SIGKILL)
     assert sweep.wait(timeout=600) == 1
     output = (tmp_path / "sweep.log").read_text()
     assert "Traceback" not in output, output[-3000:]

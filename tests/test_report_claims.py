@@ -199,17 +199,21 @@ def test_checkpointing_and_offloading_keep_the_numbers(batches):
     assert moved.evidence["argument_bytes_offloaded"] < moved.evidence["argument_bytes_on_device"]
 
 
-def test_checkpointing_that_is_off_by_1e_5_fails_against_round_off_twins(batches, monkeypatch):
-    """A rematerialised network whose output is off by 1e-5 relative: a real difference, small next to what chaotic
-    training does to round-off, but many times what a run started one ulp away drifts on this calm one."""
+@pytest.mark.parametrize("form", remat.FORMS)
+def test_checkpointing_that_is_off_by_1e_5_fails_against_round_off_twins(form, batches, monkeypatch):
+    """A checkpointed update whose network output is off by 1e-5 relative, in whichever form of
+    ``checkpoint_gradients`` runs: a real difference, small next to what chaotic training does to round-off, but
+    many times what a run started one ulp away drifts on this calm one."""
     twin = solve_record("twin", poisson(), batchsize=B, twin=1)
-    monkeypatch.setattr(remat, "least_memory", lambda temp_bytes: remat.LAYERS)  # run the rematerialised form
+    monkeypatch.setattr(remat, "least_memory", lambda temp_bytes: form)  # the form run, whatever memory decides
     honest = solve_record("ckpt", poisson(), batchsize=B, checkpoint_gradients=True)
     problem = poisson()
-    rematerialise = problem.models["u"].checkpointed_apply
-    monkeypatch.setattr(problem.models["u"], "checkpointed_apply", lambda p, x: rematerialise(p, x) * (1 + 1e-5))
+    model = problem.models["u"]
+    applied = model.applied
+    monkeypatch.setattr(model, "applied", lambda form=remat.PLAIN: lambda p, x: applied(form)(p, x) * (1 + 1e-5))
     broken = solve_record("ckpt-off", problem, batchsize=B, checkpoint_gradients=True)
     for run, outcome in ((honest, HOLDS), (broken, FAILS)):
+        assert run.metrics["memory/checkpoint_used"] == remat.FORMS.index(form)
         verdict = only(check_checkpoint([batches["plain"], twin, run]), "checkpoint.same_numbers")
         assert verdict.verdict == outcome, verdict.summary
     assert "beyond round-off" in verdict.summary and verdict.evidence["history_ratio_to_twins"] > 10

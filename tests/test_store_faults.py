@@ -141,6 +141,58 @@ def test_a_postgresql_restart_within_the_budget_under_a_direct_sweep_loses_no_jo
         ("0", contract.FINISHED), ("1", contract.FINISHED), ("2", contract.FINISHED), ("parent", contract.FINISHED)]
 
 
+
+def test_the_resume_command_printed_after_postgresql_stayed_down_completes_the_sweep(postgres, postgres_store,
+                                                                                      tmp_path):
+    """A direct sweep into PostgreSQL, its password in its ``tracking.uri=`` override: the server stops once job
+    1's run is open and stays down past the budget, and the sweep ends in one line whose ``--resume`` command holds
+    no password and names the variable to set; with the server back, that command, pasted with ``PGPASSWORD`` set,
+    finishes every planned job exactly once. The password is in no output and no file of the sweep's folder."""
+    import shlex
+    from urllib.parse import urlsplit
+
+    from mlflow.tracking import MlflowClient
+
+    password = urlsplit(postgres_store).password
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("PGPASSWORD", "MLFLOW_TRACKING_URI") and not key.startswith("MLFLOW_HTTP_REQUEST_")}
+    process = subprocess.Popen([sys.executable, "-m", "crux.commands.sweep", "accumulation", *JOBS,
+                                "tracking.retry_seconds=3", f"tracking.uri={postgres_store}"], cwd=tmp_path, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen: list[str] = []
+    read_until(process, seen, TRAINING, times=2)  # job 1 trains
+    postgres_script = ["bash", str(SCRIPTS / "postgres.sh")]
+    try:
+        while not run_opened(postgres_store, "accumulation", "1"):
+            assert process.poll() is None, "".join(seen)[-4000:]
+            time.sleep(0.05)
+        subprocess.run([*postgres_script, "stop", str(postgres.folder)], check=True, timeout=120)
+        status = finish(process, seen)
+    finally:
+        subprocess.run([*postgres_script, "restart", str(postgres.folder)], check=True, timeout=120)
+    output = "".join(seen)
+    assert status == 1 and "Traceback" not in output, output[-4000:]
+    last = seen[-1].strip()
+    assert last.startswith("crux-sweep: the tracking store at postgresql://mlflow@127.0.0.1:"), last
+    advice = last.split("once the store is back, `", 1)[1]
+    pasted, rest = advice.split("` ", 1)
+    assert rest == "with PGPASSWORD set to the store's password runs the others", last
+    words = shlex.split(pasted)
+    assert words[0] == "crux-sweep" and words[-1] == "--resume"
+    resumed = subprocess.run([sys.executable, "-m", "crux.commands.sweep", *words[1:]], cwd=tmp_path,
+                             env={**env, "PGPASSWORD": password}, capture_output=True, text=True, timeout=900)
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    client = MlflowClient(postgres_store)
+    runs = client.search_runs([client.get_experiment_by_name("accumulation").experiment_id])
+    (parent,) = [run for run in runs if run.data.tags.get(contract.ROLE) == contract.PARENT]
+    assert parent.info.status == contract.FINISHED
+    children = [run for run in runs if run.data.tags.get(contract.ROLE) == contract.CHILD]
+    finished = sorted(run.data.tags[contract.JOB] for run in children if run.info.status == contract.FINISHED)
+    assert finished == ["0", "1", "2"] and contract.RUNNING not in {run.info.status for run in children}
+    files = [path for path in tmp_path.rglob("*") if path.is_file()]
+    assert files and not [path for path in files if password.encode() in path.read_bytes()]
+    assert password not in output + resumed.stdout + resumed.stderr
+
 @pytest.fixture
 def small_disk(tmp_path) -> Iterator[Path]:
     """A 3 MB tmpfs (root only), removed afterwards."""

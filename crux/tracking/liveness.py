@@ -12,9 +12,9 @@ time) every :data:`HEARTBEAT_SECONDS`, and a run whose heartbeat is older than
 so that clocks a few minutes apart do not close a live run.
 
 A worker process that a sweep started (joblib's) ends with its sweep
-(:func:`follow_sweep`): killed with it (``kill -9``), it would train its job to the
-end for nobody, and hold its run open against the next command's closing of
-orphans.
+(:func:`follow_sweep`), and the process it runs a job in with it (:func:`end_with_parent`):
+killed with it (``kill -9``), it would train its job to the end for nobody, and hold
+its run open against the next command's closing of orphans.
 
 A run whose job, or whose sweep, stopped because the tracking store was away
 recorded that in the sweep's folder (:func:`crux.tracking.faults.record_fault`):
@@ -143,6 +143,12 @@ def follow_sweep() -> None:
             return
         _followed.add(int(recorded))
     threading.Thread(target=_end_with, args=(int(recorded),), name="crux-follow-sweep", daemon=True).start()
+
+
+def end_with_parent() -> None:
+    """End this process within :data:`FOLLOW_SECONDS` of its parent's end, from a daemon thread: a job's
+    process that a worker of a sweep forked (:mod:`crux.tracking.job_process`) ends with that worker."""
+    threading.Thread(target=_end_with, args=(os.getppid(),), name="crux-follow-parent", daemon=True).start()
 
 
 def _end_with(parent: int) -> None:

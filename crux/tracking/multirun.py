@@ -66,7 +66,7 @@ from crux.tracking.handover import Pickup
 from crux.tracking.job import JobRun, as_requested, flatten, unwritten_jobs
 from crux.tracking.liveness import (GONE, STORE_FAULT, SWEEP_PID, Heartbeat, close_orphans, is_gone,
                                    process_tags)
-from crux.tracking.secrets import credential_variables, masked
+from crux.tracking.secrets import PASSWORD_VARIABLE, credential_variables, masked
 from crux.tracking.store import (DESTINATION, PARENT_RUN, STORE_ERRORS, TRACKING_URI, WRITING, Destination,
                                  StoreError, brief, child_runs, ensure_experiment, experiment_name, store_errors,
                                  tracking_uri, writable_store)
@@ -162,9 +162,11 @@ class Multirun:
     @property
     def resume_advice(self) -> str:
         """:attr:`resume_command` quoted, with the variables it needs set where the store takes credentials
-        (named, never shown: the command holds none)."""
+        (named, never shown: the command holds none, even where the sweep's ``tracking.uri=`` held a password)."""
         needed = credential_variables(self.uri)
-        return f"`{self.resume_command}`" + (f" with {' and '.join(needed)} set as for this sweep" if needed else "")
+        what = "password" if needed == [PASSWORD_VARIABLE] else "credentials"
+        return f"`{self.resume_command}`" + (f" with {' and '.join(needed)} set to the store's {what}"
+                                             if needed else "")
 
     def run(self, resume: bool) -> list[Sequence[JobReturn]]:
         """Check, open, launch, close; raises SystemExit with one line when refused, with the shell's status of

@@ -25,9 +25,15 @@ class CruxSweeper(Sweeper):
         self.max_batch_size, self.params, self.resume, self.command = max_batch_size, params, resume, command
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        """The launcher of ``config``; on joblib's, each job in a process of its own that the pool's worker
+        waits on, so that a job killed (out of memory) costs that job only (:mod:`crux.tracking.job_process`)."""
         from hydra.core.plugins import Plugins
 
+        from crux.tracking.job_process import InOwnProcess
+
         self.hydra_context, self.config = hydra_context, config
+        if str(config.hydra.launcher.get("_target_", "")).endswith(".JoblibLauncher"):
+            task_function = InOwnProcess(task_function)
         self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context,
                                                                 task_function=task_function, config=config)
 
