@@ -35,7 +35,7 @@ from crux.pipeline import config, heap, processes
 from crux.pipeline.config import CONFIG_PACKAGE, Phase
 from crux.pipeline.keys import refused_override
 from crux.pipeline.refusals import refusals
-from crux.pipeline.settings import solve_keywords
+from crux.pipeline.settings import solve_options
 from crux.problems import Problem
 from crux.tracking import JobRun, ParameterLeaves, parameter_leaves
 from crux.tracking.failures import errors_raised_by_hydra, job_failed, tracebacks_shown
@@ -90,16 +90,14 @@ def train(problem: Problem, phases: list[Phase], cfg: DictConfig,
     attaches a fresh optimizer to every model.
     """
     solver = problem.solver()
-    options = solve_keywords(cfg)
+    options = solve_options(cfg)
     previous = None
     for number, phase in enumerate(phases, 1):
         log.info("training phase %d of %d: %d epochs, %s", number, len(phases), phase.epochs, phase.optimizer.name)
         if (phase.optimizer, phase.schedule) != previous:
-            schedule = phase.schedule.build(phase.epochs)
-            for model in problem.models.values():
-                phase.optimizer.attach(model, schedule)
+            phase.attach(problem.models.values())
             previous = (phase.optimizer, phase.schedule)
-        solver.solve(phase.epochs, **options)
+        solver.solve(phase.epochs, options)
         phase_ends.append(parameter_leaves(problem.models))
 
 

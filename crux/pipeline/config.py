@@ -36,7 +36,7 @@ import secrets
 import sys
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Dict, List, Optional
+from typing import Any, Callable, ClassVar, Dict, Iterable, List, Optional
 
 import optax
 from hydra.core.config_store import ConfigStore
@@ -51,7 +51,7 @@ from crux.derivatives import LAPLACIAN_MODES
 from crux.failures import failure_line, raised_at, shown_path
 from crux.model import ACTIVATIONS, Model
 from crux.optim import soap
-from crux.options import divisors
+from crux.options import SolveOptions, divisors
 from crux.pipeline.ranges import AT_LEAST_ONE, FRACTION, NOT_NEGATIVE, POSITIVE, SEED, Choice, checked
 from crux.pipeline.ranges import refusals as range_refusals
 from crux.roundoff import roundoff_twin
@@ -275,13 +275,6 @@ class SolverConfig:
     devices: int = checked(AT_LEAST_ONE)
     precision: str = checked(Choice(matmul.NAMES))
 
-    def substep_plan(self) -> list | None:
-        """``substeps`` in solve()'s form: YAML has no tuples, so ``[[i, j], n]`` becomes ``([i, j], n)``."""
-        if self.substeps is None:
-            return None
-        return [tuple(entry) if len(entry) == 2 and isinstance(entry[0], list) else entry
-                for entry in self.substeps]
-
 
 @dataclass
 class MemoryConfig:
@@ -306,9 +299,9 @@ class TimingConfig:
     builds: int = checked(AT_LEAST_ONE, 1)
 
 
-TIMED_OPTIONS = ("batchsize", "accumulation_steps", "checkpoint_gradients", "offload_data", "inner_steps", "devices",
-                 "precision")
-"""The solve() options ``timing.against`` may change."""
+TIMED_OPTIONS = tuple(f.name for f in dataclasses.fields(SolveOptions) if f.name not in ("epochs", "substeps"))
+"""The solve() options ``timing.against`` may change: all but ``epochs`` (the timing chooses its chunks' length)
+and ``substeps`` (which changes what an epoch is)."""
 
 
 def timing_refusals(cfg: DictConfig) -> list[str]:
@@ -446,6 +439,12 @@ class Phase:
     optimizer: OptimizerConfig
     schedule: ScheduleConfig
     epochs: int
+
+    def attach(self, models: Iterable[Model]) -> None:
+        """Give each of ``models`` a fresh optimizer trained at this phase's schedule."""
+        schedule = self.schedule.build(self.epochs)
+        for model in models:
+            self.optimizer.attach(model, schedule)
 
 
 def training_phases(cfg: DictConfig) -> list[Phase]:

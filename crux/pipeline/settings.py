@@ -8,37 +8,29 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from crux.options import SolveOptions
 from crux.pipeline import config
-
-Substeps = tuple[tuple[tuple[int, ...], int], ...]
 
 # Config keys that are the solve options under test, or only tell repeated jobs apart (a repeat may be a
 # round-off twin): runs that differ in nothing else belong to one group and may be paired.
 NOT_GROUP = ("memory", "solver.inner_steps", "solver.substeps", "solver.devices", "solver.precision", "repeat",
              "roundoff_twin", "variant", "tracking", "jax")
 
+OPTION_KEYS = {"epochs": "solver.epochs", "batchsize": "memory.batchsize",
+               "accumulation_steps": "memory.accumulation_steps",
+               "checkpoint_gradients": "memory.checkpoint_gradients", "offload_data": "memory.offload_data",
+               "inner_steps": "solver.inner_steps", "substeps": "solver.substeps", "devices": "solver.devices",
+               "precision": "solver.precision"}
+"""Where a crux-run config sets each field of :class:`crux.SolveOptions`: the override that sets it, and the
+MLflow param that records it (``solver.epochs`` is the first phase's)."""
 
-@dataclass(frozen=True)
-class SolveOptions:
-    """The ``solve()`` options of a run, normalised so paired runs compare equal.
-
-    ``substeps`` is ``((constraint indices, steps), ...)`` or None.
-    """
-
-    epochs: int
-    batchsize: int | None = None
-    accumulation_steps: int = 1
-    inner_steps: int = 1
-    checkpoint_gradients: bool = False
-    offload_data: bool = False
-    substeps: Substeps | None = None
-    devices: int = 1
-    precision: str = "highest"
+RECORDED_BEFORE = {"devices": 1, "precision": "default"}
+"""What a run recorded before the option existed ran with: one device, JAX's default precision."""
 
 
 @dataclass(frozen=True)
@@ -56,18 +48,6 @@ class PhasePlan:
     fresh: bool
 
 
-def normalise_substeps(substeps: Sequence | None) -> Substeps | None:
-    """``[[0], ([1, 2], 3)]`` -> ``(((0,), 1), ((1, 2), 3))``: the form ``SolveOptions`` compares."""
-    if substeps is None:
-        return None
-    plan = []
-    for entry in substeps:
-        is_pair = len(entry) == 2 and isinstance(entry[0], (list, tuple)) and not isinstance(entry[1], (list, tuple))
-        indices, steps = (entry[0], entry[1]) if is_pair else (entry, 1)
-        plan.append((tuple(int(i) for i in indices), int(steps)))
-    return tuple(plan)
-
-
 def configuration(cfg: DictConfig) -> dict[str, Any]:
     """What a run's config tells the checks: its solve options, phases, pairing group, round-off twin and,
     for substeps runs, the models each constraint reaches."""
@@ -77,26 +57,18 @@ def configuration(cfg: DictConfig) -> dict[str, Any]:
 
 
 def solve_options(cfg: DictConfig) -> SolveOptions:
-    """The solve() options of a resolved crux-run config."""
-    return SolveOptions(epochs=int(cfg.solver.epochs), batchsize=cfg.memory.batchsize,
-                        accumulation_steps=int(cfg.memory.accumulation_steps),
-                        inner_steps=int(cfg.solver.inner_steps),
-                        checkpoint_gradients=bool(cfg.memory.checkpoint_gradients),
-                        offload_data=bool(cfg.memory.offload_data),
-                        substeps=normalise_substeps(OmegaConf.to_container(cfg.solver.substeps)
-                                                    if cfg.solver.substeps is not None else None),
-                        devices=int(cfg.solver.get("devices", 1)),
-                        # runs recorded before the option existed were compiled at JAX's default
-                        precision=str(cfg.solver.get("precision", "default")))
-
-
-def solve_keywords(cfg: DictConfig) -> dict[str, Any]:
-    """The keyword arguments a crux-run job passes to each of its solve() calls (all but the phase's epochs): the
-    ``memory`` group's options and ``solver.inner_steps``, ``substeps`` (in solve()'s form), ``devices`` and
-    ``precision``, as the config holds them. :func:`solve_options` is the same reading normalised, to compare."""
-    return {**OmegaConf.to_container(cfg.memory), "inner_steps": cfg.solver.inner_steps,
-            "devices": cfg.solver.devices, "precision": cfg.solver.precision,
-            "substeps": OmegaConf.to_object(cfg.solver).substep_plan()}
+    """The options of a crux-run config's first ``solve()`` (a later phase's differ in ``epochs`` only), checked as
+    ``solve()`` checks them: each field read from its key of :data:`OPTION_KEYS`, a key that the run's config
+    lacks (recorded before the option existed) as :data:`RECORDED_BEFORE` says."""
+    values = {}
+    for name, key in OPTION_KEYS.items():
+        *path, last = key.split(".")
+        node = cfg
+        for part in path:
+            node = node[part]
+        value = node.get(last, RECORDED_BEFORE[name]) if name in RECORDED_BEFORE else node[last]
+        values[name] = OmegaConf.to_container(value) if isinstance(value, ListConfig) else value
+    return SolveOptions(**values)
 
 
 def phase_plan(cfg: DictConfig) -> tuple[PhasePlan, ...]:
