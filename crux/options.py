@@ -21,7 +21,7 @@ from crux import precision as matmul
 
 log = logging.getLogger("crux")
 
-SubstepPlan = tuple[tuple[tuple[int, ...], int], ...]  # ((constraint indices, updates), ...)
+Substeps = tuple[tuple[tuple[int, ...], int], ...]  # ((constraint indices, updates), ...)
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class SolveOptions:
     checkpoint_gradients: bool = False
     offload_data: bool = False
     inner_steps: int = 1
-    substeps: SubstepPlan | None = None
+    substeps: Substeps | None = None
     devices: int = 1
     precision: str = matmul.DEFAULT
 
@@ -64,7 +64,7 @@ class SolveOptions:
             if accumulation_steps > 1 or inner_steps > 1:
                 raise ValueError("substeps cannot be combined with accumulation_steps > 1 or inner_steps > 1 "
                                  "(each substep is its own update); set both to 1")
-            substeps = _substep_plan(substeps)
+            substeps = _substeps(substeps)
         for name, value in (("epochs", epochs), ("batchsize", batchsize), ("accumulation_steps", accumulation_steps),
                             ("checkpoint_gradients", checkpoint_gradients), ("offload_data", offload_data),
                             ("inner_steps", inner_steps), ("substeps", substeps), ("devices", devices),
@@ -162,12 +162,12 @@ def _integer(name: str, value: Any, fix: str) -> int:
     return int(value)
 
 
-def _substep_plan(substeps: Any) -> SubstepPlan:
+def _substeps(substeps: Any) -> Substeps:
     """``[[i, j], ([k], n), ...]`` -> ``(((i, j), 1), ((k,), n), ...)``, every entry and index checked but for
     the range of the indices, which the solver's constraints set (:func:`resolved`)."""
     if not isinstance(substeps, (list, tuple)) or not substeps:
         raise ValueError(f"substeps must be a non-empty list of entries like [0, 1] or ([0], 2), got {substeps!r}")
-    plan = []
+    entries = []
     for k, entry in enumerate(substeps):
         steps = 1
         if isinstance(entry, (list, tuple)) and len(entry) == 2 and isinstance(entry[0], (list, tuple)):
@@ -183,5 +183,5 @@ def _substep_plan(substeps: Any) -> SubstepPlan:
                                  f"0 for the first given to crux.Crux")
         if len(set(entry)) != len(entry):
             raise ValueError(f"substeps[{k}] repeats a constraint index: {list(entry)}")
-        plan.append((tuple(int(i) for i in entry), steps))
-    return tuple(plan)
+        entries.append((tuple(int(i) for i in entry), steps))
+    return tuple(entries)

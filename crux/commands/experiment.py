@@ -127,7 +127,7 @@ def train_job(cfg: DictConfig, run: JobRun) -> float:
         history = problem.solver().history
         if history is not None:
             run.log_results(problem, history, initial, phase_ends)
-    if processes.records():  # one process of several times nothing: its timing would share the cores
+    if processes.is_recording_process():  # one process of several times nothing: its timing would share the cores
         time_against(cfg, run)
     return history.final_loss
 
@@ -147,7 +147,7 @@ def run_job(cfg: DictConfig) -> float:
                 raise ValueError("; ".join(refused))
             processes.join(cfg.jax, cfg.solver.devices)
             heap.between_jobs()
-            run = JobRun.start(cfg) if processes.records() else processes.Unrecorded()
+            run = JobRun.start(cfg) if processes.is_recording_process() else processes.Unrecorded()
         except (ValueError, StoreError, OmegaConfBaseException) as error:  # no run yet: nothing to record
             raise SystemExit(f"crux-run: {error}") from None
         try:
