@@ -8,7 +8,8 @@ from hydra import compose, initialize_config_module
 
 import crux
 from crux.pipeline.config import CONFIG_PACKAGE, TIMED_OPTIONS, effective_settings, timing_refusals
-from crux.pipeline.settings import OPTION_KEYS, solve_options
+from crux.pipeline import settings
+from crux.pipeline.settings import OPTION_KEYS, group_of, solve_options
 from crux.report.store import config_from_params
 from crux.tracking.job import flatten
 from crux_testing import flat, mixed, poisson
@@ -74,6 +75,20 @@ def test_a_run_records_the_options_and_the_report_reads_them_back(hydra_configs)
         "memory.checkpoint_gradients": "False", "memory.offload_data": "False", "solver.inner_steps": "1",
         "solver.substeps": "[[0], [[1, 2], 3]]", "solver.devices": "1", "solver.precision": "high"}
     assert solve_options(config_from_params(params)) == options
+
+
+def test_runs_that_differ_in_options_but_not_epochs_share_a_group(hydra_configs):
+    plain = group_of(compose("config", overrides=["solver.epochs=10"]))
+    assert group_of(compose("config", overrides=["solver.epochs=10", "memory=b8_acc4", "solver.precision=high",
+                                                 "solver.inner_steps=5"])) == plain
+    assert group_of(compose("config", overrides=["solver.epochs=20"])) != plain
+
+
+def test_an_option_without_a_config_key_is_named(monkeypatch):
+    monkeypatch.setattr(settings, "OPTION_GROUPS", {"solver": settings.OPTION_GROUPS["solver"]})
+    with pytest.raises(TypeError, match=r"^crux.SolveOptions.batchsize needs a field 'batchsize' in exactly one of "
+                                        r"the schemas SolverConfig; found in \[\]"):
+        settings._option_keys()
 
 
 def test_the_timed_options_are_the_options_fields_but_epochs_and_substeps(hydra_configs):

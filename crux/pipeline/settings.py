@@ -6,6 +6,7 @@ are the pipeline's reading of its own configs, so they live beside the schema ra
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -16,18 +17,32 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from crux.options import SolveOptions
 from crux.pipeline import config
 
-# Config keys that are the solve options under test, or only tell repeated jobs apart (a repeat may be a
-# round-off twin): runs that differ in nothing else belong to one group and may be paired.
-NOT_GROUP = ("memory", "solver.inner_steps", "solver.substeps", "solver.devices", "solver.precision", "repeat",
-             "roundoff_twin", "variant", "tracking", "jax")
+OPTION_GROUPS = {"solver": config.SolverConfig, "memory": config.MemoryConfig}
+"""The config groups whose schemas hold the fields of :class:`crux.SolveOptions`, each by the field's name."""
 
-OPTION_KEYS = {"epochs": "solver.epochs", "batchsize": "memory.batchsize",
-               "accumulation_steps": "memory.accumulation_steps",
-               "checkpoint_gradients": "memory.checkpoint_gradients", "offload_data": "memory.offload_data",
-               "inner_steps": "solver.inner_steps", "substeps": "solver.substeps", "devices": "solver.devices",
-               "precision": "solver.precision"}
-"""Where a crux-run config sets each field of :class:`crux.SolveOptions`: the override that sets it, and the
-MLflow param that records it (``solver.epochs`` is the first phase's)."""
+
+def _option_keys() -> dict[str, str]:
+    """Each field of :class:`crux.SolveOptions` -> its config key, ``group.field`` of the group whose schema
+    declares it; a field none declares is a schema to complete, said when the pipeline is imported."""
+    keys = {}
+    for option in dataclasses.fields(SolveOptions):
+        groups = [group for group, schema in OPTION_GROUPS.items()
+                  if option.name in {f.name for f in dataclasses.fields(schema)}]
+        if len(groups) != 1:
+            raise TypeError(f"crux.SolveOptions.{option.name} needs a field {option.name!r} in exactly one of the "
+                            f"schemas {', '.join(s.__name__ for s in OPTION_GROUPS.values())}; found in {groups}")
+        keys[option.name] = f"{groups[0]}.{option.name}"
+    return keys
+
+
+OPTION_KEYS = _option_keys()
+"""Where a crux-run config sets each field of :class:`crux.SolveOptions` (``memory.batchsize``, ...): the override
+that sets it, and the MLflow param that records it (``solver.epochs`` is the first phase's)."""
+
+NOT_GROUP = tuple(key for name, key in OPTION_KEYS.items() if name != "epochs") + (
+    "repeat", "roundoff_twin", "variant", "tracking", "jax")
+"""Config keys that are the solve options claims vary (all but the epochs), or only tell repeated jobs apart (a
+repeat may be a round-off twin): runs that differ in nothing else belong to one group and may be paired."""
 
 RECORDED_BEFORE = {"devices": 1, "precision": "default"}
 """What a run recorded before the option existed ran with: one device, JAX's default precision."""
@@ -93,6 +108,8 @@ def group_of(cfg: DictConfig) -> str:
         for key in path:
             node = node.get(key, {})
         node.pop(last, None)
+        if len(path) == 1 and not node:  # a group whose every key is an option (memory) goes as a whole
+            rest.pop(path[0], None)
     return json.dumps(rest, sort_keys=True)
 
 
