@@ -9,10 +9,11 @@ from crux import problems
 from crux.constraint import Constraint
 from crux.derivatives import grad, hessian, laplacian, partial
 from crux.model import Model, mlp
+from crux.options import SolveOptions
 from crux.schedules import Schedule, lrs
 from crux.solver import Crux
 from crux.stats import Statistics
 
-__all__ = ["Constraint", "Crux", "Model", "Schedule", "Statistics", "grad", "hessian", "laplacian", "lrs", "mlp",
+__all__ = ["Constraint", "Crux", "Model", "Schedule", "SolveOptions", "Statistics", "grad", "hessian", "laplacian", "lrs", "mlp",
            "partial", "problems"]
 __version__ = "0.1.0"

@@ -22,7 +22,7 @@ from crux.executables import compile_once
 from crux.layout import Layout
 from crux.loop import RECORD_ROWS, SYNC_SECONDS, Executable, HostLoop, fresh_copy, record_slots, unrolled
 from crux.model import Model
-from crux.options import Options, validate
+from crux.options import SolveOptions, one_call, requested, resolved
 from crux.stats import Statistics, fingerprint
 
 log = logging.getLogger("crux")
@@ -143,12 +143,12 @@ class Crux:
         return self._reach
 
     # -- solve -------------------------------------------------------------------------
-    def solve(self, epochs: int, batchsize: int | None = None, checkpoint_gradients: bool = False,
-              offload_data: bool = False, accumulation_steps: int = 1, inner_steps: int = 1,
-              substeps: Sequence | None = None, devices: int = 1, precision: str = "highest") -> Statistics:
+    def solve(self, epochs: int | None = None, options: SolveOptions | None = None, **keywords: Any) -> Statistics:
         """Train for ``epochs`` epochs; return their Statistics (also appended to ``history``).
 
-        ``batchsize``: points per constraint and update (None: all of them); ``accumulation_steps``:
+        The options are ``options`` (a :class:`crux.SolveOptions`; None: the defaults) with ``epochs`` and each
+        keyword argument in its place: ``solve(1000, batchsize=8)`` is ``solve(options=crux.SolveOptions(1000,
+        batchsize=8))``. ``batchsize``: points per constraint and update (None: all of them); ``accumulation_steps``:
         micro-batches of ``batchsize`` per update, gradients averaged; ``inner_steps``: epochs per compiled
         call (a divisor of ``epochs``); ``checkpoint_gradients``: rematerialise activations in the backward
         pass; ``offload_data``: keep the points on the host and stream each call's batches;
@@ -165,9 +165,7 @@ class Crux:
         counters are those at that point (before the failing update, for a non-finite one), so a later
         solve() resumes from there.
         """
-        options = validate([c.size for c in self.constraints], epochs, batchsize, checkpoint_gradients,
-                           offload_data, accumulation_steps, inner_steps, substeps, devices, len(jax.devices()),
-                           precision)
+        options = self._resolved(requested(epochs, options, keywords))
         entries = self._trained_entries(options)
         if options.accumulation_steps > 1:
             b, a, largest = options.batchsize, options.accumulation_steps, max(c.size for c in self.constraints)
@@ -176,7 +174,12 @@ class Crux:
                      f"every point of each constraint, the largest's {largest} (fewer than {b} × {a})")
         return self._run(self._plan(options, entries), options)
 
-    def _trained_entries(self, options: Options) -> tuple[Entry, ...]:
+    def _resolved(self, options: SolveOptions) -> SolveOptions:
+        """``options`` as this solver runs them (:func:`crux.options.resolved`): refused where they do not fit its
+        constraints or the devices JAX sees."""
+        return resolved(options, [c.size for c in self.constraints], len(jax.devices()))
+
+    def _trained_entries(self, options: SolveOptions) -> tuple[Entry, ...]:
         """The entries of ``options``, refused where one trains a model without an optimizer (the first call
         traces every residual and checks its shape)."""
         entries = self._entries(options)
@@ -187,7 +190,7 @@ class Crux:
                                      f".scale(crux.lrs(1e-3)) before solve()")
         return entries
 
-    def _entries(self, options: Options) -> tuple[Entry, ...]:
+    def _entries(self, options: SolveOptions) -> tuple[Entry, ...]:
         reach = self.reach
         if options.substeps is None:
             models = self.machinery.trained(reach, list(self.models))
@@ -205,7 +208,7 @@ class Crux:
                         [self.constraints[c].name for c in uncovered])
         return tuple(entries)
 
-    def _plan(self, options: Options, entries: tuple[Entry, ...]) -> Plan:
+    def _plan(self, options: SolveOptions, entries: tuple[Entry, ...]) -> Plan:
         """The compiled call's static part. A call checks each update's loss and the parameters it leaves,
         and a failing window is replayed with every update checked (see :class:`crux.engine.Plan`), also
         at one update a call, where the full check would make every update wait for a reduction over the
@@ -223,7 +226,7 @@ class Crux:
                     primitives=self.machinery.primitives)
 
     # -- running ------------------------------------------------------------------------
-    def _run(self, plan: Plan, options: Options) -> Statistics:
+    def _run(self, plan: Plan, options: SolveOptions) -> Statistics:
         calls = options.epochs // options.inner_steps
         state = self._initial_state(plan, options)
         start = fingerprint(sharding.local(state).train.params)  # before the first call donates the state
@@ -248,7 +251,7 @@ class Crux:
             raise FloatingPointError(error)
         return stats
 
-    def _feed(self, plan: Plan, options: Options, calls: int) -> tuple[Any, Data]:
+    def _feed(self, plan: Plan, options: SolveOptions, calls: int) -> tuple[Any, Data]:
         """What the calls take, one item each, and an item's example to compile with: the points on the device
         (the same item every call), or with ``offload_data`` each call's batches streamed from the host."""
         if plan.offload_data:
@@ -261,33 +264,29 @@ class Crux:
                                sharding.placement(options.devices))
         return itertools.repeat(example, calls), example
 
-    def compiled_memory(self, batchsize: int | None = None, checkpoint_gradients: bool = False,
-                        offload_data: bool = False, accumulation_steps: int = 1, inner_steps: int = 1,
-                        devices: int = 1, precision: str = "highest") -> dict[str, int]:
-        """What solve() with these options compiles its update to need on the device, from XLA's memory
+    def compiled_memory(self, options: SolveOptions | None = None, **keywords: Any) -> dict[str, int]:
+        """What solve() with these options (as :meth:`solve` takes them; ``epochs`` is one call's) compiles its update to need on the device, from XLA's memory
         analysis (``temp_bytes``, ``argument_bytes``, ``output_bytes``; ``checkpoint_used`` with
         ``checkpoint_gradients``), without running an update: how a size that may not fit is tried. The
         constraints' points go to the device as solve() would send them (not with ``offload_data``), so a
         device without room for them refuses here (RESOURCE_EXHAUSTED)."""
-        options = validate([c.size for c in self.constraints], inner_steps, batchsize, checkpoint_gradients,
-                           offload_data, accumulation_steps, inner_steps, None, devices, len(jax.devices()),
-                           precision)
+        options = self._resolved(one_call(options, keywords, "compiled_memory"))
         plan = self._plan(options, self._entries(options))
         _, example = self._feed(plan, options, 1)
         return dict(self._compiled_update(plan, options, self._initial_state(plan, options), example)[1].memory)
 
-    def compiled_call(self, batchsize: int | None = None, checkpoint_gradients: bool = False,
-                      accumulation_steps: int = 1, inner_steps: int = 1, substeps: Sequence | None = None,
-                      devices: int = 1, precision: str = "highest") -> CompiledCall:
-        """The compiled call that solve() with these options runs, a fresh state from where the solver stands
+    def compiled_call(self, options: SolveOptions | None = None, **keywords: Any) -> CompiledCall:
+        """The compiled call that solve() with these options (as :meth:`solve` takes them; ``epochs`` is one
+        call's) runs, a fresh state from where the solver stands
         and the points on the device: ``call(state, data)`` returns the state after ``inner_steps`` updates,
         bit for bit those solve() makes, without advancing the solver. For timing or inspecting the program
         (``call.as_text()``, ``call.cost_analysis()``) without solve()'s host loop; the program is compiled
         once per solver and options, as solve() compiles it. ``offload_data`` is not an option here: its
         calls take batches streamed from the host."""
-        options = validate([c.size for c in self.constraints], inner_steps, batchsize, checkpoint_gradients,
-                           False, accumulation_steps, inner_steps, substeps, devices, len(jax.devices()),
-                           precision)
+        options = self._resolved(one_call(options, keywords, "compiled_call"))
+        if options.offload_data:
+            raise ValueError("compiled_call(offload_data=True): an offloaded solve() streams each call's batches "
+                             "from the host, so no one call takes the points; pass offload_data=False")
         plan = self._plan(options, self._trained_entries(options))
         state = self._initial_state(plan, options)
         _, data = self._feed(plan, options, 1)
@@ -302,12 +301,12 @@ class Crux:
         return self._points_on_device[1]
 
     @staticmethod
-    def _entry_key(options: Options | None, index: int) -> tuple:
+    def _entry_key(options: SolveOptions | None, index: int) -> tuple:
         """Which optimizer states an entry carries on: one for plain solve() calls (``options`` None or without
         substeps), one per entry of each substep plan."""
         return ("solve",) if options is None or options.substeps is None else ("substeps", options.substeps, index)
 
-    def _initial_state(self, plan: Plan, options: Options) -> State:
+    def _initial_state(self, plan: Plan, options: SolveOptions) -> State:
         """Parameters and counters as the last solve() left them; each entry's optimizer states too, unless
         the model's optimizer or schedule changed since (then a fresh state)."""
         params = {name: layout.pack(self.models[name].params) for name, layout in plan.layouts.items()}
@@ -326,7 +325,7 @@ class Crux:
         # Host leaves (counters, the record buffer) travel with them, to the devices the call runs on.
         return fresh_copy(sharding.put(state, sharding.placement(options.devices)))
 
-    def _compiled_update(self, plan: Plan, options: Options, state: State, data: Data) -> tuple[Plan, Compiled]:
+    def _compiled_update(self, plan: Plan, options: SolveOptions, state: State, data: Data) -> tuple[Plan, Compiled]:
         """The plan the solve runs and its compiled call. With ``checkpoint_gradients``, the update compiled in
         every form of :mod:`crux.remat` and the one of the fewest temporary bytes kept (plain where no
         rematerialisation needs fewer), its index in ``remat.FORMS`` recorded as ``memory["checkpoint_used"]``
@@ -372,7 +371,7 @@ class Crux:
         self._compiled[key] = Compiled(call, seconds, memory)
         return self._compiled[key]
 
-    def _commit(self, state: State, plan: Plan, options: Options, epochs: int) -> None:
+    def _commit(self, state: State, plan: Plan, options: SolveOptions, epochs: int) -> None:
         """Keep what the next solve() resumes from: parameters, optimizer states, counters after ``epochs``."""
         state = sharding.local(state)
         for name, params in state.train.params.items():

@@ -7,6 +7,7 @@ that dispatch every update are not 5% faster).
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -16,7 +17,7 @@ from hydra import compose, initialize_config_module
 
 from crux.pipeline import config
 from crux.pipeline.config import CONFIG_PACKAGE
-from crux.pipeline.settings import solve_keywords
+from crux.pipeline.settings import solve_options
 from crux.report import FAILS, HOLDS, INCONCLUSIVE, RunRecord, SolveOptions
 from crux.report.claims import check_checkpoint, check_devices, check_inner_steps
 from crux.report.numerics import paired_timing
@@ -370,8 +371,8 @@ def test_a_timing_the_job_could_not_run_is_refused_before_training(hydra_configs
 def test_a_job_is_timed_against_its_own_options_with_those_of_timing_against_changed(hydra_configs):
     against = "+timing.against={checkpoint_gradients: false}"
     checkpointed = compose("config", overrides=["memory=checkpoint", against])
-    assert reference_options(checkpointed) == {**solve_keywords(checkpointed), "checkpoint_gradients": False}
-    assert solve_keywords(checkpointed)["checkpoint_gradients"] is True
+    assert reference_options(checkpointed) == replace(solve_options(checkpointed), checkpoint_gradients=False)
+    assert solve_options(checkpointed).checkpoint_gradients is True
     assert reference_options(compose("config", overrides=["memory=full", against])) is None  # itself: nothing
     assert reference_options(compose("config", overrides=["memory=checkpoint"])) is None  # no timing.against
 

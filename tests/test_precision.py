@@ -10,7 +10,7 @@ import pytest
 from jax.extend.core import ClosedJaxpr, Jaxpr
 
 from crux.executables import compile_once
-from crux.pipeline.settings import SolveOptions
+from crux import SolveOptions
 from crux.report import FAILS, HOLDS, INCONCLUSIVE, RunRecord
 from crux.report.claims import check_precision
 from crux.solver import Machinery

@@ -33,7 +33,6 @@ from crux.report.claims.offload import _moves_data as offload_moves_data
 from crux.report.document import verdicts_json
 from crux.report.numerics import TwinComparison, history_departure, twin_comparison
 from crux.report.records import snapshot_arrays
-from crux.pipeline.settings import normalise_substeps
 from crux.engine import Primitives, repeat
 from crux.solver import Crux, Machinery
 from crux_testing import mixed, poisson as small_poisson
@@ -59,8 +58,7 @@ def solve_record(run_id: str, problem: crux.problems.Problem, epochs: int = EPOC
     solver.machinery = machinery
     initial = jax.tree.map(np.array, solver.params)
     stats = solver.solve(epochs, **options)
-    recorded = {**options, "substeps": normalise_substeps(options.get("substeps"))}
-    return record_from_solve(run_id, solver, initial, stats, SolveOptions(epochs=epochs, **recorded),
+    return record_from_solve(run_id, solver, initial, stats, SolveOptions(epochs=epochs, **options),
                              roundoff_twin=twin)
 
 
@@ -325,7 +323,7 @@ def test_substeps_fail_on_the_runs_they_can_read():
     """One substeps run's params.npz is unreadable; another shows an unreached model that moved: that decides."""
     reach = (("q",), ("q", "u"), ("u",))
     moved = {"initial/u/0": np.zeros(2), "final/u/0": np.ones(2), "initial/q/0": np.zeros(2), "final/q/0": np.ones(2)}
-    records = [RunRecord(f"r{i}", SolveOptions(epochs=10, substeps=normalise_substeps(plan)),
+    records = [RunRecord(f"r{i}", SolveOptions(epochs=10, substeps=plan),
                          {"loss/total": np.ones(10)}, {}, moved, reach=reach, unreadable=unreadable)
                for i, (plan, unreadable) in enumerate((([[0]], UNREADABLE), ([[2]], {})))]
     verdict = only(check_substeps(records), "substeps.reached_only")
@@ -362,7 +360,7 @@ def test_substeps_reaching_every_model_cannot_judge_unreached_ones():
     """Every entry list below reaches u and q, so no run shows what happens to an unreached model."""
     moved = {"initial/u/0": np.zeros(2), "final/u/0": np.ones(2), "initial/q/0": np.zeros(2), "final/q/0": np.ones(2)}
     reach = (("q",), ("q", "u"), ("u",))
-    records = [RunRecord(f"r{i}", SolveOptions(epochs=10, substeps=normalise_substeps(plan)),
+    records = [RunRecord(f"r{i}", SolveOptions(epochs=10, substeps=plan),
                          {"loss/total": np.ones(10)}, {}, moved, reach=reach)
                for i, plan in enumerate(([[0], [2]], [[1]], [[0, 1, 2]]))]
     verdict = only(check_substeps(records), "substeps.reached_only")
@@ -380,7 +378,7 @@ def test_one_substep_of_every_constraint_must_equal_no_substeps(drift, outcome):
                          reach=(("u",), ("u",)))
 
     plain = record("plain", None, [1.0, 1.0, 1.0])
-    one_entry = record("one-entry", normalise_substeps([[0, 1]]), [1.0, 1.0, 1.0 + drift])
+    one_entry = record("one-entry", [[0, 1]], [1.0, 1.0, 1.0 + drift])
     verdict = only(check_substeps([plain, one_entry]), "substeps.one_entry_is_plain")
     assert verdict.verdict == outcome
     assert set(verdict.runs) == {"plain", "one-entry"}

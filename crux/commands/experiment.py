@@ -35,7 +35,7 @@ from crux.pipeline import config, heap, processes
 from crux.pipeline.config import CONFIG_PACKAGE, Phase
 from crux.pipeline.keys import refused_override
 from crux.pipeline.refusals import refusals
-from crux.pipeline.settings import solve_keywords
+from crux.pipeline.settings import solve_options
 from crux.problems import Problem
 from crux.tracking import JobRun, ParameterLeaves, parameter_leaves
 from crux.tracking.failures import errors_raised_by_hydra, job_failed, tracebacks_shown
@@ -90,16 +90,14 @@ def train(problem: Problem, phases: list[Phase], cfg: DictConfig,
     attaches a fresh optimizer to every model.
     """
     solver = problem.solver()
-    options = solve_keywords(cfg)
+    options = solve_options(cfg)
     previous = None
     for number, phase in enumerate(phases, 1):
         log.info("training phase %d of %d: %d epochs, %s", number, len(phases), phase.epochs, phase.optimizer.name)
         if (phase.optimizer, phase.schedule) != previous:
-            schedule = phase.schedule.build(phase.epochs)
-            for model in problem.models.values():
-                phase.optimizer.attach(model, schedule)
+            phase.attach(problem.models.values())
             previous = (phase.optimizer, phase.schedule)
-        solver.solve(phase.epochs, **options)
+        solver.solve(phase.epochs, options)
         phase_ends.append(parameter_leaves(problem.models))
 
 
@@ -129,7 +127,7 @@ def train_job(cfg: DictConfig, run: JobRun) -> float:
         history = problem.solver().history
         if history is not None:
             run.log_results(problem, history, initial, phase_ends)
-    if processes.records():  # one process of several times nothing: its timing would share the cores
+    if processes.is_recording_process():  # one process of several times nothing: its timing would share the cores
         time_against(cfg, run)
     return history.final_loss
 
@@ -149,7 +147,7 @@ def run_job(cfg: DictConfig) -> float:
                 raise ValueError("; ".join(refused))
             processes.join(cfg.jax, cfg.solver.devices)
             heap.between_jobs()
-            run = JobRun.start(cfg) if processes.records() else processes.Unrecorded()
+            run = JobRun.start(cfg) if processes.is_recording_process() else processes.Unrecorded()
         except (ValueError, StoreError, OmegaConfBaseException) as error:  # no run yet: nothing to record
             raise SystemExit(f"crux-run: {error}") from None
         try:

@@ -114,7 +114,7 @@ def render() -> str:
              "option of the group that crux ships, `conf/<group>/<option>.yaml`) and the values it accepts; a value "
              "outside them is refused before any run exists. Set a key as `group.key=value` on the command line, "
              "choose an option as `group=option`. A problem of your own has the fields of its function (its parameters "
-             "other than `hidden`, `activation` and `seed`: docs/usage.md). Generated from `crux/pipeline/config.py` by "
+             "other than `hidden`, `activation` and `seed`: docs/usage.md). Generated from `crux/pipeline/config/schema.py` by "
              "`python -m crux.pipeline.config_reference`; do not edit by hand.", ""]
     with initialize_config_module(config.CONFIG_PACKAGE, version_base="1.3"):
         plain = compose("config")

@@ -40,7 +40,7 @@ def join(settings: DictConfig, devices: int) -> None:
              jax.process_count(), jax.local_device_count(), jax.device_count())
 
 
-def records() -> bool:
+def is_recording_process() -> bool:
     """Whether this process records the job's run: process 0 (the only one of a single-process job)."""
     return jax.process_index() == 0
 

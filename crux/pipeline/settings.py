@@ -6,39 +6,46 @@ are the pipeline's reading of its own configs, so they live beside the schema ra
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from crux.options import SolveOptions
 from crux.pipeline import config
 
-Substeps = tuple[tuple[tuple[int, ...], int], ...]
-
-# Config keys that are the solve options under test, or only tell repeated jobs apart (a repeat may be a
-# round-off twin): runs that differ in nothing else belong to one group and may be paired.
-NOT_GROUP = ("memory", "solver.inner_steps", "solver.substeps", "solver.devices", "solver.precision", "repeat",
-             "roundoff_twin", "variant", "tracking", "jax")
+OPTION_GROUPS = {"solver": config.SolverConfig, "memory": config.MemoryConfig}
+"""The config groups whose schemas hold the fields of :class:`crux.SolveOptions`, each by the field's name."""
 
 
-@dataclass(frozen=True)
-class SolveOptions:
-    """The ``solve()`` options of a run, normalised so paired runs compare equal.
+def _option_keys() -> dict[str, str]:
+    """Each field of :class:`crux.SolveOptions` -> its config key, ``group.field`` of the group whose schema
+    declares it; a field none declares is a schema to complete, said when the pipeline is imported."""
+    keys = {}
+    for option in dataclasses.fields(SolveOptions):
+        groups = [group for group, schema in OPTION_GROUPS.items()
+                  if option.name in {f.name for f in dataclasses.fields(schema)}]
+        if len(groups) != 1:
+            raise TypeError(f"crux.SolveOptions.{option.name} needs a field {option.name!r} in exactly one of the "
+                            f"schemas {', '.join(s.__name__ for s in OPTION_GROUPS.values())}; found in {groups}")
+        keys[option.name] = f"{groups[0]}.{option.name}"
+    return keys
 
-    ``substeps`` is ``((constraint indices, steps), ...)`` or None.
-    """
 
-    epochs: int
-    batchsize: int | None = None
-    accumulation_steps: int = 1
-    inner_steps: int = 1
-    checkpoint_gradients: bool = False
-    offload_data: bool = False
-    substeps: Substeps | None = None
-    devices: int = 1
-    precision: str = "highest"
+OPTION_KEYS = _option_keys()
+"""Where a crux-run config sets each field of :class:`crux.SolveOptions` (``memory.batchsize``, ...): the override
+that sets it, and the MLflow param that records it (``solver.epochs`` is the first phase's)."""
+
+NOT_GROUP = tuple(key for name, key in OPTION_KEYS.items() if name != "epochs") + (
+    "repeat", "roundoff_twin", "variant", "tracking", "jax")
+"""Config keys that are the solve options claims vary (all but the epochs), or only tell repeated jobs apart (a
+repeat may be a round-off twin): runs that differ in nothing else belong to one group and may be paired."""
+
+RECORDED_BEFORE = {"devices": 1, "precision": "default"}
+"""What a run recorded before the option existed ran with: one device, JAX's default precision."""
 
 
 @dataclass(frozen=True)
@@ -56,18 +63,6 @@ class PhasePlan:
     fresh: bool
 
 
-def normalise_substeps(substeps: Sequence | None) -> Substeps | None:
-    """``[[0], ([1, 2], 3)]`` -> ``(((0,), 1), ((1, 2), 3))``: the form ``SolveOptions`` compares."""
-    if substeps is None:
-        return None
-    plan = []
-    for entry in substeps:
-        is_pair = len(entry) == 2 and isinstance(entry[0], (list, tuple)) and not isinstance(entry[1], (list, tuple))
-        indices, steps = (entry[0], entry[1]) if is_pair else (entry, 1)
-        plan.append((tuple(int(i) for i in indices), int(steps)))
-    return tuple(plan)
-
-
 def configuration(cfg: DictConfig) -> dict[str, Any]:
     """What a run's config tells the checks: its solve options, phases, pairing group, round-off twin and,
     for substeps runs, the models each constraint reaches."""
@@ -77,26 +72,18 @@ def configuration(cfg: DictConfig) -> dict[str, Any]:
 
 
 def solve_options(cfg: DictConfig) -> SolveOptions:
-    """The solve() options of a resolved crux-run config."""
-    return SolveOptions(epochs=int(cfg.solver.epochs), batchsize=cfg.memory.batchsize,
-                        accumulation_steps=int(cfg.memory.accumulation_steps),
-                        inner_steps=int(cfg.solver.inner_steps),
-                        checkpoint_gradients=bool(cfg.memory.checkpoint_gradients),
-                        offload_data=bool(cfg.memory.offload_data),
-                        substeps=normalise_substeps(OmegaConf.to_container(cfg.solver.substeps)
-                                                    if cfg.solver.substeps is not None else None),
-                        devices=int(cfg.solver.get("devices", 1)),
-                        # runs recorded before the option existed were compiled at JAX's default
-                        precision=str(cfg.solver.get("precision", "default")))
-
-
-def solve_keywords(cfg: DictConfig) -> dict[str, Any]:
-    """The keyword arguments a crux-run job passes to each of its solve() calls (all but the phase's epochs): the
-    ``memory`` group's options and ``solver.inner_steps``, ``substeps`` (in solve()'s form), ``devices`` and
-    ``precision``, as the config holds them. :func:`solve_options` is the same reading normalised, to compare."""
-    return {**OmegaConf.to_container(cfg.memory), "inner_steps": cfg.solver.inner_steps,
-            "devices": cfg.solver.devices, "precision": cfg.solver.precision,
-            "substeps": OmegaConf.to_object(cfg.solver).substep_plan()}
+    """The options of a crux-run config's first ``solve()`` (a later phase's differ in ``epochs`` only), checked as
+    ``solve()`` checks them: each field read from its key of :data:`OPTION_KEYS`, a key that the run's config
+    lacks (recorded before the option existed) as :data:`RECORDED_BEFORE` says."""
+    values = {}
+    for name, key in OPTION_KEYS.items():
+        *path, last = key.split(".")
+        node = cfg
+        for part in path:
+            node = node[part]
+        value = node.get(last, RECORDED_BEFORE[name]) if name in RECORDED_BEFORE else node[last]
+        values[name] = OmegaConf.to_container(value) if isinstance(value, ListConfig) else value
+    return SolveOptions(**values)
 
 
 def phase_plan(cfg: DictConfig) -> tuple[PhasePlan, ...]:
@@ -121,6 +108,8 @@ def group_of(cfg: DictConfig) -> str:
         for key in path:
             node = node.get(key, {})
         node.pop(last, None)
+        if len(path) == 1 and not node:  # a group whose every key is an option (memory) goes as a whole
+            rest.pop(path[0], None)
     return json.dumps(rest, sort_keys=True)
 
 

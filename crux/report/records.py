@@ -14,7 +14,8 @@ from typing import Any, Mapping, Sequence
 import jax
 import numpy as np
 
-from crux.pipeline.settings import PhasePlan, SolveOptions
+from crux.options import SolveOptions
+from crux.pipeline.settings import PhasePlan
 from crux.solver import Crux
 from crux.stats import Statistics
 from crux.tracking.contract import BACKEND, ENVIRONMENT, PARAMS, UNSUPPORTED

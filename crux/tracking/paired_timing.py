@@ -12,6 +12,7 @@ was measured. The job times until the interval is placed by the band of the clai
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -21,7 +22,8 @@ from mlflow.entities import Metric
 from omegaconf import DictConfig, OmegaConf
 
 from crux.pipeline import config
-from crux.pipeline.settings import solve_keywords
+from crux.options import SolveOptions
+from crux.pipeline.settings import solve_options
 from crux.timing.bands import timing_band
 from crux.timing.pairs import PairedTimes, Side, time_paired
 from crux.tracking.contract import TIMING_AGAINST, TIMING_CLOCK, TIMING_CPU, TIMING_DEVICE
@@ -32,10 +34,10 @@ log = logging.getLogger(__name__)
 PREFIX = "timing/"
 
 
-def reference_options(cfg: DictConfig) -> dict[str, Any] | None:
+def reference_options(cfg: DictConfig) -> SolveOptions | None:
     """The options the job is timed against; None when ``timing.against`` changes none of its own."""
-    own = solve_keywords(cfg)
-    other = {**own, **OmegaConf.to_container(cfg.timing.against)}
+    own = solve_options(cfg)
+    other = dataclasses.replace(own, **OmegaConf.to_container(cfg.timing.against))
     return None if other == own else other
 
 
@@ -47,14 +49,13 @@ def time_against(cfg: DictConfig, run: JobRun) -> PairedTimes | None:
         return None
     first = config.training_phases(cfg)[0]
 
-    def build(options: dict[str, Any]) -> Side:
+    def build(options: SolveOptions) -> Side:
         problem = config.problem(cfg)
-        for model in problem.models.values():
-            first.optimizer.attach(model, first.schedule.build(first.epochs))
-        return Side(problem.solver(), options)
+        first.attach(problem.models.values())
+        return Side(problem.solver(), options.keywords())
 
     builds = range(cfg.timing.builds)
-    candidates, references = [build(solve_keywords(cfg)) for _ in builds], [build(other) for _ in builds]
+    candidates, references = [build(solve_options(cfg)) for _ in builds], [build(other) for _ in builds]
     band = timing_band(cfg.timing.against)
     log.info("paired timing against %s on %d build(s) of each: until the ratio's interval is in or out of "
              "[%g, %g) or %g s are spent", dict(cfg.timing.against), cfg.timing.builds, band.low, band.high,

@@ -30,6 +30,7 @@ from crux.pipeline import config
 from crux.pipeline.backend_choice import builtin_problem
 from crux.backends.gradient_draws import GradientDraws, draws_wanted
 from crux.pipeline.config import Phase
+from crux.pipeline.settings import solve_options
 from crux.schedules import Schedule, lrs
 from crux.stats import Statistics
 from crux.tracking import JobRun, ParameterLeaves
@@ -118,9 +119,7 @@ def train_and_log(cfg: DictConfig, run: JobRun) -> float:
             return problems.build(name, crux_problem, fields, model, cfg.solver.seed, cfg.roundoff_twin, batching)
 
     problem = build()
-    memory = OmegaConf.to_container(cfg.memory)
-    options = training.solve_options(memory.pop("batchsize"), batching.form, inner_steps=cfg.solver.inner_steps,
-                                     substeps=OmegaConf.to_object(cfg.solver).substep_plan(), **memory)
+    options = training.solve_keywords(solve_options(cfg), batching.form)
     initial = _leaves(problem.networks)
     with jax.default_matmul_precision(cfg.solver.precision):  # what crux's own update is compiled at
         parts, phase_ends, unsupported = _train(problem, config.training_phases(cfg), options, log)

@@ -27,10 +27,15 @@ from jno.utils.adaptive.callbacks import Callback
 
 from crux.backends.gradient_draws import flat
 from crux.backends.jno.problems import JnoProblem
+from crux.options import SolveOptions
 from crux.stats import Statistics
 
-OPTIONS_IN_WARNINGS = ("accumulation_steps", "inner_steps", "offload_data", "checkpoint_gradients", "batchsize",
-                       "points", "substeps", "epochs")
+SHARED_OPTIONS = ("accumulation_steps", "checkpoint_gradients", "offload_data", "inner_steps", "substeps")
+"""The fields of :class:`crux.SolveOptions` that jNO's solve() takes by the same name (a batch size it takes as
+``points`` or ``batchsize``; ``devices`` and ``precision`` are crux's: jNO trains on one device, at the precision
+the job sets around it)."""
+
+OPTIONS_IN_WARNINGS = SHARED_OPTIONS + ("batchsize", "points", "epochs")
 """A jNO warning during solve() that names one of these means it dropped or changed the option."""
 
 
@@ -72,12 +77,13 @@ class PhaseResult:
     unsupported: str | None
 
 
-def solve_options(batchsize: int | None, form: str, **options: Any) -> dict[str, Any]:
-    """jNO's ``solve()`` keywords: ``batchsize=B`` draws ``points=B`` or ``batchsize=B`` (samples), as ``form``
-    says; the other options keep their names."""
-    if batchsize is not None:
-        options["points" if form == "points" else "batchsize"] = batchsize
-    return options
+def solve_keywords(options: SolveOptions, form: str) -> dict[str, Any]:
+    """jNO's ``solve()`` keywords for ``options``: ``batchsize=B`` draws ``points=B`` or ``batchsize=B``
+    (samples), as ``form`` says; :data:`SHARED_OPTIONS` keep their names."""
+    keywords = {name: getattr(options, name) for name in SHARED_OPTIONS}
+    if options.batchsize is not None:
+        keywords["points" if form == "points" else "batchsize"] = options.batchsize
+    return keywords
 
 
 def solve(problem: JnoProblem, epochs: int, first_epoch: int, log: Any, options: dict[str, Any]) -> PhaseResult:

@@ -58,7 +58,7 @@ def one_call_partners(records: list[RunRecord], run: RunRecord) -> list[RunRecor
     total = sum(calls(run))
     return sorted((r for r in records if len(calls(r)) == 1 and calls(r)[0] == total
                    and configuration(r) == configuration(run)
-                   and replace(r.options, epochs=0) == replace(run.options, epochs=0)),
+                   and r.options.keywords() == run.options.keywords()),
                   key=lambda r: (r.repeat, r.run_id))
 
 

@@ -1,0 +1,78 @@
+"""What in a job's config no run could use, in the command line's terms, found before any run is created:
+values of the right type outside their field's range or choices (``solver.epochs=-1``, ``optimizer.b1=2``: each
+field declares them, :mod:`crux.pipeline.ranges`) and values that depend on one another (:func:`out_of_range`),
+what a timing may change (:func:`timing_refusals`), a problem that cannot be built from its fields
+(:func:`problem_faults`); and a command line's overrides less one key (:func:`overrides_without`), to tell which
+key Hydra refused.
+"""
+from __future__ import annotations
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig, OmegaConf
+
+from crux.options import divisors
+from crux.pipeline.config.building import problem_call, training_phases
+from crux.pipeline.config.schema import TIMED_OPTIONS
+from crux.pipeline.ranges import refusals as range_refusals
+
+
+def timing_refusals(cfg: DictConfig) -> list[str]:
+    """What in ``cfg.timing`` a timing could not use, in the command line's terms."""
+    found = [f"timing.against.{key}: not a solve() option the timing can change; choose among "
+             f"{', '.join(TIMED_OPTIONS)}" for key in sorted(set(cfg.timing.against) - set(TIMED_OPTIONS))]
+    return found
+
+
+def out_of_range(cfg: DictConfig) -> list[str]:
+    """Every value of a job's config that its run could not use, in the command line's terms
+    (``solver.epochs=-1: must be >= 1``): the ranges and choices of the schema's fields (:mod:`crux.pipeline.ranges`),
+    and what depends on several of them (``solver.inner_steps`` divides the epochs of every phase; offloading
+    streams mini-batches and accumulation splits one, so both need a batch size: crux's solve() would take
+    accumulation as 1 while the run's params recorded it, where jNO's own fallback is judged "not supported";
+    a substep is one update). What needs the problem's points, such as a batch size
+    below the largest constraint's, is left to ``solve()``.
+
+    Raises as :func:`training_phases` does for a malformed later phase.
+    """
+    first, *later = training_phases(cfg)
+    found = range_refusals(OmegaConf.to_object(cfg))
+    for name, phase in zip(cfg.phases, later):
+        found += range_refusals(phase.optimizer, f"phases.{name}.optimizer.")
+        found += range_refusals(phase.schedule, f"phases.{name}.schedule.")
+    steps, memory = cfg.solver.inner_steps, cfg.memory
+    epochs = {"solver.epochs": first.epochs, **{f"phases.{name}.epochs": p.epochs for name, p in zip(cfg.phases, later)}}
+    if steps >= 1:
+        found += [f"solver.inner_steps={steps} must divide {key}={count} (every phase runs with it); choose one of "
+                  f"{divisors(count)}" for key, count in epochs.items() if count >= 1 and count % steps]
+    if memory.offload_data and memory.batchsize is None:
+        found.append("memory.offload_data=true streams mini-batches, so it needs memory.batchsize; choose a memory "
+                     "option that sets one (memory=offload_b8)")
+    if memory.accumulation_steps > 1 and memory.batchsize is None and cfg.backend.name == "crux":
+        found.append(f"memory.accumulation_steps={memory.accumulation_steps} splits a mini-batch, but "
+                     f"memory.batchsize is unset (every update sees every point): set memory.batchsize "
+                     f"(memory=b8_acc4) or memory.accumulation_steps=1")
+    processes, devices = cfg.jax.processes, cfg.solver.devices
+    if processes > 1 and devices % processes:
+        found.append(f"jax.processes={processes} train one job together, so each must hold devices of it: "
+                     f"solver.devices={devices} must be a multiple of {processes} (solver.devices={processes} "
+                     f"with one device a process)")
+    if cfg.solver.substeps is not None and (memory.accumulation_steps > 1 or steps > 1):
+        found.append(f"solver.substeps makes each substep an update of its own, so memory.accumulation_steps="
+                     f"{memory.accumulation_steps} and solver.inner_steps={steps} must both be 1")
+    return found + timing_refusals(cfg)
+
+
+def problem_faults(cfg: DictConfig) -> list[str]:
+    """What keeps a job's problem from being built, as one-line messages (none when its function can be called
+    with its config): checked for every job before the first starts, without calling the function."""
+    try:
+        problem_call(cfg.problem, OmegaConf.to_object(cfg.model), cfg.solver.seed)
+    except (ValueError, TypeError) as error:
+        return [str(error)]
+    return []
+
+
+def overrides_without(overrides: list[str], key: str) -> list[str]:
+    """``overrides`` less those that set, append or delete ``key``."""
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    return [line for line, override in zip(overrides, parsed) if override.key_or_group != key]
