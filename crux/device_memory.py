@@ -38,6 +38,12 @@ def before(device: jax.Device) -> Before:
     return Before(stats.get("bytes_in_use"), stats.get("peak_bytes_in_use"))
 
 
+def limit(device: jax.Device) -> int | None:
+    """The bytes ``device`` lets programs use (None where it does not say, as a CPU)."""
+    value = (_stats(device) or {}).get("bytes_limit")
+    return int(value) if value else None
+
+
 def compiled_bytes(memory: Mapping[str, int]) -> int | None:
     """Temporaries, arguments and outputs of the compiled update (None where the backend gave no analysis)."""
     return sum(int(memory[key]) for key in COMPILED) if all(key in memory for key in COMPILED) else None

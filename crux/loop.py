@@ -43,9 +43,12 @@ def fresh_copy(tree: Any) -> Any:
 
 
 # A TPU runs a fused call's loop faster with several epochs to a turn: on a TPU v5e, 4 to a turn made calls of
-# 100 to 2000 epochs 1.11-1.32x faster (and calls of 10 no faster); a CPU gains nothing it can show.
+# 100 to 2000 epochs 1.11-1.32x faster (and calls of 10 no faster); a CPU gains nothing it can show. The unrolled
+# loop holds more temporaries (2.6-3x for the built-in problems), so it is kept only for a program small beside
+# the device's memory, where a call's fixed costs matter: a large one is bound by its arithmetic anyway.
 UNROLL = {"tpu": 4}
 UNROLL_FROM = 100  # epochs a call
+UNROLL_MEMORY_SHARE = 1 / 16  # the unrolled program's temporaries, at most, as a share of the device's memory
 
 
 def unrolled(inner_steps: int, backend: str) -> int:

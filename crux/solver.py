@@ -20,7 +20,8 @@ from crux.constraint import Constraint, checked_reach
 from crux.engine import Data, Entry, OptimizerState, Plan, Primitives, State, TrainState, make_call
 from crux.executables import compile_once
 from crux.layout import Layout
-from crux.loop import RECORD_ROWS, SYNC_SECONDS, Executable, HostLoop, fresh_copy, record_slots, unrolled
+from crux.loop import (RECORD_ROWS, SYNC_SECONDS, UNROLL_MEMORY_SHARE, Executable, HostLoop, fresh_copy,
+                       record_slots, unrolled)
 from crux.model import Model
 from crux.options import SolveOptions, one_call, requested, resolved
 from crux.stats import Statistics, fingerprint
@@ -326,7 +327,23 @@ class Crux:
         return fresh_copy(sharding.put(state, sharding.placement(options.devices)))
 
     def _compiled_update(self, plan: Plan, options: SolveOptions, state: State, data: Data) -> tuple[Plan, Compiled]:
-        """The plan the solve runs and its compiled call. With ``checkpoint_gradients``, the update compiled in
+        """The plan the solve runs and its compiled call: with its loop unrolled where the backend gains by it
+        (:func:`crux.loop.unrolled`) and the unrolled program stays small beside the device's memory
+        (``UNROLL_MEMORY_SHARE``), else plain."""
+        if plan.unroll > 1:
+            budget = device_memory.limit(jax.devices()[0])
+            try:
+                chosen, compiled = self._compiled_forms(plan, options, state, data)
+                if budget is None or compiled.memory.get("temp_bytes", 0) <= UNROLL_MEMORY_SHARE * budget:
+                    return chosen, compiled
+            except Exception as error:  # no room for the unrolled program: the plain one may fit
+                if device_memory.refusal(error) is None:
+                    raise
+            plan = dataclasses.replace(plan, unroll=1)
+        return self._compiled_forms(plan, options, state, data)
+
+    def _compiled_forms(self, plan: Plan, options: SolveOptions, state: State, data: Data) -> tuple[Plan, Compiled]:
+        """The plan and its compiled call. With ``checkpoint_gradients``, the update compiled in
         every form of :mod:`crux.remat` and the one of the fewest temporary bytes kept (plain where no
         rematerialisation needs fewer), its index in ``remat.FORMS`` recorded as ``memory["checkpoint_used"]``
         and the compile seconds of every form counted."""
@@ -354,8 +371,8 @@ class Crux:
         """The compiled call of ``plan``, kept per static key, so a later solve() traces nothing; a new key is
         traced, and a program that another solver of the process compiled is reused."""
         versions = tuple((n, self.models[n].optimizer_version) for e in plan.entries for n in e.models)
-        key = (plan.entries, plan.stream, plan.inner_steps, plan.remat, plan.offload_data,
-               plan.precision, plan.check_updates, plan.unroll, plan.record_slots, tuple(plan.layouts.items()), versions,
+        key = (plan.entries, plan.stream, plan.inner_steps, plan.remat, plan.offload_data, plan.precision,
+               plan.check_updates, plan.unroll, plan.record_slots, tuple(plan.layouts.items()), versions,
                self.machinery)
         if key in self._compiled:
             return self._compiled[key]._replace(seconds=0.0)

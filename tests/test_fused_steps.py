@@ -6,6 +6,7 @@ import optax
 import pytest
 
 import crux
+import crux.device_memory
 import crux.loop
 
 from crux.solver import Machinery
@@ -84,3 +85,20 @@ def test_a_loop_unrolled_as_on_a_tpu_makes_the_same_updates(monkeypatch):
     assert unrolled_stats.compile_seconds > 0  # its own program, not the plain one kept from above
     assert relative(unrolled, plain, np.linalg.norm(plain - initial)) < ROUND_OFF
     np.testing.assert_allclose(unrolled_stats.losses, stats.losses, rtol=ROUND_OFF)
+
+
+def test_the_unrolled_loop_is_kept_only_while_small_beside_the_devices_memory(monkeypatch):
+    """The unrolled program holds more temporaries: where they pass the share of the device's memory it may
+    take, the plain program runs (the same one as where the backend never unrolls)."""
+    epochs = crux.loop.UNROLL_FROM
+
+    def temporaries():
+        return poisson(optax.adam).solver().solve(epochs, inner_steps=epochs).memory["temp_bytes"]
+    plain = temporaries()
+    monkeypatch.setitem(crux.loop.UNROLL, "cpu", 4)
+    monkeypatch.setattr(crux.device_memory, "limit", lambda device: 10 ** 12)
+    unrolled = temporaries()
+    assert unrolled != plain  # the two programs differ, so the check below can tell which one ran
+    monkeypatch.setattr(crux.device_memory, "limit",
+                        lambda device: int(unrolled / crux.loop.UNROLL_MEMORY_SHARE) - 1)
+    assert temporaries() == plain
