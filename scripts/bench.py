@@ -81,6 +81,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 import crux  # noqa: E402
 from crux import engine, precision as matmul  # noqa: E402
+from crux.loop import unrolled as unrolled_by_crux  # noqa: E402
 from crux.solver import Machinery  # noqa: E402
 from crux.timing.pairs import in_turn  # noqa: E402
 from crux.tracking.contract import BENCH, ROLE, SWEEP  # noqa: E402
@@ -439,6 +440,11 @@ def work(compiled: Any) -> dict[str, float]:
     return {"flops": float(cost["flops"]), "bytes": float(cost.get("bytes accessed", float("nan")))}
 
 
+def per_turn(counts: dict[str, float], unroll: int) -> dict[str, float]:
+    """:func:`work` of a loop whose body makes ``unroll`` updates, per update."""
+    return {name: value / unroll for name, value in counts.items()}
+
+
 def unrolled(unroll: int) -> Callable:
     """crux's ``repeat`` (engine.Primitives) with ``unroll`` iterations of its scan per loop iteration, whatever
     the engine would choose."""
@@ -733,7 +739,10 @@ def work_per_update(variants: dict[str, Variant], fused: tuple[int, ...]) -> dic
         hand = variants.get(hand_name("loop" if k == 1 else "scan", k, SAME_AS_CRUX))
         ours = variants.get(f"crux inner_steps={k}")
         if isinstance(hand, HandVariant) and isinstance(ours, CruxVariant):
-            counts = {"crux": work(ours.solver.compiled_call(inner_steps=k, precision=ours.options["precision"]).call), "hand": work(hand.call)}
+            compiled = ours.solver.compiled_call(inner_steps=k, precision=ours.options["precision"])
+            # the turns of crux's loop: as the engine chooses them for such a small program (crux.loop.unrolled)
+            counts = {"crux": per_turn(work(compiled.call), unrolled_by_crux(k, jax.default_backend())),
+                      "hand": work(hand.call)}
             if all(counts.values()):
                 out[k] = counts
     return out
@@ -1466,11 +1475,14 @@ def main(argv: list[str] | None = None) -> int:
             report = merged([json.loads(path.read_text()) for path in args.readme_from])
         except ValueError as error:
             parser.error(str(error))
+        if not set(README_PROBLEMS) & set(report["problems"]):
+            parser.error(f"--readme-from: no run measured any of {','.join(README_PROBLEMS)}, the problems of the "
+                         f"README's table (--problems)")
         missing = [p for p in README_PROBLEMS if p not in report["problems"]]
+        print(update_readme(report, README))
         if missing:
-            parser.error(f"--readme-from: no run measured {','.join(missing)}; the README's table needs "
-                         f"{','.join(README_PROBLEMS)} (--problems)")
-        print(update_readme(report))
+            print(f"no run measured {','.join(missing)}: their rows keep what the {report_column(report)} column "
+                  f"held ('not run' in a new column)", file=sys.stderr)
         return 0
     if args.peak_tflops is not None and not args.peak_tflops > 0:
         parser.error(f"--peak-tflops {args.peak_tflops}: give the device's peak in TFLOP/s, e.g. --peak-tflops 197 "

@@ -1,5 +1,6 @@
 """scripts/bench.py compares like with like: its hand-written baselines train crux's problem from crux's start,
 so a ratio of their speeds is a ratio for the same work; and the README's speed table is the one it writes."""
+import json
 import re
 
 import jax
@@ -113,9 +114,17 @@ def test_the_bench_rewrites_the_cpu_column_and_keeps_the_gpu_column_and_the_rows
     assert all(_only("7.25", cells["CPU"]) for cells in after.cells.values())
 
 
+def _readme_with_accelerator(name: str) -> str:
+    """The README's text with its accelerator column (header and note) named ``name``."""
+    text = bench.README.read_text()
+    device = bench.readme_table(text).device
+    return text.replace(bench.readme_header(device), bench.readme_header(name)).replace(f"\n{device} column: `",
+                                                                                       f"\n{name} column: `")
+
+
 def test_a_run_on_the_tpu_writes_a_column_named_after_it_in_place_of_another_accelerators(tmp_path):
     readme = tmp_path / "README.md"
-    readme.write_text(bench.README.read_text())
+    readme.write_text(_readme_with_accelerator("H200"))
     bench.update_readme(_report(7.25), readme)  # a CPU column of 7.25s beside the README's accelerator column
     cpu = bench.readme_table(readme.read_text())
     bench.update_readme(_report(3.5, backend="tpu", device_kind="TPU v5 lite"), readme)
@@ -312,3 +321,29 @@ def test_the_readme_takes_the_tpu_column_from_two_runs_on_the_chip(tmp_path):
                for label, cells in table.cells.items())
     with pytest.raises(ValueError, match="different devices"):
         bench.merged([one, _report(1.0)])
+
+
+def test_the_readme_takes_a_column_from_runs_of_some_of_its_problems_and_says_which_were_not_run(tmp_path, monkeypatch,
+                                                                                                 capsys):
+    readme = tmp_path / "README.md"
+    readme.write_text(_readme_with_accelerator("H200"))
+    monkeypatch.setattr(bench, "README", readme)
+    run = _report(2.0, "tpu", "TPU v5 lite")
+    run["problems"] = {"standard": run["problems"]["standard"]}
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(run))
+    assert bench.main(["--readme-from", str(path)]) == 0
+    table = bench.readme_table(readme.read_text())
+    for label, (problem, _, _) in bench.README_ROWS.items():
+        assert (_only("2.00", table.cells[label]["TPU v5e"]) if problem == "standard"
+                else table.cells[label]["TPU v5e"] == "not run"), label
+    assert "no run measured small,accumulation: their rows keep what the TPU v5e column held" in \
+        capsys.readouterr().err
+    path.write_text(json.dumps({**run, "problems": {"fusing": {}}}))
+    with pytest.raises(SystemExit):
+        bench.main(["--readme-from", str(path)])
+    assert "no run measured any of standard,small,accumulation" in capsys.readouterr().err
+
+
+def test_xla_counts_of_an_unrolled_loop_are_taken_per_update():
+    assert bench.per_turn({"flops": 400.0, "bytes": 80.0}, 4) == {"flops": 100.0, "bytes": 20.0}
