@@ -17,6 +17,7 @@ def _load(name: str):
 accuracy = _load("accuracy")
 calibrate = _load("calibrate")
 bench = _load("bench")
+function_accuracy = _load("function_accuracy")
 measure_tracking = _load("measure_tracking")  # load_test reads its timing files
 load_test = _load("load_test")
 capacity = _load("capacity")

@@ -7,6 +7,7 @@ import pytest
 import crux
 import crux.tanh
 from crux.taylor import forward_laplacian
+from scripts_path import function_accuracy
 
 # Bounds from the arithmetic: P and Q by Horner (degrees 6 and 7 in s = x*x, every term positive, so each step
 # adds at most one rounding of half an ulp to the relative error: 7 and 8 roundings), x*x, x*P, the division: about
@@ -70,3 +71,15 @@ def test_taylor_mode_differentiates_the_accurate_tanh_as_tanh(monkeypatch):
     assert np.abs(np.asarray(accurate) - np.asarray(device)).max() <= 64 * np.finfo(np.float32).eps * scale
     assert not np.array_equal(np.asarray(accurate), np.asarray(device))  # it did take the other path
     jax.clear_caches()  # nor is the accurate trace kept for the tests after this one
+
+
+def test_function_accuracy_counts_ulp_of_the_exact_value_or_of_the_floor():
+    one_up = np.nextafter(np.float32(1), np.float32(2))
+    assert function_accuracy.ulp_errors(np.array([one_up]), np.array([1.0])) == pytest.approx([1.0])
+    # 1e-3 off an exact value of 1e-8: 1e-3 in ulp of 1 (2**-23 each) with a floor of 1
+    assert function_accuracy.ulp_errors(np.array([1e-3 + 1e-8], np.float32), np.array([1e-8]), 1.0) == \
+        pytest.approx([1e-3 / 2 ** -23], rel=1e-4)
+    report = function_accuracy.probe(jax.devices("cpu")[0], 2001)
+    assert report["crux's accurate tanh"]["max_ulp"] <= VALUE_ULP
+    # a float32 sum of 256 products is off by at most about 256 eps of the sum of their sizes
+    assert report["matmul 256 (highest)"]["max_relative"] < 256 * np.finfo(np.float32).eps
