@@ -1,5 +1,6 @@
 """A sweep composes each job's config once: the launcher gets the check's composition, with what the sweep
-handed over since, equal to Hydra's own."""
+handed over since, equal to Hydra's own; a job that differs from another only in values is that job's
+composition with its values set, equal to Hydra's own."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,12 +8,14 @@ from pathlib import Path
 import pytest
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra._internal.utils import create_config_search_path
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from crux.commands.sweep import available, register
 from crux.pipeline.config import CONFIG_PACKAGE
 from crux.tracking.composed import compose_once
-from crux.tracking.multirun import hand_over
+from crux.tracking.multirun import hand_over, planned_jobs
 
 try:  # what joblib's workers are sent with: a package of its own from joblib 1.6, joblib's own before
     import cloudpickle
@@ -82,3 +85,29 @@ def test_a_loader_sent_to_a_worker_process_leaves_its_compositions_behind(tmp_pa
     worker.load_sweep_config(config, JOB)
     assert len(composing) == 2
     assert compose_once(worker) is worker.load_sweep_config  # made once a loader
+
+
+QUICK = ("accumulation", "resume", "substeps")
+"""Sweeps whose jobs differ in values (``repeat``), in a config group of a package of its own, in lists; the
+others compose in the slow run."""
+
+
+@pytest.mark.parametrize("name", [name if name in QUICK else pytest.param(name, marks=pytest.mark.slow)
+                                  for name in sorted(available())])
+def test_every_job_of_a_built_in_sweep_is_hydras_composition_and_value_siblings_are_not_composed(name, tmp_path,
+                                                                                                 composing):
+    register(available()[name], f"crux-sweep {name}")
+    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(f"pkg://{CONFIG_PACKAGE}"))
+    config = loader.load_configuration("config", overrides=[f"hydra.sweep.dir={tmp_path}", f"+sweeps={name}"],
+                                       run_mode=RunMode.MULTIRUN)
+    jobs = planned_jobs(config, OverridesParser.create(config_loader=loader))
+    compose = compose_once(loader)
+    del composing[:]
+    made = [compose(config, job) for job in jobs]
+    composed = len(composing)
+    for job, cfg in zip(jobs, made):
+        expected = type(loader).load_sweep_config(loader, config, job)
+        assert OmegaConf.to_container(cfg) == OmegaConf.to_container(expected), job
+    groups = {tuple(o for o in job if o.split("=")[0] in config.hydra.runtime.choices or "@" in o) for job in jobs}
+    if name in ("accumulation", "checkpoint"):  # jobs that differ only in `repeat`: one composition a memory
+        assert composed == len(groups) < len(jobs)

@@ -16,34 +16,37 @@ import os
 import sys
 from pathlib import Path
 
-import hydra
-import jax
-from hydra import initialize_config_module
-from hydra._internal.utils import get_args_parser, run_and_report
-from hydra.core.global_hydra import GlobalHydra
-from hydra.core.hydra_config import HydraConfig
-from hydra.core.plugins import Plugins
-from hydra.errors import ConfigCompositionException
-from hydra.types import RunMode
-from omegaconf import DictConfig
-from omegaconf.errors import OmegaConfBaseException
+from crux.pipeline import heap
 
-from hydra_plugins.crux_sweeper.crux_sweeper import CruxSweeper
+with heap.lasting():  # Hydra's and MLflow's modules, kept to the process's end: no collection walks them
+    import hydra
+    import jax
+    from hydra import initialize_config_module
+    from hydra._internal.utils import get_args_parser, run_and_report
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.plugins import Plugins
+    from hydra.errors import ConfigCompositionException
+    from hydra.types import RunMode
+    from omegaconf import DictConfig
+    from omegaconf.errors import OmegaConfBaseException
 
-from crux import backends
-from crux.pipeline import config, heap, processes
-from crux.pipeline.config import CONFIG_PACKAGE, Phase
-from crux.pipeline.keys import refused_override
-from crux.pipeline.refusals import refusals
-from crux.pipeline.settings import solve_options
-from crux.problems import Problem
-from crux.tracking import JobRun, ParameterLeaves, parameter_leaves
-from crux.tracking.failures import errors_raised_by_hydra, job_failed, tracebacks_shown
-from crux.tracking.faults import StoreFault
-from crux.tracking.interrupt import exit_status, interruptible, signal_name
-from crux.tracking.paired_timing import time_against
-from crux.tracking.secrets import without_passwords
-from crux.tracking.store import StoreError
+    from hydra_plugins.crux_sweeper.crux_sweeper import CruxSweeper
+
+    from crux import backends
+    from crux.pipeline import config, processes
+    from crux.pipeline.config import CONFIG_PACKAGE, Phase
+    from crux.pipeline.keys import refused_override
+    from crux.pipeline.refusals import refusals
+    from crux.pipeline.settings import solve_options
+    from crux.problems import Problem
+    from crux.tracking import JobRun, ParameterLeaves, parameter_leaves
+    from crux.tracking.failures import errors_raised_by_hydra, job_failed, tracebacks_shown
+    from crux.tracking.faults import StoreFault
+    from crux.tracking.interrupt import exit_status, interruptible, signal_name
+    from crux.tracking.paired_timing import time_against
+    from crux.tracking.secrets import without_passwords
+    from crux.tracking.store import StoreError
 
 log = logging.getLogger(__name__)
 

@@ -31,6 +31,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from crux.pipeline import heap
+
 SWEEP_PACKAGE = "crux.sweeps"
 """The package that holds the built-in sweeps (the repository's ``sweeps/``)."""
 SUFFIXES = (".yaml", ".yml")
@@ -195,7 +197,8 @@ def main(argv: list[str] | None = None) -> None:
         sweep = find_sweep(args.sweep, args.sweeps_dir)
         if args.config_dir is not None and not args.config_dir.is_dir():
             raise ValueError(f"--config-dir {args.config_dir}: no such folder")
-        check_claims(sweep)
+        with heap.lasting():  # the checks' modules import MLflow: kept to the process's end, walked by no collection
+            check_claims(sweep)
     except ValueError as error:
         parser.error(str(error))
     from crux.commands import experiment  # after the argument checks: importing JAX and Hydra takes seconds

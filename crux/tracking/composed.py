@@ -6,17 +6,20 @@ the multirun's ``hydra.overrides.hydra``, to which the sweep has appended what i
 (``++hydra.sweep.dir=...``, the parent run in ``++hydra.job.env_set...``). Composing reads and merges the
 defaults list's config files again, about 0.1 s a job on a 2-core CPU, twice the time a sweep's jobs spent
 composing. :class:`ComposedOnce` keeps each job's first composition and answers the launcher with a copy,
-the ``++`` overrides appended since applied to it as Hydra applies them. A loader pickled to other processes
-(joblib's, submitit's workers) travels without the compositions: the jobs compose there as before.
+the ``++`` overrides appended since applied to it as Hydra applies them. A job whose overrides differ from a
+kept job's only in the values of config keys (``repeat=1`` beside ``repeat=0``: the same config files,
+merged alike) is not composed either: it is a copy of that job's composition with its values set as Hydra
+sets them. A loader pickled to other processes (joblib's, submitit's workers) travels without the
+compositions: the jobs compose there as before.
 """
 from __future__ import annotations
 
 import copy
 from typing import Any
 
-from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Override
+from hydra.core.override_parser.types import Override, OverrideType
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 
@@ -33,7 +36,9 @@ class ComposedOnce:
         kept = self._composed.pop(tuple(sweep_overrides), None)
         added = _added_values(kept[0], hydra_overrides) if kept is not None else None
         if added is None:
-            cfg = type(self._loader).load_sweep_config(self._loader, master_config, list(sweep_overrides))
+            cfg = self._like_a_kept_job(master_config, hydra_overrides, list(sweep_overrides))
+            if cfg is None:
+                cfg = type(self._loader).load_sweep_config(self._loader, master_config, list(sweep_overrides))
             self._composed[tuple(sweep_overrides)] = (hydra_overrides, copy.deepcopy(cfg))
             return cfg
         cfg = kept[1]
@@ -42,6 +47,34 @@ class ComposedOnce:
             cfg.hydra.overrides.hydra = hydra_overrides
         OmegaConf.copy_cache(from_config=master_config, to_config=cfg)
         return cfg
+
+    def _like_a_kept_job(self, master_config: DictConfig, hydra_overrides: list[str],
+                         sweep_overrides: list[str]) -> DictConfig | None:
+        """The job's config made from a kept composition of the same ``hydra_overrides`` whose job's overrides
+        differ from ``sweep_overrides`` only in values of config keys (:func:`_changed_values`): a copy with
+        those values set and the overrides recorded as Hydra records them; None where no kept job is so."""
+        alike = [(list(overrides), kept) for overrides, (kept_hydra, kept) in self._composed.items()
+                 if kept_hydra == hydra_overrides and len(overrides) == len(sweep_overrides)]
+        if not alike:
+            return None
+        parser = OverridesParser.create()
+        now = parser.parse_overrides(sweep_overrides)
+        for overrides, kept in alike:
+            changed = _changed_values(parser, overrides, now, kept)
+            if changed is None:
+                continue
+            cfg = copy.deepcopy(kept)
+            task = [override for override in parser.parse_overrides(hydra_overrides) + now
+                    if not override.is_hydra_override()]
+            naming = cfg.hydra.job.config.override_dirname
+            with read_write(cfg), open_dict(cfg):
+                ConfigLoaderImpl._apply_overrides_to_config(changed, cfg)
+                cfg.hydra.overrides.task = [override.input_line for override in task]
+                cfg.hydra.job.override_dirname = get_overrides_dirname(
+                    overrides=task, kv_sep=naming.kv_sep, item_sep=naming.item_sep, exclude_keys=naming.exclude_keys)
+            OmegaConf.copy_cache(from_config=master_config, to_config=cfg)
+            return cfg
+        return None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"_loader": self._loader, "_composed": {}}
@@ -54,6 +87,30 @@ def _added_values(before: list[str], now: list[str]) -> list[Override] | None:
         return None
     added = OverridesParser.create().parse_overrides(now[len(before):])
     return added if all(override.is_force_add() for override in added) else None
+
+
+def _changed_values(parser: OverridesParser, before: list[str], now: list[Override],
+                    composed: DictConfig) -> list[Override] | None:
+    """The overrides of ``now`` that differ from ``before`` (a job's, ``composed`` its config), where each sets
+    a plain value of a config key (``key=value``: no config group of ``composed``, no package, no list or
+    mapping to merge) that no other override touches, so that setting it on ``composed`` gives what composing
+    ``now`` gives; None otherwise. Only the lines of ``before`` that differ are parsed, once those of ``now``
+    qualify."""
+    differ = [number for number, (old, new) in enumerate(zip(before, now)) if old != new.input_line]
+    groups = set(composed.hydra.runtime.choices)
+    keys = [override.key_or_group for override in now]
+    for new in (now[number] for number in differ):
+        key = new.key_or_group
+        if (key in groups or new.is_hydra_override() or new.type != OverrideType.CHANGE or new.package is not None
+                or new.is_sweep_override() or isinstance(new.value(), (dict, list))
+                or sum(other == key or other.startswith(f"{key}.") or key.startswith(f"{other}.")
+                       for other in keys) != 1):
+            return None
+    for number in differ:
+        old = parser.parse_override(before[number])
+        if old.key_or_group != now[number].key_or_group or old.type != OverrideType.CHANGE or old.package is not None:
+            return None
+    return [now[number] for number in differ]
 
 
 def compose_once(loader: ConfigLoaderImpl) -> ComposedOnce:

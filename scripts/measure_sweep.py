@@ -1,0 +1,103 @@
+"""A sweep's own time: its command's wall time against its jobs' training and compilation, sweep after sweep.
+
+    python scripts/measure_sweep.py --uri URI [--sweeps N] [--commit REV ...] SWEEP [overrides...]
+    python scripts/measure_sweep.py --uri http://127.0.0.1:PORT --sweeps 6 --commit main --commit HEAD \\
+        accumulation solver.epochs=5000
+
+Runs ``crux-sweep SWEEP [overrides]`` N times (default 4), each in a process of its own as a user starts it,
+into the store at ``URI`` (a tracking server's ``http://...``, ``sqlite:///...``, ``postgresql://...``), in
+a scratch folder (Hydra's outputs). With ``--commit`` (repeatable) each round runs the sweep once per commit,
+alternated, so that a shared machine's load falls on each alike: the commit's files (``git archive``) go
+before the installed crux on ``PYTHONPATH``. For each sweep it prints the seconds of its command, of its jobs'
+training and compilation (the runs' ``run_seconds`` and ``compile_seconds``, the gradient draws' counted, as
+``measure_tracking.py`` counts them), the rest, the sweep's share (the rest over the command's seconds) and a
+job's median share ((run duration - training - compile) / run duration); then the medians per commit.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from io import BytesIO
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+from crux.tracking.contract import PARENT, ROLE, tag_filter
+from crux.tracking.store import child_runs
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+SWEEP = "import sys; sys.argv[0] = 'crux-sweep'; from crux.commands.sweep import main; main()"
+"""What the ``crux-sweep`` console script runs."""
+
+
+def checkout(commit: str, folder: Path) -> Path:
+    """The files of ``commit`` in ``folder``, laid out as crux installs them (``conf/`` and ``sweeps/`` as
+    ``crux.conf`` and ``crux.sweeps``)."""
+    archive = subprocess.run(["git", "-C", str(REPOSITORY), "archive", commit], check=True, capture_output=True)
+    with tarfile.open(fileobj=BytesIO(archive.stdout)) as files:
+        files.extractall(folder, filter="data")
+    for package in ("conf", "sweeps"):
+        (folder / "crux" / package).symlink_to(folder / package, target_is_directory=True)
+    return folder
+
+
+def last_sweep(uri: str, name: str) -> dict[str, float]:
+    """The newest sweep of experiment ``name``: its jobs' training and compilation seconds, and a job's median
+    share."""
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name(name)
+    (parent,) = client.search_runs([experiment.experiment_id], tag_filter(ROLE, PARENT),
+                                   order_by=["attributes.start_time DESC"], max_results=1)
+    busy, shares = 0.0, []
+    for run in child_runs(client, experiment.experiment_id, parent.info.run_id):
+        metrics = run.data.metrics
+        solver = sum(metrics.get(key, 0.0) for key in ("run_seconds", "compile_seconds", "gradient_noise/run_seconds",
+                                                        "gradient_noise/compile_seconds"))
+        duration = (run.info.end_time - run.info.start_time) / 1000
+        busy += solver
+        shares.append((duration - solver) / duration)
+    return {"busy": busy, "job_share": statistics.median(shares)}
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--uri", required=True, help="the store: http://HOST:PORT, sqlite:///PATH, postgresql://...")
+    parser.add_argument("--sweeps", type=int, default=4, help="sweeps per commit (4)")
+    parser.add_argument("--commit", action="append", default=[], help="a commit to run (repeatable; default: the "
+                                                                      "installed crux)")
+    parser.add_argument("sweep", help="the sweep's name")
+    parser.add_argument("overrides", nargs="*")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="crux-measure-sweep-") as scratch:
+        trees = {commit: checkout(commit, Path(scratch) / f"tree{n}") for n, commit in enumerate(args.commit)}
+        work = Path(scratch) / "work"
+        work.mkdir()
+        rows: dict[str, list[dict[str, float]]] = {}
+        for _ in range(args.sweeps):
+            for commit in args.commit or ["installed"]:
+                env = dict(os.environ, MLFLOW_TRACKING_URI=args.uri)
+                if commit in trees:
+                    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(trees[commit]), env.get("PYTHONPATH"))))
+                begin = time.perf_counter()
+                subprocess.run([sys.executable, "-c", SWEEP, args.sweep, *args.overrides], cwd=work, env=env,
+                               check=True, stdout=subprocess.DEVNULL)
+                row = {"wall": time.perf_counter() - begin, **last_sweep(args.uri, Path(args.sweep).stem)}
+                row["rest"] = row["wall"] - row["busy"]
+                rows.setdefault(commit, []).append(row)
+                print(f"{commit}: {row['wall']:.2f} s, training and compilation {row['busy']:.2f} s, rest "
+                      f"{row['rest']:.2f} s: the sweep's share {100 * row['rest'] / row['wall']:.1f}%, a job's "
+                      f"median {100 * row['job_share']:.1f}% (load {os.getloadavg()[0]:.1f})", flush=True)
+    for commit, measured in rows.items():
+        print(f"{commit}, median of {len(measured)}: rest {statistics.median(r['rest'] for r in measured):.2f} s, "
+              f"the sweep's share {100 * statistics.median(r['rest'] / r['wall'] for r in measured):.1f}%, a job's "
+              f"median {100 * statistics.median(r['job_share'] for r in measured):.1f}%")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
