@@ -50,7 +50,8 @@ from crux.tracking.history import history_series
 from crux.tracking.liveness import close_orphans
 from crux.tracking.secrets import POSTGRESQL
 from crux.tracking.store import (READING, SQLITE, STORE_ERRORS, StoreError, bounded_http, brief, check_postgresql,
-                                 check_sqlite, child_runs, store_errors, tracking_uri)
+                                 check_sqlite, child_runs, move_store_credentials, store_errors,
+                                 tracking_uri)
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +151,7 @@ def open_client(uri: str | None = None) -> tuple[MlflowClient, str]:
     Raises StoreError for a SQLite store that does not exist (opening it would create an empty one) or that is
     not a readable MLflow store (MLflow would try to give it a schema).
     """
+    move_store_credentials(uri)
     resolved = tracking_uri(uri)
     if resolved.startswith(SQLITE):
         path = Path(resolved[len(SQLITE):])

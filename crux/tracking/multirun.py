@@ -68,8 +68,8 @@ from crux.tracking.liveness import (GONE, STORE_FAULT, SWEEP_PID, Heartbeat, clo
                                    process_tags)
 from crux.tracking.secrets import PASSWORD_VARIABLE, credential_variables, masked
 from crux.tracking.store import (DESTINATION, PARENT_RUN, STORE_ERRORS, TRACKING_URI, WRITING, Destination,
-                                 StoreError, brief, child_runs, ensure_experiment, experiment_name, store_errors,
-                                 tracking_uri, writable_store)
+                                 StoreError, brief, child_runs, ensure_experiment, experiment_name,
+                                 move_store_credentials, store_errors, tracking_uri, writable_store)
 from crux.tracking.writer import process_writer
 
 log = logging.getLogger(__name__)
@@ -179,6 +179,7 @@ class Multirun:
         if TRACKER_WARNING not in filters.split(","):
             os.environ["PYTHONWARNINGS"] = ",".join(filter(None, (filters, TRACKER_WARNING)))
         set_retry_budget(self.config.tracking.retry_seconds)
+        move_store_credentials(self.config.tracking.uri)  # the store's client and every job read them there
         with interruptible():
             try:
                 opened = self._reopen() if resume else self._open()
