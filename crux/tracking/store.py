@@ -4,7 +4,7 @@ experiments created once.
 As MLflow's own default, the store is ``mlflow.db`` in the working directory;
 but jobs of a sweep may start elsewhere (other processes, other nodes), so the
 URI is made absolute once and every job receives it with its parent run
-(:mod:`crux.tracking.multirun` hands both over).
+(:mod:`crux.tracking.multirun` sets both for every job).
 
 Whatever keeps a command from using the store raises :class:`StoreError`, whose
 message is one line naming the store and the fix. A SQLite file is checked with
