@@ -11,7 +11,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from crux.tracking.secrets import (PASSWORD_VARIABLE, SECRET_VARIABLES, SERVER_VARIABLES, SHORTEST_SECRET,
-                                   credential_variables, masked, move_credentials, without_passwords)
+                                   credential_variables, masked, move_credentials, move_override_credentials,
+                                   overrides_without_credentials)
 from crux.tracking.store import StoreError, move_store_credentials, tracking_uri
 
 TINY = ["solver.epochs=20", "model.width=8", "problem.n_interior=64", "repeat=0", "memory=b8,b32", "gradient_draws=0"]
@@ -69,9 +70,16 @@ def test_the_store_uri_is_read_without_writing_and_its_credentials_move_when_ask
 def test_tracking_uri_overrides_lose_their_password(no_password_variable):
     arguments = ["crux-run", "--multirun", "tracking.uri=postgresql://u:s3cret@h/db", "++tracking.uri='postgres://u:x2@h/db'",
                  "solver.epochs=5"]
-    assert without_passwords(arguments) == ["crux-run", "--multirun", "tracking.uri=postgresql://u@h/db",
+    assert move_override_credentials(arguments) == ["crux-run", "--multirun", "tracking.uri=postgresql://u@h/db",
                                             "++tracking.uri='postgres://u@h/db'", "solver.epochs=5"]
     assert os.environ[PASSWORD_VARIABLE] == "x2"  # the last one given, as Hydra takes the last override
+
+
+def test_overrides_shown_or_recorded_lose_their_password_and_leave_the_environment_alone(no_password_variable):
+    arguments = ["crux-sweep", "accumulation", "tracking.uri=https://alice:pw34@srv/", "solver.epochs=5"]
+    assert overrides_without_credentials(arguments) == ["crux-sweep", "accumulation", "tracking.uri=https://srv/",
+                                                        "solver.epochs=5"]
+    assert not {PASSWORD_VARIABLE, *SERVER_VARIABLES} & os.environ.keys()
 
 
 @pytest.mark.parametrize("name", ["MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN", "PGPASSWORD"])

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Callable
 from urllib.parse import unquote
 
 PASSWORD_VARIABLE = "PGPASSWORD"
@@ -73,14 +74,25 @@ def _credentials(uri: str) -> tuple[str, dict[str, str]]:
     return f"{scheme}://{uri[found.end():]}", dict(zip(SERVER_VARIABLES, (unquote(user), password)))
 
 
-def without_passwords(arguments: list[str]) -> list[str]:
-    """Command-line ``arguments`` with every ``tracking.uri=`` override's password moved out
-    (:func:`move_credentials`), before Hydra saves them."""
+def move_override_credentials(arguments: list[str]) -> list[str]:
+    """Move the credentials of every ``tracking.uri=`` override in command-line ``arguments`` into the environment
+    (:func:`move_credentials`), and return the arguments without them: done before Hydra saves them."""
+    return _each_override(arguments, move_credentials)
+
+
+def overrides_without_credentials(arguments: list[str]) -> list[str]:
+    """Command-line ``arguments`` with every ``tracking.uri=`` override's credentials left out
+    (:func:`without_credentials`), for what is shown or recorded; the environment is left as it is."""
+    return _each_override(arguments, without_credentials)
+
+
+def _each_override(arguments: list[str], strip: Callable[[str], str]) -> list[str]:
+    """``arguments``, the URI of every ``tracking.uri=`` override replaced by what ``strip`` makes of it."""
     kept = []
     for argument in arguments:
         override = _URI_OVERRIDE.match(argument)
         if override is not None:
-            argument = f"{override['head']}{override['quote']}{move_credentials(override['uri'])}{override['quote']}"
+            argument = f"{override['head']}{override['quote']}{strip(override['uri'])}{override['quote']}"
         kept.append(argument)
     return kept
 
