@@ -1,5 +1,5 @@
 """A sweep composes each job's config once: the launcher gets the check's composition, with what the sweep
-handed over since, equal to Hydra's own; a job that differs from another only in values is that job's
+set for every job since, equal to Hydra's own; a job that differs from another only in values is that job's
 composition with its values set, equal to Hydra's own."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from crux.commands.sweep import available, register
 from crux.pipeline.config import CONFIG_PACKAGE
 from crux.tracking.composed import compose_once
-from crux.tracking.multirun import hand_over, planned_jobs
+from crux.tracking.multirun import planned_jobs, set_for_every_job
 
 try:  # what joblib's workers are sent with: a package of its own from joblib 1.6, joblib's own before
     import cloudpickle
@@ -45,14 +45,14 @@ def multirun(tmp_path: Path) -> tuple[ConfigLoaderImpl, DictConfig]:
     return loader, config
 
 
-def test_a_job_composed_again_after_hand_overs_is_hydras_composition_made_once(tmp_path, composing):
+def test_a_job_composed_again_after_keys_set_for_every_job_is_hydras_composition_made_once(tmp_path, composing):
     loader, config = multirun(tmp_path)
     compose = compose_once(loader)
     checked = compose(config, JOB)
     with read_write(checked), open_dict(checked):  # what the sweep's check does with its copy
         del checked["hydra"]
-    hand_over(config, "hydra.sweep.dir", str(tmp_path / "pinned"))
-    hand_over(config, "hydra.job.env_set.CRUX_PARENT", "it's quoted")
+    set_for_every_job(config, "hydra.sweep.dir", str(tmp_path / "pinned"))
+    set_for_every_job(config, "hydra.job.env_set.CRUX_PARENT", "it's quoted")
     del composing[:]
     launched = loader.load_sweep_config(config, JOB)  # as a launcher calls it
     assert composing == []
@@ -68,7 +68,7 @@ def test_a_job_is_composed_anew_when_the_hydra_overrides_changed_otherwise_or_it
     compose = compose_once(loader)
     del composing[:]
     compose(config, JOB)
-    config.hydra.overrides.hydra.append("hydra/launcher=basic")  # not a value handed over: Hydra composes
+    config.hydra.overrides.hydra.append("hydra/launcher=basic")  # not a value set for every job: Hydra composes
     compose(config, JOB)
     assert len(composing) == 2
     compose(config, JOB)  # the launch takes that composition

@@ -11,8 +11,9 @@ from urllib.parse import urlsplit
 import pytest
 
 from crux.tracking.secrets import (PASSWORD_VARIABLE, SECRET_VARIABLES, SERVER_VARIABLES, SHORTEST_SECRET,
-                                   credential_variables, masked, without_password, without_passwords)
-from crux.tracking.store import StoreError
+                                   credential_variables, masked, move_credentials, move_override_credentials,
+                                   overrides_without_credentials)
+from crux.tracking.store import StoreError, move_store_credentials, tracking_uri
 
 TINY = ["solver.epochs=20", "model.width=8", "problem.n_interior=64", "repeat=0", "memory=b8,b32", "gradient_draws=0"]
 
@@ -26,37 +27,59 @@ def no_password_variable(monkeypatch):
 
 
 def test_a_postgresql_password_moves_into_the_environment(no_password_variable):
-    assert without_password("postgresql://crux:p%40ss@db:5432/mlflow") == "postgresql://crux@db:5432/mlflow"
+    assert move_credentials("postgresql://crux:p%40ss@db:5432/mlflow") == "postgresql://crux@db:5432/mlflow"
     assert os.environ[PASSWORD_VARIABLE] == "p@ss"  # decoded, as libpq takes it
 
 
 @pytest.mark.parametrize("scheme", ["http", "https"])
 def test_a_servers_user_and_password_move_into_mlflows_variables(no_password_variable, scheme):
-    assert without_password(f"{scheme}://alice:p%40ss@srv:5000/") == f"{scheme}://srv:5000/"
+    assert move_credentials(f"{scheme}://alice:p%40ss@srv:5000/") == f"{scheme}://srv:5000/"
     assert [os.environ[name] for name in SERVER_VARIABLES] == ["alice", "p@ss"]  # decoded, as MLflow sends them
     assert PASSWORD_VARIABLE not in os.environ
 
 
 def test_a_command_printed_to_run_again_names_the_variables_its_store_needs(no_password_variable):
     """The URI crux prints holds no password: the variables it went to are named for the user's shell."""
-    assert credential_variables(without_password("postgresql://crux:pw12@db/mlflow")) == [PASSWORD_VARIABLE]
-    assert credential_variables(without_password("https://alice:pw12@srv/")) == list(SERVER_VARIABLES)
+    assert credential_variables(move_credentials("postgresql://crux:pw12@db/mlflow")) == [PASSWORD_VARIABLE]
+    assert credential_variables(move_credentials("https://alice:pw12@srv/")) == list(SERVER_VARIABLES)
     assert credential_variables("sqlite:////tmp/mlflow.db") == []
 
 
 @pytest.mark.parametrize("uri", ["sqlite:////tmp/mlflow.db", "postgresql://crux@db/mlflow", "http://alice@srv/",
                                  "http://srv:5000"])
 def test_other_uris_are_left_as_they_are(no_password_variable, uri):
-    assert without_password(uri) == uri
+    assert move_credentials(uri) == uri
     assert not {PASSWORD_VARIABLE, *SERVER_VARIABLES} & os.environ.keys()
+
+
+def test_the_store_uri_is_read_without_writing_and_its_credentials_move_when_asked(no_password_variable,
+                                                                                    monkeypatch):
+    """tracking_uri() leaves the environment as it is; move_store_credentials() puts the password where the client
+    reads it and leaves $MLFLOW_TRACKING_URI without it."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "postgresql://crux:pw12@db/mlflow")
+    assert tracking_uri(None) == "postgresql://crux@db/mlflow"
+    assert PASSWORD_VARIABLE not in os.environ
+    assert os.environ["MLFLOW_TRACKING_URI"] == "postgresql://crux:pw12@db/mlflow"
+    move_store_credentials(None)
+    assert (os.environ[PASSWORD_VARIABLE], os.environ["MLFLOW_TRACKING_URI"]) == ("pw12", "postgresql://crux@db/mlflow")
+    move_store_credentials("https://alice:pw34@srv/")  # a configured URI wins over the variable
+    assert [os.environ[name] for name in SERVER_VARIABLES] == ["alice", "pw34"]
+    assert tracking_uri("https://alice:pw34@srv/") == "https://srv/"
 
 
 def test_tracking_uri_overrides_lose_their_password(no_password_variable):
     arguments = ["crux-run", "--multirun", "tracking.uri=postgresql://u:s3cret@h/db", "++tracking.uri='postgres://u:x2@h/db'",
                  "solver.epochs=5"]
-    assert without_passwords(arguments) == ["crux-run", "--multirun", "tracking.uri=postgresql://u@h/db",
+    assert move_override_credentials(arguments) == ["crux-run", "--multirun", "tracking.uri=postgresql://u@h/db",
                                             "++tracking.uri='postgres://u@h/db'", "solver.epochs=5"]
     assert os.environ[PASSWORD_VARIABLE] == "x2"  # the last one given, as Hydra takes the last override
+
+
+def test_overrides_shown_or_recorded_lose_their_password_and_leave_the_environment_alone(no_password_variable):
+    arguments = ["crux-sweep", "accumulation", "tracking.uri=https://alice:pw34@srv/", "solver.epochs=5"]
+    assert overrides_without_credentials(arguments) == ["crux-sweep", "accumulation", "tracking.uri=https://srv/",
+                                                        "solver.epochs=5"]
+    assert not {PASSWORD_VARIABLE, *SERVER_VARIABLES} & os.environ.keys()
 
 
 @pytest.mark.parametrize("name", ["MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN", "PGPASSWORD"])

@@ -45,7 +45,7 @@ with heap.lasting():  # Hydra's and MLflow's modules, kept to the process's end:
     from crux.tracking.faults import StoreFault
     from crux.tracking.interrupt import exit_status, interruptible, signal_name
     from crux.tracking.paired_timing import time_against
-    from crux.tracking.secrets import without_passwords
+    from crux.tracking.secrets import move_override_credentials
     from crux.tracking.store import StoreError
 
 log = logging.getLogger(__name__)
@@ -188,7 +188,7 @@ def main(program: str = "crux-run") -> None:
     """The console script: Hydra reads the command line. ``program`` names the command in its messages."""
     config.import_from_working_directory()
     Plugins.instance().register(CruxSweeper)  # Hydra's scan misses it in an editable install
-    sys.argv = without_passwords(sys.argv)  # Hydra saves the overrides, crux records them
+    sys.argv = move_override_credentials(sys.argv)  # Hydra saves the overrides, crux records them
     try:
         with errors_raised_by_hydra():
             run_job()

@@ -202,9 +202,10 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as error:
         parser.error(str(error))
     from crux.commands import experiment  # after the argument checks: importing JAX and Hydra takes seconds
-    from crux.tracking.secrets import without_passwords
+    from crux.tracking.secrets import overrides_without_credentials
 
-    register(sweep, shlex.join(["crux-sweep", *without_passwords(words)]))  # the command is recorded and shown
+    # the command is recorded and shown; crux-run's main moves the credentials into the environment
+    register(sweep, shlex.join(["crux-sweep", *overrides_without_credentials(words)]))
     note = problem_note(sweep, args.overrides)
     if note:
         print(f"crux-sweep: {note}", flush=True)

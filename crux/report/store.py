@@ -50,7 +50,7 @@ from crux.tracking.history import history_series
 from crux.tracking.liveness import close_orphans
 from crux.tracking.secrets import POSTGRESQL
 from crux.tracking.store import (READING, SQLITE, STORE_ERRORS, StoreError, bounded_http, brief, check_postgresql,
-                                 check_sqlite, child_runs, store_errors, tracking_uri)
+                                 check_sqlite, child_runs, move_store_credentials, store_errors, tracking_uri)
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +150,7 @@ def open_client(uri: str | None = None) -> tuple[MlflowClient, str]:
     Raises StoreError for a SQLite store that does not exist (opening it would create an empty one) or that is
     not a readable MLflow store (MLflow would try to give it a schema).
     """
+    move_store_credentials(uri)
     resolved = tracking_uri(uri)
     if resolved.startswith(SQLITE):
         path = Path(resolved[len(SQLITE):])
@@ -209,7 +210,8 @@ def parents(client: MlflowClient, experiment_id: str, backend: str | None = None
             return
 
 
-def _planned(parent: Run) -> int | None:
+def _planned_count(parent: Run) -> int | None:
+    """How many jobs the sweep of ``parent`` planned (its tag); None where it recorded no plan."""
     count = parent.data.tags.get(PLANNED_JOB_COUNT, "")
     return int(count) if count.isdigit() else None
 
@@ -225,7 +227,7 @@ def _sweeps(client: MlflowClient, experiment_id: str, name: str, chosen: str | N
         children = list(child_runs(client, experiment_id, candidate.info.run_id))
         if parent is not None and candidate.info.run_id == parent.info.run_id:
             return parent, children, newer, False
-        jobs = account(candidate, children, _planned(candidate), None)
+        jobs = account(candidate, children, _planned_count(candidate), None)
         if parent is None and jobs.complete:
             return candidate, children, newer, False
         newest = newest or (candidate, children)
@@ -273,8 +275,8 @@ def _read_sweep(client: MlflowClient, name: str, uri: str, experiment_id: str, p
     unreadable: list[Unreadable] = []
     records: list[RunRecord] = []
     with tempfile.TemporaryDirectory(prefix="crux-report-") as scratch:
-        plan = _plan(client, parent, Path(scratch) / "plan", unreadable)
-        jobs = account(parent, children, _planned(parent), plan)
+        plan = _read_plan(client, parent, Path(scratch) / "plan", unreadable)
+        jobs = account(parent, children, _planned_count(parent), plan)
         for run in children:
             if run.info.run_id in jobs.finished:
                 record = load_record(client, run, Path(scratch) / run.info.run_id, unreadable)
@@ -286,10 +288,10 @@ def _read_sweep(client: MlflowClient, name: str, uri: str, experiment_id: str, p
                  started(parent), newer, none_complete, tuple(unreadable))
 
 
-def _plan(client: MlflowClient, parent: Run, folder: Path, unreadable: list[Unreadable]
+def _read_plan(client: MlflowClient, parent: Run, folder: Path, unreadable: list[Unreadable]
           ) -> dict[int, tuple[str, ...]] | None:
     """The parent's ``planned_jobs.json`` as job number -> overrides; None where it recorded no plan."""
-    if _planned(parent) is None:
+    if _planned_count(parent) is None:
         return None
     problems: dict[str, str] = {}
     plan = _read_artifact(client, parent.info.run_id, PLANNED_JOBS, folder,

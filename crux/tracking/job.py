@@ -66,7 +66,7 @@ from crux.tracking.liveness import Heartbeat, follow_sweep, process_tags
 from crux.tracking.secrets import masked
 from crux.tracking.space import NoRoom, check_room
 from crux.tracking.store import (DESTINATION, PARENT_RUN, TRACKING_URI, Destination, ensure_experiment,
-                                 experiment_name, tracking_uri, writable_store)
+                                 experiment_name, move_store_credentials, tracking_uri, writable_store)
 from crux.tracking.writer import Writer, process_writer
 
 log = logging.getLogger(__name__)
@@ -283,6 +283,7 @@ class JobRun:
             client = PatientClient(MlflowClient(os.environ[TRACKING_URI]))
             where = _sweep_destination(client, os.environ[TRACKING_URI], parent)
         else:  # a plain crux-run, or a multirun of another sweeper
+            move_store_credentials(cfg.tracking.uri)
             uri = tracking_uri(cfg.tracking.uri)
             client = PatientClient(writable_store(uri))
             name = experiment_name(cfg.tracking.experiment, hydra.runtime.choices)

@@ -68,8 +68,8 @@ from crux.tracking.liveness import (GONE, STORE_FAULT, SWEEP_PID, Heartbeat, clo
                                    process_tags)
 from crux.tracking.secrets import PASSWORD_VARIABLE, credential_variables, masked
 from crux.tracking.store import (DESTINATION, PARENT_RUN, STORE_ERRORS, TRACKING_URI, WRITING, Destination,
-                                 StoreError, brief, child_runs, ensure_experiment, experiment_name, store_errors,
-                                 tracking_uri, writable_store)
+                                 StoreError, brief, child_runs, ensure_experiment, experiment_name,
+                                 move_store_credentials, store_errors, tracking_uri, writable_store)
 from crux.tracking.writer import process_writer
 
 log = logging.getLogger(__name__)
@@ -112,7 +112,7 @@ def planned_jobs(config: DictConfig, parser: OverridesParser | None = None) -> l
     return [list(job) for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
 
 
-def hand_over(config: DictConfig, key: str, value: str) -> None:
+def set_for_every_job(config: DictConfig, key: str, value: str) -> None:
     """Set ``key`` to ``value`` in the multirun's config and, as the last override of that key, in every
     job's."""
     quoted = "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
@@ -124,7 +124,7 @@ def hand_over(config: DictConfig, key: str, value: str) -> None:
 def pin_sweep_dir(config: DictConfig) -> Path:
     """Make ``hydra.sweep.dir`` absolute, in the multirun's config and in every job's, and return it."""
     sweep_dir = Path(config.hydra.sweep.dir).resolve()
-    hand_over(config, "hydra.sweep.dir", str(sweep_dir))
+    set_for_every_job(config, "hydra.sweep.dir", str(sweep_dir))
     return sweep_dir
 
 
@@ -179,6 +179,7 @@ class Multirun:
         if TRACKER_WARNING not in filters.split(","):
             os.environ["PYTHONWARNINGS"] = ",".join(filter(None, (filters, TRACKER_WARNING)))
         set_retry_budget(self.config.tracking.retry_seconds)
+        move_store_credentials(self.config.tracking.uri)  # the store's client and every job read them there
         with interruptible():
             try:
                 opened = self._reopen() if resume else self._open()
@@ -334,12 +335,12 @@ class Multirun:
     def _launch(self, opened: Opened) -> list[Sequence[JobReturn]]:
         """Hand the parent run to the jobs, launch those to run, close the parent whatever happens; the
         launcher's returns, or SystemExit when stopped or when jobs failed."""
-        hand_over(self.config, f"hydra.job.env_set.{PARENT_RUN}", opened.parent_id)
-        hand_over(self.config, f"hydra.job.env_set.{TRACKING_URI}", opened.uri)
-        hand_over(self.config, f"hydra.job.env_set.{SWEEP_PID}", str(os.getpid()))
+        set_for_every_job(self.config, f"hydra.job.env_set.{PARENT_RUN}", opened.parent_id)
+        set_for_every_job(self.config, f"hydra.job.env_set.{TRACKING_URI}", opened.uri)
+        set_for_every_job(self.config, f"hydra.job.env_set.{SWEEP_PID}", str(os.getpid()))
         where = Destination.of_parent(opened.client, opened.uri, opened.parent_id)
         where = replace(where, artifact_location=opened.client.get_experiment(opened.experiment_id).artifact_location)
-        hand_over(self.config, f"hydra.job.env_set.{DESTINATION}", where.handed_down())
+        set_for_every_job(self.config, f"hydra.job.env_set.{DESTINATION}", where.handed_down())
         heartbeat = Heartbeat(opened.client, opened.parent_id).start()
         returns: list[Sequence[JobReturn]] = []
         completed: list[int] = []

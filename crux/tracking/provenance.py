@@ -23,7 +23,7 @@ from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 
-from crux.tracking.secrets import masked, without_passwords
+from crux.tracking.secrets import masked, overrides_without_credentials
 
 PACKAGES = ("crux/", "hydra_plugins/")
 """The folders of crux's wheel, whose installed files identify the crux that ran."""
@@ -104,4 +104,4 @@ def invocation() -> dict[str, Any]:
         return {}
     hydra = HydraConfig.get()
     command = hydra.sweeper.get("command") or shlex.join(["crux-run", *sys.argv[1:]])
-    return {"command": masked(command), "overrides": without_passwords(list(hydra.overrides.task))}
+    return {"command": masked(command), "overrides": overrides_without_credentials(list(hydra.overrides.task))}

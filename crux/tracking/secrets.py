@@ -5,18 +5,20 @@ by ``MLFLOW_TRACKING_URI`` or ``tracking.uri=``) or by the environment (MLflow's
 ``MLFLOW_TRACKING_PASSWORD`` and ``MLFLOW_TRACKING_TOKEN``, PostgreSQL's
 ``PGPASSWORD``). Hydra saves every override and the composed config of every job
 (``multirun.yaml``, ``.hydra/``), and crux records them in MLflow, so a password
-must not stay in the URI crux works with: :func:`without_password` moves a
+must not stay in the URI crux works with: :func:`move_credentials` moves a
 PostgreSQL password into ``PGPASSWORD`` of the process, where PostgreSQL's client
 library reads it, and the user and password of a tracking server's URI
 (``http://alice:PASSWORD@host:5000``, which MLflow accepts) into
 ``MLFLOW_TRACKING_USERNAME`` and ``MLFLOW_TRACKING_PASSWORD``, where MLflow's
 client reads them; the jobs the process starts inherit them, and the URI is left
-without them. :func:`masked` is what every message goes through.
+without them (:func:`without_credentials`, which writes nothing). :func:`masked`
+is what every message goes through.
 """
 from __future__ import annotations
 
 import os
 import re
+from typing import Callable
 from urllib.parse import unquote
 
 PASSWORD_VARIABLE = "PGPASSWORD"
@@ -44,31 +46,53 @@ def masked(text: str) -> str:
     return text
 
 
-def without_password(uri: str) -> str:
-    """``uri`` without its password: for a PostgreSQL store it goes to ``$PGPASSWORD`` here, the user staying in
-    the URI; for a tracking server the user and password go to :data:`SERVER_VARIABLES`, both leaving the URI.
-    Any other URI as it is (a password in it is masked wherever crux shows the URI)."""
+def without_credentials(uri: str) -> str:
+    """``uri`` without the credentials :func:`move_credentials` moves; the environment is left as it is."""
+    return _credentials(uri)[0]
+
+
+def move_credentials(uri: str) -> str:
+    """Move the credentials of ``uri`` into the environment, and return ``uri`` without them: for a PostgreSQL
+    store the password goes to ``$PGPASSWORD``, the user staying in the URI; for a tracking server the user and
+    password go to :data:`SERVER_VARIABLES`, both leaving the URI. Any other URI is returned as it is, the
+    environment untouched (a password in it is masked wherever crux shows the URI)."""
+    kept, variables = _credentials(uri)
+    os.environ.update(variables)
+    return kept
+
+
+def _credentials(uri: str) -> tuple[str, dict[str, str]]:
+    """``uri`` without its credentials, and the environment variables that take them (none where it has none)."""
     found = _PASSWORD.match(uri)
     if found is None or not uri.startswith(POSTGRESQL + SERVERS):
-        return uri
+        return uri, {}
     user_part = found.group("head")
     password = unquote(uri[len(user_part):found.end() - 1])
     if uri.startswith(POSTGRESQL):
-        os.environ[PASSWORD_VARIABLE] = password
-        return user_part[:-1] + "@" + uri[found.end():]
+        return user_part[:-1] + "@" + uri[found.end():], {PASSWORD_VARIABLE: password}
     scheme, user = user_part[:-1].split("://", 1)
-    os.environ.update(zip(SERVER_VARIABLES, (unquote(user), password)))
-    return f"{scheme}://{uri[found.end():]}"
+    return f"{scheme}://{uri[found.end():]}", dict(zip(SERVER_VARIABLES, (unquote(user), password)))
 
 
-def without_passwords(arguments: list[str]) -> list[str]:
-    """Command-line ``arguments`` with every ``tracking.uri=`` override's password moved out
-    (:func:`without_password`), before Hydra saves them."""
+def move_override_credentials(arguments: list[str]) -> list[str]:
+    """Move the credentials of every ``tracking.uri=`` override in command-line ``arguments`` into the environment
+    (:func:`move_credentials`), and return the arguments without them: done before Hydra saves them."""
+    return _each_override(arguments, move_credentials)
+
+
+def overrides_without_credentials(arguments: list[str]) -> list[str]:
+    """Command-line ``arguments`` with every ``tracking.uri=`` override's credentials left out
+    (:func:`without_credentials`), for what is shown or recorded; the environment is left as it is."""
+    return _each_override(arguments, without_credentials)
+
+
+def _each_override(arguments: list[str], strip: Callable[[str], str]) -> list[str]:
+    """``arguments``, the URI of every ``tracking.uri=`` override replaced by what ``strip`` makes of it."""
     kept = []
     for argument in arguments:
         override = _URI_OVERRIDE.match(argument)
         if override is not None:
-            argument = f"{override['head']}{override['quote']}{without_password(override['uri'])}{override['quote']}"
+            argument = f"{override['head']}{override['quote']}{strip(override['uri'])}{override['quote']}"
         kept.append(argument)
     return kept
 

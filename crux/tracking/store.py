@@ -4,7 +4,7 @@ experiments created once.
 As MLflow's own default, the store is ``mlflow.db`` in the working directory;
 but jobs of a sweep may start elsewhere (other processes, other nodes), so the
 URI is made absolute once and every job receives it with its parent run
-(:mod:`crux.tracking.multirun` hands both over).
+(:mod:`crux.tracking.multirun` sets both for every job).
 
 Whatever keeps a command from using the store raises :class:`StoreError`, whose
 message is one line naming the store and the fix. A SQLite file is checked with
@@ -44,7 +44,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from crux.tracking.contract import CLAIM, PARENT_ID, SWEEP, SWEPT
 from crux.tracking.descriptions import experiment_tags
-from crux.tracking.secrets import PASSWORD_VARIABLE, POSTGRESQL, masked, without_password
+from crux.tracking.secrets import PASSWORD_VARIABLE, POSTGRESQL, masked, move_credentials, without_credentials
 
 log = logging.getLogger(__name__)
 
@@ -91,18 +91,27 @@ WRITING = Access("written", "tracking.uri=", "a store this command can write (sq
 
 
 def tracking_uri(configured: str | None) -> str:
-    """``configured``, else ``$MLFLOW_TRACKING_URI``, else ``mlflow.db`` in the working directory.
+    """The store's URI: ``configured``, else ``$MLFLOW_TRACKING_URI``, else ``mlflow.db`` in the working directory.
 
-    A relative SQLite path is made absolute against the working directory of the command that was typed; a
-    password is moved out of the URI into the environment (:func:`crux.tracking.secrets.without_password`), and out
-    of ``$MLFLOW_TRACKING_URI`` too, which the processes a sweep starts inherit.
+    A relative SQLite path is made absolute against the working directory of the command that was typed, and
+    credentials are left out (:func:`crux.tracking.secrets.without_credentials`): they reach the store's client by
+    the environment, where :func:`move_store_credentials` puts them. Nothing is written.
     """
-    if not configured and os.environ.get("MLFLOW_TRACKING_URI"):
-        os.environ["MLFLOW_TRACKING_URI"] = without_password(os.environ["MLFLOW_TRACKING_URI"])
-    uri = without_password(configured or os.environ.get("MLFLOW_TRACKING_URI") or f"{SQLITE}mlflow.db")
+    uri = without_credentials(configured or os.environ.get("MLFLOW_TRACKING_URI") or f"{SQLITE}mlflow.db")
     if uri.startswith(SQLITE):
         return f"{SQLITE}{Path(uri[len(SQLITE):]).resolve()}"
     return uri
+
+
+def move_store_credentials(configured: str | None) -> None:
+    """Move the credentials of the store's URI (``configured``, else ``$MLFLOW_TRACKING_URI``) into the
+    environment (:func:`crux.tracking.secrets.move_credentials`), where the store's client reads them and the
+    processes a sweep starts inherit them; ``$MLFLOW_TRACKING_URI`` keeps its URI without them. Called before the
+    store of :func:`tracking_uri` is opened."""
+    if configured:
+        move_credentials(configured)
+    elif os.environ.get("MLFLOW_TRACKING_URI"):
+        os.environ["MLFLOW_TRACKING_URI"] = move_credentials(os.environ["MLFLOW_TRACKING_URI"])
 
 
 def experiment_name(configured: str | None, choices: Mapping[str, str | None]) -> str:
