@@ -24,8 +24,9 @@ from crux.report.claims.capacity import capacity_verdict, without_option
 
 # width, first size, offload_data's batch, checkpoint_gradients' points: at a device's gigabytes, and at a declared
 # budget of a few MiB on a CPU. The points under growing depth are where the shallow plain update needs a small
-# share of the budget (on a TPU v5e about 1.1 GB of 15.75 GB over 131,072 points; on a CPU 0.7 MB of 4 MiB over
-# 64), so that the depth that does not fit is tens of layers, not hundreds: each layer is compiled unrolled.
+# share of the budget (on a TPU v5e 8.6 GB over 1,048,576 points, so about an eighth of that over 131,072; on a CPU
+# 0.7 MB of 4 MiB over 64), so that the depth that does not fit is tens of layers, not hundreds: each layer is
+# compiled unrolled.
 DEVICE, CPU = (256, 1024, 2 ** 16, 2 ** 17), (64, 64, 256, 64)
 
 
@@ -51,7 +52,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--width", type=int, default=None,
                         help="the networks' width (default: 256 on a device that reports its memory, else 64)")
     parser.add_argument("--start", type=int, default=None,
-                        help="the first point set tried where the points grow (default: 1024 on such a device, else 64)")
+                        help="the first point set tried where the points grow (default: 1024 on such a device, "
+                             "else 64)")
     parser.add_argument("--offload-batch", type=int, default=None,
                         help="offload_data's batch, and the on-device batches it is set against (default: 65536 on "
                              "such a device, else 256)")

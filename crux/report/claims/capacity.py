@@ -3,8 +3,8 @@
 A run of the capacity sweep carries its option (param ``capacity.option``) and its numbers (``capacity/...``
 metrics, :meth:`crux.capacity.Capacity.metrics`): the smallest size tried that does not fit the budget without
 the option (its points and hidden layers, and which of them grew: the layers for ``checkpoint_gradients``, the
-points for the others), what it needed (or that XLA refused it), and the option's run at that size, its peak and whether it
-trained within the budget. The budget is the device's memory, or a declared one on a CPU.
+points for the others), what it needed (or that XLA refused it), and the option's run at that size, its peak and
+whether it trained within the budget. The budget is the device's memory, or a declared one on a CPU.
 """
 from __future__ import annotations
 
