@@ -8,15 +8,20 @@ XLA refuses it with RESOURCE_EXHAUSTED); that size is evidence, recorded in one 
 that size trains a couple of updates, and its peak (``memory["peak_bytes"]``, :mod:`crux.device_memory`) is
 held to the budget.
 
-Sizes are points of the 1-D Poisson problem (``crux.problems.poisson1d``):
+Sizes are points of the 1-D Poisson problem (``crux.problems.poisson1d``) on a network of three hidden layers, or,
+for ``checkpoint_gradients``, its hidden layers over a fixed point set:
 
 - ``batchsize``: the full batch of N points does not fit; mini-batches of half the largest full batch that fits
   train over the N points.
 - ``accumulation_steps``: one batch of N points does not fit; micro-batches of half the largest batch that fits,
   as many as make an effective batch of N, train.
-- ``checkpoint_gradients``: on a deep network, the plain update over N points does not fit, the checkpointed one
-  does; the sizes are bisected further between the doublings, as rematerialising saves a fraction, not a
-  factor of two.
+- ``checkpoint_gradients``: the plain update of a network of L hidden layers over a fixed point set does not
+  fit, the checkpointed one does. Depth is what rematerialising saves on (each layer's activations); more
+  points grow the points' own arrays and every layer's alike, which it cannot drop (on a TPU v5e at 8 layers
+  the checkpointed update over 786,432 points was refused as the plain one was). The depths are bisected
+  further between the doublings, as rematerialising saves a fraction, not a factor of two. The fixed point set
+  is chosen where the shallow plain update needs a small share of the budget, so that the depth that does
+  not fit stays within tens of layers.
 - ``offload_data``: mini-batches drawn on the device from N points do not fit (the points do not); the same
   batches streamed from the host train, and their seconds per update are set against on-device batches of
   the largest point set that fits.
@@ -37,18 +42,21 @@ from crux.solver import Crux
 
 OPTIONS = ("batchsize", "accumulation_steps", "checkpoint_gradients", "offload_data")
 UPDATES = 2  # the option's run: enough to show that it trains, few enough for the largest sizes
+POINTS, LAYERS = "points", "layers"  # what a search grows: the point set, or the network's hidden layers
+SHALLOW = 3  # the hidden layers of a network whose point set grows, and the first depth tried where layers grow
+MAX_LAYERS = 1024  # the deepest network tried
 
 
 @dataclass(frozen=True)
 class Setup:
-    """The runs one option is shown with: the network, and the options of the run without it and with it at N
-    points (``largest``: the largest N that fitted without it)."""
+    """The runs one option is shown with: the options of the run without it and with it at size N (``largest``:
+    the largest N that fitted without it), and what the size counts (``grows``: points or hidden layers)."""
 
-    hidden: tuple[int, ...]
     without: Callable[[int], dict[str, Any]]
     with_option: Callable[[int, int], dict[str, Any]]
     refine: bool = False  # bisect between the doublings too
     growth: int = 2  # the factor from one size tried to the next
+    grows: str = POINTS
 
 
 def _mini_batches(n: int, largest: int) -> dict[str, Any]:
@@ -60,28 +68,34 @@ def _accumulated(n: int, largest: int) -> dict[str, Any]:
     return {"batchsize": b, "accumulation_steps": -(-n // b)}
 
 
-def setups(width: int, offload_batch: int) -> dict[str, Setup]:
-    """Each option's runs for networks of ``width`` (a deep one of 8 layers for checkpointing), with on-device
-    and offloaded batches of ``offload_batch`` points."""
-    shallow, deep = (width,) * 3, (width,) * 8
+def setups(offload_batch: int) -> dict[str, Setup]:
+    """Each option's runs, with on-device and offloaded batches of ``offload_batch`` points."""
     return {
-        "batchsize": Setup(shallow, lambda n: {}, _mini_batches),
-        "accumulation_steps": Setup(shallow, lambda n: {}, _accumulated),
-        "checkpoint_gradients": Setup(deep, lambda n: {}, lambda n, largest: {"checkpoint_gradients": True},
-                                      refine=True),
+        "batchsize": Setup(lambda n: {}, _mini_batches),
+        "accumulation_steps": Setup(lambda n: {}, _accumulated),
+        "checkpoint_gradients": Setup(lambda n: {}, lambda n, largest: {"checkpoint_gradients": True},
+                                      refine=True, grows=LAYERS),
         # the point set grows, the batches do not: sizes eight times apart are fine enough
-        "offload_data": Setup(shallow, lambda n: {"batchsize": offload_batch},
+        "offload_data": Setup(lambda n: {"batchsize": offload_batch},
                               lambda n, largest: {"batchsize": offload_batch, "offload_data": True}, growth=8),
     }
 
 
 @dataclass(frozen=True)
 class Attempt:
-    """One size tried without the option: what its compiled update needs, or XLA's refusal."""
+    """One size tried without the option: the network's hidden layers and the points, which of them the search
+    grew, and what its compiled update needs, or XLA's refusal."""
 
     points: int
+    layers: int
     needed: int | None  # temporaries, arguments and outputs of the compiled update
     refused: str | None = None  # XLA's RESOURCE_EXHAUSTED message
+    grows: str = POINTS
+
+    @property
+    def size(self) -> int:
+        """What the search grew: the points, or the hidden layers."""
+        return self.layers if self.grows == LAYERS else self.points
 
     def fits(self, budget: int) -> bool:
         return self.refused is None and self.needed is not None and self.needed <= budget
@@ -105,18 +119,20 @@ class Capacity:
     def does_not_fit(self) -> Attempt | None:
         """The smallest size tried that did not fit without the option (None: every size fitted)."""
         failing = [a for a in self.attempts if not a.fits(self.budget)]
-        return min(failing, key=lambda a: a.points) if failing else None
+        return min(failing, key=lambda a: a.size) if failing else None
 
     @property
     def largest_fit(self) -> Attempt | None:
         fitting = [a for a in self.attempts if a.fits(self.budget)]
-        return max(fitting, key=lambda a: a.points) if fitting else None
+        return max(fitting, key=lambda a: a.size) if fitting else None
 
     def metrics(self) -> dict[str, float]:
         """The numbers a verdict is given: ``capacity/...`` (NaN where there is none)."""
         failing, nan = self.does_not_fit, math.nan
         return {"capacity/budget_bytes": float(self.budget),
                 "capacity/points": float(failing.points) if failing else nan,
+                "capacity/layers": float(failing.layers) if failing else nan,
+                "capacity/grows_layers": float(self.attempts[0].grows == LAYERS) if self.attempts else nan,
                 "capacity/needed_bytes": float(failing.needed) if failing and failing.needed is not None else nan,
                 "capacity/refused": float(bool(failing and failing.refused)),
                 "capacity/option_peak_bytes": float(self.peak) if self.peak is not None else nan,
@@ -132,7 +148,7 @@ def _solver(points: int, hidden: Sequence[int], seed: int = 0) -> Crux:
     return problem.solver()
 
 
-def attempt(points: int, hidden: Sequence[int], options: dict[str, Any]) -> Attempt:
+def attempt(points: int, hidden: Sequence[int], options: dict[str, Any], grows: str = POINTS) -> Attempt:
     """The update of ``options`` over ``points`` points, compiled and not run: what it needs, or the refusal."""
     try:
         memory = _solver(points, hidden).compiled_memory(**options)
@@ -140,14 +156,15 @@ def attempt(points: int, hidden: Sequence[int], options: dict[str, Any]) -> Atte
         refused = device_memory.refusal(error)
         if refused is None:
             raise
-        return Attempt(points, None, refused)
-    return Attempt(points, device_memory.compiled_bytes(memory))
+        return Attempt(points, len(hidden), None, refused, grows)
+    return Attempt(points, len(hidden), device_memory.compiled_bytes(memory), grows=grows)
 
 
 def _factor(tried: Attempt, budget: int, growth: int) -> int:
     """The factor to the next size up: ``growth``, or, where ``tried`` needs a small share of ``budget``, the
-    largest power of ``growth`` that keeps its need, grown in proportion to the points, within half the budget
-    (a PINN's update needs memory in proportion to its points once they fill the device's tiles)."""
+    largest power of ``growth`` that keeps its need, grown in proportion to the size, within half the budget
+    (a PINN's update needs memory in proportion to its points once they fill the device's tiles, and to its
+    layers less a part that depth does not grow, so the jump falls short rather than over)."""
     if tried.needed is None or tried.needed <= 0 or budget <= 2 * tried.needed * growth:
         return growth
     return growth ** max(int(math.log(budget / (2 * tried.needed), growth)), 1)
@@ -165,16 +182,16 @@ def smallest_not_fitting(budget: int, try_size: Callable[[int], Attempt], start:
     while tried[-1].fits(budget) == fits_first:
         if fits_first:
             factor = _factor(tried[-1], budget, growth)
-            while factor > growth and tried[-1].points * factor > limit:
+            while factor > growth and tried[-1].size * factor > limit:
                 factor //= growth
-            size = tried[-1].points * factor
+            size = tried[-1].size * factor
         else:
-            size = tried[-1].points // 2
+            size = tried[-1].size // 2
         if not 1 <= size <= limit:
             return tried  # every size fits, or none does: nothing to bracket
         tried.append(try_size(size))
-    low = max(a.points for a in tried if a.fits(budget))
-    high = min(a.points for a in tried if not a.fits(budget))
+    low = max(a.size for a in tried if a.fits(budget))
+    high = min(a.size for a in tried if not a.fits(budget))
     while high > low * growth:  # a jump overshot: halve the powers of growth between them
         middle = low * growth ** max(round(math.log(high / low, growth) / 2), 1)
         tried.append(try_size(middle))
@@ -188,8 +205,13 @@ def smallest_not_fitting(budget: int, try_size: Callable[[int], Attempt], start:
 
 
 def measure(option: str, budget: int, width: int = 64, start: int = 64, limit: int = 2 ** 26,
-            offload_batch: int = 256, compiled: dict[tuple, Attempt] | None = None) -> Capacity:
+            offload_batch: int = 256, depth_points: int = 256,
+            compiled: dict[tuple, Attempt] | None = None) -> Capacity:
     """Show ``option`` (one of :data:`OPTIONS`) at the smallest size that does not fit ``budget`` bytes without it.
+
+    Points grow from ``start`` up to ``limit`` on networks of :data:`SHALLOW` hidden layers; for
+    ``checkpoint_gradients`` the hidden layers grow, from :data:`SHALLOW` up to :data:`MAX_LAYERS`, over
+    ``depth_points`` points.
 
     Nothing that does not fit stops it: a size that does not fit is recorded as such; the option's own run is
     recorded as not trained, with XLA's message, if it does not fit either. ``compiled`` keeps the sizes tried
@@ -198,16 +220,19 @@ def measure(option: str, budget: int, width: int = 64, start: int = 64, limit: i
     """
     if option not in OPTIONS:
         raise ValueError(f"capacity: no option {option!r}; choose from {', '.join(OPTIONS)}")
-    setup = setups(width, offload_batch)[option]
+    setup = setups(offload_batch)[option]
     if option == "offload_data":  # a batch of offload_batch needs a larger point set to be drawn from
         start = max(start, 2 * offload_batch)
+    if setup.grows == LAYERS:
+        start, limit = SHALLOW, MAX_LAYERS
     compiled = {} if compiled is None else compiled
 
-    def try_size(points: int) -> Attempt:
-        without = setup.without(points)
-        key = (points, setup.hidden, tuple(sorted(without.items())))
+    def try_size(size: int) -> Attempt:
+        points, layers = (depth_points, size) if setup.grows == LAYERS else (size, SHALLOW)
+        without = setup.without(size)
+        key = (setup.grows, points, (width,) * layers, tuple(sorted(without.items())))  # an Attempt knows what grew
         if key not in compiled:
-            compiled[key] = attempt(points, setup.hidden, without)
+            compiled[key] = attempt(points, (width,) * layers, without, setup.grows)
         return compiled[key]
 
     attempts = smallest_not_fitting(budget, try_size, start, limit, setup.refine, setup.growth)
@@ -215,11 +240,12 @@ def measure(option: str, budget: int, width: int = 64, start: int = 64, limit: i
     failing, largest = capacity.does_not_fit, capacity.largest_fit
     if failing is None or largest is None:  # every size fitted, or not even the first did: nothing to show
         return capacity
-    options = setup.with_option(failing.points, largest.points)
-    run = _train(failing.points, setup.hidden, options, budget)
+    options = setup.with_option(failing.size, largest.size)
+    run = _train(failing.points, (width,) * failing.layers, options, budget)
     reference = None
     if option == "offload_data" and run["trained"]:
-        reference = _train(largest.points, setup.hidden, setup.without(largest.points), budget)["step_seconds"]
+        reference = _train(largest.points, (width,) * largest.layers, setup.without(largest.size),
+                           budget)["step_seconds"]
     return Capacity(option, budget, tuple(attempts), options, run["peak"], run["trained"], run["error"],
                     run["step_seconds"], reference)
 

@@ -3,10 +3,12 @@
     python scripts/capacity.py --options checkpoint_gradients --out capacity.json   # on a device: its memory
     python scripts/capacity.py --budget-bytes 4194304                                # on a CPU: a declared budget
 
-Sizes are points of the 1-D Poisson problem, grown from --start to the smallest power-of-two multiple that the run
-without the option does not fit (XLA's compiled memory analysis needs more, or XLA refuses with RESOURCE_EXHAUSTED); the option's run
-then trains two updates at that size and its peak is held to the budget (crux.capacity). On a device the budget
-is its memory (memory_stats()["bytes_limit"]); a CPU reports none, so the budget is declared there.
+Sizes are points of the 1-D Poisson problem on three hidden layers, grown from --start to the smallest power-of-two
+multiple that the run without the option does not fit (XLA's compiled memory analysis needs more, or XLA refuses
+with RESOURCE_EXHAUSTED); for checkpoint_gradients they are the network's hidden layers over --depth-points
+points, doubled from three and bisected, as depth is what rematerialising saves on. The option's run then trains
+two updates at that size and its peak is held to the budget (crux.capacity). On a device the budget is its
+memory (memory_stats()["bytes_limit"]); a CPU reports none, so the budget is declared there.
 """
 from __future__ import annotations
 
@@ -18,10 +20,14 @@ from pathlib import Path
 from typing import Sequence
 
 from crux import capacity
-from crux.report.claims.capacity import capacity_verdict
+from crux.report.claims.capacity import capacity_verdict, without_option
 
-# width, first size, offload_data's batch: at a device's gigabytes, and at a declared budget of a few MiB on a CPU
-DEVICE, CPU = (256, 1024, 2 ** 16), (64, 64, 256)
+# width, first size, offload_data's batch, checkpoint_gradients' points: at a device's gigabytes, and at a declared
+# budget of a few MiB on a CPU. The points under growing depth are where the shallow plain update needs a small
+# share of the budget (on a TPU v5e 8.6 GB over 1,048,576 points, so about an eighth of that over 131,072; on a CPU
+# 0.7 MB of 4 MiB over 64), so that the depth that does not fit is tens of layers, not hundreds: each layer is
+# compiled unrolled.
+DEVICE, CPU = (256, 1024, 2 ** 16, 2 ** 17), (64, 64, 256, 64)
 
 
 def line(result: capacity.Capacity, verdict: str) -> str:
@@ -31,8 +37,9 @@ def line(result: capacity.Capacity, verdict: str) -> str:
         return f"{result.option}: every size tried fits {result.budget:,} bytes; verdict {verdict}"
     needed = "refused (RESOURCE_EXHAUSTED)" if failing.refused else f"needs {failing.needed:,} bytes"
     peak = f"peak {result.peak:,} bytes" if result.peak is not None else f"not trained ({result.error})"
-    return (f"{result.option}: {failing.points:,} points do not fit without it ({needed}, limit "
-            f"{result.budget:,} bytes); with {result.run_options}: {peak}; verdict {verdict}")
+    run = without_option(result.option, failing.points, failing.layers, failing.grows == capacity.LAYERS)
+    return (f"{result.option}: {run} does not fit ({needed}, limit {result.budget:,} bytes); "
+            f"with {result.run_options}: {peak}; verdict {verdict}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -45,10 +52,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--width", type=int, default=None,
                         help="the networks' width (default: 256 on a device that reports its memory, else 64)")
     parser.add_argument("--start", type=int, default=None,
-                        help="the first size tried, in points (default: 1024 on such a device, else 64)")
+                        help="the first point set tried where the points grow (default: 1024 on such a device, "
+                             "else 64)")
     parser.add_argument("--offload-batch", type=int, default=None,
                         help="offload_data's batch, and the on-device batches it is set against (default: 65536 on "
                              "such a device, else 256)")
+    parser.add_argument("--depth-points", type=int, default=None,
+                        help="checkpoint_gradients' point set, over which the network's hidden layers grow (default: "
+                             "131072 on such a device, else 64)")
     parser.add_argument("--out", type=Path, default=None, help="write the results and verdicts to this JSON file")
     args = parser.parse_args(argv)
     options = [o.strip() for o in args.options.split(",") if o.strip()]
@@ -61,14 +72,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("this device reports no memory limit (a CPU): declare one, e.g. --budget-bytes 4194304")
     if budget <= 0:
         parser.error(f"--budget-bytes {budget}: give a positive number of bytes")
-    width, start, batch = [given if given is not None else default for given, default in
-                           zip((args.width, args.start, args.offload_batch), DEVICE if device is not None else CPU)]
-    if min(width, start, batch) < 1:
-        parser.error(f"--width {width}, --start {start}, --offload-batch {batch}: each must be at least 1")
+    width, start, batch, depth_points = [
+        given if given is not None else default for given, default in
+        zip((args.width, args.start, args.offload_batch, args.depth_points), DEVICE if device is not None else CPU)]
+    if min(width, start, batch, depth_points) < 1:
+        parser.error(f"--width {width}, --start {start}, --offload-batch {batch}, --depth-points {depth_points}: "
+                     f"each must be at least 1")
     logging.getLogger("crux").setLevel(logging.WARNING)
     results, compiled = [], {}
     for option in options:
-        result = capacity.measure(option, budget, width=width, start=start, offload_batch=batch, compiled=compiled)
+        result = capacity.measure(option, budget, width=width, start=start, offload_batch=batch,
+                                  depth_points=depth_points, compiled=compiled)
         verdict = capacity_verdict(option, result.metrics())
         print(line(result, verdict.verdict), flush=True)
         results.append({"option": option, "attempts": [vars(a) for a in result.attempts],

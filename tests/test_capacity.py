@@ -8,8 +8,10 @@ from crux.model import Model
 from crux.report.claims.capacity import capacity_verdict
 from scripts_path import capacity
 
-# Small enough for a CPU: a 1 MiB budget, networks 16 wide, batches of 64 for offload_data.
-SMALL = ["--budget-bytes", str(2 ** 20), "--width", "16", "--start", "256", "--offload-batch", "64"]
+# Small enough for a CPU: a 1 MiB budget, networks 16 wide, batches of 64 for offload_data, depth grown over 512
+# points for checkpoint_gradients (the plain update does not fit at five layers).
+SMALL = ["--budget-bytes", str(2 ** 20), "--width", "16", "--start", "256", "--offload-batch", "64",
+         "--depth-points", "512"]
 
 
 def test_every_option_trains_where_the_run_without_it_does_not_fit(tmp_path, capsys):
@@ -24,17 +26,24 @@ def test_every_option_trains_where_the_run_without_it_does_not_fit(tmp_path, cap
         evidence = verdict["evidence"]
         # the size that does not fit needed more than the budget; the option's run there stayed within it
         assert evidence["needed_bytes"] > evidence["budget_bytes"] >= evidence["option_peak_bytes"]
-        largest = max(a["points"] for a in result["attempts"] if a["needed"] <= evidence["budget_bytes"])
-        assert largest < evidence["points"]
+        # what grew: the hidden layers over fixed points for checkpointing, the points on 3 layers for the others
+        grown, fixed = ("layers", "points") if result["option"] == "checkpoint_gradients" else ("points", "layers")
+        assert evidence["grows_layers"] == (grown == "layers")
+        assert {a["grows"] for a in result["attempts"]} == {grown}
+        assert len({a[fixed] for a in result["attempts"]}) == 1
+        largest = max(a[grown] for a in result["attempts"] if a["needed"] <= evidence["budget_bytes"])
+        assert largest < evidence[grown]
+        assert f"{int(evidence['layers'])} hidden layers" in verdict["summary"]
     options = {r["option"]: r["run_options"] for r in results}
     assert options["accumulation_steps"]["accumulation_steps"] > 1 and options["offload_data"]["offload_data"]
+    assert "the plain update of a network of" in lines[2]
 
 
 def test_checkpointing_that_saves_nothing_fails(monkeypatch):
-    """Checkpointing planted as a no-op (every form applies the plain network): the plain update that does not
-    fit is what it runs, so it does not train within the budget."""
+    """Checkpointing planted as a no-op (every form applies the plain network): the plain update of the depth that
+    does not fit is what it runs, so it does not train within the budget."""
     monkeypatch.setattr(Model, "applied", lambda self, form="plain": self.apply)
-    result = library.measure("checkpoint_gradients", 2 ** 20, width=16, start=256)
+    result = library.measure("checkpoint_gradients", 2 ** 20, width=16, depth_points=512)
     verdict = capacity_verdict("checkpoint_gradients", result.metrics())
     assert verdict.verdict == "fails", verdict.summary
     assert result.peak > result.budget and "does not train within the budget" in verdict.summary
@@ -53,15 +62,15 @@ def test_a_cpu_needs_a_declared_budget(capsys):
 ])
 def test_sizes_are_bracketed_from_any_start(start, refine, expected):
     """A size needs its own number of bytes; the budget, 400, lies between 256 and 512 (and 384 and 448)."""
-    tried = library.smallest_not_fitting(400, lambda n: library.Attempt(n, n), start, 2 ** 20, refine)
+    tried = library.smallest_not_fitting(400, lambda n: library.Attempt(n, 3, n), start, 2 ** 20, refine)
     assert [a.points for a in tried] == expected
 
 
 def test_sizes_that_all_fit_or_none_fits_are_reported_as_tried():
     # far under the budget: the jump stops at the largest size within the limit, and that fits too
-    assert [a.points for a in library.smallest_not_fitting(10 ** 9, lambda n: library.Attempt(n, n), 64, 256)] == \
+    assert [a.points for a in library.smallest_not_fitting(10 ** 9, lambda n: library.Attempt(n, 3, n), 64, 256)] == \
         [64, 256]
-    assert [a.points for a in library.smallest_not_fitting(0, lambda n: library.Attempt(n, n), 4, 256)] == [4, 2, 1]
+    assert [a.points for a in library.smallest_not_fitting(0, lambda n: library.Attempt(n, 3, n), 4, 256)] == [4, 2, 1]
 
 
 @pytest.mark.parametrize("need, bracket, at_most", [
@@ -72,7 +81,7 @@ def test_a_size_far_under_the_budget_jumps_and_is_bisected_back_to_the_smallest_
         need, bracket, at_most):
     """From 4 points, far under a budget of 10^7 bytes, the search ends at the same two neighbouring powers of two
     as doubling would (13 sizes from 4 to 16384), in fewer compiles."""
-    tried = library.smallest_not_fitting(10 ** 7, lambda n: library.Attempt(n, need(n)), 4, 2 ** 30)
+    tried = library.smallest_not_fitting(10 ** 7, lambda n: library.Attempt(n, 3, need(n)), 4, 2 ** 30)
     low = max(a.points for a in tried if a.fits(10 ** 7))
     high = min(a.points for a in tried if not a.fits(10 ** 7))
     assert (low, high) == bracket

@@ -2,8 +2,9 @@
 
 A run of the capacity sweep carries its option (param ``capacity.option``) and its numbers (``capacity/...``
 metrics, :meth:`crux.capacity.Capacity.metrics`): the smallest size tried that does not fit the budget without
-the option, what it needed (or that XLA refused it), and the option's run at that size, its peak and whether it
-trained within the budget. The budget is the device's memory, or a declared one on a CPU.
+the option (its points and hidden layers, and which of them grew: the layers for ``checkpoint_gradients``, the
+points for the others), what it needed (or that XLA refused it), and the option's run at that size, its peak and
+whether it trained within the budget. The budget is the device's memory, or a declared one on a CPU.
 """
 from __future__ import annotations
 
@@ -40,12 +41,26 @@ def check_capacity(records: list[RunRecord]) -> list[Verdict]:
     return [capacity_verdict(r.params[OPTION], r.metrics, (r.run_id,)) for r in runs]
 
 
+def without_option(option: str, points: float, layers: float, grows_layers: bool) -> str:
+    """The run without ``option`` at one size, in words: "the plain update of a network of 96 hidden layers over
+    4,096 points" where the layers grew, "the full batch over 4,194,304 points (3 hidden layers)" where the
+    points did (the layers left out where a record has none)."""
+    if math.isnan(layers):
+        return f"{WITHOUT[option]} over {int(points):,} points"
+    if grows_layers:
+        return f"{WITHOUT[option]} of a network of {int(layers)} hidden layers over {int(points):,} points"
+    return f"{WITHOUT[option]} over {int(points):,} points ({int(layers)} hidden layers)"
+
+
 def capacity_verdict(option: str, metrics: Mapping[str, float], runs: tuple[str, ...] = ()) -> Verdict:
     """Holds where the run without ``option`` does not fit at a size where the option's run trains within the
     budget; fails where the option's run does not; inconclusive where no size tried failed to fit."""
     claim, name = CLAIMS[option], f"capacity.{option}"
     budget, points = metrics["capacity/budget_bytes"], metrics["capacity/points"]
-    test = (f"{WITHOUT[option]} at the smallest size (points, doubling) that does not fit {fmt_bytes(budget)}, "
+    grows_layers = metrics.get("capacity/grows_layers", 0.0) > 0
+    size = ("depth (hidden layers over a fixed point set, doubling, then bisected)" if grows_layers
+            else "point set (growing)")
+    test = (f"{WITHOUT[option]} at the smallest {size} that does not fit {fmt_bytes(budget)}, "
             f"against {option}'s run at that size: it must train within the budget")
     evidence = {k.removeprefix("capacity/"): v for k, v in metrics.items() if k.startswith("capacity/")}
     if math.isnan(points):
@@ -54,7 +69,8 @@ def capacity_verdict(option: str, metrics: Mapping[str, float], runs: tuple[str,
                              f"sizes", evidence, runs=runs)
     needed = metrics["capacity/needed_bytes"]
     refused = metrics.get("capacity/refused", 0.0) > 0 or math.isnan(needed)
-    not_fit = (f"{WITHOUT[option]} over {int(points):,} points does not fit: "
+    not_fit = (f"{without_option(option, points, metrics.get('capacity/layers', math.nan), grows_layers)} "
+               f"does not fit: "
                + ("XLA refused it (RESOURCE_EXHAUSTED)" if refused else f"it needs {fmt_bytes(needed)}")
                + f" against {fmt_bytes(budget)}")
     peak, trained = metrics["capacity/option_peak_bytes"], metrics["capacity/option_trained"] > 0
