@@ -9,7 +9,8 @@
 # Steps: the claim sweeps (accumulation inner_steps checkpoint offload substeps phases resume precision devices),
 # each followed by its report; functions (scripts/function_accuracy.py: the float32 accuracy of the activations and
 # of matrix products, on the accelerator and on the CPU); bench (scripts/bench.py, with $BENCH_ARGS appended);
-# capacity (scripts/capacity.py). `devices` runs only where
+# capacity (scripts/capacity.py). The bench times the hand-written scans unrolled four to a turn too: on a TPU
+# that form is the fastest hand-written one, the baseline crux is held to. `devices` runs only where
 # JAX sees more than one device; REPORTS=0 leaves the reports to be made from the returned store. A step that
 # fails or runs out of its time limit does not stop the next; the log says which. One command on a device machine
 # may be limited (10 minutes on the lent TPU; BUDGET_S, default 570 s): name the steps to run a part, and the next
@@ -205,7 +206,8 @@ for name in "${chosen[@]}"; do
                 step bench 20 0 "$python" "$root/scripts/bench.py" --quick --problems small --repeats 2 --out "$OUT" ${BENCH_ARGS:-}
             else
                 step bench 60 0 "$python" "$root/scripts/bench.py" --problems standard,small,fusing,throughput \
-                    --sizes 16384,65536 --widths 64,256 --peak-tflops "${PEAK_TFLOPS:-197}" --out "$OUT" ${BENCH_ARGS:-}
+                    --sizes 16384,65536 --widths 64,256 --peak-tflops "${PEAK_TFLOPS:-197}" --loop-forms unroll=4 \
+                    --out "$OUT" ${BENCH_ARGS:-}
             fi ;;
         capacity)
             if [[ ! -f "$root/scripts/capacity.py" ]]; then
