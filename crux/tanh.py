@@ -20,9 +20,10 @@ import jax.numpy as jnp
 import numpy as np
 from numpy.polynomial import polynomial
 
+from crux import precision as matmul
+
 DEPTH = 13  # partial denominators 1, 3, ..., 27: 4.6e-9 relative error on [-9, 9], below float32's half ulp
 LIMIT = 9.0  # |x| beyond which float32 rounds tanh to +-1 (1 - tanh(9) = 3e-8, under half the spacing below 1)
-FAST = ("default", "bfloat16", "fastest")  # the precisions at which the device's own tanh is used
 
 
 def _convergent(depth: int) -> tuple[np.ndarray, np.ndarray]:
@@ -61,6 +62,7 @@ def _accurate_tanh_jvp(primals, tangents):
 def tanh(x: jax.Array) -> jax.Array:
     """``jnp.tanh`` where it is accurate or where the fastest arithmetic was asked for; else :func:`accurate_tanh`
     (chosen while the program is traced: part of what it is)."""
-    if jax.default_backend() != "tpu" or jax.config.jax_default_matmul_precision in FAST:
+    traced_at = jax.config.jax_default_matmul_precision
+    if jax.default_backend() != "tpu" or matmul.SYNONYMS.get(traced_at, traced_at) == "default":
         return jnp.tanh(x)
     return accurate_tanh(x)
