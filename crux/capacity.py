@@ -142,7 +142,7 @@ class Capacity:
                                                     if self.reference_step_seconds is not None else nan)}
 
 
-def _solver(points: int, hidden: Sequence[int], seed: int = 0) -> Crux:
+def poisson_solver(points: int, hidden: Sequence[int], seed: int = 0) -> Crux:
     problem = poisson1d(n_interior=points, hidden=tuple(hidden), seed=seed)
     problem.models["u"].optimizer(optax.adam).scale(lrs(1e-3))
     return problem.solver()
@@ -151,7 +151,7 @@ def _solver(points: int, hidden: Sequence[int], seed: int = 0) -> Crux:
 def attempt(points: int, hidden: Sequence[int], options: dict[str, Any], grows: str = POINTS) -> Attempt:
     """The update of ``options`` over ``points`` points, compiled and not run: what it needs, or the refusal."""
     try:
-        memory = _solver(points, hidden).compiled_memory(**options)
+        memory = poisson_solver(points, hidden).compiled_memory(**options)
     except Exception as error:  # XLA's own error type differs between versions; its message does not
         refused = device_memory.refusal(error)
         if refused is None:
@@ -241,19 +241,19 @@ def measure(option: str, budget: int, width: int = 64, start: int = 64, limit: i
     if failing is None or largest is None:  # every size fitted, or not even the first did: nothing to show
         return capacity
     options = setup.with_option(failing.size, largest.size)
-    run = _train(failing.points, (width,) * failing.layers, options, budget)
+    run = train(failing.points, (width,) * failing.layers, options, budget)
     reference = None
     if option == "offload_data" and run["trained"]:
-        reference = _train(largest.points, (width,) * largest.layers, setup.without(largest.size),
+        reference = train(largest.points, (width,) * largest.layers, setup.without(largest.size),
                            budget)["step_seconds"]
     return Capacity(option, budget, tuple(attempts), options, run["peak"], run["trained"], run["error"],
                     run["step_seconds"], reference)
 
 
-def _train(points: int, hidden: Sequence[int], options: dict[str, Any], budget: int) -> dict[str, Any]:
+def train(points: int, hidden: Sequence[int], options: dict[str, Any], budget: int) -> dict[str, Any]:
     """A couple of updates of ``options`` over ``points``: its peak bytes, whether it trained within ``budget``."""
     try:
-        stats = _solver(points, hidden).solve(UPDATES, **options)
+        stats = poisson_solver(points, hidden).solve(UPDATES, **options)
     except Exception as error:
         refused = device_memory.refusal(error)
         if refused is None:

@@ -8,6 +8,7 @@ mark rose during the solve. Backends without ``memory_stats()`` (the CPU) give t
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -15,6 +16,10 @@ import jax
 
 COMPILED = ("temp_bytes", "argument_bytes", "output_bytes")  # the compiled program's figures that make its peak
 REFUSED = "RESOURCE_EXHAUSTED"  # how XLA says a program or a buffer does not fit the device
+# How XLA's refusal names what the program needed: "the total memory required for HLO temporaries (32.02G)", the
+# figure in binary units (the same message gives a v5e's 16,909,336,064 bytes as "15.75G").
+_REQUIRED = re.compile(r"required for [^(]*\((\d+(?:\.\d+)?)([KMGT]?)\)")
+_UNITS = {"": 1, "K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30, "T": 2 ** 40}
 
 
 @dataclass(frozen=True)
@@ -65,3 +70,9 @@ def refusal(error: BaseException) -> str | None:
     error type differs between versions, its status code does not."""
     text = str(error)
     return text.strip().splitlines()[0][:300] if REFUSED in text else None
+
+
+def refused_bytes(message: str) -> int | None:
+    """The bytes XLA's refusal says the program needed (to its two decimals of its unit), None where it names none."""
+    match = _REQUIRED.search(message)
+    return round(float(match.group(1)) * _UNITS[match.group(2)]) if match else None

@@ -9,7 +9,9 @@
 # Steps: the claim sweeps (accumulation inner_steps checkpoint offload substeps phases resume precision devices),
 # each followed by its report; functions (scripts/function_accuracy.py: the float32 accuracy of the activations and
 # of matrix products, on the accelerator and on the CPU); bench (scripts/bench.py, with $BENCH_ARGS appended);
-# capacity (scripts/capacity.py). The bench times the hand-written scans unrolled four to a turn too: on a TPU
+# anatomy (scripts/step_anatomy.py --profile: the device's time per instruction of a fused update, crux beside
+# the hand-written scans); capacity (scripts/capacity.py, with $CAPACITY_ARGS appended); scale
+# (scripts/memory_at_scale.py: checkpoint_gradients' forms and offload_data at the chip's sizes). The bench times the hand-written scans unrolled four to a turn too: on a TPU
 # that form is the fastest hand-written one, the baseline crux is held to. `devices` runs only where
 # JAX sees more than one device; REPORTS=0 leaves the reports to be made from the returned store. A step that
 # fails or runs out of its time limit does not stop the next; the log says which. One command on a device machine
@@ -28,14 +30,15 @@
 # that the returned mlflow.db.gz and reports.tgz, unpacked there on another machine, make the same reports.
 #
 # $OUT receives (at most 8 files): device_check.log, environment.txt, bench.md, bench.json, capacity.json,
-# mlflow.db.gz, reports.tgz (report folders, the MLflow artifacts, Hydra's multirun logs).
+# scale.json, mlflow.db.gz, reports.tgz (report folders, the MLflow artifacts, Hydra's multirun logs, the
+# anatomy's tables, HLO and per-instruction times).
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 python=$(command -v "${PYTHON:-python3}") || { echo "no ${PYTHON:-python3} here" >&2; exit 2; }
 python="$(cd "$(dirname "$python")" && pwd)/$(basename "$python")"  # absolute (not resolved): the steps run elsewhere
 sweeps=(accumulation inner_steps checkpoint offload substeps phases resume precision devices)
-every_step=("${sweeps[@]}" functions bench capacity)
+every_step=("${sweeps[@]}" functions bench anatomy capacity scale)
 
 prepare() {  # $1: "full" to carry the index's packages too
     local wheels="$root/.wheels" index_names
@@ -209,14 +212,19 @@ for name in "${chosen[@]}"; do
                     --sizes 16384,65536 --widths 64,256 --peak-tflops "${PEAK_TFLOPS:-197}" --loop-forms unroll=4 \
                     --out "$OUT" ${BENCH_ARGS:-}
             fi ;;
+        anatomy)
+            step anatomy 60 240 "$python" "$root/scripts/step_anatomy.py" --quick --profile --repeats "$( ((dry)) \
+                && echo 1 || echo 3)" --out "$work/anatomy" ;;
         capacity)
-            if [[ ! -f "$root/scripts/capacity.py" ]]; then
-                echo "== capacity: skipped, this checkout has no scripts/capacity.py"
-            elif (( dry )); then
-                step capacity 20 0 "$python" "$root/scripts/capacity.py" --budget-bytes 4194304 --out "$OUT/capacity.json"
+            # shellcheck disable=SC2086
+            if (( dry )); then
+                step capacity 20 0 "$python" "$root/scripts/capacity.py" --budget-bytes 4194304 --out "$OUT/capacity.json" \
+                    ${CAPACITY_ARGS:-}
             else
-                step capacity 60 300 "$python" "$root/scripts/capacity.py" --out "$OUT/capacity.json"
+                step capacity 60 300 "$python" "$root/scripts/capacity.py" --out "$OUT/capacity.json" ${CAPACITY_ARGS:-}
             fi ;;
+        scale)
+            step scale 30 300 "$python" "$root/scripts/memory_at_scale.py" --out "$OUT/scale.json" ;;
         devices)
             if (( ${device_count:-1} < 2 )); then
                 echo "== devices: skipped, JAX sees one device here"

@@ -3,6 +3,12 @@
 
     python scripts/step_anatomy.py                      # small and standard, inner_steps=100
     python scripts/step_anatomy.py --quick --out DIR    # fewer updates; also writes DIR/anatomy.md
+    python scripts/step_anatomy.py --quick --profile --out DIR   # and each variant's device time per op
+
+With ``--profile`` each variant's rounds are traced once more (``jax.profiler``) and the device's own time per
+update is split by compiled instruction: what the device is busy with against the wall time of an update (the
+rest is the device waiting: dispatch, the loop's turns, the host). DIR also receives each variant's optimised
+HLO, to read what a costly fusion computes.
 
 On a GPU a fused update costs about a kernel launch per fusion, library call and copy in the loop body,
 so the body's instruction count explains most of a gap to the hand-written ``lax.scan`` of
@@ -23,7 +29,8 @@ timed in interleaved rounds:
   flat vector: what unpacking costs;
 - ``crux, layer arrays``: the tree layout with a network that keeps one array per layer (no stacks), the
   structure of the hand-written loop;
-- ``hand scan``: scripts/bench.py's hand-written scan with the hand-derived Taylor u''.
+- ``hand scan``: scripts/bench.py's hand-written scan with the hand-derived Taylor u'';
+- ``hand scan, unrolled 4x``: the same scan four updates to a turn, the fastest hand-written form on a TPU.
 
 The crux diagnostics patch crux internals here only; they are not options. The header records
 ``XLA_FLAGS``: on a GPU, ``XLA_FLAGS=--xla_gpu_enable_command_buffer=+WHILE`` keeps the loop itself in the CUDA graph.
@@ -37,11 +44,13 @@ import functools
 import os
 import re
 import sys
+import tempfile
 from pathlib import Path
 from typing import Iterator
 
 import jax
 import jax.numpy as jnp
+from jax.profiler import ProfileData
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402  (scripts/bench.py: problems, variants, interleaved timing)
@@ -139,14 +148,72 @@ class PatchedCrux(bench.CruxVariant):
             return super().run(steps)
 
 
-def body_of(variant: bench.Variant) -> collections.Counter:
+CONTROL = ("while", "conditional", "call")  # instructions whose events span the ones they run
+
+
+def hlo_of(variant: bench.Variant) -> str:
+    """The optimised HLO text of the program ``variant`` runs."""
     if isinstance(variant, bench.CruxVariant):
         with patched(variant.patches):  # the key of the program its solve() compiled
-            return loop_body_ops(variant.solver.compiled_call(**variant.options).call.as_text())
-    return loop_body_ops(variant.call.as_text())
+            return variant.solver.compiled_call(**variant.options).call.as_text()
+    return variant.call.as_text()
 
 
-def anatomy(name: str, n: int, hidden: tuple[int, ...], steps: int, repeats: int, k: int, log) -> str:
+def device_time(variant: bench.Variant, steps: int) -> tuple[float, dict[str, float], collections.Counter]:
+    """One round of ``steps`` updates traced: its wall seconds per update, the device's seconds per update by
+    timeline (``XLA Modules``: whole programs, ``XLA Ops``: instructions, loops excluded), and per instruction."""
+    with tempfile.TemporaryDirectory() as folder:
+        with jax.profiler.trace(folder):
+            wall, _ = variant.run(steps)
+        paths = list(Path(folder).rglob("*.xplane.pb"))
+        data = ProfileData.from_file(str(paths[0]))
+    per_op: collections.Counter = collections.Counter()
+    lines: dict[str, float] = collections.defaultdict(float)
+    for plane in data.planes:
+        on_device = plane.name.startswith("/device:")
+        for line in plane.lines:
+            for event in line.events:
+                hlo_op = dict(event.stats).get("hlo_op") if not on_device else None
+                if on_device and line.name in ("XLA Modules", "XLA Ops"):
+                    name, timeline = event.name, line.name
+                elif hlo_op is not None:  # a CPU: the instructions' events sit on the host's threads
+                    name, timeline = str(hlo_op), "XLA Ops"
+                else:
+                    continue
+                if timeline == "XLA Ops":
+                    if name.split(".")[0] in CONTROL:
+                        continue
+                    per_op[name] += event.duration_ns * 1e-9 / steps
+                lines[timeline] += event.duration_ns * 1e-9 / steps
+    return wall / steps, dict(lines), per_op
+
+
+def profile(variants: list[bench.Variant], steps: int, out: Path | None, tag: str) -> str:
+    """Per variant: wall time per update against the device's busy time, and its costliest instructions."""
+    rows = [f"### {tag}: device time per update ({steps} updates traced)", "",
+            "| variant | wall µs | programs µs | instructions µs | instructions | top instructions (µs) |",
+            "|---|---:|---:|---:|---:|---|"]
+    for variant in variants:
+        wall, lines, per_op = device_time(variant, steps)
+        top = ", ".join(f"{name} {seconds * 1e6:.2f}" for name, seconds in per_op.most_common(12))
+        rows.append(f"| {variant.name} | {wall * 1e6:.2f} | {lines.get('XLA Modules', 0) * 1e6:.2f} | "
+                    f"{lines.get('XLA Ops', 0) * 1e6:.2f} | {len(per_op)} | {top} |")
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            slug = re.sub(r"[^\w]+", "_", f"{tag}_{variant.name}").strip("_")
+            (out / f"{slug}.hlo.txt").write_text(hlo_of(variant))
+            (out / f"{slug}.ops.txt").write_text("\n".join(f"{seconds * 1e6:10.3f} {name}"
+                                                           for name, seconds in per_op.most_common()))
+    return "\n".join(rows + [""])
+
+
+def body_of(variant: bench.Variant) -> collections.Counter:
+    return loop_body_ops(hlo_of(variant))
+
+
+def anatomy(name: str, n: int, hidden: tuple[int, ...], steps: int, repeats: int, k: int, log,
+            traced: Path | None | bool = False) -> str:
+    """The variants' table for one problem; with ``traced`` (a folder for the HLO, or None) their profile too."""
     make = bench.poisson_problem(n, hidden)
     variants = [PatchedCrux("crux", [], make, k, k),
                 PatchedCrux("crux, every update checked", [], make, k, k, loop=bench.LoopForm(guard="full")),
@@ -155,7 +222,9 @@ def anatomy(name: str, n: int, hidden: tuple[int, ...], steps: int, repeats: int
                 PatchedCrux("crux, tree layout", TREE_LAYOUT, make, k, k),
                 PatchedCrux("crux, layer arrays", LAYER_ARRAYS, make, k, k),
                 bench.HandVariant(f"hand scan {bench.SAME_AS_CRUX}", bench.SAME_AS_CRUX, bench.interior(n),
-                                  (1, *hidden, 1), k)]
+                                  (1, *hidden, 1), k),
+                bench.HandVariant(f"hand scan {bench.SAME_AS_CRUX}, unrolled 4x", bench.SAME_AS_CRUX,
+                                  bench.interior(n), (1, *hidden, 1), k, loop=bench.LoopForm(unroll=4))]
     results = bench.measure(variants, steps, repeats, log)
     lines = [f"## {name}: {n} points, 1-{'-'.join(map(str, hidden))}-1, inner_steps={k}, {steps} updates "
              f"per round, {repeats} rounds", "",
@@ -169,6 +238,8 @@ def anatomy(name: str, n: int, hidden: tuple[int, ...], steps: int, repeats: int
                      f"{ops['custom-call'] + ops['dot']} | {ops['copy']} |")
     lines += ["", "Loop body of crux by opcode: " + ", ".join(f"{op} {c}" for op, c in
                                                             body_of(variants[0]).most_common()), ""]
+    if traced is not False:
+        lines.append(profile(variants, steps, traced, name))
     return "\n".join(lines)
 
 
@@ -176,6 +247,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer updates per round")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--profile", action="store_true",
+                        help="trace each variant once more: the device's time per update by instruction (with "
+                             "--out, also each variant's HLO and per-instruction times there)")
     parser.add_argument("--out", type=Path, help="folder for anatomy.md")
     args = parser.parse_args()
     k = bench.SCAN_STEPS
@@ -183,7 +257,8 @@ def main() -> None:
     text = [f"# Anatomy of a fused update\n\njax {jax.__version__} on {device.platform} ({device.device_kind}), "
             f"XLA_FLAGS: {os.environ.get('XLA_FLAGS') or '(none)'}\n"]
     for name, n, hidden, full in (("small", 64, (32, 32, 32), 2000), ("standard", 1024, (64, 64, 64), 500)):
-        text.append(anatomy(name, n, hidden, 200 if args.quick else full, args.repeats, k, print))
+        traced = (args.out / "profile" if args.out else None) if args.profile else False
+        text.append(anatomy(name, n, hidden, 200 if args.quick else full, args.repeats, k, print, traced))
         print(text[-1])
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

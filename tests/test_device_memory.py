@@ -44,3 +44,12 @@ def test_a_solve_records_its_compiled_bytes_as_its_peak_on_the_cpu():
     _, _, stats = train(poisson(optax.adam), 2)
     memory = stats.memory
     assert memory["peak_bytes"] == memory["temp_bytes"] + memory["argument_bytes"] + memory["output_bytes"]
+
+
+def test_a_refusal_names_what_the_program_needed_in_binary_units():
+    message = ("RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm. Used 32.02G of 15.75G hbm. Exceeded hbm "
+               "capacity by 16.27G. the total memory required for HLO temporaries (32.02G) exceeds available HBM "
+               "(15.75G).")
+    assert device_memory.refused_bytes(message) == round(32.02 * 2 ** 30)
+    assert device_memory.refused_bytes("...required for program arguments (512.5M) ...") == round(512.5 * 2 ** 20)
+    assert device_memory.refused_bytes("RESOURCE_EXHAUSTED: Out of memory allocating 1024 bytes.") is None
