@@ -349,16 +349,17 @@ class Crux:
         and the compile seconds of every form counted."""
         if not options.checkpoint_gradients:
             return plan, self._compile(plan, state, data)
-        forms, refused = {}, None
+        forms, refused = {}, {}
         for form in remat.FORMS:
             try:
                 forms[form] = self._compile(dataclasses.replace(plan, remat=form), state, data)
             except Exception as error:  # a form the device has no room for (XLA refuses it) is not a candidate
                 if device_memory.refusal(error) is None:
                     raise
-                refused = error
-        if not forms:
-            raise refused
+                refused[form] = error
+        if not forms:  # XLA's refusal of the form that needed the least (the earlier form on a tie)
+            raise refused[remat.least_memory({form: device_memory.refused_bytes(str(error)) or math.inf
+                                              for form, error in refused.items()})]
         form = remat.least_memory({name: forms[name].memory.get("temp_bytes") if name in forms else math.inf
                                    for name in remat.FORMS})
         memory = {**forms[form].memory, "checkpoint_used": remat.FORMS.index(form)}
