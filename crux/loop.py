@@ -87,7 +87,8 @@ class HostLoop:
 
     def run(self, compiled: Executable, state: State, feed: Iterator[Data], calls: int,
             checked: Callable[[State], tuple[Executable, float]] | None = None) -> None:
-        """Run ``calls`` calls of ``compiled`` on ``state`` (donated), one per item of ``feed``.
+        """Run ``calls`` calls of ``compiled`` from ``state`` (not donated: the first call takes a copy), one per
+        item of ``feed``.
 
         ``checked``, for calls that check only their loss and final parameters, gives the program that checks
         every update (and the seconds it took to get): a window whose records are non-finite is run again with
@@ -103,12 +104,14 @@ class HostLoop:
         window_start = start
         try:
             for index, data in enumerate(feed):
-                if not pending and (index or checked is not None):
-                    # A window starts: keep its state (the call donates the live one), to replay the window
-                    # or to be the state kept if the loop stops inside it.
-                    window_state = fresh_copy(state)
+                if not pending:
+                    # A window starts: keep its state, to replay the window or to be the state kept if the loop
+                    # stops inside it; the calls donate a copy (at the first, the copy of the caller's state).
                     if index:
+                        window_state = fresh_copy(state)
                         self._synced = (*self._synced[:2], window_state)
+                    else:
+                        window_state, state = state, fresh_copy(state)
                 state = self._call(compiled, state, data)
                 pending += 1
                 if (index < calls - 1 and pending < self.plan.record_slots

@@ -230,7 +230,11 @@ class Crux:
     def _run(self, plan: Plan, options: SolveOptions) -> Statistics:
         calls = options.epochs // options.inner_steps
         state = self._initial_state(plan, options)
-        start = fingerprint(sharding.local(state).train.params)  # before the first call donates the state
+        # The loop donates copies of this state, never the state itself: its parameters are fingerprinted after
+        # the calls are dispatched, read back meanwhile rather than with the device waiting before the first call.
+        before = sharding.local(state).train.params
+        for leaf in jax.tree.leaves(before):
+            leaf.copy_to_host_async()
         feed, example = self._feed(plan, options, calls)
         plan, compiled = self._compiled_update(plan, options, state, example)
         checked = None
@@ -243,7 +247,7 @@ class Crux:
         finally:  # also on an exception or interrupt: keep what was synchronised
             stats, error = loop.statistics(compiled.seconds, compiled.memory)
             if loop.state is not None:
-                end = fingerprint(sharding.local(loop.state).train.params)
+                start, end = fingerprint(before), fingerprint(sharding.local(loop.state).train.params)
                 stats = dataclasses.replace(stats, fingerprints=[(start, end)])
                 self._commit(loop.state, plan, options, stats.steps)
             if stats.steps:
@@ -289,7 +293,7 @@ class Crux:
             raise ValueError("compiled_call(offload_data=True): an offloaded solve() streams each call's batches "
                              "from the host, so no one call takes the points; pass offload_data=False")
         plan = self._plan(options, self._trained_entries(options))
-        state = self._initial_state(plan, options)
+        state = fresh_copy(self._initial_state(plan, options))
         _, data = self._feed(plan, options, 1)
         return CompiledCall(self._compiled_update(plan, options, state, data)[1].call, state, data)
 
@@ -322,9 +326,10 @@ class Crux:
             opt.append(states)
         state = State(TrainState(params, tuple(opt), np.int32(self._step), np.bool_(False)),
                       plan.empty_records())
-        # Fresh buffers: the call donates them, and L-BFGS's state holds the parameter arrays themselves.
-        # Host leaves (counters, the record buffer) travel with them, to the devices the call runs on.
-        return fresh_copy(sharding.put(state, sharding.placement(options.devices)))
+        # Host leaves (counters, the record buffer) travel with the arrays, to the devices the call runs on. The
+        # device arrays may be the models' own (and L-BFGS's state holds the parameter arrays themselves): a call
+        # takes a fresh copy (crux.loop.HostLoop.run, compiled_call), as it donates what it takes.
+        return sharding.put(state, sharding.placement(options.devices))
 
     def _compiled_update(self, plan: Plan, options: SolveOptions, state: State, data: Data) -> tuple[Plan, Compiled]:
         """The plan the solve runs and its compiled call: with its loop unrolled where the backend gains by it
