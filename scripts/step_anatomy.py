@@ -174,8 +174,8 @@ def device_time(variant: bench.Variant, steps: int) -> tuple[float, dict[str, fl
         for line in plane.lines:
             for event in line.events:
                 hlo_op = dict(event.stats).get("hlo_op") if not on_device else None
-                if on_device and line.name in ("XLA Modules", "XLA Ops"):
-                    name, timeline = event.name, line.name
+                if on_device and line.name in ("XLA Modules", "XLA Ops"):  # a TPU names an op by its HLO text
+                    name, timeline = event.name.split(" = ")[0].lstrip("%"), line.name
                 elif hlo_op is not None:  # a CPU: the instructions' events sit on the host's threads
                     name, timeline = str(hlo_op), "XLA Ops"
                 else:
