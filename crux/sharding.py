@@ -33,8 +33,14 @@ def split(count: int, axis: int) -> NamedSharding:
 def put(tree, target: jax.sharding.Sharding):
     """``tree`` on ``target``. Where ``target`` spans devices of other processes (``jax.distributed``), every
     process passes the same values and each places its own devices' part."""
-    if target.is_fully_addressable:
-        return jax.device_put(tree, target)
+    if target.is_fully_addressable:  # one transfer of what is elsewhere; what is already there stays as it is
+        leaves, treedef = jax.tree.flatten(tree)
+        moving = [i for i, leaf in enumerate(leaves)
+                  if not (isinstance(leaf, jax.Array) and leaf.committed and leaf.sharding == target)]
+        if moving:
+            for i, placed in zip(moving, jax.device_put([leaves[i] for i in moving], target)):
+                leaves[i] = placed
+        return jax.tree.unflatten(treedef, leaves)
 
     def place(leaf):
         if jax.dtypes.issubdtype(getattr(leaf, "dtype", None), jax.dtypes.prng_key):

@@ -112,7 +112,8 @@ class Crux:
         self._epoch = 0
         self._opt_states: dict[tuple, tuple[int, OptimizerState]] = {}  # (entry key, model) -> (version, state)
         self._compiled: dict[tuple, Compiled] = {}
-        self._points_on_device: tuple[int, tuple[jax.Array, ...]] | None = None  # (devices, points)
+        # (devices, what a call draws its batches from: the key and the points, on those devices)
+        self._points_on_device: tuple[int, DevicePoints] | None = None
         self._reach: list[set[str]] | None = None
         self._history: list[Statistics] = []
 
@@ -265,8 +266,7 @@ class Crux:
             host = HostBatches(plan.stream, tuple(c.points for c in self.constraints), self._key, self._step,
                                options.inner_steps * plan.steps_per_epoch, calls, target)
             return iter(host), host.shapes()
-        example = sharding.put(DevicePoints(self._key, self._device_points(options.devices)),
-                               sharding.placement(options.devices))
+        example = self._device_points(options.devices)
         return itertools.repeat(example, calls), example
 
     def compiled_memory(self, options: SolveOptions | None = None, **keywords: Any) -> dict[str, int]:
@@ -297,12 +297,13 @@ class Crux:
         _, data = self._feed(plan, options, 1)
         return CompiledCall(self._compiled_update(plan, options, state, data)[1].call, state, data)
 
-    def _device_points(self, devices: int) -> tuple[jax.Array, ...]:
-        """The constraints' points on the device (whole on each of ``devices``), sent once and kept for later
-        solve() calls on as many devices."""
+    def _device_points(self, devices: int) -> DevicePoints:
+        """The stream's key and the constraints' points on the device (whole on each of ``devices``), sent once and
+        kept for later solve() calls on as many devices."""
         if self._points_on_device is None or self._points_on_device[0] != devices:
             target = sharding.placement(devices)
-            self._points_on_device = (devices, tuple(sharding.put(c.points, target) for c in self.constraints))
+            self._points_on_device = (devices, sharding.put(
+                DevicePoints(self._key, tuple(c.points for c in self.constraints)), target))
         return self._points_on_device[1]
 
     @staticmethod
