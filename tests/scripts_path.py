@@ -18,6 +18,7 @@ accuracy = _load("accuracy")
 calibrate = _load("calibrate")
 bench = _load("bench")
 function_accuracy = _load("function_accuracy")
+memory_at_scale = _load("memory_at_scale")
 measure_tracking = _load("measure_tracking")  # load_test reads its timing files
 load_test = _load("load_test")
 capacity = _load("capacity")

@@ -6,7 +6,7 @@ import pytest
 from crux import capacity as library
 from crux.model import Model
 from crux.report.claims.capacity import capacity_verdict
-from scripts_path import capacity
+from scripts_path import capacity, memory_at_scale
 
 # Small enough for a CPU: a 1 MiB budget, networks 16 wide, batches of 64 for offload_data, depth grown over 512
 # points for checkpoint_gradients (the plain update does not fit at five layers).
@@ -86,3 +86,16 @@ def test_a_size_far_under_the_budget_jumps_and_is_bisected_back_to_the_smallest_
     high = min(a.points for a in tried if not a.fits(10 ** 7))
     assert (low, high) == bracket
     assert len(tried) <= at_most
+
+
+def test_at_stated_sizes_checkpointing_runs_its_least_form_and_offloading_needs_no_more_than_the_device(tmp_path):
+    out = tmp_path / "scale.json"
+    assert memory_at_scale.main(["--checkpoint", "256:16x8", "--offload", "1024:64:4", "--out", str(out)]) == 0
+    checkpoint, offload = json.loads(out.read_text())["results"]
+    needs = {form: result["bytes"] for form, result in checkpoint["forms"].items()}
+    assert set(needs) == {"plain", "layers", "whole"} and len(set(needs.values())) > 1  # the forms differ here
+    assert checkpoint["checkpoint_gradients"]["bytes"] == min(needs.values()) <= needs["plain"]
+    on_device, streamed = offload["on_device"], offload["offloaded"]
+    assert on_device["trained"] and streamed["trained"]
+    assert streamed["peak"] <= on_device["peak"]
+    assert streamed["peak"] == streamed["compiled"]["bytes"]  # a CPU's peak is the compiled update's own figure
