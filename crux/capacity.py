@@ -88,7 +88,7 @@ class Attempt:
 
     points: int
     layers: int
-    needed: int | None  # temporaries, arguments and outputs of the compiled update
+    needed: int | None  # temporaries, arguments and outputs of the compiled update; where refused, XLA's figure
     refused: str | None = None  # XLA's RESOURCE_EXHAUSTED message
     grows: str = POINTS
 
@@ -156,7 +156,7 @@ def attempt(points: int, hidden: Sequence[int], options: dict[str, Any], grows: 
         refused = device_memory.refusal(error)
         if refused is None:
             raise
-        return Attempt(points, len(hidden), None, refused, grows)
+        return Attempt(points, len(hidden), device_memory.refused_bytes(str(error)), refused, grows)
     return Attempt(points, len(hidden), device_memory.compiled_bytes(memory), grows=grows)
 
 
@@ -165,7 +165,7 @@ def _factor(tried: Attempt, budget: int, growth: int) -> int:
     largest power of ``growth`` that keeps its need, grown in proportion to the size, within half the budget
     (a PINN's update needs memory in proportion to its points once they fill the device's tiles, and to its
     layers less a part that depth does not grow, so the jump falls short rather than over)."""
-    if tried.needed is None or tried.needed <= 0 or budget <= 2 * tried.needed * growth:
+    if tried.refused or tried.needed is None or tried.needed <= 0 or budget <= 2 * tried.needed * growth:
         return growth
     return growth ** max(int(math.log(budget / (2 * tried.needed), growth)), 1)
 

@@ -35,7 +35,8 @@ def line(result: capacity.Capacity, verdict: str) -> str:
     failing = result.does_not_fit
     if failing is None:
         return f"{result.option}: every size tried fits {result.budget:,} bytes; verdict {verdict}"
-    needed = "refused (RESOURCE_EXHAUSTED)" if failing.refused else f"needs {failing.needed:,} bytes"
+    needed = f"needs {failing.needed:,} bytes" if failing.needed is not None else "its need not named"
+    needed = f"refused (RESOURCE_EXHAUSTED), {needed}" if failing.refused else needed
     peak = f"peak {result.peak:,} bytes" if result.peak is not None else f"not trained ({result.error})"
     run = without_option(result.option, failing.points, failing.layers, failing.grows == capacity.LAYERS)
     return (f"{result.option}: {run} does not fit ({needed}, limit {result.budget:,} bytes); "

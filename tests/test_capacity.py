@@ -99,3 +99,20 @@ def test_at_stated_sizes_checkpointing_runs_its_least_form_and_offloading_needs_
     assert on_device["trained"] and streamed["trained"]
     assert streamed["peak"] <= on_device["peak"]
     assert streamed["peak"] == streamed["compiled"]["bytes"]  # a CPU's peak is the compiled update's own figure
+
+
+def test_a_size_the_device_refuses_is_recorded_with_the_need_its_refusal_names(monkeypatch):
+    """XLA refuses a program too large for the device before any memory analysis: the attempt keeps the figure
+    the refusal names (in binary units), it does not fit, and the finding quotes it."""
+    class Refused:
+        def compiled_memory(self, **options):
+            raise RuntimeError("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO "
+                               "temporaries (32.02G) exceeds available HBM (15.75G).")
+    monkeypatch.setattr(library, "poisson_solver", lambda points, hidden, seed=0: Refused())
+    attempt = library.attempt(4_194_304, (256,) * 3, {})
+    assert attempt.needed == round(32.02 * 2 ** 30) and attempt.refused.startswith("RESOURCE_EXHAUSTED")
+    assert not attempt.fits(16_909_336_064) and not attempt.fits(2 ** 40)  # refused: it does not fit any budget
+    failing = library.Capacity("batchsize", 16_909_336_064, (attempt,), {"batchsize": 1_048_576}, 8_627_550_208, True)
+    verdict = capacity_verdict("batchsize", failing.metrics())
+    assert verdict.verdict == "holds"
+    assert f"XLA refused it (RESOURCE_EXHAUSTED; it needs {round(32.02 * 2 ** 30):,} bytes)" in verdict.summary

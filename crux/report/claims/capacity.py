@@ -69,9 +69,10 @@ def capacity_verdict(option: str, metrics: Mapping[str, float], runs: tuple[str,
                              f"sizes", evidence, runs=runs)
     needed = metrics["capacity/needed_bytes"]
     refused = metrics.get("capacity/refused", 0.0) > 0 or math.isnan(needed)
+    need = "" if math.isnan(needed) else f"it needs {fmt_bytes(needed)}"
     not_fit = (f"{without_option(option, points, metrics.get('capacity/layers', math.nan), grows_layers)} "
                f"does not fit: "
-               + ("XLA refused it (RESOURCE_EXHAUSTED)" if refused else f"it needs {fmt_bytes(needed)}")
+               + (f"XLA refused it (RESOURCE_EXHAUSTED{'; ' + need if need else ''})" if refused else need)
                + f" against {fmt_bytes(budget)}")
     peak, trained = metrics["capacity/option_peak_bytes"], metrics["capacity/option_trained"] > 0
     ran = (f"{option}'s run at that size trains at a peak of {fmt_bytes(peak)}" if trained else
