@@ -185,7 +185,9 @@ def reported(error: Exception) -> str | None:
 
 
 def main(program: str = "crux-run") -> None:
-    """The console script: Hydra reads the command line. ``program`` names the command in its messages."""
+    """The console script: Hydra reads the command line. ``program`` names the command in its messages. Once the
+    run or sweep is done the process ends here, its exit handlers run but not the interpreter's teardown
+    (:func:`crux.pipeline.heap.exit_without_teardown`)."""
     config.import_from_working_directory()
     Plugins.instance().register(CruxSweeper)  # Hydra's scan misses it in an editable install
     sys.argv = move_override_credentials(sys.argv)  # Hydra saves the overrides, crux records them
@@ -203,6 +205,7 @@ def main(program: str = "crux-run") -> None:
         if line is None:
             run_and_report(functools.partial(raise_again, error))  # Hydra's report; it exits with status 1
         raise SystemExit(f"{program}: {line}") from None
+    heap.exit_without_teardown()
 
 
 def raise_again(error: Exception) -> None:
