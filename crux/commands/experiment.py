@@ -109,6 +109,7 @@ def train_job(cfg: DictConfig, run: JobRun) -> float:
     problem's points), phases trained, results logged; the final total loss."""
     if cfg.backend.name != "crux":
         run.log_config(cfg)
+        run.trains()
         return backends.run_on_backend(cfg, run)
     phases = config.training_phases(cfg)
     try:
@@ -119,6 +120,7 @@ def train_job(cfg: DictConfig, run: JobRun) -> float:
     run.log_config(cfg, *config.batch_as_applied(cfg.memory.batchsize, cfg.memory.accumulation_steps,
                                                  {c.name: c.size for c in problem.constraints}))
     run.check_room(problem, sum(phase.epochs for phase in phases), len(phases))
+    run.trains()
     if backends.draws_wanted(cfg):
         run.log_metrics(backends.crux_gradient_draws(problem, backends.draws_wanted(cfg), cfg.memory.batchsize,
                                                      cfg.memory.accumulation_steps, cfg.solver.seed).metrics())

@@ -310,6 +310,7 @@ class JobRun:
     def run_id(self) -> str:
         """The run's id, once created (by the writer, for a job that overlaps its writes: this waits for it);
         raises what kept the run from being created."""
+        self._writer.go_on()  # held between jobs (:meth:`trains`): it creates the run
         self._created.wait()
         if self._run_id is None:
             raise self._failure[1]
@@ -339,6 +340,7 @@ class JobRun:
                 self._writer.submit(lambda: self._close(FINISHED, [], ended))
                 if self.overlap and not self.hands_over:
                     self._say_outcome()
+                    self._writer.hold()  # until the next job trains (:meth:`trains`), or the sweep drains it
                     return False
                 self._writer.drain()
                 self._say_outcome()
@@ -357,6 +359,11 @@ class JobRun:
                 # sweep starts no job after it
                 record_fault(self.sweep_dir, None, str(error))
         return False
+
+    def trains(self) -> None:
+        """The job's training starts: the writer, held since the previous job of the process ended
+        (:mod:`crux.tracking.writer`), writes that job's results meanwhile."""
+        self._writer.go_on()
 
     def check_room(self, problem: Problem, epochs: int, phases: int) -> None:
         """Raise :class:`crux.tracking.space.NoRoom` where this machine's store or artifact folder lacks room for
@@ -445,6 +452,7 @@ class JobRun:
         writer works on while the next job of the sweep runs, whose log and console a line of the writer's would
         reach, or miss while Hydra sets up that job's logging."""
         if self._outcome is not None:
+            self._writer.go_on()
             self._created.wait()
             log.info("%s", self._outcome())
             self._outcome = None
