@@ -8,6 +8,8 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,6 +18,7 @@ from mlflow.tracking import MlflowClient
 from crux.tracking import contract
 from crux.tracking.faults import FAULT_FILE, StoreFault, recorded_fault
 from crux.tracking.handover import RESULTS, Pickup, handed_over
+from crux.tracking.space import NoRoom
 from crux.tracking.job import JobRun, OpenedOnFirstUse, WriteFailed, unwritten_jobs
 from crux.tracking.writer import Writer
 from writer_run import ARTIFACTS, EPOCHS, Upload, finish_a_job
@@ -166,6 +169,35 @@ def test_waiting_for_a_runs_id_lets_a_held_writer_create_it(store, tmp_path):
     run = JobRun(client, Creations(client), "default", 0, tmp_path, overlap=True, writer=writer, job=0)
     assert client.get_run(run.run_id).info.status == contract.RUNNING
     writer.drain()
+
+
+class Runs:
+    """An MlflowClient that counts the runs read from it."""
+
+    def __init__(self, client: MlflowClient):
+        self._client, self.read = client, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def get_run(self, run_id: str):
+        self.read += 1
+        return self._client.get_run(run_id)
+
+
+def test_a_job_weighs_its_room_on_its_experiments_artifact_folder_without_reading_its_run(store, tmp_path):
+    client, run_id = store
+    counted = Runs(client)
+    run = JobRun(counted, run_id, "default", 0, overlap=True, writer=Writer(),
+                 artifact_location=client.get_experiment_by_name("e").artifact_location)
+    problem = SimpleNamespace(constraints=[SimpleNamespace(name="pde")],
+                              models={"u": SimpleNamespace(params=[np.ones(3, np.float32)])})
+    run.check_room(problem, epochs=10, phases=1)
+    with pytest.raises(NoRoom, match=r"free some space"):
+        run.check_room(problem, epochs=10**15, phases=1)
+    assert counted.read == 0
+    with run:
+        pass
 
 
 @pytest.mark.integration

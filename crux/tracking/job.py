@@ -376,9 +376,10 @@ class JobRun:
                    phases + 2)
 
     def _artifact_root(self) -> str:
-        """Where the run's artifacts go: its own folder once created, else its experiment's (the same
-        filesystem), so that a job does not wait for the writer to create its run."""
-        if self._run_id is None and self.artifact_location is not None:
+        """Where the run's artifacts go, as far as the filesystem goes: its experiment's folder where known (the
+        run's own lies in it), so that a job neither waits for the writer to create its run nor asks the store;
+        else the run's own folder."""
+        if self.artifact_location is not None:
             return self.artifact_location
         return self.client.get_run(self.run_id).info.artifact_uri
 
