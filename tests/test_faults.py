@@ -9,6 +9,7 @@ import pytest
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import PERMISSION_DENIED, RESOURCE_DOES_NOT_EXIST, TEMPORARILY_UNAVAILABLE
 from requests.exceptions import ConnectionError as RequestsConnectionError
+from sqlalchemy import exc as sql
 
 from crux.tracking import faults
 from crux.tracking.store import HTTP_LIMITS, bounded_http
@@ -21,6 +22,9 @@ from crux.tracking.faults import (RETRY_SECONDS, PatientClient, StoreFault, is_s
     (MlflowException("API request to http://h/api failed with exception Max retries exceeded"), True),
     (MlflowException("db restarting", error_code=TEMPORARILY_UNAVAILABLE), True),
     (sqlite3.OperationalError("database or disk is full"), True),
+    (sql.OperationalError("SELECT 1", {}, Exception("server closed the connection")), True),
+    (sql.DBAPIError("SELECT 1", {}, Exception("connection reset"), connection_invalidated=True), True),
+    (sql.IntegrityError("INSERT", {}, Exception("duplicate key")), False),
     (OSError(errno.ENOSPC, "No space left on device"), True),
     (MlflowException("Run 'x' not found", error_code=RESOURCE_DOES_NOT_EXIST), False),
     (MlflowException("API request failed with error code 403 != 200", error_code=PERMISSION_DENIED), False),

@@ -1,11 +1,35 @@
 """The collector between jobs: the first job freezes what the process made before it; what jobs leave behind is
-still collected, and frozen by no later job. What the commands import is made without collections, and frozen."""
+still collected, and frozen by no later job. What the commands import is made without collections, and frozen.
+A command that is done ends without the interpreter's teardown, unless a thread would hold a normal exit."""
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 import weakref
 
+import pytest
+
 from crux.pipeline import heap
+
+ENDING = """
+import atexit, sys, threading
+from crux.pipeline import heap
+
+class Noisy:
+    def __del__(self):  # runs when the interpreter's teardown frees the module's objects
+        print("torn down", flush=True)
+
+kept = Noisy()
+atexit.register(print, "exit handler")
+sys.stdout.write("buffered ")  # no newline: still in the stream's buffer
+if sys.argv[1:] == ["thread"]:
+    gate = threading.Event()
+    threading.Thread(target=gate.wait).start()  # not a daemon: a normal exit waits for it
+heap.exit_without_teardown()
+print("returned")
+gate.set()
+"""
 
 
 class Node:
@@ -51,3 +75,17 @@ def test_lasting_leaves_a_collector_that_was_off_off():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+@pytest.mark.integration
+def test_a_process_ends_with_its_exit_handlers_and_its_output_but_without_the_teardown():
+    done = subprocess.run([sys.executable, "-c", ENDING], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "buffered exit handler\n"
+
+
+@pytest.mark.integration
+def test_a_thread_that_a_normal_exit_waits_for_leaves_the_exit_to_the_interpreter():
+    done = subprocess.run([sys.executable, "-c", ENDING, "thread"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "buffered returned\nexit handler\ntorn down\n"

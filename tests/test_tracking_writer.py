@@ -8,6 +8,8 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,6 +18,7 @@ from mlflow.tracking import MlflowClient
 from crux.tracking import contract
 from crux.tracking.faults import FAULT_FILE, StoreFault, recorded_fault
 from crux.tracking.handover import RESULTS, Pickup, handed_over
+from crux.tracking.space import NoRoom
 from crux.tracking.job import JobRun, OpenedOnFirstUse, WriteFailed, unwritten_jobs
 from crux.tracking.writer import Writer
 from writer_run import ARTIFACTS, EPOCHS, Upload, finish_a_job
@@ -120,6 +123,7 @@ def test_a_run_handed_to_the_writer_stays_open_until_its_artifacts_are_written(s
     with JobRun(Upload(client, held), run_id, "default", 0, overlap=True, writer=writer) as run:
         finish_a_job(run)
     handed_over = int(time.time() * 1000)
+    writer.go_on()  # held since the job ended: the next job trains
     assert uploading.wait(60)
     assert client.get_run(run_id).info.status == "RUNNING"  # histories written, artifacts not yet: not FINISHED
     released.set()
@@ -128,6 +132,72 @@ def test_a_run_handed_to_the_writer_stays_open_until_its_artifacts_are_written(s
     assert run.info.status == contract.FINISHED
     assert {artifact.path for artifact in client.list_artifacts(run_id)} == ARTIFACTS
     assert run.info.end_time <= handed_over  # the run ended with the job, not with the writer
+
+
+def test_a_held_writer_starts_the_task_it_has_taken_only_once_it_goes_on():
+    writer, events = Writer(), []
+    writer.hold()
+    writer.submit(lambda: events.append("written"))
+    while not writer._tasks.empty():  # until the writer's thread has taken the task
+        threading.Event().wait(0.001)
+    events.append("the next job set up")
+    writer.go_on()
+    writer.drain()
+    assert events == ["the next job set up", "written"]
+
+
+def test_a_finished_jobs_writes_go_on_when_the_next_job_trains_and_the_last_jobs_when_the_sweep_drains(
+        store, tmp_path):
+    client, run_id = store
+    writer, uploading = Writer(), threading.Event()
+    with JobRun(Upload(client, uploading.set), run_id, "default", 0, tmp_path, overlap=True, writer=writer,
+                job=0) as run:
+        finish_a_job(run)  # the writer is held from here while job 1 is set up
+    second = JobRun(client, Creations(client), "default", 1, tmp_path, overlap=True, writer=writer, job=1)
+    second.trains()
+    assert uploading.wait(60)
+    with second:
+        finish_a_job(second)
+    writer.drain()
+    assert [client.get_run(run).info.status for run in (run_id, second.run_id)] == [contract.FINISHED] * 2
+
+
+def test_waiting_for_a_runs_id_lets_a_held_writer_create_it(store, tmp_path):
+    client, _ = store
+    writer = Writer()
+    writer.hold()
+    run = JobRun(client, Creations(client), "default", 0, tmp_path, overlap=True, writer=writer, job=0)
+    assert client.get_run(run.run_id).info.status == contract.RUNNING
+    writer.drain()
+
+
+class Runs:
+    """An MlflowClient that counts the runs read from it."""
+
+    def __init__(self, client: MlflowClient):
+        self._client, self.read = client, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def get_run(self, run_id: str):
+        self.read += 1
+        return self._client.get_run(run_id)
+
+
+def test_a_job_weighs_its_room_on_its_experiments_artifact_folder_without_reading_its_run(store, tmp_path):
+    client, run_id = store
+    counted = Runs(client)
+    run = JobRun(counted, run_id, "default", 0, overlap=True, writer=Writer(),
+                 artifact_location=client.get_experiment_by_name("e").artifact_location)
+    problem = SimpleNamespace(constraints=[SimpleNamespace(name="pde")],
+                              models={"u": SimpleNamespace(params=[np.ones(3, np.float32)])})
+    run.check_room(problem, epochs=10, phases=1)
+    with pytest.raises(NoRoom, match=r"free some space"):
+        run.check_room(problem, epochs=10**15, phases=1)
+    assert counted.read == 0
+    with run:
+        pass
 
 
 @pytest.mark.integration

@@ -109,6 +109,7 @@ def train_job(cfg: DictConfig, run: JobRun) -> float:
     problem's points), phases trained, results logged; the final total loss."""
     if cfg.backend.name != "crux":
         run.log_config(cfg)
+        run.trains()
         return backends.run_on_backend(cfg, run)
     phases = config.training_phases(cfg)
     try:
@@ -119,6 +120,7 @@ def train_job(cfg: DictConfig, run: JobRun) -> float:
     run.log_config(cfg, *config.batch_as_applied(cfg.memory.batchsize, cfg.memory.accumulation_steps,
                                                  {c.name: c.size for c in problem.constraints}))
     run.check_room(problem, sum(phase.epochs for phase in phases), len(phases))
+    run.trains()
     if backends.draws_wanted(cfg):
         run.log_metrics(backends.crux_gradient_draws(problem, backends.draws_wanted(cfg), cfg.memory.batchsize,
                                                      cfg.memory.accumulation_steps, cfg.solver.seed).metrics())
@@ -185,7 +187,9 @@ def reported(error: Exception) -> str | None:
 
 
 def main(program: str = "crux-run") -> None:
-    """The console script: Hydra reads the command line. ``program`` names the command in its messages."""
+    """The console script: Hydra reads the command line. ``program`` names the command in its messages. Once the
+    run or sweep is done the process ends here, its exit handlers run but not the interpreter's teardown
+    (:func:`crux.pipeline.heap.exit_without_teardown`)."""
     config.import_from_working_directory()
     Plugins.instance().register(CruxSweeper)  # Hydra's scan misses it in an editable install
     sys.argv = move_override_credentials(sys.argv)  # Hydra saves the overrides, crux records them
@@ -203,6 +207,7 @@ def main(program: str = "crux-run") -> None:
         if line is None:
             run_and_report(functools.partial(raise_again, error))  # Hydra's report; it exits with status 1
         raise SystemExit(f"{program}: {line}") from None
+    heap.exit_without_teardown()
 
 
 def raise_again(error: Exception) -> None:

@@ -63,6 +63,9 @@ class Unrecorded:
     def check_room(self, problem, epochs, phases) -> None:
         """Nothing: process 0 writes the job's run."""
 
+    def trains(self) -> None:
+        """Nothing: no writer waits for this process's training."""
+
     def log_results(self, problem, stats, initial, phase_ends=()) -> None:
         log.info("process %d trained %d epochs beside process 0, which records the run", jax.process_index(),
                  stats.steps)

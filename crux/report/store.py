@@ -49,8 +49,9 @@ from crux.tracking.contract import (BACKEND, CLAIM, CONFIG, ENVIRONMENT, OVERRID
 from crux.tracking.history import history_series
 from crux.tracking.liveness import close_orphans
 from crux.tracking.secrets import POSTGRESQL
-from crux.tracking.store import (READING, SQLITE, STORE_ERRORS, StoreError, bounded_http, brief, check_postgresql,
-                                 check_sqlite, child_runs, move_store_credentials, store_errors, tracking_uri)
+from crux.tracking.store import (READING, SQLITE, StoreError, bounded_http, brief, check_postgresql,
+                                 check_sqlite, child_runs, move_store_credentials, store_error_types, store_errors,
+                                 tracking_uri)
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +182,7 @@ def load_sweep(name: str, parent_run_id: str | None = None, uri: str | None = No
                                  f"Run `crux-sweep {name}` first, or set MLFLOW_TRACKING_URI")
             try:  # what a killed process left RUNNING is told from a sweep still running
                 close_orphans(client, experiment.experiment_id, "crux-report")
-            except STORE_ERRORS as error:  # a store this user may only read: the runs stay as they are
+            except store_error_types() as error:  # a store this user may only read: the runs stay as they are
                 log.warning("runs left RUNNING by processes that are gone were not closed: %s", brief(error))
             parent, children, newer, none_complete = _sweeps(client, experiment.experiment_id, name,
                                                              parent_run_id, resolved, backend)

@@ -24,6 +24,7 @@ import logging
 import os
 import socket
 import sqlite3
+import sys
 import threading
 import time
 from pathlib import Path
@@ -33,7 +34,6 @@ from urllib.parse import urlsplit
 from mlflow.exceptions import MlflowException
 from requests.exceptions import ConnectionError as RequestsConnectionError
 from requests.exceptions import Timeout
-from sqlalchemy.exc import DBAPIError, OperationalError
 
 from crux.tracking.store import HTTP_LIMITS, brief
 
@@ -85,10 +85,11 @@ def set_retry_budget(seconds: float) -> None:
 def is_store_fault(error: BaseException) -> bool:
     """Whether ``error`` says the store is away (no connection, a timeout, a database down or restarting, no space
     left) rather than that the request was wrong."""
-    if isinstance(error, (RequestsConnectionError, Timeout, OperationalError, sqlite3.OperationalError,
-                          ConnectionError, TimeoutError)):
+    if isinstance(error, (RequestsConnectionError, Timeout, sqlite3.OperationalError, ConnectionError, TimeoutError)):
         return True
-    if isinstance(error, DBAPIError) and error.connection_invalidated:
+    sql = sys.modules.get("sqlalchemy.exc")  # imported by MLflow's SQL store, the only one to raise its errors
+    if sql is not None and (isinstance(error, sql.OperationalError)
+                            or isinstance(error, sql.DBAPIError) and error.connection_invalidated):
         return True
     if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
         return True

@@ -24,17 +24,18 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence
 
 import mlflow
 import numpy as np
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
-from sqlalchemy import Table, insert, select, update
-from sqlalchemy.exc import IntegrityError
 
 from crux.stats import Statistics
 from crux.tracking.faults import patiently
+
+if TYPE_CHECKING:
+    from sqlalchemy import Table
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +137,9 @@ def _write(target: SqlTarget, run_id: str, steps: list[int], series: dict[str, l
            timestamp: int) -> bool:
     """Insert the values and update the run's latest ones in one transaction; False (nothing written) when a
     value is stored already."""
+    from sqlalchemy import insert, select, update  # imported by the store already: no other store needs them
+    from sqlalchemy.exc import IntegrityError
+
     store, table = target.store, target.latest
     rows = _rows(target, run_id, steps, series, timestamp)
     latest = _latest(rows)

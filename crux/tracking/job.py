@@ -310,6 +310,7 @@ class JobRun:
     def run_id(self) -> str:
         """The run's id, once created (by the writer, for a job that overlaps its writes: this waits for it);
         raises what kept the run from being created."""
+        self._writer.go_on()  # held between jobs (:meth:`trains`): it creates the run
         self._created.wait()
         if self._run_id is None:
             raise self._failure[1]
@@ -339,6 +340,7 @@ class JobRun:
                 self._writer.submit(lambda: self._close(FINISHED, [], ended))
                 if self.overlap and not self.hands_over:
                     self._say_outcome()
+                    self._writer.hold()  # until the next job trains (:meth:`trains`), or the sweep drains it
                     return False
                 self._writer.drain()
                 self._say_outcome()
@@ -358,6 +360,11 @@ class JobRun:
                 record_fault(self.sweep_dir, None, str(error))
         return False
 
+    def trains(self) -> None:
+        """The job's training starts: the writer, held since the previous job of the process ended
+        (:mod:`crux.tracking.writer`), writes that job's results meanwhile."""
+        self._writer.go_on()
+
     def check_room(self, problem: Problem, epochs: int, phases: int) -> None:
         """Raise :class:`crux.tracking.space.NoRoom` where this machine's store or artifact folder lacks room for
         what ``epochs`` of ``problem`` in ``phases`` phases write."""
@@ -369,9 +376,10 @@ class JobRun:
                    phases + 2)
 
     def _artifact_root(self) -> str:
-        """Where the run's artifacts go: its own folder once created, else its experiment's (the same
-        filesystem), so that a job does not wait for the writer to create its run."""
-        if self._run_id is None and self.artifact_location is not None:
+        """Where the run's artifacts go, as far as the filesystem goes: its experiment's folder where known (the
+        run's own lies in it), so that a job neither waits for the writer to create its run nor asks the store;
+        else the run's own folder."""
+        if self.artifact_location is not None:
             return self.artifact_location
         return self.client.get_run(self.run_id).info.artifact_uri
 
@@ -445,6 +453,7 @@ class JobRun:
         writer works on while the next job of the sweep runs, whose log and console a line of the writer's would
         reach, or miss while Hydra sets up that job's logging."""
         if self._outcome is not None:
+            self._writer.go_on()
             self._created.wait()
             log.info("%s", self._outcome())
             self._outcome = None

@@ -67,9 +67,10 @@ from crux.tracking.job import JobRun, as_requested, flatten, unwritten_jobs
 from crux.tracking.liveness import (GONE, STORE_FAULT, SWEEP_PID, Heartbeat, close_orphans, is_gone,
                                    process_tags)
 from crux.tracking.secrets import PASSWORD_VARIABLE, credential_variables, masked
-from crux.tracking.store import (DESTINATION, PARENT_RUN, STORE_ERRORS, TRACKING_URI, WRITING, Destination,
+from crux.tracking.store import (DESTINATION, PARENT_RUN, TRACKING_URI, WRITING, Destination,
                                  StoreError, brief, child_runs, ensure_experiment, experiment_name,
-                                 move_store_credentials, store_errors, tracking_uri, writable_store)
+                                 move_store_credentials, store_error_types, store_errors, tracking_uri,
+                                 writable_store)
 from crux.tracking.writer import process_writer
 
 log = logging.getLogger(__name__)
@@ -430,7 +431,7 @@ class Multirun:
                             opened.parent_id, opened.jobs, opened.todo)
         try:
             closed = self._close(opened, stopped, unreadable, (fault or {}).get("runs", {}))
-        except (StoreFault, *STORE_ERRORS) as error:
+        except (StoreFault, *store_error_types()) as error:
             fault = fault or {"message": f"closing the sweep failed: {error}"}
             record_fault(sweep_dir, opened.parent_id, fault["message"])
             closed = None

@@ -30,6 +30,7 @@ import logging
 import os
 import re
 import sqlite3
+import sys
 from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -40,7 +41,6 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.utils.credentials import read_mlflow_creds
 from requests.exceptions import RequestException
-from sqlalchemy.exc import SQLAlchemyError
 
 from crux.tracking.contract import CLAIM, PARENT_ID, SWEEP, SWEPT
 from crux.tracking.descriptions import experiment_tags
@@ -60,8 +60,16 @@ HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACK
                "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
 POSTGRESQL_SECONDS = 10
 """How long the check of a PostgreSQL store (:func:`check_postgresql`) waits for its server to answer."""
-STORE_ERRORS = (MlflowException, SQLAlchemyError, RequestException, sqlite3.Error)
+CLIENT_ERRORS = (MlflowException, RequestException, sqlite3.Error)
 PROBLEM_CHARS = 300
+
+
+def store_error_types() -> tuple[type[BaseException], ...]:
+    """What a store's client raises when the store fails a request: MLflow's errors, the HTTP client's, SQLite's,
+    and SQLAlchemy's where it is imported. Only MLflow's SQL store imports SQLAlchemy, so no other can have raised
+    its errors; a tracking server's client does without it (0.09 s of a sweep's imports)."""
+    sql = sys.modules.get("sqlalchemy.exc")
+    return CLIENT_ERRORS + ((sql.SQLAlchemyError,) if sql is not None else ())
 
 
 class StoreError(Exception):
@@ -138,7 +146,7 @@ def store_errors(uri: str, access: Access, experiment: str = "") -> Iterator[Non
     (``experiment``: the one the command works on, named when a server refuses it)."""
     try:
         yield
-    except STORE_ERRORS as error:
+    except store_error_types() as error:
         refusal = refused(error, uri, access, experiment)
         if refusal:
             raise StoreError(refusal) from None

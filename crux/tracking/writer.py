@@ -10,7 +10,10 @@ run in other processes has its own writer write what they hand over
 (:mod:`crux.tracking.handover`). The process waits
 for the writer before it exits and the sweep before it counts its runs
 (:meth:`Writer.drain`), so nothing handed over is lost on a normal exit; a task's
-failure is its own to record (the run closes FAILED with the reason).
+failure is its own to record (the run closes FAILED with the reason). Between a job's end and the next job's
+training the writer is held (:meth:`Writer.hold`): the previous job's requests and figure, which share the
+interpreter with the next job's set-up (Hydra's job files and logging, the collection, the problem's build),
+wait for its training, which leaves the interpreter to them, instead of slowing that set-up down.
 """
 from __future__ import annotations
 
@@ -35,6 +38,8 @@ class Writer:
         self._tasks: queue.Queue[Task] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._going = threading.Event()
+        self._going.set()
 
     def submit(self, task: Task) -> None:
         """Run ``task`` after those handed over before it. An exception it lets out is logged in one line, any
@@ -47,13 +52,23 @@ class Writer:
                 self._thread.start()
         self._tasks.put(task)
 
+    def hold(self) -> None:
+        """Start no task until :meth:`go_on` or :meth:`drain` (the one under way finishes)."""
+        self._going.clear()
+
+    def go_on(self) -> None:
+        """Run the tasks again, after :meth:`hold`."""
+        self._going.set()
+
     def drain(self) -> None:
-        """Return once every task handed over so far is done."""
+        """Return once every task handed over so far is done; a held writer goes on."""
+        self._going.set()
         self._tasks.join()
 
     def _work(self) -> None:
         while True:
             task = self._tasks.get()
+            self._going.wait()
             try:
                 task()
             except Exception as error:  # noqa: BLE001 - the thread must outlive a task's unforeseen error
