@@ -18,7 +18,6 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from jax.sharding import PartitionSpec as P
 
@@ -144,9 +143,28 @@ class Plan:
     def columns(self) -> Columns:
         return Columns.of(len(self.constraints), self.entries)
 
-    def empty_records(self) -> Records:
-        """Room for ``record_slots`` calls' records; host arrays, so they reach the device with the initial state."""
-        return Records(np.zeros((self.record_slots, self.inner_steps, self.columns.width), np.float32), np.int32(0))
+    @property
+    def record_shape(self) -> tuple[int, int, int]:
+        """The record buffer's shape: ``record_slots`` calls of ``inner_steps`` epochs' rows."""
+        return (self.record_slots, self.inner_steps, self.columns.width)
+
+
+def started(params: dict[str, Any], opt: tuple[dict[str, OptimizerState], ...], step: Any,
+            record_shape: tuple[int, int, int], target: jax.sharding.Sharding) -> State:
+    """The state a solve()'s first call takes, made on ``target`` in one dispatch: copies of the parameters, the
+    optimizer states and the update counter (a call donates what it takes; these stay whole, to start a replay
+    or to be kept should the first calls fail), no failed update, and an empty record buffer. Nothing travels
+    from the host where they are on ``target`` already."""
+    return _starter(record_shape, target)(params, opt, step)
+
+
+@functools.lru_cache(maxsize=32)
+def _starter(record_shape: tuple[int, int, int], target: jax.sharding.Sharding) -> Callable[..., State]:
+    def start(params, opt, step):
+        params, opt, step = jax.tree.map(jnp.copy, (params, opt, step))
+        return State(TrainState(params, opt, step.astype(jnp.int32), jnp.zeros((), jnp.bool_)),
+                     Records(jnp.zeros(record_shape, jnp.float32), jnp.zeros((), jnp.int32)))
+    return jax.jit(start, out_shardings=target)
 
 
 Data = DevicePoints | StreamedBatches

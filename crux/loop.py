@@ -85,15 +85,15 @@ class HostLoop:
         """The state after the last synchronised call (None before the first)."""
         return self._synced[2]
 
-    def run(self, compiled: Executable, state: State, feed: Iterator[Data], calls: int,
+    def run(self, compiled: Executable, state: State, begin: Callable[[], State], feed: Iterator[Data], calls: int,
             checked: Callable[[State], tuple[Executable, float]] | None = None) -> None:
-        """Run ``calls`` calls of ``compiled`` from ``state`` (not donated: the first call takes a copy), one per
-        item of ``feed``.
+        """Run ``calls`` calls of ``compiled`` from ``state`` (the first call donates it), one per item of ``feed``;
+        ``begin()`` gives another copy of that starting state, should the first window be replayed.
 
         ``checked``, for calls that check only their loss and final parameters, gives the program that checks
-        every update (and the seconds it took to get): a window whose records are non-finite is run again with
-        it from a copy of the state at the window's start, to find the update that failed. The loop stops
-        after a non-finite window.
+        every update (and the seconds it took to get) for a state like its argument: a window whose records are
+        non-finite is run again with it from a copy of the state at the window's start, to find the update that
+        failed. The loop stops after a non-finite window.
         """
         columns, epochs_per_call = self.plan.columns, self.plan.inner_steps
         updates_per_call = epochs_per_call * self.plan.steps_per_epoch
@@ -104,27 +104,29 @@ class HostLoop:
         window_start = start
         try:
             for index, data in enumerate(feed):
-                if not pending:
+                if not pending and index:
                     # A window starts: keep its state, to replay the window or to be the state kept if the loop
-                    # stops inside it; the calls donate a copy (at the first, the copy of the caller's state).
-                    if index:
-                        window_state = fresh_copy(state)
-                        self._synced = (*self._synced[:2], window_state)
-                    else:
-                        window_state, state = state, fresh_copy(state)
+                    # stops inside it; the calls donate a copy. (The first window's is the caller's, from begin().)
+                    window_state = fresh_copy(state)
+                    self._synced = (*self._synced[:2], window_state)
                 state = self._call(compiled, state, data)
                 pending += 1
-                if (index < calls - 1 and pending < self.plan.record_slots
-                        and time.perf_counter() - window_start <= self.sync_seconds):
+                last = index == calls - 1
+                if not last and pending < self.plan.record_slots and \
+                        time.perf_counter() - window_start <= self.sync_seconds:
                     continue
-                window = _read_window(state, index + 1 - pending, pending)
+                if last:  # the caller reads the parameters the loop ends with: on their way with the records
+                    for leaf in jax.tree.leaves(sharding.local(state.train.params)):
+                        leaf.copy_to_host_async()
+                first_call = index + 1 - pending
+                window = _read_window(state, first_call, pending)
                 if checked is not None and not _finite(window, columns):
-                    program, seconds = checked(window_state)
+                    program, seconds = checked(state)
                     self.replay_compile_seconds += seconds
-                    state = fresh_copy(window_state)
+                    state = fresh_copy(window_state) if first_call else begin()
                     for _ in range(pending):
                         state = self._call(program, state, data)  # the points on the device: the same each call
-                    window = _read_window(state, index + 1 - pending, pending)
+                    window = _read_window(state, first_call, pending)
                 now = time.perf_counter()
                 self._rows.append(window.reshape(-1, columns.width))
                 self._step_seconds.append((now - window_start) / (len(window) * updates_per_call))

@@ -18,7 +18,7 @@ import optax
 
 from crux import precision as matmul
 from crux import remat
-from crux.layout import layout_free
+from crux.layout import Layout, layout_free
 from crux.numbers import is_real_scalar
 from crux.schedules import Schedule
 from crux.tanh import tanh
@@ -61,6 +61,43 @@ class Model:
         self._schedule: Schedule | None = None
         self.optimizer_version = 0
         self._transform: tuple[int, optax.GradientTransformationExtraArgs] | None = None
+
+    # -- parameters --------------------------------------------------------------
+    @property
+    def params(self) -> Params:
+        """The parameters, as the last solve() left them (or as set). Reading them hands them out to be changed at
+        will, so the next solve() packs them anew rather than take the packed vector it left."""
+        params = self._unpacked()
+        self._packed = None
+        return params
+
+    @params.setter
+    def params(self, value: Params) -> None:
+        self._params, self._packed = value, None
+
+    def hold_packed(self, packed: Any, layout: Layout) -> None:
+        """Keep the parameters as a solve() left them, packed by ``layout``: unpacked when first read, and given
+        to the next solve() as they are where nobody read or set them in between (saving a solve() an unpack and
+        a pack, a dispatch each, which on a TPU cost more than a short call's updates)."""
+        self._params, self._packed = None, (packed, layout)
+
+    def layout(self, flat: bool) -> Layout:
+        """How a solve() packs the parameters (see :mod:`crux.layout`): the held packing where it is the one asked."""
+        if self._packed is not None and self._packed[1].flat == flat:
+            return self._packed[1]
+        return Layout.of(self._unpacked(), flat)
+
+    def packed(self, layout: Layout) -> Any:
+        """The parameters packed by ``layout``: the held vector where it is packed so, else packed now."""
+        if self._packed is not None and self._packed[1] == layout:
+            return self._packed[0]
+        return layout.pack(self._unpacked())
+
+    def _unpacked(self) -> Params:
+        if self._params is None:
+            packed, layout = self._packed
+            self._params = layout.unpack(packed)
+        return self._params
 
     # -- optimizer -------------------------------------------------------------
     def optimizer(self, optimizer: Callable[..., optax.GradientTransformation] | optax.GradientTransformation) -> "Model":
@@ -164,7 +201,7 @@ class Model:
         xs = jnp.asarray(xs, jnp.float32)
         if xs.ndim == 1:
             xs = xs[:, None] if self.in_dim == 1 else xs[None, :]
-        return _batched(self.apply, precision)(self.params, xs)
+        return _batched(self.apply, precision)(self._unpacked(), xs)
 
 
 def _glorot(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:

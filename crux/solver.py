@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import logging
 import math
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -17,11 +19,9 @@ from tqdm.auto import tqdm
 from crux import device_memory, remat, sharding
 from crux.batching import DevicePoints, HostBatches, PointStream
 from crux.constraint import Constraint, checked_reach
-from crux.engine import Data, Entry, OptimizerState, Plan, Primitives, State, TrainState, make_call
+from crux.engine import Data, Entry, OptimizerState, Plan, Primitives, State, make_call, started
 from crux.executables import compile_once
-from crux.layout import Layout
-from crux.loop import (RECORD_ROWS, SYNC_SECONDS, UNROLL_MEMORY_SHARE, Executable, HostLoop, fresh_copy,
-                       record_slots, unrolled)
+from crux.loop import RECORD_ROWS, SYNC_SECONDS, UNROLL_MEMORY_SHARE, Executable, HostLoop, record_slots, unrolled
 from crux.model import Model
 from crux.options import SolveOptions, one_call, requested, resolved
 from crux.stats import Statistics, fingerprint
@@ -109,6 +109,7 @@ class Crux:
         self.machinery = machinery
         self._key = jax.random.key(self.seed, impl="threefry2x32")  # the point stream draws with Threefry
         self._step = 0  # updates so far: drives the point stream
+        self._device_step: tuple[int, jax.Array] | None = None  # (updates so far, that count on the device)
         self._epoch = 0
         self._opt_states: dict[tuple, tuple[int, OptimizerState]] = {}  # (entry key, model) -> (version, state)
         self._compiled: dict[tuple, Compiled] = {}
@@ -116,6 +117,8 @@ class Crux:
         self._points_on_device: tuple[int, DevicePoints] | None = None
         self._reach: list[set[str]] | None = None
         self._history: list[Statistics] = []
+        # the parameter arrays the last solve() ended with (weakly held) and their fingerprint
+        self._last_fingerprint: tuple[list[weakref.ref], float] | None = None
 
     # -- public state ------------------------------------------------------------
     @property
@@ -219,7 +222,7 @@ class Crux:
         stream = PointStream(tuple(c.size for c in self.constraints), options.batchsize, options.accumulation_steps,
                              options.devices)
         flat = lambda m: m.trains_flat and self.machinery.flat_params is not False
-        layouts = {name: Layout.of(m.params, flat(m)) for name, m in self.models.items()}
+        layouts = {name: m.layout(flat(m)) for name, m in self.models.items()}
         transforms = {n: self.models[n].transform(n) for e in entries for n in e.models}
         return Plan(tuple(self.constraints), self.models, layouts, transforms, entries, stream, options.inner_steps,
                     offload_data=options.offload_data, precision=options.precision,
@@ -230,12 +233,13 @@ class Crux:
     # -- running ------------------------------------------------------------------------
     def _run(self, plan: Plan, options: SolveOptions) -> Statistics:
         calls = options.epochs // options.inner_steps
-        state = self._initial_state(plan, options)
-        # The loop donates copies of this state, never the state itself: its parameters are fingerprinted after
-        # the calls are dispatched, read back meanwhile rather than with the device waiting before the first call.
-        before = sharding.local(state).train.params
+        resume, begin = self._beginning(plan, options)
+        # The starting parameters are fingerprinted after the calls are dispatched, read back meanwhile rather than
+        # with the device waiting before the first call (those a solve() left were read back at its end).
+        before = sharding.local(resume[0])
         for leaf in jax.tree.leaves(before):
             leaf.copy_to_host_async()
+        state = begin()
         feed, example = self._feed(plan, options, calls)
         plan, compiled = self._compiled_update(plan, options, state, example)
         checked = None
@@ -244,13 +248,15 @@ class Crux:
 
         loop = HostLoop(plan, self._epoch, self.machinery.sync_seconds, self.machinery.progress)
         try:
-            loop.run(compiled.call, state, feed, calls, checked)
+            loop.run(compiled.call, state, begin, feed, calls, checked)
         finally:  # also on an exception or interrupt: keep what was synchronised
             stats, error = loop.statistics(compiled.seconds, compiled.memory)
             if loop.state is not None:
-                start, end = fingerprint(before), fingerprint(sharding.local(loop.state).train.params)
+                start, end = self._fingerprint(before), self._fingerprint(sharding.local(loop.state).train.params)
                 stats = dataclasses.replace(stats, fingerprints=[(start, end)])
                 self._commit(loop.state, plan, options, stats.steps)
+                if error is None:  # a failed update's window counts updates it did not apply: the host's count stands
+                    self._device_step = (self._step, sharding.local(loop.state).train.step)
             if stats.steps:
                 self._history.append(stats)
         if error:
@@ -270,15 +276,15 @@ class Crux:
         return itertools.repeat(example, calls), example
 
     def compiled_memory(self, options: SolveOptions | None = None, **keywords: Any) -> dict[str, int]:
-        """What solve() with these options (as :meth:`solve` takes them; ``epochs`` is one call's) compiles its update to need on the device, from XLA's memory
-        analysis (``temp_bytes``, ``argument_bytes``, ``output_bytes``; ``checkpoint_used`` with
+        """What solve() with these options (as :meth:`solve` takes them; ``epochs`` is one call's) compiles its
+        update to need on the device, from XLA's memory analysis (``temp_bytes``, ``argument_bytes``, ``output_bytes``; ``checkpoint_used`` with
         ``checkpoint_gradients``), without running an update: how a size that may not fit is tried. The
         constraints' points go to the device as solve() would send them (not with ``offload_data``), so a
         device without room for them refuses here (RESOURCE_EXHAUSTED)."""
         options = self._resolved(one_call(options, keywords, "compiled_memory"))
         plan = self._plan(options, self._entries(options))
         _, example = self._feed(plan, options, 1)
-        return dict(self._compiled_update(plan, options, self._initial_state(plan, options), example)[1].memory)
+        return dict(self._compiled_update(plan, options, self._beginning(plan, options)[1](), example)[1].memory)
 
     def compiled_call(self, options: SolveOptions | None = None, **keywords: Any) -> CompiledCall:
         """The compiled call that solve() with these options (as :meth:`solve` takes them; ``epochs`` is one
@@ -293,7 +299,7 @@ class Crux:
             raise ValueError("compiled_call(offload_data=True): an offloaded solve() streams each call's batches "
                              "from the host, so no one call takes the points; pass offload_data=False")
         plan = self._plan(options, self._trained_entries(options))
-        state = fresh_copy(self._initial_state(plan, options))
+        state = self._beginning(plan, options)[1]()
         _, data = self._feed(plan, options, 1)
         return CompiledCall(self._compiled_update(plan, options, state, data)[1].call, state, data)
 
@@ -312,10 +318,12 @@ class Crux:
         substeps), one per entry of each substep plan."""
         return ("solve",) if options is None or options.substeps is None else ("substeps", options.substeps, index)
 
-    def _initial_state(self, plan: Plan, options: SolveOptions) -> State:
-        """Parameters and counters as the last solve() left them; each entry's optimizer states too, unless
-        the model's optimizer or schedule changed since (then a fresh state)."""
-        params = {name: layout.pack(self.models[name].params) for name, layout in plan.layouts.items()}
+    def _resume_point(self, plan: Plan, options: SolveOptions) -> tuple[dict[str, Any], tuple, Any]:
+        """Parameters (packed), each entry's optimizer states and the update counter, as the last solve() left them
+        and on the devices the calls run on; an optimizer state starts afresh where the model's optimizer or
+        schedule changed since. What the last solve() left on the devices stays there: a solve() that follows
+        another sends the device nothing."""
+        params = {name: self.models[name].packed(layout) for name, layout in plan.layouts.items()}
         opt = []
         for index, entry in enumerate(plan.entries):
             states = {}
@@ -325,12 +333,15 @@ class Crux:
                     state = OptimizerState(np.int32(0), _strongly_typed(plan.transforms[name].init(params[name])))
                 states[name] = state
             opt.append(states)
-        state = State(TrainState(params, tuple(opt), np.int32(self._step), np.bool_(False)),
-                      plan.empty_records())
-        # Host leaves (counters, the record buffer) travel with the arrays, to the devices the call runs on. The
-        # device arrays may be the models' own (and L-BFGS's state holds the parameter arrays themselves): a call
-        # takes a fresh copy (crux.loop.HostLoop.run, compiled_call), as it donates what it takes.
-        return sharding.put(state, sharding.placement(options.devices))
+        on_device = self._device_step is not None and self._device_step[0] == self._step
+        step = self._device_step[1] if on_device else np.int32(self._step)
+        return sharding.put((params, tuple(opt), step), sharding.placement(options.devices))
+
+    def _beginning(self, plan: Plan, options: SolveOptions) -> tuple[tuple, Callable[[], State]]:
+        """Where the solver stands (:meth:`_resume_point`), and what makes from it, at each call, a fresh state to
+        call the compiled update with."""
+        resume = self._resume_point(plan, options)
+        return resume, functools.partial(started, *resume, plan.record_shape, sharding.placement(options.devices))
 
     def _compiled_update(self, plan: Plan, options: SolveOptions, state: State, data: Data) -> tuple[Plan, Compiled]:
         """The plan the solve runs and its compiled call: with its loop unrolled where the backend gains by it
@@ -395,11 +406,24 @@ class Crux:
         self._compiled[key] = Compiled(call, seconds, memory)
         return self._compiled[key]
 
+    def _fingerprint(self, params: Any) -> float:
+        """:func:`crux.stats.fingerprint` of ``params``, kept for the arrays of the last one taken: a solve() that starts
+        from the very arrays the last one ended with (arrays never change) does not sum their squares again."""
+        leaves = jax.tree.leaves(params)
+        if self._last_fingerprint is not None:
+            refs, value = self._last_fingerprint
+            if len(refs) == len(leaves) and all(ref() is leaf for ref, leaf in zip(refs, leaves)):
+                return value
+        value = fingerprint(params)
+        if all(isinstance(leaf, jax.Array) for leaf in leaves):
+            self._last_fingerprint = ([weakref.ref(leaf) for leaf in leaves], value)
+        return value
+
     def _commit(self, state: State, plan: Plan, options: SolveOptions, epochs: int) -> None:
         """Keep what the next solve() resumes from: parameters, optimizer states, counters after ``epochs``."""
         state = sharding.local(state)
         for name, params in state.train.params.items():
-            self.models[name].params = plan.layouts[name].unpack(params)
+            self.models[name].hold_packed(params, plan.layouts[name])
         for index, entry in enumerate(plan.entries):
             for name in entry.models:
                 self._opt_states[(self._entry_key(options, index), name)] = (

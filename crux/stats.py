@@ -8,19 +8,54 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 
 def fingerprint(params: Any) -> float:
     """The sum of squares of every parameter in ``params`` (any pytree of arrays), correctly rounded in float64.
 
-    Each square is rounded once (exact for float32 values: 48 significant bits of float64's 53) and
-    ``math.fsum`` rounds their exact sum once, so the value depends on the parameters' values alone, not on
-    their order or layout: the same parameters give the same value to the bit, and parameters that differ give
-    another value except by a coincidence of their norms.
+    The squares are summed exactly and the sum rounded once, so the value depends on the parameters' values
+    alone, not on their order or layout: the same parameters give the same value to the bit, and parameters that
+    differ give another value except by a coincidence of their norms. Finite parameters of float32 (or of a
+    narrower float, which float32 holds exactly) are summed in integers, by binary exponent, with a few array
+    operations; others by ``math.fsum`` of their squares in float64 (each rounded once).
     """
-    leaves = [np.asarray(leaf, np.float64).ravel() for leaf in jax.tree.leaves(params)]
-    return math.fsum(np.square(np.concatenate(leaves)).tolist()) if leaves else 0.0
+    leaves = [np.asarray(leaf) for leaf in jax.tree.leaves(params)]
+    if not leaves:
+        return 0.0
+    if all(leaf.dtype in _WITHIN_FLOAT32 for leaf in leaves):
+        values = np.concatenate([leaf.astype(np.float32, copy=False).ravel() for leaf in leaves])
+        if np.isfinite(values).all():
+            return _float32_square_sum(values)
+    return math.fsum(np.square(np.concatenate([leaf.astype(np.float64).ravel() for leaf in leaves])).tolist())
+
+
+_WITHIN_FLOAT32 = {np.dtype(np.float32), np.dtype(np.float16), np.dtype(jnp.bfloat16)}
+_BINCOUNT_EXACT = 2 ** 29  # terms below 2**24 whose float64 sum (bincount's) stays below 2**53, exact
+
+
+def _float32_square_sum(values: np.ndarray) -> float:
+    """The correctly rounded sum of the squares of finite float32 ``values``.
+
+    A float32 is ``m * 2**(e - 150)`` with ``m < 2**24`` an integer and ``e = max(biased exponent, 1)``, so its
+    square is ``m**2 * 2**(2e - 300)``: an integer below 2**48 at one of 254 scales. The integers are summed per
+    scale, split in halves of 24 bits so that float64 sums them exactly, then the scales are added as Python
+    integers and the total divided by ``2**298`` (Python's integer division rounds correctly).
+    """
+    bits = values.view(np.uint32) & np.uint32(0x7FFFFFFF)
+    biased = (bits >> np.uint32(23)).astype(np.int64)
+    mantissa = (bits & np.uint32(0x7FFFFF)).astype(np.int64) | np.where(biased > 0, 1 << 23, 0)
+    square, scale = mantissa * mantissa, np.maximum(biased, 1)
+    high, low = square >> 24, square & ((1 << 24) - 1)
+    total = 0
+    for start in range(0, len(values), _BINCOUNT_EXACT):
+        part = slice(start, start + _BINCOUNT_EXACT)
+        highs = np.bincount(scale[part], weights=high[part], minlength=255)
+        lows = np.bincount(scale[part], weights=low[part], minlength=255)
+        for e in np.flatnonzero(highs + lows):
+            total += ((int(highs[e]) << 24) + int(lows[e])) << (2 * (int(e) - 1))
+    return total / (1 << 298)
 
 
 @dataclass

@@ -95,8 +95,9 @@ def fixed_parts(k: int, solves: int = 200) -> None:
     variant = bench.CruxVariant("solve()", bench.poisson_problem(N, HIDDEN), k, k)
     variant.build()
     spent = collections.defaultdict(list)
-    parts = [(crux.solver.Crux, "solve"), (crux.solver.Crux, "_initial_state"), (sharding, "put"),
-             (crux.loop.HostLoop, "run"), (crux.loop, "_read_window"), (crux.loop, "fresh_copy"),
+    parts = [(crux.solver.Crux, "solve"), (crux.solver.Crux, "_resume_point"), (sharding, "put"),
+             (crux.solver, "started"), (crux.loop.HostLoop, "run"), (crux.loop, "_read_window"),
+             (crux.solver, "fingerprint"),
              (crux.loop.HostLoop, "statistics"), (crux.solver.Crux, "_commit")]
     originals = []
     for owner, name in parts:

@@ -1,4 +1,6 @@
 """Derivatives, schedules, models and statistics: the pieces residuals and reports are built from."""
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -126,6 +128,31 @@ def test_statistics_save_load_round_trip_and_plot(tmp_path):
     assert loaded.fingerprints == history.fingerprints
     assert history.plot(tmp_path / contract.HISTORY_PLOT) is history
     assert (tmp_path / contract.HISTORY_PLOT).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_fingerprint_is_the_correctly_rounded_sum_of_squares_in_any_order():
+    """Against math.fsum of the float64 squares (each exact for a float32, so fsum's one rounding is the only
+    one): float32 values over the whole exponent range, subnormals and zeros, narrower floats, float64 leaves
+    (squares rounded once, as fsum takes them), non-finite ones; and the same value for any split or order."""
+    rng = np.random.default_rng(7)
+    reference = lambda leaves: math.fsum(np.square(np.concatenate(
+        [np.asarray(leaf, np.float64).ravel() for leaf in leaves])).tolist())
+    for n in (1, 2, 7, 100, 4099):
+        wide = (rng.standard_normal(n) * 10.0 ** rng.uniform(-45, 38, n)).astype(np.float32)
+        wide[rng.random(n) < 0.1] = 0.0
+        subnormal = (rng.integers(-2 ** 23, 2 ** 23, n) * 2.0 ** -149).astype(np.float32)
+        leaves = [wide, subnormal, rng.standard_normal(n).astype(jnp.bfloat16), np.float16(rng.standard_normal(n))]
+        value = crux.stats.fingerprint(leaves)
+        assert value == reference(leaves)
+        shuffled = np.concatenate([np.asarray(leaf, np.float32) for leaf in leaves])[rng.permutation(4 * n)]
+        assert crux.stats.fingerprint({"one": shuffled}) == value
+    largest = [np.full(5, np.finfo(np.float32).max)]
+    assert crux.stats.fingerprint(largest) == reference(largest)
+    doubles = [rng.standard_normal(50), np.float32([1.5])]
+    assert crux.stats.fingerprint(doubles) == reference(doubles)
+    assert crux.stats.fingerprint([np.float32([1.0, np.inf])]) == np.inf
+    assert np.isnan(crux.stats.fingerprint([np.float32([np.nan, 1.0])]))
+    assert crux.stats.fingerprint([]) == 0.0
 
 
 def test_problems_score_against_their_exact_solutions():

@@ -7,6 +7,7 @@ import optax
 import pytest
 
 from crux.layout import Layout, layout_free
+from crux.stats import fingerprint
 from crux.optim import soap
 from crux_testing import EPS32, poisson, relative, train
 
@@ -63,3 +64,27 @@ def test_packing_round_trips_any_leaves_exactly():
     assert jax.tree.structure(back) == jax.tree.structure(params)
     for name in params:
         np.testing.assert_array_equal(back[name], params[name])  # a permutation or lost leaf would differ
+
+
+def test_a_solve_that_follows_another_sends_the_device_nothing():
+    """What a solve() leaves on the device (the packed parameters, optimizer states, update counter) starts the
+    next one there, with no transfer from the host, and gives the numbers that parameters read back and set
+    again give (packed anew and sent)."""
+    held, resent = poisson(optax.adam).solver(), poisson(optax.adam).solver()
+    held.solve(4), resent.solve(4)
+    with jax.transfer_guard_host_to_device("disallow_explicit"):
+        held.solve(4, inner_steps=2)
+    resent.models["u"].params = [dict(layer) for layer in resent.models["u"].params]
+    resent.solve(4, inner_steps=2)
+    for a, b in zip(jax.tree.leaves(held.params), jax.tree.leaves(resent.params)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_parameters_changed_in_place_between_solves_are_those_the_next_solve_starts_from():
+    problem = poisson(optax.adam)
+    solver = problem.solver()
+    solver.solve(4)
+    params = problem.models["u"].params
+    params[0] = jax.tree.map(lambda w: w * 0.5, params[0])  # in the very list solve() left
+    stats = solver.solve(4)
+    assert stats.fingerprints[0][0] == fingerprint(params) != solver.history.fingerprints[0][1]
