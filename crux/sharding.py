@@ -53,5 +53,7 @@ def put(tree, target: jax.sharding.Sharding):
 def local(tree):
     """``tree`` with every array that spans several processes replaced by this process's copy (the arrays a
     solve() keeps are whole on every device)."""
+    if jax.process_count() == 1:
+        return tree
     return jax.tree.map(lambda x: x.addressable_data(0) if isinstance(x, jax.Array) and not x.is_fully_addressable
                         else x, tree)

@@ -38,24 +38,25 @@ _BINCOUNT_EXACT = 2 ** 29  # terms below 2**24 whose float64 sum (bincount's) st
 def _float32_square_sum(values: np.ndarray) -> float:
     """The correctly rounded sum of the squares of finite float32 ``values``.
 
-    A float32 is ``m * 2**(e - 150)`` with ``m < 2**24`` an integer and ``e = max(biased exponent, 1)``, so its
-    square is ``m**2 * 2**(2e - 300)``: an integer below 2**48 at one of 254 scales. The integers are summed per
-    scale, split in halves of 24 bits so that float64 sums them exactly, then the scales are added as Python
-    integers and the total divided by ``2**298`` (Python's integer division rounds correctly).
+    ``frexp`` writes a float32 as ``m * 2**(e - 24)`` with ``m < 2**24`` an integer and ``e`` from -148 up, so its
+    square is ``m**2 * 2**(2e - 48)``: an integer below 2**48 at one of 277 scales. The integers are summed per
+    scale, split in halves of 24 bits that float64 sums exactly, then the scales are added as Python integers
+    and the total divided by a power of two (Python's integer division rounds correctly).
     """
-    bits = values.view(np.uint32) & np.uint32(0x7FFFFFFF)
-    biased = (bits >> np.uint32(23)).astype(np.int64)
-    mantissa = (bits & np.uint32(0x7FFFFF)).astype(np.int64) | np.where(biased > 0, 1 << 23, 0)
-    square, scale = mantissa * mantissa, np.maximum(biased, 1)
-    high, low = square >> 24, square & ((1 << 24) - 1)
+    fraction, exponent = np.frexp(values)
+    integer = fraction.astype(np.float64) * 2.0 ** 24
+    square = integer * integer
+    high = np.floor(square * 2.0 ** -24)
+    low = square - high * 2.0 ** 24
+    scale = exponent + 148
     total = 0
     for start in range(0, len(values), _BINCOUNT_EXACT):
         part = slice(start, start + _BINCOUNT_EXACT)
-        highs = np.bincount(scale[part], weights=high[part], minlength=255)
-        lows = np.bincount(scale[part], weights=low[part], minlength=255)
+        highs = np.bincount(scale[part], weights=high[part])
+        lows = np.bincount(scale[part], weights=low[part])
         for e in np.flatnonzero(highs + lows):
-            total += ((int(highs[e]) << 24) + int(lows[e])) << (2 * (int(e) - 1))
-    return total / (1 << 298)
+            total += ((int(highs[e]) << 24) + int(lows[e])) << (2 * int(e))
+    return total / (1 << 344)
 
 
 @dataclass
