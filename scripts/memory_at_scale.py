@@ -3,7 +3,7 @@ the figure in XLA's refusal), and what the option's run peaks at.
 
     python scripts/memory_at_scale.py --out scale.json          # on a device: its sizes (below)
     python scripts/memory_at_scale.py --checkpoint 3000:64x8 --offload 4096:256:4   # anywhere, stated sizes
-    python scripts/memory_at_scale.py --checkpoint "" --offload 1073741824:1048576:16:4   # 16 GiB of 4-D points
+    python scripts/memory_at_scale.py --checkpoint "" --offload 1073741824:524288:16:4   # 16 GiB of 4-D points
 
 ``--checkpoint POINTS:WIDTHxDEPTH`` (comma-separated): the 1-D Poisson update over POINTS points on DEPTH hidden
 layers of WIDTH, compiled in each form of ``crux.remat`` alone (plain, each layer rematerialised, one checkpoint
@@ -35,10 +35,10 @@ from crux import Crux, capacity, device_memory, engine, remat
 from crux.solver import Machinery
 
 # On a device: the sizes at which a TPU v5e's plain update no longer fits (3 x 256 over 4M points; 8 x 256 over
-# 786,432), one that fits (1M), 16 micro-batches of 1M over 16M points, and over 2^30 points in 4-D (16 GiB:
+# 786,432), one that fits (1M), 16 micro-batches of 1M over 16M points, and of 512K over 2^30 points in 4-D (16 GiB:
 # more than a TPU v5e's 15.75 GiB).
 DEVICE_CHECKPOINT = "1048576:256x3,4194304:256x3,786432:256x8"
-DEVICE_OFFLOAD = "16777216:1048576:16,1073741824:1048576:16:4"
+DEVICE_OFFLOAD = "16777216:1048576:16,1073741824:524288:16:4"
 CPU_CHECKPOINT, CPU_OFFLOAD = "3000:64x8", "4096:256:4,2048:128:4:3"
 
 
