@@ -87,10 +87,11 @@ def _permuted(count: int, n: int, keys: jax.Array) -> jax.Array:
     ``[n, a*b)`` walked through it again until they fall below ``n``. ``O(count)``, whatever ``n``."""
     a = math.isqrt(n - 1) + 1
     b = -(-n // a)
-    first = _feistel(jnp.arange(count, dtype=jnp.uint32), keys, a, b)
-    walked = jax.lax.while_loop(lambda x: jnp.any(x >= n),
-                                lambda x: jnp.where(x >= n, _feistel(x, keys, a, b), x), first)
-    return walked.astype(jnp.int32)
+    values = _feistel(jnp.arange(count, dtype=jnp.uint32), keys, a, b)
+    if a * b > n:  # some values can land past n: walk them
+        values = jax.lax.while_loop(lambda x: jnp.any(x >= n),
+                                    lambda x: jnp.where(x >= n, _feistel(x, keys, a, b), x), values)
+    return values.astype(jnp.int32)
 
 
 @dataclass(frozen=True)

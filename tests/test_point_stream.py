@@ -33,12 +33,16 @@ def test_an_update_draws_distinct_points_in_range(n):
         assert update.min() < n // 2 <= update.max()
 
 
-@pytest.mark.parametrize("n, batch", [(100, 10), (97, 8), (30, 3)], ids=["square", "prime", "walks"])
+# 100 = 10 x 10 and 30 = 6 x 5 fill the network's domain; 97 (in 10 x 10) and 13 (in 4 x 4, 3 of 16 values outside)
+# walk values back into range
+@pytest.mark.parametrize("n, batch", [(100, 10), (30, 3), (97, 8), (13, 4)],
+                         ids=["square", "rectangle", "prime", "walks-often"])
 def test_every_point_is_drawn_as_often_as_a_uniform_draw_would(n, batch):
     """Over T updates each of N points is drawn Binomial(T, p = M/N) times; the counts' sum is fixed, so
     sum((c - Tp)^2) / (T p (1-p) N/(N-1)) is chi-square with N-1 degrees of freedom. Both tails: too even a
-    spread (a cyclic order) fails as a biased one does. Then two updates draw independently: consecutive updates
-    share M^2/N points on average (hypergeometric), and so do two constraints of the same update."""
+    spread (a cyclic order) fails as a biased one does. Each slot holds every point equally often. Then two updates
+    draw independently: consecutive updates share M^2/N points on average (hypergeometric), and so do two
+    constraints of the same update."""
     updates = 4000
     stream = PointStream((n, n), batchsize=batch)
     first, second = drawn(stream, updates, 0), drawn(stream, updates, 1)
@@ -52,6 +56,10 @@ def test_every_point_is_drawn_as_often_as_a_uniform_draw_would(n, batch):
         np.put_along_axis(rows, indices, True, axis=1)
         return rows
 
+    # each slot holds any point with probability 1/N: the first and the last slot, chi-square with N-1 degrees
+    for slot in (0, m - 1):
+        held = np.bincount(first[:, slot], minlength=n)
+        assert np.sum((held - updates / n) ** 2) / (updates / n) < stats.chi2.isf(FALSE_ALARM / 2, n - 1)
     a, b = inclusion(first), inclusion(second)
     variance = m * p * (1 - p) * (n - m) / (n - 1)  # of one hypergeometric overlap
     for shared, pairs in (((a[1:] & a[:-1]).sum(), updates - 1), ((a & b).sum(), updates)):
