@@ -1,33 +1,48 @@
 """The point stream: which collocation points each update sees.
 
 At update ``t`` a constraint ``c`` with more points than the update's ``M = A*B`` slots
-ranks its ``N_c`` points by random keys and takes the first ``M``, split into ``A``
-micro-batches of ``B``: the first ``M`` of a random permutation, without sorting all
-``N_c``. The keys come from Threefry in counter mode, keyed by the seed: word
-``offset_c + i`` of the outputs for the counters ``(t, 0), (t, 1), ...`` (two words
-each) ranks point ``i`` (``offset_c``: the sizes of the ranking constraints before
-``c``), so one Threefry call draws every constraint's keys for an update. A
+takes the first ``M`` values of a keyed pseudo-random permutation of ``[0, N_c)``: the
+images of ``0, 1, ..., M-1``, split into ``A`` micro-batches of ``B``. So an update
+draws ``M`` distinct points, uniformly, at ``O(M)`` cost in time and memory whatever
+``N_c`` is: no array of ``N_c`` elements is ever built, which is what lets
+``offload_data`` draw from a point set larger than the device's memory.
+
+The permutation is a Feistel network on ``Z_a x Z_b`` (``a = ceil(sqrt(N_c))``,
+``b = ceil(N_c / a)``, so ``N_c <= a*b < N_c + a``): a value ``x`` is split into
+``(x // b, x % b)``, and each of :data:`ROUNDS` rounds maps ``(L, R)`` to
+``(R, (L + F(R, k)) mod |L's range|)``, a bijection for any round function ``F``; here
+``F`` is a 32-bit integer mixer of ``R`` xor the round key ``k``. An even number of
+rounds ends on ``Z_a x Z_b`` again. Values that land in ``[N_c, a*b)`` are walked
+through the network again until they fall in ``[0, N_c)`` (cycle walking), which
+keeps the map a permutation of ``[0, N_c)``; as fewer than ``a`` of the ``a*b``
+values lie outside, few elements walk, and the vectorised walk (a ``while_loop``
+until every element is in range) stops after a step or two. (A domain of a power of
+two would leave up to three quarters of it outside, and the walk would run as long as
+its unluckiest element: some 60 steps over ``M = 2^24``.)
+
+The round keys come from Threefry in counter mode, keyed by the stream's key: words
+``ROUNDS * r ... ROUNDS * r + ROUNDS - 1`` of the outputs for the counters
+``(t, 0), (t, 1), ...`` (two words each) are the keys of the ``r``-th constraint that
+draws, so one Threefry call draws every constraint's keys for an update. A
 constraint with ``N_c <= B`` uses all its points in every micro-batch. One with
 ``B < N_c <= A*B`` has all its points in the update's effective batch: its ``A*B``
 slots hold them in order, once, and then repeat the first ones, which
 :meth:`PointStream.slot_weights` weighs 0 (the rest ``A / N_c``), so that the mean
-over the micro-batches is the mean over its ``N_c`` points; it ranks nothing, so the
+over the micro-batches is the mean over its ``N_c`` points; it draws nothing, so the
 other constraints draw the keys they draw in one batch of ``A*B``, where it is not
-sampled either. So accumulation ``A x B`` sees exactly the points of one batch of
-``A*B``, each once, for every constraint size; where every constraint has
-``N_c > A*B`` or ``N_c <= B`` the draw is the one it has always been. On ``D``
-devices the update's micro-batches are ``A*D`` (``A`` on each device), drawn as one
-device draws ``A*D`` of them.
+sampled either. The first ``M`` values of a permutation do not depend on ``M``, so
+accumulation ``A x B`` sees exactly the points of one batch of ``A*B``, each once,
+for every constraint size. On ``D`` devices the update's micro-batches are ``A*D``
+(``A`` on each device), drawn as one device draws ``A*D`` of them.
 
 The same indices are drawn on the device (inside the compiled update) and on the
-host (for ``offload_data``), so both give the same numbers: Threefry is integer
-arithmetic, bit-identical on every backend. One Threefry call per update, rather
-than a ``fold_in`` and a ``uniform`` per constraint, also keeps the program that a
-sweep's every job lowers small.
+host (for ``offload_data``), so both give the same numbers: Threefry and the network
+are integer arithmetic, bit-identical on every backend.
 """
 from __future__ import annotations
 
 import functools
+import math
 import queue
 import threading
 from dataclasses import dataclass
@@ -39,8 +54,44 @@ import numpy as np
 from jax.extend.random import threefry_2x32
 
 PRODUCER_THREAD = "crux-host-batches"  # the name of the thread that gathers offloaded batches
-DRAW_WORDS = 2 ** 25  # the most ranking keys the host draws at once (128 MiB of float32; more for large point sets
-# would hold gigabytes of host memory for a block of updates)
+DRAW_WORDS = 2 ** 25  # the most indices the host draws at once (128 MiB of int32, a few times that in the draw's
+# temporaries; a block of 256 updates of large batches would hold gigabytes of host memory)
+ROUNDS = 6  # Feistel rounds of the permutation (even: the network ends on the domain it starts on)
+MAX_POINTS = 2 ** 31 - 1  # the most points of one constraint: indices are int32
+
+
+def _mix(x: jax.Array) -> jax.Array:
+    """MurmurHash3's 32-bit finaliser: every input bit flips each output bit with probability close to 1/2."""
+    x = x ^ (x >> 16)
+    x = x * np.uint32(0x85EBCA6B)
+    x = x ^ (x >> 13)
+    x = x * np.uint32(0xC2B2AE35)
+    return x ^ (x >> 16)
+
+
+def _feistel(x: jax.Array, keys: jax.Array, a: int, b: int) -> jax.Array:
+    """One pass of the Feistel network over ``[0, a*b)``: ``x`` (uint32) as ``(x // b, x % b)`` in ``Z_a x Z_b``,
+    :data:`ROUNDS` rounds ``(L, R) -> (R, (L + F(R)) mod |L's range|)`` with ``F(R) = _mix(R ^ key)``."""
+    unsigned = np.uint32
+    left, right, p, q = jax.lax.div(x, unsigned(b)), jax.lax.rem(x, unsigned(b)), a, b
+    for r in range(ROUNDS):
+        total = left + jax.lax.rem(_mix(right ^ keys[r]), unsigned(p))  # both terms below p < 2^16: no overflow
+        left, right = right, jnp.where(total >= p, total - p, total)
+        p, q = q, p
+    return left * unsigned(b) + right
+
+
+def _permuted(count: int, n: int, keys: jax.Array) -> jax.Array:
+    """The first ``count`` values (int32) of the permutation of ``[0, n)`` that ``keys`` (:data:`ROUNDS` uint32 words)
+    select: the Feistel network on ``Z_a x Z_b`` (``a = ceil(sqrt(n))``, ``b = ceil(n / a)``), with values in
+    ``[n, a*b)`` walked through it again until they fall below ``n``. ``O(count)``, whatever ``n``."""
+    a = math.isqrt(n - 1) + 1
+    b = -(-n // a)
+    values = _feistel(jnp.arange(count, dtype=jnp.uint32), keys, a, b)
+    if a * b > n:  # some values can land past n: walk them
+        values = jax.lax.while_loop(lambda x: jnp.any(x >= n),
+                                    lambda x: jnp.where(x >= n, _feistel(x, keys, a, b), x), values)
+    return values.astype(jnp.int32)
 
 
 @dataclass(frozen=True)
@@ -58,6 +109,12 @@ class PointStream:
     accumulation_steps: int = 1
     devices: int = 1
 
+    def __post_init__(self):
+        for c, n in enumerate(self.sizes):
+            if not 1 <= n <= MAX_POINTS:
+                raise ValueError(f"constraint {c} has {n:,} points: the point stream indexes them with int32, from 1 "
+                                 f"to {MAX_POINTS:,} points per constraint; split the points over several constraints")
+
     @property
     def micro_batches(self) -> int:
         """``G``: the micro-batches of one update, over all devices."""
@@ -74,10 +131,10 @@ class PointStream:
         """Whether constraint ``c``'s micro-batches hold parts of its points (else each holds all of them)."""
         return self.points_per_batch(c) < self.sizes[c]
 
-    def ranks(self, c: int) -> bool:
+    def draws(self, c: int) -> bool:
         """Whether constraint ``c`` draws a random subset: more points than the update's ``G*B`` slots. A
         constraint with ``B < N_c <= G*B`` is sampled by each micro-batch but not by the update, whose
-        effective batch is all its points: it takes them in their order, and draws no random keys, so that
+        effective batch is all its points: it takes them in their order, and draws no round keys, so that
         the other constraints' keys are those of one batch of ``G*B`` (where it is not sampled either)."""
         return (self.batchsize is not None and self.samples(c)
                 and self.sizes[c] > self.micro_batches * self.points_per_batch(c))
@@ -96,27 +153,21 @@ class PointStream:
 
     def indices(self, key: jax.Array, step: jax.Array) -> tuple[jax.Array, ...]:
         """Per constraint, int32 indices of shape ``(G, B_c)`` for update ``step`` (``key``: a threefry key)."""
-        ranked = [c for c in range(len(self.sizes)) if self.ranks(c)]
-        offsets = dict(zip(ranked, np.cumsum([0] + [self.sizes[c] for c in ranked]).tolist()))
-        if ranked:
-            total = offsets[ranked[-1]] + self.sizes[ranked[-1]]
-            pairs = (total + 1) // 2  # each counter (t, j) gives two words
+        drawn = [c for c in range(len(self.sizes)) if self.draws(c)]
+        if drawn:
+            pairs = ROUNDS // 2 * len(drawn)  # each counter (t, j) gives two words
             counter = jnp.concatenate([jnp.broadcast_to(jnp.asarray(step).astype(jnp.uint32), (pairs,)),
                                        jnp.arange(pairs, dtype=jnp.uint32)])
-            bits = threefry_2x32(jax.random.key_data(key), counter)[:total]
-            # uniform floats in [0, 1) from the top 23 bits, as jax.random.uniform makes them: top_k on
-            # float32 is a library call on the CPU, on integers a full sort
-            ranking = jax.lax.bitcast_convert_type((bits >> 9) | np.uint32(0x3F800000), jnp.float32) - 1.0
+            keys = threefry_2x32(jax.random.key_data(key), counter).reshape(len(drawn), ROUNDS)
         out = []
         for c, n in enumerate(self.sizes):
             g, b = self.micro_batches, self.points_per_batch(c)
             if not self.samples(c):
                 out.append(jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (g, n)))
-            elif c not in offsets:  # every point once, then the first again in slots that slot_weights zeroes
+            elif c not in drawn:  # every point once, then the first again in slots that slot_weights zeroes
                 out.append(jnp.asarray(np.arange(g * b, dtype=np.int32).reshape(g, b) % n))
             else:
-                take = jax.lax.top_k(ranking[offsets[c]:offsets[c] + n], g * b)[1]
-                out.append(take.astype(jnp.int32).reshape(g, b))
+                out.append(_permuted(g * b, n, keys[drawn.index(c)]).reshape(g, b))
         return tuple(out)
 
     def gather(self, points: tuple[jax.Array, ...], key: jax.Array, step: jax.Array) -> tuple[jax.Array, ...]:
@@ -178,9 +229,9 @@ class HostBatches:
         self._key = jax.device_put(key, cpu)
         self._cpu = cpu
         self._draw = _host_draw(stream)
-        # updates drawn at once: ``block``, or fewer where their ranking keys would pass DRAW_WORDS
-        ranked = sum(n for c, n in enumerate(stream.sizes) if stream.ranks(c))
-        block = min(block, max(DRAW_WORDS // max(ranked, 1), 1))
+        # updates drawn at once: ``block``, or fewer where their indices would pass DRAW_WORDS
+        words = stream.micro_batches * sum(stream.points_per_batch(c) for c in range(len(stream.sizes)))
+        block = min(block, max(DRAW_WORDS // words, 1))
         self._block = max(block // steps_per_call, 1) * steps_per_call
 
     def _indices(self, start: int, count: int) -> tuple[np.ndarray, ...]:

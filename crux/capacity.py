@@ -36,7 +36,7 @@ import jax
 import optax
 
 from crux import device_memory
-from crux.problems import poisson1d
+from crux.problems import poisson1d, poisson_cube
 from crux.schedules import lrs
 from crux.solver import Crux
 
@@ -142,8 +142,11 @@ class Capacity:
                                                     if self.reference_step_seconds is not None else nan)}
 
 
-def poisson_solver(points: int, hidden: Sequence[int], seed: int = 0) -> Crux:
-    problem = poisson1d(n_interior=points, hidden=tuple(hidden), seed=seed)
+def poisson_solver(points: int, hidden: Sequence[int], seed: int = 0, dims: int = 1) -> Crux:
+    """The Poisson problem's solver over ``points`` interior points: the 1-D problem, or with ``dims > 1`` the one on
+    the cube ``[0, 1]^dims`` (where a point set past a device's memory takes fewer than 2^31 points)."""
+    problem = (poisson1d(n_interior=points, hidden=tuple(hidden), seed=seed) if dims == 1
+               else poisson_cube(n_interior=points, dims=dims, hidden=tuple(hidden), seed=seed))
     problem.models["u"].optimizer(optax.adam).scale(lrs(1e-3))
     return problem.solver()
 
@@ -241,19 +244,19 @@ def measure(option: str, budget: int, width: int = 64, start: int = 64, limit: i
     if failing is None or largest is None:  # every size fitted, or not even the first did: nothing to show
         return capacity
     options = setup.with_option(failing.size, largest.size)
-    run = train(failing.points, (width,) * failing.layers, options, budget)
+    run = train(poisson_solver(failing.points, (width,) * failing.layers), options, budget)
     reference = None
     if option == "offload_data" and run["trained"]:
-        reference = train(largest.points, (width,) * largest.layers, setup.without(largest.size),
-                           budget)["step_seconds"]
+        reference = train(poisson_solver(largest.points, (width,) * largest.layers), setup.without(largest.size),
+                          budget)["step_seconds"]
     return Capacity(option, budget, tuple(attempts), options, run["peak"], run["trained"], run["error"],
                     run["step_seconds"], reference)
 
 
-def train(points: int, hidden: Sequence[int], options: dict[str, Any], budget: int) -> dict[str, Any]:
-    """A couple of updates of ``options`` over ``points``: its peak bytes, whether it trained within ``budget``."""
+def train(solver: Crux, options: dict[str, Any], budget: int) -> dict[str, Any]:
+    """A couple of updates of ``options`` by ``solver``: its peak bytes, whether it trained within ``budget``."""
     try:
-        stats = poisson_solver(points, hidden).solve(UPDATES, **options)
+        stats = solver.solve(UPDATES, **options)
     except Exception as error:
         refused = device_memory.refusal(error)
         if refused is None:

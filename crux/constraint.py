@@ -49,8 +49,8 @@ class Constraint:
         if points.ndim != 2 or points.shape[0] == 0 or points.shape[1] == 0:
             raise ValueError(f"Constraint '{self.name}': points must be a non-empty (N, d) array with d >= 1, "
                              f"got shape {np.shape(self.points)}")
-        if not np.isfinite(points).all():
-            bad = int(np.argwhere(~np.isfinite(points))[0][0])
+        bad = _first_non_finite_row(points)
+        if bad is not None:
             raise ValueError(f"Constraint '{self.name}': points contain NaN or inf (first at row {bad}); "
                              f"remove or fix them before building the solver")
         if not is_rate(self.weight):
@@ -61,6 +61,19 @@ class Constraint:
     @property
     def size(self) -> int:
         return self.points.shape[0]
+
+
+CHECKED_ROWS = 2 ** 22  # rows checked for NaN and inf at once: a point set near the host's memory gets no mask of
+# its own size beside it
+
+
+def _first_non_finite_row(points: np.ndarray) -> int | None:
+    """The first row of ``points`` with a NaN or inf, None where there is none."""
+    for start in range(0, len(points), CHECKED_ROWS):
+        rows = np.isfinite(points[start:start + CHECKED_ROWS]).all(axis=1)
+        if not rows.all():
+            return start + int(np.argmin(rows))
+    return None
 
 
 class Nets:

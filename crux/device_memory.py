@@ -17,8 +17,9 @@ import jax
 COMPILED = ("temp_bytes", "argument_bytes", "output_bytes")  # the compiled program's figures that make its peak
 REFUSED = "RESOURCE_EXHAUSTED"  # how XLA says a program or a buffer does not fit the device
 # How XLA's refusal names what the program needed: "the total memory required for HLO temporaries (32.02G)", the
-# figure in binary units (the same message gives a v5e's 16,909,336,064 bytes as "15.75G").
-_REQUIRED = re.compile(r"required for [^(]*\((\d+(?:\.\d+)?)([KMGT]?)\)")
+# figure in binary units (the same message gives a v5e's 16,909,336,064 bytes as "15.75G"); and how the runtime
+# names a buffer it could not place (arguments sent to the device): "Attempting to allocate 16.00G".
+_REQUIRED = re.compile(r"(?:required for [^(]*\(|Attempting to allocate )(\d+(?:\.\d+)?)([KMGT]?)\b")
 _UNITS = {"": 1, "K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30, "T": 2 ** 40}
 
 

@@ -3,6 +3,7 @@ the figure in XLA's refusal), and what the option's run peaks at.
 
     python scripts/memory_at_scale.py --out scale.json          # on a device: its sizes (below)
     python scripts/memory_at_scale.py --checkpoint 3000:64x8 --offload 4096:256:4   # anywhere, stated sizes
+    python scripts/memory_at_scale.py --checkpoint "" --offload 1073741824:524288:16:4   # 16 GiB of 4-D points
 
 ``--checkpoint POINTS:WIDTHxDEPTH`` (comma-separated): the 1-D Poisson update over POINTS points on DEPTH hidden
 layers of WIDTH, compiled in each form of ``crux.remat`` alone (plain, each layer rematerialised, one checkpoint
@@ -10,14 +11,19 @@ around the network), then as ``checkpoint_gradients=True`` compiles it, choosing
 form, its refusal's figure stands for what it needed (two decimals of its unit). The line holds the choice
 against the plain update: checkpointing must never need more.
 
-``--offload POINTS:BATCH:MICRO``: two updates of MICRO micro-batches of BATCH points drawn from POINTS, with the
-points on the device and streamed from the host (``offload_data``): each one's compiled need, recorded peak and
-median seconds per update. Offloading must not need more device memory than the on-device batches, and the
-recorded peak must be the update's own: within 10% of its compiled temporaries, arguments and outputs.
+``--offload POINTS:BATCH:MICRO[:DIMS]``: two updates of MICRO micro-batches of BATCH points drawn from POINTS
+points of the Poisson problem in DIMS dimensions (default 1; more on the cube ``[0, 1]^DIMS``, float32 points of
+``4 * DIMS`` bytes each, generated once for both runs), with the points on the device and streamed from the host
+(``offload_data``): each one's compiled need, recorded peak and median seconds per update. Offloading must not
+need more device memory than the on-device batches, and the recorded peak must be the update's own: within 10%
+of its compiled temporaries, arguments and outputs. Where the device refuses the on-device run (RESOURCE_EXHAUSTED:
+the point set does not fit), the line records the need its refusal names, and the offloaded run must train
+within the device's memory: what offloading is for.
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import json
 import re
@@ -29,10 +35,11 @@ from crux import Crux, capacity, device_memory, engine, remat
 from crux.solver import Machinery
 
 # On a device: the sizes at which a TPU v5e's plain update no longer fits (3 x 256 over 4M points; 8 x 256 over
-# 786,432), one that fits (1M), and 16 micro-batches of 1M over 16M points.
+# 786,432), one that fits (1M), 16 micro-batches of 1M over 16M points, and of 512K over 2^30 points in 4-D (16 GiB:
+# more than a TPU v5e's 15.75 GiB).
 DEVICE_CHECKPOINT = "1048576:256x3,4194304:256x3,786432:256x8"
-DEVICE_OFFLOAD = "16777216:1048576:16"
-CPU_CHECKPOINT, CPU_OFFLOAD = "3000:64x8", "4096:256:4"
+DEVICE_OFFLOAD = "16777216:1048576:16,1073741824:524288:16:4"
+CPU_CHECKPOINT, CPU_OFFLOAD = "3000:64x8", "4096:256:4,2048:128:4:3"
 
 
 def in_form(form: str) -> Machinery:
@@ -41,12 +48,8 @@ def in_form(form: str) -> Machinery:
     return Machinery(make_call=lambda plan: engine.make_call(dataclasses.replace(plan, remat=form)))
 
 
-def need(points: int, hidden: Sequence[int], options: dict[str, Any], machinery: Machinery | None = None
-         ) -> dict[str, Any]:
+def need(solver: Crux, options: dict[str, Any]) -> dict[str, Any]:
     """The compiled update's bytes, or the bytes XLA's refusal names and the refusal itself."""
-    solver = capacity.poisson_solver(points, hidden)
-    if machinery is not None:
-        solver = Crux(solver.constraints, solver.models, machinery=machinery)
     try:
         return {"bytes": device_memory.compiled_bytes(solver.compiled_memory(**options)), "refused": None}
     except Exception as error:  # XLA's own error type differs between versions; its message does not
@@ -58,28 +61,40 @@ def need(points: int, hidden: Sequence[int], options: dict[str, Any], machinery:
 
 def checkpoint_forms(points: int, hidden: Sequence[int]) -> dict[str, Any]:
     """Each form's need over ``points`` on ``hidden``, and the need of the form ``checkpoint_gradients`` runs."""
-    forms = {form: need(points, hidden, {}, in_form(form)) for form in remat.FORMS}
-    chosen = need(points, hidden, {"checkpoint_gradients": True})
+    base = capacity.poisson_solver(points, hidden)
+    forms = {form: need(Crux(base.constraints, base.models, machinery=in_form(form)), {}) for form in remat.FORMS}
+    chosen = need(base, {"checkpoint_gradients": True})
     plain, figure = forms[remat.PLAIN]["bytes"], chosen["bytes"]
     ratio = figure / plain if figure is not None and plain else None
     return {"points": points, "hidden": list(hidden), "forms": forms, "checkpoint_gradients": chosen,
             "chosen_over_plain": ratio, "never_more": ratio is not None and ratio <= 1.0}
 
 
-def offload_against_device(points: int, batch: int, micro: int, width: int, budget: int | None) -> dict[str, Any]:
-    """Two updates of ``micro`` micro-batches of ``batch`` over ``points`` (three hidden layers of ``width``), on
-    the device and offloaded."""
+def offload_against_device(points: int, batch: int, micro: int, dims: int, width: int, budget: int | None
+                           ) -> dict[str, Any]:
+    """Two updates of ``micro`` micro-batches of ``batch`` over ``points`` of ``dims`` coordinates (three hidden
+    layers of ``width``), on the device and offloaded; a run whose update the device refuses is not started."""
     runs, hidden = {}, (width,) * capacity.SHALLOW
+    base = capacity.poisson_solver(points, hidden, dims=dims)  # the point set, generated once for every run
+
+    def fresh() -> Crux:  # the same points, the network as initialised (a run writes its parameters back)
+        return Crux(base.constraints, {name: copy.copy(model) for name, model in base.models.items()})
+
     for offload in (False, True):
         options = {"batchsize": batch, "accumulation_steps": micro, "offload_data": offload}
-        run = capacity.train(points, hidden, options, budget if budget is not None else 2 ** 62)
-        runs["offloaded" if offload else "on_device"] = {"compiled": need(points, hidden, options), **run}
+        compiled = need(fresh(), options)
+        run = (capacity.train(fresh(), options, budget if budget is not None else 2 ** 62) if not compiled["refused"]
+               else {"peak": None, "trained": False, "error": compiled["refused"], "step_seconds": None})
+        runs["offloaded" if offload else "on_device"] = {"compiled": compiled, **run}
     device, streamed = runs["on_device"], runs["offloaded"]
+    refused = bool(device["compiled"]["refused"])
     ratio = (streamed["peak"] / device["peak"]) if streamed["peak"] and device["peak"] else None
     own = (streamed["peak"] / streamed["compiled"]["bytes"]
            if streamed["peak"] and streamed["compiled"]["bytes"] else None)
-    return {"points": points, "batch": batch, "micro_batches": micro, **runs,
-            "offloaded_over_on_device_peak": ratio, "never_more": ratio is not None and ratio <= 1.0,
+    return {"points": points, "batch": batch, "micro_batches": micro, "dims": dims,
+            "points_bytes": points * dims * 4, **runs, "device_refused": refused,
+            "offloaded_over_on_device_peak": ratio,
+            "never_more": streamed["trained"] if refused else ratio is not None and ratio <= 1.0,
             "offloaded_peak_over_compiled": own, "peak_is_the_updates": own is not None and own <= 1.1,
             "offloaded_over_on_device_seconds": (streamed["step_seconds"] / device["step_seconds"]
                                                  if streamed["step_seconds"] and device["step_seconds"] else None)}
@@ -101,7 +116,14 @@ def summary(result: dict[str, Any]) -> str:
                 f"{parts}; checkpoint_gradients=True needs {_gib(result['checkpoint_gradients']['bytes'])}, "
                 f"{'-' if ratio is None else f'{ratio:.3f}'} of the plain update's")
     device, streamed = result["on_device"], result["offloaded"]
-    return (f"offload_data, {result['micro_batches']} x {result['batch']:,} over {result['points']:,} points: on the "
+    head = (f"offload_data, {result['micro_batches']} x {result['batch']:,} over {result['points']:,} points in "
+            f"{result['dims']}-D ({_gib(result['points_bytes'])})")
+    if result["device_refused"]:
+        return (f"{head}: the point set does not fit on the device (refused: needs "
+                f"{_gib(device['compiled']['bytes'])}, {device['compiled']['refused']}); offloaded, compiled "
+                f"{_gib(streamed['compiled']['bytes'])}, it {'trains' if streamed['trained'] else 'does not train'} "
+                f"at peak {_gib(streamed['peak'])}, {streamed['step_seconds'] or float('nan'):.2f} s per update")
+    return (f"{head}: on the "
             f"device compiled {_gib(device['compiled']['bytes'])}, peak {_gib(device['peak'])}; offloaded compiled "
             f"{_gib(streamed['compiled']['bytes'])}, peak {_gib(streamed['peak'])} "
             f"({result['offloaded_over_on_device_peak'] or float('nan'):.3f} of on the device; "
@@ -115,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=f"POINTS:WIDTHxDEPTH, comma-separated (default on a device {DEVICE_CHECKPOINT}, else "
                              f"{CPU_CHECKPOINT}); an empty value skips")
     parser.add_argument("--offload", default=None,
-                        help=f"POINTS:BATCH:MICRO, comma-separated (default on a device {DEVICE_OFFLOAD}, else "
+                        help=f"POINTS:BATCH:MICRO[:DIMS], comma-separated (default on a device {DEVICE_OFFLOAD}, else "
                              f"{CPU_OFFLOAD}); an empty value skips")
     parser.add_argument("--width", type=int, default=None, help="the offload runs' width (default 256 on a device, "
                                                                  "else 64), three hidden layers")
@@ -129,17 +151,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         checkpoints = [(int(p), [int(w)] * int(d)) for p, w, d in
                        (re.fullmatch(r"(\d+):(\d+)x(\d+)", s.strip()).groups() for s in checkpoint.split(",") if s.strip())]
-        offloads = [tuple(int(v) for v in re.fullmatch(r"(\d+):(\d+):(\d+)", s.strip()).groups())
+        offloads = [tuple(int(v or 1) for v in re.fullmatch(r"(\d+):(\d+):(\d+)(?::([1-9]\d*))?", s.strip()).groups())
                     for s in offload.split(",") if s.strip()]
     except AttributeError:
         parser.error(f"--checkpoint {checkpoint!r} / --offload {offload!r}: write POINTS:WIDTHxDEPTH and "
-                     f"POINTS:BATCH:MICRO, e.g. --checkpoint 3000:64x8 --offload 4096:256:4")
+                     f"POINTS:BATCH:MICRO[:DIMS], e.g. --checkpoint 3000:64x8 --offload 4096:256:4:2")
     results = []
     for points, hidden in checkpoints:
         results.append(checkpoint_forms(points, hidden))
         print(summary(results[-1]), flush=True)
-    for points, batch, micro in offloads:
-        results.append(offload_against_device(points, batch, micro, width, budget))
+    for points, batch, micro, dims in offloads:
+        results.append(offload_against_device(points, batch, micro, dims, width, budget))
         print(summary(results[-1]), flush=True)
     if args.out:
         args.out.write_text(json.dumps({"budget_bytes": budget, "results": results}, indent=2, default=str))

@@ -183,3 +183,25 @@ def test_the_history_of_several_solves_keeps_each_memory_figures_largest():
     batched = solver.solve(2, batchsize=8).memory
     assert batched["temp_bytes"] < full["temp_bytes"]
     assert solver.history.memory["temp_bytes"] == full["temp_bytes"]
+
+
+def test_poisson_on_the_cube_is_solved_by_its_exact_solution():
+    """The residuals of the D-dimensional Poisson problem vanish for its exact solution: -Laplacian of
+    prod sin(pi x_i) is D pi^2 times it (float32: D second derivatives of size <= pi^2, each to a few eps), and it
+    is 0 on every face (sin(0) exactly; sin(pi) in float32 rounds to about 1e-7 of the other factors)."""
+    from types import SimpleNamespace
+    dims = 3
+    problem = crux.problems.poisson_cube(n_interior=64, dims=dims, hidden=(8,), n_face=5)
+    pde, bc = problem.constraints
+    assert pde.points.shape == (64, dims) and pde.points.dtype == np.float32 and bc.points.shape == (2 * dims * 5, dims)
+    assert ((pde.points >= 0) & (pde.points < 1)).all()
+    on_face = np.isin(bc.points, (0.0, 1.0)).reshape(2 * dims, 5, dims)
+    assert all(on_face[face, :, face // 2].all() for face in range(2 * dims))
+    exact = SimpleNamespace(u=lambda x: jnp.prod(jnp.sin(jnp.pi * x))[None])
+    interior = jax.vmap(lambda x: pde.residual(exact, x))(pde.points)
+    np.testing.assert_allclose(interior, 0, atol=20 * dims * np.pi ** 2 * EPS32)
+    np.testing.assert_allclose(jax.vmap(lambda x: bc.residual(exact, x))(bc.points), 0, atol=10 * EPS32)
+    np.testing.assert_allclose(problem.exact["u"](pde.points), np.asarray(jax.vmap(exact.u)(pde.points))[:, 0],
+                               rtol=10 * EPS32, atol=10 * EPS32)
+    with pytest.raises(ValueError, match=r"poisson_cube: dims=0; pass a whole number >= 1"):
+        crux.problems.poisson_cube(dims=0)

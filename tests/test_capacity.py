@@ -6,6 +6,7 @@ import pytest
 from crux import capacity as library
 from crux.model import Model
 from crux.report.claims.capacity import capacity_verdict
+from crux.solver import Crux
 from scripts_path import capacity, memory_at_scale
 
 # Small enough for a CPU: a 1 MiB budget, networks 16 wide, batches of 64 for offload_data, depth grown over 512
@@ -108,7 +109,7 @@ def test_a_size_the_device_refuses_is_recorded_with_the_need_its_refusal_names(m
         def compiled_memory(self, **options):
             raise RuntimeError("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO "
                                "temporaries (32.02G) exceeds available HBM (15.75G).")
-    monkeypatch.setattr(library, "poisson_solver", lambda points, hidden, seed=0: Refused())
+    monkeypatch.setattr(library, "poisson_solver", lambda points, hidden, seed=0, dims=1: Refused())
     attempt = library.attempt(4_194_304, (256,) * 3, {})
     assert attempt.needed == round(32.02 * 2 ** 30) and attempt.refused.startswith("RESOURCE_EXHAUSTED")
     assert not attempt.fits(16_909_336_064) and not attempt.fits(2 ** 40)  # refused: it does not fit any budget
@@ -116,3 +117,37 @@ def test_a_size_the_device_refuses_is_recorded_with_the_need_its_refusal_names(m
     verdict = capacity_verdict("batchsize", failing.metrics())
     assert verdict.verdict == "holds"
     assert f"XLA refused it (RESOURCE_EXHAUSTED; it needs {round(32.02 * 2 ** 30):,} bytes)" in verdict.summary
+
+
+def test_offloading_points_of_several_dimensions_needs_no_more_than_the_device(tmp_path):
+    out = tmp_path / "scale.json"
+    assert memory_at_scale.main(["--checkpoint", "", "--offload", "1024:64:4:3", "--out", str(out)]) == 0
+    (offload,) = json.loads(out.read_text())["results"]
+    assert (offload["dims"], offload["points_bytes"], offload["device_refused"]) == (3, 1024 * 3 * 4, False)
+    assert offload["on_device"]["trained"] and offload["offloaded"]["trained"]
+    assert offload["offloaded"]["peak"] <= offload["on_device"]["peak"]
+
+
+def test_a_point_set_the_device_refuses_is_recorded_and_offloading_must_train(monkeypatch, tmp_path, capsys):
+    """Where the device refuses the on-device update (planted: every compile without offload_data), the line keeps
+    the need the refusal names, starts no on-device run, and holds only if the offloaded run trains."""
+    honest = Crux.compiled_memory
+
+    def refused_on_device(self, **options):
+        if not options.get("offload_data"):
+            raise RuntimeError("RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm. Used 16.02G of 15.75G hbm. "
+                               "Exceeded hbm capacity by 270.00M. the total memory required for HLO temporaries "
+                               "(16.02G) exceeds available HBM (15.75G).")
+        return honest(self, **options)
+
+    monkeypatch.setattr(Crux, "compiled_memory", refused_on_device)
+    out = tmp_path / "scale.json"
+    assert memory_at_scale.main(["--checkpoint", "", "--offload", "1024:64:4:2", "--out", str(out)]) == 0
+    (offload,) = json.loads(out.read_text())["results"]
+    device, streamed = offload["on_device"], offload["offloaded"]
+    assert offload["device_refused"] and device["compiled"]["bytes"] == round(16.02 * 2 ** 30)
+    assert not device["trained"] and device["peak"] is None and streamed["trained"] and offload["never_more"]
+    assert "the point set does not fit on the device (refused: needs 16.02 GiB" in capsys.readouterr().out
+    monkeypatch.setattr(library, "train", lambda solver, options, budget: {
+        "peak": None, "trained": False, "error": "planted", "step_seconds": None})
+    assert memory_at_scale.main(["--checkpoint", "", "--offload", "1024:64:4:2"]) == 1

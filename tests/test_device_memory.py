@@ -53,3 +53,7 @@ def test_a_refusal_names_what_the_program_needed_in_binary_units():
     assert device_memory.refused_bytes(message) == round(32.02 * 2 ** 30)
     assert device_memory.refused_bytes("...required for program arguments (512.5M) ...") == round(512.5 * 2 ** 20)
     assert device_memory.refused_bytes("RESOURCE_EXHAUSTED: Out of memory allocating 1024 bytes.") is None
+    # a buffer the device cannot hold (a TPU v5e's message for 16 GiB of points sent to it)
+    allocating = ("RESOURCE_EXHAUSTED: E0100: RuntimeBufferAllocationFailure:\nError allocating device buffer: "
+                  "Attempting to allocate 16.00G. That was not possible. There are 15.75G free.; (0x0x0_HBM0)")
+    assert device_memory.refused_bytes(allocating) == 16 * 2 ** 30

@@ -80,13 +80,13 @@ def test_batches_go_to_the_device_only_when_the_loop_takes_them(monkeypatch):
     assert senders == [threading.current_thread().name] * 5
 
 
-def test_the_host_draws_fewer_updates_at_once_from_a_large_point_set(monkeypatch):
-    """Ranking keys for a block of updates take host memory in proportion to the point set: the block shrinks so
-    that it stays within DRAW_WORDS keys, and the stream is the same."""
+def test_the_host_draws_fewer_updates_at_once_from_large_batches(monkeypatch):
+    """A block of updates' indices takes host memory in proportion to the batches (not to the point set): the block
+    shrinks so that it stays within DRAW_WORDS indices, and the stream is the same."""
     stream = batching.PointStream((1000,), batchsize=10)
     points, key = (np.linspace(0, 1, 1000, dtype=np.float32)[:, None],), jax.random.key(3, impl="threefry2x32")
     whole = batching.HostBatches(stream, points, key, 0, 1, 6, jax.devices()[0])
-    monkeypatch.setattr(batching, "DRAW_WORDS", 2500)  # two updates' keys at a time
+    monkeypatch.setattr(batching, "DRAW_WORDS", 25)  # two updates' 10 indices at a time
     blocks = batching.HostBatches(stream, points, key, 0, 1, 6, jax.devices()[0])
     assert (whole._block, blocks._block) == (256, 2)
     for a, b in zip(whole, blocks):

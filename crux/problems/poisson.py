@@ -1,4 +1,5 @@
-"""1-D Poisson problems: -u'' = pi^2 sin(pi x) on [0, 1], u(0) = u(1) = 0, exact u = sin(pi x)."""
+"""Poisson problems: in 1-D -u'' = pi^2 sin(pi x) on [0, 1], u(0) = u(1) = 0, exact u = sin(pi x); on the cube
+[0, 1]^D -Laplacian u = D pi^2 prod_i sin(pi x_i), u = 0 on its faces, exact u = prod_i sin(pi x_i)."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -67,3 +68,33 @@ def mixed_poisson1d(n_interior: int = 256, hidden: Sequence[int] = (32, 32), act
                    {"u": _exact, "q": lambda xs: np.pi * np.cos(np.pi * xs[:, 0])},
                    np.linspace(0, 1, 1001, dtype=np.float32)[:, None],
                    "-q' = pi^2 sin(pi x), q = u', u(0)=u(1)=0 (two networks)", seed)
+
+
+def _product_of_sines(x):
+    return jnp.prod(jnp.sin(jnp.pi * x))
+
+
+def poisson_cube(n_interior: int = 4096, dims: int = 2, hidden: Sequence[int] = (64, 64, 64),
+                 activation: str = "tanh", seed: int = 0, n_face: int = 64) -> Problem:
+    """The Poisson problem on ``[0, 1]^dims``: constraints ``pde`` (``n_interior`` points drawn uniformly) and ``bc``
+    (``n_face`` points drawn on each of the ``2 * dims`` faces). The interior points are drawn as float32 straight
+    into their array, so a point set near the host's memory is never held twice."""
+    for name, value in (("n_interior", n_interior), ("dims", dims), ("n_face", n_face)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"poisson_cube: {name}={value!r}; pass a whole number >= 1")
+    rng = np.random.default_rng(seed)
+    interior = np.empty((n_interior, dims), np.float32)
+    rng.random(dtype=np.float32, out=interior)
+    faces = rng.random((2 * dims, n_face, dims), dtype=np.float32)
+    for face in range(2 * dims):
+        faces[face, :, face // 2] = face % 2  # face 2i holds x_i = 0, face 2i+1 holds x_i = 1
+    net = mlp(dims, 1, hidden, activation, seed=seed)
+    constraints = [
+        Constraint("pde", lambda net, x: -laplacian(net.u)(x) - dims * jnp.pi ** 2 * _product_of_sines(x), interior),
+        Constraint("bc", lambda net, x: net.u(x), faces.reshape(-1, dims)),
+    ]
+    return Problem(f"poisson_cube{dims}", constraints, {"u": net},
+                   {"u": lambda models, xs: np.asarray(models["u"](xs))[:, 0]},
+                   {"u": lambda xs: np.prod(np.sin(np.pi * xs), axis=1)},
+                   rng.random((1024, dims), dtype=np.float32),
+                   f"-Laplacian u = {dims} pi^2 prod sin(pi x_i) on [0,1]^{dims}, u = 0 on the faces", seed)
