@@ -113,6 +113,7 @@ class Crux:
         self._epoch = 0
         self._opt_states: dict[tuple, tuple[int, OptimizerState]] = {}  # (entry key, model) -> (version, state)
         self._compiled: dict[tuple, Compiled] = {}
+        self._started_kinds: set[tuple] = set()  # the kinds of starting state made so far (see _first_state)
         # (devices, what a call draws its batches from: the key and the points, on those devices)
         self._points_on_device: tuple[int, DevicePoints] | None = None
         self._reach: list[set[str]] | None = None
@@ -239,7 +240,7 @@ class Crux:
         before = sharding.local(resume[0])
         for leaf in jax.tree.leaves(before):
             leaf.copy_to_host_async()
-        state = begin()
+        state, start_seconds = self._first_state(plan, begin)
         feed, example = self._feed(plan, options, calls)
         plan, compiled = self._compiled_update(plan, options, state, example)
         checked = None
@@ -250,7 +251,7 @@ class Crux:
         try:
             loop.run(compiled.call, state, begin, feed, calls, checked)
         finally:  # also on an exception or interrupt: keep what was synchronised
-            stats, error = loop.statistics(compiled.seconds, compiled.memory)
+            stats, error = loop.statistics(compiled.seconds + start_seconds, compiled.memory)
             if loop.state is not None:
                 start, end = self._fingerprint(before), self._fingerprint(sharding.local(loop.state).train.params)
                 stats = dataclasses.replace(stats, fingerprints=[(start, end)])
@@ -277,14 +278,15 @@ class Crux:
 
     def compiled_memory(self, options: SolveOptions | None = None, **keywords: Any) -> dict[str, int]:
         """What solve() with these options (as :meth:`solve` takes them; ``epochs`` is one call's) compiles its
-        update to need on the device, from XLA's memory analysis (``temp_bytes``, ``argument_bytes``, ``output_bytes``; ``checkpoint_used`` with
-        ``checkpoint_gradients``), without running an update: how a size that may not fit is tried. The
-        constraints' points go to the device as solve() would send them (not with ``offload_data``), so a
-        device without room for them refuses here (RESOURCE_EXHAUSTED)."""
+        update to need on the device, from XLA's memory analysis (``temp_bytes``, ``argument_bytes``,
+        ``output_bytes``; ``checkpoint_used`` with ``checkpoint_gradients``), without running an update: how a
+        size that may not fit is tried. The constraints' points go to the device as solve() would send them (not
+        with ``offload_data``), so a device without room for them refuses here (RESOURCE_EXHAUSTED)."""
         options = self._resolved(one_call(options, keywords, "compiled_memory"))
         plan = self._plan(options, self._entries(options))
         _, example = self._feed(plan, options, 1)
-        return dict(self._compiled_update(plan, options, self._beginning(plan, options)[1](), example)[1].memory)
+        state = self._first_state(plan, self._beginning(plan, options)[1])[0]
+        return dict(self._compiled_update(plan, options, state, example)[1].memory)
 
     def compiled_call(self, options: SolveOptions | None = None, **keywords: Any) -> CompiledCall:
         """The compiled call that solve() with these options (as :meth:`solve` takes them; ``epochs`` is one
@@ -299,7 +301,7 @@ class Crux:
             raise ValueError("compiled_call(offload_data=True): an offloaded solve() streams each call's batches "
                              "from the host, so no one call takes the points; pass offload_data=False")
         plan = self._plan(options, self._trained_entries(options))
-        state = self._beginning(plan, options)[1]()
+        state = self._first_state(plan, self._beginning(plan, options)[1])[0]
         _, data = self._feed(plan, options, 1)
         return CompiledCall(self._compiled_update(plan, options, state, data)[1].call, state, data)
 
@@ -342,6 +344,21 @@ class Crux:
         call the compiled update with."""
         resume = self._resume_point(plan, options)
         return resume, functools.partial(started, *resume, plan.record_shape, sharding.placement(options.devices))
+
+    def _first_state(self, plan: Plan, begin: Callable[[], State]) -> tuple[State, float]:
+        """``begin()``, and the seconds it took where it was this solver's first of its kind: the program that makes
+        the state is compiled then (or found in JAX's caches), time that counts as compilation, not training."""
+        kind = (plan.entries, plan.stream.devices, plan.record_shape, tuple(plan.layouts.items()), self._versions(plan))
+        if kind in self._started_kinds:
+            return begin(), 0.0
+        start = time.perf_counter()
+        state = begin()
+        self._started_kinds.add(kind)
+        return state, time.perf_counter() - start
+
+    def _versions(self, plan: Plan) -> tuple:
+        """The optimizer version of each model the plan trains: a new optimizer or schedule is a new program."""
+        return tuple((n, self.models[n].optimizer_version) for e in plan.entries for n in e.models)
 
     def _compiled_update(self, plan: Plan, options: SolveOptions, state: State, data: Data) -> tuple[Plan, Compiled]:
         """The plan the solve runs and its compiled call: with its loop unrolled where the backend gains by it
@@ -388,9 +405,8 @@ class Crux:
     def _compile(self, plan: Plan, state: State, data: Data) -> Compiled:
         """The compiled call of ``plan``, kept per static key, so a later solve() traces nothing; a new key is
         traced, and a program that another solver of the process compiled is reused."""
-        versions = tuple((n, self.models[n].optimizer_version) for e in plan.entries for n in e.models)
         key = (plan.entries, plan.stream, plan.inner_steps, plan.remat, plan.offload_data, plan.precision,
-               plan.check_updates, plan.unroll, plan.record_slots, tuple(plan.layouts.items()), versions,
+               plan.check_updates, plan.unroll, plan.record_slots, tuple(plan.layouts.items()), self._versions(plan),
                self.machinery)
         if key in self._compiled:
             return self._compiled[key]._replace(seconds=0.0)
@@ -407,8 +423,8 @@ class Crux:
         return self._compiled[key]
 
     def _fingerprint(self, params: Any) -> float:
-        """:func:`crux.stats.fingerprint` of ``params``, kept for the arrays of the last one taken: a solve() that starts
-        from the very arrays the last one ended with (arrays never change) does not sum their squares again."""
+        """:func:`crux.stats.fingerprint` of ``params``, kept for the arrays of the last one taken: a solve() that
+        starts from the very arrays the last one ended with (arrays never change) does not sum their squares again."""
         leaves = jax.tree.leaves(params)
         if self._last_fingerprint is not None:
             refs, value = self._last_fingerprint

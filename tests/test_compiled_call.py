@@ -1,8 +1,12 @@
 """``Crux.compiled_call``: the compiled call solve() runs, with a state and the points to call it with."""
+import types
+
 import jax
 import numpy as np
 import optax
 
+import crux.engine
+import crux.solver
 from crux_testing import flat, poisson
 
 OPTIONS = dict(inner_steps=4, batchsize=16, accumulation_steps=2)  # mini-batches: the point stream's position counts
@@ -37,3 +41,22 @@ def test_solve_runs_the_program_compiled_call_compiled():
     solver = poisson(optax.adam).solver()
     solver.compiled_call(**OPTIONS)
     assert solver.solve(4, **OPTIONS).compile_seconds == 0.0
+
+
+def test_the_starting_states_program_counts_as_compilation_once_per_kind(monkeypatch):
+    """A solver's first starting state of a kind compiles (or loads) the program that makes it: those seconds are
+    compile time, not training, and later solve() calls of that kind spend none. A clock that moves only while
+    that program is made shows it."""
+    clock = [0.0]
+
+    def started_in(seconds):
+        def made(*args, **kwargs):
+            clock[0] += seconds
+            return crux.engine.started(*args, **kwargs)
+        return made
+    monkeypatch.setattr(crux.solver, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    monkeypatch.setattr(crux.solver, "started", started_in(5.0))
+    solver = poisson(optax.adam).solver()
+    assert solver.solve(4, inner_steps=2).compile_seconds == 5.0  # the update's compile counted nothing here
+    assert solver.solve(4, inner_steps=2).compile_seconds == 0.0
+    assert solver.solve(4, inner_steps=4).compile_seconds == 5.0  # another record buffer: another kind
