@@ -216,6 +216,26 @@ def test_a_sweep_ends_with_a_line_per_job_from_its_newest_run():
                                   " 10  b8 r1    FAILED             -        -"]
 
 
+def test_the_job_table_shows_a_run_as_the_sweep_closed_it(store, monkeypatch, capsys):
+    """A run its job left RUNNING (its closing lost) is closed by the sweep's end, and the table the sweep ends with
+    shows it closed: the runs are read again after such a closing."""
+    set_terminated = MlflowClient.set_terminated
+    lost: list[str] = []
+
+    def first_closing_lost(self, run_id, status=None, end_time=None):
+        if status == contract.FINISHED and not lost:
+            lost.append(run_id)
+            return None
+        return set_terminated(self, run_id, status, end_time)
+
+    monkeypatch.setattr(MlflowClient, "set_terminated", first_closing_lost)
+    launched, ended = sweep(store, "solver.epochs=20,21")
+    assert isinstance(ended, SystemExit) and "1 of the 2 jobs did not finish (jobs 0)" in ended.code
+    header, *rows = capsys.readouterr().out.strip().splitlines()[-3:]
+    assert header.split()[:3] == ["job", "variant", "status"]
+    assert [(row.split()[0], row.split()[-3]) for row in rows] == [("0", contract.KILLED), ("1", contract.FINISHED)]
+
+
 def test_a_store_fault_while_a_run_closes_stops_the_sweep_and_its_job_is_not_counted(store, monkeypatch):
     """The store goes away as job 0's run is closed FINISHED (its last write): that is a store fault like any
     other, recorded at once, so the jobs after it are not started and job 0 is not counted as finished."""
