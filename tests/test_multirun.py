@@ -189,6 +189,26 @@ def test_a_job_out_of_range_refuses_the_sweep_before_the_store_is_opened(tmp_pat
                             "choose one of [1, 2, 3, 5, 6, 10, 15, 30] (in job 1 (solver.epochs=30)); nothing was run")
 
 
+def test_a_job_is_checked_again_unless_cruxs_sweeper_checked_it_in_its_process(monkeypatch):
+    from hydra_plugins.crux_sweeper.config import SweeperConfig
+
+    from crux.commands.experiment import checked_by_the_sweep
+    from crux.tracking.liveness import SWEEP_PID
+
+    def hydra(mode: RunMode, sweeper: str) -> DictConfig:
+        return OmegaConf.create({"mode": mode, "sweeper": {"_target_": sweeper}})
+
+    crux_sweeper, basic = SweeperConfig._target_, "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+    monkeypatch.setenv(SWEEP_PID, str(os.getpid()))
+    assert checked_by_the_sweep(hydra(RunMode.MULTIRUN, crux_sweeper))
+    assert not checked_by_the_sweep(hydra(RunMode.MULTIRUN, basic))
+    assert not checked_by_the_sweep(hydra(RunMode.RUN, crux_sweeper))  # a single run after a sweep in one process
+    monkeypatch.setenv(SWEEP_PID, str(os.getpid() + 1))  # a launcher's worker process
+    assert not checked_by_the_sweep(hydra(RunMode.MULTIRUN, crux_sweeper))
+    monkeypatch.delenv(SWEEP_PID)
+    assert not checked_by_the_sweep(hydra(RunMode.MULTIRUN, crux_sweeper))
+
+
 def test_a_job_is_named_by_its_group_choices_and_by_values_as_it_resolves_them():
     cfg = OmegaConf.create({"solver": {"epochs": 1000, "inner_steps": "${solver.epochs}"}})
     overrides = ["memory=b8_acc4", "solver.inner_steps=${solver.epochs}", "repeat=1"]
