@@ -1,12 +1,13 @@
 """A sweep composes each job's config once: the launcher gets the check's composition, with what the sweep
 set for every job since, equal to Hydra's own; a job that differs from another only in values is that job's
-composition with its values set, equal to Hydra's own."""
+composition with its values set, equal to Hydra's own; the compositions read each config file once."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra._internal.config_repository import ConfigRepository
 from hydra._internal.utils import create_config_search_path
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
@@ -38,8 +39,13 @@ def composing(monkeypatch) -> list[list[str]]:
     return made
 
 
+def plain_loader() -> ConfigLoaderImpl:
+    """Hydra's loader of crux's configs as Hydra makes it: what a sweep's compositions must equal."""
+    return ConfigLoaderImpl(config_search_path=create_config_search_path(f"pkg://{CONFIG_PACKAGE}"))
+
+
 def multirun(tmp_path: Path) -> tuple[ConfigLoaderImpl, DictConfig]:
-    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(f"pkg://{CONFIG_PACKAGE}"))
+    loader = plain_loader()
     config = loader.load_configuration("config", overrides=[f"hydra.sweep.dir={tmp_path}", "hydra.mode=MULTIRUN"],
                                        run_mode=RunMode.MULTIRUN)
     return loader, config
@@ -56,7 +62,7 @@ def test_a_job_composed_again_after_keys_set_for_every_job_is_hydras_composition
     del composing[:]
     launched = loader.load_sweep_config(config, JOB)  # as a launcher calls it
     assert composing == []
-    expected = type(loader).load_sweep_config(loader, config, JOB)
+    expected = plain_loader().load_sweep_config(config, JOB)
     assert OmegaConf.to_container(launched) == OmegaConf.to_container(expected)
     assert launched.hydra.sweep.dir == str(tmp_path / "pinned")
     assert launched.hydra.job.env_set.CRUX_PARENT == "it's quoted"
@@ -82,9 +88,25 @@ def test_a_loader_sent_to_a_worker_process_leaves_its_compositions_behind(tmp_pa
     del composing[:]
     compose_once(loader)(config, JOB)
     worker = cloudpickle.loads(cloudpickle.dumps(loader))  # as joblib's launcher sends it
+    assert worker.repository._read == {} and loader.repository._read
     worker.load_sweep_config(config, JOB)
     assert len(composing) == 2
     assert compose_once(worker) is worker.load_sweep_config  # made once a loader
+
+
+def test_the_jobs_compositions_read_each_config_file_once(tmp_path, monkeypatch):
+    read: list[str] = []
+    real = ConfigRepository.load_config
+    monkeypatch.setattr(ConfigRepository, "load_config", lambda self, config_path: read.append(config_path)
+                        or real(self, config_path))
+    loader, config = multirun(tmp_path)
+    compose = compose_once(loader)
+    del read[:]
+    made = {memory: compose(config, [f"memory={memory}"]) for memory in ("b8", "b32", "b8_acc4")}
+    assert "config" in read and len(read) == len(set(read))
+    for memory, cfg in made.items():  # each a composition of its own, as Hydra makes it
+        expected = plain_loader().load_sweep_config(config, [f"memory={memory}"])
+        assert OmegaConf.to_container(cfg) == OmegaConf.to_container(expected)
 
 
 QUICK = ("accumulation", "resume", "substeps")
@@ -105,8 +127,9 @@ def test_every_job_of_a_built_in_sweep_is_hydras_composition_and_value_siblings_
     del composing[:]
     made = [compose(config, job) for job in jobs]
     composed = len(composing)
+    plain = plain_loader()
     for job, cfg in zip(jobs, made):
-        expected = type(loader).load_sweep_config(loader, config, job)
+        expected = plain.load_sweep_config(config, job)
         assert OmegaConf.to_container(cfg) == OmegaConf.to_container(expected), job
     groups = {tuple(o for o in job if o.split("=")[0] in config.hydra.runtime.choices or "@" in o) for job in jobs}
     if name in ("accumulation", "checkpoint"):  # jobs that differ only in `repeat`: one composition a memory

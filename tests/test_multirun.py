@@ -189,6 +189,26 @@ def test_a_job_out_of_range_refuses_the_sweep_before_the_store_is_opened(tmp_pat
                             "choose one of [1, 2, 3, 5, 6, 10, 15, 30] (in job 1 (solver.epochs=30)); nothing was run")
 
 
+def test_a_job_is_checked_again_unless_cruxs_sweeper_checked_it_in_its_process(monkeypatch):
+    from hydra_plugins.crux_sweeper.config import SweeperConfig
+
+    from crux.commands.experiment import checked_by_the_sweep
+    from crux.tracking.liveness import SWEEP_PID
+
+    def hydra(mode: RunMode, sweeper: str) -> DictConfig:
+        return OmegaConf.create({"mode": mode, "sweeper": {"_target_": sweeper}})
+
+    crux_sweeper, basic = SweeperConfig._target_, "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+    monkeypatch.setenv(SWEEP_PID, str(os.getpid()))
+    assert checked_by_the_sweep(hydra(RunMode.MULTIRUN, crux_sweeper))
+    assert not checked_by_the_sweep(hydra(RunMode.MULTIRUN, basic))
+    assert not checked_by_the_sweep(hydra(RunMode.RUN, crux_sweeper))  # a single run after a sweep in one process
+    monkeypatch.setenv(SWEEP_PID, str(os.getpid() + 1))  # a launcher's worker process
+    assert not checked_by_the_sweep(hydra(RunMode.MULTIRUN, crux_sweeper))
+    monkeypatch.delenv(SWEEP_PID)
+    assert not checked_by_the_sweep(hydra(RunMode.MULTIRUN, crux_sweeper))
+
+
 def test_a_job_is_named_by_its_group_choices_and_by_values_as_it_resolves_them():
     cfg = OmegaConf.create({"solver": {"epochs": 1000, "inner_steps": "${solver.epochs}"}})
     overrides = ["memory=b8_acc4", "solver.inner_steps=${solver.epochs}", "repeat=1"]
@@ -214,6 +234,26 @@ def test_a_sweep_ends_with_a_line_per_job_from_its_newest_run():
                                   "  0  full     FAILED             -      1.0",
                                   "  1  b8_acc4  FINISHED     0.01235      2.5",
                                   " 10  b8 r1    FAILED             -        -"]
+
+
+def test_the_job_table_shows_a_run_as_the_sweep_closed_it(store, monkeypatch, capsys):
+    """A run its job left RUNNING (its closing lost) is closed by the sweep's end, and the table the sweep ends with
+    shows it closed: the runs are read again after such a closing."""
+    set_terminated = MlflowClient.set_terminated
+    lost: list[str] = []
+
+    def first_closing_lost(self, run_id, status=None, end_time=None):
+        if status == contract.FINISHED and not lost:
+            lost.append(run_id)
+            return None
+        return set_terminated(self, run_id, status, end_time)
+
+    monkeypatch.setattr(MlflowClient, "set_terminated", first_closing_lost)
+    launched, ended = sweep(store, "solver.epochs=20,21")
+    assert isinstance(ended, SystemExit) and "1 of the 2 jobs did not finish (jobs 0)" in ended.code
+    header, *rows = capsys.readouterr().out.strip().splitlines()[-3:]
+    assert header.split()[:3] == ["job", "variant", "status"]
+    assert [(row.split()[0], row.split()[-3]) for row in rows] == [("0", contract.KILLED), ("1", contract.FINISHED)]
 
 
 def test_a_store_fault_while_a_run_closes_stops_the_sweep_and_its_job_is_not_counted(store, monkeypatch):

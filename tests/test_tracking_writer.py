@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
+from crux.stats import Statistics
 from crux.tracking import contract
+from crux.tracking import job as job_module
 from crux.tracking.faults import FAULT_FILE, StoreFault, recorded_fault
 from crux.tracking.handover import RESULTS, Pickup, handed_over
 from crux.tracking.space import NoRoom
@@ -160,6 +162,58 @@ def test_a_finished_jobs_writes_go_on_when_the_next_job_trains_and_the_last_jobs
         finish_a_job(second)
     writer.drain()
     assert [client.get_run(run).info.status for run in (run_id, second.run_id)] == [contract.FINISHED] * 2
+
+
+def test_while_the_process_waits_for_the_writer_a_jobs_figure_is_drawn_as_its_histories_are_sent(store,
+                                                                                                monkeypatch):
+    client, run_id = store
+    drawn, seen = threading.Event(), []
+    plot, log_history = Statistics.plot, job_module.log_history
+    monkeypatch.setattr(Statistics, "plot", lambda self, path: (plot(self, path), drawn.set()))
+
+    def histories(*args):
+        seen.append(drawn.wait(60))  # the figure is drawn meanwhile, in a thread of its own
+        log_history(*args)
+
+    monkeypatch.setattr(job_module, "log_history", histories)
+    writer = Writer()
+    with JobRun(client, run_id, "default", 0, overlap=True, writer=writer) as run:
+        finish_a_job(run)  # the writer is held from here: the last job of a sweep
+    writer.drain()
+    assert seen == [True]
+    assert client.get_run(run_id).info.status == contract.FINISHED
+    assert {artifact.path for artifact in client.list_artifacts(run_id)} == ARTIFACTS
+
+
+def test_a_jobs_figure_is_drawn_after_its_histories_while_the_next_job_trains(store, monkeypatch):
+    client, run_id = store
+    events: list[tuple[str, str]] = []
+    plot, log_history = Statistics.plot, job_module.log_history
+    monkeypatch.setattr(Statistics, "plot", lambda self, path: (
+        plot(self, path), events.append(("figure", threading.current_thread().name))))
+    monkeypatch.setattr(job_module, "log_history", lambda *args: (
+        events.append(("histories", threading.current_thread().name)), log_history(*args)))
+    writer, uploading = Writer(), threading.Event()
+    with JobRun(Upload(client, uploading.set), run_id, "default", 0, overlap=True, writer=writer) as run:
+        finish_a_job(run)
+    writer.go_on()  # the next job trains
+    assert uploading.wait(60)
+    writer.drain()
+    assert events == [("histories", "crux-tracking-writer"), ("figure", "crux-tracking-writer")]
+    assert client.get_run(run_id).info.status == contract.FINISHED
+
+
+def test_a_figure_drawn_beside_the_histories_that_fails_closes_the_run_failed_with_the_reason(store, monkeypatch):
+    client, run_id = store
+    monkeypatch.setattr(Statistics, "plot", lambda self, path: disk_full())
+    writer = Writer()
+    with JobRun(client, run_id, "default", 0, overlap=True, writer=writer) as run:
+        finish_a_job(run)
+    writer.drain()
+    run = client.get_run(run_id)
+    assert run.info.status == contract.FAILED
+    assert run.data.tags["crux.error_message"].startswith("writing history.png failed: OSError: No space left")
+    assert len(client.get_metric_history(run_id, "loss/total")) == EPOCHS
 
 
 def test_waiting_for_a_runs_id_lets_a_held_writer_create_it(store, tmp_path):

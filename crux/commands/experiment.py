@@ -31,6 +31,7 @@ with heap.lasting():  # Hydra's and MLflow's modules, kept to the process's end:
     from omegaconf import DictConfig
     from omegaconf.errors import OmegaConfBaseException
 
+    from hydra_plugins.crux_sweeper.config import SweeperConfig
     from hydra_plugins.crux_sweeper.crux_sweeper import CruxSweeper
 
     from crux import backends
@@ -44,6 +45,7 @@ with heap.lasting():  # Hydra's and MLflow's modules, kept to the process's end:
     from crux.tracking.failures import errors_raised_by_hydra, job_failed, tracebacks_shown
     from crux.tracking.faults import StoreFault
     from crux.tracking.interrupt import exit_status, interruptible, signal_name
+    from crux.tracking.liveness import SWEEP_PID
     from crux.tracking.paired_timing import time_against
     from crux.tracking.secrets import move_override_credentials
     from crux.tracking.store import StoreError
@@ -81,6 +83,15 @@ def use_compilation_cache(folder: str | None) -> None:
     if folder is not None:
         jax.config.update("jax_compilation_cache_dir", str(Path(folder).expanduser().resolve()))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+
+
+def checked_by_the_sweep(hydra_cfg: DictConfig) -> bool:
+    """Whether crux's sweeper, in this process, refused or passed this job's config with every other job's
+    before the first started (:class:`crux.tracking.multirun.Multirun`), so that the job needs no check of its
+    own. Any other job is checked by itself: a single run, another sweeper's job, and a job that a launcher
+    runs in another process, whose machine (its devices, its packages) may refuse what the sweep's passed."""
+    return (hydra_cfg.mode == RunMode.MULTIRUN and hydra_cfg.sweeper._target_ == SweeperConfig._target_
+            and os.environ.get(SWEEP_PID) == str(os.getpid()))
 
 
 def train(problem: Problem, phases: list[Phase], cfg: DictConfig,
@@ -146,8 +157,7 @@ def run_job(cfg: DictConfig) -> float:
     configure_jax(cfg)
     with interruptible():
         try:
-            # crux's sweeper checked every job's config before the first; a single run is checked here
-            refused = refusals(cfg)
+            refused = [] if checked_by_the_sweep(HydraConfig.get()) else refusals(cfg)
             if refused:
                 raise ValueError("; ".join(refused))
             processes.join(cfg.jax, cfg.solver.devices)

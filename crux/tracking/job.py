@@ -67,7 +67,7 @@ from crux.tracking.secrets import masked
 from crux.tracking.space import NoRoom, check_room
 from crux.tracking.store import (DESTINATION, PARENT_RUN, TRACKING_URI, Destination, ensure_experiment,
                                  experiment_name, move_store_credentials, tracking_uri, writable_store)
-from crux.tracking.writer import Writer, process_writer
+from crux.tracking.writer import Beside, Writer, process_writer
 
 log = logging.getLogger(__name__)
 
@@ -247,6 +247,7 @@ class JobRun:
         self._run_id: str | None = None
         self._heartbeat: Heartbeat | None = None
         self._created = threading.Event()
+        self._figure: Beside | None = None  # history.png, drawn beside the histories' request where it may
         if callable(run) and overlap:
             self._writer.submit(lambda: self._create(run))
         else:
@@ -461,13 +462,22 @@ class JobRun:
     def _write_outcome(self, stats: Statistics, summary: Mapping[str, float], tags: Mapping[str, str], now: int,
                        outcome: Callable[[], str] | None = None) -> None:
         """Hand the histories (thinned by the writer too), the summary, ``history.png`` and the ``outcome`` line
-        (where given; a job says its own, :meth:`_say_outcome`) to the writer."""
-        self._write("the histories", lambda: log_history(
-            self.client, self.run_id, *thinned(stats.epoch, history_series(stats), self.history_points), now))
+        (where given; a job says its own, :meth:`_say_outcome`) to the writer. Where the process waits for the
+        writer as the histories go, the figure is drawn meanwhile; otherwise after the summary, so that it does
+        not share the interpreter with the next job's set-up."""
+        figure = self._figure = Beside(lambda: stats.plot(self._staged / HISTORY_PLOT))
+
+        def histories() -> None:
+            if self._writer.draining:
+                figure.start()
+            log_history(self.client, self.run_id,
+                        *thinned(stats.epoch, history_series(stats), self.history_points), now)
+
+        self._write("the histories", histories)
         self._write("the summary", lambda: self.client.log_batch(
             self.run_id, metrics=[Metric(key, float(value), now, 0) for key, value in summary.items()],
             tags=[RunTag(key, value) for key, value in tags.items()]))
-        self._write(HISTORY_PLOT, lambda: stats.plot(self._staged / HISTORY_PLOT))
+        self._write(HISTORY_PLOT, figure.finish)
         if outcome is not None:
             self._writer.submit(lambda: log.info("%s", outcome()))
 
@@ -597,7 +607,7 @@ class JobRun:
                 _unwritten_jobs.setdefault(self.sweep_dir, set()).add(self.job)  # its run is not FINISHED
             log.error("run %s could not be closed %s: %s", self.run_id, status, failure_line(error))
         finally:
-            self._files.cleanup()
+            self._remove_files()
 
     def _forget(self, fault: str) -> None:
         """After a store fault (``fault``): the run stays open, recorded as such in the sweep's folder; its
@@ -606,4 +616,10 @@ class JobRun:
             self._heartbeat.stop()
         if self._run_id is not None and self.sweep_dir is not None:
             record_fault(self.sweep_dir, self._run_id, fault)
+        self._remove_files()
+
+    def _remove_files(self) -> None:
+        """Remove the run's files, once a figure drawn beside a write that failed (:class:`Beside`) is done."""
+        if self._figure is not None:
+            self._figure.wait()
         self._files.cleanup()

@@ -379,8 +379,8 @@ class Multirun:
                 pickup.stop()
                 process_writer().drain()
             completed = [n for n in completed if n not in unwritten_jobs(sweep_dir)]
-            status, missing = self._close_or_report(opened, stopped, sweep_dir, completed, pickup.unreadable)
-            print(job_table(child_runs(opened.client, opened.experiment_id, opened.parent_id)), flush=True)
+            status, missing, runs = self._close_or_report(opened, stopped, sweep_dir, completed, pickup.unreadable)
+            print(job_table(runs), flush=True)
         if stopped is not None:
             print(f"{self.program}: stopped by {signal_name(stopped)}: parent run {opened.parent_id} closed {status} "
                   f"with {len(opened.jobs) - len(missing)} of {len(opened.jobs)} jobs finished; {self.resume_advice} "
@@ -422,7 +422,7 @@ class Multirun:
             block.append(number)
 
     def _close_or_report(self, opened: Opened, stopped: KeyboardInterrupt | None, sweep_dir: Path,
-                         completed: list[int], unreadable: dict[str, str]) -> tuple[str, list[int]]:
+                         completed: list[int], unreadable: dict[str, str]) -> tuple[str, list[int], list[Run]]:
         """:meth:`_close`; where a job found the store away (or the closing does), closing is tried once, and
         SystemExit with one line says what failed, which jobs finished and how to go on."""
         fault = recorded_fault(sweep_dir)
@@ -448,15 +448,18 @@ class Multirun:
 
     @deferred()
     def _close(self, opened: Opened, stopped: KeyboardInterrupt | None, unreadable: dict[str, str],
-               faulted: dict[str, str]) -> tuple[str, list[int]]:
+               faulted: dict[str, str]) -> tuple[str, list[int], list[Run]]:
         """Close the parent with the truth read from the store, after closing the runs of its jobs still RUNNING
         with their cause (:func:`closing_cause`; ``unreadable``: job -> why its handed-over results could not be
-        read, ``faulted``: run -> the store fault that left it open); its status and the planned jobs with no
-        FINISHED run."""
+        read, ``faulted``: run -> the store fault that left it open); its status, the planned jobs with no
+        FINISHED run, and the jobs' runs as the store now has them (read once more only where some were closed
+        here)."""
         client = opened.client
         finished: set[int] = set()
         now = time.time()
-        for run in child_runs(client, opened.experiment_id, opened.parent_id):
+        runs = list(child_runs(client, opened.experiment_id, opened.parent_id))
+        open_runs = any(run.info.status == RUNNING for run in runs)
+        for run in runs:
             if run.info.status == RUNNING:
                 status, kind, why = closing_cause(run, stopped, unreadable, faulted, now)
                 client.log_batch(run.info.run_id, tags=[RunTag(ERROR_TYPE, kind),
@@ -473,7 +476,9 @@ class Multirun:
         served = opened.uri.startswith(("http://", "https://"))
         log.info("MLflow: the sweep's runs at %s%s", masked(runs_page(opened.uri, opened.experiment_id)),
                  "" if served else f" once `mlflow ui --backend-store-uri {masked(opened.uri)}` serves them")
-        return status, missing
+        if open_runs:
+            runs = list(child_runs(client, opened.experiment_id, opened.parent_id))
+        return status, missing, runs
 
 
 def closing_cause(run: Run, stopped: KeyboardInterrupt | None, unreadable: dict[str, str], faulted: dict[str, str],

@@ -13,7 +13,10 @@ for the writer before it exits and the sweep before it counts its runs
 failure is its own to record (the run closes FAILED with the reason). Between a job's end and the next job's
 training the writer is held (:meth:`Writer.hold`): the previous job's requests and figure, which share the
 interpreter with the next job's set-up (Hydra's job files and logging, the collection, the problem's build),
-wait for its training, which leaves the interpreter to them, instead of slowing that set-up down.
+wait for its training, which leaves the interpreter to them, instead of slowing that set-up down. While the
+process waits for the writer (:meth:`Writer.drain`: the last job's writes, a single run's) nothing else of it
+runs, and a task may start a later one beside it (:class:`Beside`: a job's figure drawn while the store answers
+its histories' request).
 """
 from __future__ import annotations
 
@@ -40,6 +43,7 @@ class Writer:
         self._lock = threading.Lock()
         self._going = threading.Event()
         self._going.set()
+        self._draining = threading.Event()
 
     def submit(self, task: Task) -> None:
         """Run ``task`` after those handed over before it. An exception it lets out is logged in one line, any
@@ -62,8 +66,17 @@ class Writer:
 
     def drain(self) -> None:
         """Return once every task handed over so far is done; a held writer goes on."""
+        self._draining.set()
         self._going.set()
-        self._tasks.join()
+        try:
+            self._tasks.join()
+        finally:
+            self._draining.clear()
+
+    @property
+    def draining(self) -> bool:
+        """Whether the process waits for the writer (:meth:`drain`), so that nothing else of it runs."""
+        return self._draining.is_set()
 
     def _work(self) -> None:
         while True:
@@ -76,6 +89,40 @@ class Writer:
                 log.error("a background tracking write failed: %s", masked(failure_line(error)))
             finally:
                 self._tasks.task_done()
+
+
+class Beside:
+    """A task of the writer's that a task before it may start in a thread of its own (:meth:`start`), so that it
+    runs while that one waits on the store; :meth:`finish`, where the writer comes to it, waits for it and raises
+    what it raised, or runs it there if it was not started."""
+
+    def __init__(self, task: Task) -> None:
+        self._task = task
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="crux-tracking-beside", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._task()
+        except BaseException as error:  # noqa: BLE001 - raised again by finish(), in the writer's task
+            self._error = error
+
+    def finish(self) -> None:
+        if self._thread is None:
+            self._task()
+            return
+        self.wait()
+        if self._error is not None:
+            raise self._error
+
+    def wait(self) -> None:
+        """Return once the task started is done (at once where none was started)."""
+        if self._thread is not None:
+            self._thread.join()
 
 
 _writer: Writer | None = None
