@@ -145,17 +145,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     budget = capacity.device_budget()
     on_device = budget is not None
-    checkpoint = args.checkpoint if args.checkpoint is not None else (DEVICE_CHECKPOINT if on_device else CPU_CHECKPOINT)
+    checkpoint = args.checkpoint if args.checkpoint is not None else (
+        DEVICE_CHECKPOINT if on_device else CPU_CHECKPOINT)
     offload = args.offload if args.offload is not None else (DEVICE_OFFLOAD if on_device else CPU_OFFLOAD)
+    if args.width is not None and args.width < 1:
+        parser.error(f"--width {args.width}: give a whole number >= 1, e.g. --width 64")
     width = args.width or (256 if on_device else 64)
+    whole = r"([1-9]\d*)"  # every size is a whole number >= 1
     try:
         checkpoints = [(int(p), [int(w)] * int(d)) for p, w, d in
-                       (re.fullmatch(r"(\d+):(\d+)x(\d+)", s.strip()).groups() for s in checkpoint.split(",") if s.strip())]
-        offloads = [tuple(int(v or 1) for v in re.fullmatch(r"(\d+):(\d+):(\d+)(?::([1-9]\d*))?", s.strip()).groups())
+                       (re.fullmatch(f"{whole}:{whole}x{whole}", s.strip()).groups()
+                        for s in checkpoint.split(",") if s.strip())]
+        offloads = [tuple(int(v or 1) for v in
+                          re.fullmatch(f"{whole}:{whole}:{whole}(?::{whole})?", s.strip()).groups())
                     for s in offload.split(",") if s.strip()]
     except AttributeError:
         parser.error(f"--checkpoint {checkpoint!r} / --offload {offload!r}: write POINTS:WIDTHxDEPTH and "
-                     f"POINTS:BATCH:MICRO[:DIMS], e.g. --checkpoint 3000:64x8 --offload 4096:256:4:2")
+                     f"POINTS:BATCH:MICRO[:DIMS], each a whole number >= 1, e.g. --checkpoint 3000:64x8 "
+                     f"--offload 4096:256:4:2")
     results = []
     for points, hidden in checkpoints:
         results.append(checkpoint_forms(points, hidden))

@@ -151,3 +151,12 @@ def test_a_point_set_the_device_refuses_is_recorded_and_offloading_must_train(mo
     monkeypatch.setattr(library, "train", lambda solver, options, budget: {
         "peak": None, "trained": False, "error": "planted", "step_seconds": None})
     assert memory_at_scale.main(["--checkpoint", "", "--offload", "1024:64:4:2"]) == 1
+
+
+@pytest.mark.parametrize("arguments", [["--offload", "1024:0:4"], ["--offload", "1024:64:4:0"],
+                                       ["--checkpoint", "256:16x0"], ["--checkpoint", "256:16"], ["--width", "0"]])
+def test_stated_sizes_are_whole_numbers_refused_otherwise_before_any_compute(arguments, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        memory_at_scale.main(arguments)
+    assert stopped.value.code == 2
+    assert "whole number >= 1" in capsys.readouterr().err
