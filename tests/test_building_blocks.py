@@ -65,6 +65,27 @@ def test_mlp_evaluates_batches_and_stacks_equal_layers():
     np.testing.assert_allclose(u.checkpointed_apply(u.params, jnp.asarray(xs[2])), out[2], rtol=1e-6)
 
 
+@pytest.mark.parametrize("x64", [False, True], ids=["float32", "x64"])
+@pytest.mark.parametrize("widths, stacks", [
+    ((1, 64, 64, 64, 1), [(1, 1, 64), (2, 64, 64), (1, 64, 1)]),  # hidden layers of one shape, drawn as one stack
+    ((2, 16, 16, 3), [(1, 2, 16), (1, 16, 16), (1, 16, 3)]),
+    ((5, 7, 9, 11, 1), [(1, 5, 7), (1, 7, 9), (1, 9, 11), (1, 11, 1)]),
+    ((3, 1), [(1, 3, 1)]),
+])
+def test_mlp_parameters_are_glorot_normal_draws_made_op_by_op_bit_for_bit(widths, stacks, x64):
+    # mlp draws a network's parameters in one compiled program: the same bits as drawn one operation at a time
+    with jax.enable_x64(x64):
+        for seed in (0, 7, 2**31 - 1):
+            keys = jax.random.split(jax.random.key(seed), len(stacks))
+            expected = [{"w": jax.random.normal(key, (n, d_in, d_out), jnp.float32) * math.sqrt(2 / (d_in + d_out)),
+                         "b": jnp.zeros((n, d_out), jnp.float32)} for key, (n, d_in, d_out) in zip(keys, stacks)]
+            drawn = crux.mlp(widths[0], widths[-1], widths[1:-1], seed=seed).params
+            assert jax.tree.structure(drawn) == jax.tree.structure(expected)
+            for got, want in zip(jax.tree.leaves(drawn), jax.tree.leaves(expected)):
+                assert got.dtype == want.dtype == jnp.float32 and got.shape == want.shape
+                np.testing.assert_array_equal(np.asarray(got).view(np.uint32), np.asarray(want).view(np.uint32))
+
+
 def _two_constraint_fit() -> tuple[np.ndarray, list]:
     """Losses and parameters after 20 SGD epochs of mini-batches, 5 a call, of a Laplacian and a boundary constraint."""
     u = crux.mlp(1, 1, hidden=(8, 8)).optimizer(optax.sgd).scale(crux.lrs(1e-2))
