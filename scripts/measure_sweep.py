@@ -3,15 +3,20 @@
     python scripts/measure_sweep.py --uri URI [--sweeps N] [--commit REV ...] SWEEP [overrides...]
     python scripts/measure_sweep.py --uri http://127.0.0.1:PORT --sweeps 6 --commit main --commit HEAD \\
         accumulation solver.epochs=5000
+    pip install --no-deps --target /tmp/ml_dtypes-0.6 ml_dtypes==0.6.0
+    python scripts/measure_sweep.py --uri URI --commit main --commit HEAD+/tmp/ml_dtypes-0.6 accumulation
 
 Runs ``crux-sweep SWEEP [overrides]`` N times (default 4), each in a process of its own as a user starts it,
 into the store at ``URI`` (a tracking server's ``http://...``, ``sqlite:///...``, ``postgresql://...``), in
 a scratch folder (Hydra's outputs). With ``--commit`` (repeatable) each round runs the sweep once per commit,
 alternated, so that a shared machine's load falls on each alike: the commit's files (``git archive``) go
-before the installed crux on ``PYTHONPATH``. For each sweep it prints the seconds of its command, of its jobs'
-training and compilation (the runs' ``run_seconds`` and ``compile_seconds``, the gradient draws' counted, as
-``measure_tracking.py`` counts them), the rest, the sweep's share (the rest over the command's seconds) and a
-job's median share ((run duration - training - compile) / run duration); then the medians per commit.
+before the installed crux on ``PYTHONPATH``. ``--commit REV+DIR`` puts the folder ``DIR`` right after them: what
+was installed there (``pip install --target DIR``) takes the place of the environment's, another version of a
+dependency beside the same environment for the other commits. For each sweep it prints the seconds of its
+command, of its jobs' training and compilation (the runs' ``run_seconds`` and ``compile_seconds``, the gradient
+draws' counted, as ``measure_tracking.py`` counts them), the rest, the sweep's share (the rest over the command's
+seconds) and a job's median share ((run duration - training - compile) / run duration); then the medians per
+commit.
 """
 from __future__ import annotations
 
@@ -69,13 +74,15 @@ def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--uri", required=True, help="the store: http://HOST:PORT, sqlite:///PATH, postgresql://...")
     parser.add_argument("--sweeps", type=int, default=4, help="sweeps per commit (4)")
-    parser.add_argument("--commit", action="append", default=[], help="a commit to run (repeatable; default: the "
+    parser.add_argument("--commit", action="append", default=[], help="a commit to run, REV or REV+DIR with the "
+                                                                      "packages in DIR (repeatable; default: the "
                                                                       "installed crux)")
     parser.add_argument("sweep", help="the sweep's name")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="crux-measure-sweep-") as scratch:
-        trees = {commit: checkout(commit, Path(scratch) / f"tree{n}") for n, commit in enumerate(args.commit)}
+        trees = {commit: checkout(commit.split("+", 1)[0], Path(scratch) / f"tree{n}")
+                 for n, commit in enumerate(args.commit)}
         work = Path(scratch) / "work"
         work.mkdir()
         rows: dict[str, list[dict[str, float]]] = {}
@@ -83,7 +90,9 @@ def main(argv: list[str]) -> None:
             for commit in args.commit or ["installed"]:
                 env = dict(os.environ, MLFLOW_TRACKING_URI=args.uri)
                 if commit in trees:
-                    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(trees[commit]), env.get("PYTHONPATH"))))
+                    packages = commit.split("+", 1)[1] if "+" in commit else None
+                    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(trees[commit]), packages,
+                                                                      env.get("PYTHONPATH"))))
                 begin = time.perf_counter()
                 subprocess.run([sys.executable, "-c", SWEEP, args.sweep, *args.overrides], cwd=work, env=env,
                                check=True, stdout=subprocess.DEVNULL)
