@@ -256,8 +256,9 @@ def mlp(in_dim: int, out_dim: int, hidden: Sequence[int] = (64, 64, 64), activat
 @functools.lru_cache(maxsize=None)
 def _mlp_init(layout: tuple[tuple[int, int, int], ...]) -> Callable[[jax.Array], Params]:
     """The parameters of every ``crux.mlp`` of ``layout`` (:func:`_stack_layout`) from a key, as one compiled
-    program per layout: drawn op by op, a process's first network lowered and ran some 14 small programs (0.3 s
-    of a sweep's first job on a 2-core CPU). The same weights, bit for bit, as drawn op by op."""
+    program per layout: drawn op by op, a process's first network lowered and ran some 14 small programs (its
+    set-up took 0.16 s instead of 0.10 s on a 2-core CPU, the compilation cache warm: docs/BENCHMARK.md). The same
+    weights, bit for bit, as drawn op by op."""
 
     def init(key):
         keys = jax.random.split(key, len(layout))
