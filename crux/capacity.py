@@ -231,7 +231,8 @@ def host_points_limit(dims: int) -> int:
 
 def measure(option: str, budget: int, width: int = 64, start: int = 64, limit: int | None = None,
             offload_batch: int = 256, depth_points: int = 256, offload_dims: int = 1,
-            compiled: dict[tuple, Attempt] | None = None) -> Capacity:
+            compiled: dict[tuple, Attempt] | None = None,
+            tried: Callable[[Attempt], None] | None = None) -> Capacity:
     """Show ``option`` (one of :data:`OPTIONS`) at the smallest size that does not fit ``budget`` bytes without it.
 
     Points grow from ``start`` up to ``limit`` (default: :func:`host_points_limit`) on networks of :data:`SHALLOW`
@@ -241,7 +242,8 @@ def measure(option: str, budget: int, width: int = 64, start: int = 64, limit: i
     Nothing that does not fit stops it: a size that does not fit is recorded as such; the option's own run is
     recorded as not trained, with XLA's message, if it does not fit either. ``compiled`` keeps the sizes tried
     between calls (``batchsize`` and ``accumulation_steps`` try the same runs without them): pass one dict to
-    the calls of one device.
+    the calls of one device. ``tried`` is told each size as it is tried (a search at a device's sizes takes
+    minutes: a run stopped at a time limit still shows how far it came).
     """
     if option not in OPTIONS:
         raise ValueError(f"capacity: no option {option!r}; choose from {', '.join(OPTIONS)}")
@@ -262,6 +264,8 @@ def measure(option: str, budget: int, width: int = 64, start: int = 64, limit: i
         if key not in compiled:
             compiled[key] = attempt(points, (width,) * layers, without, setup.grows, dims)
             gc.collect()  # the point set just tried, before the next, larger one is built
+            if tried is not None:
+                tried(compiled[key])
         return compiled[key]
 
     attempts = smallest_not_fitting(budget, try_size, start, limit, setup.refine, setup.growth)

@@ -46,6 +46,14 @@ def line(result: capacity.Capacity, verdict: str) -> str:
             f"with {result.run_options}: {peak}; verdict {verdict}")
 
 
+def tried(attempt: capacity.Attempt) -> None:
+    """One size as it is tried, on stderr: how far a search came where a time limit stops it."""
+    what = "refused (RESOURCE_EXHAUSTED)" if attempt.refused else f"needs {attempt.needed:,} bytes"
+    coordinates = f" of {attempt.dims} coordinates" if attempt.dims > 1 else ""
+    print(f"  tried {attempt.points:,} points{coordinates}, {attempt.layers} hidden layers: {what}",
+          file=sys.stderr, flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--budget-bytes", type=int, default=None,
@@ -89,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results, compiled = [], {}
     for option in options:
         result = capacity.measure(option, budget, width=width, start=start, offload_batch=batch,
-                                  depth_points=depth_points, offload_dims=dims, compiled=compiled)
+                                  depth_points=depth_points, offload_dims=dims, compiled=compiled, tried=tried)
         verdict = capacity_verdict(option, result.metrics())
         print(line(result, verdict.verdict), flush=True)
         results.append({"option": option, "attempts": [vars(a) for a in result.attempts],

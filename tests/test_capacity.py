@@ -169,7 +169,12 @@ def test_offloading_points_of_several_coordinates_is_shown_where_they_do_not_fit
     assert result["verdict"]["verdict"] == "holds", result["verdict"]["summary"]
     assert {a["dims"] for a in result["attempts"]} == {3}
     assert result["verdict"]["evidence"]["dims"] == 3
-    assert "points of 3 coordinates" in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert "points of 3 coordinates" in printed.out
+    # each size as it was tried, on stderr, in the order tried
+    assert [line for line in printed.err.splitlines() if line.startswith("  tried")] == [
+        f"  tried {a['points']:,} points of 3 coordinates, 3 hidden layers: needs {a['needed']:,} bytes"
+        for a in result["attempts"]]
 
 
 def test_the_points_grow_no_further_than_the_host_holds(monkeypatch):
