@@ -16,7 +16,7 @@ for ``checkpoint_gradients``, its hidden layers over a fixed point set:
 - ``accumulation_steps``: one batch of N points does not fit; micro-batches of half the largest batch that fits,
   as many as make an effective batch of N, train.
 - ``checkpoint_gradients``: the plain update of a network of L hidden layers over a fixed point set does not
-  fit, the checkpointed one does. Depth is what rematerialising saves on (each layer's activations); more
+  fit, the checkpointed one does. Depth is what rematerialising saves on (the layers' activations); more
   points grow the points' own arrays and every layer's alike, which it cannot drop (on a TPU v5e at 8 layers
   the checkpointed update over 786,432 points was refused as the plain one was). The depths are bisected
   further between the doublings, as rematerialising saves a fraction, not a factor of two. The fixed point set
@@ -24,11 +24,15 @@ for ``checkpoint_gradients``, its hidden layers over a fixed point set:
   not fit stays within tens of layers.
 - ``offload_data``: mini-batches drawn on the device from N points do not fit (the points do not); the same
   batches streamed from the host train, and their seconds per update are set against on-device batches of
-  the largest point set that fits.
+  the largest point set that fits. The points may have several coordinates (the Poisson problem on the cube
+  ``[0, 1]^dims``, :func:`crux.problems.poisson_cube`), so that a point set past a device's memory stays within
+  the 2^31 - 1 points a constraint may have; the largest tried is what the host can hold (``host_points_limit``).
 """
 from __future__ import annotations
 
+import gc
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -36,6 +40,7 @@ import jax
 import optax
 
 from crux import device_memory
+from crux.batching import MAX_POINTS
 from crux.problems import poisson1d, poisson_cube
 from crux.schedules import lrs
 from crux.solver import Crux
@@ -45,6 +50,8 @@ UPDATES = 2  # the option's run: enough to show that it trains, few enough for t
 POINTS, LAYERS = "points", "layers"  # what a search grows: the point set, or the network's hidden layers
 SHALLOW = 3  # the hidden layers of a network whose point set grows, and the first depth tried where layers grow
 MAX_LAYERS = 1024  # the deepest network tried
+HOST_COPIES = 2  # host bytes a point set takes, in multiples of its own: on a TPU v5e's host, 2^30 4-D points
+# (16 GiB) peaked at 32.9 GB while the device refused them and the offloaded run trained
 
 
 @dataclass(frozen=True)
@@ -75,22 +82,23 @@ def setups(offload_batch: int) -> dict[str, Setup]:
         "accumulation_steps": Setup(lambda n: {}, _accumulated),
         "checkpoint_gradients": Setup(lambda n: {}, lambda n, largest: {"checkpoint_gradients": True},
                                       refine=True, grows=LAYERS),
-        # the point set grows, the batches do not: sizes eight times apart are fine enough
+        # the point set grows, the batches do not; far under the budget the search jumps (``_factor``)
         "offload_data": Setup(lambda n: {"batchsize": offload_batch},
-                              lambda n, largest: {"batchsize": offload_batch, "offload_data": True}, growth=8),
+                              lambda n, largest: {"batchsize": offload_batch, "offload_data": True}),
     }
 
 
 @dataclass(frozen=True)
 class Attempt:
-    """One size tried without the option: the network's hidden layers and the points, which of them the search
-    grew, and what its compiled update needs, or XLA's refusal."""
+    """One size tried without the option: the network's hidden layers and the points (of ``dims`` coordinates),
+    which of them the search grew, and what its compiled update needs, or XLA's refusal."""
 
     points: int
     layers: int
     needed: int | None  # temporaries, arguments and outputs of the compiled update; where refused, XLA's figure
     refused: str | None = None  # XLA's RESOURCE_EXHAUSTED message
     grows: str = POINTS
+    dims: int = 1
 
     @property
     def size(self) -> int:
@@ -132,6 +140,7 @@ class Capacity:
         return {"capacity/budget_bytes": float(self.budget),
                 "capacity/points": float(failing.points) if failing else nan,
                 "capacity/layers": float(failing.layers) if failing else nan,
+                "capacity/dims": float(failing.dims) if failing else nan,
                 "capacity/grows_layers": float(self.attempts[0].grows == LAYERS) if self.attempts else nan,
                 "capacity/needed_bytes": float(failing.needed) if failing and failing.needed is not None else nan,
                 "capacity/refused": float(bool(failing and failing.refused)),
@@ -151,16 +160,18 @@ def poisson_solver(points: int, hidden: Sequence[int], seed: int = 0, dims: int 
     return problem.solver()
 
 
-def attempt(points: int, hidden: Sequence[int], options: dict[str, Any], grows: str = POINTS) -> Attempt:
-    """The update of ``options`` over ``points`` points, compiled and not run: what it needs, or the refusal."""
+def attempt(points: int, hidden: Sequence[int], options: dict[str, Any], grows: str = POINTS,
+            dims: int = 1) -> Attempt:
+    """The update of ``options`` over ``points`` points (of ``dims`` coordinates), compiled and not run: what it
+    needs, or the refusal."""
     try:
-        memory = poisson_solver(points, hidden).compiled_memory(**options)
+        memory = poisson_solver(points, hidden, dims=dims).compiled_memory(**options)
     except Exception as error:  # XLA's own error type differs between versions; its message does not
         refused = device_memory.refusal(error)
         if refused is None:
             raise
-        return Attempt(points, len(hidden), device_memory.refused_bytes(str(error)), refused, grows)
-    return Attempt(points, len(hidden), device_memory.compiled_bytes(memory), grows=grows)
+        return Attempt(points, len(hidden), device_memory.refused_bytes(str(error)), refused, grows, dims)
+    return Attempt(points, len(hidden), device_memory.compiled_bytes(memory), grows=grows, dims=dims)
 
 
 def _factor(tried: Attempt, budget: int, growth: int) -> int:
@@ -207,35 +218,54 @@ def smallest_not_fitting(budget: int, try_size: Callable[[int], Attempt], start:
     return tried
 
 
-def measure(option: str, budget: int, width: int = 64, start: int = 64, limit: int = 2 ** 26,
-            offload_batch: int = 256, depth_points: int = 256,
-            compiled: dict[tuple, Attempt] | None = None) -> Capacity:
+def host_points_limit(dims: int) -> int:
+    """The most points of ``dims`` float32 coordinates a search builds: what the host's available memory holds
+    :data:`HOST_COPIES` times over, at most a constraint's :data:`crux.batching.MAX_POINTS`."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            available = next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError, IndexError):  # not Linux: the free physical pages
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return max(min(MAX_POINTS, available // (HOST_COPIES * 4 * dims)), 1)
+
+
+def measure(option: str, budget: int, width: int = 64, start: int = 64, limit: int | None = None,
+            offload_batch: int = 256, depth_points: int = 256, offload_dims: int = 1,
+            compiled: dict[tuple, Attempt] | None = None,
+            tried: Callable[[Attempt], None] | None = None) -> Capacity:
     """Show ``option`` (one of :data:`OPTIONS`) at the smallest size that does not fit ``budget`` bytes without it.
 
-    Points grow from ``start`` up to ``limit`` on networks of :data:`SHALLOW` hidden layers; for
-    ``checkpoint_gradients`` the hidden layers grow, from :data:`SHALLOW` up to :data:`MAX_LAYERS`, over
-    ``depth_points`` points.
+    Points grow from ``start`` up to ``limit`` (default: :func:`host_points_limit`) on networks of :data:`SHALLOW`
+    hidden layers, in one dimension, or for ``offload_data`` in ``offload_dims``; for ``checkpoint_gradients``
+    the hidden layers grow, from :data:`SHALLOW` up to :data:`MAX_LAYERS`, over ``depth_points`` points.
 
     Nothing that does not fit stops it: a size that does not fit is recorded as such; the option's own run is
     recorded as not trained, with XLA's message, if it does not fit either. ``compiled`` keeps the sizes tried
     between calls (``batchsize`` and ``accumulation_steps`` try the same runs without them): pass one dict to
-    the calls of one device.
+    the calls of one device. ``tried`` is told each size as it is tried (a search at a device's sizes takes
+    minutes: a run stopped at a time limit still shows how far it came).
     """
     if option not in OPTIONS:
         raise ValueError(f"capacity: no option {option!r}; choose from {', '.join(OPTIONS)}")
     setup = setups(offload_batch)[option]
+    dims = offload_dims if option == "offload_data" else 1
     if option == "offload_data":  # a batch of offload_batch needs a larger point set to be drawn from
         start = max(start, 2 * offload_batch)
     if setup.grows == LAYERS:
         start, limit = SHALLOW, MAX_LAYERS
+    elif limit is None:
+        limit = host_points_limit(dims)
     compiled = {} if compiled is None else compiled
 
     def try_size(size: int) -> Attempt:
         points, layers = (depth_points, size) if setup.grows == LAYERS else (size, SHALLOW)
         without = setup.without(size)
-        key = (setup.grows, points, (width,) * layers, tuple(sorted(without.items())))  # an Attempt knows what grew
+        key = (setup.grows, points, dims, (width,) * layers, tuple(sorted(without.items())))  # what grew is kept
         if key not in compiled:
-            compiled[key] = attempt(points, (width,) * layers, without, setup.grows)
+            compiled[key] = attempt(points, (width,) * layers, without, setup.grows, dims)
+            gc.collect()  # the point set just tried, before the next, larger one is built
+            if tried is not None:
+                tried(compiled[key])
         return compiled[key]
 
     attempts = smallest_not_fitting(budget, try_size, start, limit, setup.refine, setup.growth)
@@ -244,11 +274,12 @@ def measure(option: str, budget: int, width: int = 64, start: int = 64, limit: i
     if failing is None or largest is None:  # every size fitted, or not even the first did: nothing to show
         return capacity
     options = setup.with_option(failing.size, largest.size)
-    run = train(poisson_solver(failing.points, (width,) * failing.layers), options, budget)
+    run = train(poisson_solver(failing.points, (width,) * failing.layers, dims=dims), options, budget)
     reference = None
     if option == "offload_data" and run["trained"]:
-        reference = train(poisson_solver(largest.points, (width,) * largest.layers), setup.without(largest.size),
-                          budget)["step_seconds"]
+        gc.collect()
+        reference = train(poisson_solver(largest.points, (width,) * largest.layers, dims=dims),
+                          setup.without(largest.size), budget)["step_seconds"]
     return Capacity(option, budget, tuple(attempts), options, run["peak"], run["trained"], run["error"],
                     run["step_seconds"], reference)
 

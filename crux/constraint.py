@@ -68,11 +68,13 @@ CHECKED_ROWS = 2 ** 22  # rows checked for NaN and inf at once: a point set near
 
 
 def _first_non_finite_row(points: np.ndarray) -> int | None:
-    """The first row of ``points`` with a NaN or inf, None where there is none."""
+    """The first row of ``points`` with a NaN or inf, None where there is none. A block's maximum and minimum are
+    finite exactly where every value is (NumPy's max and min propagate NaN): two reductions that make no mask,
+    several times faster than one, which is made only for a block that holds a non-finite value."""
     for start in range(0, len(points), CHECKED_ROWS):
-        rows = np.isfinite(points[start:start + CHECKED_ROWS]).all(axis=1)
-        if not rows.all():
-            return start + int(np.argmin(rows))
+        block = points[start:start + CHECKED_ROWS]
+        if block.size and not (np.isfinite(block.max()) and np.isfinite(block.min())):
+            return start + int(np.argmin(np.isfinite(block).all(axis=1)))
     return None
 
 

@@ -234,10 +234,11 @@ def mlp(in_dim: int, out_dim: int, hidden: Sequence[int] = (64, 64, 64), activat
     """A fully connected network with Glorot-normal weights and zero biases.
 
     Layers of equal shape are stored stacked, ``w: (count, d_in, d_out)``. With
-    ``checkpoint_gradients`` a stack is applied by ``lax.scan`` over a rematerialised
-    body, the structure that lets XLA drop activations (``jax.checkpoint`` around a
-    whole small MLP leaves the update's temporary memory as it was); without, by a
-    Python loop over its layers.
+    ``checkpoint_gradients`` a stack of n layers is applied in rematerialised segments
+    of about sqrt(n) layers (``lax.scan`` over a checkpointed body: the backward pass
+    keeps the segments' inputs and recomputes one segment at a time; ``jax.checkpoint``
+    around a whole network keeps every layer's activations alive while it recomputes
+    them); without, by a Python loop over its layers.
     """
     if activation not in ACTIVATIONS:
         raise ValueError(f"crux.mlp: unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}")
@@ -292,14 +293,31 @@ def _mlp_apply(activation: str, checkpointed: bool) -> Apply:
         for i, layer in enumerate(params):
             activate = sigma if i < len(params) - 1 else (lambda z: z)
 
-            def layer_fn(h, wb, activate=activate):
-                return activate(h @ wb[0] + wb[1]), None
+            def layers_fn(h, wb, activate=activate):
+                for w, b in zip(*wb):
+                    h = activate(h @ w + b)
+                return h, None
 
-            if checkpointed and layer["w"].shape[0] > 1:
-                h, _ = jax.lax.scan(jax.checkpoint(layer_fn), h, (layer["w"], layer["b"]))
+            count = layer["w"].shape[0]
+            if checkpointed and count > 1:
+                h = _segmented(layers_fn, h, layer["w"], layer["b"])
             else:  # a Python loop over the stack: less CPU per update than an unrolled scan on the standard
                 # problem, a little more on the small one (docs/BENCHMARK.md)
-                for k in range(layer["w"].shape[0]):
-                    h, _ = layer_fn(h, (layer["w"][k], layer["b"][k]))
+                h, _ = layers_fn(h, (layer["w"], layer["b"]))
         return h
     return jax.jit(apply, inline=True)
+
+
+def _segmented(layers_fn: Callable, h: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array:
+    """A stack of n layers applied in segments of s = ceil(sqrt(n)) layers, each segment rematerialised: the
+    backward pass keeps the input of each segment, about sqrt(n) of them, and recomputes one segment's layers
+    at a time, so the activations alive at once grow as 2 sqrt(n), not n. The whole segments are a ``lax.scan``
+    over a rematerialised body (its size does not grow with depth), the remaining n mod s layers one more."""
+    n = w.shape[0]
+    size = math.isqrt(n - 1) + 1
+    whole = n // size * size
+    grouped = (w[:whole].reshape(-1, size, *w.shape[1:]), b[:whole].reshape(-1, size, *b.shape[1:]))
+    h, _ = jax.lax.scan(jax.checkpoint(layers_fn), h, grouped)
+    if whole < n:
+        h, _ = jax.checkpoint(layers_fn)(h, (w[whole:], b[whole:]))
+    return h

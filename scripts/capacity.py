@@ -5,7 +5,9 @@
 
 Sizes are points of the 1-D Poisson problem on three hidden layers, grown from --start to the smallest power-of-two
 multiple that the run without the option does not fit (XLA's compiled memory analysis needs more, or XLA refuses
-with RESOURCE_EXHAUSTED); for checkpoint_gradients they are the network's hidden layers over --depth-points
+with RESOURCE_EXHAUSTED), up to what the host's memory holds; for offload_data points of the Poisson problem on
+[0, 1]^D (--offload-dims D: 4 on a device, where 2^30 such points are 16 GiB, past a TPU v5e's 15.75 GiB, within
+a constraint's 2^31 - 1 points); for checkpoint_gradients they are the network's hidden layers over --depth-points
 points, doubled from three and bisected, as depth is what rematerialising saves on. The option's run then trains
 two updates at that size and its peak is held to the budget (crux.capacity). On a device the budget is its
 memory (memory_stats()["bytes_limit"]); a CPU reports none, so the budget is declared there.
@@ -22,12 +24,12 @@ from typing import Sequence
 from crux import capacity
 from crux.report.claims.capacity import capacity_verdict, without_option
 
-# width, first size, offload_data's batch, checkpoint_gradients' points: at a device's gigabytes, and at a declared
-# budget of a few MiB on a CPU. The points under growing depth are where the shallow plain update needs a small
-# share of the budget (on a TPU v5e 8.6 GB over 1,048,576 points, so about an eighth of that over 131,072; on a CPU
-# 0.7 MB of 4 MiB over 64), so that the depth that does not fit is tens of layers, not hundreds: each layer is
-# compiled unrolled.
-DEVICE, CPU = (256, 1024, 2 ** 16, 2 ** 17), (64, 64, 256, 64)
+# width, first size, offload_data's batch, checkpoint_gradients' points, offload_data's coordinates: at a device's
+# gigabytes, and at a declared budget of a few MiB on a CPU. The points under growing depth are where the shallow
+# plain update needs a small share of the budget (on a TPU v5e 8.6 GB over 1,048,576 points, so about an eighth of
+# that over 131,072; on a CPU 0.7 MB of 4 MiB over 64), so that the depth that does not fit is tens of layers, not
+# hundreds: the plain update is compiled unrolled.
+DEVICE, CPU = (256, 1024, 2 ** 16, 2 ** 17, 4), (64, 64, 256, 64, 1)
 
 
 def line(result: capacity.Capacity, verdict: str) -> str:
@@ -38,9 +40,18 @@ def line(result: capacity.Capacity, verdict: str) -> str:
     needed = f"needs {failing.needed:,} bytes" if failing.needed is not None else "its need not named"
     needed = f"refused (RESOURCE_EXHAUSTED), {needed}" if failing.refused else needed
     peak = f"peak {result.peak:,} bytes" if result.peak is not None else f"not trained ({result.error})"
-    run = without_option(result.option, failing.points, failing.layers, failing.grows == capacity.LAYERS)
+    run = without_option(result.option, failing.points, failing.layers, failing.grows == capacity.LAYERS,
+                         failing.dims)
     return (f"{result.option}: {run} does not fit ({needed}, limit {result.budget:,} bytes); "
             f"with {result.run_options}: {peak}; verdict {verdict}")
+
+
+def tried(attempt: capacity.Attempt) -> None:
+    """One size as it is tried, on stderr: how far a search came where a time limit stops it."""
+    what = "refused (RESOURCE_EXHAUSTED)" if attempt.refused else f"needs {attempt.needed:,} bytes"
+    coordinates = f" of {attempt.dims} coordinates" if attempt.dims > 1 else ""
+    print(f"  tried {attempt.points:,} points{coordinates}, {attempt.layers} hidden layers: {what}",
+          file=sys.stderr, flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -61,6 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--depth-points", type=int, default=None,
                         help="checkpoint_gradients' point set, over which the network's hidden layers grow (default: "
                              "131072 on such a device, else 64)")
+    parser.add_argument("--offload-dims", type=int, default=None,
+                        help="the coordinates of offload_data's points (default: 4 on such a device, else 1)")
     parser.add_argument("--out", type=Path, default=None, help="write the results and verdicts to this JSON file")
     args = parser.parse_args(argv)
     options = [o.strip() for o in args.options.split(",") if o.strip()]
@@ -73,17 +86,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("this device reports no memory limit (a CPU): declare one, e.g. --budget-bytes 4194304")
     if budget <= 0:
         parser.error(f"--budget-bytes {budget}: give a positive number of bytes")
-    width, start, batch, depth_points = [
+    width, start, batch, depth_points, dims = [
         given if given is not None else default for given, default in
-        zip((args.width, args.start, args.offload_batch, args.depth_points), DEVICE if device is not None else CPU)]
-    if min(width, start, batch, depth_points) < 1:
-        parser.error(f"--width {width}, --start {start}, --offload-batch {batch}, --depth-points {depth_points}: "
-                     f"each must be at least 1")
+        zip((args.width, args.start, args.offload_batch, args.depth_points, args.offload_dims),
+            DEVICE if device is not None else CPU)]
+    if min(width, start, batch, depth_points, dims) < 1:
+        parser.error(f"--width {width}, --start {start}, --offload-batch {batch}, --depth-points {depth_points}, "
+                     f"--offload-dims {dims}: each must be at least 1")
     logging.getLogger("crux").setLevel(logging.WARNING)
     results, compiled = [], {}
     for option in options:
         result = capacity.measure(option, budget, width=width, start=start, offload_batch=batch,
-                                  depth_points=depth_points, compiled=compiled)
+                                  depth_points=depth_points, offload_dims=dims, compiled=compiled, tried=tried)
         verdict = capacity_verdict(option, result.metrics())
         print(line(result, verdict.verdict), flush=True)
         results.append({"option": option, "attempts": [vars(a) for a in result.attempts],

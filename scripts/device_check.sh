@@ -10,9 +10,9 @@
 # each followed by its report; functions (scripts/function_accuracy.py: the float32 accuracy of the activations and
 # of matrix products, on the accelerator and on the CPU); bench (scripts/bench.py, with $BENCH_ARGS appended);
 # anatomy (scripts/step_anatomy.py --profile: the device's time per instruction of a fused update, crux beside
-# the hand-written scans); capacity (scripts/capacity.py, with $CAPACITY_ARGS appended); scale
-# (scripts/memory_at_scale.py, with $SCALE_ARGS appended: checkpoint_gradients' forms and offload_data at the
-# chip's sizes). The bench times the hand-written scans unrolled four to a turn too: on a TPU
+# the hand-written scans); capacity (scripts/capacity.py, with $CAPACITY_ARGS appended; at most $CAPACITY_S
+# seconds, default 300); scale (scripts/memory_at_scale.py, with $SCALE_ARGS appended, at most $SCALE_S seconds,
+# default 300: checkpoint_gradients' forms and offload_data at the chip's sizes). The bench times the hand-written scans unrolled four to a turn too: on a TPU
 # that form is the fastest hand-written one, the baseline crux is held to. `devices` runs only where
 # JAX sees more than one device; REPORTS=0 leaves the reports to be made from the returned store. A step that
 # fails or runs out of its time limit does not stop the next; the log says which. One command on a device machine
@@ -222,11 +222,13 @@ for name in "${chosen[@]}"; do
                 step capacity 20 0 "$python" "$root/scripts/capacity.py" --budget-bytes 4194304 --out "$OUT/capacity.json" \
                     ${CAPACITY_ARGS:-}
             else
-                step capacity 60 300 "$python" "$root/scripts/capacity.py" --out "$OUT/capacity.json" ${CAPACITY_ARGS:-}
+                step capacity 60 "${CAPACITY_S:-300}" "$python" "$root/scripts/capacity.py" --out "$OUT/capacity.json" \
+                    ${CAPACITY_ARGS:-}
             fi ;;
         scale)
             # shellcheck disable=SC2086
-            step scale 30 300 "$python" "$root/scripts/memory_at_scale.py" --out "$OUT/scale.json" ${SCALE_ARGS:-} ;;
+            step scale 30 "${SCALE_S:-300}" "$python" "$root/scripts/memory_at_scale.py" --out "$OUT/scale.json" \
+                ${SCALE_ARGS:-} ;;
         devices)
             if (( ${device_count:-1} < 2 )); then
                 echo "== devices: skipped, JAX sees one device here"

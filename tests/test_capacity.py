@@ -160,3 +160,38 @@ def test_stated_sizes_are_whole_numbers_refused_otherwise_before_any_compute(arg
         memory_at_scale.main(arguments)
     assert stopped.value.code == 2
     assert "whole number >= 1" in capsys.readouterr().err
+
+
+def test_offloading_points_of_several_coordinates_is_shown_where_they_do_not_fit(tmp_path, capsys):
+    out = tmp_path / "capacity.json"
+    assert capacity.main(SMALL + ["--options", "offload_data", "--offload-dims", "3", "--out", str(out)]) == 0
+    (result,) = json.loads(out.read_text())["results"]
+    assert result["verdict"]["verdict"] == "holds", result["verdict"]["summary"]
+    assert {a["dims"] for a in result["attempts"]} == {3}
+    assert result["verdict"]["evidence"]["dims"] == 3
+    printed = capsys.readouterr()
+    assert "points of 3 coordinates" in printed.out
+    # each size as it was tried, on stderr, in the order tried
+    assert [line for line in printed.err.splitlines() if line.startswith("  tried")] == [
+        f"  tried {a['points']:,} points of 3 coordinates, 3 hidden layers: needs {a['needed']:,} bytes"
+        for a in result["attempts"]]
+
+
+def test_the_points_grow_no_further_than_the_host_holds(monkeypatch):
+    """The host holds (planted) 4,096 points: the search stops there, every size fitting, and says so."""
+    asked = []
+    monkeypatch.setattr(library, "host_points_limit", lambda dims: asked.append(dims) or 4096)
+    result = library.measure("offload_data", 2 ** 30, width=16, start=256, offload_batch=64, offload_dims=2)
+    assert asked == [2] and max(a.points for a in result.attempts) <= 4096
+    assert result.does_not_fit is None
+    assert capacity_verdict("offload_data", result.metrics()).verdict == "inconclusive"
+
+
+def test_the_host_limit_keeps_two_copies_of_the_points_within_its_available_memory():
+    with open("/proc/meminfo") as meminfo:
+        available = next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemAvailable:"))
+    for dims in (1, 4, 10 ** 9):
+        points = library.host_points_limit(dims)
+        assert 1 <= points <= library.MAX_POINTS
+        assert points == 1 or points * library.HOST_COPIES * 4 * dims <= available
+        assert points == library.MAX_POINTS or (points + 1) * library.HOST_COPIES * 4 * dims > available * 0.9

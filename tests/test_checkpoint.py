@@ -21,13 +21,13 @@ def test_checkpointing_gives_the_same_numbers_and_records_its_memory():
     _, remat, stats_remat = train(poisson(optax.adam, **deep), 20, batchsize=256, checkpoint_gradients=True)
     np.testing.assert_allclose(stats_remat.losses, stats_plain.losses, rtol=ROUND_OFF)
     assert relative(remat, plain, np.linalg.norm(plain - initial)) < ROUND_OFF
-    # Deep and narrow: the stacked hidden layers are scanned with a rematerialised body, so the backward
-    # pass keeps one layer input per layer instead of every intermediate.
+    # Deep and narrow: the stacked hidden layers are applied in rematerialised segments, so the backward
+    # pass keeps the segments' inputs instead of every intermediate.
     assert stats_remat.memory["temp_bytes"] < stats_plain.memory["temp_bytes"]
 
 
 # Residuals of each form a PINN uses: the network's value, its gradient, partial derivatives, its Laplacian and
-# a product of them (Burgers), on a network where rematerialising each layer costs memory for some of them.
+# a product of them (Burgers), on a network where rematerialising costs memory for some of them (the gradient).
 RESIDUALS = {
     "value": lambda net, x: net.u(x) - 1.0,
     "grad": lambda net, x: jnp.sum(crux.grad(net.u)(x)),

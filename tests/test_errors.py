@@ -55,6 +55,22 @@ def test_non_finite_points_are_refused_when_the_constraint_is_built():
         crux.Constraint("pde", lambda net, x: net.u(x), points)
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("row", [0, 4, 5, 13])
+def test_the_first_non_finite_row_is_named_whichever_block_of_rows_holds_it(monkeypatch, bad, row):
+    """Checked in blocks of 5 rows (planted): the first row with NaN or inf is named, across blocks and within one."""
+    from crux import constraint
+    monkeypatch.setattr(constraint, "CHECKED_ROWS", 5)
+    points = np.random.default_rng(0).uniform(-1e30, 1e30, size=(14, 3)).astype(np.float32)
+    points[row, 2] = bad
+    points[-1, 0] = np.nan  # a later one is not the first
+    with pytest.raises(ValueError, match=rf"first at row {row}\)"):
+        crux.Constraint("pde", lambda net, x: net.u(x), points)
+    points[row, 2] = 0.0
+    points[-1, 0] = 0.0
+    assert crux.Constraint("pde", lambda net, x: net.u(x), points).size == 14
+
+
 def stopped_epoch(error: FloatingPointError) -> int:
     return int(str(error).split("at epoch ")[1].split(";")[0])
 

@@ -41,15 +41,17 @@ def check_capacity(records: list[RunRecord]) -> list[Verdict]:
     return [capacity_verdict(r.params[OPTION], r.metrics, (r.run_id,)) for r in runs]
 
 
-def without_option(option: str, points: float, layers: float, grows_layers: bool) -> str:
+def without_option(option: str, points: float, layers: float, grows_layers: bool, dims: float = 1.0) -> str:
     """The run without ``option`` at one size, in words: "the plain update of a network of 96 hidden layers over
     4,096 points" where the layers grew, "the full batch over 4,194,304 points (3 hidden layers)" where the
-    points did (the layers left out where a record has none)."""
+    points did, "... points of 4 coordinates" where they have several (the layers left out where a record has
+    none)."""
+    over = f"over {int(points):,} points" + (f" of {int(dims)} coordinates" if dims > 1 else "")
     if math.isnan(layers):
-        return f"{WITHOUT[option]} over {int(points):,} points"
+        return f"{WITHOUT[option]} {over}"
     if grows_layers:
-        return f"{WITHOUT[option]} of a network of {int(layers)} hidden layers over {int(points):,} points"
-    return f"{WITHOUT[option]} over {int(points):,} points ({int(layers)} hidden layers)"
+        return f"{WITHOUT[option]} of a network of {int(layers)} hidden layers {over}"
+    return f"{WITHOUT[option]} {over} ({int(layers)} hidden layers)"
 
 
 def capacity_verdict(option: str, metrics: Mapping[str, float], runs: tuple[str, ...] = ()) -> Verdict:
@@ -70,7 +72,8 @@ def capacity_verdict(option: str, metrics: Mapping[str, float], runs: tuple[str,
     needed = metrics["capacity/needed_bytes"]
     refused = metrics.get("capacity/refused", 0.0) > 0 or math.isnan(needed)
     need = "" if math.isnan(needed) else f"it needs {fmt_bytes(needed)}"
-    not_fit = (f"{without_option(option, points, metrics.get('capacity/layers', math.nan), grows_layers)} "
+    layers, dims = metrics.get("capacity/layers", math.nan), metrics.get("capacity/dims", 1.0)
+    not_fit = (f"{without_option(option, points, layers, grows_layers, 1.0 if math.isnan(dims) else dims)} "
                f"does not fit: "
                + (f"XLA refused it (RESOURCE_EXHAUSTED{'; ' + need if need else ''})" if refused else need)
                + f" against {fmt_bytes(budget)}")

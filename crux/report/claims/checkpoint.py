@@ -87,7 +87,7 @@ def model_shape(run: RunRecord) -> dict[str, float]:
 def _what_decides(evidence: dict[str, float]) -> str:
     """What decided the memory: the form crux chose (a run that records ``memory/checkpoint_used``: the update
     compiled in each form of :mod:`crux.remat`, the one of the fewest temporary bytes run), on the model it was
-    measured on; for a run without, the model alone: checkpointing keeps one layer's input per layer and
+    measured on; for a run without, the model alone: checkpointing keeps the inputs of segments of layers and
     recomputes the rest, so what it saves grows with the depth, and with the width each layer holds."""
     model = ""
     if "model_depth" in evidence:
@@ -96,14 +96,14 @@ def _what_decides(evidence: dict[str, float]) -> str:
     if "checkpoint_used" in evidence:
         form = remat.FORMS[int(evidence["checkpoint_used"])]
         if form == remat.PLAIN:
-            return (f": no rematerialisation (each layer's, or the whole network's) needed fewer temporary bytes "
+            return (f": no rematerialisation (the model's own, or the whole network's) needed fewer temporary bytes "
                     f"than the plain update for this residual{model}, so crux ran the plain update; which "
                     f"activations a residual's derivatives keep alive decides it, not the option")
         return (f": crux compiled the update plain and with each rematerialisation and ran the one of the fewest "
                 f"temporary bytes, '{form}'{model}")
     if not model:
         return ""
-    return (f",{model}: checkpointing keeps each layer's input and recomputes the "
+    return (f",{model}: checkpointing keeps the inputs of segments of layers and recomputes the "
             f"rest, so what it saves grows with the depth and width of the model (measure at your own)")
 
 
