@@ -54,6 +54,50 @@ HOST_COPIES = 2  # host bytes a point set takes, in multiples of its own: on a T
 # (16 GiB) peaked at 32.9 GB while the device refused them and the offloaded run trained
 
 
+WITHOUT = {"batchsize": "the full batch", "accumulation_steps": "one batch of the effective size",
+           "checkpoint_gradients": "the plain update", "offload_data": "batches drawn on the device"}
+"""The run without each option, in words."""
+
+
+def without_option(option: str, points: float, layers: float, grows_layers: bool, dims: float = 1.0) -> str:
+    """The run without ``option`` at one size, in words: "the plain update of a network of 96 hidden layers over
+    4,096 points" where the layers grew, "the full batch over 4,194,304 points (3 hidden layers)" where the
+    points did, "... points of 4 coordinates" where they have several (the layers left out where a record has
+    none)."""
+    over = f"over {int(points):,} points" + (f" of {int(dims)} coordinates" if dims > 1 else "")
+    if math.isnan(layers):
+        return f"{WITHOUT[option]} {over}"
+    if grows_layers:
+        return f"{WITHOUT[option]} of a network of {int(layers)} hidden layers {over}"
+    return f"{WITHOUT[option]} {over} ({int(layers)} hidden layers)"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Where a search starts: the networks' width, the first point set, offload_data's batch,
+    checkpoint_gradients' points and offload_data's coordinates."""
+
+    width: int
+    start: int
+    offload_batch: int
+    depth_points: int
+    offload_dims: int
+
+
+# At a device's gigabytes, and at a declared budget of a few MiB on a CPU. The points under growing depth are where
+# the shallow plain update needs a small share of the budget (on a TPU v5e 8.6 GB over 1,048,576 points, so about
+# an eighth of that over 131,072; on a CPU 0.7 MB of 4 MiB over 64), so that the depth that does not fit is tens of
+# layers, not hundreds: the plain update is compiled unrolled. On a device the points of offload_data have four
+# coordinates: 2^30 of them are 16 GiB, past a TPU v5e's 15.75 GiB, within a constraint's 2^31 - 1 points.
+DEVICE_SIZES = Sizes(width=256, start=1024, offload_batch=2 ** 16, depth_points=2 ** 17, offload_dims=4)
+CPU_SIZES = Sizes(width=64, start=64, offload_batch=256, depth_points=64, offload_dims=1)
+
+
+def default_sizes() -> Sizes:
+    """:data:`DEVICE_SIZES` on a device that reports its memory, :data:`CPU_SIZES` elsewhere."""
+    return DEVICE_SIZES if device_budget() is not None else CPU_SIZES
+
+
 @dataclass(frozen=True)
 class Setup:
     """The runs one option is shown with: the options of the run without it and with it at size N (``largest``:
@@ -108,6 +152,11 @@ class Attempt:
     def fits(self, budget: int) -> bool:
         return self.refused is None and self.needed is not None and self.needed <= budget
 
+    def __str__(self) -> str:
+        what = "refused (RESOURCE_EXHAUSTED)" if self.refused else f"needs {self.needed:,} bytes"
+        coordinates = f" of {self.dims} coordinates" if self.dims > 1 else ""
+        return f"tried {self.points:,} points{coordinates}, {self.layers} hidden layers: {what}"
+
 
 @dataclass(frozen=True)
 class Capacity:
@@ -133,6 +182,18 @@ class Capacity:
     def largest_fit(self) -> Attempt | None:
         fitting = [a for a in self.attempts if a.fits(self.budget)]
         return max(fitting, key=lambda a: a.size) if fitting else None
+
+    def __str__(self) -> str:
+        """One line: the size that does not fit, what it needed, the limit, the option's peak."""
+        failing = self.does_not_fit
+        if failing is None:
+            return f"{self.option}: every size tried fits {self.budget:,} bytes"
+        needed = f"needs {failing.needed:,} bytes" if failing.needed is not None else "its need not named"
+        needed = f"refused (RESOURCE_EXHAUSTED), {needed}" if failing.refused else needed
+        peak = f"peak {self.peak:,} bytes" if self.peak is not None else f"not trained ({self.error})"
+        run = without_option(self.option, failing.points, failing.layers, failing.grows == LAYERS, failing.dims)
+        return (f"{self.option}: {run} does not fit ({needed}, limit {self.budget:,} bytes); "
+                f"with {self.run_options}: {peak}")
 
     def metrics(self) -> dict[str, float]:
         """The numbers a verdict is given: ``capacity/...`` (NaN where there is none)."""

@@ -15,6 +15,7 @@ memory (memory_stats()["bytes_limit"]); a CPU reports none, so the budget is dec
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -22,36 +23,13 @@ from pathlib import Path
 from typing import Sequence
 
 from crux import capacity
-from crux.report.claims.capacity import capacity_verdict, without_option
+from crux.report.claims.capacity import capacity_verdict
 
-# width, first size, offload_data's batch, checkpoint_gradients' points, offload_data's coordinates: at a device's
-# gigabytes, and at a declared budget of a few MiB on a CPU. The points under growing depth are where the shallow
-# plain update needs a small share of the budget (on a TPU v5e 8.6 GB over 1,048,576 points, so about an eighth of
-# that over 131,072; on a CPU 0.7 MB of 4 MiB over 64), so that the depth that does not fit is tens of layers, not
-# hundreds: the plain update is compiled unrolled.
-DEVICE, CPU = (256, 1024, 2 ** 16, 2 ** 17, 4), (64, 64, 256, 64, 1)
-
-
-def line(result: capacity.Capacity, verdict: str) -> str:
-    """One line: the size that does not fit, what it needed, the limit, the option's peak, the verdict."""
-    failing = result.does_not_fit
-    if failing is None:
-        return f"{result.option}: every size tried fits {result.budget:,} bytes; verdict {verdict}"
-    needed = f"needs {failing.needed:,} bytes" if failing.needed is not None else "its need not named"
-    needed = f"refused (RESOURCE_EXHAUSTED), {needed}" if failing.refused else needed
-    peak = f"peak {result.peak:,} bytes" if result.peak is not None else f"not trained ({result.error})"
-    run = without_option(result.option, failing.points, failing.layers, failing.grows == capacity.LAYERS,
-                         failing.dims)
-    return (f"{result.option}: {run} does not fit ({needed}, limit {result.budget:,} bytes); "
-            f"with {result.run_options}: {peak}; verdict {verdict}")
 
 
 def tried(attempt: capacity.Attempt) -> None:
     """One size as it is tried, on stderr: how far a search came where a time limit stops it."""
-    what = "refused (RESOURCE_EXHAUSTED)" if attempt.refused else f"needs {attempt.needed:,} bytes"
-    coordinates = f" of {attempt.dims} coordinates" if attempt.dims > 1 else ""
-    print(f"  tried {attempt.points:,} points{coordinates}, {attempt.layers} hidden layers: {what}",
-          file=sys.stderr, flush=True)
+    print(f"  {attempt}", file=sys.stderr, flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -89,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     width, start, batch, depth_points, dims = [
         given if given is not None else default for given, default in
         zip((args.width, args.start, args.offload_batch, args.depth_points, args.offload_dims),
-            DEVICE if device is not None else CPU)]
+            dataclasses.astuple(capacity.default_sizes()))]
     if min(width, start, batch, depth_points, dims) < 1:
         parser.error(f"--width {width}, --start {start}, --offload-batch {batch}, --depth-points {depth_points}, "
                      f"--offload-dims {dims}: each must be at least 1")
@@ -99,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = capacity.measure(option, budget, width=width, start=start, offload_batch=batch,
                                   depth_points=depth_points, offload_dims=dims, compiled=compiled, tried=tried)
         verdict = capacity_verdict(option, result.metrics())
-        print(line(result, verdict.verdict), flush=True)
+        print(f"{result}; verdict {verdict.verdict}", flush=True)
         results.append({"option": option, "attempts": [vars(a) for a in result.attempts],
                         "run_options": result.run_options, "verdict": verdict.as_dict()})
         if args.out is not None:  # after each option: a run stopped at a time limit keeps those done

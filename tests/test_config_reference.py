@@ -25,7 +25,7 @@ def test_every_key_of_the_schema_has_an_entry_with_its_type_default_and_range():
     expected |= set(TOP_LEVEL) | {f"{node}.{f.name}" for node, schema in NODES for f in dataclasses.fields(schema)}
     expected |= {f"phases.NAME.{f.name}" for f in dataclasses.fields(config.PhaseConfig)}
     assert set(TOP_LEVEL) | {"problem", "backend", "model", "optimizer", "schedule", "solver", "memory", "tracking",
-                             "jax", "timing", "phases"} == {f.name for f in dataclasses.fields(config.Config)}
+                             "jax", "timing", "capacity", "phases"} == {f.name for f in dataclasses.fields(config.Config)}
     assert expected - set(rows) == set()
     assert rows["solver.epochs"] == ["int", "`1000`", ">= 1"]
     assert rows["memory.batchsize"] == ["int or null", "`null`", ">= 1"]

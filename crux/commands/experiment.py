@@ -42,6 +42,7 @@ with heap.lasting():  # Hydra's and MLflow's modules, kept to the process's end:
     from crux.pipeline.settings import solve_options
     from crux.problems import Problem
     from crux.tracking import JobRun, ParameterLeaves, parameter_leaves
+    from crux.tracking.capacity_job import run_capacity
     from crux.tracking.failures import errors_raised_by_hydra, job_failed, tracebacks_shown
     from crux.tracking.faults import StoreFault
     from crux.tracking.interrupt import exit_status, interruptible, signal_name
@@ -122,6 +123,10 @@ def train_job(cfg: DictConfig, run: JobRun) -> float:
         run.log_config(cfg)
         run.trains()
         return backends.run_on_backend(cfg, run)
+    if cfg.capacity.option is not None:
+        run.log_config(cfg)
+        run.trains()
+        return run_capacity(cfg, run)
     phases = config.training_phases(cfg)
     try:
         problem = config.problem(cfg)

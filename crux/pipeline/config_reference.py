@@ -27,7 +27,7 @@ from crux.pipeline.ranges import CHECK, Choice, Range
 from hydra_plugins.crux_sweeper.config import SweeperConfig
 
 DOCUMENT = Path(__file__).resolve().parents[2] / "docs" / "config.md"
-NODES = (("jax", config.JaxConfig), ("timing", config.TimingConfig))
+NODES = (("jax", config.JaxConfig), ("timing", config.TimingConfig), ("capacity", config.CapacityConfig))
 """The config's nodes that are no group (no options to choose), each with its schema."""
 TOP_LEVEL = ("claim", "claims", "gradient_draws", "repeat", "variant", "roundoff_twin")
 """The keys of :class:`crux.pipeline.config.Config` that are no group."""

@@ -44,8 +44,9 @@ from crux.report.jobs import JobAccount, MissingJob, account, plan_from_artifact
 from crux.report.records import RunRecord
 from crux.pipeline.settings import configuration
 from crux.stats import Statistics
-from crux.tracking.contract import (BACKEND, CLAIM, CONFIG, ENVIRONMENT, OVERRIDES, PARAMS, PARENT,
-                                   PARENT_ID, PLANNED_JOBS, PLANNED_JOB_COUNT, REPEAT, ROLE, STATS, VARIANT, tag_filter)
+from crux.tracking.contract import (BACKEND, CAPACITY_OPTION, CAPACITY_SIZES, CLAIM, CONFIG, ENVIRONMENT, OVERRIDES,
+                                   PARAMS, PARENT, PARENT_ID, PLANNED_JOBS, PLANNED_JOB_COUNT, REPEAT, ROLE, STATS,
+                                   VARIANT, tag_filter)
 from crux.tracking.history import history_series
 from crux.tracking.liveness import close_orphans
 from crux.tracking.secrets import POSTGRESQL
@@ -57,6 +58,8 @@ log = logging.getLogger(__name__)
 
 HISTORY_PREFIXES = ("loss/", "lr/", "timing/")  # timing/: a paired timing's chunks, by pair (crux/tracking/paired_timing.py)
 ARTIFACTS = (CONFIG, PARAMS, STATS, ENVIRONMENT)
+CAPACITY_ARTIFACTS = (CONFIG, ENVIRONMENT, CAPACITY_SIZES)
+"""What a capacity job's run logs instead: sizes, not training."""
 # What reading a damaged file raises: a truncated zip, a bad CRC, broken YAML or JSON, a config that does not fit
 # the schema, a missing array, JSON of another shape.
 READ_ERRORS = (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile, zlib.error, yaml.YAMLError,
@@ -328,7 +331,8 @@ def load_record(client: MlflowClient, run: Run, folder: Path, unreadable: list[U
     run_id, tags = run.info.run_id, dict(run.data.tags)
     label = tags.get(VARIANT, "") + (f" r{tags[REPEAT]}" if REPEAT in tags else "")
     present = {a.path for a in client.list_artifacts(run_id)}
-    problems = {artifact: "not logged" for artifact in ARTIFACTS if artifact not in present}
+    expected = CAPACITY_ARTIFACTS if run.data.params.get(CAPACITY_OPTION, "None") != "None" else ARTIFACTS
+    problems = {artifact: "not logged" for artifact in expected if artifact not in present}
 
     def read(artifact: str, parse: Callable[[Path], T]) -> T | None:
         return _read_artifact(client, run_id, artifact, folder, parse, problems) if artifact in present else None

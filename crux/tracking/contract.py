@@ -79,11 +79,16 @@ STATS = "stats.npz"
 PARAMS = "params.npz"
 """The parameters, one array per leaf: ``<when>/<model>/<i>`` for :data:`INITIAL`, ``phase<k>``, :data:`FINAL`."""
 HISTORY_PLOT = "history.png"
+CAPACITY_SIZES = "capacity.json"
+"""A capacity job's sizes tried (:class:`crux.capacity.Attempt`, one object each) and its option's run."""
 INITIAL, FINAL = "initial", "final"
 
 # -- params -----------------------------------------------------------------------------------------------
 VARIANT_PARAM = "variant"
 """The param holding the job's variant, beside its flattened settings (``memory.batchsize``, ...)."""
+CAPACITY_OPTION = "capacity.option"
+"""The param of a capacity job's memory option: its run logs :data:`CAPACITY_SIZES` and ``capacity/...`` metrics,
+no histories or parameters."""
 REQUESTED = "_requested"
 """The suffix of a param that keeps a setting as requested, beside the setting as it ran (``memory.batchsize``
 above every constraint's points: ``memory.batchsize_requested``)."""

@@ -523,6 +523,10 @@ class JobRun:
         metrics = [Metric(key, float(value), now, 0) for key, value in values.items()]
         self._write("the metrics", lambda: self.client.log_batch(self.run_id, metrics=metrics))
 
+    def log_text(self, name: str, text: str) -> None:
+        """An artifact ``name`` of the run holding ``text``, uploaded with the others when the run closes."""
+        self._write(name, lambda: (self._staged / name).write_text(text))
+
     def set_tags(self, tags: Mapping[str, str]) -> None:
         """Tags on the run, each cut to what MLflow keeps."""
         cut = [RunTag(key, str(value)[:MESSAGE_CHARS]) for key, value in tags.items()]

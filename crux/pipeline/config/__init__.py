@@ -10,13 +10,13 @@ from crux.pipeline.config.building import (PROBLEM_ARGUMENTS, Phase, batch_as_ap
 from crux.pipeline.config.checks import out_of_range, overrides_without, problem_faults, timing_refusals
 from crux.pipeline.config.schema import (BACKENDS, CONFIG_PACKAGE, INVOCATION, OPTIMIZERS, PROBLEMS, SCHEDULES,
                                          SWEEP_KEYS, TIMED_OPTIONS, TRACKING_KEYS, AdamConfig, AdamWConfig,
-                                         BackendConfig, Config, ConstantConfig, ExponentialConfig, Heat1dConfig,
+                                         BackendConfig, CapacityConfig, Config, ConstantConfig, ExponentialConfig, Heat1dConfig,
                                          JaxConfig, JnoBackendConfig, LBFGSConfig, MemoryConfig, MixedPoisson1dConfig,
                                          ModelConfig, OptimizerConfig, PhaseConfig, Poisson1dConfig, ScheduleConfig,
                                          SGDConfig, SoapConfig, SolverConfig, TimingConfig, TrackingConfig,
                                          WarmupCosineConfig, typed)
 
-__all__ = ["AdamConfig", "AdamWConfig", "BACKENDS", "BackendConfig", "CONFIG_PACKAGE", "Config", "ConstantConfig",
+__all__ = ["AdamConfig", "AdamWConfig", "BACKENDS", "BackendConfig", "CONFIG_PACKAGE", "CapacityConfig", "Config", "ConstantConfig",
            "ExponentialConfig", "Heat1dConfig", "INVOCATION", "JaxConfig", "JnoBackendConfig", "LBFGSConfig",
            "MemoryConfig", "MixedPoisson1dConfig", "ModelConfig", "OPTIMIZERS", "OptimizerConfig", "PROBLEMS",
            "PROBLEM_ARGUMENTS", "Phase", "PhaseConfig", "Poisson1dConfig", "SCHEDULES", "SGDConfig", "SWEEP_KEYS",

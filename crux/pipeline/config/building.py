@@ -79,7 +79,7 @@ def effective_settings(cfg: DictConfig, resolved: dict[str, Any] | None = None) 
     """The settings the job runs with, as a nested dict: the resolved config (``resolved``, where the caller
     has it already: ``OmegaConf.to_container(cfg, resolve=True)``, left unchanged), each optimizer and
     schedule (the first phase's and every later one's) as its ``settings()`` give them, without
-    :data:`SWEEP_KEYS` and :data:`TRACKING_KEYS`.
+    :data:`SWEEP_KEYS` and :data:`TRACKING_KEYS`, and without ``capacity`` where it names no option.
 
     Raises as :func:`training_phases` does.
     """
@@ -91,6 +91,8 @@ def effective_settings(cfg: DictConfig, resolved: dict[str, Any] | None = None) 
                                         schedule=phase.schedule.settings(phase.epochs))
     for key in SWEEP_KEYS + TRACKING_KEYS:
         settings.pop(key, None)
+    if settings.get("capacity", {}).get("option") is None:  # a training job: no capacity settings to record
+        settings.pop("capacity", None)
     return settings
 
 

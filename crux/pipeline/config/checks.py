@@ -10,6 +10,7 @@ from __future__ import annotations
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
+from crux import capacity
 from crux.options import divisors
 from crux.pipeline.config.building import problem_call, training_phases
 from crux.pipeline.config.schema import TIMED_OPTIONS
@@ -59,7 +60,23 @@ def out_of_range(cfg: DictConfig) -> list[str]:
     if cfg.solver.substeps is not None and (memory.accumulation_steps > 1 or steps > 1):
         found.append(f"solver.substeps makes each substep an update of its own, so memory.accumulation_steps="
                      f"{memory.accumulation_steps} and solver.inner_steps={steps} must both be 1")
-    return found + timing_refusals(cfg)
+    return found + timing_refusals(cfg) + capacity_refusals(cfg)
+
+
+def capacity_refusals(cfg: DictConfig) -> list[str]:
+    """What keeps a capacity job (``capacity.option`` set) from running: another backend than crux's own solver,
+    or no budget to fit in (none declared, and a device that reports no memory limit, such as a CPU)."""
+    option, settings = cfg.capacity.option, cfg.capacity
+    if option is None:
+        return []
+    found = []
+    if cfg.backend.name != "crux":
+        found.append(f"capacity.option={option} shows crux's own solver, not backend={cfg.backend.name}: "
+                     f"leave backend=crux")
+    if settings.budget_bytes is None and settings.cpu_budget_bytes is None and capacity.device_budget() is None:
+        found.append(f"capacity.option={option} needs a budget to fit in, and this device reports no memory limit "
+                     f"(a CPU): declare one, e.g. capacity.cpu_budget_bytes=4194304")
+    return found
 
 
 def problem_faults(cfg: DictConfig) -> list[str]:

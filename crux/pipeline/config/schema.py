@@ -27,6 +27,7 @@ from omegaconf import MISSING, OmegaConf
 
 from hydra_plugins.crux_sweeper.config import SweeperConfig
 
+from crux import capacity
 from crux import precision as matmul
 from crux.derivatives import LAPLACIAN_MODES
 from crux.model import ACTIVATIONS, Model
@@ -277,6 +278,24 @@ class TimingConfig:
     builds: int = checked(AT_LEAST_ONE, 1)
 
 
+@dataclass
+class CapacityConfig:
+    """A capacity job (:mod:`crux.capacity`): ``option`` (one of solve()'s memory options; ``None``: the job trains
+    as configured instead) is shown at the smallest size the run without it does not fit ``budget_bytes`` (``None``:
+    the device's own memory, ``memory_stats()["bytes_limit"]``; on a device that reports none, a CPU,
+    ``cpu_budget_bytes``). The sizes it starts from, left ``None``, are those for the device
+    (``crux.capacity.DEVICE_SIZES`` where it reports its memory, else ``CPU_SIZES``)."""
+
+    option: Optional[str] = checked(Choice(capacity.OPTIONS), None)
+    budget_bytes: Optional[int] = checked(AT_LEAST_ONE, None)
+    cpu_budget_bytes: Optional[int] = checked(AT_LEAST_ONE, None)
+    width: Optional[int] = checked(AT_LEAST_ONE, None)
+    start: Optional[int] = checked(AT_LEAST_ONE, None)
+    offload_batch: Optional[int] = checked(AT_LEAST_ONE, None)
+    depth_points: Optional[int] = checked(AT_LEAST_ONE, None)
+    offload_dims: Optional[int] = checked(AT_LEAST_ONE, None)
+
+
 TIMED_OPTIONS = tuple(f.name for f in dataclasses.fields(SolveOptions) if f.name not in ("epochs", "substeps"))
 """The solve() options ``timing.against`` may change: all but ``epochs`` (the timing chooses its chunks' length)
 and ``substeps`` (which changes what an epoch is)."""
@@ -341,7 +360,8 @@ class Config:
     drawn with seed k): a *round-off twin* of the job, which shows how far its
     training carries a difference of the kind float32 round-off makes (sweeps that
     compare numbers set ``roundoff_twin: ${repeat}``, so the repeats after the
-    first are twins).
+    first are twins). ``capacity.option`` set makes the job a capacity job
+    (:class:`CapacityConfig`) instead of a training one.
     """
 
     problem: Any = MISSING
@@ -361,6 +381,7 @@ class Config:
     variant: Optional[str] = None
     roundoff_twin: int = checked(NOT_NEGATIVE, 0)
     timing: TimingConfig = field(default_factory=TimingConfig)
+    capacity: CapacityConfig = field(default_factory=CapacityConfig)
 
 
 SWEEP_KEYS = ("claim", "claims")

@@ -11,11 +11,13 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
+from crux.capacity import WITHOUT, Capacity, without_option
 from crux.report.pairing import run_ids
+from crux.tracking.contract import CAPACITY_OPTION
 from crux.report.records import RunRecord
 from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt_bytes, not_in_sweep
 
-OPTION = "capacity.option"  # the param that names a capacity run's option
+OPTION = CAPACITY_OPTION  # the param that names a capacity run's option
 BATCHSIZE = Claim("batchsize=N — Mini-batch gradient estimation — Dataset doesn't fit in GPU memory",
                   "capacity-batchsize")
 ACCUMULATION = Claim("accumulation_steps=N — Average gradients over N micro-batches before one optimizer update — You "
@@ -26,8 +28,8 @@ OFFLOAD = Claim("offload_data=True — Keep dataset on CPU; stream each mini-bat
                 "capacity-offload")
 CLAIMS = {"batchsize": BATCHSIZE, "accumulation_steps": ACCUMULATION, "checkpoint_gradients": CHECKPOINT,
           "offload_data": OFFLOAD}
-WITHOUT = {"batchsize": "the full batch", "accumulation_steps": "one batch of the effective size",
-           "checkpoint_gradients": "the plain update", "offload_data": "batches drawn on the device"}
+METRICS = tuple(Capacity("batchsize", 1, ()).metrics())
+"""The numbers a capacity run records (:meth:`crux.capacity.Capacity.metrics`)."""
 BUDGET_ORIGIN = ("the memory the run has: the device's bytes_limit, or the budget declared on a CPU; compiled "
                  "memory_analysis() is exact for a given program, and XLA's RESOURCE_EXHAUSTED is its own refusal")
 
@@ -41,23 +43,11 @@ def check_capacity(records: list[RunRecord]) -> list[Verdict]:
     return [capacity_verdict(r.params[OPTION], r.metrics, (r.run_id,)) for r in runs]
 
 
-def without_option(option: str, points: float, layers: float, grows_layers: bool, dims: float = 1.0) -> str:
-    """The run without ``option`` at one size, in words: "the plain update of a network of 96 hidden layers over
-    4,096 points" where the layers grew, "the full batch over 4,194,304 points (3 hidden layers)" where the
-    points did, "... points of 4 coordinates" where they have several (the layers left out where a record has
-    none)."""
-    over = f"over {int(points):,} points" + (f" of {int(dims)} coordinates" if dims > 1 else "")
-    if math.isnan(layers):
-        return f"{WITHOUT[option]} {over}"
-    if grows_layers:
-        return f"{WITHOUT[option]} of a network of {int(layers)} hidden layers {over}"
-    return f"{WITHOUT[option]} {over} ({int(layers)} hidden layers)"
-
-
 def capacity_verdict(option: str, metrics: Mapping[str, float], runs: tuple[str, ...] = ()) -> Verdict:
     """Holds where the run without ``option`` does not fit at a size where the option's run trains within the
     budget; fails where the option's run does not; inconclusive where no size tried failed to fit."""
     claim, name = CLAIMS[option], f"capacity.{option}"
+    metrics = {**dict.fromkeys(METRICS, math.nan), **metrics}  # a store may keep no NaN: absent reads as NaN
     budget, points = metrics["capacity/budget_bytes"], metrics["capacity/points"]
     grows_layers = metrics.get("capacity/grows_layers", 0.0) > 0
     size = ("depth (hidden layers over a fixed point set, doubling, then bisected)" if grows_layers

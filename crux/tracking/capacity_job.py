@@ -1,0 +1,45 @@
+"""A capacity job: one memory option shown at the size where the run without it does not fit
+(:mod:`crux.capacity`), its numbers the run's metrics (``capacity/...``) and every size tried its artifact."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+
+from omegaconf import DictConfig
+
+from crux import capacity
+from crux.tracking.contract import CAPACITY_SIZES
+from crux.tracking.job import JobRun
+
+log = logging.getLogger(__name__)
+
+
+def budget(settings: DictConfig) -> int | None:
+    """The bytes a capacity job fits in: ``capacity.budget_bytes``, else the device's memory, else (a device
+    that reports none, a CPU) ``capacity.cpu_budget_bytes``; None where none of them is set."""
+    if settings.budget_bytes is not None:
+        return int(settings.budget_bytes)
+    device = capacity.device_budget()
+    return device if device is not None else settings.cpu_budget_bytes
+
+
+def sizes(settings: DictConfig) -> capacity.Sizes:
+    """The sizes a capacity job starts from: those set under ``capacity``, the device's defaults for the rest."""
+    defaults = capacity.default_sizes()
+    return dataclasses.replace(defaults, **{f.name: settings[f.name] for f in dataclasses.fields(defaults)
+                                            if settings[f.name] is not None})
+
+
+def run_capacity(cfg: DictConfig, run: JobRun) -> float:
+    """Search and log ``cfg.capacity.option``'s sizes; the option's run's peak bytes (NaN where it did not train).
+    A size that does not fit is evidence, logged, not a failure of the job."""
+    settings = cfg.capacity
+    result = capacity.measure(settings.option, budget(settings), **dataclasses.asdict(sizes(settings)),
+                              tried=lambda attempt: log.info("capacity: %s", attempt))
+    log.info("%s", result)
+    run.log_metrics({key: value for key, value in result.metrics().items() if not math.isnan(value)})
+    run.log_text(CAPACITY_SIZES, json.dumps({"budget_bytes": result.budget, "run_options": result.run_options,
+                                             "attempts": [vars(a) for a in result.attempts]}, indent=1))
+    return float(result.peak) if result.peak is not None else math.nan
