@@ -324,7 +324,8 @@ def measure(option: str, budget: int, width: int = 64, start: int = 64, limit: i
         key = (setup.grows, points, dims, (width,) * layers, tuple(sorted(without.items())))  # what grew is kept
         if key not in compiled:
             compiled[key] = attempt(points, (width,) * layers, without, setup.grows, dims)
-            gc.collect()  # the point set just tried, before the next, larger one is built
+            if setup.grows == POINTS and 8 * points >= limit:  # a point set near what the host holds: freed
+                gc.collect()  # before the next, larger one is built (a collection costs ~0.1 s: not for each)
             if tried is not None:
                 tried(compiled[key])
         return compiled[key]
@@ -358,6 +359,15 @@ def train(solver: Crux, options: dict[str, Any], budget: int) -> dict[str, Any]:
     trained = peak is not None and peak <= budget
     error = None if trained else f"its peak, {peak} bytes, is over the budget of {budget} bytes"
     return {"peak": peak, "trained": trained, "error": error, "step_seconds": stats.median_step_seconds}
+
+
+def budget(declared: int | None = None, without_limit: int | None = None) -> int | None:
+    """The bytes a search fits in: ``declared``, else the device's memory (:func:`device_budget`), else, on a device
+    that reports none (a CPU), ``without_limit``; None where none of them is given."""
+    if declared is not None:
+        return int(declared)
+    device = device_budget()
+    return device if device is not None else without_limit
 
 
 def device_budget() -> int | None:

@@ -254,7 +254,7 @@ def mlp(in_dim: int, out_dim: int, hidden: Sequence[int] = (64, 64, 64), activat
                  in_dim=in_dim, out_dim=out_dim, seed=seed, checkpointed_apply=_mlp_apply(activation, True))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=64)
 def _mlp_init(layout: tuple[tuple[int, int, int], ...]) -> Callable[[jax.Array], Params]:
     """The parameters of every ``crux.mlp`` of ``layout`` (:func:`_stack_layout`) from a key, as one compiled
     program per layout: drawn op by op, a process's first network lowered and ran some 14 small programs (its

@@ -58,8 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = [o for o in options if o not in capacity.OPTIONS]
     if unknown or not options:
         parser.error(f"--options {args.options}: choose from {','.join(capacity.OPTIONS)}")
-    device = capacity.device_budget()
-    budget = args.budget_bytes if args.budget_bytes is not None else device
+    budget = capacity.budget(args.budget_bytes)
     if budget is None:
         parser.error("this device reports no memory limit (a CPU): declare one, e.g. --budget-bytes 4194304")
     if budget <= 0:

@@ -162,6 +162,14 @@ def test_stated_sizes_are_whole_numbers_refused_otherwise_before_any_compute(arg
     assert "whole number >= 1" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("arguments", [["--offload-dims", "0"], ["--width", "0"], ["--depth-points", "-1"]])
+def test_capacity_sizes_below_one_are_refused_before_any_search(arguments, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        capacity.main(SMALL + arguments)
+    assert stopped.value.code == 2
+    assert "each must be at least 1" in capsys.readouterr().err
+
+
 def test_offloading_points_of_several_coordinates_is_shown_where_they_do_not_fit(tmp_path, capsys):
     out = tmp_path / "capacity.json"
     assert capacity.main(SMALL + ["--options", "offload_data", "--offload-dims", "3", "--out", str(out)]) == 0

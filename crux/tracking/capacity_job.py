@@ -16,15 +16,6 @@ from crux.tracking.job import JobRun
 log = logging.getLogger(__name__)
 
 
-def budget(settings: DictConfig) -> int | None:
-    """The bytes a capacity job fits in: ``capacity.budget_bytes``, else the device's memory, else (a device
-    that reports none, a CPU) ``capacity.cpu_budget_bytes``; None where none of them is set."""
-    if settings.budget_bytes is not None:
-        return int(settings.budget_bytes)
-    device = capacity.device_budget()
-    return device if device is not None else settings.cpu_budget_bytes
-
-
 def sizes(settings: DictConfig) -> capacity.Sizes:
     """The sizes a capacity job starts from: those set under ``capacity``, the device's defaults for the rest."""
     defaults = capacity.default_sizes()
@@ -36,7 +27,8 @@ def run_capacity(cfg: DictConfig, run: JobRun) -> float:
     """Search and log ``cfg.capacity.option``'s sizes; the option's run's peak bytes (NaN where it did not train).
     A size that does not fit is evidence, logged, not a failure of the job."""
     settings = cfg.capacity
-    result = capacity.measure(settings.option, budget(settings), **dataclasses.asdict(sizes(settings)),
+    budget = capacity.budget(settings.budget_bytes, settings.cpu_budget_bytes)
+    result = capacity.measure(settings.option, budget, **dataclasses.asdict(sizes(settings)),
                               tried=lambda attempt: log.info("capacity: %s", attempt))
     log.info("%s", result)
     run.log_metrics({key: value for key, value in result.metrics().items() if not math.isnan(value)})

@@ -73,7 +73,7 @@ def capacity_refusals(cfg: DictConfig) -> list[str]:
     if cfg.backend.name != "crux":
         found.append(f"capacity.option={option} shows crux's own solver, not backend={cfg.backend.name}: "
                      f"leave backend=crux")
-    if settings.budget_bytes is None and settings.cpu_budget_bytes is None and capacity.device_budget() is None:
+    if capacity.budget(settings.budget_bytes, settings.cpu_budget_bytes) is None:
         found.append(f"capacity.option={option} needs a budget to fit in, and this device reports no memory limit "
                      f"(a CPU): declare one, e.g. capacity.cpu_budget_bytes=4194304")
     return found
