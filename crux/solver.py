@@ -14,14 +14,14 @@ from typing import Any, Callable, NamedTuple, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tqdm.auto import tqdm
 
 from crux import device_memory, remat, sharding
 from crux.batching import DevicePoints, HostBatches, PointStream
 from crux.constraint import Constraint, checked_reach
 from crux.engine import Data, Entry, OptimizerState, Plan, Primitives, State, make_call, started
 from crux.executables import compile_once
-from crux.loop import RECORD_ROWS, SYNC_SECONDS, UNROLL_MEMORY_SHARE, Executable, HostLoop, record_slots, unrolled
+from crux.loop import (RECORD_ROWS, SYNC_SECONDS, UNROLL_MEMORY_SHARE, Executable, HostLoop, progress_bar,
+                       record_slots, unrolled)
 from crux.model import Model
 from crux.options import SolveOptions, one_call, requested, resolved
 from crux.stats import Statistics, fingerprint
@@ -75,7 +75,7 @@ class Machinery:
     compile: Callable[..., Executable] = compile_once  # ``compile(function, *args, donate_argnums=...)``
     sync_seconds: float = SYNC_SECONDS  # how often the host loop waits for the device
     record_rows: int = RECORD_ROWS  # epochs' records the device holds between two waits
-    progress: Callable[..., Any] = tqdm  # the progress bar's class
+    progress: Callable[..., Any] = progress_bar  # makes the progress bar (tqdm's interface)
     trained: Callable[[Sequence[set[str]], Sequence[str]], tuple[str, ...]] = models_reached  # an entry's models
     flat_params: bool | None = None  # False: every model's parameters as its own tree (None: crux's choice)
 

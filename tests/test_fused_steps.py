@@ -103,3 +103,27 @@ def test_the_unrolled_loop_is_kept_only_while_small_beside_the_devices_memory(mo
     monkeypatch.setattr(crux.device_memory, "limit",
                         lambda device: int(unrolled / crux.loop.UNROLL_MEMORY_SHARE) - 1)
     assert temporaries() == plain
+
+
+class _Stream:
+    def __init__(self, terminal: bool):
+        self.terminal = terminal
+
+    def isatty(self) -> bool:
+        return self.terminal
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("stderr, stdout, drawn", [(False, False, False), (True, False, True), (False, True, True)])
+def test_a_progress_bar_is_built_only_where_a_terminal_would_show_it(monkeypatch, stderr, stdout, drawn):
+    monkeypatch.setattr("sys.stderr", _Stream(stderr))
+    monkeypatch.setattr("sys.stdout", _Stream(stdout))
+    bar = crux.loop.progress_bar(total=10, disable=None, leave=False)
+    assert isinstance(bar, crux.loop.SilentBar) != drawn
+    bar.update(10)
+    bar.close()
