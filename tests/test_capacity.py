@@ -1,12 +1,14 @@
 """Each memory option trains at the smallest size where the run without it does not fit a declared budget."""
 import json
 
+import numpy as np
 import pytest
 
 from crux import capacity as library
 from crux.model import Model
 from crux.report.claims.capacity import capacity_verdict
 from crux.solver import Crux
+from crux.stats import Statistics
 from scripts_path import capacity, memory_at_scale
 
 # Small enough for a CPU: a 1 MiB budget, networks 16 wide, batches of 64 for offload_data, depth grown over 512
@@ -203,3 +205,18 @@ def test_the_host_limit_keeps_two_copies_of_the_points_within_its_available_memo
         assert 1 <= points <= library.MAX_POINTS
         assert points == 1 or points * library.HOST_COPIES * 4 * dims <= available
         assert points == library.MAX_POINTS or (points + 1) * library.HOST_COPIES * 4 * dims > available * 0.9
+
+
+def test_a_runs_seconds_per_update_are_its_second_solves_and_its_peak_the_larger(monkeypatch):
+    """The first solve() compiles and sends the points to the device: its seconds per update are not the run's."""
+    made = iter([(9.0, 100), (0.5, 120)])
+
+    class Solver:
+        def solve(self, epochs, **options):
+            seconds, peak = next(made)
+            return Statistics(names=["pde"], losses=np.zeros((epochs, 1)), epoch=np.arange(epochs),
+                              step_seconds=np.array([seconds]), memory={"peak_bytes": peak})
+
+    run = library.train(Solver(), {"offload_data": True}, budget=110)
+    assert (run["step_seconds"], run["peak"], run["trained"]) == (0.5, 120, False)
+    assert "120 bytes, is over the budget of 110" in run["error"]
