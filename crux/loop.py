@@ -111,14 +111,16 @@ class HostLoop:
         return self._synced[2]
 
     def run(self, compiled: Executable, state: State, begin: Callable[[], State], feed: Iterator[Data], calls: int,
-            checked: Callable[[State], tuple[Executable, float]] | None = None) -> None:
+            checked: Callable[[State], tuple[Executable, float]] | None = None,
+            meanwhile: Callable[[], Any] | None = None) -> None:
         """Run ``calls`` calls of ``compiled`` from ``state`` (the first call donates it), one per item of ``feed``;
         ``begin()`` gives another copy of that starting state, should the first window be replayed.
 
         ``checked``, for calls that check only their loss and final parameters, gives the program that checks
         every update (and the seconds it took to get) for a state like its argument: a window whose records are
         non-finite is run again with it from a copy of the state at the window's start, to find the update that
-        failed. The loop stops after a non-finite window.
+        failed. The loop stops after a non-finite window. ``meanwhile`` is called once, when the first calls are
+        dispatched and before the loop first waits for them: host work that then takes none of the loop's time.
         """
         columns, epochs_per_call = self.plan.columns, self.plan.inner_steps
         updates_per_call = epochs_per_call * self.plan.steps_per_epoch
@@ -140,6 +142,9 @@ class HostLoop:
                 if not last and pending < self.plan.record_slots and \
                         time.perf_counter() - window_start <= self.sync_seconds:
                     continue
+                if meanwhile is not None:
+                    meanwhile()
+                    meanwhile = None
                 if last:  # the caller reads the parameters the loop ends with: on their way with the records
                     for leaf in jax.tree.leaves(sharding.local(state.train.params)):
                         leaf.copy_to_host_async()

@@ -24,7 +24,7 @@ from crux.loop import (RECORD_ROWS, SYNC_SECONDS, UNROLL_MEMORY_SHARE, Executabl
                        record_slots, unrolled)
 from crux.model import Model
 from crux.options import SolveOptions, one_call, requested, resolved
-from crux.stats import Statistics, fingerprint
+from crux.stats import PendingFingerprint, Statistics
 
 log = logging.getLogger("crux")
 
@@ -118,8 +118,9 @@ class Crux:
         self._points_on_device: tuple[int, DevicePoints] | None = None
         self._reach: list[set[str]] | None = None
         self._history: list[Statistics] = []
-        # the parameter arrays the last solve() ended with (weakly held) and their fingerprint
-        self._last_fingerprint: tuple[list[weakref.ref], float] | None = None
+        # the parameter arrays the last solve() ended with (weakly held) and their fingerprint, to be taken while the
+        # next solve()'s first calls run
+        self._last_fingerprint: tuple[list[weakref.ref], PendingFingerprint] | None = None
 
     # -- public state ------------------------------------------------------------
     @property
@@ -235,11 +236,14 @@ class Crux:
     def _run(self, plan: Plan, options: SolveOptions) -> Statistics:
         calls = options.epochs // options.inner_steps
         resume, begin = self._beginning(plan, options)
-        # The starting parameters are fingerprinted after the calls are dispatched, read back meanwhile rather than
-        # with the device waiting before the first call (those a solve() left were read back at its end).
+        # The starting parameters (and those the last solve() ended with, where it started elsewhere) are
+        # fingerprinted while the device runs the first calls, read back meanwhile.
         before = sharding.local(resume[0])
         for leaf in jax.tree.leaves(before):
             leaf.copy_to_host_async()
+        last = self._last_fingerprint[1] if self._last_fingerprint is not None else None
+        start = self._fingerprint(before)
+        fingerprints = [f for f in (last, start) if f is not None]
         state, start_seconds = self._first_state(plan, begin)
         feed, example = self._feed(plan, options, calls)
         plan, compiled = self._compiled_update(plan, options, state, example)
@@ -249,11 +253,12 @@ class Crux:
 
         loop = HostLoop(plan, self._epoch, self.machinery.sync_seconds, self.machinery.progress)
         try:
-            loop.run(compiled.call, state, begin, feed, calls, checked)
+            loop.run(compiled.call, state, begin, feed, calls, checked,
+                     meanwhile=lambda: [f.value() for f in fingerprints])
         finally:  # also on an exception or interrupt: keep what was synchronised
             stats, error = loop.statistics(compiled.seconds + start_seconds, compiled.memory)
             if loop.state is not None:
-                start, end = self._fingerprint(before), self._fingerprint(sharding.local(loop.state).train.params)
+                end = self._fingerprint(sharding.local(loop.state).train.params)
                 stats = dataclasses.replace(stats, fingerprints=[(start, end)])
                 self._commit(loop.state, plan, options, stats.steps)
                 if error is None:  # a failed update's window counts updates it did not apply: the host's count stands
@@ -422,18 +427,19 @@ class Crux:
         self._compiled[key] = Compiled(call, seconds, memory)
         return self._compiled[key]
 
-    def _fingerprint(self, params: Any) -> float:
-        """:func:`crux.stats.fingerprint` of ``params``, kept for the arrays of the last one taken: a solve() that
-        starts from the very arrays the last one ended with (arrays never change) does not sum their squares again."""
+    def _fingerprint(self, params: Any) -> PendingFingerprint:
+        """The fingerprint of ``params`` (:class:`crux.stats.PendingFingerprint`, taken when asked for), one for the
+        arrays of the last one asked for: a solve() that starts from the very arrays the last one ended with (arrays
+        never change) shares its fingerprint."""
         leaves = jax.tree.leaves(params)
         if self._last_fingerprint is not None:
-            refs, value = self._last_fingerprint
+            refs, pending = self._last_fingerprint
             if len(refs) == len(leaves) and all(ref() is leaf for ref, leaf in zip(refs, leaves)):
-                return value
-        value = fingerprint(params)
+                return pending
+        pending = PendingFingerprint(params)
         if all(isinstance(leaf, jax.Array) for leaf in leaves):
-            self._last_fingerprint = ([weakref.ref(leaf) for leaf in leaves], value)
-        return value
+            self._last_fingerprint = ([weakref.ref(leaf) for leaf in leaves], pending)
+        return pending
 
     def _commit(self, state: State, plan: Plan, options: SolveOptions, epochs: int) -> None:
         """Keep what the next solve() resumes from: parameters, optimizer states, counters after ``epochs``."""

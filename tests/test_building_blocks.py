@@ -151,6 +151,26 @@ def test_statistics_save_load_round_trip_and_plot(tmp_path):
     assert (tmp_path / contract.HISTORY_PLOT).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_solves_fingerprints_are_taken_once_each_while_the_next_solve_runs_or_when_read(monkeypatch):
+    """A solve() leaves its end parameters' fingerprint to be taken during the next solve()'s calls (where it
+    started from those very parameters, the same one) or when read; each is taken once, of the right arrays."""
+    taken = []
+    fingerprint = crux.stats.fingerprint
+    monkeypatch.setattr(crux.stats, "fingerprint", lambda params: taken.append(1) or fingerprint(params))
+    solver = poisson(optax.adam).solver()
+    first = solver.solve(4, inner_steps=2)
+    assert len(taken) == 1  # the start, while the calls ran; the end is left for later
+    second = solver.solve(4, inner_steps=2)
+    assert len(taken) == 2  # the first's end, which is the second's start
+    assert first.fingerprints[0][1] == second.fingerprints[0][0] != first.fingerprints[0][0]
+    assert len(taken) == 3  # reading the second's pairs took its end
+    assert second.fingerprints[0][1] == fingerprint(solver.params)
+    assert solver.history.fingerprints == [first.fingerprints[0], second.fingerprints[0]] and len(taken) == 3
+    solver.solve(2)  # from the parameters handed out by solver.params: new arrays, so a start of its own
+    assert len(taken) == 4
+    assert solver.history.fingerprints[2][0] == second.fingerprints[0][1] and len(taken) == 5
+
+
 def test_fingerprint_is_the_correctly_rounded_sum_of_squares_in_any_order():
     """Against math.fsum of the float64 squares (each exact for a float32, so fsum's one rounding is the only
     one): float32 values over the whole exponent range, subnormals and zeros, narrower floats, float64 leaves
