@@ -58,7 +58,7 @@ class Model:
     def __init__(self, init: Callable[[jax.Array], Params], apply: Apply, *, in_dim: int, out_dim: int,
                  seed: int = 0, checkpointed_apply: Apply | None = None, unrolled_apply: Apply | None = None):
         self.apply = apply
-        self.checkpointed_apply = checkpointed_apply or _checkpointed_whole(apply)
+        self.checkpointed_apply = checkpointed_apply
         self.unrolled_apply = unrolled_apply
         self.in_dim, self.out_dim = int(in_dim), int(out_dim)
         self.params: Params = init(jax.random.key(seed))
@@ -66,6 +66,15 @@ class Model:
         self._schedule: Schedule | None = None
         self.optimizer_version = 0
         self._transform: tuple[int, optax.GradientTransformationExtraArgs] | None = None
+
+    @property
+    def checkpointed_apply(self) -> Apply:
+        """The apply with activations rematerialised: the one given, else ``jax.checkpoint(apply)``."""
+        return self._checkpointed_apply or _checkpointed_whole(self.apply)
+
+    @checkpointed_apply.setter
+    def checkpointed_apply(self, value: Apply | None) -> None:
+        self._checkpointed_apply = value
 
     # -- parameters --------------------------------------------------------------
     @property
@@ -183,8 +192,7 @@ class Model:
         """The forms of :mod:`crux.remat` the model has an apply of its own for: plain and whole always, layers
         with a ``checkpointed_apply`` of its own, unrolled with an ``unrolled_apply``. Another form would run the
         very apply of one of these, so ``checkpoint_gradients`` does not compile it again."""
-        own = {remat.LAYERS: self.checkpointed_apply is not _checkpointed_whole(self.apply),
-               remat.UNROLLED: self.unrolled_apply is not None}
+        own = {remat.LAYERS: self._checkpointed_apply is not None, remat.UNROLLED: self.unrolled_apply is not None}
         return tuple(form for form in remat.FORMS if own.get(form, True))
 
     def applied(self, form: str = remat.PLAIN) -> Apply:
