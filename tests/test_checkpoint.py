@@ -114,7 +114,7 @@ def test_every_rematerialising_form_computes_the_plain_loss_and_gradient(form):
     assert relative(flat(grad), flat(plain_grad), np.linalg.norm(flat(plain_grad))) < GRADIENT_ROUND_OFF
 
 
-def test_the_form_of_fewest_temporary_bytes_is_chosen_plain_on_a_tie():
+def test_the_form_of_fewest_temporary_bytes_is_chosen_the_earlier_on_a_tie():
     assert remat.least_memory({"plain": 10, "layers": 7, "whole": 8, "unrolled": 9}) == remat.LAYERS
     assert remat.least_memory({"plain": 10, "layers": 12, "whole": 9, "unrolled": 11}) == remat.WHOLE
     assert remat.least_memory({"plain": 10, "layers": 8, "whole": 9, "unrolled": 7}) == remat.UNROLLED
