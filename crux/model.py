@@ -46,21 +46,35 @@ class Model:
     ``apply(params, x)`` maps one point ``(in_dim,)`` to ``(out_dim,)``.
     ``checkpointed_apply`` is the same function with activations rematerialised
     in the backward pass; without one, the whole ``apply`` is wrapped in
-    ``jax.checkpoint`` (which saves little: see ``crux.mlp`` for why). With
-    ``checkpoint_gradients`` the update is compiled with each form of
-    :mod:`crux.remat` and runs the one that needs the least memory.
+    ``jax.checkpoint`` (which saves little: see ``crux.mlp`` for why).
+    ``unrolled_apply`` is the same rematerialisation as ``checkpointed_apply``
+    with its segments applied one after another instead of by a loop (which of
+    the two needs less memory depends on the device); without one, that form
+    runs ``checkpointed_apply``. With ``checkpoint_gradients`` the update is
+    compiled in each form of :mod:`crux.remat` the model has (:attr:`forms`)
+    and runs the one that needs the least memory.
     """
 
     def __init__(self, init: Callable[[jax.Array], Params], apply: Apply, *, in_dim: int, out_dim: int,
-                 seed: int = 0, checkpointed_apply: Apply | None = None):
+                 seed: int = 0, checkpointed_apply: Apply | None = None, unrolled_apply: Apply | None = None):
         self.apply = apply
-        self.checkpointed_apply = checkpointed_apply or jax.checkpoint(apply)
+        self.checkpointed_apply = checkpointed_apply
+        self.unrolled_apply = unrolled_apply
         self.in_dim, self.out_dim = int(in_dim), int(out_dim)
         self.params: Params = init(jax.random.key(seed))
         self._optimizer: Any = None
         self._schedule: Schedule | None = None
         self.optimizer_version = 0
         self._transform: tuple[int, optax.GradientTransformationExtraArgs] | None = None
+
+    @property
+    def checkpointed_apply(self) -> Apply:
+        """The apply with activations rematerialised: the one given, else ``jax.checkpoint(apply)``."""
+        return self._checkpointed_apply or _checkpointed_whole(self.apply)
+
+    @checkpointed_apply.setter
+    def checkpointed_apply(self, value: Apply | None) -> None:
+        self._checkpointed_apply = value
 
     # -- parameters --------------------------------------------------------------
     @property
@@ -173,13 +187,23 @@ class Model:
         return optax.with_extra_args_support(tx)
 
     # -- evaluation --------------------------------------------------------------
+    @property
+    def forms(self) -> tuple[str, ...]:
+        """The forms of :mod:`crux.remat` the model has an apply of its own for: plain and whole always, layers
+        with a ``checkpointed_apply`` of its own, unrolled with an ``unrolled_apply``. Another form would run the
+        very apply of one of these, so ``checkpoint_gradients`` does not compile it again."""
+        own = {remat.LAYERS: self._checkpointed_apply is not None, remat.UNROLLED: self.unrolled_apply is not None}
+        return tuple(form for form in remat.FORMS if own.get(form, True))
+
     def applied(self, form: str = remat.PLAIN) -> Apply:
-        """The apply of a form of :mod:`crux.remat`: plain, the model's own rematerialised one, or one checkpoint
-        around the whole apply."""
+        """The apply of a form of :mod:`crux.remat`: plain, the model's own rematerialised one (by default one
+        checkpoint around the whole apply), one checkpoint around the whole apply, or the model's own segments
+        unrolled (by default its own rematerialised one)."""
         if form not in remat.FORMS:
             raise ValueError(f"no rematerialisation form {form!r}; crux has {remat.FORMS}")
         return {remat.PLAIN: self.apply, remat.LAYERS: self.checkpointed_apply,
-                remat.WHOLE: _checkpointed_whole(self.apply)}[form]
+                remat.WHOLE: _checkpointed_whole(self.apply),
+                remat.UNROLLED: self.unrolled_apply or self.checkpointed_apply}[form]
 
     def pointwise(self, params: Params, x: jax.Array, form: str = remat.PLAIN) -> jax.Array:
         """One point, through the apply of ``form`` (:meth:`applied`): a scalar when ``out_dim == 1``, else
@@ -235,10 +259,11 @@ def mlp(in_dim: int, out_dim: int, hidden: Sequence[int] = (64, 64, 64), activat
 
     Layers of equal shape are stored stacked, ``w: (count, d_in, d_out)``. With
     ``checkpoint_gradients`` a stack of n layers is applied in rematerialised segments
-    of about sqrt(n) layers (``lax.scan`` over a checkpointed body: the backward pass
-    keeps the segments' inputs and recomputes one segment at a time; ``jax.checkpoint``
-    around a whole network keeps every layer's activations alive while it recomputes
-    them); without, by a Python loop over its layers.
+    of about sqrt(n) layers (the backward pass keeps the segments' inputs and
+    recomputes one segment at a time; ``jax.checkpoint`` around a whole network keeps
+    every layer's activations alive while it recomputes them), by a ``lax.scan`` over
+    the segments (``checkpointed_apply``) or one after another (``unrolled_apply``);
+    without, by a Python loop over its layers.
     """
     if activation not in ACTIVATIONS:
         raise ValueError(f"crux.mlp: unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}")
@@ -250,8 +275,9 @@ def mlp(in_dim: int, out_dim: int, hidden: Sequence[int] = (64, 64, 64), activat
             raise TypeError(f"crux.mlp: {name} must be an integer, got {value!r}")
     if in_dim < 1 or out_dim < 1 or any(h < 1 for h in hidden):
         raise ValueError(f"crux.mlp: dimensions must be >= 1, got in_dim={in_dim}, hidden={hidden}, out_dim={out_dim}")
-    return Model(_mlp_init(tuple(_stack_layout([in_dim, *hidden, out_dim]))), _mlp_apply(activation, False),
-                 in_dim=in_dim, out_dim=out_dim, seed=seed, checkpointed_apply=_mlp_apply(activation, True))
+    return Model(_mlp_init(tuple(_stack_layout([in_dim, *hidden, out_dim]))), _mlp_apply(activation, remat.PLAIN),
+                 in_dim=in_dim, out_dim=out_dim, seed=seed, checkpointed_apply=_mlp_apply(activation, remat.LAYERS),
+                 unrolled_apply=_mlp_apply(activation, remat.UNROLLED))
 
 
 @functools.lru_cache(maxsize=64)
@@ -283,9 +309,10 @@ def _checkpointed_whole(apply: Apply) -> Apply:
 
 
 @functools.lru_cache(maxsize=None)
-def _mlp_apply(activation: str, checkpointed: bool) -> Apply:
-    """The apply of every ``crux.mlp`` with this activation: one inlined jit, so that vmap and value_and_grad
-    transform a network's layers once per shape and process (a sweep's next job reuses them)."""
+def _mlp_apply(activation: str, form: str) -> Apply:
+    """The apply in ``form`` (:data:`crux.remat.PLAIN`, ``LAYERS`` or ``UNROLLED``) of every ``crux.mlp`` with this
+    activation: one inlined jit, so that vmap and value_and_grad transform a network's layers once per shape and
+    process (a sweep's next job reuses them)."""
     sigma = ACTIVATIONS[activation]
 
     def apply(params, x):
@@ -299,8 +326,8 @@ def _mlp_apply(activation: str, checkpointed: bool) -> Apply:
                 return h, None
 
             count = layer["w"].shape[0]
-            if checkpointed and count > 1:
-                h = _segmented(layers_fn, h, layer["w"], layer["b"])
+            if form != remat.PLAIN and count > 1:
+                h = _segmented(layers_fn, h, layer["w"], layer["b"], unrolled=form == remat.UNROLLED)
             else:  # a Python loop over the stack: less CPU per update than an unrolled scan on the standard
                 # problem, a little more on the small one (docs/BENCHMARK.md)
                 h, _ = layers_fn(h, (layer["w"], layer["b"]))
@@ -308,16 +335,23 @@ def _mlp_apply(activation: str, checkpointed: bool) -> Apply:
     return jax.jit(apply, inline=True)
 
 
-def _segmented(layers_fn: Callable, h: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array:
+def _segmented(layers_fn: Callable, h: jax.Array, w: jax.Array, b: jax.Array, unrolled: bool) -> jax.Array:
     """A stack of n layers applied in segments of s = ceil(sqrt(n)) layers, each segment rematerialised: the
     backward pass keeps the input of each segment, about sqrt(n) of them, and recomputes one segment's layers
     at a time, so the activations alive at once grow as 2 sqrt(n), not n. The whole segments are a ``lax.scan``
-    over a rematerialised body (its size does not grow with depth), the remaining n mod s layers one more."""
+    over a rematerialised body (its size does not grow with depth) or, ``unrolled``, one checkpoint each, one
+    after another (which of the two needs less memory depends on the device: :mod:`crux.remat`); the remaining
+    n mod s layers one more."""
     n = w.shape[0]
     size = math.isqrt(n - 1) + 1
     whole = n // size * size
-    grouped = (w[:whole].reshape(-1, size, *w.shape[1:]), b[:whole].reshape(-1, size, *b.shape[1:]))
-    h, _ = jax.lax.scan(jax.checkpoint(layers_fn), h, grouped)
+    segment = jax.checkpoint(layers_fn)
+    if unrolled:
+        for start in range(0, whole, size):
+            h, _ = segment(h, (w[start:start + size], b[start:start + size]))
+    else:
+        grouped = (w[:whole].reshape(-1, size, *w.shape[1:]), b[:whole].reshape(-1, size, *b.shape[1:]))
+        h, _ = jax.lax.scan(segment, h, grouped)
     if whole < n:
-        h, _ = jax.checkpoint(layers_fn)(h, (w[whole:], b[whole:]))
+        h, _ = segment(h, (w[whole:], b[whole:]))
     return h

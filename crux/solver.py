@@ -383,13 +383,14 @@ class Crux:
 
     def _compiled_forms(self, plan: Plan, options: SolveOptions, state: State, data: Data) -> tuple[Plan, Compiled]:
         """The plan and its compiled call. With ``checkpoint_gradients``, the update compiled in
-        every form of :mod:`crux.remat` and the one of the fewest temporary bytes kept (plain where no
-        rematerialisation needs fewer), its index in ``remat.FORMS`` recorded as ``memory["checkpoint_used"]``
-        and the compile seconds of every form counted."""
+        every form of :mod:`crux.remat` that a model has (:attr:`crux.Model.forms`: another form's program would
+        be one of theirs again) and the one of the fewest temporary bytes kept (plain where no rematerialisation
+        needs fewer), its index in ``remat.FORMS`` recorded as ``memory["checkpoint_used"]`` and the compile
+        seconds of every form counted."""
         if not options.checkpoint_gradients:
             return plan, self._compile(plan, state, data)
         forms, refused = {}, {}
-        for form in remat.FORMS:
+        for form in (f for f in remat.FORMS if any(f in model.forms for model in plan.models.values())):
             try:
                 forms[form] = self._compile(dataclasses.replace(plan, remat=form), state, data)
             except Exception as error:  # a form the device has no room for (XLA refuses it) is not a candidate
@@ -399,8 +400,7 @@ class Crux:
         if not forms:  # XLA's refusal of the form that needed the least (the earlier form on a tie)
             raise refused[remat.least_memory({form: device_memory.refused_bytes(str(error)) or math.inf
                                               for form, error in refused.items()})]
-        form = remat.least_memory({name: forms[name].memory.get("temp_bytes") if name in forms else math.inf
-                                   for name in remat.FORMS})
+        form = remat.least_memory({name: c.memory.get("temp_bytes") for name, c in forms.items()})
         memory = {**forms[form].memory, "checkpoint_used": remat.FORMS.index(form)}
         log.info("checkpoint_gradients: the update compiled %s (temporary bytes per form: %s)", form,
                  {name: c.memory.get("temp_bytes") for name, c in forms.items()})

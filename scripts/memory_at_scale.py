@@ -6,8 +6,9 @@ the figure in XLA's refusal), and what the option's run peaks at.
     python scripts/memory_at_scale.py --checkpoint "" --offload 1073741824:524288:16:4   # 16 GiB of 4-D points
 
 ``--checkpoint POINTS:WIDTHxDEPTH`` (comma-separated): the 1-D Poisson update over POINTS points on DEPTH hidden
-layers of WIDTH, compiled in each form of ``crux.remat`` alone (plain, the model's rematerialised segments, one
-checkpoint around the network), then as ``checkpoint_gradients=True`` compiles it, choosing among them. Where XLA refuses a
+layers of WIDTH, compiled in each form of ``crux.remat`` alone (plain, the model's rematerialised segments scanned, one
+checkpoint around the network, the segments unrolled), then as ``checkpoint_gradients=True`` compiles it,
+choosing among them. Where XLA refuses a
 form, its refusal's figure stands for what it needed (two decimals of its unit). The line holds the choice
 against the plain update: checkpointing must never need more.
 

@@ -7,6 +7,7 @@ import numpy as np
 import optax
 import pytest
 
+from crux import remat
 from crux.tracking import contract
 import crux
 from crux_testing import EPS32, poisson, train
@@ -63,6 +64,21 @@ def test_mlp_evaluates_batches_and_stacks_equal_layers():
     assert out.shape == (5, 3)
     np.testing.assert_allclose(out[2], u.apply(u.params, jnp.asarray(xs[2])), rtol=1e-6)
     np.testing.assert_allclose(u.checkpointed_apply(u.params, jnp.asarray(xs[2])), out[2], rtol=1e-6)
+    np.testing.assert_allclose(u.unrolled_apply(u.params, jnp.asarray(xs[2])), out[2], rtol=1e-6)
+    assert u.forms == remat.FORMS
+
+
+def test_a_model_without_its_own_rematerialisation_runs_the_whole_checkpoint_in_its_place():
+    """``Model(init, apply)``: the layers form is the whole network's checkpoint, the unrolled form the layers
+    form's, the very same functions (so checkpoint_gradients compiles neither again); an own
+    ``checkpointed_apply`` is what the unrolled form runs where the model has no ``unrolled_apply``."""
+    net = crux.mlp(1, 1, hidden=(8, 8))
+    bare = crux.Model(lambda key: net.params, net.apply, in_dim=1, out_dim=1)
+    assert bare.applied(remat.UNROLLED) is bare.applied(remat.LAYERS) is bare.applied(remat.WHOLE)
+    assert bare.forms == (remat.PLAIN, remat.WHOLE)
+    own = crux.Model(lambda key: net.params, net.apply, in_dim=1, out_dim=1, checkpointed_apply=net.checkpointed_apply)
+    assert own.applied(remat.UNROLLED) is own.applied(remat.LAYERS) is net.checkpointed_apply
+    assert own.forms == (remat.PLAIN, remat.LAYERS, remat.WHOLE)
 
 
 @pytest.mark.parametrize("x64", [False, True], ids=["float32", "x64"])

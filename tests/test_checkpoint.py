@@ -1,4 +1,7 @@
 """checkpoint_gradients: activations rematerialised in the backward pass; same numbers."""
+from types import SimpleNamespace
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -6,6 +9,7 @@ import pytest
 
 import crux
 from crux import engine, remat
+from crux.constraint import constraint_loss
 from crux.executables import compile_once
 from crux.solver import Machinery
 from crux_testing import EPS32, flat, poisson, relative, train
@@ -13,6 +17,43 @@ from crux_testing import EPS32, flat, poisson, relative, train
 # Rematerialisation recomputes the same forward ops; XLA may order the recomputed sums differently, a few
 # ulp per update (measured: about 0.5 eps relative to the distance travelled over 20 updates).
 ROUND_OFF = 100 * EPS32
+# One gradient: each of its sums may round differently by an ulp or so of its terms where XLA orders the
+# recomputed ones otherwise; relative to the gradient's norm that is a few eps at most (measured: 0.3 eps at
+# most in every form, depth 5 to 10). A form that drops or repeats a layer is off by order one.
+GRADIENT_ROUND_OFF = 10 * EPS32
+
+
+def tagged_call(plan):
+    """The engine's call of ``plan``, its form a default argument for a compile hook to read."""
+    call = engine.make_call(plan)
+    return lambda state, data, form=plan.remat: call(state, data)
+
+
+class Stated:
+    """A compiled call whose memory analysis states ``temp_bytes``: the figure a test makes a form need."""
+
+    def __init__(self, call, temp_bytes: int):
+        self._call, self._temp_bytes = call, temp_bytes
+
+    def __call__(self, *args):
+        return self._call(*args)
+
+    def memory_analysis(self):
+        analysis = self._call.memory_analysis()
+        return SimpleNamespace(temp_size_in_bytes=self._temp_bytes,
+                               argument_size_in_bytes=analysis.argument_size_in_bytes,
+                               output_size_in_bytes=analysis.output_size_in_bytes)
+
+
+def stating(temp_bytes: dict[str, int], compiled: list[str]) -> Machinery:
+    """crux's machinery, each form's update stating ``temp_bytes[form]`` (its own figure where not given) and
+    appending its form to ``compiled`` as it is compiled."""
+    def compile(function, *args, donate_argnums=()):
+        form = function.__defaults__[0]
+        compiled.append(form)
+        call = compile_once(function, *args, donate_argnums=donate_argnums)
+        return Stated(call, temp_bytes[form]) if form in temp_bytes else call
+    return Machinery(make_call=tagged_call, compile=compile)
 
 
 def test_checkpointing_gives_the_same_numbers_and_records_its_memory():
@@ -57,22 +98,70 @@ def test_checkpointing_never_needs_more_memory_than_the_plain_update(form):
         assert checkpointed.memory["temp_bytes"] < plain.memory["temp_bytes"]
 
 
-def test_the_form_of_fewest_temporary_bytes_is_chosen_plain_on_a_tie():
-    assert remat.least_memory({"plain": 10, "layers": 7, "whole": 8}) == remat.LAYERS
-    assert remat.least_memory({"plain": 10, "layers": 12, "whole": 9}) == remat.WHOLE
-    assert remat.least_memory({"plain": 10, "layers": 10, "whole": 10}) == remat.PLAIN
-    assert remat.least_memory({"plain": None, "layers": None, "whole": None}) == remat.LAYERS
+@pytest.mark.parametrize("form", [f for f in remat.FORMS if f != remat.PLAIN])
+def test_every_rematerialising_form_computes_the_plain_loss_and_gradient(form):
+    """A stack of 10 layers: segments of 4, two whole ones and a remainder of 2, scanned or unrolled."""
+    problem = poisson(n=64, hidden=(8,) * 11)
+    model = problem.models["u"]
+    assert model.params[1]["w"].shape[0] == 10 and form in model.forms
+
+    def loss(params, form):
+        return sum(constraint_loss(c, problem.models, {"u": params}, jnp.asarray(c.points), form)
+                   for c in problem.constraints)
+
+    (plain_loss, plain_grad), (value, grad) = (jax.value_and_grad(loss)(model.params, f) for f in (remat.PLAIN, form))
+    np.testing.assert_allclose(value, plain_loss, rtol=GRADIENT_ROUND_OFF)
+    assert relative(flat(grad), flat(plain_grad), np.linalg.norm(flat(plain_grad))) < GRADIENT_ROUND_OFF
+
+
+def test_the_form_of_fewest_temporary_bytes_is_chosen_the_earlier_on_a_tie():
+    assert remat.least_memory({"plain": 10, "layers": 7, "whole": 8, "unrolled": 9}) == remat.LAYERS
+    assert remat.least_memory({"plain": 10, "layers": 12, "whole": 9, "unrolled": 11}) == remat.WHOLE
+    assert remat.least_memory({"plain": 10, "layers": 8, "whole": 9, "unrolled": 7}) == remat.UNROLLED
+    assert remat.least_memory({"plain": 10, "layers": 7, "whole": 9, "unrolled": 7}) == remat.LAYERS
+    assert remat.least_memory({"plain": 10, "layers": 10, "whole": 10, "unrolled": 10}) == remat.PLAIN
+    assert remat.least_memory({"plain": None, "layers": None, "whole": None, "unrolled": None}) == remat.LAYERS
+    # only the forms compiled are candidates: a model without its own rematerialisation has plain and whole
+    assert remat.least_memory({"plain": 10, "whole": 10}) == remat.PLAIN
+    assert remat.least_memory({"plain": None, "whole": None}) == remat.WHOLE
+
+
+def test_the_unrolled_segments_run_where_they_need_the_fewest_bytes():
+    compiled = []
+    _, _, stats = train(poisson(optax.adam, n=64, hidden=(8,) * 5), 2,
+                        stating({form: 2000 for form in remat.FORMS} | {remat.UNROLLED: 1000}, compiled),
+                        checkpoint_gradients=True)
+    assert compiled == list(remat.FORMS)
+    assert stats.memory["checkpoint_used"] == remat.FORMS.index(remat.UNROLLED) == 3
+    assert stats.memory["temp_bytes"] == 1000 and stats.steps == 2
+
+
+@pytest.mark.parametrize("own, forms", [
+    ((), (remat.PLAIN, remat.WHOLE)),
+    (("checkpointed_apply",), (remat.PLAIN, remat.LAYERS, remat.WHOLE)),
+    (("checkpointed_apply", "unrolled_apply"), remat.FORMS),
+], ids=["apply", "checkpointed", "unrolled"])
+def test_a_model_compiles_only_the_forms_it_has_of_its_own(own, forms):
+    """A user's ``Model(init, apply)`` has no rematerialised apply of its own: its layers form would be the whole
+    checkpoint and its unrolled form that again, so neither is compiled, and the form run is one it has."""
+    net = crux.mlp(1, 1, hidden=(8,) * 5)
+    model = crux.Model(lambda key: net.params, net.apply, in_dim=1, out_dim=1,
+                       **{name: getattr(net, name) for name in own})
+    model.optimizer(optax.adam).scale(crux.lrs(1e-3))
+    assert model.forms == forms
+    compiled = []
+    solver = crux.Crux(poisson(n=64).constraints, {"u": model}, machinery=stating({}, compiled))
+    stats = solver.solve(1, checkpoint_gradients=True)
+    assert compiled == list(forms)
+    assert remat.FORMS[stats.memory["checkpoint_used"]] in forms
 
 
 def test_a_form_the_device_refuses_is_not_a_candidate():
     """Where XLA refuses the plain update for want of device memory (RESOURCE_EXHAUSTED at compile), a
     rematerialised form that compiles is run; where every form is refused, solve() raises XLA's refusal of the
     form that needed the least."""
-    def make_call(plan):
-        call = engine.make_call(plan)
-        return lambda state, data, form=plan.remat: call(state, data)
-
-    needs = {remat.PLAIN: "36.02G", remat.LAYERS: "64.02G", remat.WHOLE: "18.01G"}  # as XLA names them
+    needs = {remat.PLAIN: "36.02G", remat.LAYERS: "64.02G", remat.WHOLE: "18.01G",
+             remat.UNROLLED: "20.01G"}  # as XLA names them
 
     def compile_unless(refused):
         def compile(function, *args, donate_argnums=()):
@@ -84,10 +173,10 @@ def test_a_form_the_device_refuses_is_not_a_candidate():
         return compile
 
     problem = poisson(optax.adam, n=64, hidden=(16,) * 4)
-    _, _, stats = train(problem, 2, Machinery(make_call=make_call, compile=compile_unless({remat.PLAIN})),
+    _, _, stats = train(problem, 2, Machinery(make_call=tagged_call, compile=compile_unless({remat.PLAIN})),
                         checkpoint_gradients=True)
     assert remat.FORMS[stats.memory["checkpoint_used"]] != remat.PLAIN and stats.steps == 2
     # every form refused: the refusal raised is that of the form that needed the least, what the user must free
     with pytest.raises(RuntimeError, match=r"RESOURCE_EXHAUSTED.*\(18\.01G\)"):
         train(poisson(optax.adam, n=64, hidden=(16,) * 4), 2,
-              Machinery(make_call=make_call, compile=compile_unless(set(remat.FORMS))), checkpoint_gradients=True)
+              Machinery(make_call=tagged_call, compile=compile_unless(set(remat.FORMS))), checkpoint_gradients=True)

@@ -665,10 +665,13 @@ def test_checkpointing_memory_finding_says_which_form_crux_ran():
                          environment={"backend": "cpu", "device_kind": "cpu"})
 
     records = [run("g1", 1000), run("g1-ckpt", 690, 1, checkpoint_gradients=True),
-               run("g2", 1000), run("g2-ckpt", 1000, 0, checkpoint_gradients=True)]
+               run("g2", 1000), run("g2-ckpt", 1000, 0, checkpoint_gradients=True),
+               run("g3", 1000), run("g3-ckpt", 480, 3, checkpoint_gradients=True)]
     memory = {v.evidence["ratio"]: v for v in check_checkpoint(records) if v.id.startswith("checkpoint.saves")}
     assert memory[0.69].verdict == HOLDS and "ran the one of the fewest temporary bytes, 'layers'" in \
         memory[0.69].summary
+    assert memory[0.48].verdict == HOLDS and "ran the one of the fewest temporary bytes, 'unrolled'" in \
+        memory[0.48].summary
     assert memory[1.0].verdict == FAILS and "so crux ran the plain update" in memory[1.0].summary
 
 

@@ -96,9 +96,10 @@ def _what_decides(evidence: dict[str, float]) -> str:
     if "checkpoint_used" in evidence:
         form = remat.FORMS[int(evidence["checkpoint_used"])]
         if form == remat.PLAIN:
-            return (f": no rematerialisation (the model's own, or the whole network's) needed fewer temporary bytes "
-                    f"than the plain update for this residual{model}, so crux ran the plain update; which "
-                    f"activations a residual's derivatives keep alive decides it, not the option")
+            return (f": no rematerialisation (the model's own segments, scanned or unrolled, or the whole "
+                    f"network's) needed fewer temporary bytes than the plain update for this residual{model}, so "
+                    f"crux ran the plain update; which activations a residual's derivatives keep alive decides "
+                    f"it, not the option")
         return (f": crux compiled the update plain and with each rematerialisation and ran the one of the fewest "
                 f"temporary bytes, '{form}'{model}")
     if not model:
