@@ -8,7 +8,8 @@ checkpoint around the whole network needs 0.82× for the gradient and 1.10× for
 
 How the segments are applied matters as much, and which way is smaller depends on the device: the compiled
 temporary bytes of the update of the 1-D Poisson problem (Laplacian residual) on 16 hidden layers, 2026-12-06,
-jax 0.10.2, commit ``3852cf0``, on one TPU v5e chip and a 2-core Intel Xeon:
+jax 0.10.2, commit ``3852cf0`` (on the chip, plain and whole at ``bebde04``: the same programs), on one TPU v5e
+chip and a 2-core Intel Xeon:
 
 ============================  ==========================  ===========================
 form                          TPU v5e, width 256,         CPU, width 64,
@@ -16,7 +17,7 @@ form                          TPU v5e, width 256,         CPU, width 64,
 ============================  ==========================  ===========================
 plain                         6.45 GB                     99.4 MB
 layers (segments scanned)     5.79 GB (0.90×)             41.2 MB (0.41×)
-whole                         not measured                84.9 MB (0.85×)
+whole                         6.72 GB (1.04×)             84.9 MB (0.85×)
 unrolled (segments unrolled)  3.11 GB (0.48×)             88.9 MB (0.89×)
 ============================  ==========================  ===========================
 
