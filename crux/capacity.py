@@ -85,11 +85,12 @@ class Sizes:
 
 
 # At a device's gigabytes, and at a declared budget of a few MiB on a CPU. The points under growing depth are where
-# the shallow plain update needs a small share of the budget (on a TPU v5e 8.6 GB over 1,048,576 points, so about
-# an eighth of that over 131,072; on a CPU 0.7 MB of 4 MiB over 64), so that the depth that does not fit is tens of
-# layers, not hundreds: the plain update is compiled unrolled. On a device the points of offload_data have four
-# coordinates: 2^30 of them are 16 GiB, past a TPU v5e's 15.75 GiB, within a constraint's 2^31 - 1 points.
-DEVICE_SIZES = Sizes(width=256, start=1024, offload_batch=2 ** 16, depth_points=2 ** 17, offload_dims=4)
+# the depth that does not fit is about ten layers, not tens: the plain update is compiled unrolled, and on a TPU v5e
+# the plain update of 16 layers of 256 took 62 s to compile (it needs 0.40 GB a layer over 131,072 points, so over
+# 524,288 about 1.6 GB a layer of the chip's 15.75 GiB); on a CPU 0.7 MB of 4 MiB over 64 points. On a device the
+# points of offload_data have four coordinates: 2^30 of them are 16 GiB, past a TPU v5e's 15.75 GiB, within a
+# constraint's 2^31 - 1 points.
+DEVICE_SIZES = Sizes(width=256, start=1024, offload_batch=2 ** 16, depth_points=2 ** 19, offload_dims=4)
 CPU_SIZES = Sizes(width=64, start=64, offload_batch=256, depth_points=64, offload_dims=1)
 
 

@@ -49,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "such a device, else 256)")
     parser.add_argument("--depth-points", type=int, default=None,
                         help="checkpoint_gradients' point set, over which the network's hidden layers grow (default: "
-                             "131072 on such a device, else 64)")
+                             "524288 on such a device, else 64)")
     parser.add_argument("--offload-dims", type=int, default=None,
                         help="the coordinates of offload_data's points (default: 4 on such a device, else 1)")
     parser.add_argument("--out", type=Path, default=None, help="write the results and verdicts to this JSON file")
