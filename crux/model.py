@@ -57,6 +57,12 @@ class Model:
 
     def __init__(self, init: Callable[[jax.Array], Params], apply: Apply, *, in_dim: int, out_dim: int,
                  seed: int = 0, checkpointed_apply: Apply | None = None, unrolled_apply: Apply | None = None):
+        for name, function, optional in [("init", init, False), ("apply", apply, False),
+                                         ("checkpointed_apply", checkpointed_apply, True),
+                                         ("unrolled_apply", unrolled_apply, True)]:
+            if not callable(function) and not (optional and function is None):
+                raise TypeError(f"crux.Model: {name} must be a function{' or None' if optional else ''}, got "
+                                f"{function!r} (init(key) gives the parameters, apply(params, x) maps one point)")
         self.apply = apply
         self.checkpointed_apply = checkpointed_apply
         self.unrolled_apply = unrolled_apply

@@ -298,3 +298,11 @@ def test_a_vector_residual_of_a_few_components_trains_as_the_mean_over_them():
     # three equal components: the mean of their squares is the scalar's square, so the first losses agree to
     # float32 round-off of one mean over 8 points (a few ulps)
     np.testing.assert_allclose(vector.solve(1).total_loss, scalar.solve(1).total_loss, rtol=1e-6)
+
+
+@pytest.mark.parametrize("argument", ["init", "apply", "checkpointed_apply", "unrolled_apply"])
+def test_a_model_whose_functions_are_not_functions_is_refused_naming_the_argument(argument):
+    functions = {"init": lambda key: {"w": jnp.ones(2)}, "apply": lambda params, x: params["w"] @ x,
+                 argument: "tanh"}
+    with pytest.raises(TypeError, match=f"crux.Model: {argument} must be a function.*got 'tanh'"):
+        crux.Model(functions.pop("init"), functions.pop("apply"), in_dim=2, out_dim=1, **functions)
