@@ -39,7 +39,7 @@ from typing import Any, Callable, Sequence
 import jax
 import optax
 
-from crux import device_memory
+from crux import device_memory, remat
 from crux.batching import MAX_POINTS
 from crux.problems import poisson1d, poisson_cube
 from crux.schedules import lrs
@@ -172,6 +172,7 @@ class Capacity:
     error: str | None = None  # why the option's run did not train
     step_seconds: float | None = None  # the option's run's median seconds per update
     reference_step_seconds: float | None = None  # on-device batches at the largest size that fits (offload_data)
+    form: str | None = None  # the form of crux.remat the option's run compiled (checkpoint_gradients)
 
     @property
     def does_not_fit(self) -> Attempt | None:
@@ -193,8 +194,9 @@ class Capacity:
         needed = f"refused (RESOURCE_EXHAUSTED), {needed}" if failing.refused else needed
         peak = f"peak {self.peak:,} bytes" if self.peak is not None else f"not trained ({self.error})"
         run = without_option(self.option, failing.points, failing.layers, failing.grows == LAYERS, failing.dims)
+        form = f" (the {self.form} form)" if self.form is not None else ""
         return (f"{self.option}: {run} does not fit ({needed}, limit {self.budget:,} bytes); "
-                f"with {self.run_options}: {peak}")
+                f"with {self.run_options}{form}: {peak}")
 
     def metrics(self) -> dict[str, float]:
         """The numbers a verdict is given: ``capacity/...`` (NaN where there is none)."""
@@ -344,26 +346,30 @@ def measure(option: str, budget: int, width: int = 64, start: int = 64, limit: i
         reference = train(poisson_solver(largest.points, (width,) * largest.layers, dims=dims),
                           setup.without(largest.size), budget)["step_seconds"]
     return Capacity(option, budget, tuple(attempts), options, run["peak"], run["trained"], run["error"],
-                    run["step_seconds"], reference)
+                    run["step_seconds"], reference, run["form"])
 
 
 def train(solver: Crux, options: dict[str, Any], budget: int) -> dict[str, Any]:
     """:data:`UPDATES` updates of ``options`` by ``solver``, in two solve() calls: whether they trained within
-    ``budget`` and the larger of their peak bytes; the seconds per update are the second's, as the first compiles
-    and sends the points to the device (on a TPU v5e 2^29 points of 4 coordinates, 8.6 GB: 8.6 s an update
-    counted with them, docs/tpu/README.md#capacity)."""
+    ``budget``, the larger of their peak bytes and, with ``checkpoint_gradients``, the form of :mod:`crux.remat`
+    the update was compiled in (``memory["checkpoint_used"]``). The seconds per update are the second's, as the
+    first compiles and sends the points to the device (on a TPU v5e 2^29 points of 4 coordinates, 8.6 GB: 8.6 s
+    an update counted with them, docs/tpu/README.md#capacity)."""
     try:
         runs = [solver.solve(UPDATES, **options) for _ in range(2)]
     except Exception as error:
         refused = device_memory.refusal(error)
         if refused is None:
             raise
-        return {"peak": None, "trained": False, "error": refused, "step_seconds": None}
+        return {"peak": None, "trained": False, "error": refused, "step_seconds": None, "form": None}
     peaks = [stats.memory.get("peak_bytes") for stats in runs]
+    used = runs[-1].memory.get("checkpoint_used")
+    form = remat.FORMS[int(used)] if used is not None else None
     peak = None if None in peaks else max(peaks)
     trained = peak is not None and peak <= budget
     error = None if trained else f"its peak, {peak} bytes, is over the budget of {budget} bytes"
-    return {"peak": peak, "trained": trained, "error": error, "step_seconds": runs[-1].median_step_seconds}
+    return {"peak": peak, "trained": trained, "error": error, "step_seconds": runs[-1].median_step_seconds,
+            "form": form}
 
 
 def budget(declared: int | None = None, without_limit: int | None = None) -> int | None:

@@ -41,6 +41,10 @@ def test_every_option_trains_where_the_run_without_it_does_not_fit(tmp_path, cap
     options = {r["option"]: r["run_options"] for r in results}
     assert options["accumulation_steps"]["accumulation_steps"] > 1 and options["offload_data"]["offload_data"]
     assert "the plain update of a network of" in lines[2]
+    # checkpointing's run names the form it compiled: one that rematerialises, as the plain update did not fit
+    forms = {r["option"]: r["form"] for r in results}
+    assert forms["checkpoint_gradients"] in remat.FORMS[1:] and f"(the {forms['checkpoint_gradients']} form)" in lines[2]
+    assert {form for option, form in forms.items() if option != "checkpoint_gradients"} == {None}
 
 
 def test_checkpointing_that_saves_nothing_fails(monkeypatch):
@@ -51,6 +55,7 @@ def test_checkpointing_that_saves_nothing_fails(monkeypatch):
     verdict = capacity_verdict("checkpoint_gradients", result.metrics())
     assert verdict.verdict == "fails", verdict.summary
     assert result.peak > result.budget and "does not train within the budget" in verdict.summary
+    assert result.form == remat.PLAIN  # no form needs less than the plain update: the tie goes to it
 
 
 def test_a_cpu_needs_a_declared_budget(capsys):
@@ -211,13 +216,15 @@ def test_the_host_limit_keeps_two_copies_of_the_points_within_its_available_memo
 def test_a_runs_seconds_per_update_are_its_second_solves_and_its_peak_the_larger(monkeypatch):
     """The first solve() compiles and sends the points to the device: its seconds per update are not the run's."""
     made = iter([(9.0, 100), (0.5, 120)])
+    unrolled = remat.FORMS.index(remat.UNROLLED)
 
     class Solver:
         def solve(self, epochs, **options):
             seconds, peak = next(made)
             return Statistics(names=["pde"], losses=np.zeros((epochs, 1)), epoch=np.arange(epochs),
-                              step_seconds=np.array([seconds]), memory={"peak_bytes": peak})
+                              step_seconds=np.array([seconds]),
+                              memory={"peak_bytes": peak, "checkpoint_used": unrolled})
 
-    run = library.train(Solver(), {"offload_data": True}, budget=110)
-    assert (run["step_seconds"], run["peak"], run["trained"]) == (0.5, 120, False)
+    run = library.train(Solver(), {"checkpoint_gradients": True}, budget=110)
+    assert (run["step_seconds"], run["peak"], run["trained"], run["form"]) == (0.5, 120, False, remat.UNROLLED)
     assert "120 bytes, is over the budget of 110" in run["error"]
