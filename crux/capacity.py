@@ -198,6 +198,10 @@ class Capacity:
         return (f"{self.option}: {run} does not fit ({needed}, limit {self.budget:,} bytes); "
                 f"with {self.run_options}{form}: {peak}")
 
+    def record(self) -> dict[str, Any]:
+        """What a capacity.json keeps of it: the option's run's options and form, and every size tried."""
+        return {"run_options": self.run_options, "form": self.form, "attempts": [vars(a) for a in self.attempts]}
+
     def metrics(self) -> dict[str, float]:
         """The numbers a verdict is given: ``capacity/...`` (NaN where there is none)."""
         failing, nan = self.does_not_fit, math.nan
@@ -212,7 +216,9 @@ class Capacity:
                 "capacity/option_trained": float(self.trained),
                 "capacity/step_seconds": self.step_seconds if self.step_seconds is not None else nan,
                 "capacity/reference_step_seconds": (self.reference_step_seconds
-                                                    if self.reference_step_seconds is not None else nan)}
+                                                    if self.reference_step_seconds is not None else nan),
+                "capacity/checkpoint_used": (float(remat.FORMS.index(self.form))
+                                             if self.form is not None else nan)}
 
 
 def poisson_solver(points: int, hidden: Sequence[int], seed: int = 0, dims: int = 1) -> Crux:

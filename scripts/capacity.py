@@ -77,8 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                   depth_points=depth_points, offload_dims=dims, compiled=compiled, tried=tried)
         verdict = capacity_verdict(option, result.metrics())
         print(f"{result}; verdict {verdict.verdict}", flush=True)
-        results.append({"option": option, "attempts": [vars(a) for a in result.attempts],
-                        "run_options": result.run_options, "form": result.form, "verdict": verdict.as_dict()})
+        results.append({"option": option, **result.record(), "verdict": verdict.as_dict()})
         if args.out is not None:  # after each option: a run stopped at a time limit keeps those done
             args.out.write_text(json.dumps({"budget_bytes": budget, "results": results}, indent=2))
     return 0

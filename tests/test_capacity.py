@@ -44,6 +44,8 @@ def test_every_option_trains_where_the_run_without_it_does_not_fit(tmp_path, cap
     # checkpointing's run names the form it compiled: one that rematerialises, as the plain update did not fit
     forms = {r["option"]: r["form"] for r in results}
     assert forms["checkpoint_gradients"] in remat.FORMS[1:] and f"(the {forms['checkpoint_gradients']} form)" in lines[2]
+    summary = {r["option"]: r["verdict"]["summary"] for r in results}["checkpoint_gradients"]
+    assert f"in the {forms['checkpoint_gradients']} form (the fewest temporary bytes of its forms)" in summary
     assert {form for option, form in forms.items() if option != "checkpoint_gradients"} == {None}
 
 
@@ -56,6 +58,7 @@ def test_checkpointing_that_saves_nothing_fails(monkeypatch):
     assert verdict.verdict == "fails", verdict.summary
     assert result.peak > result.budget and "does not train within the budget" in verdict.summary
     assert result.form == remat.PLAIN  # no form needs less than the plain update: the tie goes to it
+    assert "in the plain form (no rematerialising form needed fewer temporary bytes)" in verdict.summary
 
 
 def test_a_cpu_needs_a_declared_budget(capsys):

@@ -53,6 +53,11 @@ def test_every_option_is_shown_where_the_run_without_it_does_not_fit(tmp_path):
         fitting = [a for a in sizes["attempts"] if a["refused"] is None and a["needed"] <= 2 ** 20]
         assert fitting and len(fitting) < len(sizes["attempts"])  # sizes that fit, and the one that does not
         assert run.data.metrics["capacity/needed_bytes"] > 2 ** 20 >= run.data.metrics["capacity/option_peak_bytes"]
+        # only checkpointing's run records a form, and one that rematerialises: the plain update did not fit
+        checkpointing = run.data.params[contract.CAPACITY_OPTION] == "checkpoint_gradients"
+        assert ("capacity/checkpoint_used" in run.data.metrics) == checkpointing
+        assert not checkpointing or run.data.metrics["capacity/checkpoint_used"] > 0
+        assert (sizes["form"] is not None) == checkpointing  # capacity.json names the same form
     verdicts = report(tmp_path)
     assert {claim: v["verdict"] for claim, v in verdicts.items()} == {f"capacity.{o}": "holds" for o in OPTIONS}
 
@@ -67,6 +72,7 @@ def test_a_checkpointing_that_saves_nothing_fails_its_capacity_claim(tmp_path):
     assert list(verdicts) == ["capacity.checkpoint_gradients"]
     assert verdicts["capacity.checkpoint_gradients"]["verdict"] == "fails"
     assert "does not train within the budget" in verdicts["capacity.checkpoint_gradients"]["summary"]
+    assert "in the plain form" in verdicts["capacity.checkpoint_gradients"]["summary"]  # what decided it
 
 
 def test_the_sweep_runs_one_capacity_job_per_option_and_a_training_job_records_no_capacity_settings():

@@ -32,6 +32,5 @@ def run_capacity(cfg: DictConfig, run: JobRun) -> float:
                               tried=lambda attempt: log.info("capacity: %s", attempt))
     log.info("%s", result)
     run.log_metrics({key: value for key, value in result.metrics().items() if not math.isnan(value)})
-    run.log_text(CAPACITY_SIZES, json.dumps({"budget_bytes": result.budget, "run_options": result.run_options,
-                                             "attempts": [vars(a) for a in result.attempts]}, indent=1))
+    run.log_text(CAPACITY_SIZES, json.dumps({"budget_bytes": result.budget, **result.record()}, indent=1))
     return float(result.peak) if result.peak is not None else math.nan

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
+from crux import remat
 from crux.capacity import WITHOUT, Capacity, without_option
 from crux.report.pairing import run_ids
 from crux.tracking.contract import CAPACITY_OPTION
@@ -71,6 +72,11 @@ def capacity_verdict(option: str, metrics: Mapping[str, float], runs: tuple[str,
     ran = (f"{option}'s run at that size trains at a peak of {fmt_bytes(peak)}" if trained else
            f"{option}'s run at that size does not train within the budget"
            + (f" (peak {fmt_bytes(peak)})" if not math.isnan(peak) else " (XLA refused it)"))
+    used = metrics.get("capacity/checkpoint_used", math.nan)
+    if not math.isnan(used):  # what decided the memory checkpointing needed: the form crux kept
+        form = remat.FORMS[int(used)]
+        ran += (f", in the {form} form" + (" (no rematerialising form needed fewer temporary bytes)"
+                                          if form == remat.PLAIN else " (the fewest temporary bytes of its forms)"))
     speed = ""
     if option == "offload_data" and not math.isnan(metrics.get("capacity/step_seconds", math.nan)):
         reference = metrics.get("capacity/reference_step_seconds", math.nan)
