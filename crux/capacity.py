@@ -369,8 +369,7 @@ def train(solver: Crux, options: dict[str, Any], budget: int) -> dict[str, Any]:
             raise
         return {"peak": None, "trained": False, "error": refused, "step_seconds": None, "form": None}
     peaks = [stats.memory.get("peak_bytes") for stats in runs]
-    used = runs[-1].memory.get("checkpoint_used")
-    form = remat.FORMS[int(used)] if used is not None else None
+    form = remat.recorded(runs[-1].memory.get("checkpoint_used"))
     peak = None if None in peaks else max(peaks)
     trained = peak is not None and peak <= budget
     error = None if trained else f"its peak, {peak} bytes, is over the budget of {budget} bytes"

@@ -1,4 +1,5 @@
 """checkpoint_gradients: activations rematerialised in the backward pass; same numbers."""
+import math
 from types import SimpleNamespace
 
 import jax
@@ -180,3 +181,8 @@ def test_a_form_the_device_refuses_is_not_a_candidate():
     with pytest.raises(RuntimeError, match=r"RESOURCE_EXHAUSTED.*\(18\.01G\)"):
         train(poisson(optax.adam, n=64, hidden=(16,) * 4), 2,
               Machinery(make_call=tagged_call, compile=compile_unless(set(remat.FORMS))), checkpoint_gradients=True)
+
+
+def test_a_recorded_form_is_read_back_only_where_it_names_one():
+    assert [remat.recorded(float(i)) for i in range(len(remat.FORMS))] == list(remat.FORMS)
+    assert [remat.recorded(used) for used in (None, math.nan, -1.0, float(len(remat.FORMS)))] == [None] * 4

@@ -72,9 +72,8 @@ def capacity_verdict(option: str, metrics: Mapping[str, float], runs: tuple[str,
     ran = (f"{option}'s run at that size trains at a peak of {fmt_bytes(peak)}" if trained else
            f"{option}'s run at that size does not train within the budget"
            + (f" (peak {fmt_bytes(peak)})" if not math.isnan(peak) else " (XLA refused it)"))
-    used = metrics.get("capacity/checkpoint_used", math.nan)
-    if 0 <= used < len(remat.FORMS):  # what decided the memory checkpointing needed: the form crux kept (NaN: none)
-        form = remat.FORMS[int(used)]
+    form = remat.recorded(metrics.get("capacity/checkpoint_used"))
+    if form is not None:  # what decided the memory checkpointing needed: the form crux kept
         ran += (f", in the {form} form" + (" (no rematerialising form needed fewer temporary bytes)"
                                           if form == remat.PLAIN else " (the fewest temporary bytes of its forms)"))
     speed = ""

@@ -93,8 +93,8 @@ def _what_decides(evidence: dict[str, float]) -> str:
     if "model_depth" in evidence:
         width = f", width {int(evidence['model_width'])}" if "model_width" in evidence else ""
         model = f" on a model of depth {int(evidence['model_depth'])}{width}"
-    if "checkpoint_used" in evidence:
-        form = remat.FORMS[int(evidence["checkpoint_used"])]
+    form = remat.recorded(evidence.get("checkpoint_used"))
+    if form is not None:
         if form == remat.PLAIN:
             return (f": no rematerialisation (the model's own segments, scanned or unrolled, or the whole "
                     f"network's) needed fewer temporary bytes than the plain update for this residual{model}, so "
