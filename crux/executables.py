@@ -16,6 +16,13 @@ The key reads JAX's jaxpr objects field by field (``KEYED_FIELDS``). A JAX relea
 field this module does not know, or lack one it reads, turns sharing off with a warning (see
 ``uncovered()``): each solver then compiles its own program, as JAX alone would. ``clear()`` drops every
 shared executable; ``set_aside()`` empties the table for a while and then puts it back.
+
+``memory_once()`` gives XLA's memory analysis of the program ``compile_once()`` would compile, for choosing
+between programs by what they need (:mod:`crux.remat`). XLA assigns a program's buffers before it generates
+its machine code, so on a CPU the figures come from a compile that spends little on the machine code
+(``MEMORY_ONLY``: 0.4-0.5x the time of a full compile on a 2-core CPU, the same temporary, argument and output
+bytes); elsewhere from a full compile, whose executable is kept. The program traced for it is kept for the
+``compile_once()`` of the same function that follows, so choosing a program traces it once.
 """
 from __future__ import annotations
 
@@ -23,6 +30,7 @@ import contextlib
 import hashlib
 import logging
 import threading
+import weakref
 from collections import OrderedDict
 from typing import Any, Callable, Iterator
 
@@ -49,6 +57,36 @@ KEYED_FIELDS = {
 }
 # ... and those it leaves out on purpose: names and source locations, for messages and profiles only.
 IGNORED_FIELDS = {"Jaxpr": {"debug_info"}, "JaxprEqn": {"source_info"}}
+# Compile options, per backend, under which XLA runs every pass up to buffer assignment as it would (the same
+# memory analysis) but optimises the machine code little: LLVM at its lowest level, its costly passes off. Such an
+# executable is only measured, never run. (``xla_cpu_use_fusion_emitters=False`` would save a little more, but
+# it changes the buffers XLA assigns.)
+MEMORY_ONLY = {"cpu": {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}}
+
+
+class Traced:
+    """A function traced for its arguments, its program's key (None where sharing is off) and, once asked for,
+    its lowering (lowered once however often it is compiled)."""
+
+    def __init__(self, traced: Any, key: tuple | None):
+        self.traced, self.key, self._lowered = traced, key, None
+
+    @property
+    def lowered(self) -> Any:
+        if self._lowered is None:
+            self._lowered = self.traced.lower()
+        return self._lowered
+
+
+def memory_of(compiled: Any) -> dict[str, int]:
+    """XLA's memory analysis of a compiled program: ``temp_bytes``, ``argument_bytes``, ``output_bytes`` (empty
+    where the backend gives none)."""
+    analysis = compiled.memory_analysis()
+    if analysis is None:
+        return {}
+    return {"temp_bytes": int(analysis.temp_size_in_bytes), "argument_bytes": int(analysis.argument_size_in_bytes),
+            "output_bytes": int(analysis.output_size_in_bytes)}
+
 
 class ExecutableTable:
     """Executables keyed by the program they run, at most ``CAPACITY``, the least recently used dropped first.
@@ -60,6 +98,10 @@ class ExecutableTable:
     def __init__(self, keyed_fields: dict[str, set[str]] = KEYED_FIELDS):
         self.keyed_fields = keyed_fields
         self._executables: OrderedDict[tuple, Any] = OrderedDict()
+        self._memory: OrderedDict[tuple, dict[str, int]] = OrderedDict()  # memory_once's figures, by program
+        # a function's program traced by memory_once, for the compile_once of the same function and arguments
+        self._traced: weakref.WeakKeyDictionary[Callable, tuple[tuple, Traced]] = weakref.WeakKeyDictionary()
+        self._memory_only = True  # False once the backend refused MEMORY_ONLY's options
         self._lock = threading.Lock()
         self._uncovered: list[str] | None = None  # uncovered(), once per table
 
@@ -68,18 +110,20 @@ class ExecutableTable:
         A solver keeps the executables it already holds for its own later solve() calls."""
         with self._lock:
             self._executables.clear()
+            self._memory.clear()
 
     @contextlib.contextmanager
     def set_aside(self) -> Iterator[None]:
         """The table empty for the duration and as it was afterwards, what was compiled meanwhile dropped: what a
         process without earlier solvers' executables pays, measured in one that has them."""
         with self._lock:
-            kept, self._executables = self._executables, OrderedDict()
+            kept, self._executables = (self._executables, self._memory), OrderedDict()
+            self._memory = OrderedDict()
         try:
             yield
         finally:
             with self._lock:
-                self._executables = kept
+                self._executables, self._memory = kept
 
     def uncovered(self) -> list[str]:
         """What of this JAX version's jaxprs the program key does not cover, one line each; empty when it
@@ -111,23 +155,79 @@ class ExecutableTable:
     def compile_once(self, fun: Callable, *args: Any, donate_argnums: int | tuple[int, ...] = ()) -> Any:
         """``jax.jit(fun, donate_argnums=...).lower(*args).compile()``, or the executable of an earlier call
         that traced to the same program."""
-        traced = jax.jit(fun, donate_argnums=donate_argnums).trace(*args)
-        if not self._sharing():
-            return traced.lower().compile()
-        placement = tuple(getattr(leaf, "sharding", None) for leaf in jax.tree.leaves(args))  # committed devices
-        key = (program_key(traced.jaxpr), traced.in_tree, traced.out_tree, placement, donate_argnums,
-               jax.default_backend(), tuple(sorted((name, repr(value)) for name, value in jax.config.values.items())))
+        traced = self._trace(fun, args, donate_argnums, keep=False)
+        if traced.key is None:
+            return traced.lowered.compile()
         with self._lock:  # solvers in threads: a hit must not race an eviction
-            compiled = self._executables.get(key)
+            compiled = self._executables.get(traced.key)
             if compiled is not None:
-                self._executables.move_to_end(key)
+                self._executables.move_to_end(traced.key)
         if compiled is None:
-            compiled = traced.lower().compile()
-            with self._lock:
-                self._executables[key] = compiled
-                while len(self._executables) > CAPACITY:
-                    self._executables.popitem(last=False)
+            compiled = traced.lowered.compile()
+            self._keep(self._executables, traced.key, compiled)
         return compiled
+
+    def memory_once(self, fun: Callable, *args: Any, donate_argnums: int | tuple[int, ...] = ()) -> dict[str, int]:
+        """:func:`memory_of` the program ``compile_once(fun, *args, donate_argnums=...)`` compiles, from its shared
+        executable where there is one, else from a compile under the backend's ``MEMORY_ONLY`` options (a full
+        compile, kept as the shared executable, where it has none); the figures are kept by program, and the
+        traced program for the ``compile_once`` of ``fun`` that follows."""
+        traced = self._trace(fun, args, donate_argnums, keep=True)
+        if traced.key is not None:
+            with self._lock:
+                compiled, figures = self._executables.get(traced.key), self._memory.get(traced.key)
+            if compiled is not None:
+                return memory_of(compiled)
+            if figures is not None:
+                return figures
+        options = MEMORY_ONLY.get(jax.default_backend()) if self._memory_only else None
+        compiled = None
+        if options:
+            try:
+                compiled = traced.lowered.compile(options)
+            except Exception as error:  # noqa: BLE001 - an XLA without one of the options: compile in full
+                if "compile option" not in str(error):
+                    raise
+                log.warning("crux.executables: XLA refuses the options of a memory-only compile (%s); programs are "
+                            "compiled in full to read their memory", error)
+                self._memory_only = False
+        if compiled is None:
+            compiled = traced.lowered.compile()
+            if traced.key is not None:
+                self._keep(self._executables, traced.key, compiled)
+        figures = memory_of(compiled)
+        if traced.key is not None:
+            self._keep(self._memory, traced.key, figures)
+        return figures
+
+    def _trace(self, fun: Callable, args: tuple, donate_argnums: int | tuple[int, ...], keep: bool) -> Traced:
+        """``fun`` traced and lowered for ``args``, and its key: the program a ``memory_once`` of the same function
+        and arguments traced (taken, unless ``keep``), else traced now (and kept for later, with ``keep``)."""
+        signature = (donate_argnums, jax.tree.structure(args),
+                     tuple((jax.typeof(leaf), getattr(leaf, "sharding", None)) for leaf in jax.tree.leaves(args)))
+        with self._lock:
+            found = self._traced.get(fun) if keep else self._traced.pop(fun, None)
+        if found is not None and found[0] == signature:
+            return found[1]
+        traced = jax.jit(fun, donate_argnums=donate_argnums).trace(*args)
+        key = None
+        if self._sharing():
+            placement = tuple(getattr(leaf, "sharding", None) for leaf in jax.tree.leaves(args))  # committed devices
+            key = (program_key(traced.jaxpr), traced.in_tree, traced.out_tree, placement, donate_argnums,
+                   jax.default_backend(),
+                   tuple(sorted((name, repr(value)) for name, value in jax.config.values.items())))
+        result = Traced(traced, key)
+        if keep:
+            with self._lock:
+                self._traced[fun] = (signature, result)
+        return result
+
+    def _keep(self, table: OrderedDict, key: tuple, value: Any) -> None:
+        with self._lock:
+            table[key] = value
+            table.move_to_end(key)
+            while len(table) > CAPACITY:
+                table.popitem(last=False)
 
 
 def _fields(obj: Any) -> set[str]:
@@ -138,7 +238,8 @@ def _fields(obj: Any) -> set[str]:
 
 
 SHARED = ExecutableTable()  # the process's table, which every solver uses
-clear, set_aside, uncovered, compile_once = SHARED.clear, SHARED.set_aside, SHARED.uncovered, SHARED.compile_once
+clear, set_aside, uncovered = SHARED.clear, SHARED.set_aside, SHARED.uncovered
+compile_once, memory_once = SHARED.compile_once, SHARED.memory_once
 
 
 def program_key(jaxpr: Any) -> tuple:

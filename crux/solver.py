@@ -8,6 +8,7 @@ import logging
 import math
 import time
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -19,7 +20,7 @@ from crux import device_memory, remat, sharding
 from crux.batching import DevicePoints, HostBatches, PointStream
 from crux.constraint import Constraint, checked_reach
 from crux.engine import Data, Entry, OptimizerState, Plan, Primitives, State, make_call, started
-from crux.executables import compile_once
+from crux.executables import compile_once, memory_of, memory_once
 from crux.loop import (RECORD_ROWS, SYNC_SECONDS, UNROLL_MEMORY_SHARE, Executable, HostLoop, progress_bar,
                        record_slots, unrolled)
 from crux.model import Model
@@ -73,6 +74,8 @@ class Machinery:
     primitives: Primitives = Primitives()
     make_call: Callable[[Plan], Executable] = make_call  # the traced function of a plan
     compile: Callable[..., Executable] = compile_once  # ``compile(function, *args, donate_argnums=...)``
+    # ``memory(function, *args, donate_argnums=...)``: the memory analysis of what ``compile`` would compile
+    memory: Callable[..., dict[str, int]] = memory_once
     sync_seconds: float = SYNC_SECONDS  # how often the host loop waits for the device
     record_rows: int = RECORD_ROWS  # epochs' records the device holds between two waits
     progress: Callable[..., Any] = progress_bar  # makes the progress bar (tqdm's interface)
@@ -113,6 +116,7 @@ class Crux:
         self._epoch = 0
         self._opt_states: dict[tuple, tuple[int, OptimizerState]] = {}  # (entry key, model) -> (version, state)
         self._compiled: dict[tuple, Compiled] = {}
+        self._chosen: dict[tuple, str] = {}  # checkpoint_gradients' form, per key of its plan (_compiled_forms)
         self._started_kinds: set[tuple] = set()  # the kinds of starting state made so far (see _first_state)
         # (devices, what a call draws its batches from: the key and the points, on those devices)
         self._points_on_device: tuple[int, DevicePoints] | None = None
@@ -382,49 +386,72 @@ class Crux:
         return self._compiled_forms(plan, options, state, data)
 
     def _compiled_forms(self, plan: Plan, options: SolveOptions, state: State, data: Data) -> tuple[Plan, Compiled]:
-        """The plan and its compiled call. With ``checkpoint_gradients``, the update compiled in
-        every form of :mod:`crux.remat` that a model has (:attr:`crux.Model.forms`: another form's program would
-        be one of theirs again) and the one of the fewest temporary bytes kept (plain where no rematerialisation
-        needs fewer), its index in ``remat.FORMS`` recorded as ``memory["checkpoint_used"]`` and the compile
-        seconds of every form counted."""
+        """The plan and its compiled call. With ``checkpoint_gradients``, the update in every form of
+        :mod:`crux.remat` that a model has (:attr:`crux.Model.forms`: another form's program would be one of theirs
+        again) is measured (``machinery.memory``: XLA's memory analysis, without the machine code where the backend
+        allows) and the one of the fewest temporary bytes compiled (plain where no rematerialisation needs fewer),
+        its index in ``remat.FORMS`` recorded as ``memory["checkpoint_used"]``; the seconds from the first form
+        traced to the chosen one compiled count as compilation. The forms are traced in turn and measured side by
+        side: one's compile runs while the next is traced."""
         if not options.checkpoint_gradients:
             return plan, self._compile(plan, state, data)
-        forms, refused = {}, {}
-        for form in (f for f in remat.FORMS if any(f in model.forms for model in plan.models.values())):
-            try:
-                forms[form] = self._compile(dataclasses.replace(plan, remat=form), state, data)
-            except Exception as error:  # a form the device has no room for (XLA refuses it) is not a candidate
-                if device_memory.refusal(error) is None:
-                    raise
+        key = ("forms", *self._static_key(plan))
+        if key in self._compiled:
+            chosen, compiled = self._chosen[key], self._compiled[key]
+            return dataclasses.replace(plan, remat=chosen), compiled._replace(seconds=0.0)
+        start = time.perf_counter()
+        plans = {form: dataclasses.replace(plan, remat=form) for form in remat.FORMS
+                 if any(form in model.forms for model in plan.models.values())}
+        functions = {form: self.machinery.make_call(p) for form, p in plans.items()}
+        with ThreadPoolExecutor(len(plans)) as pool:
+            pending = {form: pool.submit(self.machinery.memory, functions[form], state, data, donate_argnums=0)
+                       for form in plans}
+        figures, refused = {}, {}
+        for form, future in pending.items():
+            error = future.exception()
+            if error is None:
+                figures[form] = future.result()
+            elif device_memory.refusal(error) is not None:  # a form the device has no room for is not a candidate
                 refused[form] = error
-        if not forms:  # XLA's refusal of the form that needed the least (the earlier form on a tie)
+            else:
+                raise error
+        if not figures:  # XLA's refusal of the form that needed the least (the earlier form on a tie)
             raise refused[remat.least_memory({form: device_memory.refused_bytes(str(error)) or math.inf
                                               for form, error in refused.items()})]
-        form = remat.least_memory({name: c.memory.get("temp_bytes") for name, c in forms.items()})
-        memory = {**forms[form].memory, "checkpoint_used": remat.FORMS.index(form)}
+        least = lambda figures: remat.least_memory({name: f.get("temp_bytes") for name, f in figures.items()})
+        form = least(figures)
+        compiled = self._compile(plans[form], state, data, functions[form])
+        if compiled.memory.get("temp_bytes") != figures[form].get("temp_bytes"):
+            log.warning("checkpoint_gradients: the %s form's memory-only compile said %s temporary bytes, its compile "
+                        "%s: every form compiled in full to choose", form, figures[form].get("temp_bytes"),
+                        compiled.memory.get("temp_bytes"))
+            figures = {name: self._compile(plans[name], state, data, functions[name]).memory for name in figures}
+            form = least(figures)
+            compiled = self._compile(plans[form], state, data, functions[form])
         log.info("checkpoint_gradients: the update compiled %s (temporary bytes per form: %s)", form,
-                 {name: c.memory.get("temp_bytes") for name, c in forms.items()})
-        return (dataclasses.replace(plan, remat=form),
-                Compiled(forms[form].call, sum(c.seconds for c in forms.values()), memory))
+                 {name: f.get("temp_bytes") for name, f in figures.items()})
+        self._chosen[key] = form
+        self._compiled[key] = Compiled(compiled.call, time.perf_counter() - start,
+                                       {**compiled.memory, "checkpoint_used": remat.FORMS.index(form)})
+        return plans[form], self._compiled[key]
 
-    def _compile(self, plan: Plan, state: State, data: Data) -> Compiled:
-        """The compiled call of ``plan``, kept per static key, so a later solve() traces nothing; a new key is
-        traced, and a program that another solver of the process compiled is reused."""
-        key = (plan.entries, plan.stream, plan.inner_steps, plan.remat, plan.offload_data, plan.precision,
-               plan.check_updates, plan.unroll, plan.record_slots, tuple(plan.layouts.items()), self._versions(plan),
-               self.machinery)
+    def _static_key(self, plan: Plan) -> tuple:
+        """What sets one compiled call of this solver apart from another."""
+        return (plan.entries, plan.stream, plan.inner_steps, plan.remat, plan.offload_data, plan.precision,
+                plan.check_updates, plan.unroll, plan.record_slots, tuple(plan.layouts.items()), self._versions(plan),
+                self.machinery)
+
+    def _compile(self, plan: Plan, state: State, data: Data, function: Executable | None = None) -> Compiled:
+        """The compiled call of ``plan`` (traced from ``function`` where given: the plan's call, made already),
+        kept per static key, so a later solve() traces nothing; a new key is traced, and a program that another
+        solver of the process compiled is reused."""
+        key = self._static_key(plan)
         if key in self._compiled:
             return self._compiled[key]._replace(seconds=0.0)
         start = time.perf_counter()
-        call = self.machinery.compile(self.machinery.make_call(plan), state, data, donate_argnums=0)
-        seconds = time.perf_counter() - start
-        analysis = call.memory_analysis()
-        memory = {}
-        if analysis is not None:
-            memory = {"temp_bytes": int(analysis.temp_size_in_bytes),
-                      "argument_bytes": int(analysis.argument_size_in_bytes),
-                      "output_bytes": int(analysis.output_size_in_bytes)}
-        self._compiled[key] = Compiled(call, seconds, memory)
+        function = function or self.machinery.make_call(plan)
+        call = self.machinery.compile(function, state, data, donate_argnums=0)
+        self._compiled[key] = Compiled(call, time.perf_counter() - start, memory_of(call))
         return self._compiled[key]
 
     def _fingerprint(self, params: Any) -> PendingFingerprint:

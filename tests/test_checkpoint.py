@@ -1,4 +1,7 @@
 """checkpoint_gradients: activations rematerialised in the backward pass; same numbers."""
+import dataclasses
+import functools
+import logging
 import math
 from types import SimpleNamespace
 
@@ -11,7 +14,7 @@ import pytest
 import crux
 from crux import engine, remat
 from crux.constraint import constraint_loss
-from crux.executables import compile_once
+from crux.executables import ExecutableTable, compile_once, memory_of, memory_once
 from crux.solver import Machinery
 from crux_testing import EPS32, flat, poisson, relative, train
 
@@ -46,15 +49,22 @@ class Stated:
                                output_size_in_bytes=analysis.output_size_in_bytes)
 
 
-def stating(temp_bytes: dict[str, int], compiled: list[str]) -> Machinery:
-    """crux's machinery, each form's update stating ``temp_bytes[form]`` (its own figure where not given) and
-    appending its form to ``compiled`` as it is compiled."""
+def stating(temp_bytes: dict[str, int], measured: list[str], compiled: list[str] | None = None) -> Machinery:
+    """crux's machinery, each form's update stating ``temp_bytes[form]`` (its own figure where not given) to the
+    memory analysis and to the compile alike, appending its form to ``measured`` as its memory is read (the forms
+    are measured side by side, in any order) and to ``compiled`` as it is compiled."""
+    def memory(function, *args, donate_argnums=()):
+        form = function.__defaults__[0]
+        measured.append(form)
+        figures = memory_once(function, *args, donate_argnums=donate_argnums)
+        return {**figures, "temp_bytes": temp_bytes[form]} if form in temp_bytes else figures
+
     def compile(function, *args, donate_argnums=()):
         form = function.__defaults__[0]
-        compiled.append(form)
+        (compiled if compiled is not None else []).append(form)
         call = compile_once(function, *args, donate_argnums=donate_argnums)
         return Stated(call, temp_bytes[form]) if form in temp_bytes else call
-    return Machinery(make_call=tagged_call, compile=compile)
+    return Machinery(make_call=tagged_call, compile=compile, memory=memory)
 
 
 def test_checkpointing_gives_the_same_numbers_and_records_its_memory():
@@ -99,6 +109,51 @@ def test_checkpointing_never_needs_more_memory_than_the_plain_update(form):
         assert checkpointed.memory["temp_bytes"] < plain.memory["temp_bytes"]
 
 
+def comparing(figures: dict[str, tuple[dict, dict]]) -> Machinery:
+    """crux's machinery, recording per form the memory analysis it chooses by (the memory-only compile) and that of
+    the form's full compile, each from a table of its own (nothing shared with earlier compiles)."""
+    def memory(function, *args, donate_argnums=()):
+        measured = ExecutableTable().memory_once(function, *args, donate_argnums=donate_argnums)
+        compiled = memory_of(ExecutableTable().compile_once(function, *args, donate_argnums=donate_argnums))
+        figures[function.__defaults__[0]] = (measured, compiled)
+        return measured
+    return Machinery(make_call=tagged_call, memory=memory)
+
+
+def residual_problem(form: str, optimizer=optax.adam) -> crux.Crux:
+    points = np.random.default_rng(0).uniform(size=(3000, 2)).astype(np.float32)
+    u = crux.mlp(2, 1, hidden=(64,) * 8)
+    u.optimizer(optimizer).scale(crux.lrs(1e-3))
+    return crux.Crux([crux.Constraint("r", RESIDUALS[form], points)], {"u": u})
+
+
+CASES = {  # the problems and options of this module's tests and of the capacity search's checkpointing
+    **{f"{form}-residual": (functools.partial(residual_problem, form), {}) for form in RESIDUALS},
+    "deep-batched": (lambda: poisson(optax.adam, n=512, hidden=(32,) * 8).solver(), {"batchsize": 256}),
+    "lbfgs": (lambda: poisson(optax.lbfgs, lr=1.0, n=128, hidden=(16,) * 5).solver(), {}),
+    "every-memory-option": (lambda: poisson(optax.adam, n=512, hidden=(32,) * 8).solver(),
+                            {"batchsize": 64, "accumulation_steps": 4, "inner_steps": 10, "offload_data": True}),
+    "capacity": (lambda: poisson(optax.adam, n=256, hidden=(16,) * 8).solver(), {}),
+}
+SLOW_CASES = {*(f"{form}-residual" for form in RESIDUALS), "lbfgs"}  # 10-30 s each on 2 cores
+
+
+@pytest.mark.parametrize("case", [pytest.param(case, marks=pytest.mark.slow) if case in SLOW_CASES else case
+                                  for case in CASES])
+def test_the_form_chosen_is_the_one_full_compiles_choose(case):
+    """The form is chosen from memory-only compiles: on every problem these tests cover, each form's figures are
+    those of its full compile, so the form kept is the one compiling every form in full would keep."""
+    build, options = CASES[case]
+    solver, figures = build(), {}
+    solver.machinery = comparing(figures)
+    memory = solver.compiled_memory(checkpoint_gradients=True, **options)
+    assert sorted(figures) == sorted(remat.FORMS)
+    for form, (measured, compiled) in figures.items():
+        assert measured == compiled, form
+    full_choice = remat.least_memory({form: compiled["temp_bytes"] for form, (_, compiled) in figures.items()})
+    assert remat.FORMS[memory["checkpoint_used"]] == full_choice
+
+
 @pytest.mark.parametrize("form", [f for f in remat.FORMS if f != remat.PLAIN])
 def test_every_rematerialising_form_computes_the_plain_loss_and_gradient(form):
     """A stack of 10 layers: segments of 4, two whole ones and a remainder of 2, scanned or unrolled."""
@@ -127,14 +182,30 @@ def test_the_form_of_fewest_temporary_bytes_is_chosen_the_earlier_on_a_tie():
     assert remat.least_memory({"plain": None, "whole": None}) == remat.WHOLE
 
 
-def test_the_unrolled_segments_run_where_they_need_the_fewest_bytes():
-    compiled = []
+def test_the_unrolled_segments_run_where_they_need_the_fewest_bytes_and_only_they_are_compiled():
+    measured, compiled = [], []
     _, _, stats = train(poisson(optax.adam, n=64, hidden=(8,) * 5), 2,
-                        stating({form: 2000 for form in remat.FORMS} | {remat.UNROLLED: 1000}, compiled),
+                        stating({form: 2000 for form in remat.FORMS} | {remat.UNROLLED: 1000}, measured, compiled),
                         checkpoint_gradients=True)
-    assert compiled == list(remat.FORMS)
+    assert sorted(measured) == sorted(remat.FORMS) and compiled == [remat.UNROLLED]
     assert stats.memory["checkpoint_used"] == remat.FORMS.index(remat.UNROLLED) == 3
     assert stats.memory["temp_bytes"] == 1000 and stats.steps == 2
+
+
+def test_where_the_measured_figure_is_not_the_compiled_one_every_form_is_compiled_to_choose(caplog):
+    """A memory analysis that misreads the forms (here: the whole checkpoint measured smallest, compiled largest)
+    is caught at the form it chose: every form is then compiled in full and the least of those figures kept."""
+    measured, compiled = [], []
+    machinery = stating({remat.PLAIN: 2000, remat.LAYERS: 1500, remat.WHOLE: 3000, remat.UNROLLED: 1800},
+                        measured, compiled)
+    misread = lambda function, *args, **kwargs: {**machinery.memory(function, *args, **kwargs), "temp_bytes": 1000} \
+        if function.__defaults__[0] == remat.WHOLE else machinery.memory(function, *args, **kwargs)
+    with caplog.at_level(logging.WARNING, logger="crux"):
+        _, _, stats = train(poisson(optax.adam, n=64, hidden=(8,) * 5), 2,
+                            dataclasses.replace(machinery, memory=misread), checkpoint_gradients=True)
+    assert compiled[0] == remat.WHOLE and sorted(set(compiled)) == sorted(remat.FORMS)
+    assert remat.FORMS[stats.memory["checkpoint_used"]] == remat.LAYERS and stats.memory["temp_bytes"] == 1500
+    assert "every form compiled in full" in caplog.text
 
 
 @pytest.mark.parametrize("own, forms", [
@@ -150,37 +221,36 @@ def test_a_model_compiles_only_the_forms_it_has_of_its_own(own, forms):
                        **{name: getattr(net, name) for name in own})
     model.optimizer(optax.adam).scale(crux.lrs(1e-3))
     assert model.forms == forms
-    compiled = []
-    solver = crux.Crux(poisson(n=64).constraints, {"u": model}, machinery=stating({}, compiled))
+    measured = []
+    solver = crux.Crux(poisson(n=64).constraints, {"u": model}, machinery=stating({}, measured))
     stats = solver.solve(1, checkpoint_gradients=True)
-    assert compiled == list(forms)
+    assert sorted(measured) == sorted(forms)
     assert remat.FORMS[stats.memory["checkpoint_used"]] in forms
 
 
 def test_a_form_the_device_refuses_is_not_a_candidate():
-    """Where XLA refuses the plain update for want of device memory (RESOURCE_EXHAUSTED at compile), a
-    rematerialised form that compiles is run; where every form is refused, solve() raises XLA's refusal of the
-    form that needed the least."""
+    """Where XLA refuses the plain update for want of device memory (RESOURCE_EXHAUSTED when it is compiled to be
+    measured), a rematerialised form that compiles is run; where every form is refused, solve() raises XLA's
+    refusal of the form that needed the least."""
     needs = {remat.PLAIN: "36.02G", remat.LAYERS: "64.02G", remat.WHOLE: "18.01G",
              remat.UNROLLED: "20.01G"}  # as XLA names them
 
-    def compile_unless(refused):
-        def compile(function, *args, donate_argnums=()):
+    def measure_unless(refused):
+        def memory(function, *args, donate_argnums=()):
             form = function.__defaults__[0]
             if form in refused:
                 raise RuntimeError(f"RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for "
                                    f"HLO temporaries ({needs[form]}) exceeds available HBM (15.75G).")
-            return compile_once(function, *args, donate_argnums=donate_argnums)
-        return compile
+            return memory_once(function, *args, donate_argnums=donate_argnums)
+        return Machinery(make_call=tagged_call, memory=memory)
 
     problem = poisson(optax.adam, n=64, hidden=(16,) * 4)
-    _, _, stats = train(problem, 2, Machinery(make_call=tagged_call, compile=compile_unless({remat.PLAIN})),
-                        checkpoint_gradients=True)
+    _, _, stats = train(problem, 2, measure_unless({remat.PLAIN}), checkpoint_gradients=True)
     assert remat.FORMS[stats.memory["checkpoint_used"]] != remat.PLAIN and stats.steps == 2
     # every form refused: the refusal raised is that of the form that needed the least, what the user must free
     with pytest.raises(RuntimeError, match=r"RESOURCE_EXHAUSTED.*\(18\.01G\)"):
-        train(poisson(optax.adam, n=64, hidden=(16,) * 4), 2,
-              Machinery(make_call=tagged_call, compile=compile_unless(set(remat.FORMS))), checkpoint_gradients=True)
+        train(poisson(optax.adam, n=64, hidden=(16,) * 4), 2, measure_unless(set(remat.FORMS)),
+              checkpoint_gradients=True)
 
 
 def test_a_recorded_form_is_read_back_only_where_it_names_one():

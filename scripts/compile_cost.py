@@ -1,0 +1,106 @@
+#!/usr/bin/env python
+"""What a first ``solve()`` compiles, option by option, against the plain update's compile.
+
+    python scripts/compile_cost.py                         # Adam and L-BFGS, 3 rounds (about 4 min on 2 cores)
+    python scripts/compile_cost.py --rounds 5 --optimizers adam
+
+The problem is a user's first: the Poisson equation on the unit square, 1,024 interior and 128 edge points, a
+6 × 64 tanh network, 100 epochs. Each setting's first ``solve()`` runs in a fresh process (nothing compiled
+before it, no persistent compilation cache), the settings of a round one after another in a rotating order,
+and each setting's ``compile_seconds`` is set against the plain update's of its round; the ratios printed are
+the median of the rounds' ratios and their range. The settings:
+
+- ``plain``: no option;
+- ``checkpoint``: ``checkpoint_gradients=True``, its forms measured as crux measures them;
+- ``checkpoint, every form compiled``: the same choice made from full compiles of every form (how crux chose
+  before memory-only compiles), for comparison;
+- ``every option``: ``batchsize=64, accumulation_steps=4, inner_steps=50, checkpoint_gradients=True,
+  offload_data=True``, and the same with every form compiled.
+
+Each line also names the form checkpoint_gradients kept, which must be the same whichever way it was chosen.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+EVERY_OPTION = {"batchsize": 64, "accumulation_steps": 4, "inner_steps": 50, "checkpoint_gradients": True,
+                "offload_data": True}
+SETTINGS = {  # name -> (options, forms compiled in full to choose)
+    "plain": ({}, False),
+    "checkpoint": ({"checkpoint_gradients": True}, False),
+    "checkpoint, every form compiled": ({"checkpoint_gradients": True}, True),
+    "every option": (EVERY_OPTION, False),
+    "every option, every form compiled": (EVERY_OPTION, True),
+}
+EPOCHS = 100
+
+
+def first_solve(optimizer: str, setting: str) -> dict:
+    """The first ``solve()`` of the problem in this process: its compile seconds, wall seconds and form kept."""
+    import optax
+
+    import crux
+    from crux.executables import compile_once, memory_of
+    from crux.problems.poisson import poisson_cube
+    from crux.solver import Machinery
+
+    problem = poisson_cube(n_interior=1024, dims=2, hidden=(64,) * 6, n_face=32)
+    model = problem.models["u"]
+    if optimizer == "adam":
+        model.optimizer(optax.adam).scale(crux.lrs(1e-3))
+    else:
+        model.optimizer(optax.lbfgs).scale(crux.lrs(1.0))
+    options, in_full = SETTINGS[setting]
+    # every form compiled in full, its executable shared, so the form kept is not compiled again
+    machinery = Machinery(memory=lambda f, *args, **kw: memory_of(compile_once(f, *args, **kw))) if in_full else \
+        Machinery()
+    solver = crux.Crux(problem.constraints, problem.models, machinery=machinery)
+    start = time.perf_counter()
+    stats = solver.solve(EPOCHS, **options)
+    used = stats.memory.get("checkpoint_used")
+    return {"compile_seconds": stats.compile_seconds, "solve_seconds": time.perf_counter() - start,
+            "form": None if used is None else crux.remat.FORMS[int(used)]}
+
+
+def in_fresh_process(optimizer: str, setting: str) -> dict:
+    env = {**os.environ, "JAX_ENABLE_COMPILATION_CACHE": "false"}
+    out = subprocess.run([sys.executable, __file__, "--one", optimizer, setting], capture_output=True, text=True,
+                         env=env, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--optimizers", default="adam,lbfgs")
+    parser.add_argument("--one", nargs=2, metavar=("OPTIMIZER", "SETTING"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.one:
+        print(json.dumps(first_solve(*args.one)))
+        return 0
+    names = list(SETTINGS)
+    for optimizer in args.optimizers.split(","):
+        rounds: dict[str, list[dict]] = {name: [] for name in names}
+        for r in range(args.rounds):
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                rounds[name].append(in_fresh_process(optimizer, name))
+        plain = np.array([row["compile_seconds"] for row in rounds["plain"]])
+        print(f"{optimizer}: first solve() of {EPOCHS} epochs, {args.rounds} rounds, load {os.getloadavg()[0]:.1f}")
+        for name in names:
+            seconds = np.array([row["compile_seconds"] for row in rounds[name]])
+            ratio = seconds / plain
+            forms = sorted({str(row["form"]) for row in rounds[name]})
+            print(f"  {name:<36} compile {np.median(seconds):6.2f} s  ×plain {np.median(ratio):5.2f} "
+                  f"[{ratio.min():.2f}-{ratio.max():.2f}]  form {', '.join(forms)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
