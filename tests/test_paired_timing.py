@@ -24,6 +24,7 @@ from crux.report.numerics import paired_timing
 from crux.timing.bands import CLAIMED_COST, FASTER_BAND, UNCLAIMED_BAND, timing_band
 from crux.timing.interval import OUTSIDE, UNDECIDED, WITHIN, Band, ratio_interval
 from crux.timing.machine import CPU_TIME, WALL_TIME, Machine
+from crux.timing import pairs
 from crux.timing.pairs import FIRST_LOOK, PairedTimes, Side, chunk_epochs, time_paired
 from crux.tracking.paired_timing import logged, reference_options
 from crux_testing import poisson
@@ -222,11 +223,62 @@ def test_an_undecided_interval_takes_more_pairs_until_it_decides():
     assert Band(1.25, 1.35).place(times.interval()) == WITHIN
 
 
-def test_a_spent_budget_ends_an_undecided_timing_after_the_first_look():
+def test_a_spent_budget_ends_an_undecided_timing_after_its_first_look(now):
     ratios = np.where(np.arange(100) % 2, 1.6, 1.0)
-    a, b = Scripted(list(ratios * 0.1), 1), Scripted([0.1] * 100, 1)
-    times = time_paired(Side(a), Side(b), Band(1.25, 1.35), budget_seconds=1e-9)
+    a, b = Clocked(list(ratios * 0.1), now), Clocked([0.1] * 100, now)
+    times = time_paired(Side(a), Side(b), Band(1.25, 1.35), budget_seconds=ending_after(FIRST_LOOK))
     assert len(times.candidate) == FIRST_LOOK and Band(1.25, 1.35).place(times.interval()) == UNDECIDED
+
+
+class Clocked(Scripted):
+    """A scripted solver (see :class:`Scripted`) whose every chunk takes ``chunk_wall`` seconds on the fake wall
+    clock ``now`` (a one-item list that the timing reads as its ``perf_counter``), its first one after
+    ``compile_seconds`` of compiling, which it reports."""
+
+    def __init__(self, timed: list[float], now: list[float], compile_seconds: float = 0.0,
+                 stretch: list[float] | None = None, chunk_wall: float = 0.1):
+        super().__init__(timed, 1, stretch)
+        self.now, self.compiling, self.chunk_wall = now, compile_seconds, chunk_wall
+
+    def solve(self, epochs, **options):
+        stats = super().solve(epochs, **options)
+        compile_seconds, self.compiling = self.compiling, 0.0
+        self.now[0] += self.chunk_wall + compile_seconds
+        return SimpleNamespace(**vars(stats), compile_seconds=compile_seconds)
+
+
+@pytest.fixture
+def now(monkeypatch) -> list[float]:
+    """The timing's clock, which :class:`Clocked` solvers advance."""
+    clock = [0.0]
+    monkeypatch.setattr(pairs, "perf_counter", lambda: clock[0])
+    return clock
+
+
+# A Clocked timing warms up in 0.4 s (a warm-up and a calibration chunk of each side; 0.2 s more per further
+# build) and then takes 0.2 s a pair: a budget of this many seconds ends it after ``pairs`` pairs on ``builds``.
+ending_after = lambda pairs, builds=1: 0.4 + 0.2 * (builds - 1) + 0.2 * pairs + 0.1
+
+
+def test_the_budget_counts_the_warm_up_not_the_compiling_and_stops_before_a_pair_that_would_overrun_it(now):
+    ratios = np.where(np.arange(100) % 2, 1.6, 1.0)  # never decided: only the budget ends it
+    a = Clocked(list(ratios * 0.1), now, compile_seconds=30.0)
+    b = Clocked([0.1] * 100, now, compile_seconds=20.0)
+    times = time_paired(Side(a), Side(b), Band(1.25, 1.35), budget_seconds=4.1)
+    # 0.4 s of warm-up, then 0.2 s a pair: after 18 pairs 4.0 s are spent, and a 19th would end past 4.1 s
+    assert len(times.candidate) == 18 and times.spent_seconds == pytest.approx(4.0)
+    assert times.compile_seconds == 50.0 and now[0] == pytest.approx(54.0)
+
+
+def test_a_budget_spent_early_ends_the_timing_after_a_pair_per_build_and_so_few_pairs_decide_nothing(now):
+    candidates = [Side(Clocked([0.13] * 10, now)) for _ in range(2)]
+    references = [Side(Clocked([0.1] * 10, now)) for _ in range(2)]
+    times = time_paired(candidates, references, CLAIMED_COST, budget_seconds=1e-9)
+    assert len(times.candidate) == 2 and times.build == (0, 1)
+    assert CLAIMED_COST.place(times.interval()) == WITHIN  # every pair at exactly 1.3, yet only two of them
+    verdict = checkpoint_verdict(times)
+    assert verdict.verdict == INCONCLUSIVE
+    assert "allowed 2 pairs in all, fewer than the 8 per build a verdict needs" in verdict.summary
 
 
 class Logged(Scripted):
@@ -252,14 +304,14 @@ def test_the_pairs_rotate_through_the_builds_each_build_alternating_its_order():
     assert len(times.candidate) == 2 * FIRST_LOOK  # the first look comes after FIRST_LOOK pairs per build
 
 
-def test_a_build_that_runs_at_another_ratio_widens_the_interval():
+def test_a_build_that_runs_at_another_ratio_widens_the_interval(now):
     # four builds, the first at ratio 1.2 and three at 1.3 (every pair exact): as one series 8 pairs at 1.2 out
     # of 32 never hold the median; drawn build by build, P(3 or 4 of 4 draws are the first build) = 5.1% > 2.5%,
     # so the 2.5% quantile is 1.2 and the interval reaches out of [1.25, 1.35)
     ratios = (1.2, 1.3, 1.3, 1.3)
-    candidates = [Side(Scripted([0.1 * ratio] * 50, 1)) for ratio in ratios]
-    references = [Side(Scripted([0.1] * 50, 1)) for _ in ratios]
-    times = time_paired(candidates, references, CLAIMED_COST, budget_seconds=1e-9)
+    candidates = [Side(Clocked([0.1 * ratio] * 50, now)) for ratio in ratios]
+    references = [Side(Clocked([0.1] * 50, now)) for _ in ratios]
+    times = time_paired(candidates, references, CLAIMED_COST, budget_seconds=ending_after(4 * FIRST_LOOK, 4))
     assert times.builds == 4 and len(times.candidate) == 4 * FIRST_LOOK
     assert CLAIMED_COST.place(ratio_interval(np.array(times.candidate), np.array(times.reference))) == WITHIN
     assert times.interval().low == pytest.approx(1.2) and CLAIMED_COST.place(times.interval()) == UNDECIDED
@@ -282,17 +334,18 @@ def test_the_report_resamples_the_builds_of_every_run_and_says_how_many():
     assert verdict.evidence["time_ratio_low"] == pytest.approx(1.2) and verdict.verdict == INCONCLUSIVE
 
 
-def test_on_the_cpu_clock_a_load_that_stretches_one_side_of_a_pair_does_not_move_the_ratio():
+def test_on_the_cpu_clock_a_load_that_stretches_one_side_of_a_pair_does_not_move_the_ratio(now):
     # CPU time 1.3 : 1 in every pair; the other processes stretch each chunk's wall-clock time by a factor drawn
     # from [1, 4] (a share of the cores that changes within a pair), so the wall-clock pair ratios spread over
     # 1.3 / 4 .. 1.3 · 4 while the CPU-time ratios are all exactly 1.3
     pairs = FIRST_LOOK + 1  # and one chunk each to find the chunk length
     stretch = np.random.default_rng(0).uniform(1, 4, (2, pairs))
 
-    def timed(clock):  # a budget spent at once: the first look decides or nothing does
-        a = Scripted([0.13] * pairs, 1, list(stretch[0]))
-        b = Scripted([0.1] * pairs, 1, list(stretch[1]))
-        return time_paired(Side(a), Side(b), CLAIMED_COST, budget_seconds=1e-9, clock=clock)
+    def timed(clock):  # a budget spent at the first look: it decides or nothing does
+        a = Clocked([0.13] * pairs, now, stretch=list(stretch[0]))
+        b = Clocked([0.1] * pairs, now, stretch=list(stretch[1]))
+        now[0] = 0.0
+        return time_paired(Side(a), Side(b), CLAIMED_COST, budget_seconds=ending_after(FIRST_LOOK), clock=clock)
 
     cpu, wall = timed(CPU_TIME), timed(WALL_TIME)
     assert cpu.clock == CPU_TIME and len(cpu.candidate) == len(wall.candidate) == FIRST_LOOK

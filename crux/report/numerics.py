@@ -24,6 +24,7 @@ from crux.report.records import RunRecord, UnreadableArtifact
 from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, fmt
 from crux.timing.interval import OUTSIDE, WITHIN, Band, RatioInterval, ratio_interval
 from crux.timing.machine import WALL_TIME
+from crux.timing.pairs import FIRST_LOOK
 from crux.tracking.contract import TIMING_CLOCK, TIMING_CPU, TIMING_DEVICE
 
 EPS = float(np.finfo(np.float32).eps)  # 2**-23: relative spacing of float32
@@ -361,7 +362,8 @@ TIMING_ORIGIN = ("both settings run in one process in alternating chunks (A B, B
                  "time is the process's CPU time, which the other processes sharing the cores do not stretch; "
                  "each job rotated its pairs through timing.builds builds of both settings and kept adding pairs, "
                  "looking after 8, 16, 32, ... per build, until its interval was in or out of the band or its "
-                 "budget (timing.budget_seconds) was spent (docs/claims.md#timing-rule)")
+                 "budget (timing.budget_seconds) was spent; fewer than 8 pairs per build, the runs' together, decide "
+                 "nothing (docs/claims.md#timing-rule)")
 
 
 @dataclass(frozen=True)
@@ -415,8 +417,17 @@ class PairedTiming:
         """More runnable processes than cores, in the median over the pairs: the timing shared the machine."""
         return self.load_median > self.cores
 
+    @property
+    def too_few(self) -> bool:
+        """Fewer pairs than a timing's first look (``FIRST_LOOK`` per build), the runs' together: budgets ended
+        the timings before a bootstrap interval of their median means anything."""
+        return len(self.candidate) < FIRST_LOOK * self.builds_per_run
+
     def judge(self, band: Band) -> str:
-        """``holds`` / ``fails`` / ``inconclusive`` by where the interval lies against ``band``."""
+        """``holds`` / ``fails`` / ``inconclusive`` by where the interval lies against ``band`` (inconclusive on
+        too few pairs)."""
+        if self.too_few:
+            return INCONCLUSIVE
         return {WITHIN: HOLDS, OUTSIDE: FAILS}.get(band.place(self.interval), INCONCLUSIVE)
 
     def described(self) -> str:
@@ -429,8 +440,11 @@ class PairedTiming:
                 f"{f' of {self.builds_per_run} builds' if self.builds_per_run > 1 else ''})")
 
     def warning(self, verdict: str) -> str:
-        """On a busy machine, a sentence saying so: that the budget did not decide, or that the ratio it decided
-        on was measured under contention, which moves it; else empty."""
+        """On too few pairs, a sentence saying so; on a busy machine, one saying that the budget did not decide, or
+        that the ratio it decided on was measured under contention, which moves it; else empty."""
+        if self.too_few:
+            return (f"; warning: the timing budgets allowed {len(self.candidate)} pairs in all, fewer than the "
+                    f"{FIRST_LOOK} per build a verdict needs: raise timing.budget_seconds")
         if not self.busy:
             return ""
         busy = f"the machine was busy (median load average {fmt(self.load_median)} on {self.cores} cores)"

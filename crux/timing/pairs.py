@@ -15,13 +15,17 @@ each drawn build, so that it holds how much the ratio moves between builds, not 
 
 The run is sequential: it looks at the interval after ``FIRST_LOOK`` pairs per build and then each time the
 count has doubled, and stops as soon as the interval lies wholly inside the band it is held to or wholly
-outside it, or when its time budget is spent (then the last interval is what it has).
+outside it, or before a pair that would take it past its time budget, once every build has a pair (then the
+pairs so far are what it has: fewer than a first look's decide nothing in the report). The budget counts every
+second from the start (finding the chunk length and warming the builds up included) but the compiling its
+solves report, which is the cost of the programs, not of the timing: a timing spends at most its budget and a
+pair's noise, more only where its warm-up and one pair per build take longer.
 """
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
+from time import perf_counter
 from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
@@ -38,6 +42,16 @@ def in_turn(pair: int) -> tuple[int, int]:
     """The order the two sides run in the ``pair``-th pair: ``(0, 1)``, then ``(1, 0)``, flipped every pair, so
     neither side always runs first."""
     return (0, 1) if pair % 2 == 0 else (1, 0)
+
+
+class Stopwatch:
+    """Seconds since it was made, less the compiling that the solves it was given reported."""
+
+    def __init__(self):
+        self.started, self.compile_seconds = perf_counter(), 0.0
+
+    def spent(self) -> float:
+        return perf_counter() - self.started - self.compile_seconds
 
 
 class Trainable(Protocol):
@@ -57,10 +71,12 @@ class Side:
     def inner_steps(self) -> int:
         return int(self.options.get("inner_steps", 1))
 
-    def chunk(self, epochs: int, clock: str = WALL_TIME) -> float:
+    def chunk(self, epochs: int, clock: str = WALL_TIME, watch: Stopwatch | None = None) -> float:
         """Seconds per epoch of ``epochs`` epochs of training on ``clock`` (the solve loop's time: its planning
-        and compiling are left out)."""
+        and compiling are left out); the compiling goes to ``watch``."""
         stats = self.solver.solve(epochs, **self.options)
+        if watch is not None:
+            watch.compile_seconds += float(getattr(stats, "compile_seconds", 0.0))
         return (stats.run_cpu_seconds if clock == CPU_TIME else stats.run_seconds) / epochs
 
 
@@ -68,7 +84,8 @@ class Side:
 class PairedTimes:
     """Seconds per epoch of each chunk of the two sides on ``clock`` (pair i is ``candidate[i]``,
     ``reference[i]``, timed on build ``build[i]`` of each side), the chunk length in epochs, the load average
-    after each pair, the budget and the (wall-clock) seconds the pairs took."""
+    after each pair, the budget, the (wall-clock) seconds the timing spent against it and the seconds its solves
+    spent compiling, which it does not count."""
 
     candidate: tuple[float, ...]
     reference: tuple[float, ...]
@@ -79,6 +96,7 @@ class PairedTimes:
     machine: Machine
     clock: str = WALL_TIME
     build: tuple[int, ...] = ()  # none given: every pair on one build
+    compile_seconds: float = 0.0
 
     def __post_init__(self):
         if not self.build:
@@ -93,14 +111,14 @@ class PairedTimes:
 
 
 def chunk_epochs(candidate: Side, reference: Side, min_seconds: float = MIN_CHUNK_SECONDS,
-                 clock: str = WALL_TIME) -> int:
+                 clock: str = WALL_TIME, watch: Stopwatch | None = None) -> int:
     """The chunk length: the smallest multiple of both sides' ``inner_steps``, doubled until a chunk of
     either side takes ``min_seconds`` on ``clock``. The chunks run here also warm both sides up (their first
-    compiles)."""
+    compiles, which go to ``watch``)."""
     epochs = math.lcm(candidate.inner_steps, reference.inner_steps)
     for side in (candidate, reference):  # compile and warm up
-        side.chunk(epochs, clock)
-    while min(candidate.chunk(epochs, clock), reference.chunk(epochs, clock)) * epochs < min_seconds:
+        side.chunk(epochs, clock, watch)
+    while min(candidate.chunk(epochs, clock, watch), reference.chunk(epochs, clock, watch)) * epochs < min_seconds:
         epochs *= 2
     return epochs
 
@@ -108,9 +126,9 @@ def chunk_epochs(candidate: Side, reference: Side, min_seconds: float = MIN_CHUN
 def time_paired(candidate: Side | Sequence[Side], reference: Side | Sequence[Side], band: Band,
                 budget_seconds: float, min_chunk_seconds: float = MIN_CHUNK_SECONDS,
                 clock: str | None = None) -> PairedTimes:
-    """Alternate chunks of the two sides until the interval of the time ratio is placed in or out of ``band``
-    or ``budget_seconds`` of wall-clock time (counted from the first timed pair) are spent; at least
-    ``FIRST_LOOK`` pairs per build. ``candidate`` and ``reference`` are one side each or equally many builds of
+    """Alternate chunks of the two sides until the interval of the time ratio is placed in or out of ``band``,
+    or until the next pair would take the timing past ``budget_seconds`` of wall-clock time (counted from the
+    start, the solves' compiling left out); at least one pair per build. ``candidate`` and ``reference`` are one side each or equally many builds of
     each (``candidate[b]`` is timed against ``reference[b]``, pair i on build i mod B). ``clock``: what a
     chunk's seconds are, by default the one for JAX's device (:func:`clock_here`)."""
     if budget_seconds <= 0:
@@ -120,29 +138,29 @@ def time_paired(candidate: Side | Sequence[Side], reference: Side | Sequence[Sid
     if not candidates or len(candidates) != len(references):
         raise ValueError(f"paired timing needs as many builds of the reference as of the candidate, at least "
                          f"one, got {len(candidates)} and {len(references)}")
-    clock = clock or clock_here()
-    epochs = chunk_epochs(candidates[0], references[0], min_chunk_seconds, clock)
+    clock, watch = clock or clock_here(), Stopwatch()
+    epochs = chunk_epochs(candidates[0], references[0], min_chunk_seconds, clock, watch)
     for side in [*candidates[1:], *references[1:]]:  # compile and warm up the other builds
-        side.chunk(epochs, clock)
+        side.chunk(epochs, clock, watch)
     builds = len(candidates)
     times: tuple[list[float], list[float]] = ([], [])
     load: list[float] = []
     build: list[int] = []
     first_look = FIRST_LOOK * builds
-    look, start = first_look, time.perf_counter()
+    look = first_look
     while True:
-        pair = len(load)
+        pair, before = len(load), watch.spent()
         sides = (candidates[pair % builds], references[pair % builds])
         for side in in_turn(pair // builds):
-            times[side].append(sides[side].chunk(epochs, clock))
+            times[side].append(sides[side].chunk(epochs, clock, watch))
         load.append(load_average())
         build.append(pair % builds)
-        spent = time.perf_counter() - start
+        spent = watch.spent()
         if len(load) >= look:
             look *= 2
             if band.place(ratio_interval(np.array(times[0]), np.array(times[1]), groups=np.array(build))) != UNDECIDED:
                 break
-        if len(load) >= first_look and spent >= budget_seconds:
+        if len(load) >= builds and spent + (spent - before) > budget_seconds:  # the next pair would overrun
             break
     return PairedTimes(tuple(times[0]), tuple(times[1]), epochs, tuple(load), float(budget_seconds), spent,
-                       Machine.here(), clock, tuple(build))
+                       Machine.here(), clock, tuple(build), watch.compile_seconds)

@@ -5,7 +5,8 @@ The chunks' seconds per epoch are metric histories (step = pair number), so MLfl
 reads them: ``timing/candidate_seconds`` (the job's own options), ``timing/reference_seconds`` (with
 ``timing.against``), ``timing/load1`` (the 1-minute load average after each pair), ``timing/build`` (the build
 of the two settings the pair ran on, of ``timing.builds``). Summary metrics
-``timing/chunk_epochs``, ``timing/budget_seconds``, ``timing/spent_seconds``, ``timing/cores`` and tags
+``timing/chunk_epochs``, ``timing/budget_seconds``, ``timing/spent_seconds`` (the budget's count: compiling left
+out), ``timing/compile_seconds``, ``timing/cores`` and tags
 ``crux.timing.cpu``, ``crux.timing.device``, ``crux.timing.clock``, ``crux.timing.against`` say how and where it
 was measured. The job times until the interval is placed by the band of the claim that will judge it
 (:func:`crux.timing.bands.timing_band`), the band the report judges with.
@@ -75,7 +76,8 @@ def logged(times: PairedTimes, against: dict[str, Any]) -> tuple[dict[str, tuple
     series = {PREFIX + "candidate_seconds": times.candidate, PREFIX + "reference_seconds": times.reference,
               PREFIX + "load1": times.load, PREFIX + "build": times.build}
     summary = {PREFIX + "chunk_epochs": times.chunk_epochs, PREFIX + "budget_seconds": times.budget_seconds,
-               PREFIX + "spent_seconds": times.spent_seconds, PREFIX + "cores": times.machine.cores}
+               PREFIX + "spent_seconds": times.spent_seconds, PREFIX + "compile_seconds": times.compile_seconds,
+               PREFIX + "cores": times.machine.cores}
     tags = {TIMING_CPU: times.machine.cpu, TIMING_DEVICE: times.machine.device,
             TIMING_CLOCK: times.clock,
             TIMING_AGAINST: json.dumps(against, sort_keys=True)}
