@@ -101,6 +101,7 @@ class ExecutableTable:
         self._memory: OrderedDict[tuple, dict[str, int]] = OrderedDict()  # memory_once's figures, by program
         # a function's program traced by memory_once, for the compile_once of the same function and arguments
         self._traced: weakref.WeakKeyDictionary[Callable, tuple[tuple, Traced]] = weakref.WeakKeyDictionary()
+        self._measuring: dict[tuple, threading.Event] = {}  # programs memory_once is measuring, set when done
         self._memory_only = True  # False once the backend refused MEMORY_ONLY's options
         self._lock = threading.Lock()
         self._uncovered: list[str] | None = None  # uncovered(), once per table
@@ -171,15 +172,33 @@ class ExecutableTable:
         """:func:`memory_of` the program ``compile_once(fun, *args, donate_argnums=...)`` compiles, from its shared
         executable where there is one, else from a compile under the backend's ``MEMORY_ONLY`` options (a full
         compile, kept as the shared executable, where it has none); the figures are kept by program, and the
-        traced program for the ``compile_once`` of ``fun`` that follows."""
+        traced program for the ``compile_once`` of ``fun`` that follows. A program that another thread is
+        measuring is measured once: this call waits for its figures."""
         traced = self._trace(fun, args, donate_argnums, keep=True)
-        if traced.key is not None:
+        if traced.key is None:
+            return self._measure(traced)
+        while True:
             with self._lock:
                 compiled, figures = self._executables.get(traced.key), self._memory.get(traced.key)
+                measuring = self._measuring.get(traced.key)
+                if compiled is None and figures is None and measuring is None:
+                    self._measuring[traced.key] = threading.Event()
             if compiled is not None:
                 return memory_of(compiled)
             if figures is not None:
                 return figures
+            if measuring is None:
+                break
+            measuring.wait()  # then its figures are kept, or it failed and this call measures
+        try:
+            return self._measure(traced)
+        finally:
+            with self._lock:
+                self._measuring.pop(traced.key).set()
+
+    def _measure(self, traced: "Traced") -> dict[str, int]:
+        """The figures of a compile of ``traced`` under the backend's ``MEMORY_ONLY`` options (or a full one, its
+        executable kept), kept by program."""
         options = MEMORY_ONLY.get(jax.default_backend()) if self._memory_only else None
         compiled = None
         if options:

@@ -346,13 +346,14 @@ def _segmented(layers_fn: Callable, h: jax.Array, w: jax.Array, b: jax.Array, un
     backward pass keeps the input of each segment, about sqrt(n) of them, and recomputes one segment's layers
     at a time, so the activations alive at once grow as 2 sqrt(n), not n. The whole segments are a ``lax.scan``
     over a rematerialised body (its size does not grow with depth) or, ``unrolled``, one checkpoint each, one
-    after another (which of the two needs less memory depends on the device: :mod:`crux.remat`); the remaining
-    n mod s layers one more."""
+    after another (which of the two needs less memory depends on the device: :mod:`crux.remat`; with one whole
+    segment the two are one program, so that choosing between them compiles it once); the remaining n mod s
+    layers one more."""
     n = w.shape[0]
     size = math.isqrt(n - 1) + 1
     whole = n // size * size
     segment = jax.checkpoint(layers_fn)
-    if unrolled:
+    if unrolled or whole == size:  # one whole segment: a loop of one turn is that segment, the program unrolled's
         for start in range(0, whole, size):
             h, _ = segment(h, (w[start:start + size], b[start:start + size]))
     else:

@@ -14,7 +14,7 @@ import pytest
 import crux
 from crux import engine, remat
 from crux.constraint import constraint_loss
-from crux.executables import ExecutableTable, compile_once, memory_of, memory_once
+from crux.executables import ExecutableTable, compile_once, memory_of, memory_once, program_key
 from crux.solver import Machinery
 from crux_testing import EPS32, flat, poisson, relative, train
 
@@ -168,6 +168,17 @@ def test_every_rematerialising_form_computes_the_plain_loss_and_gradient(form):
     (plain_loss, plain_grad), (value, grad) = (jax.value_and_grad(loss)(model.params, f) for f in (remat.PLAIN, form))
     np.testing.assert_allclose(value, plain_loss, rtol=GRADIENT_ROUND_OFF)
     assert relative(flat(grad), flat(plain_grad), np.linalg.norm(flat(plain_grad))) < GRADIENT_ROUND_OFF
+
+
+@pytest.mark.parametrize("depth, one_program", [(4, True), (5, False)], ids=["one-segment", "two-segments"])
+def test_with_one_whole_segment_the_scanned_and_the_unrolled_segments_are_one_program(depth, one_program):
+    """crux.mlp's stack of depth - 1 equal layers in segments of ceil(sqrt(depth - 1)): 3 layers make one whole
+    segment and a remainder (one program to measure, not two), 4 layers two segments (a loop and two calls)."""
+    model = crux.mlp(1, 1, hidden=(8,) * depth)
+    x = jnp.ones((1,), jnp.float32)
+    keys = {form: program_key(jax.make_jaxpr(jax.grad(lambda p, form=form: model.applied(form)(p, x)[0]))(
+        model.params)) for form in (remat.LAYERS, remat.UNROLLED)}
+    assert (keys[remat.LAYERS] == keys[remat.UNROLLED]) == one_program
 
 
 def test_the_form_of_fewest_temporary_bytes_is_chosen_the_earlier_on_a_tie():

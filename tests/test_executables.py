@@ -1,5 +1,7 @@
 """Executables shared across solvers: reused when a new solver traces to the same program, never otherwise."""
 import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import jax.numpy as jnp
@@ -128,6 +130,23 @@ def test_a_sweeps_next_job_compiles_nothing_whatever_the_options(build, options)
             problem.solver().solve(4, **options)
             problem.relative_l2()
     assert stages.lowered == 0
+
+
+def test_a_program_two_threads_measure_at_once_is_compiled_once():
+    """Two functions that trace to one program, traced side by side: the second measure waits for the first's
+    figures instead of compiling the program again."""
+    table, both_tracing = executables.ExecutableTable(), threading.Barrier(2)
+
+    def function():
+        def f(x):
+            both_tracing.wait(timeout=60)
+            return jnp.tanh(x @ x).sum()
+        return f
+
+    x = jnp.ones((32, 32), jnp.float32)
+    with CompileStages() as stages, ThreadPoolExecutor(2) as pool:
+        figures = list(pool.map(lambda f: table.memory_once(f, x), [function(), function()]))
+    assert figures[0] == figures[1] and figures[0]["temp_bytes"] >= 0 and stages.compiled == 1
 
 
 def _callback_times_two(x):
