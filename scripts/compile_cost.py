@@ -8,7 +8,9 @@ The problem is a user's first: the Poisson equation on the unit square, 1,024 in
 6 × 64 tanh network, 100 epochs. Each setting's first ``solve()`` runs in a fresh process (nothing compiled
 before it, no persistent compilation cache), the settings of a round one after another in a rotating order,
 and each setting's ``compile_seconds`` is set against the plain update's of its round; the ratios printed are
-the median of the rounds' ratios and their range. The settings:
+the median of the rounds' ratios and their range, of the wall-clock seconds (``compile_seconds``) and of the
+process's CPU seconds outside its training (all threads: what the compiles cost, whatever the machine's load).
+The settings:
 
 - ``plain``: no option;
 - ``checkpoint``: ``checkpoint_gradients=True``, its forms measured as crux measures them;
@@ -62,10 +64,11 @@ def first_solve(optimizer: str, setting: str) -> dict:
     machinery = Machinery(memory=lambda f, *args, **kw: memory_of(compile_once(f, *args, **kw))) if in_full else \
         Machinery()
     solver = crux.Crux(problem.constraints, problem.models, machinery=machinery)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     stats = solver.solve(EPOCHS, **options)
     used = stats.memory.get("checkpoint_used")
     return {"compile_seconds": stats.compile_seconds, "solve_seconds": time.perf_counter() - start,
+            "compile_cpu_seconds": time.process_time() - cpu - stats.run_cpu_seconds,
             "form": None if used is None else crux.remat.FORMS[int(used)]}
 
 
@@ -91,14 +94,15 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(args.rounds):
             for name in names[r % len(names):] + names[:r % len(names)]:
                 rounds[name].append(in_fresh_process(optimizer, name))
-        plain = np.array([row["compile_seconds"] for row in rounds["plain"]])
+        column = lambda name, key: np.array([row[key] for row in rounds[name]])
         print(f"{optimizer}: first solve() of {EPOCHS} epochs, {args.rounds} rounds, load {os.getloadavg()[0]:.1f}")
         for name in names:
-            seconds = np.array([row["compile_seconds"] for row in rounds[name]])
-            ratio = seconds / plain
+            wall, cpu = (column(name, key) / column("plain", key) for key in ("compile_seconds", "compile_cpu_seconds"))
             forms = sorted({str(row["form"]) for row in rounds[name]})
-            print(f"  {name:<36} compile {np.median(seconds):6.2f} s  ×plain {np.median(ratio):5.2f} "
-                  f"[{ratio.min():.2f}-{ratio.max():.2f}]  form {', '.join(forms)}")
+            print(f"  {name:<36} compile {np.median(column(name, 'compile_seconds')):6.2f} s ×plain "
+                  f"{np.median(wall):5.2f} [{wall.min():.2f}-{wall.max():.2f}]; CPU "
+                  f"{np.median(column(name, 'compile_cpu_seconds')):6.2f} s ×plain {np.median(cpu):5.2f} "
+                  f"[{cpu.min():.2f}-{cpu.max():.2f}]; form {', '.join(forms)}")
     return 0
 
 
