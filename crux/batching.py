@@ -170,11 +170,21 @@ class PointStream:
                 out.append(_permuted(g * b, n, keys[drawn.index(c)]).reshape(g, b))
         return tuple(out)
 
-    def gather(self, points: tuple[jax.Array, ...], key: jax.Array, step: jax.Array) -> tuple[jax.Array, ...]:
-        """On the device: per constraint, the points ``(G, B_c, d)`` of update ``step``."""
+    def gather(self, points: tuple[jax.Array | None, ...], key: jax.Array, step: jax.Array
+               ) -> tuple[jax.Array | None, ...]:
+        """On the device: per constraint, the points ``(G, B_c, d)`` of update ``step`` (None where ``points``
+        holds None for it)."""
         indices = self.indices(key, step)
-        return tuple(p[i] if self.samples(c) else jnp.broadcast_to(p, (self.micro_batches, *p.shape))
+        return tuple(None if p is None else p[i] if self.samples(c) else
+                     jnp.broadcast_to(p, (self.micro_batches, *p.shape))
                      for c, (p, i) in enumerate(zip(points, indices)))
+
+    def streams(self, c: int, updates: int) -> bool:
+        """Whether ``offload_data`` streams constraint ``c``'s batches to a call of ``updates`` updates: only where
+        they hold fewer points than the constraint has; else its points travel whole, once, and the call draws
+        from them as on-device batching does (the same indices, so the same numbers), so that offloading never
+        puts more on the device than keeping the points there."""
+        return updates * self.micro_batches * self.points_per_batch(c) < self.sizes[c]
 
 
 class DevicePoints(NamedTuple):
@@ -185,18 +195,23 @@ class DevicePoints(NamedTuple):
 
 
 class StreamedBatches(NamedTuple):
-    """What a compiled call gets with ``offload_data``: its updates' batches, gathered on the host.
+    """What a compiled call gets with ``offload_data``: its updates' batches, gathered on the host, of the
+    constraints whose batches hold fewer points than they have (:meth:`PointStream.streams`); the others' points
+    whole, and the stream's key to draw from them as on-device batching does.
 
     Each micro-batch travels as rows, one per coordinate (``(d, B_c)``, the points along the last axis): a device
     that pads an array's last axis to its tile (a TPU's 128 lanes) would pad points ``(B_c, d)`` of one or two
     coordinates 64- to 128-fold, more memory than the same points kept on the device.
     """
 
-    batches: tuple[jax.Array, ...]  # per constraint, (updates of the call, G, d, B_c)
+    batches: tuple[jax.Array | None, ...]  # per constraint streamed, (updates of the call, G, d, B_c); else None
+    whole: tuple[jax.Array | None, ...]  # per constraint not streamed, its points (N_c, d); else None
+    key: jax.Array  # the stream's Threefry key
 
-    def points(self) -> tuple[jax.Array, ...]:
-        """Per constraint, the batches as points ``(updates of the call, G, B_c, d)`` (inside the compiled call)."""
-        return tuple(jnp.swapaxes(rows, -1, -2) for rows in self.batches)
+    def points(self) -> tuple[jax.Array | None, ...]:
+        """Per constraint streamed, the batches as points ``(updates of the call, G, B_c, d)`` (inside the compiled
+        call); None for the others."""
+        return tuple(None if rows is None else jnp.swapaxes(rows, -1, -2) for rows in self.batches)
 
 
 @functools.lru_cache(maxsize=64)
@@ -212,19 +227,26 @@ def _host_draw(stream: PointStream) -> Callable[[jax.Array, jax.Array], tuple[ja
 class HostBatches:
     """Batches gathered on the host and sent to the device one call at a time, for ``offload_data``.
 
-    Each item holds the batches of ``steps_per_call`` updates. A thread gathers the next items on the host; an
-    item goes to the device only when the loop asks for it, so the device holds the batches of the call that
-    runs and of the one dispatched after it, never the point set or a queue of batches.
+    Each item holds the batches of ``steps_per_call`` updates of the constraints it streams
+    (:meth:`PointStream.streams`). A thread gathers the next items on the host; an item goes to the device only
+    when the loop asks for it, so the device holds the batches of the call that runs and of the one dispatched
+    after it, never a streamed constraint's point set or a queue of batches. The constraints not streamed, whose
+    points are fewer than a call's batches would be, go to ``whole`` (a device or a sharding) once, with the
+    stream's key.
     Indices are drawn with the same function as on the device (threefry is
     bit-identical across backends), jitted on the CPU in blocks of updates.
     """
 
     def __init__(self, stream: PointStream, points: tuple[np.ndarray, ...], key: jax.Array, first_step: int,
-                 steps_per_call: int, calls: int, device: jax.Device | jax.sharding.Sharding, block: int = 256):
+                 steps_per_call: int, calls: int, device: jax.Device | jax.sharding.Sharding,
+                 whole: jax.Device | jax.sharding.Sharding | None = None, block: int = 256):
         # device: where the batches go; a sharding that splits their micro-batch axis over several devices
-        # sends each device its own micro-batches
+        # sends each device its own micro-batches; whole: where the points not streamed go (by default device)
         self.stream, self.points, self.device = stream, points, device
         self.first_step, self.steps_per_call, self.calls = first_step, steps_per_call, calls
+        self.streamed = tuple(stream.streams(c, steps_per_call) for c in range(len(points)))
+        self._whole = jax.device_put((tuple(None if s else p for s, p in zip(self.streamed, points)), key),
+                                     device if whole is None else whole)
         cpu = jax.devices("cpu")[0]
         self._key = jax.device_put(key, cpu)
         self._cpu = cpu
@@ -245,9 +267,9 @@ class HostBatches:
                 count = min(self._block, total - start)
                 block = self._indices(self.first_step + start, self._block)  # one shape: compiled once
                 for offset in range(0, count, k):
-                    batch = tuple(np.ascontiguousarray(np.swapaxes(p[i[offset:offset + k]], -1, -2))
-                                  for p, i in zip(self.points, block))
-                    if not self._put(out, StreamedBatches(batch), stop):
+                    batch = tuple(np.ascontiguousarray(np.swapaxes(p[i[offset:offset + k]], -1, -2)) if s else None
+                                  for s, p, i in zip(self.streamed, self.points, block))
+                    if not self._put(out, batch, stop):
                         return
         except BaseException as error:  # surfaced in the consumer
             self._put(out, error, stop)
@@ -263,12 +285,13 @@ class HostBatches:
         return False
 
     def shapes(self) -> StreamedBatches:
-        """The shape of every item, to compile the call before the first batch is drawn."""
+        """The shape of every item (the points sent whole as they are), to compile the call before the first batch
+        is drawn."""
         sharding = self.device if isinstance(self.device, jax.sharding.Sharding) else None
         return StreamedBatches(tuple(
             jax.ShapeDtypeStruct((self.steps_per_call, self.stream.micro_batches,
                                   p.shape[1], self.stream.points_per_batch(c)), p.dtype, sharding=sharding)
-            for c, p in enumerate(self.points)))
+            if streamed else None for c, (streamed, p) in enumerate(zip(self.streamed, self.points))), *self._whole)
 
     def __iter__(self) -> Iterator[StreamedBatches]:
         out: queue.Queue = queue.Queue(maxsize=2)
@@ -279,6 +302,6 @@ class HostBatches:
                 item = out.get()
                 if isinstance(item, BaseException):
                     raise item
-                yield StreamedBatches(jax.device_put(item.batches, self.device))
+                yield StreamedBatches(jax.device_put(item, self.device), *self._whole)
         finally:  # the solver finished, stopped early (non-finite loss) or was interrupted: let the producer go
             stop.set()

@@ -222,8 +222,11 @@ def _update(plan: Plan, index: int, data: Data, state: TrainState, step_batches:
     """One update of entry ``index``: its loss and gradient over the update's micro-batches, one optimizer
     step for each model it trains, kept only if finite (and no earlier update failed)."""
     entry, params = plan.entries[index], state.params
-    if step_batches is None:
+    if step_batches is None:  # every constraint drawn from its points on the device
         step_batches = plan.stream.gather(data.points, data.key, state.step)
+    elif any(b is None for b in step_batches):  # offloaded: the constraints sent whole drawn from them here
+        drawn = plan.stream.gather(data.whole, data.key, state.step)
+        step_batches = tuple(d if b is None else b for b, d in zip(step_batches, drawn))
     batches = [step_batches[c] for c in entry.constraints]
     trainable = {m: params[m] for m in entry.models}
     value, per, grads = _gradient(plan, entry, trainable, params, batches)

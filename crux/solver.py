@@ -275,12 +275,14 @@ class Crux:
 
     def _feed(self, plan: Plan, options: SolveOptions, calls: int) -> tuple[Any, Data]:
         """What the calls take, one item each, and an item's example to compile with: the points on the device
-        (the same item every call), or with ``offload_data`` each call's batches streamed from the host."""
+        (the same item every call), or with ``offload_data`` each call's batches streamed from the host (of the
+        constraints whose batches are fewer points than they have; the others' points sent whole, once)."""
         if plan.offload_data:
             self._points_on_device = None  # offloading is for when they should not stay on the device
             target = jax.local_devices()[0] if options.devices == 1 else sharding.split(options.devices, 1)
             host = HostBatches(plan.stream, tuple(c.points for c in self.constraints), self._key, self._step,
-                               options.inner_steps * plan.steps_per_epoch, calls, target)
+                               options.inner_steps * plan.steps_per_epoch, calls, target,
+                               whole=sharding.placement(options.devices))
             return iter(host), host.shapes()
         example = self._device_points(options.devices)
         return itertools.repeat(example, calls), example

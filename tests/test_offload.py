@@ -16,12 +16,18 @@ ROUND_OFF = 100 * EPS32
 
 
 @pytest.mark.parametrize("options", [{"batchsize": 16}, {"batchsize": 8, "accumulation_steps": 4},
-                                     {"batchsize": 16, "inner_steps": 5}], ids=["batch", "accumulation", "fused"])
-def test_offload_equals_device_batching(options):
+                                     {"batchsize": 16, "inner_steps": 5},
+                                     {"batchsize": 8, "accumulation_steps": 4, "inner_steps": 10}],
+                         ids=["batch", "accumulation", "fused", "fused-past-the-point-set"])
+def test_offload_equals_device_batching_and_puts_no_more_arguments_on_the_device(options):
+    """The interior's 256 points: streamed in batches of 16, 4 × 8 and 5 updates of 16 a call; fused 10 updates of
+    4 × 8 a call (320 points) they travel whole and the call draws from them. The boundary's 2 points, in every
+    micro-batch, always travel whole."""
     initial, device, stats_device = train(poisson(optax.adam), 30, **options)
     _, host, stats_host = train(poisson(optax.adam), 30, offload_data=True, **options)
     np.testing.assert_allclose(stats_host.losses, stats_device.losses, rtol=ROUND_OFF)
     assert relative(host, device, np.linalg.norm(device - initial)) < ROUND_OFF
+    assert stats_host.memory["argument_bytes"] <= stats_device.memory["argument_bytes"]
 
 
 def test_offload_keeps_the_points_off_the_device():
@@ -65,7 +71,7 @@ def test_batches_go_to_the_device_only_when_the_loop_takes_them(monkeypatch):
     senders, put = [], jax.device_put
 
     def device_put(x, device=None):
-        if isinstance(x, tuple) and all(np.ndim(a) == 4 for a in x):  # a call's batches (not a draw's counters)
+        if isinstance(x, tuple) and any(isinstance(a, np.ndarray) and a.ndim == 4 for a in x):  # a call's batches
             senders.append(threading.current_thread().name)
         return put(x, device)
 
@@ -74,8 +80,10 @@ def test_batches_go_to_the_device_only_when_the_loop_takes_them(monkeypatch):
     points = (np.arange(128, dtype=np.float32).reshape(64, 2), np.ones((8, 2), np.float32))
     host = batching.HostBatches(stream, points, jax.random.key(0, impl="threefry2x32"), 0, 3, 5, jax.devices()[0])
     items = list(host)
-    assert len(items) == 5 and all(isinstance(a, jax.Array) for item in items for a in item.batches)
+    assert len(items) == 5 and all(isinstance(item.batches[0], jax.Array) for item in items)
     assert items[0].batches[0].shape == (3, 2, 2, 4)  # (updates, micro-batches, coordinates, points)
+    # the 8 points of the second constraint are fewer than a call's 3 updates of 2 micro-batches of 4: sent whole
+    assert items[0].batches[1] is None and items[0].whole[1].shape == (8, 2)
     monkeypatch.undo()
     assert senders == [threading.current_thread().name] * 5
 
