@@ -108,3 +108,23 @@ def test_reproduce_gives_the_folder_the_exact_crux_to_install_and_the_command_as
     assert "git -C crux checkout c0ffee   # in a clone of crux's repository\npip install ./crux\n" in text
     old = report_markdown(sweep([record("k1", 10, 1.0)]), [], [], [])  # a parent without those tags
     assert "crux-sweep inner_steps repeat=0\n" in old.split("## Reproduce")[1]
+
+
+def test_each_variant_shows_its_first_jobs_compile_beside_the_later_ones_and_the_training_time():
+    """Two variants of two jobs each, listed out of the order they ran in: each variant's first job (the lowest
+    job number) is the one whose compile is shown as the first's, and the sweep's first jobs' compile share is
+    their compile seconds over their compile and training seconds."""
+    def timed(run_id, job, compile_seconds, run_seconds, **options):
+        r = record(run_id, 10, 1.0, **options)
+        return RunRecord(r.run_id, r.options, r.histories, {"compile_seconds": compile_seconds,
+                                                            "run_seconds": run_seconds}, r.snapshots,
+                         tags={contract.JOB: str(job)}, environment=r.environment, config=r.config)
+
+    records = [timed("k1-b", 2, 0.1, 1.0), timed("k1-a", 0, 3.0, 1.0), timed("k5-a", 1, 6.0, 2.0, inner_steps=5),
+               timed("k5-b", 3, 0.3, 2.0, inner_steps=5)]
+    text = report_markdown(sweep(records), judge(records, ["inner_steps"]), [], ["inner_steps"]).splitlines()
+    table = text.index("| variant | jobs | first job's compile s | later jobs' compile s | run s | first job's compile "
+                       "share |")
+    assert text[table + 2:table + 4] == ["| full | 2 | 3 | 0.1 | 1 | 75% |", "| full K=5 | 2 | 6 | 0.3 | 2 | 75% |"]
+    assert ("The first jobs spent 75% of their compile and training seconds compiling (9 of 12 s); the later jobs "
+            "12% (0.4 of 3.4 s).") in text

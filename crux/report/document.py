@@ -20,9 +20,9 @@ from crux.report.figures import Figure
 from crux.report.records import RunRecord, describe
 from crux.report.store import Sweep
 from crux.report.verdict import Verdict, fmt
-from crux.tracking.contract import COMMAND, FINISHED, WORKING_DIR
+from crux.tracking.contract import COMMAND, FINISHED, JOB, WORKING_DIR
 
-SUMMARY_METRICS = ("final_loss", "median_step_seconds", "compile_seconds", "memory/temp_bytes",
+SUMMARY_METRICS = ("final_loss", "median_step_seconds", "compile_seconds", "run_seconds", "memory/temp_bytes",
                    "memory/argument_bytes")
 
 
@@ -78,6 +78,51 @@ def _runs_table(records: Sequence[RunRecord]) -> list[str]:
         metrics = [_number(r.metrics[m]) if m in r.metrics else "" for m in SUMMARY_METRICS]
         lines.append("| " + " | ".join([f"`{r.run_id}`", _cell(r.label), str(r.repeat), _cell(describe(r.options)),
                                         *metrics]) + " |")
+    return lines
+
+
+def _job_number(record: RunRecord) -> int:
+    text = record.tags.get(JOB, "")
+    return int(text) if text.isdigit() else 0
+
+
+def _share(compile_seconds: float, run_seconds: float) -> str:
+    total = compile_seconds + run_seconds
+    return f"{compile_seconds / total:.0%}" if total > 0 else "–"
+
+
+def _time_rows(records: Sequence[RunRecord]) -> list[str]:
+    """Per variant, its jobs' compile seconds beside their training seconds: the first job's (its program
+    compiled, or loaded from JAX's persistent cache) and the later jobs' (the process's executable reused), and
+    the first job's share of its time spent compiling; then the share of the first jobs and of the later ones
+    over the sweep."""
+    variants: dict[str, list[RunRecord]] = {}
+    for r in records:
+        if "compile_seconds" in r.metrics and "run_seconds" in r.metrics:
+            variants.setdefault(r.label, []).append(r)
+    if not variants:
+        return []
+    lines = ["## Compile and training time", "",
+             "Per variant, in the order its jobs ran: the first job's `compile_seconds` (its update compiled, or "
+             "loaded from JAX's persistent compilation cache) and the later jobs' (median), beside `run_seconds` "
+             "(training; median over the jobs); the first job's compile share is its compile seconds over its "
+             "compile and training seconds.", "",
+             "| variant | jobs | first job's compile s | later jobs' compile s | run s | first job's compile share |",
+             "|---|---:|---:|---:|---:|---:|"]
+    totals = {"first": [0.0, 0.0], "later": [0.0, 0.0]}
+    for runs in sorted((sorted(runs, key=_job_number) for runs in variants.values()), key=lambda r: _job_number(r[0])):
+        first, *later = runs
+        seconds = lambda r: (float(r.metrics["compile_seconds"]), float(r.metrics["run_seconds"]))
+        for kind, group in (("first", [first]), ("later", later)):
+            for r in group:
+                totals[kind] = [a + b for a, b in zip(totals[kind], seconds(r))]
+        later_compile = fmt(float(np.median([seconds(r)[0] for r in later]))) if later else "–"
+        lines.append(f"| {_cell(first.label)} | {len(runs)} | {fmt(seconds(first)[0])} | {later_compile} | "
+                     f"{fmt(float(np.median([seconds(r)[1] for r in runs])))} | {_share(*seconds(first))} |")
+    lines += ["", f"The first jobs spent {_share(*totals['first'])} of their compile and training seconds compiling "
+                  f"({fmt(totals['first'][0])} of {fmt(sum(totals['first']))} s)"
+              + (f"; the later jobs {_share(*totals['later'])} ({fmt(totals['later'][0])} of "
+                 f"{fmt(sum(totals['later']))} s)." if sum(totals["later"]) > 0 else "."), ""]
     return lines
 
 
@@ -239,6 +284,7 @@ def report_markdown(sweep: Sweep, verdicts: Sequence[Verdict], figures: Sequence
         for figure in figures:
             if figure.claim == claim:
                 lines += [f"![{figure.caption}]({figure.file})", "", f"*{figure.caption}.*", ""]
+    lines += _time_rows(sweep.records)
     lines += ["## Runs", ""] + _runs_table(sweep.records) + [""]
     lines += _reproduce(sweep, overrides)
     lines += ["## Environment", ""] + _environments(sweep.records)
