@@ -20,7 +20,14 @@ Reference problems: -u'' = pi^2 sin(pi x) on [0, 1] with u = x(1-x) N(x), N a ta
 - ``fusing``: Burgers' equation on (x, t) (u_t, u_x, u_xx), updates of 4 micro-batches of 8: crux's time per
   update at K = 1, 10, 100, 1000 updates a call, each against K = 1's;
 - ``throughput``: full batch, fused ×100, at ``--sizes`` and ``--widths``, at each of ``--precisions``: crux beside
-  the hand-written scan, FLOP/s (XLA's count of an update over its time) and the fraction of ``--peak-tflops``.
+  the hand-written scan, FLOP/s (XLA's count of an update over its time) and the fraction of ``--peak-tflops``;
+- ``shapes``: the 2-D problem in shapes users train, few points on a narrow network (256 points, 2 × 32) and many
+  on a wide one (16,384 points, 4 × 128; 4,096 on a CPU), at each of ``--precisions``: crux fused ×100 and ×1000
+  against the fastest hand-written scan of as many updates (plain, and unrolled four to a turn), back to back.
+
+The standard problem's table also gives the time to a first update: from the first call that trains, in a fresh
+process, to the first update's loss on the host (crux's ``solve(1)``; the hand-written loop's trace, compile and
+first call; jNO's first ``solve(1)``, with ``--jno``).
 
 The standard and small problems are also fused at K = epochs (one call a round). crux and the hand-written code
 run at the same matmul precision (``--precision``; crux's solve() defaults to full float32, hand-written JAX to the
@@ -86,7 +93,7 @@ from crux.solver import Machinery  # noqa: E402
 from crux.timing.pairs import in_turn  # noqa: E402
 from crux.tracking.contract import BENCH, ROLE, SWEEP  # noqa: E402
 
-PROBLEMS = ("standard", "small", "accumulation", "laplacian", "scaling", "fusing", "throughput")
+PROBLEMS = ("standard", "small", "accumulation", "laplacian", "scaling", "fusing", "throughput", "shapes")
 QUICK_PROBLEMS = ("standard", "small", "accumulation")  # the rest compile too many programs for a minute
 FORMS = ("fwd-fwd", "rev-rev", "fwd-rev", "jet", "hand-taylor")
 SAME_AS_CRUX = "hand-taylor"  # crux.laplacian's formulation: Taylor mode (crux/taylor.py), written by hand
@@ -372,7 +379,8 @@ class HandVariant(Variant):
         if k == 1:  # a scan body is counted once, so only the loop's is per step
             self.flops = work(self.call).get("flops")
         self.data_arrays = data
-        self.run(WARMUP_CALLS * k)
+        self.info["first_call_seconds"] = self.run(k)[0]
+        self.run((WARMUP_CALLS - 1) * k)
         return self.compile_seconds
 
     def run(self, steps: int) -> tuple[float, float]:
@@ -551,6 +559,36 @@ def duel(a: Variant, b: Variant, steps: int, rounds: int) -> dict[str, Any]:
     ratio = np.array(ratios)
     return {"median": float(np.median(ratio)), "min": float(ratio.min()), "max": float(ratio.max()),
             "rounds": rounds, "back_to_back": True, "all": ratio.tolist()}
+
+
+def first_update(family: str, precision: str) -> float:
+    """Seconds from the first call that trains the standard problem, in this process, to the first update's loss
+    on the host: crux's ``solve(1)`` (planning, compiling, the update), or the hand-written loop's trace,
+    compile and first call. Run in a fresh process, so that nothing is compiled or cached before it."""
+    n, hidden = 1024, (64, 64, 64)
+    if family == "crux":
+        solver = poisson_problem(n, hidden)().solver()
+        start = time.perf_counter()
+        float(solver.solve(1, precision=precision).final_loss)
+        return time.perf_counter() - start
+    hand = HandVariant("first update", SAME_AS_CRUX, interior(n), (1, *hidden, 1), 1, precision=precision)
+    hand.build()
+    return hand.compile_seconds + hand.info["first_call_seconds"]
+
+
+def first_updates(plan: "Plan", log) -> dict[str, float]:
+    """:func:`first_update` of crux and of the hand-written loop, each in fresh processes (JAX's persistent
+    compilation cache off), in alternating order: the median over ``plan.repeats`` of each."""
+    seconds: dict[str, list[float]] = {"crux": [], "hand": []}
+    for r in range(plan.repeats):
+        for family in ("crux", "hand") if r % 2 == 0 else ("hand", "crux"):
+            out = subprocess.run([sys.executable, __file__, "--first-update", family, "--precision", plan.precision],
+                                 capture_output=True, text=True, check=True,
+                                 env={**os.environ, "JAX_ENABLE_COMPILATION_CACHE": "false"})
+            seconds[family].append(float(out.stdout.split()[-1]))
+    result = {family: float(np.median(values)) for family, values in seconds.items()}
+    log(f"  time to first update: crux {result['crux']:.2f} s, hand-written {result['hand']:.2f} s")
+    return result
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -960,6 +998,61 @@ def bench_throughput(plan: Plan, log, sizes: tuple[int, ...] = THROUGHPUT_SIZES,
     return result
 
 
+# The shapes problem: (label, points per side of the grid, hidden widths); on a CPU the wide shape at 32 × 32
+# points (an update of 16,384 would take some 0.3 s there), fused ×100 only.
+SHAPES = (("2-D, 256 points, 2×32", 16, (32, 32)), ("2-D, 16,384 points, 4×128", 128, (128,) * 4))
+SHAPE_DEPTHS = (100, 1000)
+CPU_WIDE_SIDE = 32
+SHAPE_UNROLL = LoopForm(unroll=4)  # the hand-written scan's fastest form on a TPU
+
+
+def bench_shapes(plan: Plan, log, precisions: tuple[str, ...] = PRECISIONS) -> dict:
+    """crux fused ×100 and ×1000 on the 2-D problem in shapes outside the standard ones, each against the fastest
+    of the hand-written Taylor scans of as many updates (plain and unrolled four to a turn), back to back, at
+    each matmul precision."""
+    rows = []
+    for label, side, hidden in SHAPES:
+        depths = SHAPE_DEPTHS
+        if jax.default_backend() == "cpu" and hidden[0] > 32:
+            side, depths = CPU_WIDE_SIDE, SHAPE_DEPTHS[:1]
+            label = f"{label} ({side * side:,} points on a CPU)"
+        points, widths = grid2d(side * side), (2, *hidden, 1)
+        steps = plan.steps(max(depths), min(depths))
+        depths = tuple(sorted({min(k, steps) for k in depths}))
+        for precision in precisions:
+            variants: list[Variant] = []
+            for k in depths:
+                variants.append(CruxVariant(f"crux inner_steps={k}", laplacian2d_problem(points, hidden), k, steps,
+                                            precision=precision))
+                variants += [HandVariant(formed(hand_name("scan", k, SAME_AS_CRUX), loop), SAME_AS_CRUX, points,
+                                         widths, k, precision=precision, loop=loop)
+                             for loop in (LoopForm(), SHAPE_UNROLL)]
+            log(f"  {label}, precision {precision}")
+            results = measure(variants, steps, plan.repeats, log)
+            by_name = {v.name: v for v in variants}
+            for k in depths:
+                best = fastest(results, [n for n in results if n.startswith(f"hand scan k={k} ")])
+                pair = duel(by_name[f"crux inner_steps={k}"], by_name[best], steps, plan.duel_rounds)
+                rows.append({"shape": label, "points": len(points), "hidden": list(hidden), "precision": precision,
+                             "k": k, "steps": steps, "hand": best, "duel": pair,
+                             "crux_steps_per_second": rate(results, f"crux inner_steps={k}"),
+                             "hand_steps_per_second": rate(results, best)})
+                log(f"  {label} {precision} fused ×{k}: crux / {best} {pair['median']:.3f} "
+                    f"[{pair['min']:.3f}-{pair['max']:.3f}]")
+    return {"rows": rows, "description": "-Δu = 2 pi^2 sin(pi x) sin(pi y) on a grid, u = x(1-x)y(1-y) N(x, y), N a "
+                                         "tanh MLP, full batch, Adam 1e-3: crux fused against the fastest hand-written "
+                                         "Taylor scan of as many updates (plain or unrolled 4), back to back"}
+
+
+def shapes_table(p: dict) -> list[str]:
+    lines = ["| shape | precision | updates a call | crux updates/s | hand updates/s | fastest hand-written | crux / hand "
+             "(back to back) |", "|---|---|---:|---:|---:|---|---:|"]
+    lines += [f"| {r['shape']} | {r['precision']} | {r['k']} | {r['crux_steps_per_second']:.1f} | "
+              f"{r['hand_steps_per_second']:.1f} | {r['hand']} | {r['duel']['median']:.2f} ({r['duel']['min']:.2f}–"
+              f"{r['duel']['max']:.2f}) |" for r in p["rows"]]
+    return lines + [""]
+
+
 def plot_scaling(scaling: dict, path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -998,6 +1091,9 @@ def merge_jno(report: dict, path: Path) -> None:
             continue
         for name, result in entry.get("variants", {}).items():  # idempotent: called after every problem
             report["problems"][problem]["variants"][name] = {**result, "family": "jNO", "separate_process": True}
+        first = entry.get("variants", {}).get("jNO inner_steps=1", {}).get("first_solve_seconds")
+        if "first_update" in report["problems"][problem] and first is not None:  # its process's first solve(1)
+            report["problems"][problem]["first_update"]["jNO"] = first
         ratios = report["problems"][problem].setdefault("ratios", {})
         ratios.update(entry.get("ratios", {}))
         variants = report["problems"][problem]["variants"]
@@ -1041,6 +1137,9 @@ def targets(report: dict) -> list[dict]:
     for row in problems.get("fusing", {}).get("per_update", [])[1:]:
         add(f"fusing: time per update at K={row['k']} / at K=1 (round by round)", row["over_k1"], "<= 1.0",
             lambda x: x <= 1.0)
+    for row in problems.get("shapes", {}).get("rows", []):
+        add(f"shapes: crux / fastest hand-written scan, {row['shape']}, precision {row['precision']}, fused "
+            f"×{row['k']} (back to back)", row["duel"]["median"], ">= 1.0", lambda x: x >= 1.0)
     for row in problems.get("throughput", {}).get("rows", []):
         add(f"throughput: crux / hand-written, {row['points']} points, width {row['width']}, precision "
             f"{row['precision']}", row["ratio"], ">= 1.0", lambda x: x >= 1.0)
@@ -1080,6 +1179,9 @@ def markdown(report: dict) -> str:
         if name == "throughput":
             lines += throughput_table(p)
             continue
+        if name == "shapes":
+            lines += shapes_table(p)
+            continue
         lines += ["| variant | compile s | steps/s (median) | min-max | CPU ms/step | fixed ms/solve | GFLOP/step "
                   "| final loss |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
         for vname, r in sorted(p["variants"].items(), key=lambda kv: -kv[1]["steps_per_second"]["median"]):
@@ -1118,6 +1220,9 @@ def markdown(report: dict) -> str:
             lines += [f"| {r['k']} | {r['us_per_update']:.1f} | {r['over_k1']:.3f} | {r['over_k1_min']:.3f}-"
                       f"{r['over_k1_max']:.3f} | {r['over_previous']:.3f} |" for r in p["per_update"]]
             lines.append("")
+        if p.get("first_update"):
+            lines += ["Time to first update (s), from the first call that trains, in a fresh process: " + ", ".join(
+                f"{family} {seconds:.2f}" for family, seconds in p["first_update"].items()), ""]
         for key, value in p.get("ratios", {}).items():
             pair = p.get("paired", {}).get(key)
             rounds = "" if pair is None else \
@@ -1173,6 +1278,7 @@ README_ROWS = {
     "crux / jNO, standard problem": ("standard", "jNO", "≥ 1.3"),
     "crux / jNO, 64 points, 3×32": ("small", "jNO", "–"),
     "one update of 4×8 / four updates of 8": ("accumulation", "accumulation", "≤ 1.2"),
+    "time to first update, standard problem (fresh process)": ("standard", "first", "–"),
 }
 
 
@@ -1195,6 +1301,10 @@ def readme_cell(problem: dict, kind: str) -> str:
                  for k in re.findall(r"^crux inner_steps=(\d+): t\(4x8\) / \(4 t\(8\)\)$", key)]
         jno = r.get("jNO inner_steps=1: t(4x8) / (4 t(8))")
         return "; ".join(parts) + ("" if jno is None else f"; jNO {jno:.2f}")
+    if kind == "first":
+        first = problem.get("first_update", {})
+        return "; ".join(f"{name} {first[family]:.2f} s" for family, name in (
+            ("crux", "crux"), ("hand", "hand-written"), ("jNO", "jNO")) if family in first) or "not run"
     if kind == "work":
         return "; ".join(f"{c['crux']['flops'] / c['hand']['flops']:.3f} {_calls(int(k), epochs)}"
                          for k, c in problem.get("work", {}).items()) or "not run"
@@ -1456,13 +1566,15 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"throughput: hidden widths, comma-separated (default {_joined(THROUGHPUT_WIDTHS)}; on "
                              f"the chip e.g. 64,128,256,512)")
     parser.add_argument("--precisions", type=_parsed(_precisions), default=PRECISIONS,
-                        help=f"throughput: matmul precisions, comma-separated (default {_joined(PRECISIONS)})")
+                        help=f"throughput and shapes: matmul precisions, comma-separated (default "
+                             f"{_joined(PRECISIONS)})")
     parser.add_argument("--peak-tflops", type=float,
                         help="throughput: the device's peak TFLOP/s, for the fraction of it reached (TPU v5e: 197, "
                              "bfloat16 matrix work)")
     parser.add_argument("--readme-from", type=Path, nargs="+", metavar="BENCH_JSON",
                         help="write README.md's speed table from the bench.json of runs with --out (e.g. on a TPU; "
                              "their problems together), in the column of the device they ran on; measures nothing")
+    parser.add_argument("--first-update", choices=("crux", "hand"), help=argparse.SUPPRESS)  # first_updates' child
     parser.add_argument("--readme", action="store_true",
                         help=f"measure {','.join(README_PROBLEMS)} and jNO (in its own process, unless --jno) and "
                              f"write the CPU column of README.md's speed table; needs a clean checkout")
@@ -1493,6 +1605,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         parser.error(f"--precision {args.precision!r} is not a matmul precision; use default (here the default: "
                      f"hand-written JAX's own, one bfloat16 pass on a TPU), high or highest (full float32)")
+    if args.first_update:
+        print(first_update(args.first_update, precision))
+        return 0
     default = README_PROBLEMS if args.readme else QUICK_PROBLEMS if args.quick else PROBLEMS
     problems = [p.strip() for p in (args.problems or ",".join(default)).split(",") if p.strip()]
     unknown = sorted(set(problems) - set(PROBLEMS))
@@ -1538,6 +1653,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"[{time.perf_counter() - started:6.1f} s] {problem}")
         if problem == "standard":
             result = bench_standard(plan(slow_repeats), log, forms=forms)
+            result["first_update"] = first_updates(plan(1 if args.quick else slow_repeats), log)
             best_form = result["variants"][result["best"]["loop"]]["form"]
         elif problem == "small":
             result = bench_small(plan(fast_repeats), log, forms=forms)
@@ -1554,6 +1670,8 @@ def main(argv: list[str] | None = None) -> int:
                     write(report, args.out, args.jno, started, final=False)
             result = bench_throughput(plan(slow_repeats), log, args.sizes, args.widths, args.precisions,
                                       args.peak_tflops, on_row=keep)
+        elif problem == "shapes":
+            result = bench_shapes(plan(slow_repeats), log, args.precisions)
         else:
             result = bench_scaling(plan(slow_repeats), log, best_form)
         report["problems"][problem] = result

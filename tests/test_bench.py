@@ -52,7 +52,8 @@ def _report(value: float, backend: str = "cpu", device_kind: str = "cpu") -> dic
                                                            for k in fused}},
         "ratios": {f"crux inner_steps={k} / jNO inner_steps={k} (separate process)": value for k in [1, *fused]},
         "work": {k: {"crux": {"flops": value, "bytes": 1.0}, "hand": {"flops": 1.0, "bytes": 1.0}}
-                 for k in [1, *fused]}}
+                 for k in [1, *fused]},
+        "first_update": {"crux": value, "hand": value, "jNO": value}}
     accumulation = {"ratios": {"crux inner_steps=1: t(4x8) / (4 t(8))": value,
                                "crux inner_steps=100: t(4x8) / (4 t(8))": value,
                                "jNO inner_steps=1: t(4x8) / (4 t(8))": value}}
@@ -84,6 +85,18 @@ def test_the_readme_speed_table_has_the_rows_and_the_commit_line_the_bench_write
             if label in bench.README_ROWS and bench.README_ROWS[label][1] in ("hand", "jNO", "work"):
                 assert re.fullmatch(_cell_pattern(bench.README_ROWS[label][1]), line.split(" | ")[1])
     assert "1.00 (1.00–1.00) fused ×500 (K = epochs)" in "\n".join(written)
+
+
+def test_the_time_to_a_first_update_takes_jnos_first_solve_from_its_own_process(tmp_path):
+    report = {"problems": {"standard": {"variants": {}, "first_update": {"crux": 1.5, "hand": 0.75}}}}
+    jno = tmp_path / "jno.json"
+    jno.write_text(json.dumps({"problems": {"standard": {"variants": {"jNO inner_steps=1": {
+        "steps_per_second": {"median": 100.0}, "first_solve_seconds": 6.25}}}}}))
+    bench.merge_jno(report, jno)
+    cell = bench.readme_cell(report["problems"]["standard"], "first")
+    assert cell == "crux 1.50 s; hand-written 0.75 s; jNO 6.25 s"
+    assert bench.readme_cell({"first_update": {"crux": 1.5, "hand": 0.75}}, "first") == \
+        "crux 1.50 s; hand-written 0.75 s"
 
 
 @pytest.mark.parametrize("out", [" --out /tmp/bench-out", " --out=/tmp/bench-out"])
