@@ -109,7 +109,7 @@ WARMUP_CALLS = 2  # a hand-written variant's first calls allocate: run when buil
 def initial_layers(widths: tuple[int, ...], seed: int = 0) -> list[tuple[jax.Array, jax.Array]]:
     """crux.mlp's initial parameters (``seed``) as one ``(W, b)`` per layer, its stacks of equal layers split:
     a hand-written loop starts where crux starts, so their losses compare update by update."""
-    model = crux.mlp(widths[0], widths[-1], widths[1:-1], seed=seed)
+    model = crux.model.mlp(widths[0], widths[-1], widths[1:-1], seed=seed)  # crux.mlp itself, even where patched
     return [(stack["w"][k], stack["b"][k]) for stack in model.params for k in range(stack["w"].shape[0])]
 
 

@@ -4,6 +4,7 @@
     python scripts/step_anatomy.py                      # small and standard, inner_steps=100
     python scripts/step_anatomy.py --quick --out DIR    # fewer updates; also writes DIR/anatomy.md
     python scripts/step_anatomy.py --quick --profile --out DIR   # and each variant's device time per op
+    python scripts/step_anatomy.py --problems square    # the 2-D problem on 256 points, 2 × 32
 
 With ``--profile`` each variant's rounds are traced once more (``jax.profiler``) and the device's own time per
 update is split by compiled instruction: what the device is busy with against the wall time of an update (the
@@ -46,7 +47,7 @@ import re
 import sys
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -55,6 +56,7 @@ from jax.profiler import ProfileData
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402  (scripts/bench.py: problems, variants, interleaved timing)
 
+import crux  # noqa: E402
 import crux.engine  # noqa: E402
 import crux.model  # noqa: E402
 import crux.problems.poisson  # noqa: E402
@@ -116,7 +118,7 @@ class _UnrolledScans:
 UNROLLED_4 = [(crux.engine, "jax", _UnrolledScans(4))]
 EVERY_UPDATE_APPLIED = [(crux.engine, "jnp", _EveryUpdateApplied())]
 TREE_LAYOUT = [(crux.model, "layout_free", lambda optimizer: False)]
-LAYER_ARRAYS = [(crux.problems.poisson, "mlp", layer_arrays_mlp), *TREE_LAYOUT]
+LAYER_ARRAYS = [(crux.problems.poisson, "mlp", layer_arrays_mlp), (crux, "mlp", layer_arrays_mlp), *TREE_LAYOUT]
 
 
 @contextlib.contextmanager
@@ -211,22 +213,38 @@ def body_of(variant: bench.Variant) -> collections.Counter:
     return loop_body_ops(hlo_of(variant))
 
 
-def anatomy(name: str, n: int, hidden: tuple[int, ...], steps: int, repeats: int, k: int, log,
+class Problem(NamedTuple):
+    """A problem to dissect: its crux problem, its points and hidden widths, and updates per round."""
+
+    make: Callable
+    points: object
+    hidden: tuple[int, ...]
+    steps: int
+
+
+PROBLEMS = {
+    "small": Problem(bench.poisson_problem(64, (32, 32, 32)), bench.interior(64), (32, 32, 32), 2000),
+    "standard": Problem(bench.poisson_problem(1024, (64, 64, 64)), bench.interior(1024), (64, 64, 64), 500),
+    "square": Problem(bench.laplacian2d_problem(bench.grid2d(256), (32, 32)), bench.grid2d(256), (32, 32), 2000),
+}
+
+
+def anatomy(name: str, problem: Problem, steps: int, repeats: int, k: int, log,
             traced: Path | None | bool = False) -> str:
     """The variants' table for one problem; with ``traced`` (a folder for the HLO, or None) their profile too."""
-    make = bench.poisson_problem(n, hidden)
+    make, points, hidden = problem.make, problem.points, problem.hidden
+    widths = (points.shape[1], *hidden, 1)
     variants = [PatchedCrux("crux", [], make, k, k),
                 PatchedCrux("crux, every update checked", [], make, k, k, loop=bench.LoopForm(guard="full")),
                 PatchedCrux("crux, every update applied", EVERY_UPDATE_APPLIED, make, k, k),
                 PatchedCrux("crux, scan unrolled 4x", UNROLLED_4, make, k, k),
                 PatchedCrux("crux, tree layout", TREE_LAYOUT, make, k, k),
                 PatchedCrux("crux, layer arrays", LAYER_ARRAYS, make, k, k),
-                bench.HandVariant(f"hand scan {bench.SAME_AS_CRUX}", bench.SAME_AS_CRUX, bench.interior(n),
-                                  (1, *hidden, 1), k),
-                bench.HandVariant(f"hand scan {bench.SAME_AS_CRUX}, unrolled 4x", bench.SAME_AS_CRUX,
-                                  bench.interior(n), (1, *hidden, 1), k, loop=bench.LoopForm(unroll=4))]
+                bench.HandVariant(f"hand scan {bench.SAME_AS_CRUX}", bench.SAME_AS_CRUX, points, widths, k),
+                bench.HandVariant(f"hand scan {bench.SAME_AS_CRUX}, unrolled 4x", bench.SAME_AS_CRUX, points, widths,
+                                  k, loop=bench.LoopForm(unroll=4))]
     results = bench.measure(variants, steps, repeats, log)
-    lines = [f"## {name}: {n} points, 1-{'-'.join(map(str, hidden))}-1, inner_steps={k}, {steps} updates "
+    lines = [f"## {name}: {len(points)} points, {'-'.join(map(str, widths))}, inner_steps={k}, {steps} updates "
              f"per round, {repeats} rounds", "",
              "| variant | steps/s (median) | min-max | fixed ms/solve | body instructions | fusions | library calls "
              "| copies |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -251,14 +269,20 @@ def main() -> None:
                         help="trace each variant once more: the device's time per update by instruction (with "
                              "--out, also each variant's HLO and per-instruction times there)")
     parser.add_argument("--out", type=Path, help="folder for anatomy.md")
+    parser.add_argument("--problems", default="small,standard",
+                        help=f"comma-separated, from {','.join(PROBLEMS)} (square: the 2-D problem on 256 points, 2 × 32)")
     args = parser.parse_args()
+    names = [name.strip() for name in args.problems.split(",") if name.strip()]
+    if not names or set(names) - set(PROBLEMS):
+        parser.error(f"--problems {args.problems!r}: choose from {','.join(PROBLEMS)}")
     k = bench.SCAN_STEPS
     device = jax.devices()[0]
     text = [f"# Anatomy of a fused update\n\njax {jax.__version__} on {device.platform} ({device.device_kind}), "
             f"XLA_FLAGS: {os.environ.get('XLA_FLAGS') or '(none)'}\n"]
-    for name, n, hidden, full in (("small", 64, (32, 32, 32), 2000), ("standard", 1024, (64, 64, 64), 500)):
+    for name in names:
         traced = (args.out / "profile" if args.out else None) if args.profile else False
-        text.append(anatomy(name, n, hidden, 200 if args.quick else full, args.repeats, k, print, traced))
+        text.append(anatomy(name, PROBLEMS[name], 200 if args.quick else PROBLEMS[name].steps, args.repeats, k, print,
+                            traced))
         print(text[-1])
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
