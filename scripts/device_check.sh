@@ -10,9 +10,13 @@
 # each followed by its report; functions (scripts/function_accuracy.py: the float32 accuracy of the activations and
 # of matrix products, on the accelerator and on the CPU); bench (scripts/bench.py, with $BENCH_ARGS appended);
 # anatomy (scripts/step_anatomy.py --profile: the device's time per instruction of a fused update, crux beside
-# the hand-written scans); capacity (scripts/capacity.py, with $CAPACITY_ARGS appended; at most $CAPACITY_S
+# the hand-written scans, on the problems of $ANATOMY_PROBLEMS, default small,standard; square is the 2-D one); capacity (scripts/capacity.py, with $CAPACITY_ARGS appended; at most $CAPACITY_S
 # seconds, default 300); scale (scripts/memory_at_scale.py, with $SCALE_ARGS appended, at most $SCALE_S seconds,
-# default 300: checkpoint_gradients' forms and offload_data at the chip's sizes). The bench times the hand-written scans unrolled four to a turn too: on a TPU
+# default 300: checkpoint_gradients' forms and offload_data at the chip's sizes); compile (scripts/compile_cost.py
+# --rounds $COMPILE_ROUNDS, default 1: a first solve()'s compile with checkpoint_gradients and with every memory
+# option against the plain update's, Adam and L-BFGS, each in a fresh process); cache (scripts/measure_sweep.py:
+# the $CACHE_SWEEP sweep, default accumulation, run twice into a fresh compilation cache, each run's compile seconds
+# and its first jobs' compile share, the second run's compile over the first's). The bench times the hand-written scans unrolled four to a turn too: on a TPU
 # that form is the fastest hand-written one, the baseline crux is held to. `devices` runs only where
 # JAX sees more than one device; REPORTS=0 leaves the reports to be made from the returned store. A step that
 # fails or runs out of its time limit does not stop the next; the log says which. One command on a device machine
@@ -39,7 +43,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 python=$(command -v "${PYTHON:-python3}") || { echo "no ${PYTHON:-python3} here" >&2; exit 2; }
 python="$(cd "$(dirname "$python")" && pwd)/$(basename "$python")"  # absolute (not resolved): the steps run elsewhere
 sweeps=(accumulation inner_steps checkpoint offload substeps phases resume precision devices)
-every_step=("${sweeps[@]}" functions bench anatomy capacity scale)
+every_step=("${sweeps[@]}" functions bench anatomy capacity scale compile cache)
 
 prepare() {  # $1: "full" to carry the index's packages too
     local wheels="$root/.wheels" index_names
@@ -215,7 +219,15 @@ for name in "${chosen[@]}"; do
             fi ;;
         anatomy)
             step anatomy 60 240 "$python" "$root/scripts/step_anatomy.py" --quick --profile --repeats "$( ((dry)) \
-                && echo 1 || echo 3)" --out "$work/anatomy" ;;
+                && echo 1 || echo 3)" --problems "${ANATOMY_PROBLEMS:-small,standard}" --out "$work/anatomy" ;;
+        compile)
+            step compile 60 0 "$python" "$root/scripts/compile_cost.py" --rounds "${COMPILE_ROUNDS:-1}" \
+                $( ((dry)) && echo "--optimizers adam" ) ;;
+        cache)
+            # shellcheck disable=SC2086
+            step cache 60 0 "$python" "$root/scripts/measure_sweep.py" --uri "$MLFLOW_TRACKING_URI" --sweeps 2 \
+                "${CACHE_SWEEP:-accumulation}" "jax.compilation_cache_dir=$store/jax-cache" \
+                $( ((dry)) && echo "${tiny[${CACHE_SWEEP:-accumulation}]}" ) ;;
         capacity)
             # shellcheck disable=SC2086
             if (( dry )); then

@@ -15,8 +15,11 @@ was installed there (``pip install --target DIR``) takes the place of the enviro
 dependency beside the same environment for the other commits. For each sweep it prints the seconds of its
 command, of its jobs' training and compilation (the runs' ``run_seconds`` and ``compile_seconds``, the gradient
 draws' counted, as ``measure_tracking.py`` counts them), the rest, the sweep's share (the rest over the command's
-seconds) and a job's median share ((run duration - training - compile) / run duration); then the medians per
-commit.
+seconds) and a job's median share ((run duration - training - compile) / run duration); its compile seconds and
+its first jobs' compile share (each variant's first job: its compile seconds over its compile and training
+seconds); then the medians per commit, and each later sweep's compile seconds over the first's: with the
+overrides ``jax.compilation_cache_dir=DIR`` of a fresh DIR, what JAX's persistent compilation cache spares a
+second run of the same sweep.
 """
 from __future__ import annotations
 
@@ -33,7 +36,7 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from crux.tracking.contract import PARENT, ROLE, tag_filter
+from crux.tracking.contract import JOB, PARENT, ROLE, VARIANT, tag_filter
 from crux.tracking.store import child_runs
 
 REPOSITORY = Path(__file__).resolve().parent.parent
@@ -53,21 +56,28 @@ def checkout(commit: str, folder: Path) -> Path:
 
 
 def last_sweep(uri: str, name: str) -> dict[str, float]:
-    """The newest sweep of experiment ``name``: its jobs' training and compilation seconds, and a job's median
-    share."""
+    """The newest sweep of experiment ``name``: its jobs' training and compilation seconds, a job's median
+    share, its compile seconds and its first jobs' compile share."""
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name(name)
     (parent,) = client.search_runs([experiment.experiment_id], tag_filter(ROLE, PARENT),
                                    order_by=["attributes.start_time DESC"], max_results=1)
-    busy, shares = 0.0, []
+    busy, compiled, shares, firsts = 0.0, 0.0, [], {}
     for run in child_runs(client, experiment.experiment_id, parent.info.run_id):
         metrics = run.data.metrics
         solver = sum(metrics.get(key, 0.0) for key in ("run_seconds", "compile_seconds", "gradient_noise/run_seconds",
                                                         "gradient_noise/compile_seconds"))
         duration = (run.info.end_time - run.info.start_time) / 1000
         busy += solver
+        compiled += metrics.get("compile_seconds", 0.0)
         shares.append((duration - solver) / duration)
-    return {"busy": busy, "job_share": statistics.median(shares)}
+        job, variant = int(run.data.tags.get(JOB, 0)), run.data.tags.get(VARIANT, "")
+        if variant not in firsts or job < firsts[variant][0]:
+            firsts[variant] = (job, metrics.get("compile_seconds", 0.0), metrics.get("run_seconds", 0.0))
+    first_compile = sum(c for _, c, _ in firsts.values())
+    first_total = first_compile + sum(r for _, _, r in firsts.values())
+    return {"busy": busy, "job_share": statistics.median(shares), "compile": compiled,
+            "first_compile_share": first_compile / first_total if first_total else float("nan")}
 
 
 def main(argv: list[str]) -> None:
@@ -101,11 +111,16 @@ def main(argv: list[str]) -> None:
                 rows.setdefault(commit, []).append(row)
                 print(f"{commit}: {row['wall']:.2f} s, training and compilation {row['busy']:.2f} s, rest "
                       f"{row['rest']:.2f} s: the sweep's share {100 * row['rest'] / row['wall']:.1f}%, a job's "
-                      f"median {100 * row['job_share']:.1f}% (load {os.getloadavg()[0]:.1f})", flush=True)
+                      f"median {100 * row['job_share']:.1f}%; compile {row['compile']:.2f} s, the first jobs' "
+                      f"compile share {100 * row['first_compile_share']:.1f}% (load {os.getloadavg()[0]:.1f})",
+                      flush=True)
     for commit, measured in rows.items():
         print(f"{commit}, median of {len(measured)}: rest {statistics.median(r['rest'] for r in measured):.2f} s, "
               f"the sweep's share {100 * statistics.median(r['rest'] / r['wall'] for r in measured):.1f}%, a job's "
               f"median {100 * statistics.median(r['job_share'] for r in measured):.1f}%")
+        if len(measured) > 1:
+            print(f"{commit}: each later sweep's compile seconds over the first's: " + ", ".join(
+                f"{r['compile'] / measured[0]['compile']:.1%}" for r in measured[1:]))
 
 
 if __name__ == "__main__":
