@@ -51,7 +51,7 @@ class Model:
     with its segments applied one after another instead of by a loop (which of
     the two needs less memory depends on the device); without one, that form
     runs ``checkpointed_apply``. With ``checkpoint_gradients`` the update is
-    compiled in each form of :mod:`crux.remat` the model has (:attr:`forms`)
+    measured in each form of :mod:`crux.remat` the model has (:attr:`forms`)
     and runs the one that needs the least memory.
     """
 

@@ -21,9 +21,12 @@ whole                         6.72 GB (1.04×)             84.9 MB (0.85×)
 unrolled (segments unrolled)  3.11 GB (0.48×)             88.9 MB (0.89×)
 ============================  ==========================  ===========================
 
-So a checkpointed update is compiled in every form a model has and the one with the fewest temporary bytes is
-kept, the plain update where no form needs fewer: ``checkpoint_gradients`` never needs more memory than the
-plain update.
+So a checkpointed update is measured in every form a model has and the one with the fewest temporary bytes is
+compiled, the plain update where no form needs fewer: ``checkpoint_gradients`` never needs more memory than the
+plain update. XLA assigns a program's buffers before it generates its machine code, so a form is measured by a
+compile that spends little on the code (on a CPU: LLVM at its lowest level; :mod:`crux.executables`), the forms
+side by side, and only the form kept is compiled in full. What choosing costs on a first ``solve()`` (2-D Poisson,
+1,024 + 128 points, 6 × 64 tanh, a 2-core CPU) is in docs/BENCHMARK.md (``scripts/compile_cost.py``).
 """
 from __future__ import annotations
 
