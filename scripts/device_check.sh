@@ -7,10 +7,12 @@
 #   OUT=/tmp/x bash scripts/device_check.sh --dry-run [STEP ...]   # the same path on a CPU with tiny settings
 #
 # Steps: the claim sweeps (accumulation inner_steps checkpoint offload substeps phases resume precision devices),
-# each followed by its report; functions (scripts/function_accuracy.py: the float32 accuracy of the activations and
+# each with $SWEEP_ARGS appended (overrides, e.g. timing.budget_seconds=5) and followed by its report;
+# functions (scripts/function_accuracy.py: the float32 accuracy of the activations and
 # of matrix products, on the accelerator and on the CPU); bench (scripts/bench.py, with $BENCH_ARGS appended);
 # anatomy (scripts/step_anatomy.py --profile: the device's time per instruction of a fused update, crux beside
-# the hand-written scans, on the problems of $ANATOMY_PROBLEMS, default small,standard; square is the 2-D one); capacity (scripts/capacity.py, with $CAPACITY_ARGS appended; at most $CAPACITY_S
+# the hand-written scans, on the problems of $ANATOMY_PROBLEMS, default small,standard; square is the 2-D one);
+# capacity (scripts/capacity.py, with $CAPACITY_ARGS appended; at most $CAPACITY_S
 # seconds, default 300); scale (scripts/memory_at_scale.py, with $SCALE_ARGS appended, at most $SCALE_S seconds,
 # default 300: checkpoint_gradients' forms and offload_data at the chip's sizes); compile (scripts/compile_cost.py
 # --rounds $COMPILE_ROUNDS, default 1: a first solve()'s compile with checkpoint_gradients and with every memory
@@ -249,7 +251,7 @@ for name in "${chosen[@]}"; do
         *)
             # shellcheck disable=SC2086
             step "sweep $name" 30 0 "$python" -m crux.commands.sweep "$name" $( ((dry)) && echo "${tiny[$name]}" ) \
-                "hydra.sweep.dir=$work/multirun/$name"
+                ${SWEEP_ARGS:-} "hydra.sweep.dir=$work/multirun/$name"
             if [[ "${REPORTS:-1}" == 0 ]]; then
                 echo "== report $name: left for later (REPORTS=0): crux-report $name, against the returned store"
             else
