@@ -1045,8 +1045,8 @@ def bench_shapes(plan: Plan, log, precisions: tuple[str, ...] = PRECISIONS) -> d
 
 
 def shapes_table(p: dict) -> list[str]:
-    lines = ["| shape | precision | updates a call | crux updates/s | hand updates/s | fastest hand-written | crux / hand "
-             "(back to back) |", "|---|---|---:|---:|---:|---|---:|"]
+    lines = ["| shape | precision | updates a call | crux updates/s | hand updates/s | fastest hand-written "
+             "| crux / hand (back to back) |", "|---|---|---:|---:|---:|---|---:|"]
     lines += [f"| {r['shape']} | {r['precision']} | {r['k']} | {r['crux_steps_per_second']:.1f} | "
               f"{r['hand_steps_per_second']:.1f} | {r['hand']} | {r['duel']['median']:.2f} ({r['duel']['min']:.2f}–"
               f"{r['duel']['max']:.2f}) |" for r in p["rows"]]

@@ -270,7 +270,8 @@ def main() -> None:
                              "--out, also each variant's HLO and per-instruction times there)")
     parser.add_argument("--out", type=Path, help="folder for anatomy.md")
     parser.add_argument("--problems", default="small,standard",
-                        help=f"comma-separated, from {','.join(PROBLEMS)} (square: the 2-D problem on 256 points, 2 × 32)")
+                        help=f"comma-separated, from {','.join(PROBLEMS)} (square: the 2-D problem on 256 points, "
+                             f"2 × 32)")
     args = parser.parse_args()
     names = [name.strip() for name in args.problems.split(",") if name.strip()]
     if not names or set(names) - set(PROBLEMS):

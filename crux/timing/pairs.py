@@ -128,9 +128,10 @@ def time_paired(candidate: Side | Sequence[Side], reference: Side | Sequence[Sid
                 clock: str | None = None) -> PairedTimes:
     """Alternate chunks of the two sides until the interval of the time ratio is placed in or out of ``band``,
     or until the next pair would take the timing past ``budget_seconds`` of wall-clock time (counted from the
-    start, the solves' compiling left out); at least one pair per build. ``candidate`` and ``reference`` are one side each or equally many builds of
-    each (``candidate[b]`` is timed against ``reference[b]``, pair i on build i mod B). ``clock``: what a
-    chunk's seconds are, by default the one for JAX's device (:func:`clock_here`)."""
+    start, the solves' compiling left out); at least one pair per build. ``candidate`` and ``reference`` are
+    one side each or equally many builds of each (``candidate[b]`` is timed against ``reference[b]``, pair i on
+    build i mod B). ``clock``: what a chunk's seconds are, by default the one for JAX's device
+    (:func:`clock_here`)."""
     if budget_seconds <= 0:
         raise ValueError(f"the timing budget must be positive, got {budget_seconds} s")
     candidates = [candidate] if isinstance(candidate, Side) else list(candidate)
