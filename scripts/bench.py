@@ -578,7 +578,8 @@ def first_update(family: str, precision: str) -> float:
 
 def first_updates(plan: "Plan", log) -> dict[str, float]:
     """:func:`first_update` of crux and of the hand-written loop, each in fresh processes (JAX's persistent
-    compilation cache off), in alternating order: the median over ``plan.repeats`` of each."""
+    compilation cache off), in alternating order: the median over ``plan.repeats`` of each. Called before this
+    process opens the device, which a TPU lets one process hold at a time."""
     seconds: dict[str, list[float]] = {"crux": [], "hand": []}
     for r in range(plan.repeats):
         for family in ("crux", "hand") if r % 2 == 0 else ("hand", "crux"):
@@ -1620,6 +1621,12 @@ def main(argv: list[str] | None = None) -> int:
         forms = [SAME_AS_CRUX]  # compiling every formulation alone would take the minute
     if args.jno and not args.jno.exists():
         parser.error(f"--jno {args.jno}: no such file (write it with scripts/bench_jno.sh)")
+    log = lambda text: print(text, file=sys.stderr, flush=True)
+    fast_repeats = args.repeats or (3 if args.quick else 5)
+    slow_repeats = args.repeats or 3
+    plan = lambda repeats: Plan(args.quick, repeats, precision, tuple(args.loop_forms))
+    # before this process opens the device: an accelerator takes one process at a time
+    first = first_updates(plan(1 if args.quick else slow_repeats), log) if "standard" in problems else None
     env = environment()
     if args.readme:
         if args.quick or args.problems or args.forms != ",".join(FORMS):
@@ -1632,7 +1639,6 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--readme needs jNO for the crux / jNO rows: pip install -e '.[jno]', or pass --jno FILE "
                          "written by scripts/bench_jno.sh")
 
-    log = lambda text: print(text, file=sys.stderr, flush=True)
     started = time.perf_counter()
     report: dict[str, Any] = {"command": " ".join(["python scripts/bench.py", *(sys.argv[1:] if argv is None
                                                                                   else argv)]),
@@ -1644,16 +1650,13 @@ def main(argv: list[str] | None = None) -> int:
                    "--problems", ",".join(problems)]
         subprocess.run(command + ([] if args.repeats is None else ["--repeats", str(args.repeats)]), check=True,
                        stdout=sys.stderr)
-    fast_repeats = args.repeats or (3 if args.quick else 5)
-    slow_repeats = args.repeats or 3
-    plan = lambda repeats: Plan(args.quick, repeats, precision, tuple(args.loop_forms))
     report["repeats"] = {"fast problems": fast_repeats, "slow problems": slow_repeats}
     best_form = SAME_AS_CRUX
     for problem in problems:
         log(f"[{time.perf_counter() - started:6.1f} s] {problem}")
         if problem == "standard":
             result = bench_standard(plan(slow_repeats), log, forms=forms)
-            result["first_update"] = first_updates(plan(1 if args.quick else slow_repeats), log)
+            result["first_update"] = first
             best_form = result["variants"][result["best"]["loop"]]["form"]
         elif problem == "small":
             result = bench_small(plan(fast_repeats), log, forms=forms)
