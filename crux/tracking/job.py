@@ -57,6 +57,7 @@ from crux.tracking.contract import (ADJUSTED, BACKEND, CHILD, CLAIM, CONFIG, ENV
                                    PARAMS, PARENT_ID, REPEAT, REQUESTED, ROLE, SINGLE, STATS, SWEEP, VARIANT, VARIANT_PARAM)
 from crux.tracking.descriptions import job_description
 from crux.tracking.environment import environment
+from crux.tracking.provenance import invocation
 from crux.tracking.faults import (PatientClient, StoreFault, patiently, reach, record_fault, recorded_fault,
                                   set_retry_budget, store_retrying)
 from crux.tracking.handover import Results, hand_over
@@ -397,9 +398,12 @@ class JobRun:
         self._write(CONFIG, lambda: (self._staged / CONFIG).write_text(OmegaConf.to_yaml(resolved)))
         folder = Path.cwd()
         precision = resolved["solver"].get("precision")  # the job's updates' matmul precision (crux.precision)
+        # the command and overrides read now: the writer writes this file while the next job of the sweep, whose
+        # Hydra config is then the current one, sets up
+        job = invocation()
         self._write(ENVIRONMENT, lambda: (self._staged / ENVIRONMENT).write_text(
-            json.dumps({**environment(folder, resolved["problem"].get("_target_")), "matmul_precision": precision},
-                       indent=1)))
+            json.dumps({**environment(folder, resolved["problem"].get("_target_"), job),
+                        "matmul_precision": precision}, indent=1)))
         params = {**flatten(effective_settings(cfg, resolved)), VARIANT_PARAM: self.variant}
         for key, value in (applied or {}).items():
             params[f"{key}{REQUESTED}"], params[key] = params[key], str(value)
