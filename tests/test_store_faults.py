@@ -328,7 +328,8 @@ def test_postgresql_refusals_are_one_line_without_mlflows_retries(postgres_store
                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     for done, status, line in ((swept, 1, f"crux-sweep: the PostgreSQL server of "
                                           f"{wrong.replace(':not-its-password', '')} refused the user ("),
-                               (reported, 2, f"crux-report: the PostgreSQL server of {nowhere} did not answer within ")):
+                               (reported, 2, f"crux-report: the PostgreSQL server of {nowhere} refused the "
+                                             f"connection (")):
         output = done.stdout + done.stderr
         assert done.returncode == status and output.strip().splitlines()[-1].startswith(line), output[-3000:]
         assert "retried" not in output and "Traceback" not in output and "not-its-password" not in output
