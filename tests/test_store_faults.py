@@ -119,6 +119,40 @@ def test_a_server_gone_for_good_ends_the_sweep_in_one_line_and_resume_completes_
         contract.CONFIG, contract.ENVIRONMENT, contract.HISTORY_PLOT, contract.PARAMS, contract.STATS]
 
 
+def test_a_server_killed_under_joblib_costs_no_trained_job(server_folder, tmp_path):
+    """Jobs 0 and 1 train in two joblib workers when the server stops: both train to their end and hand their
+    results over; the sweep's writes of them meet the dead server, and both are kept in the sweep's folder (not
+    deleted with the hand-over), said in its last line. With the server back, ``--resume`` writes them into their
+    own runs, which close FINISHED with their whole histories, and trains job 2 only."""
+    from mlflow.tracking import MlflowClient
+
+    backend = f"sqlite:///{server_folder / 'runs.db'}"
+    url = start("mlflow_server.sh", server_folder / "server", backend, "1")
+    process, seen = sweep(tmp_path, url, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"), []
+    while not (run_opened(url, "accumulation", "0") and run_opened(url, "accumulation", "1")):
+        assert process.poll() is None, "".join(seen)[-4000:]
+        time.sleep(0.05)
+    stop("mlflow_server.sh", server_folder / "server")
+    assert finish(process, seen) != 0
+    last = seen[-1].strip()
+    assert "; the results that jobs 0, 1 trained are kept in " in last and "Traceback" not in "".join(seen), last
+    assert sorted(path.name for path in tmp_path.glob("multirun/*/*/kept/*")) == ["0", "1"]
+
+    url = start("mlflow_server.sh", server_folder / "server", backend, "1")
+    process, resumed = sweep(tmp_path, url, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "--resume"), []
+    assert finish(process, resumed) == 0, "".join(resumed)[-4000:]
+    assert "".join(resumed).count(TRAINING) == 1  # job 2
+    client = MlflowClient(url)
+    runs = client.search_runs([client.get_experiment_by_name("accumulation").experiment_id],
+                              contract.tag_filter(contract.ROLE, contract.CHILD))
+    assert sorted((run.data.tags[contract.JOB], run.info.status) for run in runs) == [
+        ("0", contract.FINISHED), ("1", contract.FINISHED), ("2", contract.FINISHED)]
+    for run in runs:  # each its whole history: the epochs sent as metrics, each once, up to the last
+        steps = [metric.step for metric in client.get_metric_history(run.info.run_id, "loss/total")]
+        sent = int(run.data.tags[contract.HISTORY_POINTS].split(" of ")[0])
+        assert len(steps) == len(set(steps)) == sent and max(steps) == 2999
+
+
 def test_no_job_starts_after_the_server_is_gone(server_folder, tmp_path):
     """The server goes away while job 0 trains, its run and params written and nothing else being sent: job 1
     does not train for a store that is gone, it waits for the server up to the budget, and the sweep ends."""
