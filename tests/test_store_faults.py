@@ -272,12 +272,15 @@ def test_a_store_without_room_for_a_job_is_refused_before_it_trains(small_disk, 
     assert "--resume` runs the others" in last
 
 
-def filled_while_job_0_trains(small_disk: Path, empty_store: Path, folder: Path) -> list[str]:
-    """The output of a sweep run in ``folder`` into a store on ``small_disk``, which is filled while job 0 trains
-    (300 epochs: the check before training passes); the sweep is checked to fail without a traceback."""
+def filled_while_job_0_trains(small_disk: Path, empty_store: Path, folder: Path, job: int = 0) -> list[str]:
+    """The output of a sweep run in ``folder`` into a store on ``small_disk``, which is filled while job 0 (or
+    ``job``, once the runs of the jobs before it are closed) trains (300 epochs: the check before training
+    passes); the sweep is checked to fail without a traceback."""
     shutil.copy(empty_store, small_disk / "mlflow.db")
     process, seen = sweep(folder, f"sqlite:///{small_disk / 'mlflow.db'}", "solver.epochs=300"), []
-    read_until(process, seen, TRAINING)
+    read_until(process, seen, TRAINING, times=job + 1)
+    if job:
+        read_until(process, seen, CLOSED, times=job)
     with open(small_disk / "filler", "wb") as filler:
         os.posix_fallocate(filler.fileno(), 0, shutil.disk_usage(small_disk).free)
     status = finish(process, seen)
@@ -320,6 +323,13 @@ def test_a_store_that_runs_full_while_a_job_trains_ends_the_sweep_at_once_and_re
     (job_0,) = [run for run in runs if run.data.tags[contract.JOB] == "0"]
     assert contract.ERROR_TYPE not in job_0.data.tags and job_0.data.params["memory.batchsize"] == "8"
     assert [m.step for m in client.get_metric_history(job_0.info.run_id, "loss/total")][-1] == 299
+
+
+def test_the_jobs_finished_before_the_disk_filled_are_counted_from_the_store(small_disk, empty_store, tmp_path):
+    """The disk fills while job 2 trains, jobs 0 and 1 written: the last line counts them, as the store has them."""
+    seen = filled_while_job_0_trains(small_disk, empty_store, tmp_path, job=2)
+    assert "; 2 of the 3 jobs run finished (job 0, 1), none started after it; " in seen[-1], seen[-1]
+    assert "the results that job 2 trained are kept in " in seen[-1]
 
 
 def test_a_job_refused_for_room_leaves_the_writes_of_the_job_before_it_complete(small_disk, empty_store, tmp_path):
