@@ -18,17 +18,18 @@ import numpy as np
 
 from crux.report.figures import Figure
 from crux.report.records import RunRecord, describe
-from crux.report.store import Sweep
+from crux.report.store import DEFAULT_BACKEND, Sweep
 from crux.report.verdict import Verdict, fmt
-from crux.tracking.contract import COMMAND, FINISHED, WORKING_DIR
+from crux.tracking.contract import BACKEND, COMMAND, FINISHED, WORKING_DIR
 
 SUMMARY_METRICS = ("final_loss", "median_step_seconds", "compile_seconds", "memory/temp_bytes",
                    "memory/argument_bytes")
 
 
-def verdicts_json(verdicts: Sequence[Verdict]) -> str:
-    """The ``verdicts.json`` text: a list of objects with claim, verdict, evidence, threshold, runs (and more)."""
-    return _json([v.as_dict() for v in verdicts])
+def verdicts_json(verdicts: Sequence[Verdict], backend: str | None = None) -> str:
+    """The ``verdicts.json`` text: a list of objects with claim, verdict, evidence, threshold, runs (and more),
+    each with its ``backend`` where one is named (the library that trained the runs)."""
+    return _json([{**v.as_dict(), "backend": backend} if backend else v.as_dict() for v in verdicts])
 
 
 def _json(entries: list[dict]) -> str:
@@ -257,10 +258,13 @@ def report_markdown(sweep: Sweep, verdicts: Sequence[Verdict], figures: Sequence
 
 def write_report(out: Path, sweep: Sweep, verdicts: Sequence[Verdict], figures: Sequence[Figure],
                  claims: Sequence[str]) -> None:
-    """Write ``report.md`` and ``verdicts.json`` into ``out`` (the figures are already there)."""
+    """Write ``report.md`` and ``verdicts.json`` into ``out`` (the figures are already there); the verdicts of a
+    sweep that another library than crux trained (``backend=jno``) name it."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.md").write_text(report_markdown(sweep, verdicts, figures, claims), encoding="utf-8")
-    (out / "verdicts.json").write_text(verdicts_json(verdicts), encoding="utf-8")
+    backend = sweep.parent_tags.get(BACKEND, DEFAULT_BACKEND)
+    (out / "verdicts.json").write_text(verdicts_json(verdicts, None if backend == DEFAULT_BACKEND else backend),
+                                       encoding="utf-8")
 
 
 # -- several backends side by side ------------------------------------------------------------------------------
