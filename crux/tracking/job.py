@@ -335,7 +335,8 @@ class JobRun:
                 self._say_outcome()
                 if self._failure is not None:
                     what, failure = self._failure
-                    raise WriteFailed(f"writing {what} failed: {failure_line(failure)}") from failure
+                    kept = f"; its results are kept in {self.kept}" if self.kept is not None else ""
+                    raise WriteFailed(f"writing {what} failed: {failure_line(failure)}{kept}") from failure
                 return False
             stopped = isinstance(error, (KeyboardInterrupt, SystemExit)) or kind.__name__ in STOPPED_FROM_OUTSIDE
             what = f"stopped by {signal_name(error)}" if isinstance(error, KeyboardInterrupt) else failure_line(error)
@@ -667,8 +668,9 @@ class JobRun:
         logged.opening = self._opening if self._run_id is None else None
         self.kept = keep(self._keeps_in, logged, self._staged, self.sweep_dir)
         if self.kept is not None:
-            log.warning("job %s (%s): its results, trained before the store failed, are kept in %s%s", self.job,
-                        self.variant, self.kept, "; `--resume` writes them into its run" if self.sweep_dir else "")
+            job = f"job {self.job} ({self.variant})" if self.job is not None else f"the job ({self.variant})"
+            log.warning("%s: its results, trained before the store failed, are kept in %s%s", job, self.kept,
+                        "; `--resume` writes them into its run" if self.sweep_dir else "")
 
     def _remove_files(self) -> None:
         """Remove the run's files, once a figure drawn beside a write that failed (:class:`Beside`) is done."""
