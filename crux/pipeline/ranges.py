@@ -1,4 +1,5 @@
-"""What a config field accepts beyond its type: a range or a set of choices, said in the command line's terms.
+"""What a config field accepts: its type, and beyond it a range or a set of choices, said in the command line's
+terms.
 
 Hydra checks types while composing; a value of the right type can still be one no
 run could use (``solver.epochs=-1``, ``model.width=0``) or one that trains without
@@ -10,6 +11,7 @@ a word of warning to no purpose (``optimizer.b1=2``). The schema
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -98,3 +100,27 @@ def refusals(node: Any, prefix: str = "") -> list[str]:
 def as_typed(value: Any) -> str:
     """``value`` as it is written on the command line: ``true``, ``-1``, ``2.0``."""
     return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def allowed(field: dataclasses.Field, quote: str = "`") -> str:
+    """The field's check in words: ``>= 1``, ``[0, 1)``, ``> 0``, one of the choices (each between ``quote``s);
+    ``-`` for none."""
+    check = field.metadata.get(CHECK)
+    if isinstance(check, Choice):
+        return "one of " + ", ".join(f"{quote}{option}{quote}" for option in check.options)
+    if isinstance(check, Range):
+        return check.accepted
+    return "-"
+
+
+def type_name(hint: Any) -> str:
+    """``int``, ``float or null``, ``list``, ``any``: a field's type as a config reads it."""
+    origin, arguments = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Union:
+        named = [type_name(argument) for argument in arguments if argument is not type(None)]
+        return " or ".join(named) + (" or null" if type(None) in arguments else "")
+    if origin in (list, tuple) or hint in (list, tuple):
+        return "list"
+    if origin is dict or hint is dict:
+        return "mapping"
+    return "any" if hint is Any else getattr(hint, "__name__", str(hint))
