@@ -11,9 +11,10 @@ a word of warning to no purpose (``optimizer.b1=2``). The schema
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import typing
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from omegaconf import MISSING
 
@@ -50,12 +51,18 @@ class Range:
 
 @dataclass(frozen=True)
 class Choice:
-    """One of ``options``."""
+    """One of ``options``; a value that is not one is refused with the option it most likely meant: ``meant(value)``
+    where given (a name another library gives the same setting), else the closest spelling."""
 
     options: tuple[str, ...]
+    meant: Callable[[Any], str | None] | None = None
 
     def refusal(self, value: Any) -> str | None:
-        return None if value in self.options else f"must be one of {', '.join(self.options)}"
+        if value in self.options:
+            return None
+        close = difflib.get_close_matches(str(value), self.options, n=1)
+        guess = self.meant(value) if self.meant else close[0] if close else None
+        return f"must be one of {', '.join(self.options)}" + (f" (did you mean {guess}?)" if guess else "")
 
 
 def _number(x: float) -> str:
