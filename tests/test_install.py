@@ -28,11 +28,10 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from crux.tracking import contract
+from crux_testing import REPO, copy_of_checkout
 
 pytestmark = pytest.mark.integration  # builds a wheel, makes a venv, runs sweeps in subprocesses
 
-REPO = Path(__file__).resolve().parent.parent
-PACKAGE_SOURCES = ("pyproject.toml", "README.md", "crux", "conf", "sweeps", "hydra_plugins")
 TINY = ["solver.epochs=20", "model.width=8", "problem.n_interior=64", "repeat=0"]
 
 
@@ -64,13 +63,7 @@ class Installed:
 def installed(tmp_path_factory) -> Installed:
     """crux's wheel, built from a copy of the package's sources and installed into a fresh venv."""
     root = tmp_path_factory.mktemp("install")
-    source = root / "source"
-    source.mkdir()
-    for name in PACKAGE_SOURCES:  # a copy: building in the checkout would leave build/ and egg-info there
-        if (REPO / name).is_dir():
-            shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy(REPO / name, source / name)
+    source = copy_of_checkout(root / "source")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
                     "-w", str(root / "wheels"), str(source)], check=True, capture_output=True, timeout=600)
     (wheel,) = (root / "wheels").glob("crux-*.whl")
