@@ -216,8 +216,8 @@ class Statistics:
         return self
 
     def figure(self) -> Any:
-        """Losses per constraint (log scale), learning rates (log scale where they span a decade or more: Adam at
-        1e-3 beside L-BFGS at 1.0 would be a flat zero on a linear axis), time per update; every phase after the
+        """Losses per constraint (log scale), learning rates (log scale where the positive ones span a decade or
+        more: Adam at 1e-3 beside L-BFGS at 1.0 would be a flat zero on a linear axis), time per update; every phase after the
         first starts at a dashed line, numbered on the learning-rate panel. A matplotlib ``Figure``.
 
         Drawn on a bare figure (no pyplot state, no backend choice) with fixed margins, plain ``1e-04`` labels and
@@ -241,10 +241,10 @@ class Statistics:
         ax_lr.set_ylabel("learning rate")
         if self.lr:
             ax_lr.legend(loc="upper right", fontsize=8)
-        rates = np.concatenate([values[np.isfinite(values)] for values in self.lr.values()] or [np.zeros(0)])
-        log_axes = [ax_loss] + ([ax_lr] if rates.size and rates.min() > 0 and rates.max() >= 10 * rates.min() else [])
+        rates = np.concatenate([values[values > 0] for values in self.lr.values()] or [np.zeros(0)])
+        log_axes = [ax_loss] + ([ax_lr] if rates.size and rates.max() >= 10 * rates.min() else [])
         for ax in log_axes:
-            ax.set_yscale("log")
+            ax.set_yscale("log", nonpositive="mask")  # a warm-up's first rate, 0, is left out, not clipped
             ax.yaxis.set_major_formatter(LogFormatter())
             ax.yaxis.set_minor_locator(NullLocator())
         for ax in (ax_loss, ax_lr):

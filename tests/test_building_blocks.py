@@ -169,7 +169,7 @@ def test_statistics_save_load_round_trip_and_plot(tmp_path):
 
 def test_the_history_figure_draws_learning_rates_that_span_decades_on_a_log_axis_with_the_phases_marked():
     """Adam at 1e-3, then L-BFGS at 1.0: on a linear axis the Adam phase would be a flat zero."""
-    lr = np.r_[np.full(6, 1e-3), np.ones(4)].astype(np.float32)
+    lr = np.r_[0.0, np.full(5, 1e-3), np.ones(4)].astype(np.float32)  # a warm-up's first rate is 0
     losses = np.geomspace(1.0, 1e-4, 10, dtype=np.float32)[:, None]
     phased = crux.Statistics(names=["pde"], losses=losses, epoch=np.arange(10), lr={"u": lr}, phases=[0, 6])
     ax_loss, ax_lr, ax_time = phased.figure().axes
