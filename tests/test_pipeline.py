@@ -208,9 +208,9 @@ def test_a_phase_is_shortened_by_name_in_every_job_of_the_phases_sweep(hydra_con
 def test_a_wrong_type_is_refused_before_any_run_is_created(tmp_path):
     done = launch(tmp_path, "crux.commands.experiment", "solver.epochs=many")
     assert done.returncode == 1
-    assert "Value 'many' of type 'str' could not be converted to Integer" in done.stderr
-    assert "full_key: solver.epochs" in done.stderr
-    assert not (tmp_path / "mlflow.db").exists()
+    assert done.stderr.splitlines() == ["crux-run: solver.epochs=many: solver.epochs takes an integer >= 1; write "
+                                        "e.g. solver.epochs=1000"]
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "outputs").exists()
 
 
 def test_unknown_keys_are_refused_in_groups_and_in_phases(hydra_configs):
