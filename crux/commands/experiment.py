@@ -137,7 +137,7 @@ def train_job(cfg: DictConfig, run: JobRun, problem: Problem | None = None) -> f
         return run_capacity(cfg, run)
     phases = config.training_phases(cfg)
     try:
-        problem = problem or config.problem(cfg)
+        problem = problem if problem is not None else config.problem(cfg)
     except Exception:
         run.log_config(cfg)  # the failed run keeps what it was asked to run
         raise
@@ -226,8 +226,8 @@ def remove_output_dir(hydra_cfg: DictConfig) -> None:
 
 
 def reported(error: Exception) -> str | None:
-    """A key crux's schema or the problem's function lacks (Hydra's "Could not override 'solver.X'"), in one
-    line; None for any other error, which Hydra reports."""
+    """A key crux's schema or the problem's function lacks (Hydra's "Could not override 'solver.X'"), or a value
+    of the wrong type for its key, in one line; None for any other error, which Hydra reports."""
     if not isinstance(error, ConfigCompositionException):
         return None
     arguments = get_args_parser().parse_args()
