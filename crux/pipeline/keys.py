@@ -134,10 +134,10 @@ def type_words(field: dataclasses.Field, hint: Any) -> str:
 
 
 def example(field: dataclasses.Field, hint: Any, typed: Any, current: Any, path: str) -> str | None:
-    """A value of ``field``'s type that passes its check, as the command line writes it: the nearest integer to a
-    number ``typed`` for an integer, else ``current`` (its value without the override), else a value crux's own
-    config files give ``path``, else one the check names (its first choice, its range's low end); None for a
-    type with none of these (a list, a mapping)."""
+    """A value of ``field``'s type that passes its check, as the command line writes it: an integer next to a
+    number ``typed`` for an integer (2 for 2.5), else ``current`` (its value without the override), else a value
+    crux's own config files give ``path``, else one the check names (its first choice, its range's low end); None
+    for a type with none of these (a list, a mapping)."""
     kinds = [kind for kind in typing.get_args(hint) or (hint,) if kind is not type(None)]
     kind = kinds[0] if len(kinds) == 1 and kinds[0] in (int, float, bool, str) else None
     if kind is None:
@@ -146,11 +146,17 @@ def example(field: dataclasses.Field, hint: Any, typed: Any, current: Any, path:
     tried = [int(typed), math.ceil(typed)] if kind is int and isinstance(typed, float) and math.isfinite(typed) else []
     tried += [current, *shipped_values(path), *check_values(check, kind)]
     for value in tried:
-        fits = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool)) or (
-            kind is float and isinstance(value, int) and not isinstance(value, bool))
-        if fits and (check is None or check.refusal(value) is None):
+        if of_kind(value, kind) and (check is None or check.refusal(value) is None):
             return as_typed(value)
     return "true" if kind is bool else None
+
+
+def of_kind(value: Any, kind: type) -> bool:
+    """Whether a config field of type ``kind`` takes ``value`` as it is: a bool only for a bool, an integer for a
+    number too."""
+    if isinstance(value, bool):
+        return kind is bool
+    return isinstance(value, kind) or (kind is float and isinstance(value, int))
 
 
 def shipped_values(path: str) -> list[Any]:
