@@ -69,7 +69,9 @@ prepare() {  # $1: "full" to carry the index's packages too
     index_names=(optax absl-py matplotlib contourpy cycler fonttools kiwisolver pillow pyparsing python-dateutil six
                  packaging pandas tzdata pyarrow joblib pyyaml tqdm narwhals scikit-learn threadpoolctl)
     rm -rf "$wheels" && mkdir -p "$wheels/deps" || return 1
-    "$python" -m pip wheel -q --no-deps --no-build-isolation -w "$wheels" "$root" || return 1
+    # built as pip builds any package, in an environment of its own with the setuptools pyproject.toml asks for:
+    # the venv of the README's install has an older setuptools and no `wheel` (no bdist_wheel) of its own
+    "$python" -m pip wheel -q --no-deps -w "$wheels" "$root" || return 1
     "$python" -m pip wheel -q --no-deps -w "$wheels/deps" "antlr4-python3-runtime==4.9.3" || return 1
     local pins
     pins=$("$python" - <<'EOF'

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,21 @@ import crux
 from crux.solver import Machinery
 
 EPS32 = float(np.finfo(np.float32).eps)  # 1.19e-7: float32 round-off unit
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE_SOURCES = ("pyproject.toml", "README.md", "crux", "conf", "sweeps", "hydra_plugins")
+"""What crux's wheel is built from."""
+
+
+def copy_of_checkout(destination: Path, *extra: str) -> Path:
+    """:data:`PACKAGE_SOURCES` and the ``extra`` paths of the checkout copied into ``destination`` (made): a wheel
+    built there leaves no build/ or egg-info, and a script writes no .wheels/, in the checkout."""
+    destination.mkdir(parents=True, exist_ok=True)
+    for name in PACKAGE_SOURCES + extra:
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, destination / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(REPO / name, destination / name)
+    return destination
 
 
 def flat(params) -> np.ndarray:

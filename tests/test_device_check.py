@@ -1,5 +1,6 @@
 """scripts/device_check.sh on a CPU: its dry run takes the device's path (sweep, report, store, the files that come
-back) and refuses a step it does not know before doing anything."""
+back) and refuses a step it does not know before doing anything; ``--prepare`` gathers the wheels from the venv
+the README makes."""
 import gzip
 import json
 import os
@@ -7,9 +8,12 @@ import pathlib
 import sqlite3
 import subprocess
 import sys
+import sysconfig
 import tarfile
 
 import pytest
+
+from crux_testing import copy_of_checkout
 
 SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "device_check.sh"
 
@@ -155,3 +159,26 @@ def test_prepare_refuses_a_flag_it_does_not_know(tmp_path):
     result, wheels = _prepare(tmp_path, "--jnoo")
     assert result.returncode == 2 and "--prepare takes --full and --jno, not '--jnoo'" in result.stderr
     assert not wheels.exists()
+@pytest.mark.integration
+@pytest.mark.slow  # builds crux's wheel and downloads its dependencies' (some 40 wheels)
+def test_prepare_gathers_the_wheels_in_the_venv_the_readme_makes(tmp_path):
+    """``python3 -m venv .venv && .venv/bin/pip install -e .``: the venv has pip and the setuptools Python bundles,
+    but no ``wheel`` (bdist_wheel), which the installs never needed. Its packages are this environment's (a
+    ``.pth`` line: installing them again would take minutes), the script and the package a copy of the checkout
+    (``--prepare`` writes .wheels/ beside them)."""
+    checkout = copy_of_checkout(tmp_path / "crux", "scripts")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    pathlib.Path(purelib, "installed.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    assert subprocess.run([python, "-c", "import wheel"], capture_output=True).returncode != 0  # as the README's
+    result = subprocess.run(["bash", str(checkout / "scripts" / "device_check.sh"), "--prepare"],
+                            env={**os.environ, "PYTHON": str(python)}, capture_output=True, text=True, timeout=1500)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    wheels = checkout / ".wheels"
+    assert [path.name for path in wheels.glob("crux-*.whl")] == ["crux-0.1.0-py3-none-any.whl"]
+    names = {path.name.split("-")[0].lower() for path in (wheels / "deps").glob("*.whl")}
+    assert {"hydra_core", "omegaconf", "mlflow", "antlr4_python3_runtime"} <= names
+    assert not names & {"jax", "jaxlib", "numpy"}  # the device image's own

@@ -1,4 +1,5 @@
 """offload_data: points stay on the host; each update's batch is gathered there and streamed."""
+import dataclasses
 import threading
 
 import jax
@@ -6,6 +7,7 @@ import numpy as np
 import optax
 import pytest
 
+import crux
 from crux import batching
 
 from crux_testing import EPS32, poisson, relative, train
@@ -57,6 +59,22 @@ def test_offload_needs_no_more_device_memory_than_batches_on_the_device():
         return stats.memory["temp_bytes"] + stats.memory["argument_bytes"]
 
     assert device_bytes(True) <= device_bytes(False)
+
+
+def test_an_offloaded_calls_arguments_grow_by_the_batches_of_its_inner_steps():
+    """What docs/usage.md says offloading costs with ``inner_steps=K``: the call takes K updates' batches (per
+    constraint min(batchsize, points) x accumulation_steps points, float32), where on-device batching takes the
+    points once whatever K: the difference grows by exactly one update's batches per update of the call."""
+    solver = poisson(optax.adam, n=256).solver()  # constraints of 256 and 2 points of one coordinate
+
+    def beyond_the_device(k: int) -> int:
+        options = crux.SolveOptions(k, batchsize=32, accumulation_steps=2, inner_steps=k)
+        offloaded = solver.compiled_memory(dataclasses.replace(options, offload_data=True))
+        return offloaded["argument_bytes"] - solver.compiled_memory(options)["argument_bytes"]
+
+    per_update = (32 + 2) * 2 * 4
+    assert beyond_the_device(100) - beyond_the_device(1) == 99 * per_update
+    assert beyond_the_device(10) - beyond_the_device(1) == 9 * per_update
 
 
 def test_batches_go_to_the_device_only_when_the_loop_takes_them(monkeypatch):

@@ -276,3 +276,16 @@ def test_a_built_in_sweep_says_which_fields_of_a_chosen_problem_it_sets():
     assert problem_note(sweeps["accumulation"], ["problem=heat2d", "problem.n_interior=512"]) is None  # typed
     assert problem_note(sweeps["accumulation"], ["solver.epochs=30"]) is None  # the sweep's own problem
     assert {name for name, sweep in sweeps.items() if sweep.problem_fields} == {"accumulation", "devices"}
+
+
+def test_the_usage_guide_says_what_every_built_in_sweep_does_to_a_problem_of_ones_own():
+    """docs/usage.md's paragraph on the built-in sweeps names each of them, and the problem fields each sets."""
+    guide = (Path(__file__).resolve().parent.parent / "docs" / "usage.md").read_text()
+    paragraph = guide.split("Built-in sweeps on your problem:")[1].split("\n\n")[0]
+    sweeps = available()
+    assert {name for name in sweeps if f"`{name}`" in paragraph} == set(sweeps)
+    for sweep in sweeps.values():
+        for field, value in sweep.problem_fields.items():
+            assert f"`{field}={value}`" in paragraph
+    assert "`problem=poisson1d,heat1d`" in paragraph and sweeps["precision"].config.hydra.sweeper.params.problem == (
+        "poisson1d,heat1d")
