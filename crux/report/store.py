@@ -121,6 +121,11 @@ class Sweep:
         return self.parent_tags.get(CLAIM, "")
 
     @property
+    def backend(self) -> str:
+        """The library the sweep trained with (its parent run's ``crux.backend``)."""
+        return self.parent_tags.get(BACKEND, DEFAULT_BACKEND)
+
+    @property
     def overrides(self) -> list[str]:
         """The command-line overrides the sweep ran with, without the sweep selection crux-sweep adds."""
         return [o for o in self.parent_tags.get(OVERRIDES, "").split() if not o.startswith("+sweeps=")]
