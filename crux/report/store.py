@@ -41,6 +41,7 @@ from requests.exceptions import RequestException
 
 from crux.pipeline import config as crux_config
 from crux.report.jobs import JobAccount, MissingJob, account, plan_from_artifact
+from crux.report.packed import packed_path, unpack
 from crux.report.records import RunRecord
 from crux.pipeline.settings import configuration
 from crux.stats import Statistics
@@ -154,13 +155,16 @@ class Sweep:
 
 
 def open_client(uri: str | None = None) -> tuple[MlflowClient, str]:
-    """A client on ``uri``, else the pipeline's URI (``$MLFLOW_TRACKING_URI``, else mlflow.db at the project root).
+    """A client on ``uri``, else the pipeline's URI (``$MLFLOW_TRACKING_URI``, else mlflow.db at the project root);
+    a packed store (``mlflow.db.gz``) is unpacked where it was made first (:mod:`crux.report.packed`).
 
     Raises StoreError for a SQLite store that does not exist (opening it would create an empty one) or that is
     not a readable MLflow store (MLflow would try to give it a schema).
     """
     move_store_credentials(uri)
     resolved = tracking_uri(uri)
+    if (packed := packed_path(resolved)) is not None:
+        resolved = unpack(packed)
     if resolved.startswith(SQLITE):
         path = Path(resolved[len(SQLITE):])
         if not path.is_file():
