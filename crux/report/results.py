@@ -1,0 +1,268 @@
+"""The README's verdict table, made from stores by comparisons: a row per sweep, a column per machine.
+
+    python -m crux.report.results CPU=docs/cpu/mlflow.db.gz "TPU v5e=docs/tpu/mlflow.db.gz" --readme README.md --docs
+
+Each ``LABEL=URI`` is a machine's store (any store crux-report reads; a packed ``mlflow.db.gz`` is opened where it
+was made, :mod:`crux.report.packed`). For every built-in sweep the first store holds, each store's newest complete
+sweep is judged, and every store's after the first is compared with the first's (``crux-report NAME --against``):
+the table gives each machine's verdicts, with each timing's ratio and interval, and what changed between them.
+``--readme`` writes the table into a Markdown file between its markers; ``--docs`` writes, beside each store that is
+a file, its sweeps' reports (``reports/NAME/``) and, for every store after the first, the comparisons
+(``comparisons/NAME/``), so that a device's folder in docs/ is made from the store its calls returned.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from crux.report.against import this_sweep
+from crux.report.changes import key_figures
+from crux.report.claims import CHECKS
+from crux.report.comparison import Comparison, Refused, Side, compare
+from crux.report.comparison_document import write_comparison
+from crux.report.coverage import claims_of, judge_sound
+from crux.report.document import row_name, write_report
+from crux.report.figures import draw
+from crux.report.packed import packed_path
+from crux.report.store import StoreError, Sweep, open_client
+from crux.report.verdict import Verdict
+from crux.tracking.store import READING, bounded_http, store_errors
+
+BEGIN = "<!-- verdicts table: written by `python -m crux.report.results` -->"
+END = "<!-- end of verdicts table -->"
+TIMING_FIGURE = "time_ratio"
+
+
+@dataclass(frozen=True)
+class Column:
+    """A machine's store: the column's label and the store's URI."""
+
+    label: str
+    uri: str
+
+    @staticmethod
+    def parse(text: str) -> "Column":
+        label, equals, uri = text.partition("=")
+        if not equals or not label or not uri:
+            raise argparse.ArgumentTypeError(f"{text!r}: give a store as LABEL=URI, e.g. CPU=docs/cpu/mlflow.db.gz")
+        return Column(label, uri)
+
+    @property
+    def folder(self) -> Path | None:
+        """The folder of a store that is a file (packed, or SQLite), where its reports go; None for a server."""
+        path = packed_path(self.uri) or (Path(self.uri.removeprefix("sqlite:///")) if self.uri.startswith(
+            "sqlite:///") else None)
+        return path.parent if path is not None else None
+
+
+def sweep_names(uri: str) -> list[str]:
+    """The built-in sweeps (the claims' names) that the store at ``uri`` has experiments of, in the checks' order."""
+    with bounded_http():
+        client, resolved = open_client(uri)
+        with store_errors(resolved, READING):
+            found = {experiment.name for experiment in client.search_experiments()}
+    return [name for name in CHECKS if name in found]
+
+
+def _sweep(name: str, column: Column, present: Sequence[str]) -> Sweep | None:
+    """The sweep of ``name`` crux-report would judge in ``column``'s store; None where the store has none
+    (``present`` being the sweeps it has)."""
+    return this_sweep(name, None, column.uri) if name in present else None
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """One sweep across the machines: each machine's judged side (None: not run there), and each comparison of a
+    machine after the first with the first (None where there is nothing to compare, with the reason)."""
+
+    name: str
+    sides: tuple[Side | None, ...]
+    comparisons: tuple[Comparison | str | None, ...]
+
+
+def sweep_row(name: str, columns: Sequence[Column], present: Sequence[Sequence[str]]) -> SweepRow:
+    """Judge and compare sweep ``name`` across ``columns``' stores, ``present`` being the sweeps each has."""
+    sweeps = [_sweep(name, column, found) for column, found in zip(columns, present)]
+    reference = sweeps[0]
+    comparisons: list[Comparison | str | None] = []
+    for column, sweep in zip(columns[1:], sweeps[1:]):
+        if reference is None or sweep is None:
+            comparisons.append(None)
+            continue
+        try:
+            comparisons.append(compare(reference, sweep, roles=(columns[0].label, column.label)))
+        except Refused as refused:
+            comparisons.append(str(refused))
+    sides: list[Side | None] = []
+    for i, (column, sweep) in enumerate(zip(columns, sweeps)):
+        done = next((c for c in comparisons if isinstance(c, Comparison)), None) if i == 0 else comparisons[i - 1]
+        if sweep is None:
+            sides.append(None)
+        elif isinstance(done, Comparison):  # judged once, as the comparison judged it
+            sides.append(done.this if i == 0 else done.other)
+        else:
+            sides.append(Side(column.label, sweep, tuple(judge_sound(sweep, claims_of(sweep)))))
+    return SweepRow(name, tuple(sides), tuple(comparisons))
+
+
+def kind(verdict: Verdict) -> tuple[str, str]:
+    """``accumulation.effective_batch[b8_acc4]`` as (``effective_batch``, ``b8_acc4``)."""
+    id = row_name(verdict.id)
+    head, _, setting = id.partition("[")
+    return head.partition(".")[2] or head, setting.removesuffix("]")
+
+
+def cell(verdicts: Sequence[Verdict]) -> str:
+    """A machine's verdicts on one sweep, by kind: ``effective_batch **holds**; identical **holds** (4
+    settings)``, each setting named where the verdicts differ, each paired timing with its ratio and interval."""
+    kinds: dict[str, list[tuple[str, Verdict]]] = {}
+    for verdict in verdicts:
+        name, setting = kind(verdict)
+        kinds.setdefault(name, []).append((setting, verdict))
+    parts = []
+    for name, found in kinds.items():
+        timed = {setting: key_figures(v)[TIMING_FIGURE] for setting, v in found if TIMING_FIGURE in key_figures(v)}
+        outcomes = list(dict.fromkeys(v.verdict for _, v in found))
+        if len(outcomes) == 1 and not timed:
+            parts.append(f"{name} **{outcomes[0]}**" + (f" ({len(found)} settings)" if len(found) > 1 else ""))
+            continue
+        settings = []
+        for setting, v in found:
+            ratio = f" ratio {timed[setting].described()}" if setting in timed else ""
+            settings.append(f"{setting + ': ' if setting else ''}**{v.verdict}**{ratio}")
+        parts.append(f"{name} " + ", ".join(settings))
+    return "; ".join(parts) or "–"
+
+
+def changes_cell(comparison: Comparison | str | None, link: str | None) -> str:
+    """What changed between the first machine and another, in words (``none``, the rows that changed, or why
+    the two were not compared)."""
+    if comparison is None:
+        return "–"
+    if isinstance(comparison, str):
+        return f"not compared: {comparison}"
+    changed = [f"{row.id.partition('.')[2] or row.id}: {row.why}" for row in comparison.changed]
+    text = "; ".join(changed) if changed else "none"
+    return f"{text} ([comparison]({link}))" if link else text
+
+
+def _jobs(sides: Sequence[Side | None]) -> str:
+    planned = list(dict.fromkeys(str(side.sweep.planned) for side in sides if side is not None))
+    return " / ".join(planned)
+
+
+def _about(column: Column, rows: Sequence[SweepRow], index: int) -> str:
+    """Where a column's figures come from: its device, software, crux and when its sweeps ran."""
+    sides = [row.sides[index] for row in rows if row.sides[index] is not None]
+    if not sides:
+        return f"**{column.label}**: no sweep."
+    said = [side.ran_on() for side in sides]
+    values = lambda key: "; ".join(dict.fromkeys(s[key] for s in said))
+    started = sorted(side.sweep.started for side in sides if side.sweep.started)
+    when = ("sweeps of unrecorded dates" if not started else f"sweep started {started[0]}" if len(started) == 1
+            else f"sweeps started {started[0]} to {started[-1]}")
+    return (f"- **{column.label}** (`{column.uri}`): {values('device')}; {values('jax, precision')}; "
+            f"{values('crux')}; {when}.")
+
+
+def table(rows: Sequence[SweepRow], columns: Sequence[Column], links: dict[tuple[str, int], str] | None = None,
+          command: str = "") -> list[str]:
+    """The table's lines, its markers included: the command that wrote it, a note per column, a row per sweep;
+    ``links`` are the comparisons' reports by (sweep, column)."""
+    reference = columns[0].label
+    header = ["sweep", "jobs", *(c.label for c in columns), *(f"changed, {c.label} against {reference}"
+                                                              for c in columns[1:])]
+    lines = [BEGIN] + ([f"Written by `{command}`.", ""] if command else [])
+    lines += [_about(column, rows, i) for i, column in enumerate(columns)] + [""]
+    lines += ["| " + " | ".join(header) + " |", "|---|---:|" + "---|" * (len(header) - 2)]
+    for row in rows:
+        cells = [cell(side.verdicts) if side is not None else "not run" for side in row.sides]
+        cells += [changes_cell(c, (links or {}).get((row.name, i))) for i, c in enumerate(row.comparisons, start=1)]
+        lines.append("| " + " | ".join([row.name, _jobs(row.sides), *(c.replace("|", "\\|") for c in cells)]) + " |")
+    return lines + [END]
+
+
+def _bounds(text: str, path: Path) -> tuple[int, int]:
+    """Where the table's block starts and ends in ``text`` (of ``path``); ValueError where it has no markers."""
+    if BEGIN not in text or END not in text:
+        raise ValueError(f"{path} has no verdicts table between {BEGIN!r} and {END!r}: add the two lines where the "
+                         f"table goes")
+    return text.index(BEGIN), text.index(END) + len(END)
+
+
+def replace_block(path: Path, lines: Sequence[str]) -> None:
+    """Replace the block between the markers of ``path`` with ``lines`` (which hold the markers)."""
+    text = path.read_text(encoding="utf-8")
+    start, end = _bounds(text, path)
+    path.write_text(text[:start] + "\n".join(lines) + text[end:], encoding="utf-8")
+
+
+def write_docs(rows: Sequence[SweepRow], columns: Sequence[Column], base: Path) -> dict[tuple[str, int], str]:
+    """Each file store's reports beside it, and the comparisons beside every store after the first; the
+    comparisons' report.md by (sweep, column), as paths relative to ``base``."""
+    links = {}
+    for row in rows:
+        for i, (column, side) in enumerate(zip(columns, row.sides)):
+            folder = column.folder
+            if side is None or folder is None:
+                continue
+            out = folder / "reports" / row.name
+            out.mkdir(parents=True, exist_ok=True)
+            claims = claims_of(side.sweep)
+            figures = draw(claims, [r for r in side.sweep.records if not r.unsupported], out)
+            write_report(out, side.sweep, list(side.verdicts), figures, claims)
+            comparison = row.comparisons[i - 1] if i else None
+            if isinstance(comparison, Comparison):
+                compared = folder / "comparisons" / row.name
+                write_comparison(compared, comparison)
+                links[(row.name, i)] = os.path.relpath(compared / "report.md", base)
+    return links
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Judge and compare the stores' sweeps; print the table, and write it and the docs where asked. 0 when
+    written, 2 when a store could not be read or the README has no markers."""
+    parser = argparse.ArgumentParser(prog="python -m crux.report.results", description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("stores", nargs="+", type=Column.parse, metavar="LABEL=URI",
+                        help="a machine's store; the first is the one the others are compared with")
+    parser.add_argument("--sweeps", help="comma-separated sweeps (default: every built-in sweep of the first store)")
+    parser.add_argument("--readme", type=Path, help=f"a Markdown file to write the table into, between {BEGIN} and "
+                                                    f"{END}")
+    parser.add_argument("--docs", action="store_true", help="write each file store's reports and comparisons into "
+                                                            "the folder beside it")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    if len(args.stores) < 2:
+        parser.error("give at least two stores, LABEL=URI each: the first is compared with the others")
+    folders = [column.folder for column in args.stores if column.folder is not None]
+    if args.docs and len(set(folders)) < len(folders):
+        parser.error("--docs writes each store's reports into the folder beside it: give each store a folder of its "
+                     "own")
+    command = "python -m crux.report.results " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None
+                                                                                       else argv))
+    try:
+        if args.readme is not None:
+            _bounds(args.readme.read_text(encoding="utf-8"), args.readme)
+        present = [sweep_names(column.uri) for column in args.stores]
+        names = args.sweeps.split(",") if args.sweeps else present[0]
+        rows = [sweep_row(name, args.stores, present) for name in names]
+    except (StoreError, ValueError, OSError) as error:
+        print(f"crux.report.results: {error}", file=sys.stderr)
+        return 2
+    base = args.readme.parent if args.readme is not None else Path.cwd()
+    links = write_docs(rows, args.stores, base) if args.docs else {}
+    lines = table(rows, args.stores, links, command)
+    print("\n".join(lines))
+    if args.readme is not None:
+        replace_block(args.readme, lines)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
