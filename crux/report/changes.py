@@ -117,7 +117,7 @@ def key_figures(verdict: Verdict) -> dict[str, Figure]:
 
 
 @dataclass(frozen=True)
-class Test:
+class FigureTest:
     """One test between the two sides, of the verdict or of one key figure: what each side reported, and what
     the test made of the two (``detail``)."""
 
@@ -133,7 +133,7 @@ class Test:
                 "changed": self.changed, "detail": self.detail}
 
 
-def figure_test(this: Figure, other: Figure) -> Test | None:
+def figure_test(this: Figure, other: Figure) -> FigureTest | None:
     """The test between one figure on both sides, by its kind (None where it cannot be tested: a number that
     is not one, or a figure the two sides report differently)."""
     if math.isnan(this.value) or math.isnan(other.value):
@@ -141,28 +141,28 @@ def figure_test(this: Figure, other: Figure) -> Test | None:
     mine, theirs = this.described(), other.described()
     if None not in (this.low, this.high, other.low, other.high):
         apart = this.high < other.low or other.high < this.low
-        return Test(this.name, INTERVALS, mine, theirs, apart,
+        return FigureTest(this.name, INTERVALS, mine, theirs, apart,
                     "the intervals do not overlap" if apart else "the intervals overlap")
     if this.log_error is not None and other.log_error is not None:
         if min(this.value, other.value) <= 0:
             return None
         allowed = STANDARD_ERRORS * math.hypot(this.log_error, other.log_error)
         distance = abs(math.log(this.value) - math.log(other.value))
-        return Test(this.name, STANDARD_ERRORS_APART, mine, theirs, distance > allowed,
+        return FigureTest(this.name, STANDARD_ERRORS_APART, mine, theirs, distance > allowed,
                     f"|Δ log| {fmt(distance)} {'>' if distance > allowed else '≤'} {fmt(allowed)}")
     if this.exact and other.exact:
         differ = (this.value, this.bound) != (other.value, other.bound)
-        return Test(this.name, EXACT, mine, theirs, differ, "they differ" if differ else "the same bytes")
+        return FigureTest(this.name, EXACT, mine, theirs, differ, "they differ" if differ else "the same bytes")
     if this.within is not None and other.within is not None:
         sides = f"{'within' if this.within else 'beyond'} and {'within' if other.within else 'beyond'}"
-        return Test(this.name, OWN_BOUNDS, mine, theirs, this.within != other.within, sides)
+        return FigureTest(this.name, OWN_BOUNDS, mine, theirs, this.within != other.within, sides)
     return None
 
 
-def tests_between(this: Verdict, other: Verdict) -> list[Test]:
+def changes_between(this: Verdict, other: Verdict) -> list[FigureTest]:
     """The verdict's test, then one per key figure both sides report, in the figures' order."""
     flipped = this.verdict != other.verdict
-    tests = [Test("verdict", VERDICT, this.verdict, other.verdict, flipped, "flipped" if flipped else "")]
+    tests = [FigureTest("verdict", VERDICT, this.verdict, other.verdict, flipped, "flipped" if flipped else "")]
     mine, theirs = key_figures(this), key_figures(other)
     for name, figure in mine.items():
         if name in theirs and (test := figure_test(figure, theirs[name])) is not None:

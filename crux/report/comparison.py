@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from crux.report.changes import Test, tests_between
+from crux.report.changes import FigureTest, changes_between
 from crux.report.coverage import claims_of, judge_sound
 from crux.report.document import completeness, crux_installs, row_name, runtime_of
 from crux.report.records import UnreadableArtifact
@@ -66,7 +66,7 @@ class Row:
     id: str
     this: Verdict | None
     other: Verdict | None
-    tests: tuple[Test, ...] = ()
+    tests: tuple[FigureTest, ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -137,5 +137,5 @@ def _rows(this: Sequence[Verdict], other: Sequence[Verdict]) -> list[Row]:
     rows = []
     for id in ids:
         a, b = mine.get(id), theirs.get(id)
-        rows.append(Row(id, a, b, tuple(tests_between(a, b)) if a is not None and b is not None else ()))
+        rows.append(Row(id, a, b, tuple(changes_between(a, b)) if a is not None and b is not None else ()))
     return rows
