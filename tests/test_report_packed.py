@@ -2,9 +2,7 @@
 store crux did not unpack. A real sweep packed and reported: tests/test_report_comparison_stores.py."""
 from __future__ import annotations
 
-import gzip
 import shutil
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -12,17 +10,7 @@ from mlflow.tracking import MlflowClient
 
 from crux.report.packed import UNPACKED, made_in, packed_path, unpack
 from crux.tracking.store import StoreError
-
-
-def pack(made: Path, into: Path, archive: str = "mlartifacts.tgz") -> Path:
-    """``made``'s mlflow.db gzipped into ``into``, and its mlartifacts/ archived beside it as the device check
-    returns them (``./mlartifacts/...`` in reports.tgz)."""
-    into.mkdir(parents=True, exist_ok=True)
-    with open(made / "mlflow.db", "rb") as source, gzip.open(into / "mlflow.db.gz", "wb") as target:
-        shutil.copyfileobj(source, target)
-    with tarfile.open(into / archive, "w:gz") as tar:
-        tar.add(made / "mlartifacts", arcname="./mlartifacts" if archive == "reports.tgz" else "mlartifacts")
-    return into / "mlflow.db.gz"
+from crux_testing import pack
 
 
 @pytest.fixture
