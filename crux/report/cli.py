@@ -1,5 +1,4 @@
-"""``crux-report NAME [--out DIR] [--run PARENT_RUN_ID] [--against URI[#PARENT_RUN]]``: judge a sweep's claims
-from its MLflow runs, alone or against another sweep of them.
+"""``crux-report NAME [--out DIR] [--run PARENT_RUN_ID] [--against URI]``: judge a sweep's claims from its runs.
 
     crux-report accumulation                     # the newest complete accumulation sweep
     crux-report accumulation --run 3f2c...       # a given sweep (its parent run), complete or not
@@ -50,8 +49,8 @@ EXIT_CODES = f"""exit codes:
   {CHANGED}  with --against and --strict: a claim changed between the two sweeps (report written)
   {UNREAD}  nothing written: the store, the sweep or the run could not be read, the arguments are wrong, or
      the two sweeps of --against cannot be compared (different claims, no common variant)
-  {INCOMPLETE}  report written, but the sweep (either sweep, with --against) is incomplete or some artifacts could not be read: the verdicts
-     that lack data are inconclusive and the report's top says what is missing
+  {INCOMPLETE}  report written, but the sweep (with --against, either sweep) is incomplete or some artifacts could not
+     be read: the verdicts that lack data are inconclusive and the report's top says what is missing
 
 By default the newest complete sweep of NAME is judged (newer incomplete ones are
 named and passed over); with none complete, the newest. A tracking server that

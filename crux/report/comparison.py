@@ -39,8 +39,8 @@ class Side:
         return list(dict.fromkeys(row_name(r.label) for r in self.sweep.records))
 
     def ran_on(self) -> dict[str, str]:
-        """What the side ran on and where it is, in words: the store, the sweep, the library, the device,
-        jax and the matrix precision, the crux that ran, the runs."""
+        """What the side ran on and where it is, in words: the store, the sweep and the overrides it ran with,
+        the library, the device, jax and the matrix precision, the crux that ran, the runs."""
         records = self.sweep.records
         devices = []
         for record in records:
@@ -51,6 +51,7 @@ class Side:
         started = f", started {self.sweep.started}" if self.sweep.started else ""
         return {"store": masked(self.sweep.uri),
                 "sweep": f"parent run `{self.sweep.parent_id}`{started}; {completeness(self.sweep)}",
+                "overrides": " ".join(self.sweep.overrides) or "none",
                 "library": self.sweep.backend,
                 "device": ", ".join(dict.fromkeys(devices)) or "no run",
                 "jax, precision": "; ".join(line.removeprefix("- ") for line in runtime_of(records)[0]) or "unrecorded",
