@@ -26,6 +26,7 @@ from typing import Mapping
 from crux.report.claims.gradient_noise import STANDARD_ERRORS
 from crux.report.verdict import Verdict, fmt, fmt_bytes
 
+TIMING = "time_ratio"  # the key figure of a paired timing (crux.report.numerics.PairedTiming.evidence)
 LOG_STANDARD_ERROR = "log_ratio_standard_error"  # accumulation.noise: the standard error of log(ratio_AxB_to_B)
 INTERVAL_ENDS = (("_low", "_high"), ("_min", "_max"))
 
@@ -44,6 +45,7 @@ RULES = {
                  "number)"),
 }
 """Each test's name and rule, as the comparison's report states them."""
+
 
 @dataclass(frozen=True)
 class Figure:

@@ -7,13 +7,12 @@ from pathlib import Path
 
 import numpy as np
 
-from crux.report.changes import key_figures
+from crux.report.changes import TIMING, key_figures
 from crux.report.comparison import Comparison, Side
 from crux.report.document import row_name
 from crux.report.figures import Figure, pyplot, save_figure
 from crux.report.records import RunRecord
 
-TIMING_FIGURE = "time_ratio"  # the key figure of a paired timing (crux.report.numerics.PairedTiming.evidence)
 COLUMNS = 3
 
 
@@ -59,7 +58,7 @@ def timing_figure(comparison: Comparison, out: Path) -> Figure | None:
     for row in comparison.rows:
         if row.this is None or row.other is None:
             continue
-        pair = key_figures(row.this).get(TIMING_FIGURE), key_figures(row.other).get(TIMING_FIGURE)
+        pair = key_figures(row.this).get(TIMING), key_figures(row.other).get(TIMING)
         if None not in pair and all(f.low is not None and f.high is not None for f in pair):
             timed.append((row.id, pair))
     if not timed:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Sequence
 
 from crux.report.against import this_sweep
-from crux.report.changes import key_figures
+from crux.report.changes import TIMING, key_figures
 from crux.report.claims import CHECKS
 from crux.report.comparison import Comparison, Refused, Side, compare
 from crux.report.comparison_document import write_comparison
@@ -35,7 +35,6 @@ from crux.tracking.store import READING, bounded_http, store_errors
 
 BEGIN = "<!-- verdicts table: written by `python -m crux.report.results` -->"
 END = "<!-- end of verdicts table -->"
-TIMING_FIGURE = "time_ratio"
 
 
 @dataclass(frozen=True)
@@ -98,16 +97,19 @@ def sweep_row(name: str, columns: Sequence[Column], present: Sequence[Sequence[s
             comparisons.append(compare(reference, sweep, roles=(columns[0].label, column.label)))
         except Refused as refused:
             comparisons.append(str(refused))
-    sides: list[Side | None] = []
-    for i, (column, sweep) in enumerate(zip(columns, sweeps)):
-        done = next((c for c in comparisons if isinstance(c, Comparison)), None) if i == 0 else comparisons[i - 1]
-        if sweep is None:
-            sides.append(None)
-        elif isinstance(done, Comparison):  # judged once, as the comparison judged it
-            sides.append(done.this if i == 0 else done.other)
-        else:
-            sides.append(Side(column.label, sweep, tuple(judge_sound(sweep, claims_of(sweep)))))
+    sides = [_judged(i, comparisons) or (Side(column.label, sweep, tuple(judge_sound(sweep, claims_of(sweep))))
+                                         if sweep is not None else None)
+             for i, (column, sweep) in enumerate(zip(columns, sweeps))]
     return SweepRow(name, tuple(sides), tuple(comparisons))
+
+
+def _judged(index: int, comparisons: Sequence[Comparison | str | None]) -> Side | None:
+    """Column ``index``'s side as a comparison judged it, where one did: the first column's is judged alike by
+    every comparison, each other column's by its own."""
+    if index == 0:
+        return next((c.this for c in comparisons if isinstance(c, Comparison)), None)
+    comparison = comparisons[index - 1]
+    return comparison.other if isinstance(comparison, Comparison) else None
 
 
 def kind(verdict: Verdict) -> tuple[str, str]:
@@ -126,7 +128,7 @@ def cell(verdicts: Sequence[Verdict]) -> str:
         kinds.setdefault(name, []).append((setting, verdict))
     parts = []
     for name, found in kinds.items():
-        timed = {setting: key_figures(v)[TIMING_FIGURE] for setting, v in found if TIMING_FIGURE in key_figures(v)}
+        timed = {setting: figure for setting, v in found if (figure := key_figures(v).get(TIMING)) is not None}
         outcomes = list(dict.fromkeys(v.verdict for _, v in found))
         if len(outcomes) == 1 and not timed:
             parts.append(f"{name} **{outcomes[0]}**" + (f" ({len(found)} settings)" if len(found) > 1 else ""))
@@ -160,7 +162,7 @@ def _about(column: Column, rows: Sequence[SweepRow], index: int) -> str:
     """Where a column's figures come from: its device, software, crux and when its sweeps ran."""
     sides = [row.sides[index] for row in rows if row.sides[index] is not None]
     if not sides:
-        return f"**{column.label}**: no sweep."
+        return f"- **{column.label}** (`{column.uri}`): no sweep."
     said = [side.ran_on() for side in sides]
     values = lambda key: "; ".join(dict.fromkeys(s[key] for s in said))
     started = sorted(side.sweep.started for side in sides if side.sweep.started)
