@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 from mlflow.exceptions import MlflowException
-from mlflow.tracking import MlflowClient
 
 from crux.pipeline.config import import_from_working_directory
 from crux.report.against import compare_against
@@ -37,7 +36,7 @@ from crux.report.coverage import claims_of, judge_sound
 from crux.report.document import (completeness, side_by_side_table, verdict_table, write_report,
                                   write_side_by_side)
 from crux.report.figures import draw
-from crux.report.store import StoreError, Sweep
+from crux.report.store import StoreError, Sweep, open_client
 from crux.report.verdict import Verdict
 from crux.tracking.contract import COMMAND, NOTE
 from crux.tracking.descriptions import sweep_description
@@ -70,8 +69,8 @@ def describe_verdicts(sweep: Sweep, verdicts: list[Verdict], report: Path) -> No
     text = sweep_description(sweep.parent_tags.get(COMMAND, ""), [(v.verdict, v.id, v.summary) for v in verdicts],
                              str(report))
     try:
-        MlflowClient(sweep.uri).set_tag(sweep.parent_id, NOTE, text)
-    except MlflowException as error:
+        open_client(sweep.uri)[0].set_tag(sweep.parent_id, NOTE, text)
+    except (MlflowException, StoreError) as error:
         print(f"crux-report: could not describe parent run {sweep.parent_id}: {error}", file=sys.stderr)
 
 

@@ -1,17 +1,19 @@
-"""A SQLite store that travels as files: ``mlflow.db.gz`` and an archive of its artifacts, opened where it was made.
+"""A SQLite store that travels as files: ``mlflow.db.gz`` and an archive of its artifacts, read where it was made.
 
 A SQLite store's runs name their artifacts by absolute path, in ``mlartifacts/`` beside the store's file where the
 sweep ran (``file:///tmp/crux-device-check/mlartifacts/<experiment>/<run>/artifacts``: scripts/device_check.sh keeps
-that folder fixed for this). A packed store is opened where it was made: its file is unpacked to ``mlflow.db`` in
-the folder its experiments' artifacts name, and the archive beside it (``mlartifacts.tgz``, or the device check's
-``reports.tgz``, which holds ``mlartifacts/``) into that folder, files already there kept. So the reports made from
-it name the same store, and are the same, as those made where it ran. A store already at that place is replaced only
-where crux unpacked it (a file ``.crux-unpacked`` beside it says from what); any other is refused, never overwritten.
+that folder fixed for this). So the archive beside a packed store (``mlartifacts.tgz``, or the device check's
+``reports.tgz``, which holds ``mlartifacts/``) is unpacked into the folder its experiments name, where it was made,
+files already there kept: the artifacts of several stores made there (a device check's calls) lie side by side.
+The store's file itself is unpacked into a folder of the temporary directory named by its content's hash, never
+over another store's: one process may read several stores made in one place, and MLflow keeps the database it
+opened at an address for the life of the process, so two stores never share one.
 """
 from __future__ import annotations
 
 import gzip
 import hashlib
+import os
 import shutil
 import sqlite3
 import tarfile
@@ -26,7 +28,6 @@ STORE_FILE = "mlflow.db"
 ARTIFACTS = "mlartifacts"
 ARCHIVES = ("mlartifacts.tgz", "reports.tgz")
 """The artifacts' archive beside a packed store, by the names it is looked for under, in this order."""
-UNPACKED = ".crux-unpacked"
 
 
 def packed_path(uri: str) -> Path | None:
@@ -64,36 +65,28 @@ def made_in(store: Path) -> Path:
 
 
 def unpack(packed: Path) -> str:
-    """Unpack the store ``packed`` (and its artifacts' archive beside it) where it was made; its URI there.
-    Raises StoreError naming what is missing or in the way."""
+    """The URI of the store ``packed`` unpacked, its artifacts' archive (where one lies beside it) unpacked where
+    the store was made. Raises StoreError naming what is missing or cannot be written."""
     packed = packed.resolve()
     if not packed.is_file():
         raise StoreError(f"no packed store at {packed}: give the path of an mlflow.db.gz")
-    digest = _digest(packed)
-    with tempfile.TemporaryDirectory(prefix="crux-packed-") as scratch:
-        store = Path(scratch) / STORE_FILE
-        try:
-            with gzip.open(packed, "rb") as source, open(store, "wb") as target:
-                shutil.copyfileobj(source, target)
-        except (OSError, EOFError) as error:
-            raise StoreError(f"{packed} could not be unpacked: {error}") from None
-        folder = made_in(store)
-        target = folder / STORE_FILE
-        marker = folder / UNPACKED
+    folder = Path(tempfile.gettempdir()) / f"crux-packed-{_digest(packed)[:16]}"
+    store = folder / STORE_FILE
+    if not store.is_file():
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            if target.exists() and not marker.is_file() and _digest(target) != _digest(store):
-                raise StoreError(f"{packed} was made in {folder}, where another store is, {target}, which crux did "
-                                 f"not unpack: move it away, and open {packed} again")
-            if not (target.exists() and marker.is_file() and marker.read_text().strip() == digest):
-                shutil.copyfile(store, target)
-                marker.write_text(f"{digest}\n")
-        except OSError as error:
-            raise StoreError(f"{packed} could not be unpacked where it was made, {folder}: {error}") from None
+            with tempfile.NamedTemporaryFile(dir=folder, delete=False) as target:
+                partial = Path(target.name)
+                with gzip.open(packed, "rb") as source:
+                    shutil.copyfileobj(source, target)
+            os.replace(partial, store)  # whole or not at all: a reader never finds half a store
+        except (OSError, EOFError) as error:
+            partial.unlink(missing_ok=True)
+            raise StoreError(f"{packed} could not be unpacked: {error}") from None
     archive = next((packed.parent / name for name in ARCHIVES if (packed.parent / name).is_file()), None)
     if archive is not None:
-        extract_artifacts(archive, folder)
-    return f"{SQLITE}{target}"
+        extract_artifacts(archive, made_in(store))
+    return f"{SQLITE}{store}"
 
 
 def extract_artifacts(archive: Path, folder: Path) -> None:
@@ -106,6 +99,8 @@ def extract_artifacts(archive: Path, folder: Path) -> None:
                 if (name == ARTIFACTS or name.startswith(f"{ARTIFACTS}/")) and not (folder / name).exists():
                     member.name = name
                     members.append(member)
+            folder.mkdir(parents=True, exist_ok=True)
             tar.extractall(folder, members=members, filter="data")
     except (OSError, tarfile.TarError, EOFError) as error:
-        raise StoreError(f"the artifacts in {archive} could not be unpacked into {folder}: {error}") from None
+        raise StoreError(f"the artifacts in {archive} could not be unpacked where its store was made, {folder}: "
+                         f"{error}") from None

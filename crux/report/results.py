@@ -2,13 +2,15 @@
 
     python -m crux.report.results CPU=docs/cpu/mlflow.db.gz "TPU v5e=docs/tpu/mlflow.db.gz" --readme README.md --docs
 
-Each ``LABEL=URI`` is a machine's store (any store crux-report reads; a packed ``mlflow.db.gz`` is opened where it
-was made, :mod:`crux.report.packed`). For every built-in sweep the first store holds, each store's newest complete
-sweep is judged, and every store's after the first is compared with the first's (``crux-report NAME --against``):
-the table gives each machine's verdicts, with each timing's ratio and interval, and what changed between them.
-``--readme`` writes the table into a Markdown file between its markers; ``--docs`` writes, beside each store that is
-a file, its sweeps' reports (``reports/NAME/``) and, for every store after the first, the comparisons
-(``comparisons/NAME/``), so that a device's folder in docs/ is made from the store its calls returned.
+Each ``LABEL=URI[,URI...]`` is a machine and its stores (any store crux-report reads, a packed ``mlflow.db.gz``
+included: :mod:`crux.report.packed`); where a machine's sweeps came in several stores, as the
+calls of a device check return them, a sweep is taken from the last store that has it. For every built-in sweep
+of the first machine, each machine's newest complete sweep is judged, and every machine's after the first is
+compared with the first's (``crux-report NAME --against``): the table gives each machine's verdicts, with each
+timing's ratio and interval, and what changed between them. ``--readme`` writes the table into a Markdown file
+between its markers; ``--docs`` writes, into the folder that holds a machine's stores where they are files, its
+sweeps' reports (``reports/NAME/``) and, for every machine after the first, the comparisons
+(``comparisons/NAME/``), so that a device's folder in docs/ is made from the stores its calls returned.
 """
 from __future__ import annotations
 
@@ -39,24 +41,29 @@ END = "<!-- end of verdicts table -->"
 
 @dataclass(frozen=True)
 class Column:
-    """A machine's store: the column's label and the store's URI."""
+    """A machine: the column's label and its stores' URIs (several where its sweeps came in several stores, as a
+    device check's calls return them: a sweep is taken from the last store that has it)."""
 
     label: str
-    uri: str
+    uris: tuple[str, ...]
 
     @staticmethod
     def parse(text: str) -> "Column":
-        label, equals, uri = text.partition("=")
-        if not equals or not label or not uri:
-            raise argparse.ArgumentTypeError(f"{text!r}: give a store as LABEL=URI, e.g. CPU=docs/cpu/mlflow.db.gz")
-        return Column(label, uri)
+        label, equals, uris = text.partition("=")
+        if not equals or not label or not uris:
+            raise argparse.ArgumentTypeError(f"{text!r}: give a machine's stores as LABEL=URI[,URI...], e.g. "
+                                             f"CPU=docs/cpu/mlflow.db.gz")
+        return Column(label, tuple(uris.split(",")))
 
     @property
     def folder(self) -> Path | None:
-        """The folder of a store that is a file (packed, or SQLite), where its reports go; None for a server."""
-        path = packed_path(self.uri) or (Path(self.uri.removeprefix("sqlite:///")) if self.uri.startswith(
-            "sqlite:///") else None)
-        return path.parent if path is not None else None
+        """The folder its reports go in: the one holding its stores where they are files (packed, or SQLite);
+        None where one is a server."""
+        paths = [packed_path(uri) or (Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None)
+                 for uri in self.uris]
+        if None in paths:
+            return None
+        return Path(os.path.commonpath([path.resolve().parent for path in paths]))
 
 
 def sweep_names(uri: str) -> list[str]:
@@ -68,10 +75,11 @@ def sweep_names(uri: str) -> list[str]:
     return [name for name in CHECKS if name in found]
 
 
-def _sweep(name: str, column: Column, present: Sequence[str]) -> Sweep | None:
-    """The sweep of ``name`` crux-report would judge in ``column``'s store; None where the store has none
-    (``present`` being the sweeps it has)."""
-    return this_sweep(name, None, column.uri) if name in present else None
+def _sweep(name: str, column: Column, present: Sequence[Sequence[str]]) -> Sweep | None:
+    """The sweep of ``name`` crux-report would judge in the last of ``column``'s stores that has one (``present``
+    being the sweeps each store has); None where none has."""
+    found = [uri for uri, names in zip(column.uris, present) if name in names]
+    return this_sweep(name, None, found[-1]) if found else None
 
 
 @dataclass(frozen=True)
@@ -84,8 +92,9 @@ class SweepRow:
     comparisons: tuple[Comparison | str | None, ...]
 
 
-def sweep_row(name: str, columns: Sequence[Column], present: Sequence[Sequence[str]]) -> SweepRow:
-    """Judge and compare sweep ``name`` across ``columns``' stores, ``present`` being the sweeps each has."""
+def sweep_row(name: str, columns: Sequence[Column], present: Sequence[Sequence[Sequence[str]]]) -> SweepRow:
+    """Judge and compare sweep ``name`` across ``columns``' stores, ``present`` being the sweeps each column's
+    stores have."""
     sweeps = [_sweep(name, column, found) for column, found in zip(columns, present)]
     reference = sweeps[0]
     comparisons: list[Comparison | str | None] = []
@@ -158,17 +167,21 @@ def _jobs(sides: Sequence[Side | None]) -> str:
     return " / ".join(planned)
 
 
+def _stores(column: Column) -> str:
+    return ", ".join(f"`{uri}`" for uri in column.uris)
+
+
 def _about(column: Column, rows: Sequence[SweepRow], index: int) -> str:
     """Where a column's figures come from: its device, software, crux and when its sweeps ran."""
     sides = [row.sides[index] for row in rows if row.sides[index] is not None]
     if not sides:
-        return f"- **{column.label}** (`{column.uri}`): no sweep."
+        return f"- **{column.label}** ({_stores(column)}): no sweep."
     said = [side.ran_on() for side in sides]
     values = lambda key: "; ".join(dict.fromkeys(s[key] for s in said))
     started = sorted(side.sweep.started for side in sides if side.sweep.started)
     when = ("sweeps of unrecorded dates" if not started else f"sweep started {started[0]}" if len(started) == 1
             else f"sweeps started {started[0]} to {started[-1]}")
-    return (f"- **{column.label}** (`{column.uri}`): {values('device')}; {values('jax, precision')}; "
+    return (f"- **{column.label}** ({_stores(column)}): {values('device')}; {values('jax, precision')}; "
             f"{values('crux')}; {when}.")
 
 
@@ -205,8 +218,9 @@ def replace_block(path: Path, lines: Sequence[str]) -> None:
 
 
 def write_docs(rows: Sequence[SweepRow], columns: Sequence[Column], base: Path) -> dict[tuple[str, int], str]:
-    """Each file store's reports beside it, and the comparisons beside every store after the first; the
-    comparisons' report.md by (sweep, column), as paths relative to ``base``."""
+    """Each machine's reports, and for every machine after the first the comparisons, into the folder that holds
+    its stores (none for a machine with a server among them); the comparisons' report.md by (sweep, column), as
+    paths relative to ``base``."""
     links = {}
     for row in rows:
         for i, (column, side) in enumerate(zip(columns, row.sides)):
@@ -231,28 +245,28 @@ def main(argv: list[str] | None = None) -> int:
     written, 2 when a store could not be read or the README has no markers."""
     parser = argparse.ArgumentParser(prog="python -m crux.report.results", description=__doc__.split("\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("stores", nargs="+", type=Column.parse, metavar="LABEL=URI",
-                        help="a machine's store; the first is the one the others are compared with")
-    parser.add_argument("--sweeps", help="comma-separated sweeps (default: every built-in sweep of the first store)")
+    parser.add_argument("stores", nargs="+", type=Column.parse, metavar="LABEL=URI[,URI...]",
+                        help="a machine and its stores; the first machine is the one the others are compared with")
+    parser.add_argument("--sweeps", help="comma-separated sweeps (default: every built-in sweep of the first machine)")
     parser.add_argument("--readme", type=Path, help=f"a Markdown file to write the table into, between {BEGIN} and "
                                                     f"{END}")
-    parser.add_argument("--docs", action="store_true", help="write each file store's reports and comparisons into "
-                                                            "the folder beside it")
+    parser.add_argument("--docs", action="store_true", help="write each machine's reports and comparisons into the "
+                                                            "folder that holds its stores")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     if len(args.stores) < 2:
-        parser.error("give at least two stores, LABEL=URI each: the first is compared with the others")
+        parser.error("give at least two machines, LABEL=URI each: the first is compared with the others")
     folders = [column.folder for column in args.stores if column.folder is not None]
     if args.docs and len(set(folders)) < len(folders):
-        parser.error("--docs writes each store's reports into the folder beside it: give each store a folder of its "
-                     "own")
+        parser.error("--docs writes each machine's reports into the folder that holds its stores: give each machine a "
+                     "folder of its own")
     command = "python -m crux.report.results " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None
                                                                                        else argv))
     try:
         if args.readme is not None:
             _bounds(args.readme.read_text(encoding="utf-8"), args.readme)
-        present = [sweep_names(column.uri) for column in args.stores]
-        names = args.sweeps.split(",") if args.sweeps else present[0]
+        present = [[sweep_names(uri) for uri in column.uris] for column in args.stores]
+        names = args.sweeps.split(",") if args.sweeps else [n for n in CHECKS if any(n in f for f in present[0])]
         rows = [sweep_row(name, args.stores, present) for name in names]
     except (StoreError, ValueError, OSError) as error:
         print(f"crux.report.results: {error}", file=sys.stderr)

@@ -155,8 +155,9 @@ class Sweep:
 
 
 def open_client(uri: str | None = None) -> tuple[MlflowClient, str]:
-    """A client on ``uri``, else the pipeline's URI (``$MLFLOW_TRACKING_URI``, else mlflow.db at the project root);
-    a packed store (``mlflow.db.gz``) is unpacked where it was made first (:mod:`crux.report.packed`).
+    """A client on ``uri``, else the pipeline's URI (``$MLFLOW_TRACKING_URI``, else mlflow.db at the project root),
+    and that URI resolved; a packed store (``mlflow.db.gz``) is read from a copy unpacked, its artifacts where it was
+    made (:mod:`crux.report.packed`), and keeps its packed file's URI.
 
     Raises StoreError for a SQLite store that does not exist (opening it would create an empty one) or that is
     not a readable MLflow store (MLflow would try to give it a schema).
@@ -164,7 +165,10 @@ def open_client(uri: str | None = None) -> tuple[MlflowClient, str]:
     move_store_credentials(uri)
     resolved = tracking_uri(uri)
     if (packed := packed_path(resolved)) is not None:
-        resolved = unpack(packed)
+        unpacked = unpack(packed)
+        check_sqlite(Path(unpacked[len(SQLITE):]), resolved, READING)
+        with store_errors(resolved, READING):
+            return MlflowClient(unpacked), f"{SQLITE}{packed.resolve()}"
     if resolved.startswith(SQLITE):
         path = Path(resolved[len(SQLITE):])
         if not path.is_file():
