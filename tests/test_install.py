@@ -195,7 +195,7 @@ def test_a_reports_reproduce_section_rebuilds_its_runs_from_an_empty_folder(inst
     assert f"- the problem's module `nonlinear_poisson`, file `nonlinear_poisson.py` of sha256 `{digest}`" in said
     assert "- the folder was not in a git repository" in said and "/path/to" not in said
     cd, check, install, pins, command, report_command = commands
-    assert (cd, install, report_command) == (f"cd {project}", f"pip install {installed.wheel.name}", "crux-report tiny")
+    assert (cd, install, report_command) == (f"cd {project}", f"pip install {installed.wheel}", "crux-report tiny")
     assert pins == "pip install " + " ".join(f"{p}=={version(p)}" for p in ("jax", "jaxlib", "optax"))
     assert subprocess.run(check, shell=True, cwd=installed.wheel.parent, capture_output=True).returncode == 0
     assert subprocess.run(check.replace(check[6:10], "0000"), shell=True, cwd=installed.wheel.parent,
@@ -208,3 +208,75 @@ def test_a_reports_reproduce_section_rebuilds_its_runs_from_an_empty_folder(inst
     shutil.copytree(project / "conf", stranger / "conf")
     installed.run(stranger, *shlex.split(command))
     assert final_losses(stranger, "tiny") == final_losses(project, "tiny")  # the same runs, to the bit
+
+
+def fresh_venv(folder: Path) -> Path:
+    """A fresh virtual environment with pip, finding crux's dependencies in this test environment's site-packages
+    (a ``.pth`` line, as :func:`installed` does) so that installing crux downloads nothing; its ``bin``."""
+    subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True, capture_output=True, timeout=300)
+    purelib = subprocess.run([folder / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_paths()"
+                              "['purelib'])"], capture_output=True, text=True, check=True).stdout.strip()
+    (Path(purelib) / "test_environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return folder / "bin"
+
+
+def in_a_fresh_shell(lines: list[str], venv_bin: Path, cache: Path, **settings: str) -> subprocess.CompletedProcess:
+    """``lines`` run one after another by a fresh ``bash``, stopping at the first that fails, with ``venv_bin``
+    first on PATH (the venv active), ``settings`` in its environment and nothing of this test's store."""
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("MLFLOW_TRACKING_URI", "PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(PATH=f"{venv_bin}{os.pathsep}{env['PATH']}", VIRTUAL_ENV=str(venv_bin.parent),
+               XDG_CACHE_HOME=str(cache), **settings)
+    return subprocess.run(["bash", "-e", "-c", "\n".join(lines)], env=env, capture_output=True, text=True,
+                          timeout=1800, cwd="/")
+
+
+def verdicts_of(folder: Path, name: str) -> list[dict[str, str]]:
+    """The verdicts of each report of sweep ``name`` in ``folder``, oldest first."""
+    return [{v["id"]: v["verdict"] for v in json.loads((report / "verdicts.json").read_text())}
+            for report in sorted(folder.glob(f"reports/{name}/*"))]
+
+
+def test_the_reproduce_section_of_a_wheels_runs_runs_as_printed_and_gives_the_same_verdicts(installed, tmp_path):
+    """crux installed from a wheel kept in a sub-folder of its own: the report's Reproduce section names that
+    wheel where pip took it (its path and sha256 from pip's record), and, run line by line in a fresh shell and
+    venv, installs that very wheel and runs the sweep again to the same verdicts."""
+    project = tmp_path / "project"
+    project.mkdir()
+    installed.run(project, "crux-sweep", "accumulation", *TINY)
+    installed.run(project, "crux-report", "accumulation")
+    (report,) = project.glob("reports/accumulation/*/report.md")
+    _, commands = reproduce_commands(report)
+    assert f"pip install {installed.wheel}" in commands and installed.wheel.parent.name == "wheels"
+    done = in_a_fresh_shell(commands, fresh_venv(tmp_path / "fresh"), installed.cache, PIP_NO_INDEX="1")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    assert f"{installed.wheel}: OK" in done.stdout  # the sha256 check passed
+    assert (tmp_path / "fresh" / "bin" / "crux-sweep").is_file()
+    first, again = verdicts_of(project, "accumulation")
+    assert again == first and "holds" in again.values()
+
+
+def test_the_reproduce_section_of_a_checkouts_runs_runs_as_printed_and_gives_the_same_verdicts(tmp_path):
+    """crux installed (editable) from a checkout: the Reproduce section clones that checkout at its commit, and,
+    run line by line in a fresh shell and venv, installs it and runs the sweep again to the same verdicts. (pip
+    builds crux in an environment of its own, fetching setuptools from the package index.)"""
+    checkout = tmp_path / "crux"
+    subprocess.run(["git", "clone", "--quiet", str(REPO), str(checkout)], check=True, timeout=300)
+    commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    developer = fresh_venv(tmp_path / "developer")
+    subprocess.run([developer / "pip", "install", "-q", "-e", str(checkout)], check=True, capture_output=True,
+                   timeout=900)  # its build environment from the package index, as a developer's is
+    developing = Installed(developer.parent, checkout, tmp_path / "cache")
+    project = tmp_path / "project"
+    project.mkdir()
+    developing.run(project, "crux-sweep", "accumulation", *TINY)
+    developing.run(project, "crux-report", "accumulation")
+    (report,) = project.glob("reports/accumulation/*/report.md")
+    said, commands = reproduce_commands(report)
+    assert f"from a checkout at commit `{commit}` (`{checkout}`)" in said
+    assert f'git clone --quiet {checkout} "$src" && git -C "$src" checkout --quiet {commit}' in commands[1]
+    done = in_a_fresh_shell(commands, fresh_venv(tmp_path / "fresh"), tmp_path / "cache")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    first, again = verdicts_of(project, "accumulation")
+    assert again == first and "holds" in again.values()

@@ -102,6 +102,7 @@ def test_one_parent_run_is_reported_alone(store, tmp_path, monkeypatch):
     assert main(["accumulation", "--out", str(tmp_path), "--run", jno_parent]) == 0
     text = (tmp_path / "report.md").read_text()
     assert f"parent run `{jno_parent}`" in text and "| claim | crux | jno |" not in text
+    assert {v["backend"] for v in json.loads((tmp_path / "verdicts.json").read_text())} == {"jno"}  # named alone
 
 
 def test_crux_against_jno_compares_the_claims_both_judge(store, tmp_path):

@@ -389,7 +389,7 @@ def _typed(node: DictConfig) -> DictConfig:
 
 
 def config_from_params(params: Mapping[str, str]) -> DictConfig:
-    """A run's config back from its params (crux.tracking.job logs the flattened settings the job ran with):
+    """A run's config back from its params (crux.tracking.params flattens the settings the job ran with):
     dotted keys nest, JSON values (lists, numbers) parse, ``True``/``False`` are Python's, and a value the job
     left unset, which is not logged, is None again. Typed by the pipeline's schema; raises as it does."""
     tree: dict[str, Any] = {}
