@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from crux.report import HOLDS, load_sweep, main
+from crux.report import HOLDS, load_sweep, main, results
 from crux.report.backends import load_sweeps
 from crux.stats import Statistics
 from crux.tracking import contract
@@ -118,3 +118,15 @@ def test_crux_against_jno_compares_the_claims_both_judge(store, tmp_path):
     assert [test["test"] for test in noise["tests"]] == ["verdict", "standard errors"]
     memory = rows["accumulation.memory[b8_acc4]"]  # jNO reports no compiled memory: nothing to judge it by
     assert memory["changed"] and (memory["this"]["verdict"], memory["other"]["verdict"]) == (HOLDS, "inconclusive")
+
+
+def test_the_results_table_has_a_row_per_library(store):
+    """python -m crux.report.results: crux's sweep and jNO's of one name are rows of their own."""
+    uri, _ = store
+    present = [[results.sweeps_in(uri)]]
+    assert present == [[{"accumulation": ["crux", "jno"]}]]
+    column = results.Column("CPU", (uri,))
+    rows = [results.sweep_row("accumulation", backend, [column], present) for backend in ("crux", "jno")]
+    lines = {line.split(" | ")[0]: line for line in results.table(rows, [column]) if line.startswith("| accumulation")}
+    assert set(lines) == {"| accumulation", "| accumulation, jNO"}
+    assert "effective_batch **holds**" in lines["| accumulation"] and "noise **holds**" in lines["| accumulation, jNO"]

@@ -5,7 +5,8 @@
 Each ``LABEL=URI[,URI...]`` is a machine and its stores (any store crux-report reads, a packed ``mlflow.db.gz``
 included: :mod:`crux.report.packed`); where a machine's sweeps came in several stores, as the
 calls of a device check return them, a sweep is taken from the last store that has it. For every built-in sweep
-of the first machine, each machine's newest complete sweep is judged, and every machine's after the first is
+of the first machine, and every library that ran it there (a row each), each machine's newest complete sweep is
+judged, and every machine's after the first is
 compared with the first's (``crux-report NAME --against``): the table gives each machine's verdicts, with each
 timing's ratio and interval, and what changed between them. ``--readme`` writes the table into a Markdown file
 between its markers; ``--docs`` writes, into the folder that holds a machine's stores where they are files, its
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from crux.report.against import this_sweep
+from crux.report.backends import backends_in
 from crux.report.changes import TIMING, key_figures
 from crux.report.claims import CHECKS
 from crux.report.comparison import Comparison, Refused, Side, compare
@@ -31,10 +32,12 @@ from crux.report.coverage import claims_of, judge_sound
 from crux.report.document import row_name, write_report
 from crux.report.figures import draw
 from crux.report.packed import packed_path
-from crux.report.store import StoreError, Sweep, open_client
+from crux.report.store import DEFAULT_BACKEND, StoreError, Sweep, load_sweep, open_client
 from crux.report.verdict import Verdict
 from crux.tracking.store import READING, bounded_http, store_errors
 
+LIBRARIES = {"jno": "jNO"}
+"""How the table names a library other than crux, by its backend's name."""
 BEGIN = "<!-- verdicts table: written by `python -m crux.report.results` -->"
 END = "<!-- end of verdicts table -->"
 
@@ -75,27 +78,49 @@ def sweep_names(uri: str) -> list[str]:
     return [name for name in CHECKS if name in found]
 
 
-def _sweep(name: str, column: Column, present: Sequence[Sequence[str]]) -> Sweep | None:
-    """The sweep of ``name`` crux-report would judge in the last of ``column``'s stores that has one (``present``
-    being the sweeps each store has); None where none has."""
-    found = [uri for uri, names in zip(column.uris, present) if name in names]
-    return this_sweep(name, None, found[-1]) if found else None
+Sweeps = dict[str, list[str]]
+"""A store's built-in sweeps: each name, and the libraries (backends) that ran sweeps of it, crux first."""
+
+
+def sweeps_in(uri: str) -> Sweeps:
+    """The built-in sweeps of the store at ``uri``, and the libraries that ran each."""
+    return {name: backends_in(name, uri) for name in sweep_names(uri)}
+
+
+def _sweep(name: str, backend: str, column: Column, present: Sequence[Sweeps]) -> Sweep | None:
+    """The sweep of ``name`` on ``backend`` crux-report would judge in the last of ``column``'s stores that has
+    one (``present`` being the sweeps each store has); None where none has."""
+    found = [uri for uri, sweeps in zip(column.uris, present) if backend in sweeps.get(name, ())]
+    return load_sweep(name, None, found[-1], backend) if found else None
 
 
 @dataclass(frozen=True)
 class SweepRow:
-    """One sweep across the machines: each machine's judged side (None: not run there), and each comparison of a
-    machine after the first with the first (None where there is nothing to compare, with the reason)."""
+    """One sweep of one library across the machines: each machine's judged side (None: not run there), and each
+    comparison of a machine after the first with the first (None where there is nothing to compare, else the
+    comparison or why it was refused)."""
 
     name: str
     sides: tuple[Side | None, ...]
     comparisons: tuple[Comparison | str | None, ...]
+    backend: str = DEFAULT_BACKEND
+
+    @property
+    def label(self) -> str:
+        """``accumulation``, or ``accumulation, jNO`` for another library's sweep."""
+        library = LIBRARIES.get(self.backend, self.backend)
+        return self.name if self.backend == DEFAULT_BACKEND else f"{self.name}, {library}"
+
+    @property
+    def folder(self) -> str:
+        """The name of its reports' folders: ``accumulation``, ``accumulation-jno``."""
+        return self.name if self.backend == DEFAULT_BACKEND else f"{self.name}-{self.backend}"
 
 
-def sweep_row(name: str, columns: Sequence[Column], present: Sequence[Sequence[Sequence[str]]]) -> SweepRow:
-    """Judge and compare sweep ``name`` across ``columns``' stores, ``present`` being the sweeps each column's
-    stores have."""
-    sweeps = [_sweep(name, column, found) for column, found in zip(columns, present)]
+def sweep_row(name: str, backend: str, columns: Sequence[Column], present: Sequence[Sequence[Sweeps]]) -> SweepRow:
+    """Judge and compare sweep ``name`` of ``backend`` across ``columns``' stores, ``present`` being the sweeps
+    each column's stores have."""
+    sweeps = [_sweep(name, backend, column, found) for column, found in zip(columns, present)]
     reference = sweeps[0]
     comparisons: list[Comparison | str | None] = []
     for column, sweep in zip(columns[1:], sweeps[1:]):
@@ -109,7 +134,7 @@ def sweep_row(name: str, columns: Sequence[Column], present: Sequence[Sequence[S
     sides = [_judged(i, comparisons) or (Side(column.label, sweep, tuple(judge_sound(sweep, claims_of(sweep))))
                                          if sweep is not None else None)
              for i, (column, sweep) in enumerate(zip(columns, sweeps))]
-    return SweepRow(name, tuple(sides), tuple(comparisons))
+    return SweepRow(name, tuple(sides), tuple(comparisons), backend)
 
 
 def _judged(index: int, comparisons: Sequence[Comparison | str | None]) -> Side | None:
@@ -188,7 +213,7 @@ def _about(column: Column, rows: Sequence[SweepRow], index: int) -> str:
 def table(rows: Sequence[SweepRow], columns: Sequence[Column], links: dict[tuple[str, int], str] | None = None,
           command: str = "") -> list[str]:
     """The table's lines, its markers included: the command that wrote it, a note per column, a row per sweep;
-    ``links`` are the comparisons' reports by (sweep, column)."""
+    ``links`` are the comparisons' reports by (the row's folder name, column)."""
     reference = columns[0].label
     header = ["sweep", "jobs", *(c.label for c in columns), *(f"changed, {c.label} against {reference}"
                                                               for c in columns[1:])]
@@ -197,8 +222,8 @@ def table(rows: Sequence[SweepRow], columns: Sequence[Column], links: dict[tuple
     lines += ["| " + " | ".join(header) + " |", "|---|---:|" + "---|" * (len(header) - 2)]
     for row in rows:
         cells = [cell(side.verdicts) if side is not None else "not run" for side in row.sides]
-        cells += [changes_cell(c, (links or {}).get((row.name, i))) for i, c in enumerate(row.comparisons, start=1)]
-        lines.append("| " + " | ".join([row.name, _jobs(row.sides), *(c.replace("|", "\\|") for c in cells)]) + " |")
+        cells += [changes_cell(c, (links or {}).get((row.folder, i))) for i, c in enumerate(row.comparisons, start=1)]
+        lines.append("| " + " | ".join([row.label, _jobs(row.sides), *(c.replace("|", "\\|") for c in cells)]) + " |")
     return lines + [END]
 
 
@@ -227,16 +252,16 @@ def write_docs(rows: Sequence[SweepRow], columns: Sequence[Column], base: Path) 
             folder = column.folder
             if side is None or folder is None:
                 continue
-            out = folder / "reports" / row.name
+            out = folder / "reports" / row.folder
             out.mkdir(parents=True, exist_ok=True)
             claims = claims_of(side.sweep)
             figures = draw(claims, [r for r in side.sweep.records if not r.unsupported], out)
             write_report(out, side.sweep, list(side.verdicts), figures, claims)
             comparison = row.comparisons[i - 1] if i else None
             if isinstance(comparison, Comparison):
-                compared = folder / "comparisons" / row.name
+                compared = folder / "comparisons" / row.folder
                 write_comparison(compared, comparison)
-                links[(row.name, i)] = os.path.relpath(compared / "report.md", base)
+                links[(row.folder, i)] = os.path.relpath(compared / "report.md", base)
     return links
 
 
@@ -265,9 +290,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.readme is not None:
             _bounds(args.readme.read_text(encoding="utf-8"), args.readme)
-        present = [[sweep_names(uri) for uri in column.uris] for column in args.stores]
-        names = args.sweeps.split(",") if args.sweeps else [n for n in CHECKS if any(n in f for f in present[0])]
-        rows = [sweep_row(name, args.stores, present) for name in names]
+        present = [[sweeps_in(uri) for uri in column.uris] for column in args.stores]
+        names = args.sweeps.split(",") if args.sweeps else [n for n in CHECKS if any(n in s for s in present[0])]
+        libraries = {name: list(dict.fromkeys(b for sweeps in present[0] for b in sweeps.get(name, ())))
+                     for name in names}
+        rows = [sweep_row(name, backend, args.stores, present) for name in names
+                for backend in libraries[name] or [DEFAULT_BACKEND]]
     except (StoreError, ValueError, OSError) as error:
         print(f"crux.report.results: {error}", file=sys.stderr)
         return 2
