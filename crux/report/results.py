@@ -3,15 +3,14 @@
     python -m crux.report.results CPU=docs/cpu/mlflow.db.gz "TPU v5e=docs/tpu/mlflow.db.gz" --readme README.md --docs
 
 Each ``LABEL=URI[,URI...]`` is a machine and its stores (any store crux-report reads, a packed ``mlflow.db.gz``
-included: :mod:`crux.report.packed`); where a machine's sweeps came in several stores, as the
-calls of a device check return them, a sweep is taken from the last store that has it. For every built-in sweep
-of the first machine, and every library that ran it there (a row each), each machine's newest complete sweep is
-judged, and every machine's after the first is
-compared with the first's (``crux-report NAME --against``): the table gives each machine's verdicts, with each
-timing's ratio and interval, and what changed between them. ``--readme`` writes the table into a Markdown file
-between its markers; ``--docs`` writes, into the folder that holds a machine's stores where they are files, its
-sweeps' reports (``reports/NAME/``) and, for every machine after the first, the comparisons
-(``comparisons/NAME/``), so that a device's folder in docs/ is made from the stores its calls returned.
+included: :mod:`crux.report.packed`); where a machine's sweeps came in several stores, as the calls of a device
+check return them, a sweep is taken from the last store that has it. For every built-in sweep of the first machine,
+and every library that ran it there (a row each), each machine's newest complete sweep is judged, and every
+machine's after the first is compared with the first's (``crux-report NAME --against``): the table gives each
+machine's verdicts, with each timing's ratio and interval, and what changed between them. ``--readme`` writes the
+table into a Markdown file between its markers; ``--docs`` writes, into the folder that holds a machine's stores
+where they are files, its sweeps' reports (``reports/NAME/``) and, for every machine after the first, the
+comparisons (``comparisons/NAME/``), so that a device's folder in docs/ is made from the stores its calls returned.
 """
 from __future__ import annotations
 
