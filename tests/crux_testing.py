@@ -1,10 +1,12 @@
 """Small problems and comparisons shared by the tests."""
 from __future__ import annotations
 
+import gzip
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -160,3 +162,15 @@ def selected(name: str) -> list[str]:
 
     register(available()[name], f"crux-sweep {name}")
     return [f"+sweeps={name}"]
+
+
+def pack(made: Path, into: Path, archive: str = "mlartifacts.tgz") -> Path:
+    """The SQLite store made in folder ``made`` packed as scripts/device_check.sh returns one: its mlflow.db
+    gzipped into ``into``, its mlartifacts/ archived beside it (as ``./mlartifacts/...`` in a ``reports.tgz``);
+    the packed file."""
+    into.mkdir(parents=True, exist_ok=True)
+    with open(made / "mlflow.db", "rb") as source, gzip.open(into / "mlflow.db.gz", "wb") as target:
+        shutil.copyfileobj(source, target)
+    with tarfile.open(into / archive, "w:gz") as tar:
+        tar.add(made / "mlartifacts", arcname="./mlartifacts" if archive == "reports.tgz" else "mlartifacts")
+    return into / "mlflow.db.gz"

@@ -115,7 +115,7 @@ def _folder_code(records: Sequence[RunRecord]) -> list[str]:
     return lines
 
 
-def _crux_installs(records: Sequence[RunRecord]) -> tuple[list[str], list[str]]:
+def crux_installs(records: Sequence[RunRecord]) -> tuple[list[str], list[str]]:
     """How the runs' crux was installed, in words, and the commands that install that exact crux: the wheel pip
     installed, from where pip took it, checked against its sha256; a clone of the checkout at its commit; else
     the released version."""
@@ -147,7 +147,7 @@ def _crux_installs(records: Sequence[RunRecord]) -> tuple[list[str], list[str]]:
     return said, commands
 
 
-def _runtime(records: Sequence[RunRecord]) -> tuple[list[str], list[str]]:
+def runtime_of(records: Sequence[RunRecord]) -> tuple[list[str], list[str]]:
     """The jax, jaxlib and optax the runs ran, the backend, device and matmul precision, and the command that
     installs those versions."""
     said, pins = [], set()
@@ -166,8 +166,8 @@ def _reproduce(sweep: Sweep, overrides: str) -> list[str]:
     (a sweep file's path and ``--config-dir`` included), then the report; and what identifies the code."""
     command = sweep.parent_tags.get(COMMAND) or f"crux-sweep {sweep.name} {overrides}".rstrip()
     folder = sweep.parent_tags.get(WORKING_DIR)
-    installs, install_commands = _crux_installs(sweep.records)
-    runtime, runtime_commands = _runtime(sweep.records)
+    installs, install_commands = crux_installs(sweep.records)
+    runtime, runtime_commands = runtime_of(sweep.records)
     lines = ["## Reproduce", ""]
     lines += [f"The sweep ran in `{folder}`, which holds what its command names (a sweep file, a config folder, "
               f"a problem's module); its code, per run:" if folder else "The code the runs recorded:", ""]
@@ -273,7 +273,7 @@ SAME_AS_CRUX_BATCHING = "batching=points"
 Judged = Mapping[str, tuple[Sweep, Sequence[Verdict]]]
 
 
-def _setting(label: str) -> str:
+def row_name(label: str) -> str:
     """A run label or verdict id without the qualifier that names crux's own way of batching."""
     head, bracket, inner = label.partition("[")
     parts = [p for p in (inner[:-1] if bracket else head).split(",") if p != SAME_AS_CRUX_BATCHING]
@@ -284,7 +284,7 @@ def _by_row(judged: Judged) -> dict[str, dict[str, list[Verdict]]]:
     rows: dict[str, dict[str, list[Verdict]]] = {}
     for backend, (_, verdicts) in judged.items():
         for v in verdicts:
-            rows.setdefault(_setting(v.id), {}).setdefault(backend, []).append(v)
+            rows.setdefault(row_name(v.id), {}).setdefault(backend, []).append(v)
     return rows
 
 
@@ -308,7 +308,7 @@ def _speed_rows(judged: Judged) -> list[str]:
     for backend, (sweep, _) in judged.items():
         for r in sweep.records:
             if not r.unsupported:
-                settings.setdefault(_setting(r.label), {}).setdefault(backend, []).append(r)
+                settings.setdefault(row_name(r.label), {}).setdefault(backend, []).append(r)
 
     def spread(runs: Sequence[RunRecord] | None, metric: str) -> str:
         values = sorted(float(r.metrics[metric]) for r in runs or () if metric in r.metrics)
