@@ -89,6 +89,7 @@ class StoreReserve:
     def __init__(self, uri: str):
         store = Path(uri[len(SQLITE):]) if uri.startswith(SQLITE) else None
         self.path = store.parent / f"{RESERVE_PREFIX}{store.name}-{os.getpid()}" if store else None
+        self.held = False
 
     def take(self) -> None:
         """Hold the room; NoRoom, before anything is written, where the disk has not that much free."""
@@ -105,8 +106,10 @@ class StoreReserve:
                          f"point tracking.uri at a store with room")
         with open(self.path, "wb") as file:
             os.posix_fallocate(file.fileno(), 0, RESERVE_BYTES)
+        self.held = True
 
     def release(self) -> None:
         """Give the room back (at once where the disk has filled up: the runs are closed in it)."""
-        if self.path is not None:
+        if self.held:
             self.path.unlink(missing_ok=True)
+            self.held = False
