@@ -278,6 +278,20 @@ def test_a_store_without_room_for_a_job_is_refused_before_it_trains(small_disk, 
 FILLED_EPOCHS = 3000
 
 
+def fill(disk: Path) -> None:
+    """Take every free byte of ``disk`` with a file ``filler``, while a job may be writing there too (what it takes
+    meanwhile is left to it: the disk is full either way)."""
+    with open(disk / "filler", "wb") as filler:
+        size, chunk = 0, shutil.disk_usage(disk).free
+        while chunk >= 4096:
+            try:
+                os.posix_fallocate(filler.fileno(), size, chunk)
+                size += chunk
+                chunk = shutil.disk_usage(disk).free
+            except OSError:
+                chunk //= 2
+
+
 def filled_while_job_0_trains(small_disk: Path, empty_store: Path, folder: Path, job: int = 0) -> list[str]:
     """The output of a sweep run in ``folder`` into a store on ``small_disk``, which is filled while job 0 (or
     ``job``, once the runs of the jobs before it are closed) trains, its run created (:data:`FILLED_EPOCHS`: long
@@ -291,8 +305,7 @@ def filled_while_job_0_trains(small_disk: Path, empty_store: Path, folder: Path,
     while not run_opened(f"sqlite:///{small_disk / 'mlflow.db'}", "accumulation", str(job)):  # its run is created
         assert process.poll() is None, "".join(seen)[-4000:]
         time.sleep(0.05)
-    with open(small_disk / "filler", "wb") as filler:
-        os.posix_fallocate(filler.fileno(), 0, shutil.disk_usage(small_disk).free)
+    fill(small_disk)
     status = finish(process, seen)
     assert status != 0 and "Traceback" not in "".join(seen), "".join(seen)[-4000:]
     return seen
