@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from crux import remat
-from crux.failures import shown_path
+from crux.failures import raised_at, shown_path
 from crux.model import Model, ShapeMismatch
 from crux.numbers import is_rate
 
@@ -135,7 +135,8 @@ def checked_reach(constraint: Constraint, models: dict[str, Model], params: dict
         closed, returned = jax.make_jaxpr(lambda p, x: constraint.residual(Nets(models, p), x),
                                           return_shape=True)(params, constraint.points[0])
     except ShapeMismatch as error:
-        raise ValueError(f"Constraint '{constraint.name}': {error}; the constraint's points have "
+        at = f" ({raised_at(error)})" if raised_at(error) else where  # the line that evaluated the model
+        raise ValueError(f"Constraint '{constraint.name}': {error}{at}; the constraint's points have "
                          f"{constraint.points.shape[1]} coordinates. A model takes one point of its in_dim coordinates "
                          f"(a slice of x where the points hold more) and returns out_dim values") from None
     if not isinstance(returned, jax.ShapeDtypeStruct):

@@ -27,8 +27,9 @@ Substeps = tuple[tuple[tuple[int, ...], int], ...]  # ((constraint indices, upda
 @dataclass(frozen=True)
 class SolveOptions:
     """The options of one ``solve()`` call (see :meth:`crux.Crux.solve` for their meaning), checked and
-    normalised when built: integers as ``int``, ``precision`` by crux's name of it, ``substeps`` as
-    ``((constraint indices, updates), ...)``, so that equal requests compare equal however they were spelt.
+    normalised when built: integers as ``int``, ``precision`` one of crux's names (:mod:`crux.precision`),
+    ``substeps`` as ``((constraint indices, updates), ...)``, so that equal requests compare equal however they
+    were spelt.
 
     Raises TypeError/ValueError naming the option and the fix for a value no solve() could use.
     """

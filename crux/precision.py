@@ -21,22 +21,31 @@ import jax
 
 DEFAULT = "highest"
 NAMES = ("default", "high", "highest")
-# JAX's other names for the same three settings (jax.default_matmul_precision accepts them): taken, and
-# recorded by crux's name, so runs at one setting group together however it was spelt.
-SYNONYMS = {"bfloat16": "default", "fastest": "default", "tensorfloat32": "high", "bfloat16_3x": "high",
-            "float32": "highest"}
+"""The one set of names ``solve()``, ``Model(xs, precision)``, the config (``solver.precision``) and the records
+take."""
+JAX_NAMES = {"bfloat16": "default", "fastest": "default", "tensorfloat32": "high", "bfloat16_3x": "high",
+             "float32": "highest"}
+"""JAX's other names for the same three settings (``jax.default_matmul_precision`` takes them): read where JAX's own
+setting is read, and suggested by crux's name where one is given instead of it."""
+
+
+def meant(value: Any) -> str | None:
+    """The name of :data:`NAMES` that ``value`` most likely meant: the setting JAX calls so, else the closest
+    spelling; None when none is close."""
+    text = str(value).strip().lower()
+    if text in JAX_NAMES:
+        return JAX_NAMES[text]
+    close = difflib.get_close_matches(text, NAMES, n=1)
+    return close[0] if close else None
 
 
 def checked(value: Any, option: str = "precision") -> str:
-    """``value`` as one of :data:`NAMES`, or ValueError naming ``option`` (as the caller spelt it) and the fix."""
-    if isinstance(value, str):
-        name = value.strip().lower()
-        if name in NAMES:
-            return name
-        if name in SYNONYMS:
-            return SYNONYMS[name]
-    close = difflib.get_close_matches(str(value).lower(), NAMES + tuple(SYNONYMS), n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    """``value``, one of :data:`NAMES`; else ValueError naming ``option`` (as the caller spelt it), the name it most
+    likely meant (:func:`meant`) and the three."""
+    if value in NAMES:
+        return value
+    guess = meant(value)
+    hint = f" (did you mean {guess!r}?{' JAX calls it ' + repr(value) if value in JAX_NAMES else ''})" if guess else ""
     raise ValueError(f"{option}={value!r} is not a matmul precision{hint}; use 'highest' (full float32, the "
                      f"default: a PINN's accuracy), 'high' (three bfloat16 passes on a TPU) or 'default' (the "
                      f"device's fastest: one bfloat16 pass on a TPU)")

@@ -211,11 +211,18 @@ class Statistics:
 
     # -- figure --------------------------------------------------------------------
     def plot(self, path: str | Path) -> "Statistics":
-        """Losses per constraint (log scale), learning rates, time per update, phase boundaries; returns self.
+        """Save :meth:`figure` to ``path`` (PNG, 110 dpi); returns self."""
+        self.figure().savefig(path, dpi=110)
+        return self
 
-        Drawn on a bare figure (no pyplot state, no backend choice) with fixed margins, plain ``1e-04`` loss
-        labels and no minor ticks on the log axis, as a job draws it once: ``tight_layout`` draws the figure
-        twice, mathtext labels build their parser, and minor ticks add some 50 tick objects.
+    def figure(self) -> Any:
+        """Losses per constraint (log scale), learning rates (log scale where the positive ones span a decade or
+        more: Adam at 1e-3 beside L-BFGS at 1.0 would be a flat zero on a linear axis), time per update; every phase after the
+        first starts at a dashed line, numbered on the learning-rate panel. A matplotlib ``Figure``.
+
+        Drawn on a bare figure (no pyplot state, no backend choice) with fixed margins, plain ``1e-04`` labels and
+        no minor ticks on the log axes, as a job draws it once: ``tight_layout`` draws the figure twice, mathtext
+        labels build their parser, and minor ticks add some 50 tick objects.
         """
         from matplotlib.figure import Figure
         from matplotlib.ticker import LogFormatter, NullLocator
@@ -228,25 +235,32 @@ class Statistics:
         for j, name in enumerate(self.names):
             ax_loss.semilogy(self.epoch[reported], self.losses[reported, j], lw=1, label=name)
         ax_loss.set_ylabel("loss")
-        ax_loss.yaxis.set_major_formatter(LogFormatter())
-        ax_loss.yaxis.set_minor_locator(NullLocator())
         ax_loss.legend(loc="upper right", fontsize=8)
         for m, values in self.lr.items():
             ax_lr.plot(self.epoch[np.isfinite(values)], values[np.isfinite(values)], label=m)
         ax_lr.set_ylabel("learning rate")
         if self.lr:
             ax_lr.legend(loc="upper right", fontsize=8)
+        rates = np.concatenate([values[values > 0] for values in self.lr.values()] or [np.zeros(0)])
+        log_axes = [ax_loss] + ([ax_lr] if rates.size and rates.max() >= 10 * rates.min() else [])
+        for ax in log_axes:
+            ax.set_yscale("log", nonpositive="mask")  # a warm-up's first rate, 0, is left out, not clipped
+            ax.yaxis.set_major_formatter(LogFormatter())
+            ax.yaxis.set_minor_locator(NullLocator())
         for ax in (ax_loss, ax_lr):
             ax.set_xlabel("epoch")
             for start in self.phases[1:]:
                 ax.axvline(start, color="grey", ls="--", lw=0.8)
+        if len(self.phases) > 1:
+            for number, start in enumerate(self.phases, 1):
+                ax_lr.text(start, 0.97, f" phase {number}", transform=ax_lr.get_xaxis_transform(), va="top",
+                           fontsize=8, color="grey")
         if self.step_seconds.size:
             ax_time.plot(np.arange(self.step_seconds.size), self.step_seconds * 1e3, ".-", lw=0.8)
         ax_time.set_xlabel("synchronisation window")
         ax_time.set_ylabel("ms per update")
         ax_time.set_title(f"compile {self.compile_seconds:.2f} s, run {self.run_seconds:.2f} s", fontsize=9)
-        fig.savefig(path, dpi=110)
-        return self
+        return fig
 
 
 def _row_sums(losses: np.ndarray) -> np.ndarray:

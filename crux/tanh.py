@@ -63,6 +63,6 @@ def tanh(x: jax.Array) -> jax.Array:
     """``jnp.tanh`` where it is accurate or where the fastest arithmetic was asked for; else :func:`accurate_tanh`
     (chosen while the program is traced: part of what it is)."""
     traced_at = jax.config.jax_default_matmul_precision
-    if jax.default_backend() != "tpu" or matmul.SYNONYMS.get(traced_at, traced_at) == "default":
+    if jax.default_backend() != "tpu" or matmul.JAX_NAMES.get(traced_at, traced_at) == "default":
         return jnp.tanh(x)
     return accurate_tanh(x)

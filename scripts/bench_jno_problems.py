@@ -33,17 +33,22 @@ import optax
 
 import crux
 from crux.backends.jno.job import jno_schedule
-from crux.backends.jno.problems import Batching, build
+from crux.backends.jno.problems import Batching, JnoProblem, build
 from crux.pipeline.config import ModelConfig
 
 
-def make_core(n: int, width: int):
+def jno_poisson(n: int, width: int) -> JnoProblem:
+    """The reference problem on ``n`` points, 3 tanh layers of ``width``, in jNO, with Adam at 1e-3."""
     model = ModelConfig(width=width, depth=3, activation="tanh")
     fields = {"n_interior": n, "hard_boundary": True, "bc_weight": 1.0}
     reference = crux.problems.poisson1d(n_interior=n, hidden=(width,) * 3, hard_boundary=True)
     problem = build("poisson1d", reference, fields, model, seed=0, twin=0, batching=Batching("points", 1))
     problem.networks["u"].optimizer(optax.adam).scale(jno_schedule(crux.lrs(1e-3)))
-    return problem.core
+    return problem
+
+
+def make_core(n: int, width: int):
+    return jno_poisson(n, width).core
 
 
 class Variant:

@@ -3,12 +3,12 @@
 # accelerator (a TPU or a GPU), installed from crux's own wheel; everything that comes back under $OUT.
 #
 #   bash scripts/device_check.sh --prepare                 # here (network): wheels a bare device image lacks -> .wheels/
+#   bash scripts/device_check.sh --prepare --jno           # ... and jNO's -> .wheels/jno/ (the steps NAME-jno, fused)
 #   bash scripts/device_check.sh [STEP ...]                # on the device machine ($OUT set): every step, or those named
 #   OUT=/tmp/x bash scripts/device_check.sh --dry-run [STEP ...]   # the same path on a CPU with tiny settings
 #
 # Steps: the claim sweeps (accumulation inner_steps checkpoint offload substeps phases resume precision devices),
-# each with $SWEEP_ARGS appended (overrides, e.g. timing.budget_seconds=5) and followed by its report;
-# functions (scripts/function_accuracy.py: the float32 accuracy of the activations and
+# each followed by its report; functions (scripts/function_accuracy.py: the float32 accuracy of the activations and
 # of matrix products, on the accelerator and on the CPU); bench (scripts/bench.py, with $BENCH_ARGS appended);
 # anatomy (scripts/step_anatomy.py --profile: the device's time per instruction of a fused update, crux beside
 # the hand-written scans, on the problems of $ANATOMY_PROBLEMS, default small,standard; square is the 2-D one);
@@ -17,8 +17,12 @@
 # default 300: checkpoint_gradients' forms and offload_data at the chip's sizes); compile (scripts/compile_cost.py
 # --rounds $COMPILE_ROUNDS, default 1: a first solve()'s compile with checkpoint_gradients and with every memory
 # option against the plain update's, Adam and L-BFGS, each in a fresh process); cache (scripts/measure_sweep.py:
-# the $CACHE_SWEEP sweep, default accumulation, run twice into a fresh compilation cache, each run's compile seconds
-# and its first jobs' compile share, the second run's compile over the first's). The bench times the hand-written scans unrolled four to a turn too: on a TPU
+# the $CACHE_SWEEP sweep, default accumulation, run twice into a fresh compilation cache, each run's compile
+# seconds and its first jobs' compile share, the second run's compile over the first's); NAME-jno, any claim sweep with
+# backend=jno (precision-jno on jNO's built-in problems, poisson1d and mixed_poisson1d), and fused
+# (scripts/bench_fused.py: crux and jNO at K = 1, 10, 100, 1000 updates a call), both after `--prepare --jno`. A
+# sweep step takes more overrides from $ARGS_<step> (dashes as underscores: ARGS_inner_steps_jno="repeat=0,1").
+# The bench times the hand-written scans unrolled four to a turn too: on a TPU
 # that form is the fastest hand-written one, the baseline crux is held to. `devices` runs only where
 # JAX sees more than one device; REPORTS=0 leaves the reports to be made from the returned store. A step that
 # fails or runs out of its time limit does not stop the next; the log says which. One command on a device machine
@@ -30,29 +34,49 @@
 # (Hydra, OmegaConf, MLflow and their pure-Python needs; antlr4 4.9.3 is published only as source, so it is built).
 # The packages a TPU image's own index holds (/opt/pypi/simple: optax, matplotlib, pandas, ...) are installed from
 # it there; `--prepare --full` downloads them too, into .wheels/index/, for an image without such an index.
+# `--prepare --jno` adds jNO (PyPI jax-numerical-operators, the version installed here, else $JNO_VERSION) and what
+# it needs that neither the image nor its index holds, into .wheels/jno/ (about 8 MB: jNO, equinox, folx, foundax,
+# paramax, blackjax, matfree, pygmsh); jNO's other needs (tensorstore, orbax-checkpoint, gmsh, ...) come from the
+# index there (with --full, into .wheels/jno-index/). $JNO_LEAVE_OUT names what is not carried (default
+# fenics-basix: jNO's finite-element bases, 13 MB, which neither `import jno` nor a PINN's solve() loads; with it
+# the wheels and a checkout pass the 64 MiB a call to the lent TPU machine may carry).
 # Everything installs under /tmp and is appended to PYTHONPATH, never put before it: the image's own JAX stays
 # first. crux runs from its wheel in a folder outside the checkout (its configs, crux.conf and crux.sweeps, exist
 # only in an installed crux). One process holds the accelerator at a time: the steps run one after another, and
 # the sweeps use Hydra's in-process launcher. The store is SQLite under a fixed path (/tmp/crux-device-check, or $CRUX_DEVICE_CHECK_DIR), so
 # that the returned mlflow.db.gz and reports.tgz, unpacked there on another machine, make the same reports.
 #
-# $OUT receives (at most 8 files): device_check.log, environment.txt, bench.md, bench.json, capacity.json,
-# scale.json, mlflow.db.gz, reports.tgz (report folders, the MLflow artifacts, Hydra's multirun logs, the
-# anatomy's tables, HLO and per-instruction times).
+# $OUT receives device_check.log, environment.txt, bench.md, bench.json, capacity.json, scale.json, fused.md,
+# fused.json, mlflow.db.gz and reports.tgz (report folders, the MLflow artifacts, Hydra's multirun logs, the
+# anatomy's tables, HLO and per-instruction times): at most 8 files come back from the lent TPU machine, so name
+# the steps of one command so that no more are written.
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 python=$(command -v "${PYTHON:-python3}") || { echo "no ${PYTHON:-python3} here" >&2; exit 2; }
 python="$(cd "$(dirname "$python")" && pwd)/$(basename "$python")"  # absolute (not resolved): the steps run elsewhere
 sweeps=(accumulation inner_steps checkpoint offload substeps phases resume precision devices)
+jno_steps=(accumulation-jno inner_steps-jno checkpoint-jno offload-jno substeps-jno phases-jno resume-jno
+           precision-jno fused)  # devices: the jNO backend trains on one device
 every_step=("${sweeps[@]}" functions bench anatomy capacity scale compile cache)
+platform_flags=(--only-binary=:all: --python-version 3.11 --implementation cp --platform any)
+for tag in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 manylinux_2_17_x86_64 \
+           manylinux2014_x86_64 manylinux1_x86_64; do
+    platform_flags+=(--platform "$tag")
+done
+present=(jax jaxlib numpy scipy ml-dtypes opt-einsum)  # the image's own: never carried
+# normalised NAME of a wheel FILE (as the index spells it)
+wheel_name() { basename "$1" | cut -d- -f1 | tr '[:upper:]_' '[:lower:]-'; }
+listed() { local name=$1; shift; printf '%s\n' "$@" | grep -qx "$name"; }
 
 prepare() {  # $1: "full" to carry the index's packages too
     local wheels="$root/.wheels" index_names
     index_names=(optax absl-py matplotlib contourpy cycler fonttools kiwisolver pillow pyparsing python-dateutil six
                  packaging pandas tzdata pyarrow joblib pyyaml tqdm narwhals scikit-learn threadpoolctl)
     rm -rf "$wheels" && mkdir -p "$wheels/deps" || return 1
-    "$python" -m pip wheel -q --no-deps --no-build-isolation -w "$wheels" "$root" || return 1
+    # built as pip builds any package, in an environment of its own with the setuptools pyproject.toml asks for:
+    # the venv of the README's install has an older setuptools and no `wheel` (no bdist_wheel) of its own
+    "$python" -m pip wheel -q --no-deps -w "$wheels" "$root" || return 1
     "$python" -m pip wheel -q --no-deps -w "$wheels/deps" "antlr4-python3-runtime==4.9.3" || return 1
     local pins
     pins=$("$python" - <<'EOF'
@@ -61,21 +85,17 @@ print(" ".join(f"{name}=={version(name)}" for name in
       ("mlflow", "hydra-core", "omegaconf", "hydra-joblib-launcher", "optax", "matplotlib", "tqdm")))
 EOF
 ) || return 1
-    local platform=(--only-binary=:all: --python-version 3.11 --implementation cp --platform any)
-    for tag in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 manylinux_2_17_x86_64 \
-               manylinux2014_x86_64 manylinux1_x86_64; do
-        platform+=(--platform "$tag")
-    done
     # shellcheck disable=SC2086
-    "$python" -m pip download -q "${platform[@]}" --find-links "$wheels/deps" -d "$wheels/deps" $pins || return 1
+    "$python" -m pip download -q "${platform_flags[@]}" --find-links "$wheels/deps" -d "$wheels/deps" $pins \
+        || return 1
     # What the image has (JAX and its numerics) never travels; what its index has travels only with --full.
-    local present=(jax jaxlib numpy scipy ml_dtypes opt_einsum) name file
+    local name file
     [[ "${1:-}" == full ]] && mkdir -p "$wheels/index"
     for file in "$wheels"/deps/*.whl; do
-        name=$(basename "$file" | cut -d- -f1 | tr '[:upper:]_' '[:lower:]-')
-        if printf '%s\n' "${present[@]}" | grep -qx "$name"; then
+        name=$(wheel_name "$file")
+        if listed "$name" "${present[@]}"; then
             rm "$file"
-        elif printf '%s\n' "${index_names[@]}" | grep -qx "$name"; then
+        elif listed "$name" "${index_names[@]}"; then
             if [[ "${1:-}" == full ]]; then mv "$file" "$wheels/index/"; else rm "$file"; fi
         fi
     done
@@ -83,9 +103,46 @@ EOF
     echo "$(find "$wheels" -name '*.whl' | wc -l) wheels, $(du -sh "$wheels" | cut -f1) in $wheels"
 }
 
+prepare_jno() {  # after prepare; $1: "full" to carry the index's packages too
+    local wheels="$root/.wheels" jno_index jno_version name file left_out=() carried=()
+    for file in "$wheels"/deps/*.whl; do carried+=("$(wheel_name "$file")"); done
+    # jNO's needs that the TPU image's own index holds (read there, 2026-12): installed from it, not carried
+    jno_index=(tensorstore orbax-checkpoint meshio shapely einops cloudpickle jaxtyping wadler-lindig gmsh
+               typing-extensions absl-py etils msgpack prometheus-client pyyaml aiofiles protobuf humanize
+               simplejson psutil uvloop fsspec zipp rich pygments markdown-it-py mdurl optax)
+    read -ra left_out <<< "${JNO_LEAVE_OUT-fenics-basix}"
+    jno_version=$("$python" -c "from importlib.metadata import version; print(version('jax-numerical-operators'))" \
+                  2> /dev/null) || jno_version=${JNO_VERSION:-0.4.2}
+    rm -rf "$wheels/jno" "$wheels/jno-index" && mkdir -p "$wheels/jno" || return 1
+    "$python" -m pip download -q "${platform_flags[@]}" -d "$wheels/jno" "jax-numerical-operators==$jno_version" \
+        || return 1
+    [[ "${1:-}" == full ]] && mkdir -p "$wheels/jno-index"
+    for file in "$wheels"/jno/*.whl; do
+        name=$(wheel_name "$file")
+        if listed "$name" "${present[@]}" "${left_out[@]}" "${carried[@]}"; then
+            rm "$file"  # the image's, left out, or carried with crux already
+        elif listed "$name" "${jno_index[@]}"; then
+            if [[ "${1:-}" == full ]]; then mv "$file" "$wheels/jno-index/"; else rm "$file"; fi
+        fi
+    done
+    printf '%s\n' "${jno_index[@]}" > "$wheels/jno-index-names.txt"
+    echo "jNO $jno_version: $(find "$wheels/jno" -name '*.whl' | wc -l) wheels, $(du -sh "$wheels/jno" | cut -f1) in" \
+         "$wheels/jno${left_out[*]:+ (left out: ${left_out[*]})}; all: $(du -sh "$wheels" | cut -f1)"
+}
+
 if [[ "${1:-}" == "--prepare" ]]; then
-    prepare "$([[ "${2:-}" == "--full" ]] && echo full)"
-    exit
+    shift
+    full="" jno=0
+    for flag in "$@"; do
+        case $flag in
+            --full) full=full ;;
+            --jno) jno=1 ;;
+            *) echo "--prepare takes --full and --jno, not '$flag'" >&2; exit 2 ;;
+        esac
+    done
+    prepare "$full" || exit
+    (( jno )) && { prepare_jno "$full" || exit; }
+    exit 0
 fi
 
 dry=0
@@ -96,10 +153,11 @@ fi
 chosen=("$@")
 (( ${#chosen[@]} )) || chosen=("${every_step[@]}")
 for name in "${chosen[@]}"; do
-    if ! printf '%s\n' "${every_step[@]}" | grep -qx "$name"; then
-        echo "unknown step '$name'; choose among: ${every_step[*]}" >&2
+    if ! listed "$name" "${every_step[@]}" "${jno_steps[@]}"; then
+        echo "unknown step '$name'; choose among: ${every_step[*]} ${jno_steps[*]}" >&2
         exit 2
     fi
+    [[ $name == *-jno || $name == fused ]] && export CHECK_JNO=1  # the environment names jNO's version too
 done
 : "${OUT:?set OUT to the folder that comes back}"
 mkdir -p "$OUT"
@@ -139,24 +197,39 @@ install() {  # TARGET WHEEL...
     PIP_CONFIG_FILE=/dev/null "$python" -m pip install --isolated -q --no-index --no-deps --no-compile \
         --no-cache-dir --upgrade --target "$target" "$@"
 }
+# from_index TARGET NAMES_FILE: the packages named in NAMES_FILE from the image's own index, all at once, else (one
+# missing name fails them all) one by one, naming those it lacks
+from_index() {
+    local target=$1 names name
+    mapfile -t names < "$2"
+    index_install() {
+        PIP_CONFIG_FILE=/dev/null "$python" -m pip install --isolated -q --only-binary=:all: --no-deps \
+            --no-compile --no-cache-dir --index-url file:///opt/pypi/simple --target "$target" "$@"
+    }
+    if ! index_install "${names[@]}" 2> /dev/null; then
+        for name in "${names[@]}"; do
+            index_install "$name" 2> /dev/null || echo "the image's index has no $name"
+        done
+    fi
+}
 if compgen -G "$root/.wheels/crux-*.whl" > /dev/null; then
     install "$store/site-crux" "$root"/.wheels/crux-*.whl || echo "crux's wheel did not install (exit $?)"
     install "$store/site" "$root"/.wheels/deps/*.whl || echo "the wheels in .wheels/deps did not install (exit $?)"
     if compgen -G "$root/.wheels/index/*.whl" > /dev/null; then
         install "$store/site-index" "$root"/.wheels/index/*.whl || echo ".wheels/index did not install (exit $?)"
     elif [[ -d /opt/pypi/simple ]]; then
-        from_index() {
-            PIP_CONFIG_FILE=/dev/null "$python" -m pip install --isolated -q --only-binary=:all: --no-deps \
-                --no-compile --no-cache-dir --index-url file:///opt/pypi/simple --target "$store/site-index" "$@"
-        }
-        mapfile -t names < "$root/.wheels/index-names.txt"
-        if ! from_index "${names[@]}" 2> /dev/null; then  # one missing name fails them all: then one by one
-            for name in "${names[@]}"; do
-                from_index "$name" 2> /dev/null || echo "the image's index has no $name"
-            done
-        fi
+        from_index "$store/site-index" "$root/.wheels/index-names.txt"
     fi
     export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$store/site-crux:$store/site:$store/site-index"
+    if compgen -G "$root/.wheels/jno/*.whl" > /dev/null; then  # jNO, after crux's: crux's pins come first
+        install "$store/site-jno" "$root"/.wheels/jno/*.whl || echo "the wheels in .wheels/jno did not install (exit $?)"
+        if compgen -G "$root/.wheels/jno-index/*.whl" > /dev/null; then
+            install "$store/site-jno-index" "$root"/.wheels/jno-index/*.whl || echo ".wheels/jno-index did not install"
+        elif [[ -d /opt/pypi/simple ]]; then
+            from_index "$store/site-jno-index" "$root/.wheels/jno-index-names.txt"
+        fi
+        export PYTHONPATH="$PYTHONPATH:$store/site-jno:$store/site-jno-index"
+    fi
 else
     echo "no .wheels/crux-*.whl (run --prepare first): crux, Hydra and MLflow must already be installed"
 fi
@@ -176,10 +249,15 @@ export PYTHONUNBUFFERED=1
     "$python" - <<'EOF'
 import importlib, platform
 print("python", platform.python_version(), "on", platform.processor() or platform.machine(), "cores", __import__("os").cpu_count())
-for name in ("jax", "jaxlib", "optax", "matplotlib", "numpy", "hydra", "omegaconf", "mlflow", "crux"):
+import os
+from importlib.metadata import version
+os.environ.setdefault("JNO_COMPILE_CACHE", "0")  # jNO's import would make a cache of its own in ~/.cache
+names = ["jax", "jaxlib", "optax", "matplotlib", "numpy", "hydra", "omegaconf", "mlflow", "crux"]
+for name in names + (["equinox", "jno"] if os.environ.get("CHECK_JNO") == "1" else []):
     try:
         module = importlib.import_module(name)
-        print(name, getattr(module, "__version__", "?"), module.__file__)
+        found = version("jax-numerical-operators") if name == "jno" else getattr(module, "__version__", "?")
+        print(name, found, module.__file__)
     except Exception as error:
         print(name, "MISSING:", type(error).__name__, error)
 import jax
@@ -205,6 +283,24 @@ declare -A tiny=(
     [precision]="solver.epochs=100 solver.inner_steps=10 phases.lbfgs.epochs=10 repeat=0 timing.budget_seconds=2"
     [devices]="solver.epochs=10 repeat=0"
 )
+declare -A on_jno=(  # what a sweep needs on jNO beyond backend=jno
+    [precision]="problem=poisson1d,mixed_poisson1d"  # jNO's built-in problems (heat1d is refused)
+)
+
+# sweep STEP NAME OVERRIDES...: crux-sweep NAME with the dry run's settings, OVERRIDES and $ARGS_<STEP>, then its
+# report into reports/STEP (the latest sweep of each backend, side by side)
+sweep() {
+    local label=$1 name=$2 args_var="ARGS_${1//-/_}"
+    shift 2
+    # shellcheck disable=SC2086
+    step "sweep $label" 30 0 "$python" -m crux.commands.sweep "$name" $( ((dry)) && echo "${tiny[$name]}" ) "$@" \
+        ${!args_var:-} "hydra.sweep.dir=$work/multirun/$label"
+    if [[ "${REPORTS:-1}" == 0 ]]; then
+        echo "== report $label: left for later (REPORTS=0): crux-report $name, against the returned store"
+    else
+        step "report $label" 20 0 "$python" -m crux.report "$name" --out "$work/reports/$label"
+    fi
+}
 for name in "${chosen[@]}"; do
     case $name in
         functions)
@@ -243,20 +339,20 @@ for name in "${chosen[@]}"; do
             # shellcheck disable=SC2086
             step scale 30 "${SCALE_S:-300}" "$python" "$root/scripts/memory_at_scale.py" --out "$OUT/scale.json" \
                 ${SCALE_ARGS:-} ;;
+        fused)
+            # shellcheck disable=SC2086
+            step fused 60 0 "$python" "$root/scripts/bench_fused.py" --out "$OUT" \
+                $( ((dry)) && echo "--quick --problems small,own --repeats 1" ) ${FUSED_ARGS:-} ;;
+        *-jno)
+            # shellcheck disable=SC2086
+            sweep "$name" "${name%-jno}" backend=jno ${on_jno[${name%-jno}]:-} ;;
         devices)
             if (( ${device_count:-1} < 2 )); then
                 echo "== devices: skipped, JAX sees one device here"
                 continue
             fi ;&
         *)
-            # shellcheck disable=SC2086
-            step "sweep $name" 30 0 "$python" -m crux.commands.sweep "$name" $( ((dry)) && echo "${tiny[$name]}" ) \
-                ${SWEEP_ARGS:-} "hydra.sweep.dir=$work/multirun/$name"
-            if [[ "${REPORTS:-1}" == 0 ]]; then
-                echo "== report $name: left for later (REPORTS=0): crux-report $name, against the returned store"
-            else
-                step "report $name" 20 0 "$python" -m crux.report "$name" --out "$work/reports/$name"
-            fi ;;
+            sweep "$name" "$name" ;;
     esac
 done
 

@@ -1,9 +1,12 @@
 """Small problems and comparisons shared by the tests."""
 from __future__ import annotations
 
+import gzip
 import os
+import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +18,21 @@ import crux
 from crux.solver import Machinery
 
 EPS32 = float(np.finfo(np.float32).eps)  # 1.19e-7: float32 round-off unit
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE_SOURCES = ("pyproject.toml", "README.md", "crux", "conf", "sweeps", "hydra_plugins")
+"""What crux's wheel is built from."""
+
+
+def copy_of_checkout(destination: Path, *extra: str) -> Path:
+    """:data:`PACKAGE_SOURCES` and the ``extra`` paths of the checkout copied into ``destination`` (made): a wheel
+    built there leaves no build/ or egg-info, and a script writes no .wheels/, in the checkout."""
+    destination.mkdir(parents=True, exist_ok=True)
+    for name in PACKAGE_SOURCES + extra:
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, destination / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(REPO / name, destination / name)
+    return destination
 
 
 def flat(params) -> np.ndarray:
@@ -144,3 +162,15 @@ def selected(name: str) -> list[str]:
 
     register(available()[name], f"crux-sweep {name}")
     return [f"+sweeps={name}"]
+
+
+def pack(made: Path, into: Path, archive: str = "mlartifacts.tgz") -> Path:
+    """The SQLite store made in folder ``made`` packed as scripts/device_check.sh returns one: its mlflow.db
+    gzipped into ``into``, its mlartifacts/ archived beside it (as ``./mlartifacts/...`` in a ``reports.tgz``);
+    the packed file."""
+    into.mkdir(parents=True, exist_ok=True)
+    with open(made / "mlflow.db", "rb") as source, gzip.open(into / "mlflow.db.gz", "wb") as target:
+        shutil.copyfileobj(source, target)
+    with tarfile.open(into / archive, "w:gz") as tar:
+        tar.add(made / "mlartifacts", arcname="./mlartifacts" if archive == "reports.tgz" else "mlartifacts")
+    return into / "mlflow.db.gz"

@@ -167,6 +167,22 @@ def test_statistics_save_load_round_trip_and_plot(tmp_path):
     assert (tmp_path / contract.HISTORY_PLOT).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_the_history_figure_draws_learning_rates_that_span_decades_on_a_log_axis_with_the_phases_marked():
+    """Adam at 1e-3, then L-BFGS at 1.0: on a linear axis the Adam phase would be a flat zero."""
+    lr = np.r_[0.0, np.full(5, 1e-3), np.ones(4)].astype(np.float32)  # a warm-up's first rate is 0
+    losses = np.geomspace(1.0, 1e-4, 10, dtype=np.float32)[:, None]
+    phased = crux.Statistics(names=["pde"], losses=losses, epoch=np.arange(10), lr={"u": lr}, phases=[0, 6])
+    ax_loss, ax_lr, ax_time = phased.figure().axes
+    assert (ax_loss.get_yscale(), ax_lr.get_yscale(), ax_time.get_yscale()) == ("log", "log", "linear")
+    assert [line.get_xdata()[0] for line in ax_lr.lines if line.get_linestyle() == "--"] == [6]
+    assert [(text.get_text(), text.get_position()[0]) for text in ax_lr.texts] == [(" phase 1", 0), (" phase 2", 6)]
+    steady = crux.Statistics(names=["pde"], losses=losses, epoch=np.arange(10), lr={"u": np.geomspace(1e-3, 2e-4, 10)},
+                             phases=[0])  # within a decade: linear, one phase, nothing marked
+    _, ax_lr, _ = steady.figure().axes
+    assert ax_lr.get_yscale() == "linear" and not ax_lr.texts and not [line for line in ax_lr.lines
+                                                                         if line.get_linestyle() == "--"]
+
+
 def test_a_solves_fingerprints_are_taken_once_each_while_the_next_solve_runs_or_when_read(monkeypatch):
     """A solve() leaves its end parameters' fingerprint to be taken during the next solve()'s calls (where it
     started from those very parameters, the same one) or when read; each is taken once, of the right arrays."""

@@ -87,7 +87,7 @@ def test_the_sweep_runs_one_capacity_job_per_option_and_a_training_job_records_n
     (["capacity.cpu_budget_bytes=null"], "capacity.option=batchsize needs a budget to fit in, and this device reports "
                                          "no memory limit (a CPU): declare one, e.g. capacity.cpu_budget_bytes=4194304"),
     (["capacity.option=batch"], "capacity.option=batch: must be one of batchsize, accumulation_steps, "
-                                "checkpoint_gradients, offload_data"),
+                                "checkpoint_gradients, offload_data (did you mean batchsize?)"),
     (["capacity.width=0"], "capacity.width=0: must be >= 1"),
     (["backend=jno"], "capacity.option=batchsize shows crux's own solver, not backend=jno: leave backend=crux"),
 ])

@@ -1,14 +1,15 @@
 """A key crux's schema lacks is refused however it was written (``key=``, ``+key=``, ``++key=``, a config group
 file of one's own), in one line naming it, the closest key and how to write it; a problem's own fields are its
-function's."""
+function's. A value of the wrong type is one line naming the key, its type and a value to write."""
 from __future__ import annotations
 
 import pytest
 from hydra import compose
 from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
 
 from crux.commands.sweep import find_sweep, register
-from crux.pipeline import keys
+from crux.pipeline import config, keys
 from crux.pipeline.refusals import refusals
 
 MISSPELT = {
@@ -65,3 +66,45 @@ def test_keys_of_ones_own_stay_free_where_the_schema_names_none(hydra_configs):
     cfg = compose("config", ["+timing.against.batchsize=8", "+sweeps=accumulation"])
     assert keys.unknown_keys(cfg) == []
     assert keys.schema_fields(cfg.problem, "problem") is None  # its function's parameters say
+
+
+MISTYPED = {
+    ("memory.batchsize=abc",): "memory.batchsize=abc: memory.batchsize takes an integer >= 1 or null; write e.g. "
+                               "memory.batchsize=16",  # memory=full sets none: the first of crux's memory options
+    ("memory=b8", "memory.batchsize=abc"): "memory.batchsize=abc: memory.batchsize takes an integer >= 1 or null; "
+                                           "write e.g. memory.batchsize=8",  # the value it has without the override
+    ("memory.accumulation_steps=2.5",): "memory.accumulation_steps=2.5: memory.accumulation_steps takes an integer "
+                                        ">= 1; write e.g. memory.accumulation_steps=2",
+    ("memory.accumulation_steps=0.5",): "memory.accumulation_steps=0.5: memory.accumulation_steps takes an integer "
+                                        ">= 1; write e.g. memory.accumulation_steps=1",
+    ("solver.epochs=null",): "solver.epochs=null: solver.epochs takes an integer >= 1, not null; write e.g. "
+                             "solver.epochs=1000",
+    ("memory.offload_data=maybe",): "memory.offload_data=maybe: memory.offload_data takes true or false; write e.g. "
+                                    "memory.offload_data=false",
+    ("optimizer.b1=abc",): "optimizer.b1=abc: optimizer.b1 takes a number in [0, 1) or null; write e.g. "
+                           "optimizer.b1=0.5",
+    ("phases=lbfgs", "phases.lbfgs.epochs=abc"): "phases.lbfgs.epochs=abc: phases.lbfgs.epochs takes an integer >= 1; "
+                                                 "write e.g. phases.lbfgs.epochs=500",
+    ("solver.substeps=3",): "solver.substeps=3: solver.substeps takes a list or null",
+}
+
+
+@pytest.mark.parametrize("overrides", MISTYPED)
+def test_a_value_of_the_wrong_type_is_one_line_naming_the_key_its_type_and_an_example(hydra_configs, overrides):
+    with pytest.raises(ConfigCompositionException) as refused:
+        compose("config", list(overrides))
+    without = lambda key: compose("config", config.overrides_without(list(overrides), key))  # noqa: E731
+    assert keys.refused_override(refused.value, without) == MISTYPED[overrides]
+
+
+def test_a_problem_parameter_its_config_file_leaves_at_its_default_is_added_with_a_plus(tmp_path, monkeypatch):
+    (tmp_path / "crux_problem_with_default.py").write_text(
+        "def wave(n, hidden, activation, seed, kind='plain'):\n    return None\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    refused = ConfigCompositionException("Could not override 'problem.kind'.\nTo append to your config use "
+                                         "+problem.kind=dim3")
+    composed = OmegaConf.create({"problem": {"_target_": "crux_problem_with_default.wave", "n": 4}})
+    assert keys.refused_override(refused, lambda key: composed) == (
+        "problem.kind: crux_problem_with_default.wave takes kind (default 'plain'), but the problem's config file "
+        "does not set it, so there is no problem.kind to override: write +problem.kind=dim3 (or add `kind: ...` to "
+        "the file)")

@@ -37,7 +37,10 @@ def hydra_configs() -> Iterator[None]:
      ["problem.n_boundary=0: must be >= 1", "problem.nu=0.0: must be > 0"]),
     (["solver.seed=-3", "repeat=-1"], ["solver.seed=-3: must be in [0, 4294967296)", "repeat=-1: must be >= 0"]),
     (["solver.seed=4294967296"], ["solver.seed=4294967296: must be in [0, 4294967296)"]),
-    (["solver.precision=higest"], ["solver.precision=higest: must be one of default, high, highest"]),
+    (["solver.precision=higest"], ["solver.precision=higest: must be one of default, high, highest (did you mean "
+                                   "highest?)"]),
+    (["solver.precision=bfloat16"], ["solver.precision=bfloat16: must be one of default, high, highest (did you mean "
+                                     "default?)"]),  # JAX's name for it: solve() says the same
     (["solver.epochs=10", "solver.inner_steps=3"],
      ["solver.inner_steps=3 must divide solver.epochs=10 (every phase runs with it); choose one of [1, 2, 5, 10]"]),
     (["phases=lbfgs_soap", "phases.lbfgs.epochs=0", "+phases.soap.optimizer.b2=1.5"],

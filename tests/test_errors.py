@@ -226,7 +226,8 @@ def test_points_of_another_width_than_the_model_takes_are_refused_naming_both():
     solver = crux.Crux([crux.Constraint("wall", lambda net, x: net.u(x), np.ones((5, 3)))], {"u": u})
     with CompileStages() as stages, pytest.raises(
             ValueError, match=r"^Constraint 'wall': model 'u' takes one point of shape \(2,\), and the residual passed "
-                              r"it shape \(3,\); the constraint's points have 3 coordinates"):
+                              r"it shape \(3,\) \(tests/test_errors.py:226\); the constraint's points have 3 "
+                              r"coordinates"):
         solver.solve(2)
     assert stages.compiled == 0 and solver.history is None
 

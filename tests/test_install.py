@@ -28,11 +28,10 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from crux.tracking import contract
+from crux_testing import REPO, copy_of_checkout
 
 pytestmark = pytest.mark.integration  # builds a wheel, makes a venv, runs sweeps in subprocesses
 
-REPO = Path(__file__).resolve().parent.parent
-PACKAGE_SOURCES = ("pyproject.toml", "README.md", "crux", "conf", "sweeps", "hydra_plugins")
 TINY = ["solver.epochs=20", "model.width=8", "problem.n_interior=64", "repeat=0"]
 
 
@@ -64,13 +63,7 @@ class Installed:
 def installed(tmp_path_factory) -> Installed:
     """crux's wheel, built from a copy of the package's sources and installed into a fresh venv."""
     root = tmp_path_factory.mktemp("install")
-    source = root / "source"
-    source.mkdir()
-    for name in PACKAGE_SOURCES:  # a copy: building in the checkout would leave build/ and egg-info there
-        if (REPO / name).is_dir():
-            shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy(REPO / name, source / name)
+    source = copy_of_checkout(root / "source")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
                     "-w", str(root / "wheels"), str(source)], check=True, capture_output=True, timeout=600)
     (wheel,) = (root / "wheels").glob("crux-*.whl")
@@ -195,7 +188,7 @@ def test_a_reports_reproduce_section_rebuilds_its_runs_from_an_empty_folder(inst
     assert f"- the problem's module `nonlinear_poisson`, file `nonlinear_poisson.py` of sha256 `{digest}`" in said
     assert "- the folder was not in a git repository" in said and "/path/to" not in said
     cd, check, install, pins, command, report_command = commands
-    assert (cd, install, report_command) == (f"cd {project}", f"pip install {installed.wheel.name}", "crux-report tiny")
+    assert (cd, install, report_command) == (f"cd {project}", f"pip install {installed.wheel}", "crux-report tiny")
     assert pins == "pip install " + " ".join(f"{p}=={version(p)}" for p in ("jax", "jaxlib", "optax"))
     assert subprocess.run(check, shell=True, cwd=installed.wheel.parent, capture_output=True).returncode == 0
     assert subprocess.run(check.replace(check[6:10], "0000"), shell=True, cwd=installed.wheel.parent,
@@ -208,3 +201,142 @@ def test_a_reports_reproduce_section_rebuilds_its_runs_from_an_empty_folder(inst
     shutil.copytree(project / "conf", stranger / "conf")
     installed.run(stranger, *shlex.split(command))
     assert final_losses(stranger, "tiny") == final_losses(project, "tiny")  # the same runs, to the bit
+
+
+def fresh_venv(folder: Path) -> Path:
+    """A fresh virtual environment with pip, finding crux's dependencies in this test environment's site-packages
+    (a ``.pth`` line, as :func:`installed` does) so that installing crux downloads nothing; its ``bin``."""
+    subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True, capture_output=True, timeout=300)
+    purelib = subprocess.run([folder / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_paths()"
+                              "['purelib'])"], capture_output=True, text=True, check=True).stdout.strip()
+    (Path(purelib) / "test_environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return folder / "bin"
+
+
+def in_a_fresh_shell(lines: list[str], venv_bin: Path, cache: Path, **settings: str) -> subprocess.CompletedProcess:
+    """``lines`` run one after another by a fresh ``bash``, stopping at the first that fails, with ``venv_bin``
+    first on PATH (the venv active), ``settings`` in its environment and nothing of this test's store."""
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("MLFLOW_TRACKING_URI", "PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(PATH=f"{venv_bin}{os.pathsep}{env['PATH']}", VIRTUAL_ENV=str(venv_bin.parent),
+               XDG_CACHE_HOME=str(cache), **settings)
+    return subprocess.run(["bash", "-e", "-c", "\n".join(lines)], env=env, capture_output=True, text=True,
+                          timeout=1800, cwd="/")
+
+
+def verdicts_of(folder: Path, name: str) -> list[dict[str, str]]:
+    """The verdicts of each report of sweep ``name`` in ``folder``, oldest first."""
+    return [{v["id"]: v["verdict"] for v in json.loads((report / "verdicts.json").read_text())}
+            for report in sorted(folder.glob(f"reports/{name}/*"))]
+
+
+def test_the_reproduce_section_of_a_wheels_runs_runs_as_printed_and_gives_the_same_verdicts(installed, tmp_path):
+    """crux installed from a wheel kept in a sub-folder of its own: the report's Reproduce section names that
+    wheel where pip took it (its path and sha256 from pip's record), and, run line by line in a fresh shell and
+    venv, installs that very wheel and runs the sweep again to the same verdicts."""
+    project = tmp_path / "project"
+    project.mkdir()
+    installed.run(project, "crux-sweep", "accumulation", *TINY)
+    installed.run(project, "crux-report", "accumulation")
+    (report,) = project.glob("reports/accumulation/*/report.md")
+    _, commands = reproduce_commands(report)
+    assert f"pip install {installed.wheel}" in commands and installed.wheel.parent.name == "wheels"
+    done = in_a_fresh_shell(commands, fresh_venv(tmp_path / "fresh"), installed.cache, PIP_NO_INDEX="1")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    assert f"{installed.wheel}: OK" in done.stdout  # the sha256 check passed
+    assert (tmp_path / "fresh" / "bin" / "crux-sweep").is_file()
+    first, again = verdicts_of(project, "accumulation")
+    assert again == first and "holds" in again.values()
+
+
+def test_the_reproduce_section_of_a_checkouts_runs_runs_as_printed_and_gives_the_same_verdicts(tmp_path):
+    """crux installed (editable) from a checkout: the Reproduce section clones that checkout at its commit, and,
+    run line by line in a fresh shell and venv, installs it and runs the sweep again to the same verdicts. (pip
+    builds crux in an environment of its own, fetching setuptools from the package index.)"""
+    checkout = tmp_path / "crux"
+    subprocess.run(["git", "clone", "--quiet", str(REPO), str(checkout)], check=True, timeout=300)
+    commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    developer = fresh_venv(tmp_path / "developer")
+    subprocess.run([developer / "pip", "install", "-q", "-e", str(checkout)], check=True, capture_output=True,
+                   timeout=900)  # its build environment from the package index, as a developer's is
+    developing = Installed(developer.parent, checkout, tmp_path / "cache")
+    project = tmp_path / "project"
+    project.mkdir()
+    developing.run(project, "crux-sweep", "accumulation", *TINY)
+    developing.run(project, "crux-report", "accumulation")
+    (report,) = project.glob("reports/accumulation/*/report.md")
+    said, commands = reproduce_commands(report)
+    assert f"from a checkout at commit `{commit}` (`{checkout}`)" in said
+    assert f'git clone --quiet {checkout} "$src" && git -C "$src" checkout --quiet {commit}' in commands[1]
+    done = in_a_fresh_shell(commands, fresh_venv(tmp_path / "fresh"), tmp_path / "cache")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    first, again = verdicts_of(project, "accumulation")
+    assert again == first and "holds" in again.values()
+WAVE = '''"""u_tt = u_xx on (0, 1) x (0, 1), u(x, 0) = sin(pi x), u_t(x, 0) = 0, u = 0 at x = 0 and 1."""
+import jax.numpy as jnp
+import numpy as np
+
+import crux
+from crux.problems import Problem
+
+
+def wave(n_interior, n_edge, hidden, activation, seed):
+    rng = np.random.default_rng(seed)
+    inside = rng.uniform(0, 1, (n_interior, 2))
+    start = np.stack([rng.uniform(0, 1, n_edge), np.zeros(n_edge)], axis=1)
+    walls = np.stack([rng.integers(0, 2, n_edge), rng.uniform(0, 1, n_edge)], axis=1)
+    constraints = [
+        crux.Constraint("pde", lambda net, x: crux.partial(net.u, 1, 1)(x) - crux.partial(net.u, 0, 0)(x), inside),
+        crux.Constraint("initial", lambda net, x: net.u(x) - jnp.sin(jnp.pi * x[0]), start),
+        crux.Constraint("velocity", lambda net, x: crux.partial(net.u, 1)(x), start),
+        crux.Constraint("walls", lambda net, x: net.u(x), walls),
+    ]
+    grid = np.stack(np.meshgrid(np.linspace(0, 1, 16), np.linspace(0, 1, 16)), -1).reshape(-1, 2)
+    return Problem("wave", constraints, {"u": crux.mlp(2, 1, hidden, activation, seed=seed)},
+                   {"u": lambda models, xs: np.asarray(models["u"](xs))[:, 0]},
+                   {"u": lambda xs: np.sin(np.pi * xs[:, 0]) * np.cos(np.pi * xs[:, 1])}, grid, seed=seed)
+'''
+AXES = '''import sys
+import crux
+figure = crux.Statistics.load(sys.argv[1]).figure()
+print(" ".join(axis.get_yscale() for axis in figure.axes))
+print("|".join(text.get_text().strip() for text in figure.axes[1].texts))
+'''
+
+
+@pytest.mark.slow
+def test_a_new_user_installs_the_wheel_writes_a_problem_sweeps_it_reports_and_reads_the_figures(installed, tmp_path):
+    """A new user's first hour, from crux's wheel in a fresh venv and an empty folder: a problem of their own (a 1-D
+    wave equation with its exact solution), the documented Adam -> L-BFGS -> SOAP sweep on it (shortened), its
+    report, and the figures read back: the report's, and each run's history figure as the installed crux draws it
+    from the run's recorded statistics, whose learning rates span decades and whose phases are marked."""
+    work = tmp_path / "empty"
+    work.mkdir()
+    (work / "wave.py").write_text(WAVE)
+    (work / "conf" / "problem").mkdir(parents=True)
+    (work / "conf" / "problem" / "wave.yaml").write_text("_target_: wave.wave\nn_interior: 128\nn_edge: 16\n")
+
+    installed.run(work, "crux-sweep", "phases", "--config-dir", "conf", "problem=wave", "model.width=8",
+                  "solver.epochs=40", "schedule.warmup=4", "phases.lbfgs.epochs=10", "phases.soap.epochs=10")
+    printed = installed.run(work, "crux-report", "phases").stdout
+
+    (verdicts,) = work.glob("reports/phases/*/verdicts.json")
+    assert {v["id"]: v["verdict"] for v in json.loads(verdicts.read_text())} == {
+        "phases.resume": "holds", "phases.every_phase_moves": "holds", "phases.fresh_optimizer": "holds"}
+    report = (verdicts.parent / "report.md").read_text()
+    drawn = sorted(path.name for path in verdicts.parent.glob("*.png"))
+    assert drawn == ["phases_b32.png", "phases_full.png"] and all(f"({name})" in report for name in drawn)
+    assert f"report: {verdicts.parent / 'report.md'}" in printed
+    client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("phases").experiment_id],
+                              contract.tag_filter(contract.ROLE, contract.CHILD))
+    assert len(runs) == 2
+    for run in runs:
+        assert run.data.params["problem._target_"] == "wave.wave" and "error/u" in run.data.metrics
+        artifacts = Path(run.info.artifact_uri.removeprefix("file://"))
+        assert (artifacts / contract.HISTORY_PLOT).read_bytes()[:4] == b"\x89PNG"
+        read = subprocess.run([installed.venv / "bin" / "python", "-c", AXES, str(artifacts / contract.STATS)],
+                              capture_output=True, text=True, cwd=work, check=True).stdout.splitlines()
+        # Adam's warm-up and cosine from 1e-3, L-BFGS at 1.0, SOAP at 1e-5: the learning rates on a log axis
+        assert read == ["log log linear", "phase 1|phase 2|phase 3"]

@@ -207,8 +207,9 @@ def test_one_killed_joblib_job_costs_that_job_only(store):
     tmp_path = store  # holding a copy of the empty store: the test reads it while the sweep starts
     """Four jobs on two joblib workers, jobs 0 and 1 long; job 0's process is killed (as the out-of-memory killer
     does) while job 1 trains in the other worker: job 1 trains on to the end in its one run, the jobs not started
-    yet run, job 0's run is closed as its process's end, and the sweep ends in one line per failed job and the
-    summary, with no traceback (``--resume`` runs job 0 again, as after any kill)."""
+    yet run, job 0's run is closed as its process's end and its line said when that happens (before job 2, started
+    in its worker after it, ends), and the sweep ends with the summary, with no traceback (``--resume`` runs job 0
+    again, as after any kill)."""
     sibling_epochs = LONG // 2
     sweep, client, experiment = joblib_sweep(tmp_path, "memory=b8", f"solver.epochs={LONG},{sibling_epochs},300,301",
                                              opened=("0", "1"))
@@ -222,14 +223,18 @@ def test_one_killed_joblib_job_costs_that_job_only(store):
     runs = client.search_runs([experiment], contract.tag_filter(contract.ROLE, contract.CHILD))
     assert sorted(jobs(runs)) == [("0", contract.KILLED), ("1", contract.FINISHED), ("2", contract.FINISHED),
                                   ("3", contract.FINISHED)], output[-3000:]  # one run a job: none trained twice
-    closed = client.get_run(killed.info.run_id).data.tags
-    assert closed[contract.ERROR_TYPE] == "ProcessGone" and f"pid {pid} " in closed[contract.ERROR_MESSAGE]
+    closed = client.get_run(killed.info.run_id)
+    assert closed.data.tags[contract.ERROR_TYPE] == "ProcessGone" and closed.data.tags[contract.ERROR_MESSAGE] == (
+        f"its process (pid {pid}) was killed by SIGKILL, as the kernel's out-of-memory killer does; the jobs of the "
+        f"other workers go on; closed by crux-sweep")
+    assert closed.info.end_time <= job_run(client, experiment, "2").info.end_time  # closed when it happened
     trained = client.get_run(sibling.info.run_id)
     assert trained.info.status == contract.FINISHED and "final_loss" in trained.data.metrics
     steps = [m.step for m in client.get_metric_history(sibling.info.run_id, "loss/total")]
     assert min(steps) == 0 and max(steps) == sibling_epochs - 1  # every epoch of it, in the run it opened
     failed = [line for line in output.splitlines() if " failed: " in line]
     assert len(failed) == 1 and f"job 0 (memory=b8 " in failed[0] and f"solver.epochs={LONG} " in failed[0], failed
+    assert output.index(failed[0]) < output.index("\njob  variant")  # said before the sweep's end
     assert failed[0].endswith(f") failed: its process (pid {pid}) was killed by SIGKILL, as the "
                               f"kernel's out-of-memory killer does; the jobs of the other workers go on")
     last = output.strip().splitlines()[-1]

@@ -7,6 +7,7 @@ a change in jNO that breaks one of them is a finding for docs/jno.md.
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,9 @@ from crux.pipeline.config import CONFIG_PACKAGE  # noqa: E402
 from crux.report import FAILS, HOLDS, INCONCLUSIVE, NO_EFFECT, NOT_SUPPORTED, RunRecord, judge  # noqa: E402
 from crux.report.records import histories_of, summary_of  # noqa: E402
 from crux.pipeline.settings import group_of, phase_plan, solve_options  # noqa: E402
-from crux.tracking import contract
+from crux.timing.machine import WALL_TIME  # noqa: E402
+from crux.timing.pairs import FIRST_LOOK  # noqa: E402
+from crux.tracking import contract  # noqa: E402
 
 TINY = ["backend=jno", "model.width=8", "model.depth=2", "problem.n_interior=64", "solver.epochs=10",
         "jax.compilation_cache_dir=null"]
@@ -36,6 +39,11 @@ class CapturedRun:
 
     def __init__(self, folder: Path):
         self.folder, self.tags, self.metrics, self.outcome = folder, {}, {}, None
+        self.run_id, self.client, self.series = folder.name, self, {}
+
+    def log_batch(self, run_id, metrics) -> None:  # the paired timing's chunks, as MLflow's client takes them
+        for metric in metrics:
+            self.series.setdefault(metric.key, []).append(metric.value)
 
     def log_outcome(self, stats, errors, initial, phase_ends, final) -> None:
         self.outcome = (stats, errors, initial, phase_ends, final)
@@ -59,7 +67,10 @@ def jno_record(tmp_path: Path, run_id: str, *overrides: str, repeat: int = 0) ->
                  for i, leaf in enumerate(leaves)}
     options = solve_options(cfg)
     reach = tuple(tuple(sorted(r)) for r in config.problem(cfg).solver().reach) if options.substeps else None
-    return RunRecord(run_id, options, histories_of(stats), {**summary_of(stats), **run.metrics}, snapshots, stats,
+    timing = {key: np.array(values) for key, values in run.series.items()}
+    summary = {key: float(values[-1]) for key, values in timing.items()}
+    return RunRecord(run_id, options, {**histories_of(stats), **timing}, {**summary_of(stats), **run.metrics,
+                                                                          **summary}, snapshots, stats,
                      reach, phase_plan(cfg), group_of(cfg), repeat, int(cfg.roundoff_twin), run_id,
                      {contract.BACKEND: "jno", **run.tags})
 
@@ -79,6 +90,21 @@ def test_fused_steps_on_jno_match_unfused_ones_at_the_epochs_jno_reports(tmp_pat
     np.testing.assert_array_equal(np.flatnonzero(np.isfinite(fused)), [4, 9])
     identical = verdict(judge(records, ["inner_steps"]), "inner_steps.identical[K=5]")
     assert identical.verdict == HOLDS, identical.summary
+
+
+def test_fused_steps_on_jno_time_themselves_against_one_update_a_call_on_jnos_loop_clock(tmp_path):
+    """A fused jNO job times its own options against timing.against, as a crux job does: chunks of a whole
+    number of fused calls, at least the first look's pairs, on the wall clock (jNO times its loop on no other),
+    so the report judges the speed-up instead of finding nothing timed."""
+    fused = jno_record(tmp_path, "k5", "solver.inner_steps=5", "+timing.against.inner_steps=1",
+                       "timing.budget_seconds=1")
+    assert fused.tags[contract.TIMING_CLOCK] == WALL_TIME
+    assert json.loads(fused.tags[contract.TIMING_AGAINST]) == {"inner_steps": 1}
+    chunk = int(fused.metrics["timing/chunk_epochs"])
+    assert chunk % 5 == 0 and len(fused.histories["timing/candidate_seconds"]) >= FIRST_LOOK
+    reference = jno_record(tmp_path, "k1")
+    faster = verdict(judge([reference, fused], ["inner_steps"]), "inner_steps.faster[K=5]")
+    assert faster.evidence["K"] == 5 and faster.evidence["seconds_per_update_K1"] > 0, faster.summary
 
 
 def test_substeps_on_jno_leave_an_unreached_model_bit_identical(tmp_path):

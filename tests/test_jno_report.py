@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from crux.report import HOLDS, load_sweep, main
+from crux.report import HOLDS, load_sweep, main, results
 from crux.report.backends import load_sweeps
 from crux.stats import Statistics
 from crux.tracking import contract
@@ -102,3 +102,31 @@ def test_one_parent_run_is_reported_alone(store, tmp_path, monkeypatch):
     assert main(["accumulation", "--out", str(tmp_path), "--run", jno_parent]) == 0
     text = (tmp_path / "report.md").read_text()
     assert f"parent run `{jno_parent}`" in text and "| claim | crux | jno |" not in text
+    assert {v["backend"] for v in json.loads((tmp_path / "verdicts.json").read_text())} == {"jno"}  # named alone
+
+
+def test_crux_against_jno_compares_the_claims_both_judge(store, tmp_path):
+    """crux-report NAME --against URI#jno: crux's newest sweep against jNO's in the same store, claim by claim."""
+    uri, _ = store
+    assert main(["accumulation", "--tracking-uri", uri, "--against", f"{uri}#jno", "--out", str(tmp_path)]) == 0
+    comparison = json.loads((tmp_path / "comparison.json").read_text())
+    assert (comparison["sides"]["this"]["library"], comparison["sides"]["other"]["library"]) == ("crux", "jno")
+    rows = {row["id"]: row for row in comparison["rows"]}
+    noise = rows["accumulation.noise[b8_acc4]"]
+    assert noise["compared"] and noise["this"]["verdict"] == noise["other"]["verdict"] == HOLDS
+    assert not rows["accumulation.effective_batch[b8_acc4]"]["compared"]  # judged on crux's point stream alone
+    assert [test["test"] for test in noise["tests"]] == ["verdict", "standard errors"]
+    memory = rows["accumulation.memory[b8_acc4]"]  # jNO reports no compiled memory: nothing to judge it by
+    assert memory["changed"] and (memory["this"]["verdict"], memory["other"]["verdict"]) == (HOLDS, "inconclusive")
+
+
+def test_the_results_table_has_a_row_per_library(store):
+    """python -m crux.report.results: crux's sweep and jNO's of one name are rows of their own."""
+    uri, _ = store
+    present = [[results.sweeps_in(uri)]]
+    assert present == [[{"accumulation": ["crux", "jno"]}]]
+    column = results.Column("CPU", (uri,))
+    rows = [results.sweep_row("accumulation", backend, [column], present) for backend in ("crux", "jno")]
+    lines = {line.split(" | ")[0]: line for line in results.table(rows, [column]) if line.startswith("| accumulation")}
+    assert set(lines) == {"| accumulation", "| accumulation, jNO"}
+    assert "effective_batch **holds**" in lines["| accumulation"] and "noise **holds**" in lines["| accumulation, jNO"]

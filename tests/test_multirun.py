@@ -26,7 +26,7 @@ from crux.pipeline.config import CONFIG_PACKAGE
 from crux.tracking import JobRun
 from crux.tracking import contract
 from crux.tracking.composed import compose_once
-from crux.tracking.job import variant_name
+from crux.tracking.params import variant_name
 from crux.tracking.liveness import process_tags
 from crux.tracking.multirun import Multirun
 from crux.tracking.store import PARENT_RUN, TRACKING_URI

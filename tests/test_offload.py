@@ -1,4 +1,5 @@
 """offload_data: points stay on the host; each update's batch is gathered there and streamed."""
+import dataclasses
 import threading
 
 import jax
@@ -6,6 +7,7 @@ import numpy as np
 import optax
 import pytest
 
+import crux
 from crux import batching
 
 from crux_testing import EPS32, poisson, relative, train
@@ -63,6 +65,24 @@ def test_offload_needs_no_more_device_memory_than_batches_on_the_device():
         return stats.memory["temp_bytes"] + stats.memory["argument_bytes"]
 
     assert device_bytes(True) <= device_bytes(False)
+
+
+def test_an_offloaded_calls_arguments_grow_by_its_updates_batches_until_they_would_hold_the_points():
+    """What docs/usage.md says offloading costs with ``inner_steps=K``: the call takes K updates' batches of a
+    constraint (min(batchsize, points) x accumulation_steps points each, float32) while they are fewer points than
+    the constraint has, and from there the constraint's points once, as on-device batching does: here the
+    interior's 256 points in updates of 2 x 32 stream up to K = 3, and from K = 4 travel whole; the boundary's 2
+    points always do."""
+    solver = poisson(optax.adam, n=256).solver()  # constraints of 256 and 2 points of one coordinate
+
+    def beyond_the_device(k: int) -> int:
+        options = crux.SolveOptions(k, batchsize=32, accumulation_steps=2, inner_steps=k)
+        offloaded = solver.compiled_memory(dataclasses.replace(options, offload_data=True))
+        return offloaded["argument_bytes"] - solver.compiled_memory(options)["argument_bytes"]
+
+    per_update = 32 * 2 * 4
+    assert beyond_the_device(1) < 0 and beyond_the_device(3) - beyond_the_device(1) == 2 * per_update
+    assert beyond_the_device(4) == beyond_the_device(100) == 0
 
 
 def test_batches_go_to_the_device_only_when_the_loop_takes_them(monkeypatch):

@@ -20,7 +20,7 @@ from crux.pipeline.keys import refused_override
 from crux.pipeline.config import CONFIG_PACKAGE, ModelConfig, build_problem, effective_settings
 from crux.problems import Problem
 from crux.commands.sweep import available, find_sweep, main, register
-from crux.tracking.job import flatten
+from crux.tracking.params import flatten
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "own_problem"
 received: dict = {}
@@ -248,7 +248,8 @@ def test_a_batch_size_is_recorded_as_it_applies_to_the_problems_points():
 def test_a_setting_that_ran_otherwise_is_logged_as_it_ran_beside_the_request(store):
     from mlflow.tracking import MlflowClient
 
-    from crux.tracking.job import JobRun, as_requested
+    from crux.tracking.job import JobRun
+    from crux.tracking.params import as_requested
 
     with initialize_config_module(CONFIG_PACKAGE, version_base="1.3"):
         cfg = compose("config", overrides=["memory.batchsize=100000", "memory.accumulation_steps=4"])
@@ -275,3 +276,16 @@ def test_a_built_in_sweep_says_which_fields_of_a_chosen_problem_it_sets():
     assert problem_note(sweeps["accumulation"], ["problem=heat2d", "problem.n_interior=512"]) is None  # typed
     assert problem_note(sweeps["accumulation"], ["solver.epochs=30"]) is None  # the sweep's own problem
     assert {name for name, sweep in sweeps.items() if sweep.problem_fields} == {"accumulation", "devices"}
+
+
+def test_the_usage_guide_says_what_every_built_in_sweep_does_to_a_problem_of_ones_own():
+    """docs/usage.md's paragraph on the built-in sweeps names each of them, and the problem fields each sets."""
+    guide = (Path(__file__).resolve().parent.parent / "docs" / "usage.md").read_text()
+    paragraph = guide.split("Built-in sweeps on your problem:")[1].split("\n\n")[0]
+    sweeps = available()
+    assert {name for name in sweeps if f"`{name}`" in paragraph} == set(sweeps)
+    for sweep in sweeps.values():
+        for field, value in sweep.problem_fields.items():
+            assert f"`{field}={value}`" in paragraph
+    assert "`problem=poisson1d,heat1d`" in paragraph and sweeps["precision"].config.hydra.sweeper.params.problem == (
+        "poisson1d,heat1d")

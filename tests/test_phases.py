@@ -1,4 +1,6 @@
 """Multi-phase training: solve() resumes; a new optimizer starts fresh; Adam -> L-BFGS -> SOAP each move."""
+import re
+
 import jax
 import numpy as np
 import optax
@@ -8,7 +10,7 @@ import crux
 from crux import executables
 from crux.constraint import constraint_loss
 from crux.optim import soap
-from crux_testing import EPS32, CompileStages, flat, poisson, relative, train
+from crux_testing import EPS32, REPO, CompileStages, flat, poisson, relative, train
 
 # Two calls run the same compiled update on the same state as one call: identical arithmetic.
 # The compiled call is reused, so the bound is exact equality up to a few ulp of XLA scheduling.
@@ -106,3 +108,15 @@ def test_adam_then_lbfgs_then_soap_each_move_the_parameters():
     for before, after in zip(snapshots, snapshots[1:]):
         assert np.linalg.norm(after - before) > 1e3 * EPS32 * np.linalg.norm(before)
     assert after_lbfgs < 0.5 * before_lbfgs  # quasi-Newton refinement of a full-batch loss
+
+
+@pytest.mark.parametrize("option", ["lbfgs", "lbfgs_soap"])
+def test_the_readmes_lbfgs_phase_is_the_one_the_configs_ship(hydra_configs, option):
+    """The L-BFGS rate chosen by measurement (docs/BENCHMARK.md#lbfgs-rate), 1.0, in the README's example and in
+    the phases a job composes."""
+    from hydra import compose
+
+    readme = (REPO / "README.md").read_text()
+    (rate,) = re.findall(r"optax\.lbfgs\)\.scale\(lrs\(([^)]+)\)\)", readme)
+    phase = compose("config", [f"phases={option}"]).phases.lbfgs
+    assert float(rate) == phase.schedule.value == 1.0 and phase.optimizer.name == "lbfgs"

@@ -13,6 +13,8 @@ from crux.executables import compile_once
 from crux import SolveOptions
 from crux.report import FAILS, HOLDS, INCONCLUSIVE, RunRecord
 from crux.report.claims import check_precision
+from crux.pipeline.config import SolverConfig
+from crux.pipeline.ranges import CHECK
 from crux.solver import Machinery
 from crux_testing import poisson
 
@@ -55,7 +57,7 @@ def test_every_product_of_the_update_carries_the_precision(precision, expected):
 
 def test_a_precision_is_part_of_the_compile_key_and_recorded_per_solve():
     solver = poisson(n=64, hidden=(8, 8)).solver()
-    first = solver.solve(2, precision="float32")  # JAX's name for full float32, recorded by crux's
+    first = solver.solve(2, precision="highest")
     solver.solve(2, precision="default")
     solver.solve(2, precision="highest")  # the first program again: nothing new compiled
     assert first.precision == ["highest"]
@@ -72,6 +74,20 @@ def test_a_misspelt_precision_is_refused_before_anything_compiles(value):
     assert solver.history is None
     with pytest.raises(ValueError, match="did you mean 'highest'"):
         solver.solve(2, precision="higest")
+
+
+@pytest.mark.parametrize("jax_name, name", [("bfloat16", "default"), ("tensorfloat32", "high"), ("float32", "highest")])
+def test_jaxs_names_for_a_precision_are_refused_naming_crux_s_as_the_config_does(jax_name, name):
+    """One set of names everywhere: solve(), a model's evaluation and ``solver.precision`` take crux's three and
+    name the one JAX's name means."""
+    solver = poisson(n=64, hidden=(8, 8)).solver()
+    with pytest.raises(ValueError, match=rf"^precision='{jax_name}' is not a matmul precision \(did you mean "
+                                         rf"'{name}'\? JAX calls it '{jax_name}'\)"):
+        solver.solve(2, precision=jax_name)
+    with pytest.raises(ValueError, match=rf"did you mean '{name}'"):
+        solver.models["u"](np.zeros((2, 1), np.float32), precision=jax_name)
+    assert SolverConfig.__dataclass_fields__["precision"].metadata[CHECK].refusal(jax_name) == (
+        f"must be one of default, high, highest (did you mean {name}?)")
 
 
 def test_evaluation_takes_a_precision_and_refuses_a_misspelt_one():

@@ -38,8 +38,9 @@ def test_a_wheel_install_is_identified_by_the_wheels_hash_and_its_files(tmp_path
     found = installed_crux(wheel_install(tmp_path))
     files = hashlib.sha256(b"crux/__init__.py,AAAA\nhydra_plugins/crux_sweeper/__init__.py,BBBB").hexdigest()
     assert found == {"crux_version": "0.1.0", "crux_wheel": "crux-0.1.0-py3-none-any.whl",
+                     "crux_wheel_path": "/home/someone/wheels/crux-0.1.0-py3-none-any.whl",  # where pip took it
                      "crux_wheel_sha256": WHEEL_SHA256, "crux_files_sha256": files,  # crux's files, no caches
-                     "crux_commit": None, "crux_clean": None}
+                     "crux_commit": None, "crux_clean": None, "crux_source": None, "crux_origin": None}
 
 
 def test_a_checkout_install_is_identified_by_its_commit_and_whether_it_was_clean():
@@ -48,7 +49,7 @@ def test_a_checkout_install_is_identified_by_its_commit_and_whether_it_was_clean
     status = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
                             capture_output=True, text=True).stdout
     assert (found["crux_commit"], found["crux_clean"]) == (head.strip(), not status)
-    assert found["crux_wheel"] is None and found["crux_files_sha256"] is None
+    assert found["crux_source"] == str(REPO) and found["crux_wheel"] is None and found["crux_files_sha256"] is None
 
 
 def test_the_problems_module_is_identified_by_its_file_and_hash_without_importing_it(tmp_path, monkeypatch):

@@ -77,10 +77,11 @@ def test_reproduce_gives_the_folder_the_exact_crux_to_install_and_the_command_as
     its sha256, the problem's file by its own, the versions that ran, the commands naming all of them."""
     own = record("k1", 10, 1.0)
     wheel, digest, files = "crux-0.1.0-py3-none-any.whl", "a6" * 32, "f0" * 32
+    path = f"/home/me/wheels/{wheel}"  # where pip took it from
     own.environment.update(
         git_commit=None, git_dirty=None, versions={"crux": "0.1.0", "jax": "0.10.2", "jaxlib": "0.10.2",
                                                    "optax": "0.2.8"},
-        device_kind="cpu", matmul_precision="highest", crux_version="0.1.0", crux_wheel=wheel,
+        device_kind="cpu", matmul_precision="highest", crux_version="0.1.0", crux_wheel=wheel, crux_wheel_path=path,
         crux_wheel_sha256=digest, crux_files_sha256=files, crux_commit=None, crux_clean=None,
         problem_module="heat2d", problem_file="heat2d.py", problem_sha256="5e" * 32)
     tags = {contract.CLAIM: "mine", contract.OVERRIDES: "+sweeps=heat problem=heat2d",
@@ -91,21 +92,23 @@ def test_reproduce_gives_the_folder_the_exact_crux_to_install_and_the_command_as
     said = reproduce.split("```sh")[0]
     assert "- the folder was not in a git repository: the problem's file below is its code" in said
     assert f"- the problem's module `heat2d`, file `heat2d.py` of sha256 `{'5e' * 32}`" in said
-    assert f"- crux 0.1.0 from the wheel `{wheel}`, sha256 `{digest}` (its installed files: `{files}`)" in said
+    assert f"- crux 0.1.0 from the wheel `{path}`, sha256 `{digest}` (its installed files: `{files}`)" in said
     assert "- jax 0.10.2, jaxlib 0.10.2, optax 0.2.8 on cpu (cpu), matmul precision highest" in said
     commands = reproduce.split("```sh\n")[1].split("```")[0].splitlines()
-    assert commands == ["cd '/home/me/my project'", f"echo '{digest}  {wheel}' | sha256sum --check   # the same "
-                        "wheel as the runs'", f"pip install {wheel}", "pip install jax==0.10.2 jaxlib==0.10.2 "
+    assert commands == ["cd '/home/me/my project'", f"echo '{digest}  {path}' | sha256sum --check   # the wheel "
+                        "the runs installed", f"pip install {path}", "pip install jax==0.10.2 jaxlib==0.10.2 "
                         "optax==0.2.8", "crux-sweep heat_checkpoint.yaml --config-dir conf problem=heat2d",
                         "crux-report heat_checkpoint"]
     assert "/path/to" not in text and "commit `crux" not in text
-    own.environment.update(crux_wheel=None, crux_wheel_sha256=None, crux_files_sha256=None, crux_commit="c0ffee",
-                           crux_clean=False, git_commit="abc123", git_dirty=True)
+    own.environment.update(crux_wheel=None, crux_wheel_path=None, crux_wheel_sha256=None, crux_files_sha256=None,
+                           crux_commit="c0ffee", crux_clean=False, crux_source="/home/me/crux",
+                           crux_origin="https://example.org/crux.git", git_commit="abc123", git_dirty=True)
     text = report_markdown(Sweep("heat_checkpoint", "sqlite:///x.db", "1", "p0", tags, [own]), [], [], [])
-    assert ("- crux 0.1.0 from a checkout at commit `c0ffee`, with uncommitted changes (the commit alone does not "
-            "hold the code that ran)") in text
+    assert ("- crux 0.1.0 from a checkout at commit `c0ffee` (`/home/me/crux`), with uncommitted changes (the commit "
+            "alone does not hold the code that ran)") in text
     assert "- the folder's commit `abc123` with uncommitted changes" in text
-    assert "git -C crux checkout c0ffee   # in a clone of crux's repository\npip install ./crux\n" in text
+    assert ('src=$(mktemp -d)/crux && git clone --quiet /home/me/crux "$src" && git -C "$src" checkout --quiet c0ffee'
+            '   # or clone https://example.org/crux.git\npip install "$src"\n') in text
     old = report_markdown(sweep([record("k1", 10, 1.0)]), [], [], [])  # a parent without those tags
     assert "crux-sweep inner_steps repeat=0\n" in old.split("## Reproduce")[1]
 

@@ -27,7 +27,7 @@ from crux.stats import Statistics
 from crux.commands.sweep import available
 from crux.tracking import contract
 from crux.tracking.multirun import planned_jobs
-from crux.tracking.job import flatten
+from crux.tracking.params import flatten
 from crux.tracking.store import HTTP_LIMITS, StoreError, writable_store
 from crux_testing import selected
 

@@ -11,7 +11,7 @@ from crux.pipeline.config import CONFIG_PACKAGE, TIMED_OPTIONS, effective_settin
 from crux.pipeline import settings
 from crux.pipeline.settings import OPTION_KEYS, group_of, solve_options
 from crux.report.store import config_from_params
-from crux.tracking.job import flatten
+from crux.tracking.params import flatten
 from crux_testing import flat, mixed, poisson
 
 

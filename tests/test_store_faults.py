@@ -75,6 +75,9 @@ def server_stopped_once_opened(process: subprocess.Popen, seen: list[str], serve
 
 
 def test_a_server_gone_for_good_ends_the_sweep_in_one_line_and_resume_completes_it(server_folder, tmp_path):
+    """The server stops while job 1 trains: job 1 trains to its end, its results are kept in the sweep's folder,
+    and the sweep ends in one line saying so; once the server is back, ``--resume`` writes them into job 1's own
+    run, which closes FINISHED with every epoch of its history, and trains job 2 only."""
     from mlflow.tracking import MlflowClient
 
     backend = f"sqlite:///{server_folder / 'runs.db'}"
@@ -87,24 +90,67 @@ def test_a_server_gone_for_good_ends_the_sweep_in_one_line_and_resume_completes_
     last = seen[-1].strip()
     assert last.startswith(f"crux-sweep: the tracking store at {url} failed: ") and "; 1 of the 3 jobs run finished (job 0), none started after it; " in last
     assert "closed by the next `crux-sweep --resume` or `crux-report`" in last
-    assert last.endswith("--resume` runs the others"), last
+    assert "; the results that job 1 trained are kept in " in last
+    assert last.endswith("--resume` writes the kept results into their runs and runs the others"), last
     # no job after the one that met the fault waited for the store: each was refused at once
     assert output.count("the tracking store did not take") == 1
+    trained_before = MlflowClient(backend).search_runs(
+        [MlflowClient(backend).get_experiment_by_name("accumulation").experiment_id],
+        contract.tag_filter(contract.JOB, "1"))
 
     url = start("mlflow_server.sh", server_folder / "server", backend, "1")
     process, seen = sweep(tmp_path, url, "--resume"), []
     assert finish(process, seen) == 0, "".join(seen)[-4000:]
+    assert "".join(seen).count(TRAINING) == 1  # job 2: job 1 is not trained again
     client = MlflowClient(url)
     runs = client.search_runs([client.get_experiment_by_name("accumulation").experiment_id])
     assert [run.info.run_id for run in runs if run.info.status == contract.RUNNING] == []
     (parent,) = [run for run in runs if run.data.tags.get(contract.ROLE) == contract.PARENT]
     assert parent.info.status == contract.FINISHED
-    finished = sorted(run.data.tags[contract.JOB] for run in runs if run.data.tags.get(contract.ROLE) == contract.CHILD
-                      and run.info.status == contract.FINISHED)
-    assert finished == ["0", "1", "2"]
-    closed = [run for run in runs if run.data.tags.get(contract.ERROR_TYPE) in ("StoreFault", "ProcessGone")]
-    assert closed and {run.data.tags[contract.ERROR_TYPE] for run in closed} == {"StoreFault"}
-    assert all("the tracking store failed" in run.data.tags[contract.ERROR_MESSAGE] for run in closed)
+    children = [run for run in runs if run.data.tags.get(contract.ROLE) == contract.CHILD]
+    assert sorted((run.data.tags[contract.JOB], run.info.status) for run in children) == [
+        ("0", contract.FINISHED), ("1", contract.FINISHED), ("2", contract.FINISHED)]  # one run a job
+    (job_1,) = [run for run in children if run.data.tags[contract.JOB] == "1"]
+    assert [run.info.run_id for run in trained_before] == [job_1.info.run_id]  # the run it trained in
+    assert contract.ERROR_TYPE not in job_1.data.tags and "final_loss" in job_1.data.metrics
+    steps = [metric.step for metric in client.get_metric_history(job_1.info.run_id, "loss/total")]
+    assert len(steps) == len(set(steps)) and max(steps) == 2999  # its history, each epoch sent once
+    assert sorted(artifact.path for artifact in client.list_artifacts(job_1.info.run_id)) == [
+        contract.CONFIG, contract.ENVIRONMENT, contract.HISTORY_PLOT, contract.PARAMS, contract.STATS]
+
+
+def test_a_server_killed_under_joblib_costs_no_trained_job(server_folder, tmp_path):
+    """Jobs 0 and 1 train in two joblib workers when the server stops: both train to their end and hand their
+    results over; the sweep's writes of them meet the dead server, and both are kept in the sweep's folder (not
+    deleted with the hand-over), said in its last line. With the server back, ``--resume`` writes them into their
+    own runs, which close FINISHED with their whole histories, and trains job 2 only."""
+    from mlflow.tracking import MlflowClient
+
+    backend = f"sqlite:///{server_folder / 'runs.db'}"
+    url = start("mlflow_server.sh", server_folder / "server", backend, "1")
+    process, seen = sweep(tmp_path, url, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"), []
+    while not (run_opened(url, "accumulation", "0") and run_opened(url, "accumulation", "1")):
+        assert process.poll() is None, "".join(seen)[-4000:]
+        time.sleep(0.05)
+    stop("mlflow_server.sh", server_folder / "server")
+    assert finish(process, seen) != 0
+    last = seen[-1].strip()
+    assert "; the results that jobs 0, 1 trained are kept in " in last and "Traceback" not in "".join(seen), last
+    assert sorted(path.name for path in tmp_path.glob("multirun/*/*/kept/*")) == ["0", "1"]
+
+    url = start("mlflow_server.sh", server_folder / "server", backend, "1")
+    process, resumed = sweep(tmp_path, url, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "--resume"), []
+    assert finish(process, resumed) == 0, "".join(resumed)[-4000:]
+    assert "".join(resumed).count(TRAINING) == 1  # job 2
+    client = MlflowClient(url)
+    runs = client.search_runs([client.get_experiment_by_name("accumulation").experiment_id],
+                              contract.tag_filter(contract.ROLE, contract.CHILD))
+    assert sorted((run.data.tags[contract.JOB], run.info.status) for run in runs) == [
+        ("0", contract.FINISHED), ("1", contract.FINISHED), ("2", contract.FINISHED)]
+    for run in runs:  # each its whole history: the epochs sent as metrics, each once, up to the last
+        steps = [metric.step for metric in client.get_metric_history(run.info.run_id, "loss/total")]
+        sent = int(run.data.tags[contract.HISTORY_POINTS].split(" of ")[0])
+        assert len(steps) == len(set(steps)) == sent and max(steps) == 2999
 
 
 def test_no_job_starts_after_the_server_is_gone(server_folder, tmp_path):
@@ -176,7 +222,8 @@ def test_the_resume_command_printed_after_postgresql_stayed_down_completes_the_s
     assert last.startswith("crux-sweep: the tracking store at postgresql://mlflow@127.0.0.1:"), last
     advice = last.split("once the store is back, `", 1)[1]
     pasted, rest = advice.split("` ", 1)
-    assert rest == "with PGPASSWORD set to the store's password runs the others", last
+    assert rest == "with PGPASSWORD set to the store's password writes the kept results into their runs and runs the " \
+                   "others", last
     words = shlex.split(pasted)
     assert words[0] == "crux-sweep" and words[-1] == "--resume"
     resumed = subprocess.run([sys.executable, "-m", "crux.commands.sweep", *words[1:]], cwd=tmp_path,
@@ -194,13 +241,16 @@ def test_the_resume_command_printed_after_postgresql_stayed_down_completes_the_s
     assert password not in output + resumed.stdout + resumed.stderr
 
 @pytest.fixture
-def small_disk(tmp_path) -> Iterator[Path]:
-    """A 3 MB tmpfs (root only), removed afterwards."""
+def small_disk(tmp_path, request) -> Iterator[Path]:
+    """A tmpfs of 3 MB, or of the size a test asks for (indirect parametrisation: ``"8m"``), root only, removed
+    afterwards."""
+    size = getattr(request, "param", "3m")
     disk = tmp_path / "disk"
     disk.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(disk)], capture_output=True, text=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(disk)], capture_output=True,
+                          text=True)
     if done.returncode != 0:
-        pytest.skip(f"a 3 MB tmpfs could not be mounted here: {done.stderr.strip()}")
+        pytest.skip(f"a {size} tmpfs could not be mounted here: {done.stderr.strip()}")
     try:
         yield disk
     finally:
@@ -225,29 +275,88 @@ def test_a_store_without_room_for_a_job_is_refused_before_it_trains(small_disk, 
     assert "--resume` runs the others" in last
 
 
-def filled_while_job_0_trains(small_disk: Path, empty_store: Path, folder: Path) -> list[str]:
-    """The output of a sweep run in ``folder`` into a store on ``small_disk``, which is filled while job 0 trains
-    (300 epochs: the check before training passes); the sweep is checked to fail without a traceback."""
+FILLED_EPOCHS = 3000
+
+
+def fill(disk: Path) -> None:
+    """Take every free byte of ``disk`` with a file ``filler``, while a job may be writing there too (what it takes
+    meanwhile is left to it: the disk is full either way)."""
+    with open(disk / "filler", "wb") as filler:
+        size, chunk = 0, shutil.disk_usage(disk).free
+        while chunk >= 4096:
+            try:
+                os.posix_fallocate(filler.fileno(), size, chunk)
+                size += chunk
+                chunk = shutil.disk_usage(disk).free
+            except OSError:
+                chunk //= 2
+
+
+def filled_while_job_0_trains(small_disk: Path, empty_store: Path, folder: Path, job: int = 0) -> list[str]:
+    """The output of a sweep run in ``folder`` into a store on ``small_disk``, which is filled while job 0 (or
+    ``job``, once the runs of the jobs before it are closed) trains, its run created (:data:`FILLED_EPOCHS`: long
+    enough to be training still, and the check before training passes); the sweep is checked to fail without a
+    traceback."""
     shutil.copy(empty_store, small_disk / "mlflow.db")
-    process, seen = sweep(folder, f"sqlite:///{small_disk / 'mlflow.db'}", "solver.epochs=300"), []
-    read_until(process, seen, TRAINING)
-    with open(small_disk / "filler", "wb") as filler:
-        os.posix_fallocate(filler.fileno(), 0, shutil.disk_usage(small_disk).free)
+    process, seen = sweep(folder, f"sqlite:///{small_disk / 'mlflow.db'}", f"solver.epochs={FILLED_EPOCHS}"), []
+    read_until(process, seen, TRAINING, times=job + 1)
+    if job:
+        read_until(process, seen, CLOSED, times=job)
+    while not run_opened(f"sqlite:///{small_disk / 'mlflow.db'}", "accumulation", str(job)):  # its run is created
+        assert process.poll() is None, "".join(seen)[-4000:]
+        time.sleep(0.05)
+    fill(small_disk)
     status = finish(process, seen)
     assert status != 0 and "Traceback" not in "".join(seen), "".join(seen)[-4000:]
     return seen
 
 
-def test_a_store_that_runs_full_while_a_job_trains_ends_the_sweep_in_one_line(small_disk, empty_store, tmp_path):
-    """The check before training passes (about 2 MB free, a 300-epoch job writes about 0.6 MB); then the disk is
-    filled while job 0 trains: its history insert meets a full disk, waits the budget, and the sweep ends as for a
-    server gone away."""
+@pytest.mark.parametrize("small_disk", ["8m"], indirect=True)  # room for three jobs of 3000 epochs
+def test_a_store_that_runs_full_while_a_job_trains_ends_the_sweep_at_once_and_resume_writes_what_it_trained(
+        small_disk, empty_store, tmp_path):
+    """The check before training passes (about 7 MB free, a job of 3000 epochs, 320 of them sent, writes about
+    0.9 MB); then the disk is
+    filled while job 0 trains: its first write meets a full disk, which is not waited for, and the sweep ends in
+    one line naming the disk and the folder where job 0's results are kept; the room the sweep held beside the
+    store closes every run. With the disk freed, ``--resume`` writes job 0's results into its own run without
+    training it, and runs jobs 1 and 2."""
+    from mlflow.tracking import MlflowClient
+
     seen = filled_while_job_0_trains(small_disk, empty_store, tmp_path)
     output = "".join(seen)
     last = seen[-1]
     assert last.startswith(f"crux-sweep: the tracking store at sqlite:///{small_disk / 'mlflow.db'} failed: ")
-    assert "disk is full" in last and "0 of the 3 jobs run finished, none started after it" in last
-    assert output.count("the tracking store did not take") == 1  # job 0 waited; jobs 1 and 2 were not started
+    assert f"the disk holding {small_disk / 'mlflow.db'} is full (" in last
+    assert "0 of the 3 jobs run finished, none started after it" in last
+    assert "the tracking store did not take" not in output  # no job waited for a full disk
+    (kept,) = tmp_path.glob("multirun/*/*/kept/0")
+    assert f"; the results that job 0 trained are kept in {kept.parent}; " in last
+    client = MlflowClient(f"sqlite:///{small_disk / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("accumulation").experiment_id
+    runs = client.search_runs([experiment])
+    assert sorted((run.data.tags.get(contract.JOB, "parent"), run.info.status) for run in runs) == [
+        ("0", contract.KILLED), ("parent", contract.FAILED)]  # nothing left RUNNING
+    assert list(small_disk.glob(".crux-room-*")) == []
+
+    (small_disk / "filler").unlink()
+    process, resumed = sweep(tmp_path, f"sqlite:///{small_disk / 'mlflow.db'}", f"solver.epochs={FILLED_EPOCHS}",
+                             "--resume"), []
+    assert finish(process, resumed) == 0, "".join(resumed)[-4000:]
+    assert "".join(resumed).count(TRAINING) == 2 and not kept.exists()  # jobs 1 and 2; job 0's results written
+    runs = client.search_runs([experiment], contract.tag_filter(contract.ROLE, contract.CHILD))
+    assert sorted((run.data.tags[contract.JOB], run.info.status) for run in runs) == [
+        ("0", contract.FINISHED), ("1", contract.FINISHED), ("2", contract.FINISHED)]
+    (job_0,) = [run for run in runs if run.data.tags[contract.JOB] == "0"]
+    assert contract.ERROR_TYPE not in job_0.data.tags and job_0.data.params["memory.batchsize"] == "8"
+    assert max(m.step for m in client.get_metric_history(job_0.info.run_id, "loss/total")) == FILLED_EPOCHS - 1
+
+
+@pytest.mark.parametrize("small_disk", ["8m"], indirect=True)  # room for three jobs of 3000 epochs
+def test_the_jobs_finished_before_the_disk_filled_are_counted_from_the_store(small_disk, empty_store, tmp_path):
+    """The disk fills while job 2 trains, jobs 0 and 1 written: the last line counts them, as the store has them."""
+    seen = filled_while_job_0_trains(small_disk, empty_store, tmp_path, job=2)
+    assert "; 2 of the 3 jobs run finished (job 0, 1), none started after it; " in seen[-1], seen[-1]
+    assert "the results that job 2 trained are kept in " in seen[-1]
 
 
 def test_a_job_refused_for_room_leaves_the_writes_of_the_job_before_it_complete(small_disk, empty_store, tmp_path):
@@ -290,7 +399,8 @@ def test_postgresql_refusals_are_one_line_without_mlflows_retries(postgres_store
                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     for done, status, line in ((swept, 1, f"crux-sweep: the PostgreSQL server of "
                                           f"{wrong.replace(':not-its-password', '')} refused the user ("),
-                               (reported, 2, f"crux-report: the PostgreSQL server of {nowhere} did not answer within ")):
+                               (reported, 2, f"crux-report: the PostgreSQL server of {nowhere} refused the "
+                                             f"connection (")):
         output = done.stdout + done.stderr
         assert done.returncode == status and output.strip().splitlines()[-1].startswith(line), output[-3000:]
         assert "retried" not in output and "Traceback" not in output and "not-its-password" not in output
@@ -298,19 +408,54 @@ def test_postgresql_refusals_are_one_line_without_mlflows_retries(postgres_store
     assert "(Connection refused): start it" in reported.stderr
 
 
+@pytest.mark.parametrize("small_disk", ["8m"], indirect=True)  # room for three jobs of 3000 epochs
 def test_a_disk_that_fills_up_under_the_sweep_and_its_store_ends_it_in_one_line(small_disk, empty_store):
     """The store and the sweep's folder on one small disk, filled while job 0 trains: the fault's record goes
     into the room taken for it when the sweep started, no job after it trains, and the sweep ends in one line,
-    its record naming job 0's run."""
+    its record naming job 0's run and where its results are kept (beside where they were staged: the sweep's own
+    disk is full too). The room the sweep held beside the store closes every run; with the disk freed,
+    ``--resume`` writes job 0's results into its run first."""
     import json
+
+    from mlflow.tracking import MlflowClient
 
     from crux.tracking.faults import FAULT_FILE
 
     seen = filled_while_job_0_trains(small_disk, empty_store, small_disk)
     output = "".join(seen)
     assert "0 of the 3 jobs run finished, none started after it" in seen[-1], seen[-1]
-    assert "No space left on device" in seen[-1] or "disk is full" in seen[-1]  # what met the full disk first
+    assert f"the disk holding {small_disk}/" in seen[-1] and " is full (" in seen[-1]  # what met the full disk first
     assert output.count(TRAINING) == 1
     (record,) = small_disk.glob(f"multirun/*/*/{FAULT_FILE}")
-    (job_0,) = [run for run, message in json.loads(record.read_text())["runs"].items() if "disk is full" in message]
-    assert f"run {job_0} " in output  # job 0's run, left open with the cause, for the next command to close
+    recorded = json.loads(record.read_text())
+    (job_0,) = [run for run, message in recorded["runs"].items() if " is full (" in message]
+    assert f"run {job_0} " in output  # job 0's run, closed with the cause
+    kept = Path(recorded["kept"]["0"])
+    assert f"; the results that job 0 trained are kept in {kept}; " in seen[-1]
+    client = MlflowClient(f"sqlite:///{small_disk / 'mlflow.db'}")
+    assert client.get_run(job_0).info.status == contract.KILLED
+    try:
+        (small_disk / "filler").unlink()
+        process, resumed = sweep(small_disk, f"sqlite:///{small_disk / 'mlflow.db'}", f"solver.epochs={FILLED_EPOCHS}",
+                                 "--resume"), []
+        assert finish(process, resumed) == 0, "".join(resumed)[-4000:]
+        assert client.get_run(job_0).info.status == contract.FINISHED and not kept.exists()
+    finally:
+        shutil.rmtree(kept, ignore_errors=True)
+
+
+def test_a_store_whose_disk_is_all_but_full_is_refused_in_seconds_before_any_run(small_disk, empty_store, tmp_path):
+    """A disk with about 100 kB free under the store: the sweep is refused in one line naming the disk and its
+    free bytes, at once (a full disk is not waited for), and no run is written."""
+    from mlflow.tracking import MlflowClient
+
+    shutil.copy(empty_store, small_disk / "mlflow.db")
+    with open(small_disk / "filler", "wb") as filler:
+        os.posix_fallocate(filler.fileno(), 0, shutil.disk_usage(small_disk).free - 100_000)
+    process, seen = sweep(tmp_path, f"sqlite:///{small_disk / 'mlflow.db'}"), []
+    assert finish(process, seen) == 1
+    output = "".join(seen)
+    assert TRAINING not in output and "Traceback" not in output and "did not take" not in output, output[-3000:]
+    assert seen[-1].startswith(f"crux-sweep: the filesystem of {small_disk} has ") and " bytes free" in seen[-1]
+    assert MlflowClient(f"sqlite:///{small_disk / 'mlflow.db'}").search_experiments()[0].name == "Default"
+    assert len(MlflowClient(f"sqlite:///{small_disk / 'mlflow.db'}").search_experiments()) == 1

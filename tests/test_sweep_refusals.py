@@ -1,6 +1,6 @@
 """What keeps a sweep from running is said in one line, before any job or run exists: a store it
-cannot write (a folder that is not one, a damaged ``mlflow.db``, a tracking server that does not answer) and
-values out of range."""
+cannot write (a folder that is not one, a damaged ``mlflow.db``, a tracking server that does not answer), values
+out of range and values of the wrong type; a refused command leaves no folder behind."""
 from __future__ import annotations
 
 import hashlib
@@ -64,7 +64,23 @@ def test_values_out_of_range_are_refused_before_any_run_exists(tmp_path):
     done = run(tmp_path, "crux.commands.experiment", "model.width=0", "optimizer.b1=2", uri=uri)
     assert done.returncode == 1
     assert done.stderr.splitlines() == ["crux-run: model.width=0: must be >= 1; optimizer.b1=2.0: must be in [0, 1)"]
-    assert not (tmp_path / "mlflow.db").exists()
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "outputs").exists()  # no run, no job folder
+
+
+@pytest.mark.parametrize("program, module, sweep", [("crux-run", "crux.commands.experiment", []),
+                                                    ("crux-sweep", "crux.commands.sweep", ["accumulation"])])
+def test_a_value_of_the_wrong_type_is_one_line_naming_its_type_and_an_example_and_leaves_nothing(tmp_path, program,
+                                                                                                 module, sweep):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    for override, line in (("memory.batchsize=abc", "memory.batchsize=abc: memory.batchsize takes an integer >= 1 or "
+                                                    "null; write e.g. memory.batchsize=16"),
+                           ("memory.accumulation_steps=2.5", "memory.accumulation_steps=2.5: "
+                                                             "memory.accumulation_steps takes an integer >= 1; write "
+                                                             "e.g. memory.accumulation_steps=2")):
+        done = run(tmp_path, module, *sweep, *TINY, override, uri=uri)
+        assert (done.returncode, done.stderr.splitlines()) == (1, [f"{program}: {line}"])
+        assert "HYDRA_FULL_ERROR" not in done.stdout + done.stderr
+    assert list(tmp_path.iterdir()) == []  # no store, no outputs/<date>/<time>/, no multirun/
 
 
 def test_a_key_the_schema_lacks_is_refused_in_every_spelling_before_any_run_exists(tmp_path):

@@ -356,3 +356,52 @@ def test_a_client_opened_on_first_use_opens_the_store_only_then(tmp_path):
     assert client.tracking_uri == uri and not (tmp_path / "later").exists()
     (tmp_path / "later").mkdir()
     assert client.search_experiments()[0].name == "Default"
+
+
+def test_results_a_store_fault_left_unwritten_are_kept_and_a_later_writer_puts_them_in_the_run(store, tmp_path):
+    """The upload meets a store fault: the run stays open and the job's results (its params, every epoch in
+    stats.npz, the summary) are kept in the sweep's ``kept/<job>``; taken over later, as ``--resume`` does, they
+    go into that same run, which closes FINISHED with its whole history and no cause left on it."""
+    from crux.tracking.faults import reserve_fault_record
+    from crux.tracking.handover import ARTIFACTS as ARTIFACTS_FOLDER, read_results
+    from crux.tracking.kept import kept_folder, kept_results
+
+    client, run_id = store
+    writer = Writer()
+    with JobRun(Upload(client, store_away), run_id, "default", 0, tmp_path, overlap=True, writer=writer,
+                job=0) as run:
+        run.log_metrics({"timing/ratio": 0.5})
+        finish_a_job(run)
+    writer.drain()
+    assert client.get_run(run_id).info.status == contract.RUNNING and run.kept == kept_folder(tmp_path) / "0"
+    assert kept_results(tmp_path) == [run.kept]
+    client.set_tag(run_id, contract.ERROR_TYPE, "StoreFault")  # as the sweep's closing leaves it
+    client.set_terminated(run_id, contract.KILLED)
+
+    reserve_fault_record(tmp_path)  # the store is back
+    later = JobRun.taken_over(client, tmp_path, read_results(run.kept), run.kept / ARTIFACTS_FOLDER, writer=writer,
+                              kept=True)
+    writer.drain()
+    assert later.closed == contract.FINISHED
+    written = client.get_run(run_id)
+    assert written.info.status == contract.FINISHED and contract.ERROR_TYPE not in written.data.tags
+    assert written.data.metrics["timing/ratio"] == 0.5 and written.data.metrics["run_seconds"] == 1.0
+    assert [metric.step for metric in sorted(client.get_metric_history(run_id, "loss/total"),
+                                             key=lambda metric: metric.step)] == list(range(EPOCHS))
+    assert {artifact.path for artifact in client.list_artifacts(run_id)} == ARTIFACTS
+
+
+def test_a_damaged_stats_file_in_a_hand_over_costs_the_histories_only(store, tmp_path):
+    """The driver finds the handed-over stats.npz damaged: the summary and the other artifacts are still
+    written, and the run closes FAILED naming the file, where it was and what was wrong."""
+    client, run_id = store
+    hand_over_a_job(client, run_id, tmp_path)
+    stats = handed_over(tmp_path) / "3" / "artifacts" / contract.STATS
+    stats.write_bytes(b"not a zip file")
+    take_over(client, tmp_path)
+    run = client.get_run(run_id)
+    assert run.info.status == contract.FAILED and run.data.metrics["run_seconds"] == 1.0
+    assert run.data.tags[contract.ERROR_TYPE] == "ResultsUnreadable"
+    assert run.data.tags[contract.ERROR_MESSAGE].startswith(
+        f"its {contract.STATS}, handed over in {handed_over(tmp_path) / '3'}, could not be read (")
+    assert {artifact.path for artifact in client.list_artifacts(run_id)} == {contract.PARAMS, contract.STATS}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -38,7 +39,7 @@ with heap.lasting():  # Hydra's and MLflow's modules, kept to the process's end:
     from crux.pipeline import config, processes
     from crux.pipeline.config import CONFIG_PACKAGE, Phase
     from crux.pipeline.keys import refused_override
-    from crux.pipeline.refusals import refusals
+    from crux.pipeline.refusals import config_refusals
     from crux.pipeline.settings import solve_options
     from crux.problems import Problem
     from crux.tracking import JobRun, ParameterLeaves, parameter_leaves
@@ -62,6 +63,12 @@ def configure_jax(cfg: DictConfig) -> None:
     if hydra_cfg.mode == RunMode.MULTIRUN and not hydra_cfg.launcher._target_.endswith(".BasicLauncher"):
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     use_compilation_cache(cfg.jax.compilation_cache_dir)
+    quiet_platform_probe()
+
+
+def quiet_platform_probe() -> None:
+    """Keep JAX's line about platforms it probes and cannot start off the console (:func:`platform_probe_quiet`):
+    in a job, and in a sweep's process, whose check builds the jobs' problems before any job starts."""
     probe = logging.getLogger(PLATFORM_PROBE)
     if platform_probe_quiet not in probe.filters:
         probe.addFilter(platform_probe_quiet)
@@ -116,9 +123,10 @@ def train(problem: Problem, phases: list[Phase], cfg: DictConfig,
         phase_ends.append(parameter_leaves(problem.models))
 
 
-def train_job(cfg: DictConfig, run: JobRun) -> float:
-    """The job's work once its run is open: problem built, config logged (with the settings as they apply to the
-    problem's points), phases trained, results logged; the final total loss."""
+def train_job(cfg: DictConfig, run: JobRun, problem: Problem | None = None) -> float:
+    """The job's work once its run is open: problem built (unless given, built before the run), config logged
+    (with the settings as they apply to the problem's points), phases trained, results logged; the final total
+    loss."""
     if cfg.backend.name != "crux":
         run.log_config(cfg)
         run.trains()
@@ -129,7 +137,7 @@ def train_job(cfg: DictConfig, run: JobRun) -> float:
         return run_capacity(cfg, run)
     phases = config.training_phases(cfg)
     try:
-        problem = config.problem(cfg)
+        problem = problem if problem is not None else config.problem(cfg)
     except Exception:
         run.log_config(cfg)  # the failed run keeps what it was asked to run
         raise
@@ -162,17 +170,24 @@ def run_job(cfg: DictConfig) -> float:
     configure_jax(cfg)
     with interruptible():
         try:
-            refused = [] if checked_by_the_sweep(HydraConfig.get()) else refusals(cfg)
+            checked = checked_by_the_sweep(HydraConfig.get())
+            refused = [] if checked else config_refusals(cfg)
             if refused:
                 raise ValueError("; ".join(refused))
             processes.join(cfg.jax, cfg.solver.devices)
             heap.between_jobs()
+            # built before its run, as the sweep built it before the first job: one that cannot be is refused
+            problem = config.built_problem(cfg) if not checked and config.builds_problem(cfg) else None
             run = JobRun.start(cfg) if processes.is_recording_process() else processes.Unrecorded()
         except (ValueError, StoreError, OmegaConfBaseException) as error:  # no run yet: nothing to record
+            if isinstance(error, config.UnbuiltProblem) and tracebacks_shown():
+                raise
+            if HydraConfig.get().mode == RunMode.RUN:
+                remove_output_dir(HydraConfig.get())
             raise SystemExit(f"crux-run: {error}") from None
         try:
             with run:
-                return train_job(cfg, run)
+                return train_job(cfg, run, problem)
         except StoreFault as fault:  # the store's, not the job's: the run could not be closed with it
             if HydraConfig.get().mode == RunMode.RUN:
                 raise SystemExit(f"crux-run: {fault}") from None
@@ -184,9 +199,35 @@ def run_job(cfg: DictConfig) -> float:
             raise failed from error
 
 
+HYDRA_FILES = {".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml"}
+"""What Hydra writes into a single run's folder before the job starts (``hydra.output_subdir``)."""
+
+
+def remove_output_dir(hydra_cfg: DictConfig) -> None:
+    """Remove the folder Hydra made for a single run that was refused before its run existed (``outputs/<date>/
+    <time>``: Hydra's files and an empty log), and the folders above it inside the working directory that it
+    leaves empty: a refused command leaves nothing behind. A folder holding anything else (a log with lines,
+    another run's files) is left as it is."""
+    folder, log = Path(hydra_cfg.runtime.output_dir), f"{hydra_cfg.job.name}.log"
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
+        if Path(handler.baseFilename).parent == folder:
+            root.removeHandler(handler)
+            handler.close()
+    written = {str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file()}
+    if written - HYDRA_FILES - {log} or ((folder / log).is_file() and (folder / log).stat().st_size):
+        return
+    shutil.rmtree(folder)
+    here = Path.cwd()
+    for parent in folder.parents:
+        if parent == here or not parent.is_relative_to(here) or any(parent.iterdir()):
+            break
+        parent.rmdir()
+
+
 def reported(error: Exception) -> str | None:
-    """A key crux's schema or the problem's function lacks (Hydra's "Could not override 'solver.X'"), in one
-    line; None for any other error, which Hydra reports."""
+    """A key crux's schema or the problem's function lacks (Hydra's "Could not override 'solver.X'"), or a value
+    of the wrong type for its key, in one line; None for any other error, which Hydra reports."""
     if not isinstance(error, ConfigCompositionException):
         return None
     arguments = get_args_parser().parse_args()
@@ -206,6 +247,7 @@ def main(program: str = "crux-run") -> None:
     run or sweep is done the process ends here, its exit handlers run but not the interpreter's teardown
     (:func:`crux.pipeline.heap.exit_without_teardown`)."""
     config.import_from_working_directory()
+    quiet_platform_probe()
     Plugins.instance().register(CruxSweeper)  # Hydra's scan misses it in an editable install
     sys.argv = move_override_credentials(sys.argv)  # Hydra saves the overrides, crux records them
     try:

@@ -23,7 +23,7 @@ from hydra import compose, initialize_config_module
 from omegaconf import MISSING, OmegaConf
 
 from crux.pipeline import config
-from crux.pipeline.ranges import CHECK, Choice, Range
+from crux.pipeline.ranges import allowed, type_name
 from hydra_plugins.crux_sweeper.config import SweeperConfig
 
 DOCUMENT = Path(__file__).resolve().parents[2] / "docs" / "config.md"
@@ -43,29 +43,6 @@ GROUPS: tuple[tuple[str, dict[str, type]], ...] = (
 )
 """Each group and its options that have a schema of their own: the option named composes its defaults."""
 HEADER = ("| key | type | default | allowed |", "|---|---|---|---|")
-
-
-def allowed(field: dataclasses.Field) -> str:
-    """The field's check in words: ``>= 1``, ``[0, 1)``, ``> 0``, one of the choices; ``-`` for none."""
-    check = field.metadata.get(CHECK)
-    if isinstance(check, Choice):
-        return "one of " + ", ".join(f"`{option}`" for option in check.options)
-    if isinstance(check, Range):
-        return check.accepted
-    return "-"
-
-
-def type_name(hint: Any) -> str:
-    """``int``, ``float or null``, ``list``, ``any``: a field's type as a config reads it."""
-    origin, arguments = typing.get_origin(hint), typing.get_args(hint)
-    if origin is typing.Union:
-        named = [type_name(argument) for argument in arguments if argument is not type(None)]
-        return " or ".join(named) + (" or null" if type(None) in arguments else "")
-    if origin in (list, tuple) or hint in (list, tuple):
-        return "list"
-    if origin is dict or hint is dict:
-        return "mapping"
-    return "any" if hint is Any else getattr(hint, "__name__", str(hint))
 
 
 def shown(value: Any) -> str:

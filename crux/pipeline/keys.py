@@ -13,19 +13,27 @@ declares, and ``timing.against`` names solve() options (:func:`crux.pipeline.con
 Hydra's own refusals of an unknown key, "Could not override 'solver.epoch'. To append
 to your config use +solver.epoch=100" and "Key 'epoch' not in 'SolverConfig'" (a
 user's own config group file), are said in the same line (:func:`refused_override`):
-its advice to append with ``+`` only moves the refusal.
+its advice to append with ``+`` only moves the refusal. So is its refusal of a value of
+the wrong type (``memory.batchsize=abc``, omegaconf's several lines ending in
+"HYDRA_FULL_ERROR=1"): the key, the type it takes and a value to write
+(:func:`mistyped_value`).
 """
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
+import typing
+from importlib.resources import files
 from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ValidationError
 
 from crux.pipeline import config
-from crux.pipeline.config import OPTIMIZERS, SCHEDULES, unknown_field
+from crux.pipeline.config import CONFIG_PACKAGE, OPTIMIZERS, SCHEDULES, unknown_field
+from crux.pipeline.ranges import CHECK, Choice, Range, allowed, as_typed, type_name
 
 CHECKED_ELSEWHERE = ("problem", "timing.against")
 """Nodes whose keys are not the schema's: a problem's fields (its function's parameters), a timing's options."""
@@ -85,12 +93,108 @@ NOT_IN_SCHEMA = re.compile(r"In '([^']+)':.*?Key '[^']+' not in '([^']+)'\s+full
 """omegaconf's refusal of a key that a config group file sets and its schema (named) lacks."""
 
 
+MERGING = re.compile(r"Error merging override (\S+)")
+"""Hydra's refusal of an override that the config cannot take; omegaconf's error, its cause, says why."""
+TYPE_WORDS = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
+              "list": "a list", "mapping": "a mapping", "null": "null", "any": "any value"}
+"""A schema type's name (:func:`crux.pipeline.ranges.type_name`) as a message says it."""
+
+
+def mistyped_value(error: Exception, compose_without: Callable[[str], DictConfig]) -> str | None:
+    """Hydra's refusal of an override whose value is not of its key's type in crux's schema
+    (``memory.batchsize=abc``, ``memory.accumulation_steps=2.5``, ``solver.epochs=null``), in one line: the override,
+    the type the key takes (and its range or choices) and a value to write (:func:`example`); ``compose_without(key)``
+    composes the job's config without the overrides of ``key``, whose value there is the first example tried.
+    None for any other error."""
+    merging, cause = MERGING.search(str(error)), error.__cause__
+    if merging is None or not isinstance(cause, ValidationError) or not dataclasses.is_dataclass(cause.object_type):
+        return None
+    field = next((f for f in dataclasses.fields(cause.object_type) if f.name == cause.key), None)
+    if field is None:
+        return None
+    path, hint = cause.full_key, typing.get_type_hints(cause.object_type)[field.name]
+    try:
+        current = OmegaConf.select(compose_without(path), path, default=None)
+    except Exception:  # noqa: BLE001 - the config does not compose without it either: no example from it
+        current = None
+    takes = f"{path} takes {type_words(field, hint)}" + (", not null" if cause.value is None else "")
+    shown = example(field, hint, cause.value, current, path)
+    return f"{merging.group(1)}: {takes}" + (f"; write e.g. {path}={shown}" if shown is not None else "")
+
+
+def type_words(field: dataclasses.Field, hint: Any) -> str:
+    """What ``field`` (of type ``hint``) takes, in words: ``an integer >= 1 or null``, ``a number in [0, 1)``,
+    ``a string (one of tanh, sin)``."""
+    names = type_name(hint).split(" or ")
+    check = field.metadata.get(CHECK)
+    limits = "" if check is None else f" ({allowed(field, quote='')})" if isinstance(check, Choice) else (
+        f" in {check.accepted}" if check.high is not None else f" {check.accepted}")
+    return (" or ".join(TYPE_WORDS.get(name, name) for name in names if name != "null") + limits
+            + (" or null" if "null" in names else ""))
+
+
+def example(field: dataclasses.Field, hint: Any, typed: Any, current: Any, path: str) -> str | None:
+    """A value of ``field``'s type that passes its check, as the command line writes it: an integer next to a
+    number ``typed`` for an integer (2 for 2.5), else ``current`` (its value without the override), else a value
+    crux's own config files give ``path``, else one the check names (its first choice, its range's low end); None
+    for a type with none of these (a list, a mapping)."""
+    kinds = [kind for kind in typing.get_args(hint) or (hint,) if kind is not type(None)]
+    kind = kinds[0] if len(kinds) == 1 and kinds[0] in (int, float, bool, str) else None
+    if kind is None:
+        return None
+    check = field.metadata.get(CHECK)
+    tried = [int(typed), math.ceil(typed)] if kind is int and isinstance(typed, float) and math.isfinite(typed) else []
+    tried += [current, *shipped_values(path), *check_values(check, kind)]
+    for value in tried:
+        if of_kind(value, kind) and (check is None or check.refusal(value) is None):
+            return as_typed(value)
+    return "true" if kind is bool else None
+
+
+def of_kind(value: Any, kind: type) -> bool:
+    """Whether a config field of type ``kind`` takes ``value`` as it is: a bool only for a bool, an integer for a
+    number too."""
+    if isinstance(value, bool):
+        return kind is bool
+    return isinstance(value, kind) or (kind is float and isinstance(value, int))
+
+
+def shipped_values(path: str) -> list[Any]:
+    """The values that the options of ``path``'s group in crux's configs (``crux.conf``) give it, in their files'
+    order: ``memory.batchsize`` -> 16, 32, 8, ... (``memory/b16.yaml``, ...)."""
+    group, _, key = path.partition(".")
+    folder = files(CONFIG_PACKAGE) / group
+    if not key or not folder.is_dir():
+        return []
+    found = []
+    for option in sorted(folder.iterdir(), key=lambda entry: entry.name):
+        if option.name.endswith(".yaml"):
+            node = OmegaConf.create(option.read_text())
+            value = OmegaConf.select(node, key, default=None)
+            found.append(value if value is not None else OmegaConf.select(node, path, default=None))  # or _global_
+    return [value for value in found if value is not None]
+
+
+def check_values(check: Any, kind: type) -> list[Any]:
+    """Values a field's check names: a choice's first option, a range's low end (or a value inside it)."""
+    if isinstance(check, Choice):
+        return list(check.options[:1])
+    if not isinstance(check, Range):
+        return []
+    if kind is int:
+        return [int(check.low) + int(check.low_open)]
+    return [(check.low + check.high) / 2 if check.high is not None else check.low + float(check.low_open)]
+
+
 def refused_override(error: Exception, compose_without: Callable[[str], DictConfig]) -> str | None:
     """Hydra's refusal of a key crux's schema lacks (:data:`COULD_NOT_OVERRIDE`, :data:`NOT_IN_SCHEMA`) said as
-    crux says it (:func:`unknown_key`; a problem's field: :func:`crux.pipeline.config.unknown_field`);
-    ``compose_without(key)`` composes the job's config without the overrides of ``key``, to find the problem's
-    function. None for any other error, or when the config does not compose without it either (Hydra's message
-    then says what is wrong)."""
+    crux says it (:func:`unknown_key`; a problem's field: :func:`crux.pipeline.config.unknown_field`), and of a
+    value of the wrong type (:func:`mistyped_value`); ``compose_without(key)`` composes the job's config without
+    the overrides of ``key``, to find the problem's function. None for any other error, or when the config does
+    not compose without it either (Hydra's message then says what is wrong)."""
+    mistyped = mistyped_value(error, compose_without)
+    if mistyped is not None:
+        return mistyped
     message = str(error)
     override, in_file = COULD_NOT_OVERRIDE.search(message), NOT_IN_SCHEMA.search(message)
     if in_file is not None:

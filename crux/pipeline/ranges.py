@@ -1,4 +1,5 @@
-"""What a config field accepts beyond its type: a range or a set of choices, said in the command line's terms.
+"""What a config field accepts: its type, and beyond it a range or a set of choices, said in the command line's
+terms.
 
 Hydra checks types while composing; a value of the right type can still be one no
 run could use (``solver.epochs=-1``, ``model.width=0``) or one that trains without
@@ -10,8 +11,10 @@ a word of warning to no purpose (``optimizer.b1=2``). The schema
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import typing
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from omegaconf import MISSING
 
@@ -48,12 +51,18 @@ class Range:
 
 @dataclass(frozen=True)
 class Choice:
-    """One of ``options``."""
+    """One of ``options``; a value that is not one is refused with the option it most likely meant: ``meant(value)``
+    where given (a name another library gives the same setting), else the closest spelling."""
 
     options: tuple[str, ...]
+    meant: Callable[[Any], str | None] | None = None
 
     def refusal(self, value: Any) -> str | None:
-        return None if value in self.options else f"must be one of {', '.join(self.options)}"
+        if value in self.options:
+            return None
+        close = difflib.get_close_matches(str(value), self.options, n=1)
+        guess = self.meant(value) if self.meant else close[0] if close else None
+        return f"must be one of {', '.join(self.options)}" + (f" (did you mean {guess}?)" if guess else "")
 
 
 def _number(x: float) -> str:
@@ -98,3 +107,27 @@ def refusals(node: Any, prefix: str = "") -> list[str]:
 def as_typed(value: Any) -> str:
     """``value`` as it is written on the command line: ``true``, ``-1``, ``2.0``."""
     return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def allowed(field: dataclasses.Field, quote: str = "`") -> str:
+    """The field's check in words: ``>= 1``, ``[0, 1)``, ``> 0``, one of the choices (each between ``quote``s);
+    ``-`` for none."""
+    check = field.metadata.get(CHECK)
+    if isinstance(check, Choice):
+        return "one of " + ", ".join(f"{quote}{option}{quote}" for option in check.options)
+    if isinstance(check, Range):
+        return check.accepted
+    return "-"
+
+
+def type_name(hint: Any) -> str:
+    """``int``, ``float or null``, ``list``, ``any``: a field's type as a config reads it."""
+    origin, arguments = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Union:
+        named = [type_name(argument) for argument in arguments if argument is not type(None)]
+        return " or ".join(named) + (" or null" if type(None) in arguments else "")
+    if origin in (list, tuple) or hint in (list, tuple):
+        return "list"
+    if origin is dict or hint is dict:
+        return "mapping"
+    return "any" if hint is Any else getattr(hint, "__name__", str(hint))

@@ -8,7 +8,6 @@ never paired with another library's, and sets the verdicts side by side.
 from __future__ import annotations
 
 from crux.report.store import DEFAULT_BACKEND, Sweep, backend_of, load_sweep, open_client, parents
-from crux.tracking.contract import BACKEND
 from crux.tracking.store import READING, bounded_http, store_errors
 
 
@@ -33,7 +32,7 @@ def load_sweeps(name: str, parent_run_id: str | None = None, uri: str | None = N
     """
     if parent_run_id is not None:
         sweep = load_sweep(name, parent_run_id, uri)
-        return {sweep.parent_tags.get(BACKEND, DEFAULT_BACKEND): sweep}
+        return {sweep.backend: sweep}
     backends = backends_in(name, uri)
     if not backends:
         sweep = load_sweep(name, None, uri)  # raises, naming what is missing

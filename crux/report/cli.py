@@ -1,8 +1,10 @@
-"""``crux-report NAME [--out DIR] [--run PARENT_RUN_ID]``: judge a sweep's claims from its MLflow runs.
+"""``crux-report NAME [--out DIR] [--run PARENT_RUN_ID] [--against URI]``: judge a sweep's claims from its runs.
 
     crux-report accumulation                     # the newest complete accumulation sweep
     crux-report accumulation --run 3f2c...       # a given sweep (its parent run), complete or not
     crux-report my-experiment --claim inner_steps
+    crux-report accumulation --against http://cluster:5000             # against the cluster's newest sweep of it
+    crux-report accumulation --against sqlite:///$PWD/mlflow.db#9a1b... --strict   # against an earlier one here
 
 An experiment with sweeps of several backends (crux-sweep NAME backend=jno beside
 crux-sweep NAME) is reported side by side: the latest sweep of each, judged on its
@@ -10,38 +12,44 @@ own runs, in DIR/<backend>/, and their verdicts and speeds in DIR/report.md.
 
 Writes report.md, verdicts.json and the figures into DIR (default
 reports/<sweep>/<UTC time>/ in the working directory), prints the verdicts and
-adds them to the description of the sweep's parent run in MLflow.
+adds them to the description of the sweep's parent run in MLflow. With
+--against, writes the two sweeps' verdicts side by side instead, claim by claim,
+with whether each changed: report.md, comparison.json and the figures.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from pathlib import Path
 
 from mlflow.exceptions import MlflowException
-from mlflow.tracking import MlflowClient
 
 from crux.pipeline.config import import_from_working_directory
+from crux.report.against import compare_against
 from crux.report.backends import load_sweeps
 from crux.report.claims import CHECKS
-from crux.report.coverage import judge_sound
+from crux.report.comparison import Refused
+from crux.report.comparison_document import comparison_table, write_comparison
+from crux.report.coverage import claims_of, judge_sound
 from crux.report.document import (completeness, side_by_side_table, verdict_table, write_report,
                                   write_side_by_side)
 from crux.report.figures import draw
-from crux.report.store import StoreError, Sweep
+from crux.report.store import StoreError, Sweep, open_client
 from crux.report.verdict import Verdict
-from crux.tracking.contract import CLAIMS, COMMAND, NOTE
+from crux.tracking.contract import COMMAND, NOTE
 from crux.tracking.descriptions import sweep_description
+from crux.tracking.secrets import masked
 
-COMPLETE, UNREAD, INCOMPLETE = 0, 2, 3
+COMPLETE, CHANGED, UNREAD, INCOMPLETE = 0, 1, 2, 3
 EXIT_CODES = f"""exit codes:
   {COMPLETE}  report written; the sweep is complete and every artifact was read
-  {UNREAD}  nothing written: the store, the sweep or the run could not be read (or the arguments are wrong)
-  {INCOMPLETE}  report written, but the sweep is incomplete or some artifacts could not be read: the verdicts
-     that lack data are inconclusive and the report's top says what is missing
+  {CHANGED}  with --against and --strict: a claim changed between the two sweeps (report written)
+  {UNREAD}  nothing written: the store, the sweep or the run could not be read, the arguments are wrong, or
+     the two sweeps of --against cannot be compared (different claims, no common variant)
+  {INCOMPLETE}  report written, but the sweep (with --against, either sweep) is incomplete or some artifacts could not
+     be read: the verdicts that lack data are inconclusive and the report's top says what is missing
 
 By default the newest complete sweep of NAME is judged (newer incomplete ones are
 named and passed over); with none complete, the newest. A tracking server that
@@ -55,21 +63,14 @@ def default_out(sweep: str) -> Path:
     return Path.cwd() / "reports" / sweep / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
 
 
-def claims_of(sweep: Sweep) -> list[str]:
-    """The checks the sweep names (its parent run's ``crux.claims`` tag), else its name if that is a check,
-    else every check."""
-    named = json.loads(sweep.parent_tags.get(CLAIMS) or "[]")
-    return named or ([sweep.name] if sweep.name in CHECKS else list(CHECKS))
-
-
 def describe_verdicts(sweep: Sweep, verdicts: list[Verdict], report: Path) -> None:
     """Add the verdicts and the report's path to the description of the sweep's parent run, after the
     command that ran it; a store that refuses is reported, not fatal (the report is written)."""
     text = sweep_description(sweep.parent_tags.get(COMMAND, ""), [(v.verdict, v.id, v.summary) for v in verdicts],
                              str(report))
     try:
-        MlflowClient(sweep.uri).set_tag(sweep.parent_id, NOTE, text)
-    except MlflowException as error:
+        open_client(sweep.uri)[0].set_tag(sweep.parent_id, NOTE, text)
+    except (MlflowException, StoreError) as error:
         print(f"crux-report: could not describe parent run {sweep.parent_id}: {error}", file=sys.stderr)
 
 
@@ -88,6 +89,25 @@ def say_which(sweep: Sweep, backend: str | None, chosen: bool) -> None:
         print(f"{len(sweep.unreadable)} artifact(s) could not be read: the report's top names them")
 
 
+def report_against(args: argparse.Namespace) -> int:
+    """``--against``: the comparison's report, its table printed; its exit code."""
+    try:
+        comparison = compare_against(args.name, args.parent, args.tracking_uri, args.against, args.claim)
+    except (StoreError, Refused) as error:
+        print(f"crux-report: {error}", file=sys.stderr)
+        return UNREAD
+    out = args.out or default_out(args.name)
+    write_comparison(out, comparison)
+    for side in (comparison.this, comparison.other):
+        print(f"{side.role}: sweep {side.sweep.name} at {masked(side.sweep.uri)}, parent run {side.sweep.parent_id}: "
+              f"{completeness(side.sweep)}")
+    print(comparison_table(comparison))
+    print(f"\nreport: {out / 'report.md'}")
+    if args.strict and comparison.changed:
+        return CHANGED
+    return COMPLETE if comparison.sound else INCOMPLETE
+
+
 def main(argv: list[str] | None = None) -> int:
     """The console script: 0 when the report of a complete sweep was written (whatever the verdicts), 2 when
     nothing could be read, 3 when the report was written from an incomplete sweep or unreadable artifacts."""
@@ -102,9 +122,19 @@ def main(argv: list[str] | None = None) -> int:
                              "name if it is a claim, else all)")
     parser.add_argument("--tracking-uri", help="MLflow URI (default: $MLFLOW_TRACKING_URI, else mlflow.db in the "
                                                "working directory)")
+    parser.add_argument("--against", metavar="URI[#PARENT_RUN]",
+                        help="compare with the sweep of NAME in another store (a SQLite file, a server, PostgreSQL, "
+                             "a packed mlflow.db.gz): its newest complete sweep, or the parent run after '#' (#jno: "
+                             "its newest complete jNO sweep)")
+    parser.add_argument("--strict", action="store_true", help=f"with --against: exit {CHANGED} when any claim "
+                                                              f"changed")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.strict and not args.against:
+        parser.error("--strict needs --against URI: it fails on a claim that changed between two sweeps")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar per artifact drowns the table
     import_from_working_directory()  # a user's problem, which a substeps check traces
+    if args.against:
+        return report_against(args)
     try:
         sweeps = load_sweeps(args.name, args.parent, args.tracking_uri)
     except StoreError as error:

@@ -17,14 +17,22 @@ Verdicts that use none of these keep the value the checks gave them.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import Mapping, Sequence
 
-from crux.report.claims import judge
+from crux.report.claims import CHECKS, judge
 from crux.report.records import UnreadableArtifact
 from crux.report.store import Sweep
 from crux.report.verdict import CLAIMS_DOCUMENT, INCONCLUSIVE, Verdict
-from crux.tracking.contract import CONFIG
+from crux.tracking.contract import CLAIMS, CONFIG
+
+
+def claims_of(sweep: Sweep) -> list[str]:
+    """The checks the sweep names (its parent run's ``crux.claims`` tag), else its name if that is a check,
+    else every check."""
+    named = json.loads(sweep.parent_tags.get(CLAIMS) or "[]")
+    return named or ([sweep.name] if sweep.name in CHECKS else list(CHECKS))
 
 
 def judge_sound(sweep: Sweep, claims: Sequence[str]) -> list[Verdict]:

@@ -18,17 +18,18 @@ import numpy as np
 
 from crux.report.figures import Figure
 from crux.report.records import RunRecord, describe
-from crux.report.store import Sweep
+from crux.report.store import DEFAULT_BACKEND, Sweep
 from crux.report.verdict import Verdict, fmt
-from crux.tracking.contract import COMMAND, FINISHED, JOB, WORKING_DIR
+from crux.tracking.contract import BACKEND, COMMAND, FINISHED, JOB, WORKING_DIR
 
 SUMMARY_METRICS = ("final_loss", "median_step_seconds", "compile_seconds", "run_seconds", "memory/temp_bytes",
                    "memory/argument_bytes")
 
 
-def verdicts_json(verdicts: Sequence[Verdict]) -> str:
-    """The ``verdicts.json`` text: a list of objects with claim, verdict, evidence, threshold, runs (and more)."""
-    return _json([v.as_dict() for v in verdicts])
+def verdicts_json(verdicts: Sequence[Verdict], backend: str | None = None) -> str:
+    """The ``verdicts.json`` text: a list of objects with claim, verdict, evidence, threshold, runs (and more),
+    each with its ``backend`` where one is named (the library that trained the runs)."""
+    return _json([{**v.as_dict(), "backend": backend} if backend else v.as_dict() for v in verdicts])
 
 
 def _json(entries: list[dict]) -> str:
@@ -159,24 +160,31 @@ def _folder_code(records: Sequence[RunRecord]) -> list[str]:
     return lines
 
 
-def _crux_installs(records: Sequence[RunRecord]) -> tuple[list[str], list[str]]:
-    """How the runs' crux was installed, in words, and the commands that install that exact crux: its wheel,
-    checked against the wheel's sha256; a checkout at its commit; else the released version."""
+def crux_installs(records: Sequence[RunRecord]) -> tuple[list[str], list[str]]:
+    """How the runs' crux was installed, in words, and the commands that install that exact crux: the wheel pip
+    installed, from where pip took it, checked against its sha256; a clone of the checkout at its commit; else
+    the released version."""
     said, commands = [], []
-    for version, wheel, digest, files, commit, clean in _distinct(
-            records, "crux_version", "crux_wheel", "crux_wheel_sha256", "crux_files_sha256", "crux_commit",
-            "crux_clean"):
+    for version, wheel, path, digest, files, commit, clean, source, origin in _distinct(
+            records, "crux_version", "crux_wheel", "crux_wheel_path", "crux_wheel_sha256", "crux_files_sha256",
+            "crux_commit", "crux_clean", "crux_source", "crux_origin"):
         version = version or next((v for r in records if (v := r.environment.get("versions", {}).get("crux"))), None)
         if wheel and digest:
-            said.append(f"- crux {version} from the wheel `{wheel}`, sha256 `{digest}`"
+            said.append(f"- crux {version} from the wheel `{path or wheel}`, sha256 `{digest}`"
                         + (f" (its installed files: `{files}`)" if files else ""))
-            commands += [f"echo '{digest}  {wheel}' | sha256sum --check   # the same wheel as the runs'",
-                         f"pip install {shlex.quote(wheel)}"]
+            located = shlex.quote(path or wheel)
+            commands += [f"echo '{digest}  {path or wheel}' | sha256sum --check   # the wheel the runs installed",
+                         f"pip install {located}"]
         elif commit:
-            said.append(f"- crux {version} from a checkout at commit `{commit}`" + (
-                "" if clean else ", with uncommitted changes (the commit alone does not hold the code that ran)"
-                if clean is False else ""))
-            commands += [f"git -C crux checkout {commit}   # in a clone of crux's repository", "pip install ./crux"]
+            said.append(f"- crux {version} from a checkout at commit `{commit}`" + (f" (`{source}`)" if source else "")
+                        + ("" if clean else ", with uncommitted changes (the commit alone does not hold the code that "
+                           "ran)" if clean is False else ""))
+            where = shlex.quote(source) if source else "CRUX_REPOSITORY"
+            commands += [f'src=$(mktemp -d)/crux && git clone --quiet {where} "$src" && git -C "$src" checkout '
+                         f'--quiet {commit}' + (f"   # or clone {origin}" if origin and source else
+                                               "   # CRUX_REPOSITORY: a clone of crux's repository" if not source
+                                               else ""),
+                         'pip install "$src"']
         else:
             said.append(f"- crux {version}" + (f", its installed files `{files}`" if files else "")
                         + " (no wheel or checkout recorded)")
@@ -184,7 +192,7 @@ def _crux_installs(records: Sequence[RunRecord]) -> tuple[list[str], list[str]]:
     return said, commands
 
 
-def _runtime(records: Sequence[RunRecord]) -> tuple[list[str], list[str]]:
+def runtime_of(records: Sequence[RunRecord]) -> tuple[list[str], list[str]]:
     """The jax, jaxlib and optax the runs ran, the backend, device and matmul precision, and the command that
     installs those versions."""
     said, pins = [], set()
@@ -203,13 +211,15 @@ def _reproduce(sweep: Sweep, overrides: str) -> list[str]:
     (a sweep file's path and ``--config-dir`` included), then the report; and what identifies the code."""
     command = sweep.parent_tags.get(COMMAND) or f"crux-sweep {sweep.name} {overrides}".rstrip()
     folder = sweep.parent_tags.get(WORKING_DIR)
-    installs, install_commands = _crux_installs(sweep.records)
-    runtime, runtime_commands = _runtime(sweep.records)
+    installs, install_commands = crux_installs(sweep.records)
+    runtime, runtime_commands = runtime_of(sweep.records)
     lines = ["## Reproduce", ""]
     lines += [f"The sweep ran in `{folder}`, which holds what its command names (a sweep file, a config folder, "
               f"a problem's module); its code, per run:" if folder else "The code the runs recorded:", ""]
     lines += _folder_code(sweep.records)
     lines += ["", "with", ""] + installs + runtime
+    lines += ["", "To run it again: in a fresh shell, with a fresh virtual environment active (`python3 -m venv env && "
+              ". env/bin/activate`), line by line:"]
     lines += ["", "```sh"] + ([f"cd {shlex.quote(folder)}"] if folder else []) + install_commands + runtime_commands
     lines += [command, f"crux-report {sweep.name}", "```", "",
               "This report itself (same runs, same report.md and verdicts.json):", "", "```sh",
@@ -294,10 +304,13 @@ def report_markdown(sweep: Sweep, verdicts: Sequence[Verdict], figures: Sequence
 
 def write_report(out: Path, sweep: Sweep, verdicts: Sequence[Verdict], figures: Sequence[Figure],
                  claims: Sequence[str]) -> None:
-    """Write ``report.md`` and ``verdicts.json`` into ``out`` (the figures are already there)."""
+    """Write ``report.md`` and ``verdicts.json`` into ``out`` (the figures are already there); the verdicts of a
+    sweep that another library than crux trained (``backend=jno``) name it."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.md").write_text(report_markdown(sweep, verdicts, figures, claims), encoding="utf-8")
-    (out / "verdicts.json").write_text(verdicts_json(verdicts), encoding="utf-8")
+    backend = sweep.parent_tags.get(BACKEND, DEFAULT_BACKEND)
+    (out / "verdicts.json").write_text(verdicts_json(verdicts, None if backend == DEFAULT_BACKEND else backend),
+                                       encoding="utf-8")
 
 
 # -- several backends side by side ------------------------------------------------------------------------------
@@ -306,7 +319,7 @@ SAME_AS_CRUX_BATCHING = "batching=points"
 Judged = Mapping[str, tuple[Sweep, Sequence[Verdict]]]
 
 
-def _setting(label: str) -> str:
+def row_name(label: str) -> str:
     """A run label or verdict id without the qualifier that names crux's own way of batching."""
     head, bracket, inner = label.partition("[")
     parts = [p for p in (inner[:-1] if bracket else head).split(",") if p != SAME_AS_CRUX_BATCHING]
@@ -317,7 +330,7 @@ def _by_row(judged: Judged) -> dict[str, dict[str, list[Verdict]]]:
     rows: dict[str, dict[str, list[Verdict]]] = {}
     for backend, (_, verdicts) in judged.items():
         for v in verdicts:
-            rows.setdefault(_setting(v.id), {}).setdefault(backend, []).append(v)
+            rows.setdefault(row_name(v.id), {}).setdefault(backend, []).append(v)
     return rows
 
 
@@ -341,7 +354,7 @@ def _speed_rows(judged: Judged) -> list[str]:
     for backend, (sweep, _) in judged.items():
         for r in sweep.records:
             if not r.unsupported:
-                settings.setdefault(_setting(r.label), {}).setdefault(backend, []).append(r)
+                settings.setdefault(row_name(r.label), {}).setdefault(backend, []).append(r)
 
     def spread(runs: Sequence[RunRecord] | None, metric: str) -> str:
         values = sorted(float(r.metrics[metric]) for r in runs or () if metric in r.metrics)

@@ -33,19 +33,21 @@ class Figure:
     claim: str
 
 
-def _plt():
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (no display needed), imported only when a figure is drawn."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt
 
 
-def _save(fig, out: Path, name: str) -> str:
+def save_figure(fig, out: Path, name: str) -> str:
+    """Write ``fig`` into ``out`` as ``<name>.png`` (the name made safe for a file) and close it; its file name."""
     file = re.sub(r"[^A-Za-z0-9_.=-]+", "_", name) + ".png"
     fig.tight_layout()
     # No software/version metadata: the same runs give the same bytes on any machine.
     fig.savefig(out / file, dpi=100, metadata={"Software": None})
-    _plt().close(fig)
+    pyplot().close(fig)
     return file
 
 
@@ -85,7 +87,7 @@ def _one_batch_figure(runs: list[tuple[str, RunRecord | None]], out: Path, name:
                       what: str) -> Figure:
     """Loss curves, final-parameter distances and compiled memory of a run that should train one big batch
     (``runs[0]``) beside that batch (``runs[1]``) and the small batch it is made of (``runs[2]``)."""
-    plt = _plt()
+    plt = pyplot()
     (mine_label, mine), (big_label, big_run), (plain_label, plain_run) = runs
     fig, (ax_loss, ax_dist, ax_mem) = plt.subplots(1, 3, figsize=(14, 4))
     for (label, run), style in zip(runs, ("-", "--", ":")):
@@ -105,7 +107,7 @@ def _one_batch_figure(runs: list[tuple[str, RunRecord | None]], out: Path, name:
     memory = [r.metrics.get("memory/temp_bytes", np.nan) if r is not None else np.nan for _, r in runs]
     _bars(ax_mem, [f"batch {label}" for label, _ in runs], memory, "compiled temp bytes")
     ax_mem.set_title("memory of the update")
-    return Figure(_save(fig, out, name), f"{what}: loss curves, distances of the final parameters (log scale, zero "
+    return Figure(save_figure(fig, out, name), f"{what}: loss curves, distances of the final parameters (log scale, zero "
                                          f"not drawn), compiled temporary memory", claim)
 
 
@@ -118,7 +120,7 @@ def inner_steps_figures(records: list[RunRecord], out: Path) -> list[Figure]:
 
 
 def _inner_steps_figure(name: str, pairs: list, out: Path) -> Figure:
-    plt = _plt()
+    plt = pyplot()
     fig, (ax_time, ax_compile, ax_dist) = plt.subplots(1, 3, figsize=(14, 4))
     reference = pairs[0][1]
     columns = [("K=1", reference)] + [(f"K={runs[0].options.inner_steps}", runs) for runs, _ in pairs]
@@ -145,7 +147,7 @@ def _inner_steps_figure(name: str, pairs: list, out: Path) -> Figure:
     for i, bound in enumerate(bounds):
         ax_dist.plot([i - 0.4, i + 0.4], [bound] * 2, "r--", lw=1)
     ax_dist.set_title("distance to K=1 (red: round-off bound; 0 not drawn)", fontsize=10)
-    file = _save(fig, out, f"inner_steps_{name}")
+    file = save_figure(fig, out, f"inner_steps_{name}")
     return Figure(file, f"inner_steps, {name}, on {pairs[0][0][0].device}: time per update over repeats, compile "
                         f"time, and the final-parameter distance to K=1 against its round-off bound", "inner_steps")
 
@@ -162,7 +164,7 @@ def offload_figures(records: list[RunRecord], out: Path) -> list[Figure]:
 
 def _paired_figures(pairs, out: Path, claim: str, memory_key: str, names: tuple[str, str], ylabel: str
                     ) -> list[Figure]:
-    plt = _plt()
+    plt = pyplot()
     figures = []
     for on, off in pairs:
         fig, (ax_mem, ax_time, ax_drift) = plt.subplots(1, 3, figsize=(14, 4))
@@ -177,7 +179,7 @@ def _paired_figures(pairs, out: Path, claim: str, memory_key: str, names: tuple[
         reference, twins = reference_and_twins(off, on[0])
         if reference is not None:
             _drift(ax_drift, on[0], reference, twins, names)
-        file = _save(fig, out, f"{claim}_{on[0].label}")
+        file = save_figure(fig, out, f"{claim}_{on[0].label}")
         figures.append(Figure(file, f"{claim} ({on[0].label}): {ylabel}, time per update over repeats, on "
                                     f"{on[0].device}, and how far the loss history drifts from the {names[1]} run's, "
                                     f"against round-off twins of it", claim))
@@ -209,7 +211,7 @@ def substeps_figures(records: list[RunRecord], out: Path) -> list[Figure]:
     runs = [r for r in substep_runs(records) if r.reach is not None]
     if not runs:
         return []
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(6, 2.5 * len(runs)), 4))
     models = sorted({m for r in runs for m in r.models()})
     width = 0.8 / len(models)
@@ -223,13 +225,13 @@ def substeps_figures(records: list[RunRecord], out: Path) -> list[Figure]:
     ax.set_xticks(np.arange(len(runs)) + 0.4 - width / 2, [r.label for r in runs], fontsize=8)
     ax.set_ylabel("|final − initial| per model")
     ax.legend()
-    file = _save(fig, out, "substeps")
+    file = save_figure(fig, out, "substeps")
     return [Figure(file, "distance each model travelled per substeps run; an unreached model must stay at exactly 0",
                    "substeps")]
 
 
 def phases_figures(records: list[RunRecord], out: Path) -> list[Figure]:
-    plt = _plt()
+    plt = pyplot()
     figures = []
     for run in phased_runs(records):
         fig, (ax_loss, ax_lr) = plt.subplots(1, 2, figsize=(11, 4))
@@ -246,7 +248,7 @@ def phases_figures(records: list[RunRecord], out: Path) -> list[Figure]:
             ax.set_xlabel("epoch")
             for start, _ in phase_bounds(run)[1:]:
                 ax.axvline(start, color="grey", ls="--", lw=0.8)
-        file = _save(fig, out, f"phases_{run.label}")
+        file = save_figure(fig, out, f"phases_{run.label}")
         figures.append(Figure(file, f"{run.label}: loss and learning rate with phase boundaries (dashed grey); "
                                     f"the configured learning rate dashed black", "phases"))
     return figures
@@ -254,7 +256,7 @@ def phases_figures(records: list[RunRecord], out: Path) -> list[Figure]:
 
 def resume_figures(records: list[RunRecord], out: Path) -> list[Figure]:
     """Per resumed run: its loss drift from the one-call run, and both learning rates, with the calls marked."""
-    plt = _plt()
+    plt = pyplot()
     figures = []
     for run, partners in resumed_pairs(records):
         reference, twins = reference_and_twins(partners, run)
@@ -271,7 +273,7 @@ def resume_figures(records: list[RunRecord], out: Path) -> list[Figure]:
         for ax in (ax_drift, ax_lr):
             for start, _ in phase_bounds(run)[1:]:
                 ax.axvline(start, color="grey", ls="--", lw=0.8)
-        file = _save(fig, out, f"resume_{run.label}")
+        file = save_figure(fig, out, f"resume_{run.label}")
         figures.append(Figure(file, f"{run.label}: how far the loss of the run trained in several calls drifts from "
                                     f"the run trained in one (none drawn when bit-identical), and the learning rates; "
                                     f"the calls' first epochs dashed grey", "resume"))
@@ -280,7 +282,7 @@ def resume_figures(records: list[RunRecord], out: Path) -> list[Figure]:
 
 def precision_figures(records: list[RunRecord], out: Path) -> list[Figure]:
     """Per setting: the total loss of each repeat at both precisions, and each repeat's error at both."""
-    plt = _plt()
+    plt = pyplot()
     figures = []
     for fast, full in precision_pairs(records):
         name = fast[0].label
@@ -296,7 +298,7 @@ def precision_figures(records: list[RunRecord], out: Path) -> list[Figure]:
                   for twin, fields in sorted(relative_errors(runs).items()) for error in fields.values()]
         if errors:
             _bars(ax_error, [label for label, _ in errors], [e for _, e in errors], "relative L2 error", log=True)
-        file = _save(fig, out, f"precision_{name}")
+        file = save_figure(fig, out, f"precision_{name}")
         figures.append(Figure(file, f"{name}: total loss of each repeat at the device's default precision (red) and at "
                                     f"full float32 (blue), and each repeat's relative L2 error against the exact "
                                     f"solution", "precision"))
@@ -325,5 +327,5 @@ def draw(claims: Sequence[str], records: list[RunRecord], out: Path) -> list[Fig
         try:
             figures += FIGURES[claim](records, out)
         except UnreadableArtifact:
-            _plt().close("all")
+            pyplot().close("all")
     return figures

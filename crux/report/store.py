@@ -41,6 +41,7 @@ from requests.exceptions import RequestException
 
 from crux.pipeline import config as crux_config
 from crux.report.jobs import JobAccount, MissingJob, account, plan_from_artifact
+from crux.report.packed import packed_path, unpack
 from crux.report.records import RunRecord
 from crux.pipeline.settings import configuration
 from crux.stats import Statistics
@@ -121,6 +122,11 @@ class Sweep:
         return self.parent_tags.get(CLAIM, "")
 
     @property
+    def backend(self) -> str:
+        """The library the sweep trained with (its parent run's ``crux.backend``)."""
+        return self.parent_tags.get(BACKEND, DEFAULT_BACKEND)
+
+    @property
     def overrides(self) -> list[str]:
         """The command-line overrides the sweep ran with, without the sweep selection crux-sweep adds."""
         return [o for o in self.parent_tags.get(OVERRIDES, "").split() if not o.startswith("+sweeps=")]
@@ -149,13 +155,20 @@ class Sweep:
 
 
 def open_client(uri: str | None = None) -> tuple[MlflowClient, str]:
-    """A client on ``uri``, else the pipeline's URI (``$MLFLOW_TRACKING_URI``, else mlflow.db at the project root).
+    """A client on ``uri``, else the pipeline's URI (``$MLFLOW_TRACKING_URI``, else mlflow.db at the project root),
+    and that URI resolved; a packed store (``mlflow.db.gz``) is read from a copy unpacked, its artifacts where it was
+    made (:mod:`crux.report.packed`), and keeps its packed file's URI.
 
     Raises StoreError for a SQLite store that does not exist (opening it would create an empty one) or that is
     not a readable MLflow store (MLflow would try to give it a schema).
     """
     move_store_credentials(uri)
     resolved = tracking_uri(uri)
+    if (packed := packed_path(resolved)) is not None:
+        unpacked = unpack(packed)
+        check_sqlite(Path(unpacked[len(SQLITE):]), resolved, READING)
+        with store_errors(resolved, READING):
+            return MlflowClient(unpacked), f"{SQLITE}{packed.resolve()}"
     if resolved.startswith(SQLITE):
         path = Path(resolved[len(SQLITE):])
         if not path.is_file():
@@ -376,7 +389,7 @@ def _typed(node: DictConfig) -> DictConfig:
 
 
 def config_from_params(params: Mapping[str, str]) -> DictConfig:
-    """A run's config back from its params (crux.tracking.job logs the flattened settings the job ran with):
+    """A run's config back from its params (crux.tracking.params flattens the settings the job ran with):
     dotted keys nest, JSON values (lists, numbers) parse, ``True``/``False`` are Python's, and a value the job
     left unset, which is not logged, is None again. Typed by the pipeline's schema; raises as it does."""
     tree: dict[str, Any] = {}

@@ -31,7 +31,8 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def environment(folder: Path, problem_target: str | None = None) -> dict[str, Any]:
+def environment(folder: Path, problem_target: str | None = None, job: dict[str, Any] | None = None
+                ) -> dict[str, Any]:
     """Versions, backend, device, CPU model, and what identifies the code that ran and how it was run.
 
     ``git_commit`` is the commit of the git repository that holds ``folder`` (a
@@ -40,7 +41,8 @@ def environment(folder: Path, problem_target: str | None = None) -> dict[str, An
     (None outside one). crux's own install (:func:`crux.tracking.provenance.installed_crux`),
     the module of the problem ``problem_target`` names, with its file's sha256
     (:func:`crux.tracking.provenance.problem_code`), and the command and overrides of
-    the job (:func:`crux.tracking.provenance.invocation`) follow.
+    the job follow: ``job``, as :func:`crux.tracking.provenance.invocation` read it in the job's own thread
+    (the default reads it now, which is right only while the job's Hydra config is the current one).
     """
     device = jax.devices()[0]
     folder_state = checkout(folder)
@@ -57,5 +59,5 @@ def environment(folder: Path, problem_target: str | None = None) -> dict[str, An
         "git_dirty": None if folder_state["clean"] is None else not folder_state["clean"],
         **installed_crux(),
         **problem_code(problem_target),
-        **invocation(),
+        **(invocation() if job is None else job),
     }

@@ -4,10 +4,11 @@ a budget, and past it the sweep stops and says so, instead of failing every job 
 Every write crux makes (MLflow's REST client, its SQL store, crux's direct
 history insert, status updates) goes through :func:`patiently`: an error that
 says the store is away (:func:`is_store_fault`: no connection, a timeout, a
-database restarting, a full disk) is retried with growing pauses for up to
+database restarting) is retried with growing pauses for up to
 ``tracking.retry_seconds`` (:func:`set_retry_budget`, kept in the environment so
 that the jobs a sweep starts inherit it) from the first failure; past that it
-raises :class:`StoreFault`. MLflow's own HTTP retries are cut to seconds
+raises :class:`StoreFault`. A full disk is a store fault that does not pass by
+itself: it raises StoreFault at once, naming the disk. MLflow's own HTTP retries are cut to seconds
 (:data:`crux.tracking.store.HTTP_LIMITS`) so that this budget is the one that
 counts. A job that meets a StoreFault writes it into the sweep's folder
 (:func:`record_fault`): the jobs after it end at once, the sweep ends with one
@@ -22,6 +23,7 @@ import functools
 import json
 import logging
 import os
+import shutil
 import socket
 import sqlite3
 import sys
@@ -35,7 +37,7 @@ from mlflow.exceptions import MlflowException
 from requests.exceptions import ConnectionError as RequestsConnectionError
 from requests.exceptions import Timeout
 
-from crux.tracking.store import HTTP_LIMITS, brief
+from crux.tracking.store import HTTP_LIMITS, SQLITE, brief
 
 log = logging.getLogger(__name__)
 
@@ -110,9 +112,39 @@ def _count_retrying(change: int) -> None:
         _retrying += change
 
 
-def patiently(call: Callable[[], T], what: str) -> T:
+DISK_FULL_WORDS = ("database or disk is full", "No space left on device", "Disk quota exceeded")
+"""What SQLite, the OS and a server relaying them say of a disk with no room left."""
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """Whether ``error``, or an error it was raised from, says a disk has no room left: a state that lasts until
+    someone frees space, not a fault that passes."""
+    while error is not None:
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if any(words in str(error) for words in DISK_FULL_WORDS):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def full_disk(error: BaseException, uri: str | None = None) -> str:
+    """A full disk in the user's words: which disk (the file that could not be written, else a SQLite store's
+    file) and how many bytes it has free; the store's own words where the disk is a server's."""
+    path = getattr(error, "filename", None) or (uri[len(SQLITE):] if uri and uri.startswith(SQLITE) else None)
+    if not path:
+        return f"the store's disk is full ({brief(error)}): free some space on the store's server"
+    folder = Path(path).parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free
+    return f"the disk holding {path} is full ({free:,} bytes free): free some space there"
+
+
+def patiently(call: Callable[[], T], what: str, uri: str | None = None) -> T:
     """``call()``, tried again while it fails with a store fault, for up to :func:`retry_budget` seconds from the
-    first failure; past that StoreFault naming ``what`` and the last error."""
+    first failure; past that StoreFault naming ``what`` and the last error. A full disk (:func:`is_disk_full`)
+    is not waited for: StoreFault at once, naming the disk (``uri``: the store's, where it is a file)."""
     deadline, pause = None, 0.5
     try:
         while True:
@@ -121,6 +153,8 @@ def patiently(call: Callable[[], T], what: str) -> T:
             except Exception as error:
                 if not is_store_fault(error):
                     raise
+                if is_disk_full(error):
+                    raise StoreFault(f"{what} failed: {full_disk(error, uri)}") from error
                 now = time.monotonic()
                 if deadline is None:
                     deadline = now + retry_budget()
@@ -166,7 +200,7 @@ class PatientClient:
 
         @functools.wraps(member)
         def call(*args: Any, **kwargs: Any) -> Any:
-            return patiently(lambda: member(*args, **kwargs), name)
+            return patiently(lambda: member(*args, **kwargs), name, getattr(self.client, "tracking_uri", None))
         return call
 
 
@@ -177,17 +211,31 @@ def record_fault(folder: Path, run_id: str | None, message: str) -> None:
         recorded = recorded_fault(folder) or {"message": message, "runs": {}}
         if run_id:
             recorded["runs"][run_id] = message
-        text = json.dumps(recorded, indent=1).encode()
-        path = folder / FAULT_FILE
-        if path.is_file() and len(text) <= path.stat().st_size:
-            with open(path, "r+b") as file:
-                file.write(text.ljust(path.stat().st_size))  # JSON, then blanks, which JSON ignores
-                file.flush()
-                os.fsync(file.fileno())
-            return
-        written = folder / f"{FAULT_FILE}.part"  # whole or absent for a reader in another thread or process
-        written.write_bytes(text)
-        os.replace(written, path)
+        _write_record(folder, recorded)
+
+
+def record_kept(folder: Path, job: int, where: Path) -> None:
+    """Add to the fault recorded in the sweep's ``folder`` that job ``job``'s results are kept in ``where``, a
+    folder outside it (:mod:`crux.tracking.kept`: the sweep's own disk had no room for them)."""
+    with _recording:
+        recorded = recorded_fault(folder) or {"message": "", "runs": {}}
+        recorded.setdefault("kept", {})[str(job)] = str(where)
+        _write_record(folder, recorded)
+
+
+def _write_record(folder: Path, recorded: dict) -> None:
+    """``recorded`` as the sweep's fault record, in the reserved room where it fits."""
+    text = json.dumps(recorded, indent=1).encode()
+    path = folder / FAULT_FILE
+    if path.is_file() and len(text) <= path.stat().st_size:
+        with open(path, "r+b") as file:
+            file.write(text.ljust(path.stat().st_size))  # JSON, then blanks, which JSON ignores
+            file.flush()
+            os.fsync(file.fileno())
+        return
+    written = folder / f"{FAULT_FILE}.part"  # whole or absent for a reader in another thread or process
+    written.write_bytes(text)
+    os.replace(written, path)
 
 
 def reserve_fault_record(folder: Path) -> None:

@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 FOLDER = ".crux-handed-over"
 RESULTS = "results.json"
 ARTIFACTS = "artifacts"
+ENDED = ".ended.json"
+"""A file ``<job>.ended.json`` in the hand-over folder: the job's process ended before its job returned
+(:func:`say_ended`)."""
 POLL_SECONDS = 0.2
 """How often the driver looks for results: a job's results wait at most this long before being written."""
 
@@ -55,6 +58,16 @@ class Results:
     summary: dict[str, float] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
     outcome: str = ""
+    errors: dict[str, float] = field(default_factory=dict)
+    """The relative L2 error per field, for the outcome line."""
+    params: dict[str, str] = field(default_factory=dict)
+    """What the job's process logged to the run while it trained, sent again where the store may have missed it
+    (:mod:`crux.tracking.kept`): the params, ``logged_tags`` and ``metrics`` (a measurement beside the training)."""
+    logged_tags: dict[str, str] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    opening: dict | None = None
+    """How the run is created where the store never created it (``run_id`` empty): ``experiment_id``,
+    ``start_time``, ``run_name``, ``tags``."""
 
 
 def handed_over(sweep_dir: Path) -> Path:
@@ -64,12 +77,47 @@ def handed_over(sweep_dir: Path) -> Path:
 
 def hand_over(sweep_dir: Path, results: Results, staged: Path) -> None:
     """Leave ``results`` and the artifacts staged in ``staged`` (moved) for the sweep's driver."""
-    folder = handed_over(sweep_dir)
+    leave(handed_over(sweep_dir), results, staged)
+
+
+def leave(folder: Path, results: Results, staged: Path) -> Path:
+    """Put ``results`` and the artifacts staged in ``staged`` (moved) into ``folder/<job>``, whole or not at all
+    for a reader that scans ``folder``, replacing what was there; that folder. OSError (the artifacts left in
+    ``staged``) where the disk takes them not."""
     folder.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=f".{results.job}-", dir=folder))
-    shutil.move(str(staged), partial / ARTIFACTS)
-    (partial / RESULTS).write_text(json.dumps(asdict(results)))
-    partial.rename(folder / str(results.job))  # whole or not at all, for the driver's scan
+    try:
+        try:
+            staged.rename(partial / ARTIFACTS)  # one filesystem: nothing is copied
+        except OSError:
+            shutil.copytree(staged, partial / ARTIFACTS)
+        (partial / RESULTS).write_text(json.dumps(asdict(results)))
+    except OSError:
+        if not staged.exists():
+            (partial / ARTIFACTS).rename(staged)
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    final = folder / str(results.job)
+    if final.exists():
+        shutil.rmtree(final)
+    partial.rename(final)
+    shutil.rmtree(staged, ignore_errors=True)
+    return final
+
+
+def say_ended(sweep_dir: Path, job: int, why: str, overrides: list[str]) -> None:
+    """Tell the sweep's driver that job ``job`` (run with ``overrides``) ended without returning, and ``why``:
+    it closes the job's run and says so at once, not when the sweep ends."""
+    folder = handed_over(sweep_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    partial = folder / f".{job}{ENDED}.part"
+    partial.write_text(json.dumps({"job": job, "why": why, "overrides": overrides}))
+    partial.rename(folder / f"{job}{ENDED}")
+
+
+def read_results(entry: Path) -> Results:
+    """The results left in ``entry`` (:func:`leave`); OSError, ValueError or TypeError where they cannot be read."""
+    return Results(**json.loads((entry / RESULTS).read_text()))
 
 
 class Pickup:
@@ -78,8 +126,9 @@ class Pickup:
     appear, until :meth:`stop`. ``unreadable``: job number (as its run's ``crux.job`` tag) -> why its results
     could not be read or taken over, for the closing of its run."""
 
-    def __init__(self, sweep_dir: Path, take: Callable[[Results, Path], None]):
-        self._folder, self._take = handed_over(sweep_dir), take
+    def __init__(self, sweep_dir: Path, take: Callable[[Results, Path], None],
+                 ended: Callable[[dict], None] | None = None):
+        self._folder, self._take, self._ended = handed_over(sweep_dir), take, ended
         self.unreadable: dict[str, str] = {}
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="crux-results-pickup", daemon=True)
@@ -106,8 +155,11 @@ class Pickup:
         for entry in sorted(self._folder.iterdir(), key=lambda path: path.stat().st_mtime):
             if entry.name.startswith("."):
                 continue  # still being written
+            if entry.name.endswith(ENDED):
+                self._job_ended(entry)
+                continue
             try:
-                results = Results(**json.loads((entry / RESULTS).read_text()))
+                results = read_results(entry)
             except (OSError, ValueError, TypeError) as error:
                 self.unreadable[entry.name] = failure_line(error)
                 log.error("the results left in %s cannot be read (%s); the job's run is closed FAILED when the sweep "
@@ -122,3 +174,14 @@ class Pickup:
                           "sweep ends", results.job, results.run_id, masked(failure_line(error)))
             finally:
                 shutil.rmtree(entry, ignore_errors=True)
+
+    def _job_ended(self, note: Path) -> None:
+        """Hand what :func:`say_ended` left in ``note`` to ``ended``, once."""
+        try:
+            if self._ended is not None:
+                self._ended(json.loads(note.read_text()))
+        except Exception as error:  # noqa: BLE001 - the pickup must go on; the sweep's end closes the run
+            log.error("the end of a job's process, noted in %s, could not be handled: %s", note,
+                      masked(failure_line(error)))
+        finally:
+            note.unlink(missing_ok=True)

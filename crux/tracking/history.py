@@ -92,7 +92,7 @@ def log_history(client: MlflowClient, run_id: str, steps: Sequence[int], series:
         return
     target = _sql_target(client)
     if target is None or mlflow.get_active_model_id() is not None or not patiently(
-            lambda: _write(target, run_id, steps, series, timestamp), "the history insert"):
+            lambda: _write(target, run_id, steps, series, timestamp), "the history insert", client.tracking_uri):
         client.log_batch(run_id, metrics=history_metrics(steps, series, timestamp))
 
 

@@ -41,7 +41,6 @@ from typing import Any, Callable, Mapping, Sequence
 import jax
 import numpy as np
 from hydra.core.hydra_config import HydraConfig
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
@@ -57,12 +56,15 @@ from crux.tracking.contract import (ADJUSTED, BACKEND, CHILD, CLAIM, CONFIG, ENV
                                    PARAMS, PARENT_ID, REPEAT, REQUESTED, ROLE, SINGLE, STATS, SWEEP, VARIANT, VARIANT_PARAM)
 from crux.tracking.descriptions import job_description
 from crux.tracking.environment import environment
+from crux.tracking.provenance import invocation
 from crux.tracking.faults import (PatientClient, StoreFault, patiently, reach, record_fault, recorded_fault,
                                   set_retry_budget, store_retrying)
 from crux.tracking.handover import Results, hand_over
+from crux.tracking.kept import keep
 from crux.tracking.history import history_series, log_history, thinned
 from crux.tracking.interrupt import deferred, signal_name
 from crux.tracking.liveness import Heartbeat, follow_sweep, process_tags
+from crux.tracking.params import flatten, variant_name
 from crux.tracking.secrets import masked
 from crux.tracking.space import NoRoom, check_room
 from crux.tracking.store import (DESTINATION, PARENT_RUN, TRACKING_URI, Destination, ensure_experiment,
@@ -77,29 +79,6 @@ STOPPED_FROM_OUTSIDE = ("UncompletedJobError",)
 ``UncompletedJobError`` in a job that Slurm signals at its time limit. Such a run closes KILLED."""
 
 
-def flatten(node: Any, prefix: str = "") -> dict[str, str]:
-    """``{"memory": {"batchsize": 8}}`` -> ``{"memory.batchsize": "8"}`` (``phases.lbfgs.epochs`` likewise); a
-    list is one JSON value (``solver.substeps``). ``None`` and empty mappings say that nothing is set (a full
-    batch's ``batchsize``, ``phases: {}``): they are left out."""
-    if isinstance(node, dict):
-        flat: dict[str, str] = {}
-        for key, value in node.items():
-            flat.update(flatten(value, f"{prefix}{key}."))
-        return flat
-    if node is None:
-        return {}
-    return {prefix[:-1]: json.dumps(node) if isinstance(node, list) else str(node)}
-
-
-
-
-def as_requested(params: Mapping[str, str]) -> dict[str, str]:
-    """A run's params with every setting as it was requested (``<key>_requested`` back in ``<key>``)."""
-    requested = {key: value for key, value in params.items() if not key.endswith(REQUESTED)}
-    requested.update({key[:-len(REQUESTED)]: value for key, value in params.items() if key.endswith(REQUESTED)})
-    return requested
-
-
 ParameterLeaves = dict[str, list[np.ndarray]]
 """Model name -> host copies of its parameter leaves, in ``jax.tree.leaves`` order."""
 
@@ -109,32 +88,29 @@ def parameter_leaves(models: dict[str, Model]) -> ParameterLeaves:
     return {name: [np.array(leaf) for leaf in jax.tree.leaves(model.params)] for name, model in models.items()}
 
 
-def variant_name(overrides: list[str], swept: list[str], groups: set[str], cfg: DictConfig | None = None) -> str:
-    """What sets this job apart from the others of its multirun: ``b8_acc4`` for a group choice,
-    ``epochs=20`` for a value, as ``cfg`` resolves it (``inner_steps=1000`` for ``${solver.epochs}``);
-    ``repeat`` is left out (it has its own tag)."""
-    parts = []
-    for override in OverridesParser.create().parse_overrides(overrides):
-        key = override.key_or_group
-        if key in swept and key != "repeat":
-            value = override.get_value_element_as_str()
-            if key not in groups and cfg is not None and OmegaConf.select(cfg, key) is not None:
-                value = str(OmegaConf.select(cfg, key))
-            parts.append(value if key in groups else f"{key.rsplit('.', 1)[-1]}={value}")
-    return ",".join(parts) or "default"
-
-
 class WriteFailed(Exception):
     """Writing a job's results to the store failed; its run closed FAILED with the reason."""
 
 
 _unwritten_jobs: dict[Path, set[int]] = {}
+_finished_jobs: dict[Path, set[int]] = {}
 
 
 def unwritten_jobs(sweep_dir: Path) -> set[int]:
     """The numbers of the jobs of the sweep in ``sweep_dir`` that returned in this process but whose runs the
     writer could not create or close FINISHED (a write failed): the sweep does not count them as finished."""
     return set(_unwritten_jobs.get(sweep_dir, ()))
+
+
+def finished_jobs(sweep_dir: Path) -> set[int]:
+    """The numbers of the jobs of the sweep in ``sweep_dir`` whose runs this process closed FINISHED."""
+    return set(_finished_jobs.get(sweep_dir, ()))
+
+
+def open_run(client: MlflowClient, opening: Mapping[str, Any]) -> str:
+    """Create a job's run as ``opening`` says (:class:`crux.tracking.handover.Results`); its id."""
+    return client.create_run(opening["experiment_id"], start_time=opening["start_time"], tags=opening["tags"],
+                             run_name=opening["run_name"]).info.run_id
 
 
 def outcome_line(stats: Statistics, errors: Mapping[str, float], run_id: str | None, uri: str) -> str:
@@ -201,6 +177,13 @@ class OpenedOnFirstUse:
         return getattr(self._client, name)
 
 
+def _clear_closing(client: MlflowClient, run_id: str) -> None:
+    """Remove the cause its sweep closed run ``run_id`` with (a store fault), now that its results are written."""
+    for key in (ERROR_TYPE, ERROR_MESSAGE):
+        if key in client.get_run(run_id).data.tags:
+            client.delete_tag(run_id, key)
+
+
 def _artifact_location(client: MlflowClient, experiment_id: str) -> str:
     """The experiment's artifact location, read once a process."""
     key = (client.tracking_uri, experiment_id)
@@ -230,10 +213,14 @@ class JobRun:
     def __init__(self, client: MlflowClient, run: str | Callable[[], str], variant: str, repeat: int,
                  sweep_dir: Path | None = None, history_points: int | None = None, overlap: bool = False,
                  writer: Writer | None = None, job: int | None = None, artifact_location: str | None = None,
-                 hands_over: bool = False):
+                 hands_over: bool = False, opening: dict | None = None, keeps_in: Path | None = None):
         self.client, self.variant, self.repeat, self.job = client, variant, repeat, job
+        self._opening = opening  # how the run is created, for results kept before the store created it
+        self._keeps_in = keeps_in or sweep_dir  # where results the store could not take are kept
+        self._logged = Results("", job if job is not None else 0, variant, repeat, history_points, 0, 0)
+        self.kept: Path | None = None  # where this run's results were kept, once the store failed
         self.hands_over = hands_over and overlap and sweep_dir is not None and job is not None
-        self._results: tuple[Results, Statistics, Mapping[str, float]] | None = None  # what it hands over
+        self._stats: Statistics | None = None  # the job's statistics, once it has trained
         self._outcome: Callable[[], str] | None = None  # the job's result line, said by the job itself
         self.artifact_location = artifact_location  # the experiment's artifact folder, where known
         self.sweep_dir = sweep_dir
@@ -245,6 +232,7 @@ class JobRun:
         self._staged = Path(self._files.name) / "artifacts"  # uploaded as one folder when the run closes
         self._staged.mkdir()
         self._run_id: str | None = None
+        self.closed: str | None = None  # the status this process closed the run with
         self._heartbeat: Heartbeat | None = None
         self._created = threading.Event()
         self._figure: Beside | None = None  # history.png, drawn beside the histories' request where it may
@@ -299,11 +287,11 @@ class JobRun:
             tags[PARENT_ID] = where.parent_run_id
         name = f"{variant} r{cfg.repeat}" if "repeat" in where.swept else variant
         started = int(time.time() * 1000)  # the job's start, also where the writer creates the run later
+        opening = {"experiment_id": where.experiment_id, "start_time": started, "tags": tags, "run_name": name}
         with deferred():
-            return cls(client, lambda: client.create_run(where.experiment_id, start_time=started, tags=tags,
-                                                   run_name=name).info.run_id,
-                       variant, cfg.repeat, sweep_dir, cfg.tracking.history_points, overlap=overlap,
-                       job=hydra.job.num if multirun else None, hands_over=hands_over,
+            return cls(client, lambda: open_run(client, opening), variant, cfg.repeat, sweep_dir,
+                       cfg.tracking.history_points, overlap=overlap, job=hydra.job.num if multirun else None,
+                       hands_over=hands_over, opening=opening, keeps_in=sweep_dir or Path(hydra.runtime.output_dir),
                        artifact_location=(where.artifact_location or _artifact_location(client, where.experiment_id))
                        if overlap else None)
 
@@ -334,7 +322,7 @@ class JobRun:
         with deferred():
             if error is None:
                 ended = int(time.time() * 1000) if self.overlap else None  # the job's end, not the writer's
-                if self.hands_over and self._results is not None:
+                if self.hands_over and self._stats is not None:
                     self._writer.drain()  # the run's creation and params, written while the job trained
                     if self._failure is None and self._hand_over(ended):
                         return False
@@ -347,7 +335,8 @@ class JobRun:
                 self._say_outcome()
                 if self._failure is not None:
                     what, failure = self._failure
-                    raise WriteFailed(f"writing {what} failed: {failure_line(failure)}") from failure
+                    kept = f"; its results are kept in {self.kept}" if self.kept is not None else ""
+                    raise WriteFailed(f"writing {what} failed: {failure_line(failure)}{kept}") from failure
                 return False
             stopped = isinstance(error, (KeyboardInterrupt, SystemExit)) or kind.__name__ in STOPPED_FROM_OUTSIDE
             what = f"stopped by {signal_name(error)}" if isinstance(error, KeyboardInterrupt) else failure_line(error)
@@ -394,16 +383,21 @@ class JobRun:
         later phase, the config kept."""
         # resolved here, dumped to YAML by the writer: the dump costs ten times the resolving
         resolved = OmegaConf.to_container(cfg, resolve=True)
-        self._write(CONFIG, lambda: (self._staged / CONFIG).write_text(OmegaConf.to_yaml(resolved)))
+        self._stage(CONFIG, lambda: (self._staged / CONFIG).write_text(OmegaConf.to_yaml(resolved)))
         folder = Path.cwd()
         precision = resolved["solver"].get("precision")  # the job's updates' matmul precision (crux.precision)
-        self._write(ENVIRONMENT, lambda: (self._staged / ENVIRONMENT).write_text(
-            json.dumps({**environment(folder, resolved["problem"].get("_target_")), "matmul_precision": precision},
-                       indent=1)))
+        # the command and overrides read now: the writer writes this file while the next job of the sweep, whose
+        # Hydra config is then the current one, sets up
+        job = invocation()
+        self._stage(ENVIRONMENT, lambda: (self._staged / ENVIRONMENT).write_text(
+            json.dumps({**environment(folder, resolved["problem"].get("_target_"), job),
+                        "matmul_precision": precision}, indent=1)))
         params = {**flatten(effective_settings(cfg, resolved)), VARIANT_PARAM: self.variant}
         for key, value in (applied or {}).items():
             params[f"{key}{REQUESTED}"], params[key] = params[key], str(value)
         tags = [RunTag(ADJUSTED, "; ".join(adjustments)[:MESSAGE_CHARS])] if adjustments else []
+        self._logged.params.update(params)
+        self._logged.logged_tags.update({tag.key: tag.value for tag in tags})
         self._write("the params", lambda: self.client.log_batch(
             self.run_id, params=[Param(k, v) for k, v in params.items()], tags=tags))
         for line in adjustments:
@@ -441,9 +435,9 @@ class JobRun:
                                            for i, leaf in enumerate(model_leaves)})
         tags = {NOTE: job_description(self.variant, self.repeat, summary),
                 HISTORY_POINTS: f"{len(sent)} of {stats.steps}"}
+        self._stats, logged = stats, self._logged
+        logged.logged_at, logged.summary, logged.tags, logged.errors = now, summary, tags, dict(errors)
         if self.hands_over:
-            self._results = (Results("", self.job, self.variant, self.repeat, self.history_points, now, 0,
-                                     summary, tags), stats, errors)
             return
         uri = self.client.tracking_uri
         self._outcome = lambda: outcome_line(stats, errors, self._run_id, uri)
@@ -484,9 +478,9 @@ class JobRun:
     def _hand_over(self, ended: int) -> bool:
         """Leave the results and the staged artifacts to the sweep's driver, the run open for it; False, said in
         the log, where they cannot be left: they are then handed to this process's writer."""
-        results, stats, errors = self._results
+        results, stats = self._logged, self._stats
         results.run_id, results.ended = self.run_id, ended
-        results.outcome = outcome_line(stats, errors, self.run_id, self.client.tracking_uri)
+        results.outcome = outcome_line(stats, results.errors, self.run_id, self.client.tracking_uri)
         try:
             hand_over(self.sweep_dir, results, self._staged)
         except OSError as error:
@@ -498,22 +492,47 @@ class JobRun:
         if self._heartbeat is not None:
             self._heartbeat.stop()  # the driver beats for the run from now on
         self._files.cleanup()
+        log.info("%s", results.outcome)  # in the job's own log; the driver writes the results and says so
         return True
 
     @classmethod
     def taken_over(cls, client: MlflowClient, sweep_dir: Path, results: Results, artifacts: Path,
-                   writer: Writer | None = None) -> "JobRun":
-        """In a sweep's driver: the run of a job that handed its ``results`` over, its files moved from
-        ``artifacts``; the run's process becomes this one, and the rest of its writes and its closing go to
-        ``writer`` (the process's by default)."""
-        run = cls(client, results.run_id, results.variant, results.repeat, sweep_dir, results.history_points,
-                  overlap=True, writer=writer, job=results.job)
+                   writer: Writer | None = None, kept: bool = False) -> "JobRun":
+        """In a sweep's driver: the run of a job that handed its ``results`` over, or (``kept``) whose results a
+        store fault kept (:mod:`crux.tracking.kept`), its files moved from ``artifacts``; the run's process
+        becomes this one, and the rest of its writes and its closing go to ``writer`` (the process's by
+        default). A run the store never created is created; what the job logged while it trained is sent again
+        (the store keeps each value once); a kept run that its sweep closed with a cause closes FINISHED
+        without it. Where the artifacts' ``stats.npz`` cannot be read, everything else is written and the run
+        closes FAILED naming the file."""
+        created = results.run_id or (lambda: open_run(client, results.opening))
+        run = cls(client, created, results.variant, results.repeat, sweep_dir, results.history_points,
+                  overlap=True, writer=writer, job=results.job, opening=results.opening)
         for path in artifacts.iterdir():
             shutil.move(str(path), run._staged / path.name)
-        stats = Statistics.load(run._staged / STATS)
+        run._logged = results
+        now = results.logged_at or int(time.time() * 1000)
         run._write("the run's process", lambda: client.log_batch(
-            results.run_id, tags=[RunTag(key, value) for key, value in process_tags().items()]))
-        run._write_outcome(stats, results.summary, results.tags, results.logged_at, lambda: results.outcome)
+            run.run_id, params=[Param(key, value) for key, value in results.params.items()],
+            metrics=[Metric(key, float(value), now, 0) for key, value in results.metrics.items()],
+            tags=[RunTag(key, value) for key, value in {**results.logged_tags, **process_tags()}.items()]))
+        if kept:
+            run._write("the earlier closing", lambda: _clear_closing(client, run.run_id))
+        try:
+            stats = Statistics.load(run._staged / STATS)
+        except Exception as error:  # noqa: BLE001 - a damaged file: the rest of the results still count
+            damaged = f"its {STATS}, handed over in {artifacts.parent}, could not be read ({failure_line(error)})"
+            log.error("job %s (run %s): %s; its summary, params and config are written, the run closes FAILED",
+                      results.job, results.run_id or "(not created)", damaged)
+            run._write("the summary", lambda: client.log_batch(
+                run.run_id, metrics=[Metric(key, float(value), now, 0) for key, value in results.summary.items()],
+                tags=[RunTag(key, value) for key, value in results.tags.items()]))
+            why = [RunTag(ERROR_TYPE, "ResultsUnreadable"), RunTag(ERROR_MESSAGE, damaged[:MESSAGE_CHARS])]
+            run._writer.submit(lambda: run._close(FAILED, why, results.ended))
+            return run
+        run._stats = stats
+        said = (lambda: outcome_line(stats, results.errors, run._run_id, client.tracking_uri)) if kept else None
+        run._write_outcome(stats, results.summary, results.tags, now, said)  # a job that handed over said its own
         run._writer.submit(lambda: run._close(FINISHED, [], results.ended))
         return run
 
@@ -521,15 +540,17 @@ class JobRun:
         """Summary metrics (step 0), e.g. a measurement made beside the training."""
         now = int(time.time() * 1000)
         metrics = [Metric(key, float(value), now, 0) for key, value in values.items()]
+        self._logged.metrics.update({metric.key: metric.value for metric in metrics})
         self._write("the metrics", lambda: self.client.log_batch(self.run_id, metrics=metrics))
 
     def log_text(self, name: str, text: str) -> None:
         """An artifact ``name`` of the run holding ``text``, uploaded with the others when the run closes."""
-        self._write(name, lambda: (self._staged / name).write_text(text))
+        self._stage(name, lambda: (self._staged / name).write_text(text))
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
         """Tags on the run, each cut to what MLflow keeps."""
         cut = [RunTag(key, str(value)[:MESSAGE_CHARS]) for key, value in tags.items()]
+        self._logged.logged_tags.update({tag.key: tag.value for tag in cut})
         self._write("the tags", lambda: self.client.log_batch(self.run_id, tags=cut))
 
     @property
@@ -540,23 +561,28 @@ class JobRun:
 
     # -- the writer's tasks ----------------------------------------------------------------------
     def _write(self, what: str, write: Callable[[], Any]) -> None:
-        """Hand ``write`` to the writer."""
+        """Hand ``write``, a request to the store, to the writer."""
         self._writer.submit(lambda: self._attempt(what, write))
 
-    def _attempt(self, what: str, write: Callable[[], Any]) -> None:
-        """Run ``write`` unless a write of this run failed before, or (overlapping) the sweep met a store
-        fault; a failure is kept for the closing, a store fault recorded in the sweep's folder at once, so
-        that no run is created and no job started after it."""
-        if self._failure is not None:
+    def _stage(self, what: str, write: Callable[[], Any]) -> None:
+        """Hand ``write``, a file of the run's artifacts written on this machine, to the writer: written whatever
+        the store does, so that results kept after a store fault hold it."""
+        self._writer.submit(lambda: self._attempt(what, write, to_store=False))
+
+    def _attempt(self, what: str, write: Callable[[], Any], to_store: bool = True) -> None:
+        """Run ``write`` unless it goes to the store and a write of this run failed before, or (overlapping) the
+        sweep met a store fault; a failure is kept for the closing, a store fault recorded in the sweep's folder
+        at once, so that no run is created and no job started after it."""
+        if self._failure is not None and to_store:
             return
-        fault = recorded_fault(self.sweep_dir) if self.overlap else None
+        fault = recorded_fault(self.sweep_dir) if self.overlap and to_store else None
         if fault is not None:
             self._failure = (what, StoreFault(f"not attempted: {fault['message']}"))
             return
         try:
             write()
         except Exception as error:  # noqa: BLE001 - the run closes FAILED with it
-            self._failure = (what, error)
+            self._failure = self._failure or (what, error)
             if isinstance(error, StoreFault) and self.sweep_dir is not None:
                 record_fault(self.sweep_dir, self._run_id, str(error))
 
@@ -593,6 +619,7 @@ class JobRun:
                 if isinstance(failure, StoreFault) or self._run_id is None:
                     if self.sweep_dir is not None and isinstance(failure, StoreFault):
                         record_fault(self.sweep_dir, self._run_id, str(failure))
+                    self._keep(ended)
                     return  # the store is away: closed later, as for a job's own store fault
                 if status == FINISHED:
                     status = FAILED
@@ -602,11 +629,16 @@ class JobRun:
             if tags:
                 self.client.log_batch(self.run_id, tags=tags)
             self.client.set_terminated(self.run_id, status, end_time=ended)
+            self.closed = status
+            if status == FINISHED and self.job is not None and self.sweep_dir is not None:
+                _finished_jobs.setdefault(self.sweep_dir, set()).add(self.job)
             log.info("run %s closed %s, its results written in %.2f s", self.run_id, status,
                      time.perf_counter() - start)
         except Exception as error:  # noqa: BLE001 - said; crux-report or a resumed sweep closes it later
             if isinstance(error, StoreFault) and self.sweep_dir is not None:
                 record_fault(self.sweep_dir, self._run_id, str(error))  # no job starts, no write waits, after it
+            if isinstance(error, StoreFault):
+                self._keep(ended)
             if self.job is not None and self.sweep_dir is not None and status == FINISHED:
                 _unwritten_jobs.setdefault(self.sweep_dir, set()).add(self.job)  # its run is not FINISHED
             log.error("run %s could not be closed %s: %s", self.run_id, status, failure_line(error))
@@ -614,13 +646,31 @@ class JobRun:
             self._remove_files()
 
     def _forget(self, fault: str) -> None:
-        """After a store fault (``fault``): the run stays open, recorded as such in the sweep's folder; its
-        files go."""
+        """After a store fault (``fault``): the run stays open, recorded as such in the sweep's folder; the
+        job's results, where it trained, are kept; its other files go."""
         if self._heartbeat is not None:
             self._heartbeat.stop()
         if self._run_id is not None and self.sweep_dir is not None:
             record_fault(self.sweep_dir, self._run_id, fault)
+        self._keep(None)
         self._remove_files()
+
+    def _keep(self, ended: int | None) -> None:
+        """Where the job trained and the store did not take its results: keep them on this machine's disk
+        (:func:`crux.tracking.kept.keep`), with what creates the run where the store never did, and say where."""
+        if self._stats is None or self._keeps_in is None or not self._staged.is_dir():
+            return
+        if self._figure is not None:
+            self._figure.wait()
+        logged = self._logged
+        logged.run_id, logged.outcome = self._run_id or "", ""
+        logged.ended = ended or logged.ended or int(time.time() * 1000)
+        logged.opening = self._opening if self._run_id is None else None
+        self.kept = keep(self._keeps_in, logged, self._staged, self.sweep_dir)
+        if self.kept is not None:
+            job = f"job {self.job} ({self.variant})" if self.job is not None else f"the job ({self.variant})"
+            log.warning("%s: its results, trained before the store failed, are kept in %s%s", job, self.kept,
+                        "; `--resume` writes them into its run" if self.sweep_dir else "")
 
     def _remove_files(self) -> None:
         """Remove the run's files, once a figure drawn beside a write that failed (:class:`Beside`) is done."""

@@ -6,9 +6,9 @@ with it, trained or not. So the worker forks, the job runs in the child, and the
 worker waits for it: the process that grows with the job, the one the out-of-memory
 killer picks, is the child, and its death is the end of that one job, reported as its
 failure (:class:`JobProcessKilled`), while the pool and the jobs of its other workers go on.
-The run the killed job left open is closed by its sweep (:func:`crux.tracking.multirun.closing_cause`:
-its process is gone). The child ends with its worker (:func:`crux.tracking.liveness.end_with_parent`),
-which ends with its sweep.
+The worker tells the sweep's driver at once (:func:`crux.tracking.handover.say_ended`), which closes the run
+the killed job left open and says why within a moment, not when the sweep ends. The child ends with its worker
+(:func:`crux.tracking.liveness.end_with_parent`), which ends with its sweep.
 """
 from __future__ import annotations
 
@@ -17,10 +17,13 @@ import os
 import pickle
 import signal
 import sys
+from pathlib import Path
 from typing import Any, Callable
 
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from crux.tracking.handover import say_ended
 from crux.tracking.liveness import end_with_parent, follow_sweep
 from crux.tracking.writer import process_writer
 
@@ -61,7 +64,11 @@ class InOwnProcess:
             outcome = handed.read()
         _, status = os.waitpid(pid, 0)
         if not outcome:
-            raise JobProcessKilled(_how_it_ended(pid, status))
+            why = _how_it_ended(pid, status)
+            if HydraConfig.initialized():  # the sweep's driver closes the job's run and says why at once
+                hydra = HydraConfig.get()
+                say_ended(Path(hydra.sweep.dir), hydra.job.num, why, list(hydra.overrides.task))
+            raise JobProcessKilled(why)
         returned, value = pickle.loads(outcome)
         if returned:
             return value

@@ -76,7 +76,7 @@ def is_gone(tags: Mapping[str, str], now: float) -> bool:
         if recorded and this_boot and recorded.split("/")[0] == this_boot.split("/")[0]:
             return process_identity(int(tags[PID])) != recorded
         if not recorded:
-            return not _exists(int(tags[PID]))
+            return not process_exists(int(tags[PID]))
     beat = tags.get(HEARTBEAT)
     return beat is not None and now - float(beat) > STALE_SECONDS
 
@@ -92,7 +92,8 @@ def _store_fault(client: MlflowClient, run_id: str, tags: Mapping[str, str]) -> 
     return fault["runs"].get(run_id) if fault else None
 
 
-def _exists(pid: int) -> bool:
+def process_exists(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this machine (whoever's it is)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -62,15 +63,18 @@ from crux.tracking.failures import tracebacks_shown
 from crux.tracking.faults import (PatientClient, StoreFault, is_store_fault, record_fault, recorded_fault,
                                   reserve_fault_record, set_retry_budget)
 from crux.tracking.interrupt import deferred, exit_status, interruptible, signal_name
-from crux.tracking.handover import Pickup
-from crux.tracking.job import JobRun, as_requested, flatten, unwritten_jobs
+from crux.tracking.handover import ARTIFACTS, Pickup, read_results
+from crux.tracking.job import JobRun, finished_jobs, unwritten_jobs
+from crux.tracking.kept import kept_folder, kept_results
 from crux.tracking.liveness import (GONE, STORE_FAULT, SWEEP_PID, Heartbeat, close_orphans, is_gone,
                                    process_tags)
+from crux.tracking.params import as_requested, flatten
 from crux.tracking.secrets import PASSWORD_VARIABLE, credential_variables, masked
 from crux.tracking.store import (DESTINATION, PARENT_RUN, TRACKING_URI, WRITING, Destination,
                                  StoreError, brief, child_runs, ensure_experiment, experiment_name,
                                  move_store_credentials, store_error_types, store_errors, tracking_uri,
                                  writable_store)
+from crux.tracking.space import StoreReserve
 from crux.tracking.writer import process_writer
 
 log = logging.getLogger(__name__)
@@ -154,6 +158,8 @@ class Multirun:
         self.program = command.split()[0]
         self.uri = tracking_uri(config.tracking.uri)
         self.name = experiment_name(config.tracking.experiment, config.hydra.runtime.choices)
+        self.reserve = StoreReserve(self.uri)  # room to close the runs in should the store's disk fill up
+        self.said_ended: set[int] = set()  # jobs whose process ended without returning, said when it did
 
     @property
     def resume_command(self) -> str:
@@ -183,12 +189,15 @@ class Multirun:
         move_store_credentials(self.config.tracking.uri)  # the store's client and every job read them there
         with interruptible():
             try:
+                self.reserve.take()
                 opened = self._reopen() if resume else self._open()
+                if opened is None:
+                    return []
+                return self._launch(opened)
             except (Refused, StoreError, StoreFault) as error:
                 raise SystemExit(f"{self.program}: {masked(str(error))}") from None
-            if opened is None:
-                return []
-            return self._launch(opened)
+            finally:
+                self.reserve.release()
 
     # -- before any job ------------------------------------------------------------------------
     def _checked(self, jobs: list[list[str]]) -> list[DictConfig]:
@@ -255,6 +264,7 @@ class Multirun:
                 raise Refused(f"experiment {self.name!r} at {self.uri} holds no sweep to resume: start one without "
                               f"--resume")
             jobs = self._recorded_plan(client, parent)
+            self._write_kept(client, parent)
             finished = self._finished(client, parent, jobs)
         todo = [n for n in range(len(jobs)) if n not in finished]
         parent_id = parent.info.run_id
@@ -269,12 +279,35 @@ class Multirun:
             client.update_run(parent_id, status=RUNNING)
             for key in ERROR_TAGS & parent.data.tags.keys():  # why it ended before no longer holds
                 client.delete_tag(parent_id, key)
+            sweep_dir = pin_sweep_dir(self.config)  # where this invocation's jobs record faults and keep results
             client.log_batch(parent_id, tags=[RunTag(k, v) for k, v in
-                                              {**process_tags(), RESUMES: str(resumes)}.items()])
-        pin_sweep_dir(self.config)
+                                              {**process_tags(), RESUMES: str(resumes),
+                                               SWEEP_DIR: str(sweep_dir)}.items()])
         log.info("MLflow: resuming sweep %s (parent run %s at %s): %d of its %d jobs to run (%s)", self.name,
                  parent_id, masked(self.uri), len(todo), len(jobs), ", ".join(map(str, todo)))
         return Opened(client, self.uri, parent.info.experiment_id, parent_id, jobs, todo)
+
+    def _write_kept(self, client: MlflowClient, parent: Run) -> None:
+        """Write the results that the sweep's last invocation kept after a store fault
+        (:mod:`crux.tracking.kept`) into their jobs' runs, so that those jobs finish without training again;
+        StoreFault where the store fails again (the results stay kept)."""
+        folder = parent.data.tags.get(SWEEP_DIR)
+        entries = kept_results(Path(folder)) if folder else []
+        if entries:
+            reserve_fault_record(Path(folder))  # the fault is over: the writes below are attempted
+        for entry in entries:
+            results = read_results(entry)
+            with tempfile.TemporaryDirectory(prefix="crux-kept-") as copy:
+                shutil.copytree(entry / ARTIFACTS, Path(copy) / ARTIFACTS)
+                run = JobRun.taken_over(client, Path(folder), results, Path(copy) / ARTIFACTS, kept=True)
+                process_writer().drain()
+            if run.closed != FINISHED:
+                fault = recorded_fault(Path(folder))
+                raise StoreFault(f"the kept results of job {results.job} could not be written"
+                                 + (f": {fault['message']}" if fault else "") + f"; they stay in {entry}")
+            shutil.rmtree(entry, ignore_errors=True)
+            log.info("job %s: the results it kept after the store failed are written into run %s, FINISHED; it is "
+                     "not run again", results.job, run.run_id)
 
     def _recorded_plan(self, client: MlflowClient, parent: Run) -> list[list[str]]:
         """The jobs the sweep of ``parent`` planned; Refused where it is still running, recorded no plan, or
@@ -349,7 +382,8 @@ class Multirun:
         sweep_dir = Path(self.config.hydra.sweep.dir)
         # jobs in processes of the launcher's leave their results here, written by this process's writer
         pickup = Pickup(sweep_dir, lambda results, artifacts: JobRun.taken_over(opened.client, sweep_dir, results,
-                                                                                artifacts)).start()
+                                                                                artifacts),
+                        lambda note: self._job_ended(opened, note)).start()
         try:
             sweep_dir.mkdir(parents=True, exist_ok=True)
             reserve_fault_record(sweep_dir)  # a fault of a resumed sweep in the same folder is over
@@ -378,7 +412,7 @@ class Multirun:
             with deferred():  # every job's last writes are this process's writer's: done before counting
                 pickup.stop()
                 process_writer().drain()
-            completed = [n for n in completed if n not in unwritten_jobs(sweep_dir)]
+            completed = sorted((set(completed) | finished_jobs(sweep_dir)) - unwritten_jobs(sweep_dir))
             status, missing, runs = self._close_or_report(opened, stopped, sweep_dir, completed, pickup.unreadable)
             print(job_table(runs), flush=True)
         if stopped is not None:
@@ -388,8 +422,8 @@ class Multirun:
             raise SystemExit(exit_status(stopped))
         for result in (result for results in returns for result in results if result.status == JobStatus.FAILED):
             error = result._return_value  # the job's exception (``return_value`` would raise it, logging it again)
-            if isinstance(error, StoreFault):
-                continue  # said in one line by the job and by the sweep's end
+            if isinstance(error, StoreFault) or result.hydra_cfg.hydra.job.num in self.said_ended:
+                continue  # said in one line by the job and by the sweep's end, or when its process ended
             log.error("job %s (%s) failed: %s", result.hydra_cfg.hydra.job.num, " ".join(result.overrides),
                       _one_line(error), exc_info=error if tracebacks_shown() else None)
         if missing:
@@ -397,6 +431,18 @@ class Multirun:
                              f"{', '.join(map(str, missing))}); parent run {opened.parent_id} closed {status}; "
                              f"{self.resume_advice} runs them again")
         return returns
+
+    def _job_ended(self, opened: Opened, note: dict) -> None:
+        """Job ``note["job"]``'s process ended before the job returned (killed: the out-of-memory killer): its run,
+        left open, is closed KILLED with ``note["why"]``, and the line is said now, not when the sweep ends."""
+        job = str(note["job"])
+        for run in child_runs(opened.client, opened.experiment_id, opened.parent_id):
+            if run.data.tags.get(JOB) == job and run.info.status == RUNNING:
+                opened.client.log_batch(run.info.run_id, tags=[
+                    RunTag(ERROR_TYPE, GONE), RunTag(ERROR_MESSAGE, f"{note['why']}; closed by {self.program}")])
+                opened.client.set_terminated(run.info.run_id, KILLED)
+        self.said_ended.add(int(job))
+        log.error("job %s (%s) failed: %s", job, " ".join(note["overrides"]), note["why"])
 
     def _after_killed_worker(self, opened: Opened, batch: list[int], error: BaseException) -> list[list[int]]:
         """Said in one line: a worker process of the launcher was killed (the kernel's out-of-memory killer) and
@@ -429,6 +475,7 @@ class Multirun:
         if fault is not None:  # try once: the jobs waited the whole budget already
             opened = Opened(getattr(opened.client, "client", opened.client), opened.uri, opened.experiment_id,
                             opened.parent_id, opened.jobs, opened.todo)
+            self.reserve.release()  # a full disk: the room held for closing the runs
         try:
             closed = self._close(opened, stopped, unreadable, (fault or {}).get("runs", {}))
         except (StoreFault, *store_error_types()) as error:
@@ -437,14 +484,22 @@ class Multirun:
             closed = None
         if fault is None:
             return closed
+        if closed:  # read from the store
+            completed = [n for n in opened.todo if n not in closed[1]]
         finished = f" (job {', '.join(map(str, sorted(completed)))})" if completed else ""
+        kept = {read_results(entry).job: entry for entry in kept_results(sweep_dir)}
+        where = (kept_folder(sweep_dir) if all(entry.parent == kept_folder(sweep_dir) for entry in kept.values())
+                 else ", ".join(str(entry) for _, entry in sorted(kept.items())))
+        said = (f"; the results that job{'s' if len(kept) > 1 else ''} {', '.join(map(str, sorted(kept)))} trained "
+                f"are kept in {where}" if kept else "")
         raise SystemExit(
             f"{self.program}: the tracking store at {masked(self.uri)} failed: {masked(fault['message'])}; "
-            f"{len(completed)} of the {len(opened.todo)} jobs run finished{finished}, none started after it; "
+            f"{len(completed)} of the {len(opened.todo)} jobs run finished{finished}, none started after it{said}; "
             + (f"parent run {opened.parent_id} closed {closed[0]}" if closed else
                f"the runs left open (parent run {opened.parent_id}) are closed by the next `crux-sweep --resume` "
                f"or `crux-report`")
-            + f"; once the store is back, {self.resume_advice} runs the others")
+            + f"; once the store is back, {self.resume_advice} "
+            + ("writes the kept results into their runs and runs the others" if kept else "runs the others"))
 
     @deferred()
     def _close(self, opened: Opened, stopped: KeyboardInterrupt | None, unreadable: dict[str, str],

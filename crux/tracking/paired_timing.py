@@ -17,7 +17,7 @@ import dataclasses
 import json
 import logging
 import time
-from typing import Any
+from typing import Any, Callable
 
 from mlflow.entities import Metric
 from omegaconf import DictConfig, OmegaConf
@@ -42,26 +42,30 @@ def reference_options(cfg: DictConfig) -> SolveOptions | None:
     return None if other == own else other
 
 
-def time_against(cfg: DictConfig, run: JobRun) -> PairedTimes | None:
+def time_against(cfg: DictConfig, run: JobRun, side: Callable[[SolveOptions], Side] | None = None,
+                 clock: str | None = None) -> PairedTimes | None:
     """Time the job's options against ``timing.against`` on fresh copies of its problem and log the chunks;
-    None (and nothing logged) where there is nothing to time against."""
+    None (and nothing logged) where there is nothing to time against. ``side(options)`` builds one copy
+    trained with ``options`` (by default crux's solver of the configured problem, its first phase's optimizer
+    attached; another backend passes its own); ``clock``: as :func:`crux.timing.pairs.time_paired` takes it."""
     other = reference_options(cfg)
     if other is None:
         return None
     first = config.training_phases(cfg)[0]
 
-    def build(options: SolveOptions) -> Side:
+    def crux_side(options: SolveOptions) -> Side:
         problem = config.problem(cfg)
         first.attach(problem.models.values())
         return Side(problem.solver(), options.keywords())
 
+    build = side or crux_side
     builds = range(cfg.timing.builds)
     candidates, references = [build(solve_options(cfg)) for _ in builds], [build(other) for _ in builds]
     band = timing_band(cfg.timing.against)
     log.info("paired timing against %s on %d build(s) of each: until the ratio's interval is in or out of "
              "[%g, %g) or %g s are spent", dict(cfg.timing.against), cfg.timing.builds, band.low, band.high,
              cfg.timing.budget_seconds)
-    times = time_paired(candidates, references, band, cfg.timing.budget_seconds)
+    times = time_paired(candidates, references, band, cfg.timing.budget_seconds, clock=clock)
     log_times(run, times, dict(OmegaConf.to_container(cfg.timing.against)))
     interval = times.interval()
     log.info("paired timing (%s): ratio %.3g, %d%% interval %.3g-%.3g over %d pairs of %d epochs on %d build(s)",

@@ -20,6 +20,7 @@ import sys
 from importlib.metadata import Distribution, PackageNotFoundError, distribution
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from hydra.core.hydra_config import HydraConfig
 
@@ -56,8 +57,10 @@ def files_sha256(dist: Distribution) -> str | None:
 
 def installed_crux(dist: Distribution | None = None) -> dict[str, Any]:
     """How the crux that runs was installed: ``crux_version``; from a wheel, ``crux_wheel`` (its file name),
-    ``crux_wheel_sha256`` and ``crux_files_sha256``; from a checkout, ``crux_commit`` and ``crux_clean``.
-    ``dist``: crux's distribution (default: the installed one)."""
+    ``crux_wheel_path`` (where pip took it from, where that was a file), ``crux_wheel_sha256`` and
+    ``crux_files_sha256``; from a checkout, ``crux_commit``, ``crux_clean``, ``crux_source`` (the checkout's
+    folder) and ``crux_origin`` (its remote ``origin``, where it has one). ``dist``: crux's distribution (default:
+    the installed one)."""
     try:
         dist = dist or distribution("crux")
     except PackageNotFoundError:
@@ -65,16 +68,19 @@ def installed_crux(dist: Distribution | None = None) -> dict[str, Any]:
     direct = json.loads(dist.read_text("direct_url.json") or "{}") if dist else {}
     editable = bool(direct.get("dir_info", {}).get("editable"))
     hashes = direct.get("archive_info", {}).get("hashes", {})
+    url = urlsplit(direct.get("url", ""))
     found = {"crux_version": dist.version if dist else None,
-             "crux_wheel": direct["url"].rpartition("/")[2] if "archive_info" in direct else None,
+             "crux_wheel": url.path.rpartition("/")[2] if "archive_info" in direct else None,
+             "crux_wheel_path": unquote(url.path) if "archive_info" in direct and url.scheme == "file" else None,
              "crux_wheel_sha256": hashes.get("sha256"),
              "crux_files_sha256": None if editable or dist is None else files_sha256(dist),
-             "crux_commit": None, "crux_clean": None}
+             "crux_commit": None, "crux_clean": None, "crux_source": None, "crux_origin": None}
     source = Path(__file__).resolve().parents[2]
     top = None if "archive_info" in direct else git(source, "rev-parse", "--show-toplevel")
     if top and Path(top).resolve() == source:  # crux runs from its own checkout
         state = checkout(source)
-        found.update(crux_commit=state["commit"], crux_clean=state["clean"])
+        found.update(crux_commit=state["commit"], crux_clean=state["clean"], crux_source=str(source),
+                     crux_origin=masked(git(source, "remote", "get-url", "origin") or "") or None)
     return found
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from crux.tracking.faults import StoreFault
+from crux.tracking.liveness import process_exists
 from crux.tracking.store import SQLITE
 
 BYTES_PER_STORED_VALUE = 250
@@ -72,3 +73,43 @@ def _existing(folder: Path) -> Path:
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
     return folder
+
+
+RESERVE_BYTES = 512 * 1024
+"""Room a sweep holds on its SQLite store's filesystem while it runs, given back should that disk fill up so that
+the sweep can still close its runs with the truth (a few rows, SQLite's journal)."""
+RESERVE_PREFIX = ".crux-room-"
+
+
+class StoreReserve:
+    """:data:`RESERVE_BYTES` held in a file beside a SQLite store (``.crux-room-<store>-<pid>``) from
+    :meth:`take` until :meth:`release`; nothing for a store on a server, whose disk is the server's. Files left by
+    a process that no longer runs (``kill -9``) are removed by the next :meth:`take`."""
+
+    def __init__(self, uri: str):
+        store = Path(uri[len(SQLITE):]) if uri.startswith(SQLITE) else None
+        self.path = store.parent / f"{RESERVE_PREFIX}{store.name}-{os.getpid()}" if store else None
+        self.held = False
+
+    def take(self) -> None:
+        """Hold the room; NoRoom, before anything is written, where the disk has not that much free."""
+        if self.path is None or not self.path.parent.is_dir():
+            return
+        for left in self.path.parent.glob(f"{RESERVE_PREFIX}*"):
+            pid = left.name.rpartition("-")[2]
+            if pid.isdigit() and int(pid) != os.getpid() and not process_exists(int(pid)):
+                left.unlink(missing_ok=True)
+        free = shutil.disk_usage(self.path.parent).free
+        if free < RESERVE_BYTES and not self.path.exists():
+            raise NoRoom(f"the filesystem of {self.path.parent} has {free:,} bytes free, and a sweep holds "
+                         f"{RESERVE_BYTES:,} there to close its runs should the disk fill up: free some space, or "
+                         f"point tracking.uri at a store with room")
+        with open(self.path, "wb") as file:
+            os.posix_fallocate(file.fileno(), 0, RESERVE_BYTES)
+        self.held = True
+
+    def release(self) -> None:
+        """Give the room back (at once where the disk has filled up: the runs are closed in it)."""
+        if self.held:
+            self.path.unlink(missing_ok=True)
+            self.held = False

@@ -215,8 +215,10 @@ def check_postgresql(uri: str, access: Access) -> None:
         if "password" in reason or "authentication" in reason:
             raise StoreError(f"the PostgreSQL server of {uri} refused the user ({reason}): set {PASSWORD_VARIABLE} "
                              f"to the user's password (or give it in the URI)") from None
-        raise StoreError(f"the PostgreSQL server of {uri} did not answer within {POSTGRESQL_SECONDS} s ({reason}): "
-                         f"start it, or point MLFLOW_TRACKING_URI / {access.setting} at a running one") from None
+        answer = ("refused the connection" if "refused" in reason.lower() else
+                  f"did not answer within {POSTGRESQL_SECONDS} s")  # nothing listens there, or nothing came back
+        raise StoreError(f"the PostgreSQL server of {uri} {answer} ({reason}): start it, or point "
+                         f"MLFLOW_TRACKING_URI / {access.setting} at a running one") from None
 
 
 def writable_store(uri: str) -> MlflowClient:

@@ -29,12 +29,16 @@ from crux import precision as matmul
 from crux.pipeline import config
 from crux.pipeline.backend_choice import builtin_problem
 from crux.backends.gradient_draws import GradientDraws, draws_wanted
+from crux.options import SolveOptions
 from crux.pipeline.config import Phase
 from crux.pipeline.settings import solve_options
 from crux.schedules import Schedule, lrs
 from crux.stats import Statistics
+from crux.timing.machine import WALL_TIME
+from crux.timing.pairs import Side
 from crux.tracking import JobRun, ParameterLeaves
 from crux.tracking.contract import UNSUPPORTED
+from crux.tracking.paired_timing import time_against
 
 
 def _environment(cfg: DictConfig, folder: Path) -> None:
@@ -143,4 +147,13 @@ def train_and_log(cfg: DictConfig, run: JobRun) -> float:
         batching_options = {k: v for k, v in options.items() if k in BATCHING_OPTIONS}
         draws = training.gradient_draws(probe, draws_wanted(cfg), batching_options)
         run.log_metrics(GradientDraws(draws, probe.population).metrics())
+    first = config.training_phases(cfg)[0]
+
+    def timed(options: SolveOptions) -> Side:  # a fresh copy with the first phase's optimizer, as crux's are
+        copy = build()
+        for net in copy.networks.values():
+            first.optimizer.attach(net, jno_schedule(first.schedule.build(first.epochs)))
+        return Side(training.Timed(copy, batching.form), options.keywords())
+
+    time_against(cfg, run, timed, WALL_TIME)
     return stats.final_loss

@@ -116,6 +116,26 @@ def solve(problem: JnoProblem, epochs: int, first_epoch: int, log: Any, options:
     return PhaseResult(stats, "; ".join(fallbacks) or None)
 
 
+@dataclass
+class Timed:
+    """A jNO problem as one side of a paired timing (:class:`crux.timing.pairs.Side`): ``solve(epochs,
+    **options)`` takes crux's solve() keywords, as crux's solver does, trains ``problem`` with them at their
+    matmul precision (batches drawn in ``form``, as :func:`solve_keywords` maps them), and reports jNO's own
+    loop time as its run seconds: what it spends before the loop (its set-up, compile and warm-up calls) is
+    left out, as crux leaves out its planning and compiling. jNO times its loop on the wall clock only."""
+
+    problem: JnoProblem
+    form: str
+
+    def solve(self, epochs: int, **options: Any) -> Statistics:
+        asked = SolveOptions(epochs=epochs, **options)
+        with jax.default_matmul_precision(asked.precision):
+            self.problem.core.solve(epochs, **solve_keywords(asked, self.form))
+        empty = np.zeros((0, len(self.problem.names)), np.float32)
+        return Statistics(names=list(self.problem.names), losses=empty, epoch=np.zeros(0, np.int64),
+                          run_seconds=float(self.problem.core.training_logs[-1]["training_time"]))
+
+
 def _statistics(problem: JnoProblem, rows: Sequence[tuple[int, Any, dict[str, Any]]], epochs: int,
                 first_epoch: int, compile_seconds: float, run_seconds: float) -> Statistics:
     """Rows at the epochs jNO reported, NaN at the others. The step time is the loop's average per epoch

@@ -7,7 +7,8 @@ from crux.pipeline.config.building import (PROBLEM_ARGUMENTS, Phase, batch_as_ap
                                            effective_settings, failed_import, import_from_working_directory, problem,
                                            problem_call, problem_fields, problem_function, training_phases,
                                            unknown_field)
-from crux.pipeline.config.checks import out_of_range, overrides_without, problem_faults, timing_refusals
+from crux.pipeline.config.checks import (UnbuiltProblem, build_faults, builds_problem, built_problem, out_of_range,
+                                         overrides_without, problem_faults, timing_refusals)
 from crux.pipeline.config.schema import (BACKENDS, CONFIG_PACKAGE, INVOCATION, OPTIMIZERS, PROBLEMS, SCHEDULES,
                                          SWEEP_KEYS, TIMED_OPTIONS, TRACKING_KEYS, AdamConfig, AdamWConfig,
                                          BackendConfig, CapacityConfig, Config, ConstantConfig, ExponentialConfig, Heat1dConfig,
@@ -16,7 +17,7 @@ from crux.pipeline.config.schema import (BACKENDS, CONFIG_PACKAGE, INVOCATION, O
                                          SGDConfig, SoapConfig, SolverConfig, TimingConfig, TrackingConfig,
                                          WarmupCosineConfig, typed)
 
-__all__ = ["AdamConfig", "AdamWConfig", "BACKENDS", "BackendConfig", "CONFIG_PACKAGE", "CapacityConfig", "Config", "ConstantConfig",
+__all__ = ["UnbuiltProblem", "build_faults", "builds_problem", "built_problem", "AdamConfig", "AdamWConfig", "BACKENDS", "BackendConfig", "CONFIG_PACKAGE", "CapacityConfig", "Config", "ConstantConfig",
            "ExponentialConfig", "Heat1dConfig", "INVOCATION", "JaxConfig", "JnoBackendConfig", "LBFGSConfig",
            "MemoryConfig", "MixedPoisson1dConfig", "ModelConfig", "OPTIMIZERS", "OptimizerConfig", "PROBLEMS",
            "PROBLEM_ARGUMENTS", "Phase", "PhaseConfig", "Poisson1dConfig", "SCHEDULES", "SGDConfig", "SWEEP_KEYS",

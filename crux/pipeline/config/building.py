@@ -147,8 +147,17 @@ def problem_fields(function: Callable[..., Any]) -> list[str]:
 
 def unknown_field(target: str, key: str, value: Any = None) -> str:
     """The refusal of ``problem.<key>``, a field the function named by ``target`` does not take: its fields, and
-    the closest of them when ``key`` looks like a misspelling of one."""
-    fields = problem_fields(problem_function(target))
+    the closest of them when ``key`` looks like a misspelling of one. A parameter the function does take, with a
+    default the problem's config file leaves it at, is not in the config for Hydra to override: the refusal says
+    to add it with ``+``."""
+    function = problem_function(target)
+    fields = problem_fields(function)
+    if key in fields:
+        default = inspect.signature(function).parameters[key].default
+        written = "..." if value is None else value
+        at = "" if default is inspect.Parameter.empty else f" (default {default!r})"
+        return (f"problem.{key}: {target} takes {key}{at}, but the problem's config file does not set it, so there is "
+                f"no problem.{key} to override: write +problem.{key}={written} (or add `{key}: ...` to the file)")
     closest = difflib.get_close_matches(key, fields, n=1)
     fix = (f"write problem.{closest[0]}" + (f"={value}" if value is not None else "") if closest else
            f"set one of them, or add a parameter {key!r} to the function")

@@ -1,18 +1,23 @@
 """What in a job's config no run could use, in the command line's terms, found before any run is created:
 values of the right type outside their field's range or choices (``solver.epochs=-1``, ``optimizer.b1=2``: each
 field declares them, :mod:`crux.pipeline.ranges`) and values that depend on one another (:func:`out_of_range`),
-what a timing may change (:func:`timing_refusals`), a problem that cannot be built from its fields
-(:func:`problem_faults`); and a command line's overrides less one key (:func:`overrides_without`), to tell which
-key Hydra refused.
+what a timing may change (:func:`timing_refusals`), a problem whose function cannot be called with its fields
+(:func:`problem_faults`) and one that its function cannot build or whose residuals do not trace
+(:func:`built_problem`, :func:`build_faults`); and a command line's overrides less one key
+(:func:`overrides_without`), to tell which key Hydra refused.
 """
 from __future__ import annotations
+
+import json
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from crux import capacity
+from crux.failures import failure_line
 from crux.options import divisors
-from crux.pipeline.config.building import problem_call, training_phases
+from crux.pipeline.config.building import problem, problem_call, training_phases
+from crux.problems import Problem
 from crux.pipeline.config.schema import TIMED_OPTIONS
 from crux.pipeline.ranges import refusals as range_refusals
 
@@ -87,6 +92,52 @@ def problem_faults(cfg: DictConfig) -> list[str]:
     except (ValueError, TypeError) as error:
         return [str(error)]
     return []
+
+
+class UnbuiltProblem(ValueError):
+    """A job's problem that its function could not build, or whose residuals do not trace with its models: one
+    line, naming the user's file and line where the error was raised there; the error itself is its cause."""
+
+
+def builds_problem(cfg: DictConfig) -> bool:
+    """Whether the job trains a problem built by its config's function on crux's own solver: not a capacity job
+    (its sizes are crux's), not another backend (which builds the problem in its own terms)."""
+    return cfg.backend.name == "crux" and cfg.capacity.option is None
+
+
+def built_problem(cfg: DictConfig) -> Problem:
+    """The job's problem (:func:`crux.pipeline.config.problem`), each residual traced once at one point with its
+    models, as ``solve()`` does first, without compiling or computing anything: points that are not finite or not
+    ``(N, d)``, a point of another dimension than a model takes, a residual that raises or returns another shape
+    fail here. Raises :class:`UnbuiltProblem`."""
+    try:
+        built = problem(cfg)
+        built.solver().reach  # noqa: B018 - traces every residual, checking its shape
+    except Exception as error:  # noqa: BLE001 - the user's code: whatever it raises is said in one line
+        raise UnbuiltProblem(f"problem._target_={cfg.problem._target_}: {failure_line(error)}") from error
+    return built
+
+
+BUILT: dict[str, list[str]] = {}
+"""What :func:`build_faults` found of each problem built in this process, by what builds it."""
+
+
+def build_faults(cfg: DictConfig) -> list[str]:
+    """What keeps the job's problem from being built and traced (:func:`built_problem`), one line; each distinct
+    problem (its fields, model and seed) is built once in a process, so a sweep's jobs cost one build per
+    problem they share. Nothing is built for a job that :func:`builds_problem` excludes, nor for one of several
+    processes (``jax.processes > 1``), which must join the others before any JAX work."""
+    if not builds_problem(cfg) or cfg.jax.processes > 1:
+        return []
+    key = json.dumps([OmegaConf.to_container(cfg[node], resolve=True) for node in ("problem", "model")]
+                     + [cfg.solver.seed, cfg.roundoff_twin], sort_keys=True, default=str)
+    if key not in BUILT:
+        try:
+            built_problem(cfg)
+            BUILT[key] = []
+        except UnbuiltProblem as refused:
+            BUILT[key] = [str(refused)]
+    return BUILT[key]
 
 
 def overrides_without(overrides: list[str], key: str) -> list[str]:

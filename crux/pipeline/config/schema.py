@@ -252,7 +252,7 @@ class SolverConfig:
     substeps: Optional[List[Any]] = None
     seed: int = checked(SEED)
     devices: int = checked(AT_LEAST_ONE)
-    precision: str = checked(Choice(matmul.NAMES))
+    precision: str = checked(Choice(matmul.NAMES, matmul.meant))
 
 
 @dataclass

@@ -1,0 +1,223 @@
+"""Two sweeps compared claim by claim (crux.report.comparison, .changes, .comparison_document), on records made
+straight from crux solves and on synthetic timings: a change is found where a defect was planted, and nowhere else.
+
+The same sweeps through stores, servers and the command line: tests/test_report_comparison_stores.py.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import jax
+import numpy as np
+import optax
+import pytest
+
+from crux.engine import Primitives
+from crux.report import FAILS, HOLDS, INCONCLUSIVE, RunRecord, SolveOptions, Sweep, record_from_solve
+from crux.report.changes import EXACT, INTERVALS, OWN_BOUNDS, STANDARD_ERRORS_APART, VERDICT, key_figures, changes_between
+from crux.report.claims.gradient_noise import STANDARD_ERRORS
+from crux.report.comparison import Refused, compare
+from crux.report.comparison_document import comparison_json, comparison_markdown
+from crux.report.results import SweepRow, cell, table
+from crux.report.verdict import Threshold, Verdict
+from crux.solver import Machinery
+from crux.timing.machine import Machine
+from crux.timing.pairs import PairedTimes
+from crux.tracking import contract
+from crux.tracking.paired_timing import logged
+from crux_testing import poisson
+
+EPOCHS = 30
+B, N = 4, 4  # micro-batches of 4, four per update: the points of one batch of 16 of the 64 interior points
+
+
+def solve(machinery: Machinery = Machinery(), **options) -> RunRecord:
+    problem = poisson(optax.sgd, 1e-3, n=64, hidden=(8, 8))
+    solver = problem.solver()
+    solver.machinery = machinery
+    initial = jax.tree.map(np.array, solver.params)
+    stats = solver.solve(EPOCHS, **options)
+    return record_from_solve(f"run-{len(options)}-{id(stats)}", solver, initial, stats,
+                             SolveOptions(epochs=EPOCHS, **options))
+
+
+def accumulation_runs(machinery: Machinery = Machinery()) -> list[RunRecord]:
+    """N×B accumulated on ``machinery``, one batch of N·B and plain B: what the accumulation check compares."""
+    return [solve(machinery, batchsize=B, accumulation_steps=N), solve(batchsize=N * B), solve(batchsize=B)]
+
+
+def sweep(parent: str, records: list[RunRecord], claims: list[str] | None = None,
+          backend: str = "crux") -> Sweep:
+    tags = {contract.CLAIMS: json.dumps(claims or ["accumulation"]), contract.BACKEND: backend}
+    return Sweep("accumulation", "sqlite:///x.db", "1", parent, tags, records)
+
+
+@pytest.fixture(scope="module")
+def honest() -> list[RunRecord]:
+    return accumulation_runs()
+
+
+def row(comparison, prefix: str):
+    (found,) = [r for r in comparison.rows if r.id.startswith(prefix)]
+    return found
+
+
+def test_two_sweeps_of_the_same_runs_never_change(honest):
+    again = accumulation_runs()  # the same solves again: the same numbers
+    comparison = compare(sweep("p1", honest), sweep("p2", again))
+    assert not comparison.changed
+    effective = row(comparison, "accumulation.effective_batch")
+    assert effective.this.verdict == effective.other.verdict == HOLDS
+    assert {t.rule for t in effective.tests} == {VERDICT, OWN_BOUNDS}
+    assert len(effective.tests) == 5  # the verdict, and both distances and histories against one bound each
+    memory = row(comparison, "accumulation.memory")
+    assert [t.rule for t in memory.tests] == [VERDICT, EXACT] and not memory.changed
+
+
+def test_accumulation_that_keeps_only_the_last_micro_batch_flips_the_effective_batch(honest):
+    """The planted defect: each micro-batch's gradient replaces the sum."""
+    broken = accumulation_runs(Machinery(primitives=Primitives(accumulate=lambda total, new: new)))
+    comparison = compare(sweep("honest", honest), sweep("broken", broken))
+    effective = row(comparison, "accumulation.effective_batch")
+    assert (effective.this.verdict, effective.other.verdict) == (HOLDS, FAILS)
+    assert effective.changed and effective.flipped
+    moved = {t.figure: t for t in effective.tests if t.changed}
+    assert set(moved) >= {"verdict", "vs_NxB_batch_parameter_distance"}  # it left the big batch's trajectory
+    assert moved["vs_NxB_batch_parameter_distance"].detail == "within and beyond"
+    # a sum that keeps the newest gradient is another program: its compiled bytes differ, its verdict not
+    memory = row(comparison, "accumulation.memory")
+    assert [(t.rule, t.changed) for t in memory.tests] == [(VERDICT, False), (EXACT, True)]
+    entries = {e["id"]: e for e in json.loads(comparison_json(comparison))["rows"]}
+    assert entries["accumulation.effective_batch[b4_acc4]"]["changed"] is True
+    assert entries["accumulation.effective_batch[b4_acc4]"]["flipped"] is True
+    assert (entries["accumulation.noise"]["changed"], entries["accumulation.noise"]["compared"]) == (
+        False, True)  # inconclusive on both sides: these runs measured no gradient spread
+
+
+def verdict(evidence: dict[str, float], thresholds: dict[str, float] | None = None, outcome: str = HOLDS) -> Verdict:
+    return Verdict("x.y[s]", "a claim", "docs/claims.md#x", "a test", outcome, "a finding", evidence,
+                   {k: Threshold(v, "rule", "origin") for k, v in (thresholds or {}).items()}, ("r1", "r2"))
+
+
+@pytest.mark.parametrize("other_low, other_high, changed", [(0.60, 0.70, False), (0.75, 0.90, True),
+                                                            (0.30, 0.49, True), (0.50, 0.55, False)])
+def test_a_timing_changed_only_where_the_two_intervals_do_not_overlap(other_low, other_high, changed):
+    this = verdict({"time_ratio": 0.6, "time_ratio_low": 0.5, "time_ratio_high": 0.7}, {"time_ratio": 0.95})
+    other = verdict({"time_ratio": (other_low + other_high) / 2, "time_ratio_low": other_low,
+                     "time_ratio_high": other_high}, {"time_ratio": 0.95})
+    (_, test) = changes_between(this, other)
+    assert (test.rule, test.figure, test.changed) == (INTERVALS, "time_ratio", changed)
+    assert test.this == "0.6 (0.5–0.7)"
+
+
+def test_a_ratio_of_sampled_variances_is_held_to_three_standard_errors_of_its_log():
+    this = verdict({"ratio_AxB_to_B": 0.25, "log_ratio_standard_error": 0.1}, {"ratio_AxB_to_B": 0.3})
+    allowed = STANDARD_ERRORS * math.hypot(0.1, 0.1)
+    for factor, changed in ((math.exp(0.99 * allowed), False), (math.exp(1.01 * allowed), True)):
+        other = verdict({"ratio_AxB_to_B": 0.25 * factor, "log_ratio_standard_error": 0.1}, {"ratio_AxB_to_B": 0.3})
+        (_, test) = changes_between(this, other)
+        assert (test.rule, test.changed) == (STANDARD_ERRORS_APART, changed)
+
+
+def test_round_off_figures_are_held_each_to_its_own_bound_and_the_bound_itself_is_no_figure():
+    """A distance 100 times larger is no change where both lie within their own bounds; one that crosses its own
+    bound is, however close it stays to the other side's number. A threshold reported as its own evidence (the
+    gradient noise's round-off floor) is not tested."""
+    this = verdict({"parameter_distance": 1e-8, "roundoff_floor": 1e-6}, {"parameter_distance": 1e-4,
+                                                                           "roundoff_floor": 1e-6})
+    far_within = verdict({"parameter_distance": 1e-6, "roundoff_floor": 2e-6}, {"parameter_distance": 1e-5,
+                                                                                 "roundoff_floor": 2e-6})
+    just_beyond = verdict({"parameter_distance": 2e-8, "roundoff_floor": 1e-6}, {"parameter_distance": 1e-8,
+                                                                                  "roundoff_floor": 1e-6})
+    assert list(key_figures(this)) == ["parameter_distance"]
+    assert [(t.rule, t.changed) for t in changes_between(this, far_within)] == [(VERDICT, False), (OWN_BOUNDS, False)]
+    assert [(t.rule, t.changed) for t in changes_between(this, just_beyond)] == [(VERDICT, False), (OWN_BOUNDS, True)]
+
+
+def test_compiled_bytes_change_by_a_single_byte():
+    this = verdict({"temp_bytes_NxB": 7568.0}, {"temp_bytes_NxB": 18688.0})
+    assert not changes_between(this, verdict({"temp_bytes_NxB": 7568.0}, {"temp_bytes_NxB": 18688.0}))[1].changed
+    test = changes_between(this, verdict({"temp_bytes_NxB": 7569.0}, {"temp_bytes_NxB": 18688.0}))[1]
+    assert (test.rule, test.changed, test.other) == (EXACT, True, "7,569 bytes (bound 18,688 bytes)")
+
+
+def test_a_verdict_without_figures_on_one_side_is_tested_by_its_verdict_alone():
+    this = verdict({"parameter_distance": 1e-8}, {"parameter_distance": 1e-4})
+    lacking = verdict({}, outcome=INCONCLUSIVE)
+    assert [(t.rule, t.this, t.other, t.changed) for t in changes_between(this, lacking)] == [
+        (VERDICT, HOLDS, INCONCLUSIVE, True)]
+
+
+def timed(run_id: str, ratio: float, inner_steps: int) -> RunRecord:
+    """A fused run that logged a paired timing of ``ratio`` (against inner_steps=1), pairs a few percent apart."""
+    reference = 1e-3 * (1 + 0.02 * np.sin(np.arange(16)))
+    candidate = ratio * reference * (1 + 0.01 * np.cos(3 * np.arange(16)))
+    times = PairedTimes(tuple(candidate), tuple(reference), 10, (0.5,) * 16, 20.0, 20.0, Machine("Test CPU", 2, "cpu"))
+    series, summary, tags = logged(times, {"inner_steps": 1})
+    histories = {"loss/total": np.linspace(2, 1, 40), **{k: np.asarray(v) for k, v in series.items()}}
+    return RunRecord(run_id, SolveOptions(epochs=40, inner_steps=inner_steps), histories,
+                     {"compile_seconds": 1.0, "median_step_seconds": 1e-3, **summary},
+                     {"initial/u/0": np.zeros(2), "final/u/0": np.ones(2)}, tags=tags,
+                     environment={"backend": "cpu", "cpu": "Test CPU"})
+
+
+def test_a_fused_loop_that_got_slower_changes_the_speed_claim_and_nothing_else():
+    def fused_sweep(parent: str, ratio: float) -> Sweep:
+        return sweep(parent, [timed("k1", 1.0, 1), timed("k10", ratio, 10)], ["inner_steps"])
+
+    comparison = compare(fused_sweep("before", 0.5), fused_sweep("after", 0.8))
+    assert [r.id for r in comparison.changed] == ["inner_steps.faster[K=10]"]
+    faster = comparison.changed[0]
+    assert (faster.this.verdict, faster.other.verdict) == (HOLDS, HOLDS)  # faster both times, not as fast
+    (moved,) = [t for t in faster.tests if t.changed]
+    assert (moved.rule, moved.figure, moved.detail) == (INTERVALS, "time_ratio", "the intervals do not overlap")
+    text = comparison_markdown(comparison, [])
+    assert f"| inner_steps.faster[K=10] | **holds** | **holds** | **changed** | {faster.why} |" in text
+    assert "| intervals | time_ratio | **changed**: the intervals do not overlap |" in text
+    assert "**1 of 2 claim(s) changed: inner_steps.faster[K=10] (time_ratio 0.5" in text
+    assert comparison_markdown(comparison, []) == text  # the same sweeps, the same bytes
+
+
+def test_sweeps_of_different_claims_or_of_no_common_variant_are_refused(honest):
+    with pytest.raises(Refused, match=r"^the sweeps judge different claims \(this: accumulation; other: "
+                                      r"inner_steps\): .* --claim$"):
+        compare(sweep("a", honest), sweep("b", honest, ["inner_steps"]))
+    assert compare(sweep("a", honest), sweep("b", honest, ["inner_steps"]), ["accumulation"]).claims == (
+        "accumulation",)
+    with pytest.raises(Refused, match=r"^no variant is in both sweeps \(this: b4_acc4, b16, b4; other: full K=10\)"):
+        compare(sweep("a", honest), sweep("b", [timed("k10", 0.5, 10)]))
+    with pytest.raises(Refused, match="both sides are the sweep of parent run a"):
+        compare(sweep("a", honest), sweep("a", honest))
+
+
+def test_a_jno_verdict_on_points_sits_in_cruxs_row(honest):
+    """jNO's batching=points draws points as crux does: its verdicts and variants match crux's."""
+    jno = [RunRecord(r.run_id, r.options, r.histories, r.metrics, r.snapshots, r.stats, r.reach,
+                     variant=f"{r.label},batching=points", tags={contract.BACKEND: "jno"}) for r in honest]
+    comparison = compare(sweep("crux", honest), sweep("jno", jno, backend="jno"))
+    assert comparison.common_variants == ["b4_acc4", "b16", "b4"]
+    memory = row(comparison, "accumulation.memory[b4_acc4]")
+    assert memory.other is not None and memory.other.id == "accumulation.memory[b4_acc4,batching=points]"
+    # the effective batch needs crux's point stream: judged on crux's side alone, not compared
+    effective = row(comparison, "accumulation.effective_batch")
+    assert effective.other is None and effective.tests == () and not effective.changed
+
+
+def test_the_results_table_gives_each_machines_verdicts_and_what_changed(honest):
+    from crux.report.results import Column
+
+    broken = accumulation_runs(Machinery(primitives=Primitives(accumulate=lambda total, new: new)))
+    comparison = compare(sweep("cpu", honest), sweep("tpu", broken), roles=("CPU", "TPU"))
+    rows = [SweepRow("accumulation", (comparison.this, comparison.other), (comparison,))]
+    lines = table(rows, [Column("CPU", "cpu.db.gz"), Column("TPU", "tpu.db.gz")], {("accumulation", 1): "c.md"},
+                  "python -m crux.report.results CPU=cpu.db.gz TPU=tpu.db.gz")
+    assert lines[0].startswith("<!-- verdicts table") and lines[-1] == "<!-- end of verdicts table -->"
+    assert "| sweep | jobs | CPU | TPU | changed, TPU against CPU |" in lines
+    (line,) = [l for l in lines if l.startswith("| accumulation |")]
+    cells = [c.strip() for c in line.strip("|").split(" | ")]
+    assert cells[:2] == ["accumulation", "3"]
+    assert cells[2] == cell(comparison.this.verdicts) == "effective_batch **holds**; memory **holds**; noise " \
+                                                          "**inconclusive**"
+    assert cells[3].startswith("effective_batch **fails**")
+    assert cells[4].startswith("effective_batch[b4_acc4]: verdict holds → fails;") and cells[4].endswith("([comparison](c.md))")
