@@ -270,11 +270,13 @@ def test_the_budget_counts_the_warm_up_not_the_compiling_and_stops_before_a_pair
     assert times.compile_seconds == 50.0 and now[0] == pytest.approx(54.0)
 
 
-def test_a_budget_spent_early_ends_the_timing_after_a_pair_per_build_and_so_few_pairs_decide_nothing(now):
-    candidates = [Side(Clocked([0.13] * 10, now)) for _ in range(2)]
-    references = [Side(Clocked([0.1] * 10, now)) for _ in range(2)]
+@pytest.mark.parametrize("builds", [1, 2])
+def test_a_budget_spent_early_ends_the_timing_after_two_pairs_and_so_few_pairs_decide_nothing(now, builds):
+    """Two pairs, one of each build at least: the fewest an interval is made of."""
+    candidates = [Side(Clocked([0.13] * 10, now)) for _ in range(builds)]
+    references = [Side(Clocked([0.1] * 10, now)) for _ in range(builds)]
     times = time_paired(candidates, references, CLAIMED_COST, budget_seconds=1e-9)
-    assert len(times.candidate) == 2 and times.build == (0, 1)
+    assert len(times.candidate) == 2 and times.build == ((0, 0) if builds == 1 else (0, 1))
     assert CLAIMED_COST.place(times.interval()) == WITHIN  # every pair at exactly 1.3, yet only two of them
     verdict = checkpoint_verdict(times)
     assert verdict.verdict == INCONCLUSIVE

@@ -15,11 +15,11 @@ each drawn build, so that it holds how much the ratio moves between builds, not 
 
 The run is sequential: it looks at the interval after ``FIRST_LOOK`` pairs per build and then each time the
 count has doubled, and stops as soon as the interval lies wholly inside the band it is held to or wholly
-outside it, or before a pair that would take it past its time budget, once every build has a pair (then the
-pairs so far are what it has: fewer than a first look's decide nothing in the report). The budget counts every
+outside it, or before a pair that would take it past its time budget, once it has a pair of every build and two
+at least (then the pairs so far are what it has: fewer than a first look's decide nothing in the report). The budget counts every
 second from the start (finding the chunk length and warming the builds up included) but the compiling its
 solves report, which is the cost of the programs, not of the timing: a timing spends at most its budget and a
-pair's noise, more only where its warm-up and one pair per build take longer.
+pair's noise, more only where its warm-up and those first pairs take longer.
 """
 from __future__ import annotations
 
@@ -128,10 +128,10 @@ def time_paired(candidate: Side | Sequence[Side], reference: Side | Sequence[Sid
                 clock: str | None = None) -> PairedTimes:
     """Alternate chunks of the two sides until the interval of the time ratio is placed in or out of ``band``,
     or until the next pair would take the timing past ``budget_seconds`` of wall-clock time (counted from the
-    start, the solves' compiling left out); at least one pair per build. ``candidate`` and ``reference`` are
-    one side each or equally many builds of each (``candidate[b]`` is timed against ``reference[b]``, pair i on
-    build i mod B). ``clock``: what a chunk's seconds are, by default the one for JAX's device
-    (:func:`clock_here`)."""
+    start, the solves' compiling left out); at least one pair per build, and two. ``candidate`` and
+    ``reference`` are one side each or equally many builds of each (``candidate[b]`` is timed against
+    ``reference[b]``, pair i on build i mod B). ``clock``: what a chunk's seconds are, by default the one for JAX's
+    device (:func:`clock_here`)."""
     if budget_seconds <= 0:
         raise ValueError(f"the timing budget must be positive, got {budget_seconds} s")
     candidates = [candidate] if isinstance(candidate, Side) else list(candidate)
@@ -161,7 +161,7 @@ def time_paired(candidate: Side | Sequence[Side], reference: Side | Sequence[Sid
             look *= 2
             if band.place(ratio_interval(np.array(times[0]), np.array(times[1]), groups=np.array(build))) != UNDECIDED:
                 break
-        if len(load) >= builds and spent + (spent - before) > budget_seconds:  # the next pair would overrun
+        if len(load) >= max(builds, 2) and spent + (spent - before) > budget_seconds:  # the next pair would overrun
             break
     return PairedTimes(tuple(times[0]), tuple(times[1]), epochs, tuple(load), float(budget_seconds), spent,
                        Machine.here(), clock, tuple(build), watch.compile_seconds)
