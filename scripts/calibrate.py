@@ -56,8 +56,6 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 import crux
-from crux.roundoff import roundoff_twin
-from crux.backends.gradient_draws import GradientDraws, crux_gradient_draws
 from crux.constraint import constraint_loss
 from crux.problems import Problem
 from crux.report import FAILS, NO_EFFECT, PhasePlan, RunRecord, SolveOptions, Verdict
@@ -65,6 +63,8 @@ from crux.report.claims import check_accumulation, check_gradient_noise, check_p
 from crux.report.claims.gradient_noise import STANDARD_ERRORS, expected_ratios
 from crux.report.numerics import agreement
 from crux.report.records import histories_of, snapshot_arrays, summary_of
+from crux.roundoff import roundoff_twin
+from cruxlab.backends.gradient_draws import GradientDraws, crux_gradient_draws
 
 LEARNING_RATE = 1e-2
 UPDATES = 6  # per accumulation run: enough for trajectories to part, few enough to stay quick

@@ -37,7 +37,7 @@ from crux.tracking.contract import PARENT, ROLE, tag_filter
 from crux.tracking.store import child_runs
 
 REPOSITORY = Path(__file__).resolve().parent.parent
-SWEEP = "import sys; sys.argv[0] = 'crux-sweep'; from crux.commands.sweep import main; main()"
+SWEEP = "import sys; sys.argv[0] = 'crux-sweep'; from cruxlab.commands.sweep import main; main()"
 """What the ``crux-sweep`` console script runs."""
 
 

@@ -57,7 +57,7 @@ which creates a sweep job's run while the job trains (a lone crux-run opens the 
 
 def _parts() -> dict[str, tuple[Any, str]]:
     """Label -> (owner, attribute) of every timed tracking call (imports crux's pipeline: in a job's process)."""
-    import crux.commands.experiment
+    import cruxlab.commands.experiment
     from crux.stats import Statistics
     from crux.tracking import job
 
@@ -66,8 +66,8 @@ def _parts() -> dict[str, tuple[Any, str]]:
              STATS: (Statistics, "save"), PARAMS: (np, "savez"),
              "artifacts": (MlflowClient, "log_artifacts"), "artifact": (MlflowClient, "log_artifact"),
              "run close": (MlflowClient, "set_terminated"),
-             "relative_l2": (crux.commands.experiment.Problem, "relative_l2"),
-             "parameter copies": (crux.commands.experiment, "parameter_leaves"), "training": (crux.commands.experiment, "train")}
+             "relative_l2": (cruxlab.commands.experiment.Problem, "relative_l2"),
+             "parameter copies": (cruxlab.commands.experiment, "parameter_leaves"), "training": (cruxlab.commands.experiment, "train")}
     try:  # a version of crux with a background writer (the script also times the versions before it)
         from crux.tracking import writer
         parts["waiting for the writer"] = (writer.Writer, "drain")
@@ -191,7 +191,7 @@ class JobTimer(Callback):
 def run_sweep(count: int, overrides: list[str], uri: str | None, folder: Path) -> tuple[str, float]:
     """Run the sweep of ``count`` jobs into ``uri`` (a new SQLite store in ``folder`` if None); the URI and the
     sweep's wall time."""
-    import crux.commands.experiment
+    import cruxlab.commands.experiment
 
     if uri is None:
         uri = f"sqlite:///{folder}/mlflow.db"
@@ -202,7 +202,7 @@ def run_sweep(count: int, overrides: list[str], uri: str | None, folder: Path) -
                 f"tracking.experiment=measure-{int(time.time())}", f"hydra.sweep.dir={folder}/multirun",
                 "+hydra.callbacks.timer._target_=measure_tracking.JobTimer"]
     begin = time.perf_counter()
-    crux.commands.experiment.main()
+    cruxlab.commands.experiment.main()
     return uri, time.perf_counter() - begin
 
 

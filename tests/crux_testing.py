@@ -19,7 +19,7 @@ from crux.solver import Machinery
 
 EPS32 = float(np.finfo(np.float32).eps)  # 1.19e-7: float32 round-off unit
 REPO = Path(__file__).resolve().parent.parent
-PACKAGE_SOURCES = ("pyproject.toml", "README.md", "crux", "conf", "sweeps", "hydra_plugins")
+PACKAGE_SOURCES = ("pyproject.toml", "README.md", "crux", "cruxlab", "conf", "sweeps", "hydra_plugins")
 """What crux's wheel is built from."""
 
 
@@ -158,7 +158,7 @@ def run_opened(uri: str, experiment: str, job: str) -> bool:
 
 def selected(name: str) -> list[str]:
     """The overrides that select built-in sweep ``name`` once it is registered, as crux-sweep does."""
-    from crux.commands.sweep import available, register  # Hydra only for the tests that compose configs
+    from cruxlab.commands.sweep import available, register  # Hydra only for the tests that compose configs
 
     register(available()[name], f"crux-sweep {name}")
     return [f"+sweeps={name}"]

@@ -1,4 +1,4 @@
-"""Every claim check on jNO: the jNO job (crux.backends.jno.job.train_and_log) run in this process on tiny problems,
+"""Every claim check on jNO: the jNO job (cruxlab.backends.jno.job.train_and_log) run in this process on tiny problems,
 its outcome turned into run records as the report reads them from MLflow, and judged.
 
 jNO (the ``jno`` extra) is imported once for the module; each job builds its own
@@ -21,14 +21,14 @@ os.environ.setdefault("JNO_COMPILE_CACHE", jax.config.jax_compilation_cache_dir)
 pytest.importorskip("jno", reason='the jNO backend needs the jno extra: pip install -e ".[jno]"')
 
 from crux.pipeline import config  # noqa: E402
-from crux.backends.jno.job import train_and_log  # noqa: E402
 from crux.pipeline.config import CONFIG_PACKAGE  # noqa: E402
+from crux.pipeline.settings import group_of, phase_plan, solve_options  # noqa: E402
 from crux.report import FAILS, HOLDS, INCONCLUSIVE, NO_EFFECT, NOT_SUPPORTED, RunRecord, judge  # noqa: E402
 from crux.report.records import histories_of, summary_of  # noqa: E402
-from crux.pipeline.settings import group_of, phase_plan, solve_options  # noqa: E402
 from crux.timing.machine import WALL_TIME  # noqa: E402
 from crux.timing.pairs import FIRST_LOOK  # noqa: E402
 from crux.tracking import contract  # noqa: E402
+from cruxlab.backends.jno.job import train_and_log  # noqa: E402
 
 TINY = ["backend=jno", "model.width=8", "model.depth=2", "problem.n_interior=64", "solver.epochs=10",
         "jax.compilation_cache_dir=null"]

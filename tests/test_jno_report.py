@@ -34,7 +34,7 @@ def store(tmp_path_factory) -> tuple[str, Path]:
     folder = tmp_path_factory.mktemp("sweeps")
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     for name, backend in (("crux", []), ("jno", ["backend=jno", "backend.batching=points"])):
-        done = subprocess.run([sys.executable, "-m", "crux.commands.sweep", "accumulation", *SWEEP, *backend,
+        done = subprocess.run([sys.executable, "-m", "cruxlab.commands.sweep", "accumulation", *SWEEP, *backend,
                                f"hydra.sweep.dir={folder / name}"], cwd=folder, capture_output=True, text=True,
                               env={**os.environ, "MLFLOW_TRACKING_URI": uri},
                               timeout=1200)

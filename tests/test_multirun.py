@@ -26,9 +26,9 @@ from crux.pipeline.config import CONFIG_PACKAGE
 from crux.tracking import JobRun
 from crux.tracking import contract
 from crux.tracking.composed import compose_once
-from crux.tracking.params import variant_name
 from crux.tracking.liveness import process_tags
 from crux.tracking.multirun import Multirun
+from crux.tracking.params import variant_name
 from crux.tracking.store import PARENT_RUN, TRACKING_URI
 
 STOP_AT = 7
@@ -192,8 +192,8 @@ def test_a_job_out_of_range_refuses_the_sweep_before_the_store_is_opened(tmp_pat
 def test_a_job_is_checked_again_unless_cruxs_sweeper_checked_it_in_its_process(monkeypatch):
     from hydra_plugins.crux_sweeper.config import SweeperConfig
 
-    from crux.commands.experiment import checked_by_the_sweep
     from crux.tracking.liveness import SWEEP_PID
+    from cruxlab.commands.experiment import checked_by_the_sweep
 
     def hydra(mode: RunMode, sweeper: str) -> DictConfig:
         return OmegaConf.create({"mode": mode, "sweeper": {"_target_": sweeper}})

@@ -13,14 +13,14 @@ from hydra import compose, initialize_config_module
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from crux.tracking import contract
 import crux
 from crux.pipeline import config
-from crux.pipeline.keys import refused_override
 from crux.pipeline.config import CONFIG_PACKAGE, ModelConfig, build_problem, effective_settings
+from crux.pipeline.keys import refused_override
 from crux.problems import Problem
-from crux.commands.sweep import available, find_sweep, main, register
+from crux.tracking import contract
 from crux.tracking.params import flatten
+from cruxlab.commands.sweep import available, find_sweep, main, register
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "own_problem"
 received: dict = {}
@@ -267,7 +267,7 @@ def test_a_setting_that_ran_otherwise_is_logged_as_it_ran_beside_the_request(sto
 
 
 def test_a_built_in_sweep_says_which_fields_of_a_chosen_problem_it_sets():
-    from crux.commands.sweep import problem_note
+    from cruxlab.commands.sweep import problem_note
 
     sweeps = available()
     assert problem_note(sweeps["accumulation"], ["problem=heat2d", "solver.epochs=30"]) == (

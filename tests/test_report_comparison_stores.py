@@ -40,7 +40,7 @@ def sweep(folder: Path, uri: str, name: str, overrides: list[str], planted: str 
     """``crux-sweep name overrides`` logging to ``uri``, on planted_problems.``planted`` where given; the id of
     the sweep's parent run."""
     problem = [f"problem._target_=planted_problems.{planted}"] if planted else []
-    done = subprocess.run([sys.executable, "-m", "crux.commands.sweep", name, *overrides, *problem,
+    done = subprocess.run([sys.executable, "-m", "cruxlab.commands.sweep", name, *overrides, *problem,
                            f"hydra.sweep.dir={folder / 'multirun' / str(len(list(folder.glob('multirun/*'))))}"],
                           cwd=folder, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "MLFLOW_TRACKING_URI": uri, "PYTHONPATH": str(TESTS)})

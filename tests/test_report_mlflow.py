@@ -28,7 +28,7 @@ SWEEP_OVERRIDES = ["solver.epochs=20", "model.width=8", "problem.n_interior=64",
 
 def run_sweep(folder: Path, uri: str) -> None:
     """``crux-sweep accumulation`` with ``SWEEP_OVERRIDES``, logging to ``uri``, Hydra's folders in ``folder``."""
-    command = [sys.executable, "-m", "crux.commands.sweep", "accumulation", *SWEEP_OVERRIDES,
+    command = [sys.executable, "-m", "cruxlab.commands.sweep", "accumulation", *SWEEP_OVERRIDES,
                f"hydra.sweep.dir={folder / 'multirun'}"]
     done = subprocess.run(command, cwd=folder, env={**os.environ, "MLFLOW_TRACKING_URI": uri},
                           capture_output=True, text=True, timeout=600)

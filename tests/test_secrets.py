@@ -111,7 +111,7 @@ def test_a_postgresql_sweep_and_its_report_write_and_print_no_password(postgres_
     token = "token-" + password[::-1]
     assert password and len(password) >= 16
     env = {key: value for key, value in os.environ.items() if key != PASSWORD_VARIABLE}
-    sweep = subprocess.run([sys.executable, "-m", "crux.commands.sweep", "accumulation", *TINY, f"tracking.uri={postgres_store}"],
+    sweep = subprocess.run([sys.executable, "-m", "cruxlab.commands.sweep", "accumulation", *TINY, f"tracking.uri={postgres_store}"],
                            cwd=tmp_path, env={**env, "MLFLOW_TRACKING_PASSWORD": token}, capture_output=True,
                            text=True, timeout=600)
     assert sweep.returncode == 0, sweep.stderr[-3000:]
@@ -143,7 +143,7 @@ def test_a_sweep_to_a_server_whose_uri_holds_a_password_writes_and_prints_none(e
     env = {key: value for key, value in os.environ.items() if key not in SECRET_VARIABLES + SERVER_VARIABLES}
     with mlflow_server(served, empty_store) as url:
         with_password = url.replace("http://", f"http://alice:{password}@")
-        sweep = subprocess.run([sys.executable, "-m", "crux.commands.sweep", "accumulation", *TINY,
+        sweep = subprocess.run([sys.executable, "-m", "cruxlab.commands.sweep", "accumulation", *TINY,
                                 f"tracking.uri={with_password}"], cwd=folder, env=env, capture_output=True, text=True,
                                timeout=600)
         assert sweep.returncode == 0, sweep.stderr[-3000:]

@@ -47,7 +47,7 @@ def test_every_resume_job_trains_600_epochs_with_one_optimizer_in_one_or_three_c
 @pytest.mark.integration
 def test_inner_steps_sweep_with_other_epochs_runs_every_job(store):
     """K = solver.epochs follows the override: no job is refused for a K that does not divide the epochs."""
-    done = launch(store, "crux.commands.sweep", "inner_steps", "solver.epochs=100", "repeat=0", "model.width=4", "model.depth=1",
+    done = launch(store, "cruxlab.commands.sweep", "inner_steps", "solver.epochs=100", "repeat=0", "model.width=4", "model.depth=1",
                   "problem.n_interior=64")
     assert done.returncode == 0, done.stderr[-3000:]
     client, roles = runs_by_role(store, "inner_steps")

@@ -26,7 +26,7 @@ from hydra.core.hydra_config import HydraConfig
 
 from crux.tracking.secrets import masked, overrides_without_credentials
 
-PACKAGES = ("crux/", "hydra_plugins/")
+PACKAGES = ("crux/", "cruxlab/", "hydra_plugins/")
 """The folders of crux's wheel, whose installed files identify the crux that ran."""
 
 

@@ -32,13 +32,13 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from crux.backends.gradient_draws import ITEMS
 from crux.report.claims.accumulation import EFFECTIVE_BATCH
 from crux.report.numerics import EPS, ROUNDOFF_ALLOWANCE
 from crux.report.pairing import first, repeats, run_ids, settings
 from crux.report.records import RunRecord, UnreadableArtifact
 from crux.report.verdict import (FAILS, HOLDS, INCONCLUSIVE, NO_EFFECT, Threshold, Verdict, cannot_judge, fmt,
                                  not_in_sweep)
+from cruxlab.backends.gradient_draws import ITEMS
 
 PREFIX = "gradient_noise/"
 STANDARD_ERRORS = 3.0

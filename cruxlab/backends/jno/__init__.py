@@ -7,6 +7,6 @@ built-in problems, :mod:`.own` a user's (:class:`Problem`), :mod:`.training` run
 ``solve()`` and reads back what jNO reports, :mod:`.job` is the pipeline job that logs
 it all in crux's MLflow layout.
 """
-from crux.backends.jno.own import Problem
+from cruxlab.backends.jno.own import Problem
 
 __all__ = ["Problem"]

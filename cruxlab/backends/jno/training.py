@@ -25,10 +25,10 @@ import jax.numpy as jnp
 import numpy as np
 from jno.utils.adaptive.callbacks import Callback
 
-from crux.backends.gradient_draws import flat
-from crux.backends.jno.problems import JnoProblem
 from crux.options import SolveOptions
 from crux.stats import Statistics
+from cruxlab.backends.gradient_draws import flat
+from cruxlab.backends.jno.problems import JnoProblem
 
 SHARED_OPTIONS = ("accumulation_steps", "checkpoint_gradients", "offload_data", "inner_steps", "substeps")
 """The fields of :class:`crux.SolveOptions` that jNO's solve() takes by the same name (a batch size it takes as

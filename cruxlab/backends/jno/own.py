@@ -22,10 +22,10 @@ from omegaconf import DictConfig
 
 import jno
 from crux.pipeline import config
-from crux.backends.jno.problems import JnoProblem
 from crux.pipeline.config import ModelConfig
-from crux.roundoff import roundoff_twin
 from crux.problems.problem import exact_solution_faults
+from crux.roundoff import roundoff_twin
+from cruxlab.backends.jno.problems import JnoProblem
 
 
 @dataclass
@@ -64,7 +64,7 @@ def build(node: DictConfig, model: ModelConfig, seed: int, twin: int) -> JnoProb
     function, arguments = config.problem_call(node, model, seed)
     own = function(**arguments)
     if not isinstance(own, Problem):
-        raise TypeError(f"problem: {node._target_} returned {type(own).__name__}, not a crux.backends.jno.Problem: "
+        raise TypeError(f"problem: {node._target_} returned {type(own).__name__}, not a cruxlab.backends.jno.Problem: "
                         f"backend=jno trains a problem written in jNO's terms (docs/usage.md, \"jNO on a problem "
                         f"of your own\"); choose backend=crux for this one")
     for net in own.models.values():

@@ -1,8 +1,8 @@
 """The libraries a pipeline job can train with (the ``backend`` config group).
 
-``crux`` is crux's own solver (crux/commands/experiment.py runs it); ``jno`` builds the same
+``crux`` is crux's own solver (cruxlab/commands/experiment.py runs it); ``jno`` builds the same
 built-in problem in jNO's API and logs the same MLflow layout
-(:mod:`crux.backends.jno`, imported only when chosen, so crux never needs jNO).
+(:mod:`cruxlab.backends.jno`, imported only when chosen, so crux never needs jNO).
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
-from crux.backends.gradient_draws import GradientDraws, crux_gradient_draws, draws_wanted
+from cruxlab.backends.gradient_draws import GradientDraws, crux_gradient_draws, draws_wanted
 
 if TYPE_CHECKING:  # crux.tracking's sweeper checks jobs with this package
     from crux.tracking import JobRun
@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # crux.tracking's sweeper checks jobs with this package
 
 def run_on_backend(cfg: DictConfig, run: JobRun) -> float:
     """Train the job on its (non-crux) backend, logging into ``run``; returns the final total loss."""
-    from crux.backends.jno.job import train_and_log  # jNO is imported only here
+    from cruxlab.backends.jno.job import train_and_log  # jNO is imported only here
 
     return train_and_log(cfg, run)
 

@@ -26,10 +26,9 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from crux import precision as matmul
+from crux.options import SolveOptions
 from crux.pipeline import config
 from crux.pipeline.backend_choice import builtin_problem
-from crux.backends.gradient_draws import GradientDraws, draws_wanted
-from crux.options import SolveOptions
 from crux.pipeline.config import Phase
 from crux.pipeline.settings import solve_options
 from crux.schedules import Schedule, lrs
@@ -39,6 +38,7 @@ from crux.timing.pairs import Side
 from crux.tracking import JobRun, ParameterLeaves
 from crux.tracking.contract import UNSUPPORTED
 from crux.tracking.paired_timing import time_against
+from cruxlab.backends.gradient_draws import GradientDraws, draws_wanted
 
 
 def _environment(cfg: DictConfig, folder: Path) -> None:
@@ -77,7 +77,7 @@ def _train(problem: Any, phases: list[Phase], options: dict[str, Any], log: Any
     jNO's messages where it refused or fell back). A phase whose optimizer and schedule equal the previous
     one's continues its optimizer state; any other attaches a fresh optimizer, as crux-run does. Training stops
     at a refusal."""
-    from crux.backends.jno import training
+    from cruxlab.backends.jno import training
 
     parts, phase_ends, unsupported = [], [], []
     previous, epoch = None, 0
@@ -105,7 +105,7 @@ def train_and_log(cfg: DictConfig, run: JobRun) -> float:
     _environment(cfg, folder)  # jNO's own log and files go into the job's Hydra folder, beside the job's log
     import jno  # after _environment: jNO configures its compilation cache at import
 
-    from crux.backends.jno import own, problems, training
+    from cruxlab.backends.jno import own, problems, training
 
     log = jno.logger(folder / "jno", log_print=(True, False))
     backend = config.typed(cfg.backend, config.BACKENDS)

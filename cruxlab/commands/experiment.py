@@ -35,7 +35,6 @@ with heap.lasting():  # Hydra's and MLflow's modules, kept to the process's end:
     from hydra_plugins.crux_sweeper.config import SweeperConfig
     from hydra_plugins.crux_sweeper.crux_sweeper import CruxSweeper
 
-    from crux import backends
     from crux.pipeline import config, processes
     from crux.pipeline.config import CONFIG_PACKAGE, Phase
     from crux.pipeline.keys import refused_override
@@ -51,6 +50,7 @@ with heap.lasting():  # Hydra's and MLflow's modules, kept to the process's end:
     from crux.tracking.paired_timing import time_against
     from crux.tracking.secrets import move_override_credentials
     from crux.tracking.store import StoreError
+    from cruxlab import backends
 
 log = logging.getLogger(__name__)
 

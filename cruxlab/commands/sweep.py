@@ -201,8 +201,8 @@ def main(argv: list[str] | None = None) -> None:
             check_claims(sweep)
     except ValueError as error:
         parser.error(str(error))
-    from crux.commands import experiment  # after the argument checks: importing JAX and Hydra takes seconds
     from crux.tracking.secrets import overrides_without_credentials
+    from cruxlab.commands import experiment  # after the argument checks: importing JAX and Hydra takes seconds
 
     # the command is recorded and shown; crux-run's main moves the credentials into the environment
     register(sweep, shlex.join(["crux-sweep", *overrides_without_credentials(words)]))

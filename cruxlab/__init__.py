@@ -1,0 +1,2 @@
+"""The lab around crux: the pipeline that runs experiments on the library and judges its claims; the library,
+``crux``, imports none of it."""
