@@ -38,11 +38,11 @@ from omegaconf import OmegaConf
 
 import crux
 from bench_jno_problems import jno_poisson
-from crux.pipeline.config import ModelConfig
 from cruxlab.backends.jno import own
 from cruxlab.backends.jno.job import jno_schedule
 from cruxlab.backends.jno.problems import JnoProblem
 from cruxlab.backends.jno.training import Timed
+from cruxlab.config import ModelConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "own_problem"

@@ -32,9 +32,9 @@ import numpy as np
 import optax
 
 import crux
-from crux.pipeline.config import ModelConfig
 from cruxlab.backends.jno.job import jno_schedule
 from cruxlab.backends.jno.problems import Batching, JnoProblem, build
+from cruxlab.config import ModelConfig
 
 
 def jno_poisson(n: int, width: int) -> JnoProblem:

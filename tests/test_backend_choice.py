@@ -11,8 +11,8 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from crux.pipeline.backend_choice import builtin_problem, check_backend
-from crux.pipeline.config import CONFIG_PACKAGE
+from cruxlab.config import CONFIG_PACKAGE
+from cruxlab.config.backend_choice import builtin_problem, check_backend
 from crux_testing import selected
 
 

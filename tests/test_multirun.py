@@ -22,7 +22,6 @@ from hydra import version
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
-from crux.pipeline.config import CONFIG_PACKAGE
 from crux.tracking import JobRun
 from crux.tracking import contract
 from crux.tracking.composed import compose_once
@@ -30,6 +29,7 @@ from crux.tracking.liveness import process_tags
 from crux.tracking.multirun import Multirun
 from crux.tracking.params import variant_name
 from crux.tracking.store import PARENT_RUN, TRACKING_URI
+from cruxlab.config import CONFIG_PACKAGE
 
 STOP_AT = 7
 stopping = {STOP_AT}  # a job with one of these many epochs is stopped (Ctrl-C) once its run is open

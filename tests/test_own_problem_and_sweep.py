@@ -14,13 +14,13 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 import crux
-from crux.pipeline import config
-from crux.pipeline.config import CONFIG_PACKAGE, ModelConfig, build_problem, effective_settings
-from crux.pipeline.keys import refused_override
 from crux.problems import Problem
 from crux.tracking import contract
 from crux.tracking.params import flatten
+from cruxlab import config
 from cruxlab.commands.sweep import available, find_sweep, main, register
+from cruxlab.config import CONFIG_PACKAGE, ModelConfig, build_problem, effective_settings
+from cruxlab.config.keys import refused_override
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "own_problem"
 received: dict = {}

@@ -23,14 +23,14 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError
 
-from crux.pipeline import config
-from crux.pipeline.config import CONFIG_PACKAGE
 from crux.roundoff import roundoff_twin
 from crux.stats import Statistics, fingerprint
 from crux.tracking import contract
 from crux.tracking.history import history_series, thinned
 from crux.tracking.multirun import planned_jobs
+from cruxlab import config
 from cruxlab.commands.sweep import available, check_claims
+from cruxlab.config import CONFIG_PACKAGE
 from crux_testing import launch, runs_by_role, selected
 
 TINY = ["model.width=8", "model.depth=1", "solver.epochs=20"]

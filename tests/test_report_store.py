@@ -19,8 +19,6 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from crux.pipeline.config import CONFIG_PACKAGE, effective_settings
-from crux.pipeline.settings import configuration
 from crux.report import HOLDS, INCONCLUSIVE, load_sweep, main
 from crux.report.store import config_from_params
 from crux.stats import Statistics
@@ -29,6 +27,8 @@ from crux.tracking.multirun import planned_jobs
 from crux.tracking.params import flatten
 from crux.tracking.store import HTTP_LIMITS, StoreError, writable_store
 from cruxlab.commands.sweep import available
+from cruxlab.config import CONFIG_PACKAGE, effective_settings
+from cruxlab.config.settings import configuration
 from crux_testing import selected
 
 EPOCHS = 20

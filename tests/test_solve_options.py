@@ -7,11 +7,11 @@ import pytest
 from hydra import compose, initialize_config_module
 
 import crux
-from crux.pipeline.config import CONFIG_PACKAGE, TIMED_OPTIONS, effective_settings, timing_refusals
-from crux.pipeline import settings
-from crux.pipeline.settings import OPTION_KEYS, group_of, solve_options
 from crux.report.store import config_from_params
 from crux.tracking.params import flatten
+from cruxlab.config import CONFIG_PACKAGE, TIMED_OPTIONS, effective_settings, timing_refusals
+from cruxlab.config import settings
+from cruxlab.config.settings import OPTION_KEYS, group_of, solve_options
 from crux_testing import flat, mixed, poisson
 
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from crux.pipeline.config import BACKENDS
 from crux.report.backends import backends_in
 from crux.report.comparison import Comparison, compare
 from crux.report.store import StoreError, Sweep, load_sweep
+from cruxlab.config import BACKENDS
 
 
 def split_against(against: str) -> tuple[str, str | None, str | None]:

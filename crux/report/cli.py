@@ -26,21 +26,20 @@ from pathlib import Path
 
 from mlflow.exceptions import MlflowException
 
-from crux.pipeline.config import import_from_working_directory
 from crux.report.against import compare_against
 from crux.report.backends import load_sweeps
 from crux.report.claims import CHECKS
 from crux.report.comparison import Refused
 from crux.report.comparison_document import comparison_table, write_comparison
 from crux.report.coverage import claims_of, judge_sound
-from crux.report.document import (completeness, side_by_side_table, verdict_table, write_report,
-                                  write_side_by_side)
+from crux.report.document import (completeness, side_by_side_table, verdict_table, write_report, write_side_by_side)
 from crux.report.figures import draw
 from crux.report.store import StoreError, Sweep, open_client
 from crux.report.verdict import Verdict
 from crux.tracking.contract import COMMAND, NOTE
 from crux.tracking.descriptions import sweep_description
 from crux.tracking.secrets import masked
+from cruxlab.config import import_from_working_directory
 
 COMPLETE, CHANGED, UNREAD, INCOMPLETE = 0, 1, 2, 3
 EXIT_CODES = f"""exit codes:

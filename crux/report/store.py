@@ -3,7 +3,7 @@
 Which sweep: the one asked for, else the newest *complete* one (:mod:`crux.report.jobs`),
 else the newest. The solve options, the phase plan and the models each constraint
 reaches are read from a run's resolved ``config.yaml`` through the pipeline's own
-schema (``crux.pipeline.config``), so the report judges what was actually configured. An
+schema (``cruxlab.config``), so the report judges what was actually configured. An
 artifact that cannot be read is recorded on the run's record, never raised: only
 the verdicts that need it lose it. A run whose ``config.yaml`` cannot be read is
 placed by its params (the same config, flattened), so that the verdicts that
@@ -39,21 +39,20 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException, ValidationError
 from requests.exceptions import RequestException
 
-from crux.pipeline import config as crux_config
 from crux.report.jobs import JobAccount, MissingJob, account, plan_from_artifact
 from crux.report.packed import packed_path, unpack
 from crux.report.records import RunRecord
-from crux.pipeline.settings import configuration
 from crux.stats import Statistics
 from crux.tracking.contract import (BACKEND, CAPACITY_OPTION, CAPACITY_SIZES, CLAIM, CONFIG, ENVIRONMENT, OVERRIDES,
-                                   PARAMS, PARENT, PARENT_ID, PLANNED_JOBS, PLANNED_JOB_COUNT, REPEAT, ROLE, STATS,
-                                   VARIANT, tag_filter)
+                                    PARAMS, PARENT, PARENT_ID, PLANNED_JOBS, PLANNED_JOB_COUNT, REPEAT, ROLE, STATS,
+                                    VARIANT, tag_filter)
 from crux.tracking.history import history_series
 from crux.tracking.liveness import close_orphans
 from crux.tracking.secrets import POSTGRESQL
-from crux.tracking.store import (READING, SQLITE, StoreError, bounded_http, brief, check_postgresql,
-                                 check_sqlite, child_runs, move_store_credentials, store_error_types, store_errors,
-                                 tracking_uri)
+from crux.tracking.store import (READING, SQLITE, StoreError, bounded_http, brief, check_postgresql, check_sqlite,
+                                 child_runs, move_store_credentials, store_error_types, store_errors, tracking_uri)
+from cruxlab import config as crux_config
+from cruxlab.config.settings import configuration
 
 log = logging.getLogger(__name__)
 
@@ -383,7 +382,7 @@ def _arrays(path: Path) -> dict[str, np.ndarray]:
 
 
 def _typed(node: DictConfig) -> DictConfig:
-    """A resolved config typed by the pipeline's schema, as crux-run saw it (crux.pipeline.config builds objects from
+    """A resolved config typed by the pipeline's schema, as crux-run saw it (cruxlab.config builds objects from
     typed nodes only)."""
     return OmegaConf.merge(OmegaConf.structured(crux_config.Config), node)
 

@@ -1,7 +1,7 @@
 """The MLflow run of one job: opened first so that any failure is recorded, then filled as the job goes.
 
 Layout (docs/CONTRACT.md): params are the settings the job ran with
-(:func:`crux.pipeline.config.effective_settings`, flattened) and its ``variant``; the
+(:func:`cruxlab.config.effective_settings`, flattened) and its ``variant``; the
 histories go to MLflow as evenly spaced epochs in one call, every epoch in
 ``stats.npz`` (:mod:`crux.tracking.history`); summary metrics and the artifacts
 follow, the artifacts as one folder uploaded when the run closes.
@@ -46,30 +46,31 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
-from crux.pipeline.config import effective_settings
 from crux.failures import failure_line
 from crux.model import Model
 from crux.problems import Problem
 from crux.stats import Statistics
 from crux.tracking.contract import (ADJUSTED, BACKEND, CHILD, CLAIM, CONFIG, ENVIRONMENT, ERROR_MESSAGE, ERROR_TYPE,
-                                   FAILED, FINAL, FINISHED, HISTORY_PLOT, HISTORY_POINTS, INITIAL, JOB, KILLED, NOTE,
-                                   PARAMS, PARENT_ID, REPEAT, REQUESTED, ROLE, SINGLE, STATS, SWEEP, VARIANT, VARIANT_PARAM)
+                                    FAILED, FINAL, FINISHED, HISTORY_PLOT, HISTORY_POINTS, INITIAL, JOB, KILLED, NOTE,
+                                    PARAMS, PARENT_ID, REPEAT, REQUESTED, ROLE, SINGLE, STATS, SWEEP, VARIANT,
+                                    VARIANT_PARAM)
 from crux.tracking.descriptions import job_description
 from crux.tracking.environment import environment
-from crux.tracking.provenance import invocation
 from crux.tracking.faults import (PatientClient, StoreFault, patiently, reach, record_fault, recorded_fault,
                                   set_retry_budget, store_retrying)
 from crux.tracking.handover import Results, hand_over
-from crux.tracking.kept import keep
 from crux.tracking.history import history_series, log_history, thinned
 from crux.tracking.interrupt import deferred, signal_name
+from crux.tracking.kept import keep
 from crux.tracking.liveness import Heartbeat, follow_sweep, process_tags
 from crux.tracking.params import flatten, variant_name
+from crux.tracking.provenance import invocation
 from crux.tracking.secrets import masked
 from crux.tracking.space import NoRoom, check_room
-from crux.tracking.store import (DESTINATION, PARENT_RUN, TRACKING_URI, Destination, ensure_experiment,
-                                 experiment_name, move_store_credentials, tracking_uri, writable_store)
+from crux.tracking.store import (DESTINATION, PARENT_RUN, TRACKING_URI, Destination, ensure_experiment, experiment_name,
+                                 move_store_credentials, tracking_uri, writable_store)
 from crux.tracking.writer import Beside, Writer, process_writer
+from cruxlab.config import effective_settings
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ longer than ``tracking.retry_seconds`` stops the sweep: no job starts after it, 
 which jobs finished and the ``--resume`` command (:mod:`crux.tracking.faults`).
 
 Nothing is created before every job's config is known to be usable
-(:func:`crux.pipeline.config.out_of_range`) and the store to take writes
+(:func:`cruxlab.config.out_of_range`) and the store to take writes
 (:func:`crux.tracking.store.writable_store`); a refusal is one line and exit
 status 1, with no run and no job.
 
@@ -51,31 +51,29 @@ from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
-from crux.pipeline.config import effective_settings, overrides_without
-from crux.pipeline.keys import refused_override
-from crux.pipeline.refusals import refusals as job_refusals
 from crux.tracking.contract import (BACKEND, CLAIM, CLAIMS, COMMAND, ERROR_MESSAGE, ERROR_TYPE, FAILED, FINISHED, HOST,
-                                   JOB, KILLED, NOTE, OVERRIDES, PARENT, PID, PLANNED_JOBS, PLANNED_JOB_COUNT,
-                                   RESUMES, ROLE, RUNNING, SWEEP, SWEEP_DIR, SWEPT, VARIANT, VARIANT_PARAM,
-                                   WORKING_DIR, tag_filter)
+                                    JOB, KILLED, NOTE, OVERRIDES, PARENT, PID, PLANNED_JOBS, PLANNED_JOB_COUNT, RESUMES,
+                                    ROLE, RUNNING, SWEEP, SWEEP_DIR, SWEPT, VARIANT, VARIANT_PARAM, WORKING_DIR,
+                                    tag_filter)
 from crux.tracking.descriptions import runs_page, sweep_description
 from crux.tracking.failures import tracebacks_shown
 from crux.tracking.faults import (PatientClient, StoreFault, is_store_fault, record_fault, recorded_fault,
                                   reserve_fault_record, set_retry_budget)
-from crux.tracking.interrupt import deferred, exit_status, interruptible, signal_name
 from crux.tracking.handover import ARTIFACTS, Pickup, read_results
+from crux.tracking.interrupt import deferred, exit_status, interruptible, signal_name
 from crux.tracking.job import JobRun, finished_jobs, unwritten_jobs
 from crux.tracking.kept import kept_folder, kept_results
-from crux.tracking.liveness import (GONE, STORE_FAULT, SWEEP_PID, Heartbeat, close_orphans, is_gone,
-                                   process_tags)
+from crux.tracking.liveness import (GONE, STORE_FAULT, SWEEP_PID, Heartbeat, close_orphans, is_gone, process_tags)
 from crux.tracking.params import as_requested, flatten
 from crux.tracking.secrets import PASSWORD_VARIABLE, credential_variables, masked
-from crux.tracking.store import (DESTINATION, PARENT_RUN, TRACKING_URI, WRITING, Destination,
-                                 StoreError, brief, child_runs, ensure_experiment, experiment_name,
-                                 move_store_credentials, store_error_types, store_errors, tracking_uri,
-                                 writable_store)
 from crux.tracking.space import StoreReserve
+from crux.tracking.store import (DESTINATION, PARENT_RUN, TRACKING_URI, WRITING, Destination, StoreError, brief,
+                                 child_runs, ensure_experiment, experiment_name, move_store_credentials,
+                                 store_error_types, store_errors, tracking_uri, writable_store)
 from crux.tracking.writer import process_writer
+from cruxlab.config import effective_settings, overrides_without
+from cruxlab.config.keys import refused_override
+from cruxlab.config.refusals import refusals as job_refusals
 
 log = logging.getLogger(__name__)
 
@@ -202,9 +200,9 @@ class Multirun:
     # -- before any job ------------------------------------------------------------------------
     def _checked(self, jobs: list[list[str]]) -> list[DictConfig]:
         """Each job's config, composed as its launcher will compose it; Refused naming every value out of
-        range (:func:`crux.pipeline.config.out_of_range`), a backend that cannot run it
-        (:func:`crux.pipeline.backend_choice.backend_refusals`), a problem that cannot be built from it
-        (:func:`crux.pipeline.config.problem_faults`) or config that does not compose, and the jobs it is in."""
+        range (:func:`cruxlab.config.out_of_range`), a backend that cannot run it
+        (:func:`cruxlab.config.backend_choice.backend_refusals`), a problem that cannot be built from it
+        (:func:`cruxlab.config.problem_faults`) or config that does not compose, and the jobs it is in."""
         configs, refusals = [], {}
         for number, overrides in enumerate(jobs):
             cfg = None

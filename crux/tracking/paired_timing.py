@@ -21,13 +21,13 @@ from typing import Any, Callable
 from mlflow.entities import Metric
 from omegaconf import DictConfig, OmegaConf
 
-from crux.pipeline import config
 from crux.options import SolveOptions
-from crux.pipeline.settings import solve_options
 from crux.timing.bands import timing_band
 from crux.timing.pairs import PairedTimes, Side, time_paired
 from crux.tracking.contract import TIMING_AGAINST, TIMING_CLOCK, TIMING_CPU, TIMING_DEVICE
 from crux.tracking.job import JobRun
+from cruxlab import config
+from cruxlab.config.settings import solve_options
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from crux.pipeline import heap
+from cruxlab.commands import heap
 
 with heap.lasting():  # Hydra's and MLflow's modules, kept to the process's end: no collection walks them
     import hydra
@@ -35,11 +35,6 @@ with heap.lasting():  # Hydra's and MLflow's modules, kept to the process's end:
     from hydra_plugins.crux_sweeper.config import SweeperConfig
     from hydra_plugins.crux_sweeper.crux_sweeper import CruxSweeper
 
-    from crux.pipeline import config, processes
-    from crux.pipeline.config import CONFIG_PACKAGE, Phase
-    from crux.pipeline.keys import refused_override
-    from crux.pipeline.refusals import config_refusals
-    from crux.pipeline.settings import solve_options
     from crux.problems import Problem
     from crux.tracking import JobRun, ParameterLeaves, parameter_leaves
     from crux.tracking.capacity_job import run_capacity
@@ -50,7 +45,12 @@ with heap.lasting():  # Hydra's and MLflow's modules, kept to the process's end:
     from crux.tracking.paired_timing import time_against
     from crux.tracking.secrets import move_override_credentials
     from crux.tracking.store import StoreError
-    from cruxlab import backends
+    from cruxlab import backends, config
+    from cruxlab.commands import processes
+    from cruxlab.config import CONFIG_PACKAGE, Phase
+    from cruxlab.config.keys import refused_override
+    from cruxlab.config.refusals import config_refusals
+    from cruxlab.config.settings import solve_options
 
 log = logging.getLogger(__name__)
 
@@ -245,7 +245,7 @@ def reported(error: Exception) -> str | None:
 def main(program: str = "crux-run") -> None:
     """The console script: Hydra reads the command line. ``program`` names the command in its messages. Once the
     run or sweep is done the process ends here, its exit handlers run but not the interpreter's teardown
-    (:func:`crux.pipeline.heap.exit_without_teardown`)."""
+    (:func:`cruxlab.commands.heap.exit_without_teardown`)."""
     config.import_from_working_directory()
     quiet_platform_probe()
     Plugins.instance().register(CruxSweeper)  # Hydra's scan misses it in an editable install

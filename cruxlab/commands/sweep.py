@@ -31,7 +31,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from crux.pipeline import heap
+from cruxlab.commands import heap
 
 SWEEP_PACKAGE = "crux.sweeps"
 """The package that holds the built-in sweeps (the repository's ``sweeps/``)."""

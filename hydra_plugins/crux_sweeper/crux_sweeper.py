@@ -4,7 +4,7 @@ crux sweep with a parent run in MLflow (:mod:`crux.tracking.multirun`).
 Hydra instantiates a sweeper only from the ``hydra_plugins`` package, and imports
 every module there when any Hydra application starts: this one is thin and imports
 crux when it sweeps. Hydra's scan of ``hydra_plugins`` misses a package installed
-in editable mode, so crux-run registers the class itself, and :mod:`crux.pipeline.config`
+in editable mode, so crux-run registers the class itself, and :mod:`cruxlab.config`
 registers its config, ``hydra/sweeper=crux`` (:class:`hydra_plugins.crux_sweeper.config.SweeperConfig`).
 """
 

@@ -27,10 +27,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from crux import precision as matmul
 from crux.options import SolveOptions
-from crux.pipeline import config
-from crux.pipeline.backend_choice import builtin_problem
-from crux.pipeline.config import Phase
-from crux.pipeline.settings import solve_options
 from crux.schedules import Schedule, lrs
 from crux.stats import Statistics
 from crux.timing.machine import WALL_TIME
@@ -38,7 +34,11 @@ from crux.timing.pairs import Side
 from crux.tracking import JobRun, ParameterLeaves
 from crux.tracking.contract import UNSUPPORTED
 from crux.tracking.paired_timing import time_against
+from cruxlab import config
 from cruxlab.backends.gradient_draws import GradientDraws, draws_wanted
+from cruxlab.config import Phase
+from cruxlab.config.backend_choice import builtin_problem
+from cruxlab.config.settings import solve_options
 
 
 def _environment(cfg: DictConfig, folder: Path) -> None:

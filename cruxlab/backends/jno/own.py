@@ -2,7 +2,7 @@
 
 The problem config's ``_target_`` names a function that crux calls as it calls a
 crux problem's, ``function(**fields, hidden=..., activation=..., seed=...)``
-(:data:`crux.pipeline.config.PROBLEM_ARGUMENTS`), so crux-run and crux-sweep check it the same
+(:data:`cruxlab.config.PROBLEM_ARGUMENTS`), so crux-run and crux-sweep check it the same
 way before any job: the module imports, every field is a parameter, the arguments
 bind. The function returns a :class:`Problem`: jNO losses and ``jno.nn`` models by
 name. crux makes ``jno.core`` of the losses, attaches the configured optimizer and
@@ -21,11 +21,11 @@ import numpy as np
 from omegaconf import DictConfig
 
 import jno
-from crux.pipeline import config
-from crux.pipeline.config import ModelConfig
 from crux.problems.problem import exact_solution_faults
 from crux.roundoff import roundoff_twin
+from cruxlab import config
 from cruxlab.backends.jno.problems import JnoProblem
+from cruxlab.config import ModelConfig
 
 
 @dataclass
@@ -60,7 +60,7 @@ def _largest_point_set(core: Any) -> int:
 def build(node: DictConfig, model: ModelConfig, seed: int, twin: int) -> JnoProblem:
     """The problem the config ``node`` names, built and made a ``jno.core``, its models moved to round-off twin
     ``twin`` (0: as built) before jNO reads them. Raises TypeError for a function that returns anything but a
-    :class:`Problem`, and as :func:`crux.pipeline.config.problem_call` does."""
+    :class:`Problem`, and as :func:`cruxlab.config.problem_call` does."""
     function, arguments = config.problem_call(node, model, seed)
     own = function(**arguments)
     if not isinstance(own, Problem):

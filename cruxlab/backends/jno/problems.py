@@ -26,10 +26,10 @@ import jax
 import numpy as np
 
 import jno
-from crux.pipeline.config import ModelConfig
-from crux.roundoff import roundoff_twin
 from crux.model import ACTIVATIONS
 from crux.problems import Problem
+from crux.roundoff import roundoff_twin
+from cruxlab.config import ModelConfig
 
 Field = Callable[[np.ndarray], np.ndarray]
 
@@ -131,7 +131,7 @@ BUILDERS = {"poisson1d": poisson1d, "mixed_poisson1d": mixed_poisson1d}
 
 def build(name: str, crux_problem: Problem, fields: Mapping[str, Any], model: ModelConfig, seed: int, twin: int,
           batching: Batching) -> JnoProblem:
-    """The built-in problem ``name`` in jNO (crux.pipeline.backend_choice checked that it is one of ``BUILDERS``), with
+    """The built-in problem ``name`` in jNO (cruxlab.config.backend_choice checked that it is one of ``BUILDERS``), with
     the crux problem's exact solution and test points."""
     built = BUILDERS[name](crux_problem, fields, model, seed, twin, batching)
     return replace(built, exact=crux_problem.exact, test_points=crux_problem.test_points)

@@ -4,7 +4,7 @@ terms.
 Hydra checks types while composing; a value of the right type can still be one no
 run could use (``solver.epochs=-1``, ``model.width=0``) or one that trains without
 a word of warning to no purpose (``optimizer.b1=2``). The schema
-(:mod:`crux.pipeline.config`) declares each field's check with :func:`checked`, and
+(:mod:`cruxlab.config`) declares each field's check with :func:`checked`, and
 :func:`problems` names every value that fails one, as ``solver.epochs=-1: must be
 >= 1``, so that a job is refused before any run is created.
 """

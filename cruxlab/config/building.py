@@ -23,9 +23,9 @@ from omegaconf import DictConfig, OmegaConf
 from crux import problems
 from crux.failures import failure_line, raised_at, shown_path
 from crux.model import Model
-from crux.pipeline.config.schema import (OPTIMIZERS, SCHEDULES, SWEEP_KEYS, TRACKING_KEYS, ModelConfig,
-                                         OptimizerConfig, ScheduleConfig, typed)
 from crux.roundoff import roundoff_twin
+from cruxlab.config.schema import (OPTIMIZERS, SCHEDULES, SWEEP_KEYS, TRACKING_KEYS, ModelConfig, OptimizerConfig,
+                                   ScheduleConfig, typed)
 
 
 @dataclass(frozen=True)

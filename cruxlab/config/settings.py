@@ -15,7 +15,7 @@ import numpy as np
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from crux.options import SolveOptions
-from crux.pipeline import config
+from cruxlab import config
 
 OPTION_GROUPS = {"solver": config.SolverConfig, "memory": config.MemoryConfig}
 """The config groups whose schemas hold the fields of :class:`crux.SolveOptions`, each by the field's name."""
@@ -98,7 +98,7 @@ def phase_plan(cfg: DictConfig) -> tuple[PhasePlan, ...]:
 
 
 def group_of(cfg: DictConfig) -> str:
-    """The settings the job ran with (:func:`crux.pipeline.config.effective_settings`: an optimizer's unset field is its
+    """The settings the job ran with (:func:`cruxlab.config.effective_settings`: an optimizer's unset field is its
     default, so a config read back from params groups with its config.yaml) apart from the options claims vary:
     runs with equal groups may be paired."""
     rest: dict[str, Any] = config.effective_settings(cfg)

@@ -3,7 +3,7 @@
 A wrong type or an unknown key is refused by Hydra while composing, before any JAX work. The dataclasses hold
 the types, the yaml files in ``conf/`` hold the values; the only defaults here are "not set" values, and an
 optimizer field left ``None`` takes optax's default, so no library default is copied here. Each field declares
-its range or choices (:mod:`crux.pipeline.ranges`).
+its range or choices (:mod:`cruxlab.config.ranges`).
 
 Groups whose options differ in shape (``problem``, ``optimizer``, ``schedule``) have one schema per option,
 pulled in by the option's yaml (``defaults: [base_adam]``); :func:`typed` checks a node against the schema its
@@ -33,8 +33,8 @@ from crux.derivatives import LAPLACIAN_MODES
 from crux.model import ACTIVATIONS, Model
 from crux.optim import soap
 from crux.options import SolveOptions
-from crux.pipeline.ranges import AT_LEAST_ONE, FRACTION, NOT_NEGATIVE, POSITIVE, SEED, Choice, checked
 from crux.schedules import Schedule, lrs
+from cruxlab.config.ranges import AT_LEAST_ONE, FRACTION, NOT_NEGATIVE, POSITIVE, SEED, Choice, checked
 
 CONFIG_PACKAGE = "crux.conf"
 """The package that holds the config groups (the repository's ``conf/``)."""

@@ -15,7 +15,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from crux.pipeline import config
+from cruxlab import config
 
 JNO_INSTALL = 'pip install -e ".[jno]"'
 PROBLEMS_TARGET = "crux.problems."

@@ -7,8 +7,8 @@ keeps each node's schema (its dataclass), so after composing, every key of a nod
 has one is checked against its fields (:func:`unknown_keys`); a later phase's optimizer
 and schedule, untyped in the schema, are checked against the schema their ``name``
 selects. ``problem`` is checked against its function's signature instead
-(:func:`crux.pipeline.config.problem_faults`): a user's problem takes the fields it
-declares, and ``timing.against`` names solve() options (:func:`crux.pipeline.config.timing_refusals`).
+(:func:`cruxlab.config.problem_faults`): a user's problem takes the fields it
+declares, and ``timing.against`` names solve() options (:func:`cruxlab.config.timing_refusals`).
 
 Hydra's own refusals of an unknown key, "Could not override 'solver.epoch'. To append
 to your config use +solver.epoch=100" and "Key 'epoch' not in 'SolverConfig'" (a
@@ -31,9 +31,9 @@ from typing import Any, Callable
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ValidationError
 
-from crux.pipeline import config
-from crux.pipeline.config import CONFIG_PACKAGE, OPTIMIZERS, SCHEDULES, unknown_field
-from crux.pipeline.ranges import CHECK, Choice, Range, allowed, as_typed, type_name
+from cruxlab import config
+from cruxlab.config import CONFIG_PACKAGE, OPTIMIZERS, SCHEDULES, unknown_field
+from cruxlab.config.ranges import CHECK, Choice, Range, allowed, as_typed, type_name
 
 CHECKED_ELSEWHERE = ("problem", "timing.against")
 """Nodes whose keys are not the schema's: a problem's fields (its function's parameters), a timing's options."""
@@ -97,7 +97,7 @@ MERGING = re.compile(r"Error merging override (\S+)")
 """Hydra's refusal of an override that the config cannot take; omegaconf's error, its cause, says why."""
 TYPE_WORDS = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
               "list": "a list", "mapping": "a mapping", "null": "null", "any": "any value"}
-"""A schema type's name (:func:`crux.pipeline.ranges.type_name`) as a message says it."""
+"""A schema type's name (:func:`cruxlab.config.ranges.type_name`) as a message says it."""
 
 
 def mistyped_value(error: Exception, compose_without: Callable[[str], DictConfig]) -> str | None:
@@ -188,7 +188,7 @@ def check_values(check: Any, kind: type) -> list[Any]:
 
 def refused_override(error: Exception, compose_without: Callable[[str], DictConfig]) -> str | None:
     """Hydra's refusal of a key crux's schema lacks (:data:`COULD_NOT_OVERRIDE`, :data:`NOT_IN_SCHEMA`) said as
-    crux says it (:func:`unknown_key`; a problem's field: :func:`crux.pipeline.config.unknown_field`), and of a
+    crux says it (:func:`unknown_key`; a problem's field: :func:`cruxlab.config.unknown_field`), and of a
     value of the wrong type (:func:`mistyped_value`); ``compose_without(key)`` composes the job's config without
     the overrides of ``key``, to find the problem's function. None for any other error, or when the config does
     not compose without it either (Hydra's message then says what is wrong)."""

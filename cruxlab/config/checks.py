@@ -1,6 +1,6 @@
 """What in a job's config no run could use, in the command line's terms, found before any run is created:
 values of the right type outside their field's range or choices (``solver.epochs=-1``, ``optimizer.b1=2``: each
-field declares them, :mod:`crux.pipeline.ranges`) and values that depend on one another (:func:`out_of_range`),
+field declares them, :mod:`cruxlab.config.ranges`) and values that depend on one another (:func:`out_of_range`),
 what a timing may change (:func:`timing_refusals`), a problem whose function cannot be called with its fields
 (:func:`problem_faults`) and one that its function cannot build or whose residuals do not trace
 (:func:`built_problem`, :func:`build_faults`); and a command line's overrides less one key
@@ -16,10 +16,10 @@ from omegaconf import DictConfig, OmegaConf
 from crux import capacity
 from crux.failures import failure_line
 from crux.options import divisors
-from crux.pipeline.config.building import problem, problem_call, training_phases
 from crux.problems import Problem
-from crux.pipeline.config.schema import TIMED_OPTIONS
-from crux.pipeline.ranges import refusals as range_refusals
+from cruxlab.config.building import problem, problem_call, training_phases
+from cruxlab.config.ranges import refusals as range_refusals
+from cruxlab.config.schema import TIMED_OPTIONS
 
 
 def timing_refusals(cfg: DictConfig) -> list[str]:
@@ -31,7 +31,7 @@ def timing_refusals(cfg: DictConfig) -> list[str]:
 
 def out_of_range(cfg: DictConfig) -> list[str]:
     """Every value of a job's config that its run could not use, in the command line's terms
-    (``solver.epochs=-1: must be >= 1``): the ranges and choices of the schema's fields (:mod:`crux.pipeline.ranges`),
+    (``solver.epochs=-1: must be >= 1``): the ranges and choices of the schema's fields (:mod:`cruxlab.config.ranges`),
     and what depends on several of them (``solver.inner_steps`` divides the epochs of every phase; offloading
     streams mini-batches and accumulation splits one, so both need a batch size: crux's solve() would take
     accumulation as 1 while the run's params recorded it, where jNO's own fallback is judged "not supported";
@@ -106,7 +106,7 @@ def builds_problem(cfg: DictConfig) -> bool:
 
 
 def built_problem(cfg: DictConfig) -> Problem:
-    """The job's problem (:func:`crux.pipeline.config.problem`), each residual traced once at one point with its
+    """The job's problem (:func:`cruxlab.config.problem`), each residual traced once at one point with its
     models, as ``solve()`` does first, without compiling or computing anything: points that are not finite or not
     ``(N, d)``, a point of another dimension than a model takes, a residual that raises or returns another shape
     fail here. Raises :class:`UnbuiltProblem`."""

@@ -1,22 +1,22 @@
 """Every reason crux-run and crux-sweep refuse a job's config, gathered in one list before any run exists.
 
 Each rule lives with what it checks: keys the schema lacks, however they were written
-(:func:`crux.pipeline.keys.unknown_keys`), the ranges and choices of the schema's fields
-(:mod:`crux.pipeline.ranges`), values that depend on one another and what a timing may change
-(:func:`crux.pipeline.config.out_of_range`), what the chosen backend cannot run
-(:func:`crux.pipeline.backend_choice.backend_refusals`), a problem whose function cannot be called with its
-fields (:func:`crux.pipeline.config.problem_faults`), and, once the config passes, a problem that its function
-cannot build or whose residuals do not trace (:func:`crux.pipeline.config.build_faults`). crux's sweeper checks
+(:func:`cruxlab.config.keys.unknown_keys`), the ranges and choices of the schema's fields
+(:mod:`cruxlab.config.ranges`), values that depend on one another and what a timing may change
+(:func:`cruxlab.config.out_of_range`), what the chosen backend cannot run
+(:func:`cruxlab.config.backend_choice.backend_refusals`), a problem whose function cannot be called with its
+fields (:func:`cruxlab.config.problem_faults`), and, once the config passes, a problem that its function
+cannot build or whose residuals do not trace (:func:`cruxlab.config.build_faults`). crux's sweeper checks
 every job of a sweep with :func:`refusals` before the first starts; crux-run checks its one job's config with
-:func:`config_refusals`, then builds its problem once, before its run (:func:`crux.pipeline.config.built_problem`).
+:func:`config_refusals`, then builds its problem once, before its run (:func:`cruxlab.config.built_problem`).
 """
 from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from crux.pipeline.backend_choice import backend_refusals
-from crux.pipeline.config import build_faults, out_of_range, problem_faults
-from crux.pipeline.keys import unknown_keys
+from cruxlab.config import build_faults, out_of_range, problem_faults
+from cruxlab.config.backend_choice import backend_refusals
+from cruxlab.config.keys import unknown_keys
 
 
 def config_refusals(cfg: DictConfig) -> list[str]:

@@ -1,13 +1,13 @@
 """docs/config.md: every config group and key of ``crux-run``/``crux-sweep``, with its type, default and allowed
-values, generated from the schema (:mod:`crux.pipeline.config`) and the configs that ship with crux (``crux.conf``) so
+values, generated from the schema (:mod:`cruxlab.config`) and the configs that ship with crux (``crux.conf``) so
 that it cannot drift from them.
 
-    python -m crux.pipeline.config_reference            # rewrites docs/config.md
-    python -m crux.pipeline.config_reference --check    # exit status 1 when docs/config.md is stale
+    python -m cruxlab.config.config_reference            # rewrites docs/config.md
+    python -m cruxlab.config.config_reference --check    # exit status 1 when docs/config.md is stale
 
 A key's default is its value in the shipped config of its option (``conf/<group>/<option>.yaml``, as composed
 with ``<group>=<option>``): ``null`` where the option leaves it unset, as written where it is an
-interpolation. Its allowed values are its type and the check it declares (:mod:`crux.pipeline.ranges`).
+interpolation. Its allowed values are its type and the check it declares (:mod:`cruxlab.config.ranges`).
 """
 from __future__ import annotations
 
@@ -22,15 +22,15 @@ from typing import Any
 from hydra import compose, initialize_config_module
 from omegaconf import MISSING, OmegaConf
 
-from crux.pipeline import config
-from crux.pipeline.ranges import allowed, type_name
+from cruxlab import config
+from cruxlab.config.ranges import allowed, type_name
 from hydra_plugins.crux_sweeper.config import SweeperConfig
 
 DOCUMENT = Path(__file__).resolve().parents[2] / "docs" / "config.md"
 NODES = (("jax", config.JaxConfig), ("timing", config.TimingConfig), ("capacity", config.CapacityConfig))
 """The config's nodes that are no group (no options to choose), each with its schema."""
 TOP_LEVEL = ("claim", "claims", "gradient_draws", "repeat", "variant", "roundoff_twin")
-"""The keys of :class:`crux.pipeline.config.Config` that are no group."""
+"""The keys of :class:`cruxlab.config.Config` that are no group."""
 GROUPS: tuple[tuple[str, dict[str, type]], ...] = (
     ("problem", config.PROBLEMS),
     ("backend", config.BACKENDS),
@@ -91,8 +91,8 @@ def render() -> str:
              "option of the group that crux ships, `conf/<group>/<option>.yaml`) and the values it accepts; a value "
              "outside them is refused before any run exists. Set a key as `group.key=value` on the command line, "
              "choose an option as `group=option`. A problem of your own has the fields of its function (its parameters "
-             "other than `hidden`, `activation` and `seed`: docs/usage.md). Generated from `crux/pipeline/config/schema.py` by "
-             "`python -m crux.pipeline.config_reference`; do not edit by hand.", ""]
+             "other than `hidden`, `activation` and `seed`: docs/usage.md). Generated from `cruxlab/config/schema.py` by "
+             "`python -m cruxlab.config.config_reference`; do not edit by hand.", ""]
     with initialize_config_module(config.CONFIG_PACKAGE, version_base="1.3"):
         plain = compose("config")
         lines += ["## Top level", "", summary(config.Config), "", *HEADER]
@@ -113,13 +113,13 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m crux.pipeline.config_reference", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m cruxlab.config.config_reference", description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 when docs/config.md is not what it generates")
     args = parser.parse_args(argv)
     text = render()
     if args.check:
         if not DOCUMENT.is_file() or DOCUMENT.read_text(encoding="utf-8") != text:
-            sys.exit(f"{DOCUMENT} is stale: run python -m crux.pipeline.config_reference")
+            sys.exit(f"{DOCUMENT} is stale: run python -m cruxlab.config.config_reference")
         return
     DOCUMENT.write_text(text, encoding="utf-8")
     print(f"wrote {DOCUMENT}")
