@@ -133,7 +133,7 @@ def runs_by_role(tmp_path: Path, experiment: str) -> tuple[Any, dict[str, list]]
     """The MLflow client of ``tmp_path/mlflow.db`` and the runs of ``experiment`` by their role tag."""
     from mlflow.tracking import MlflowClient  # MLflow only for the tests that read a store
 
-    from crux.tracking import contract
+    from cruxlab.store import contract
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     found = client.get_experiment_by_name(experiment)
@@ -149,7 +149,7 @@ def run_opened(uri: str, experiment: str, job: str) -> bool:
     the previous job's writes, while the job trains."""
     from mlflow.tracking import MlflowClient
 
-    from crux.tracking import contract
+    from cruxlab.store import contract
 
     client = MlflowClient(uri)
     found = client.get_experiment_by_name(experiment)

@@ -26,7 +26,7 @@ from typing import Iterator
 
 import numpy as np
 import pytest
-from crux.tracking import contract
+from cruxlab.store import contract
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from crux.tracking import contract
 from cruxlab.config import effective_settings
 from cruxlab.config.refusals import refusals
+from cruxlab.store import contract
 from crux_testing import launch, runs_by_role
 from test_sweeps import jobs
 

@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from crux.tracking import contract
 from cruxlab import config
 from cruxlab.config.backend_choice import backend_refusals
+from cruxlab.store import contract
 from crux_testing import EPS32, poisson
 from test_backend_choice import composed
 from crux_testing import launch, runs_by_role

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from crux.tracking import contract
+from cruxlab.store import contract
 from crux_testing import REPO, copy_of_checkout
 
 pytestmark = pytest.mark.integration  # builds a wheel, makes a venv, runs sweeps in subprocesses

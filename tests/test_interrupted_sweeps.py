@@ -19,7 +19,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from crux.stats import Statistics
-from crux.tracking import contract
+from cruxlab.store import contract
 from crux_testing import run_opened
 
 pytestmark = pytest.mark.integration  # sweeps and reports in subprocesses

@@ -24,18 +24,18 @@ from crux.report import FAILS, HOLDS, INCONCLUSIVE, NO_EFFECT, NOT_SUPPORTED, Ru
 from crux.report.records import histories_of, summary_of  # noqa: E402
 from crux.timing.machine import WALL_TIME  # noqa: E402
 from crux.timing.pairs import FIRST_LOOK  # noqa: E402
-from crux.tracking import contract  # noqa: E402
 from cruxlab import config  # noqa: E402
 from cruxlab.backends.jno.job import train_and_log  # noqa: E402
 from cruxlab.config import CONFIG_PACKAGE  # noqa: E402
 from cruxlab.config.settings import group_of, phase_plan, solve_options  # noqa: E402
+from cruxlab.store import contract  # noqa: E402
 
 TINY = ["backend=jno", "model.width=8", "model.depth=2", "problem.n_interior=64", "solver.epochs=10",
         "jax.compilation_cache_dir=null"]
 
 
 class CapturedRun:
-    """What train_and_log hands to crux.tracking.JobRun, kept in memory."""
+    """What train_and_log hands to cruxlab.runtime.JobRun, kept in memory."""
 
     def __init__(self, folder: Path):
         self.folder, self.tags, self.metrics, self.outcome = folder, {}, {}, None

@@ -15,10 +15,10 @@ import pytest
 from hydra import compose, initialize_config_module
 from mlflow.tracking import MlflowClient
 
-from crux.tracking.contract import FINISHED
 from cruxlab import config
 from cruxlab.config import CONFIG_PACKAGE, ModelConfig
 from cruxlab.config.backend_choice import backend_refusals
+from cruxlab.store.contract import FINISHED
 
 pytest.importorskip("jno", reason='the jNO backend needs the jno extra: pip install -e ".[jno]"')
 

@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient
 from crux.report import HOLDS, load_sweep, main, results
 from crux.report.backends import load_sweeps
 from crux.stats import Statistics
-from crux.tracking import contract
+from cruxlab.store import contract
 
 pytest.importorskip("jno", reason='the jNO backend needs the jno extra: pip install -e ".[jno]"')
 pytestmark = pytest.mark.integration  # runs sweeps in subprocesses

@@ -9,8 +9,8 @@ import pytest
 import crux
 from crux.failures import failure_line
 
-from crux.tracking.job import outcome_line
-from crux.tracking.secrets import masked
+from cruxlab.runtime.job import outcome_line
+from cruxlab.store.secrets import masked
 from crux_testing import poisson
 
 
@@ -86,7 +86,7 @@ def test_every_job_of_a_sweep_on_the_default_launcher_says_its_own_result_line(t
 
     from mlflow.tracking import MlflowClient
 
-    from crux.tracking import contract
+    from cruxlab.store import contract
 
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     done = subprocess.run([sys.executable, "-m", "cruxlab.commands.sweep", "accumulation", "solver.epochs=20",

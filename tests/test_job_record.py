@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from crux.tracking import contract
+from cruxlab.store import contract
 from crux_testing import launch, runs_by_role
 
 pytestmark = pytest.mark.integration  # sweeps in subprocesses

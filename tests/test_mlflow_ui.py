@@ -20,8 +20,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from crux.tracking import contract
 from cruxlab.commands.sweep import available
+from cruxlab.store import contract
 from mlflow_server import mlflow_server
 
 pytestmark = pytest.mark.integration  # an MLflow server, a sweep and a report in subprocesses

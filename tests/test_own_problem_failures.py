@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from crux.tracking import contract
+from cruxlab.store import contract
 
 pytestmark = pytest.mark.integration  # crux-run and crux-sweep in subprocesses
 

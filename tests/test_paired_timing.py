@@ -22,10 +22,10 @@ from crux.timing.bands import CLAIMED_COST, FASTER_BAND, UNCLAIMED_BAND, timing_
 from crux.timing.interval import OUTSIDE, UNDECIDED, WITHIN, Band, ratio_interval
 from crux.timing.machine import CPU_TIME, WALL_TIME, Machine
 from crux.timing.pairs import FIRST_LOOK, PairedTimes, Side, chunk_epochs, time_paired
-from crux.tracking.paired_timing import logged, reference_options
 from cruxlab import config
 from cruxlab.config import CONFIG_PACKAGE
 from cruxlab.config.settings import solve_options
+from cruxlab.runtime.paired_timing import logged, reference_options
 from crux_testing import poisson
 
 MACHINE = Machine("Test CPU", 2, "cpu")

@@ -25,12 +25,12 @@ from omegaconf.errors import ConfigKeyError
 
 from crux.roundoff import roundoff_twin
 from crux.stats import Statistics, fingerprint
-from crux.tracking import contract
-from crux.tracking.history import history_series, thinned
-from crux.tracking.multirun import planned_jobs
 from cruxlab import config
 from cruxlab.commands.sweep import available, check_claims
 from cruxlab.config import CONFIG_PACKAGE
+from cruxlab.runtime.multirun import planned_jobs
+from cruxlab.store import contract
+from cruxlab.store.history import history_series, thinned
 from crux_testing import launch, runs_by_role, selected
 
 TINY = ["model.width=8", "model.depth=1", "solver.epochs=20"]

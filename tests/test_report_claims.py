@@ -15,26 +15,26 @@ import numpy as np
 import optax
 import pytest
 
-from crux.tracking import contract
 import crux
 from crux import remat
 from crux.batching import PointStream
-from crux.roundoff import roundoff_twin
+from crux.engine import Primitives, repeat
 from crux.model import Model
 from crux.report import FAILS, HOLDS, INCONCLUSIVE, PhasePlan, RunRecord, SolveOptions, judge, record_from_solve
 from crux.report.claims import check_accumulation, check_checkpoint, check_inner_steps, check_phases
 from crux.report.claims import check_devices, check_offload, check_substeps
-from crux.report.claims.devices import _speed as devices_speed
-from crux.report.claims.phases import expected_lr
 from crux.report.claims.accumulation import AccumulationSet
 from crux.report.claims.accumulation import _memory as accumulation_saves_memory
 from crux.report.claims.checkpoint import _memory as checkpoint_saves_memory
+from crux.report.claims.devices import _speed as devices_speed
 from crux.report.claims.offload import _moves_data as offload_moves_data
+from crux.report.claims.phases import expected_lr
 from crux.report.document import verdicts_json
 from crux.report.numerics import TwinComparison, history_departure, twin_comparison
 from crux.report.records import snapshot_arrays
-from crux.engine import Primitives, repeat
+from crux.roundoff import roundoff_twin
 from crux.solver import Crux, Machinery
+from cruxlab.store import contract
 from crux_testing import mixed, poisson as small_poisson
 from scripts_path import calibrate
 

@@ -24,8 +24,8 @@ from crux.report.verdict import Threshold, Verdict
 from crux.solver import Machinery
 from crux.timing.machine import Machine
 from crux.timing.pairs import PairedTimes
-from crux.tracking import contract
-from crux.tracking.paired_timing import logged
+from cruxlab.runtime.paired_timing import logged
+from cruxlab.store import contract
 from crux_testing import poisson
 
 EPOCHS = 30

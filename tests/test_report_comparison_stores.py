@@ -21,7 +21,7 @@ from mlflow.tracking import MlflowClient
 from crux.report import FAILS, HOLDS, main
 from crux.report import results
 from crux.report.changes import INTERVALS, VERDICT
-from crux.tracking import contract
+from cruxlab.store import contract
 from crux_testing import pack
 from mlflow_server import mlflow_server
 

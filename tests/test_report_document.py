@@ -10,7 +10,7 @@ from crux.report import FAILS, HOLDS, RunRecord, SolveOptions, Sweep, judge, jud
 from crux.report import verdicts_json
 from crux.report.document import verdict_table
 from crux.report.jobs import account
-from crux.tracking import contract
+from cruxlab.store import contract
 from crux_testing import mlflow_run
 
 

@@ -17,7 +17,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from crux.report import HOLDS, load_sweep, main
-from crux.tracking import contract
+from cruxlab.store import contract
 from mlflow_server import mlflow_server
 
 pytestmark = pytest.mark.integration  # runs sweeps in subprocesses and an MLflow server

@@ -12,7 +12,7 @@ from mlflow.tracking import MlflowClient
 from crux.report.packed import made_in, packed_path, unpack
 from crux.report.results import sweep_names
 from crux.report.store import open_client
-from crux.tracking.store import StoreError
+from cruxlab.store.store import StoreError
 from crux_testing import pack
 
 

@@ -22,13 +22,13 @@ from omegaconf import OmegaConf
 from crux.report import HOLDS, INCONCLUSIVE, load_sweep, main
 from crux.report.store import config_from_params
 from crux.stats import Statistics
-from crux.tracking import contract
-from crux.tracking.multirun import planned_jobs
-from crux.tracking.params import flatten
-from crux.tracking.store import HTTP_LIMITS, StoreError, writable_store
 from cruxlab.commands.sweep import available
 from cruxlab.config import CONFIG_PACKAGE, effective_settings
 from cruxlab.config.settings import configuration
+from cruxlab.runtime.multirun import planned_jobs
+from cruxlab.store import contract
+from cruxlab.store.params import flatten
+from cruxlab.store.store import HTTP_LIMITS, StoreError, writable_store
 from crux_testing import selected
 
 EPOCHS = 20

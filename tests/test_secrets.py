@@ -1,6 +1,6 @@
 """A store's password stays off the screen and out of every file: masked in messages, moved out of the URI into
 ``PGPASSWORD`` (PostgreSQL) or ``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD`` (a tracking server) before
-Hydra saves any config (crux.tracking.secrets)."""
+Hydra saves any config (cruxlab.store.secrets)."""
 from __future__ import annotations
 
 import os
@@ -10,10 +10,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from crux.tracking.secrets import (PASSWORD_VARIABLE, SECRET_VARIABLES, SERVER_VARIABLES, SHORTEST_SECRET,
+from cruxlab.store.secrets import (PASSWORD_VARIABLE, SECRET_VARIABLES, SERVER_VARIABLES, SHORTEST_SECRET,
                                    credential_variables, masked, move_credentials, move_override_credentials,
                                    overrides_without_credentials)
-from crux.tracking.store import StoreError, move_store_credentials, tracking_uri
+from cruxlab.store.store import StoreError, move_store_credentials, tracking_uri
 
 TINY = ["solver.epochs=20", "model.width=8", "problem.n_interior=64", "repeat=0", "memory=b8,b32", "gradient_draws=0"]
 

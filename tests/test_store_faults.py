@@ -1,4 +1,4 @@
-"""A store fault is not a job fault (crux.tracking.faults): a tracking server that goes away for good ends the sweep
+"""A store fault is not a job fault (cruxlab.store.faults): a tracking server that goes away for good ends the sweep
 within tracking.retry_seconds, in one line with the --resume command, and --resume completes it once the server is
 back; a PostgreSQL restart within the budget under a direct ``postgresql://`` sweep is ridden out."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 from crux_testing import run_opened
 from scale_out import SCRIPTS, start, stop
-from crux.tracking import contract
+from cruxlab.store import contract
 
 pytestmark = pytest.mark.integration  # MLflow servers, PostgreSQL, sweeps in subprocesses
 
@@ -419,7 +419,7 @@ def test_a_disk_that_fills_up_under_the_sweep_and_its_store_ends_it_in_one_line(
 
     from mlflow.tracking import MlflowClient
 
-    from crux.tracking.faults import FAULT_FILE
+    from cruxlab.store.faults import FAULT_FILE
 
     seen = filled_while_job_0_trains(small_disk, empty_store, small_disk)
     output = "".join(seen)

@@ -7,10 +7,10 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig
 
-from crux.tracking import contract
 from cruxlab import config
 from cruxlab.config import CONFIG_PACKAGE
 from cruxlab.config.settings import phase_plan
+from cruxlab.store import contract
 from crux_testing import launch, runs_by_role, selected
 
 

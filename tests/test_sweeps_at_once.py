@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
-from crux.tracking import contract
+from cruxlab.store import contract
 
 pytestmark = pytest.mark.integration  # three sweeps in subprocesses
 

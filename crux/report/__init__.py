@@ -4,7 +4,7 @@ The checks (:mod:`crux.report.claims`) are pure functions of run records, so
 they run as well on records made straight from solves (:func:`record_from_solve`)
 as on a sweep read from MLflow (:func:`load_sweep`).
 """
-import crux.tracking  # noqa: F401 (first: it keeps MLflow's telemetry off, which must be set before MLflow loads)
+import cruxlab  # noqa: F401 (first: it keeps MLflow's telemetry off, which must be set before MLflow loads)
 from crux.report.claims import CHECKS, judge
 from crux.report.cli import main
 from crux.report.coverage import judge_sound

@@ -8,7 +8,7 @@ never paired with another library's, and sets the verdicts side by side.
 from __future__ import annotations
 
 from crux.report.store import DEFAULT_BACKEND, Sweep, backend_of, load_sweep, open_client, parents
-from crux.tracking.store import READING, bounded_http, store_errors
+from cruxlab.store.store import READING, bounded_http, store_errors
 
 
 def backends_in(name: str, uri: str | None = None) -> list[str]:

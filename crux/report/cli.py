@@ -36,10 +36,10 @@ from crux.report.document import (completeness, side_by_side_table, verdict_tabl
 from crux.report.figures import draw
 from crux.report.store import StoreError, Sweep, open_client
 from crux.report.verdict import Verdict
-from crux.tracking.contract import COMMAND, NOTE
-from crux.tracking.descriptions import sweep_description
-from crux.tracking.secrets import masked
 from cruxlab.config import import_from_working_directory
+from cruxlab.store.contract import COMMAND, NOTE
+from cruxlab.store.descriptions import sweep_description
+from cruxlab.store.secrets import masked
 
 COMPLETE, CHANGED, UNREAD, INCOMPLETE = 0, 1, 2, 3
 EXIT_CODES = f"""exit codes:

@@ -17,7 +17,7 @@ from crux.report.document import completeness, crux_installs, row_name, runtime_
 from crux.report.records import UnreadableArtifact
 from crux.report.store import Sweep
 from crux.report.verdict import Verdict
-from crux.tracking.secrets import masked
+from cruxlab.store.secrets import masked
 
 
 class Refused(ValueError):

@@ -25,7 +25,7 @@ from crux.report.claims import CHECKS, judge
 from crux.report.records import UnreadableArtifact
 from crux.report.store import Sweep
 from crux.report.verdict import CLAIMS_DOCUMENT, INCONCLUSIVE, Verdict
-from crux.tracking.contract import CLAIMS, CONFIG
+from cruxlab.store.contract import CLAIMS, CONFIG
 
 
 def claims_of(sweep: Sweep) -> list[str]:

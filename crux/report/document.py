@@ -20,7 +20,7 @@ from crux.report.figures import Figure
 from crux.report.records import RunRecord, describe
 from crux.report.store import DEFAULT_BACKEND, Sweep
 from crux.report.verdict import Verdict, fmt
-from crux.tracking.contract import BACKEND, COMMAND, FINISHED, WORKING_DIR
+from cruxlab.store.contract import BACKEND, COMMAND, FINISHED, WORKING_DIR
 
 SUMMARY_METRICS = ("final_loss", "median_step_seconds", "compile_seconds", "memory/temp_bytes",
                    "memory/argument_bytes")

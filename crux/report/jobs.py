@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from mlflow.entities import Run
-from crux.tracking.contract import ERROR_MESSAGE, ERROR_TYPE, FAILED, FINISHED, JOB, KILLED, RUNNING, VARIANT
+from cruxlab.store.contract import ERROR_MESSAGE, ERROR_TYPE, FAILED, FINISHED, JOB, KILLED, RUNNING, VARIANT
 
 NEVER_STARTED = "never started"
 ERROR_CHARS = 300  # an error's first line, cut here: the report names it, the run's tags keep all of it

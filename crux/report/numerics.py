@@ -24,7 +24,7 @@ from crux.report.records import RunRecord, UnreadableArtifact
 from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, fmt
 from crux.timing.interval import OUTSIDE, WITHIN, Band, RatioInterval, ratio_interval
 from crux.timing.machine import WALL_TIME
-from crux.tracking.contract import TIMING_CLOCK, TIMING_CPU, TIMING_DEVICE
+from cruxlab.store.contract import TIMING_CLOCK, TIMING_CPU, TIMING_DEVICE
 
 EPS = float(np.finfo(np.float32).eps)  # 2**-23: relative spacing of float32
 ROUNDOFF_ALLOWANCE = 1e3
@@ -351,7 +351,7 @@ def ratio_range(numerator: Spread, denominator: Spread) -> tuple[float, float]:
     return numerator.low / denominator.high, numerator.high / denominator.low
 
 
-TIMING = "timing/"  # the metrics of a paired timing (crux/tracking/paired_timing.py)
+TIMING = "timing/"  # the metrics of a paired timing (cruxlab/runtime/paired_timing.py)
 TIMING_RULE = ("the median over pairs of chunks of (candidate / reference seconds per epoch), its 95% interval a "
                "percentile bootstrap (2000 resamples, seed 0) over the builds each run timed and the pairs of each, "
                "so that it holds how much the ratio moved between builds and runs: holds when the interval lies "

@@ -17,8 +17,8 @@ import numpy as np
 from crux.options import SolveOptions
 from crux.solver import Crux
 from crux.stats import Statistics
-from crux.tracking.contract import BACKEND, ENVIRONMENT, PARAMS, UNSUPPORTED
 from cruxlab.config.settings import PhasePlan
+from cruxlab.store.contract import BACKEND, ENVIRONMENT, PARAMS, UNSUPPORTED
 
 class UnreadableArtifact(LookupError):
     """A check needs an artifact of a run that could not be read: the verdict it was building cannot be told."""

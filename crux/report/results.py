@@ -33,7 +33,7 @@ from crux.report.figures import draw
 from crux.report.packed import packed_path
 from crux.report.store import DEFAULT_BACKEND, StoreError, Sweep, load_sweep, open_client
 from crux.report.verdict import Verdict
-from crux.tracking.store import READING, bounded_http, store_errors
+from cruxlab.store.store import READING, bounded_http, store_errors
 
 LIBRARIES = {"jno": "jNO"}
 """How the table names a library other than crux, by its backend's name."""

@@ -11,10 +11,10 @@ would use it can say they lack it.
 
 Reading writes one thing only: runs left RUNNING by a process that is gone (killed,
 or lost with its machine) are closed KILLED first, as crux-sweep does
-(:mod:`crux.tracking.liveness`), so that an interrupted sweep is told from a running
+(:mod:`cruxlab.runtime.liveness`), so that an interrupted sweep is told from a running
 one. A SQLite file is checked read-only before MLflow opens it (MLflow would give a
 file that is not yet a store a fresh schema), and a tracking server that does not
-answer is given up within seconds (:data:`crux.tracking.store.HTTP_LIMITS`).
+answer is given up within seconds (:data:`cruxlab.store.store.HTTP_LIMITS`).
 Whatever keeps the store, the sweep or the run asked for from being read raises
 :class:`StoreError`, whose message names the store and the fix.
 """
@@ -43,20 +43,20 @@ from crux.report.jobs import JobAccount, MissingJob, account, plan_from_artifact
 from crux.report.packed import packed_path, unpack
 from crux.report.records import RunRecord
 from crux.stats import Statistics
-from crux.tracking.contract import (BACKEND, CAPACITY_OPTION, CAPACITY_SIZES, CLAIM, CONFIG, ENVIRONMENT, OVERRIDES,
-                                    PARAMS, PARENT, PARENT_ID, PLANNED_JOBS, PLANNED_JOB_COUNT, REPEAT, ROLE, STATS,
-                                    VARIANT, tag_filter)
-from crux.tracking.history import history_series
-from crux.tracking.liveness import close_orphans
-from crux.tracking.secrets import POSTGRESQL
-from crux.tracking.store import (READING, SQLITE, StoreError, bounded_http, brief, check_postgresql, check_sqlite,
-                                 child_runs, move_store_credentials, store_error_types, store_errors, tracking_uri)
 from cruxlab import config as crux_config
 from cruxlab.config.settings import configuration
+from cruxlab.runtime.liveness import close_orphans
+from cruxlab.store.contract import (BACKEND, CAPACITY_OPTION, CAPACITY_SIZES, CLAIM, CONFIG, ENVIRONMENT, OVERRIDES,
+                                    PARAMS, PARENT, PARENT_ID, PLANNED_JOBS, PLANNED_JOB_COUNT, REPEAT, ROLE, STATS,
+                                    VARIANT, tag_filter)
+from cruxlab.store.history import history_series
+from cruxlab.store.secrets import POSTGRESQL
+from cruxlab.store.store import (READING, SQLITE, StoreError, bounded_http, brief, check_postgresql, check_sqlite,
+                                 child_runs, move_store_credentials, store_error_types, store_errors, tracking_uri)
 
 log = logging.getLogger(__name__)
 
-HISTORY_PREFIXES = ("loss/", "lr/", "timing/")  # timing/: a paired timing's chunks, by pair (crux/tracking/paired_timing.py)
+HISTORY_PREFIXES = ("loss/", "lr/", "timing/")  # timing/: a paired timing's chunks, by pair (cruxlab/runtime/paired_timing.py)
 ARTIFACTS = (CONFIG, PARAMS, STATS, ENVIRONMENT)
 CAPACITY_ARTIFACTS = (CONFIG, ENVIRONMENT, CAPACITY_SIZES)
 """What a capacity job's run logs instead: sizes, not training."""
@@ -388,7 +388,7 @@ def _typed(node: DictConfig) -> DictConfig:
 
 
 def config_from_params(params: Mapping[str, str]) -> DictConfig:
-    """A run's config back from its params (crux.tracking.params flattens the settings the job ran with):
+    """A run's config back from its params (cruxlab.store.params flattens the settings the job ran with):
     dotted keys nest, JSON values (lists, numbers) parse, ``True``/``False`` are Python's, and a value the job
     left unset, which is not logged, is None again. Typed by the pipeline's schema; raises as it does."""
     tree: dict[str, Any] = {}

@@ -12,8 +12,8 @@ from omegaconf import DictConfig
 
 from cruxlab.backends.gradient_draws import GradientDraws, crux_gradient_draws, draws_wanted
 
-if TYPE_CHECKING:  # crux.tracking's sweeper checks jobs with this package
-    from crux.tracking import JobRun
+if TYPE_CHECKING:  # cruxlab.runtime's sweeper checks jobs with this package
+    from cruxlab.runtime import JobRun
 
 
 def run_on_backend(cfg: DictConfig, run: JobRun) -> float:

@@ -36,21 +36,21 @@ with heap.lasting():  # Hydra's and MLflow's modules, kept to the process's end:
     from hydra_plugins.crux_sweeper.crux_sweeper import CruxSweeper
 
     from crux.problems import Problem
-    from crux.tracking import JobRun, ParameterLeaves, parameter_leaves
-    from crux.tracking.capacity_job import run_capacity
-    from crux.tracking.failures import errors_raised_by_hydra, job_failed, tracebacks_shown
-    from crux.tracking.faults import StoreFault
-    from crux.tracking.interrupt import exit_status, interruptible, signal_name
-    from crux.tracking.liveness import SWEEP_PID
-    from crux.tracking.paired_timing import time_against
-    from crux.tracking.secrets import move_override_credentials
-    from crux.tracking.store import StoreError
     from cruxlab import backends, config
     from cruxlab.commands import processes
     from cruxlab.config import CONFIG_PACKAGE, Phase
     from cruxlab.config.keys import refused_override
     from cruxlab.config.refusals import config_refusals
     from cruxlab.config.settings import solve_options
+    from cruxlab.runtime import JobRun, ParameterLeaves, parameter_leaves
+    from cruxlab.runtime.capacity_job import run_capacity
+    from cruxlab.runtime.failures import errors_raised_by_hydra, job_failed, tracebacks_shown
+    from cruxlab.runtime.interrupt import exit_status, interruptible, signal_name
+    from cruxlab.runtime.liveness import SWEEP_PID
+    from cruxlab.runtime.paired_timing import time_against
+    from cruxlab.store.faults import StoreFault
+    from cruxlab.store.secrets import move_override_credentials
+    from cruxlab.store.store import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ def use_compilation_cache(folder: str | None) -> None:
 
 def checked_by_the_sweep(hydra_cfg: DictConfig) -> bool:
     """Whether crux's sweeper, in this process, refused or passed this job's config with every other job's
-    before the first started (:class:`crux.tracking.multirun.Multirun`), so that the job needs no check of its
+    before the first started (:class:`cruxlab.runtime.multirun.Multirun`), so that the job needs no check of its
     own. Any other job is checked by itself: a single run, another sweeper's job, and a job that a launcher
     runs in another process, whose machine (its devices, its packages) may refuse what the sweep's passed."""
     return (hydra_cfg.mode == RunMode.MULTIRUN and hydra_cfg.sweeper._target_ == SweeperConfig._target_

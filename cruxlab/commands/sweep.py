@@ -16,7 +16,7 @@ the checks ``crux-report`` runs on it (keys of ``crux.report.CHECKS``). crux-swe
 registers the file in Hydra's ConfigStore as option NAME of the group ``sweeps``
 (the ConfigStore travels to launchers' worker processes) and runs
 ``crux-run --multirun +sweeps=NAME [overrides]``; the experiment is named NAME.
-crux's Hydra sweeper (:mod:`crux.tracking.multirun`) runs the multirun, ``--resume``
+crux's Hydra sweeper (:mod:`cruxlab.runtime.multirun`) runs the multirun, ``--resume``
 sets its ``hydra.sweeper.resume``.
 """
 from __future__ import annotations
@@ -201,8 +201,8 @@ def main(argv: list[str] | None = None) -> None:
             check_claims(sweep)
     except ValueError as error:
         parser.error(str(error))
-    from crux.tracking.secrets import overrides_without_credentials
     from cruxlab.commands import experiment  # after the argument checks: importing JAX and Hydra takes seconds
+    from cruxlab.store.secrets import overrides_without_credentials
 
     # the command is recorded and shown; crux-run's main moves the credentials into the environment
     register(sweep, shlex.join(["crux-sweep", *overrides_without_credentials(words)]))

@@ -307,7 +307,7 @@ class TrackingConfig:
     ``experiment=None``: the sweep's name, or ``crux`` for a plain crux-run. ``history_points``: how many
     evenly spaced epochs of each loss and learning-rate history go to MLflow as metrics (every epoch is in the
     run's ``stats.npz``); ``None`` sends every epoch. ``retry_seconds``: how long a write waits for a store
-    that is away (a server restarting, a full disk) before the sweep stops (crux.tracking.faults)."""
+    that is away (a server restarting, a full disk) before the sweep stops (cruxlab.store.faults)."""
 
     uri: Optional[str] = None
     experiment: Optional[str] = None

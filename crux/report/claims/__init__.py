@@ -23,7 +23,7 @@ from crux.report.claims.resume import check_resume
 from crux.report.claims.substeps import check_substeps
 from crux.report.records import RunRecord
 from crux.report.verdict import CLAIMS_DOCUMENT, NOT_SUPPORTED, Verdict
-from crux.tracking.contract import CLAIM
+from cruxlab.store.contract import CLAIM
 
 CHECKS: dict[str, Callable[[list[RunRecord]], list[Verdict]]] = {
     "accumulation": lambda records: check_accumulation(records) + check_gradient_noise(records),

@@ -14,9 +14,9 @@ from typing import Mapping
 from crux import remat
 from crux.capacity import WITHOUT, Capacity, without_option
 from crux.report.pairing import run_ids
-from crux.tracking.contract import CAPACITY_OPTION
 from crux.report.records import RunRecord
 from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt_bytes, not_in_sweep
+from cruxlab.store.contract import CAPACITY_OPTION
 
 OPTION = CAPACITY_OPTION  # the param that names a capacity run's option
 BATCHSIZE = Claim("batchsize=N — Mini-batch gradient estimation — Dataset doesn't fit in GPU memory",

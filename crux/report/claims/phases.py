@@ -27,7 +27,7 @@ from crux.report.pairing import first, run_ids, settings
 from crux.report.records import RunRecord, UnreadableArtifact
 from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt, not_in_sweep
 from crux.stats import fingerprint
-from crux.tracking.contract import PARAMS
+from cruxlab.store.contract import PARAMS
 
 RESUMES = Claim("Call solve() multiple times with different optimisers or schedules. The solver resumes from where it "
                 "left off", "phases-resume")

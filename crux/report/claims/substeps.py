@@ -15,7 +15,7 @@ from crux.report.claims.equivalence import same_numbers
 from crux.report.pairing import first, reference_and_twins, repeats, run_ids, settings
 from crux.report.records import RunRecord, UnreadableArtifact
 from crux.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt
-from crux.tracking.contract import PARAMS
+from cruxlab.store.contract import PARAMS
 
 REACHED_ONLY = Claim("Only the models a substep's constraints actually reach are updated in it — resolved statically "
                      "from the trace, so a network that appears in no active constraint is left alone rather than "

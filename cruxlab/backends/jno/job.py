@@ -31,14 +31,14 @@ from crux.schedules import Schedule, lrs
 from crux.stats import Statistics
 from crux.timing.machine import WALL_TIME
 from crux.timing.pairs import Side
-from crux.tracking import JobRun, ParameterLeaves
-from crux.tracking.contract import UNSUPPORTED
-from crux.tracking.paired_timing import time_against
 from cruxlab import config
 from cruxlab.backends.gradient_draws import GradientDraws, draws_wanted
 from cruxlab.config import Phase
 from cruxlab.config.backend_choice import builtin_problem
 from cruxlab.config.settings import solve_options
+from cruxlab.runtime import JobRun, ParameterLeaves
+from cruxlab.runtime.paired_timing import time_against
+from cruxlab.store.contract import UNSUPPORTED
 
 
 def _environment(cfg: DictConfig, folder: Path) -> None:

@@ -12,7 +12,7 @@ remembers, decides between the GenAI overview and the runs, and so does
 from __future__ import annotations
 
 from typing import Mapping, Sequence
-from crux.tracking.contract import EXPERIMENT_KIND, NOTE
+from cruxlab.store.contract import EXPERIMENT_KIND, NOTE
 
 MODEL_TRAINING = "custom_model_development"
 

@@ -17,7 +17,7 @@ killed with it (``kill -9``), it would train its job to the end for nobody, and 
 its run open against the next command's closing of orphans.
 
 A run whose job, or whose sweep, stopped because the tracking store was away
-recorded that in the sweep's folder (:func:`crux.tracking.faults.record_fault`):
+recorded that in the sweep's folder (:func:`cruxlab.store.faults.record_fault`):
 such a run is closed with that cause, ``crux.error_type`` = ``StoreFault``.
 """
 from __future__ import annotations
@@ -33,10 +33,10 @@ from typing import Mapping
 from mlflow.entities import RunTag
 from mlflow.tracking import MlflowClient
 
-from crux.tracking.contract import (ERROR_MESSAGE, ERROR_TYPE, HEARTBEAT, HOST, KILLED, PARENT_ID, PID,
-                                   PROCESS, RUNNING, SWEEP_DIR)
-from crux.tracking.faults import recorded_fault
-from crux.tracking.store import runs_where
+from cruxlab.store.contract import (ERROR_MESSAGE, ERROR_TYPE, HEARTBEAT, HOST, KILLED, PARENT_ID, PID, PROCESS,
+                                    RUNNING, SWEEP_DIR)
+from cruxlab.store.faults import recorded_fault
+from cruxlab.store.store import runs_where
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +148,7 @@ def follow_sweep() -> None:
 
 def end_with_parent() -> None:
     """End this process within :data:`FOLLOW_SECONDS` of its parent's end, from a daemon thread: a job's
-    process that a worker of a sweep forked (:mod:`crux.tracking.job_process`) ends with that worker."""
+    process that a worker of a sweep forked (:mod:`cruxlab.runtime.job_process`) ends with that worker."""
     threading.Thread(target=_end_with, args=(os.getppid(),), name="crux-follow-parent", daemon=True).start()
 
 

@@ -4,7 +4,7 @@ experiments created once.
 As MLflow's own default, the store is ``mlflow.db`` in the working directory;
 but jobs of a sweep may start elsewhere (other processes, other nodes), so the
 URI is made absolute once and every job receives it with its parent run
-(:mod:`crux.tracking.multirun` sets both for every job).
+(:mod:`cruxlab.runtime.multirun` sets both for every job).
 
 Whatever keeps a command from using the store raises :class:`StoreError`, whose
 message is one line naming the store and the fix. A SQLite file is checked with
@@ -42,9 +42,9 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.credentials import read_mlflow_creds
 from requests.exceptions import RequestException
 
-from crux.tracking.contract import CLAIM, PARENT_ID, SWEEP, SWEPT
-from crux.tracking.descriptions import experiment_tags
-from crux.tracking.secrets import PASSWORD_VARIABLE, POSTGRESQL, masked, move_credentials, without_credentials
+from cruxlab.store.contract import CLAIM, PARENT_ID, SWEEP, SWEPT
+from cruxlab.store.descriptions import experiment_tags
+from cruxlab.store.secrets import PASSWORD_VARIABLE, POSTGRESQL, masked, move_credentials, without_credentials
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ def store_error_types() -> tuple[type[BaseException], ...]:
 
 class StoreError(Exception):
     """The tracking store cannot be used as a command needs it; the message is one line for the user, with any
-    credential in it masked (:func:`crux.tracking.secrets.masked`)."""
+    credential in it masked (:func:`cruxlab.store.secrets.masked`)."""
 
     def __init__(self, message: str):
         super().__init__(masked(message))
@@ -102,7 +102,7 @@ def tracking_uri(configured: str | None) -> str:
     """The store's URI: ``configured``, else ``$MLFLOW_TRACKING_URI``, else ``mlflow.db`` in the working directory.
 
     A relative SQLite path is made absolute against the working directory of the command that was typed, and
-    credentials are left out (:func:`crux.tracking.secrets.without_credentials`): they reach the store's client by
+    credentials are left out (:func:`cruxlab.store.secrets.without_credentials`): they reach the store's client by
     the environment, where :func:`move_store_credentials` puts them. Nothing is written.
     """
     uri = without_credentials(configured or os.environ.get("MLFLOW_TRACKING_URI") or f"{SQLITE}mlflow.db")
@@ -113,7 +113,7 @@ def tracking_uri(configured: str | None) -> str:
 
 def move_store_credentials(configured: str | None) -> None:
     """Move the credentials of the store's URI (``configured``, else ``$MLFLOW_TRACKING_URI``) into the
-    environment (:func:`crux.tracking.secrets.move_credentials`), where the store's client reads them and the
+    environment (:func:`cruxlab.store.secrets.move_credentials`), where the store's client reads them and the
     processes a sweep starts inherit them; ``$MLFLOW_TRACKING_URI`` keeps its URI without them. Called before the
     store of :func:`tracking_uri` is opened."""
     if configured:
@@ -309,7 +309,7 @@ def _open(uri: str) -> MlflowClient:
 # -- experiments and runs -----------------------------------------------------------------------
 def ensure_experiment(client: MlflowClient, name: str, uri: str, claim: str = "") -> str:
     """The id of experiment ``name``, created (artifacts in ``mlartifacts/<name>/`` beside a SQLite store) if
-    absent, tagged as training runs described by ``claim`` (:func:`crux.tracking.descriptions.experiment_tags`).
+    absent, tagged as training runs described by ``claim`` (:func:`cruxlab.store.descriptions.experiment_tags`).
 
     A sweep calls this once before its jobs; a concurrent creation elsewhere (two
     plain crux-runs) is met by reading the winner's experiment back. An experiment

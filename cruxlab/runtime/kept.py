@@ -2,13 +2,13 @@
 
 A store that fails while a job trains or once it has trained (a full disk, a
 tracking server killed, PostgreSQL stopped) must not cost the job: its run's
-artifacts and what remains to be sent (:class:`crux.tracking.handover.Results`:
+artifacts and what remains to be sent (:class:`cruxlab.runtime.handover.Results`:
 the histories' ``stats.npz``, the summary, the params, how to create the run where
 the store never did) are kept in the sweep's folder, ``<sweep>/kept/<job>``, laid out
 as a hand-over. Where that folder's disk is full too, they stay in a folder of
 their own beside where they were staged, named in the sweep's fault record
-(:func:`crux.tracking.faults.record_kept`). ``crux-sweep NAME --resume`` writes them
-into the job's own run before it runs anything (:mod:`crux.tracking.multirun`): the
+(:func:`cruxlab.store.faults.record_kept`). ``crux-sweep NAME --resume`` writes them
+into the job's own run before it runs anything (:mod:`cruxlab.runtime.multirun`): the
 run closes FINISHED with its own history and the job is not trained again. A lone
 ``crux-run`` keeps them in its output folder.
 """
@@ -21,8 +21,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from crux.failures import failure_line
-from crux.tracking.faults import record_kept, recorded_fault
-from crux.tracking.handover import ARTIFACTS, RESULTS, Results, leave
+from cruxlab.runtime.handover import ARTIFACTS, RESULTS, Results, leave
+from cruxlab.store.faults import record_kept, recorded_fault
 
 log = logging.getLogger(__name__)
 

@@ -5,9 +5,9 @@ folder) and the closing of its run are requests to the store and a figure to dra
 done on the job's path, they add to every job what the store and the machine make
 them cost. A sweep whose jobs run one after another in one process hands them to
 this writer instead, one task after another in the order given, and its next job
-starts training meanwhile (:class:`crux.tracking.job.JobRun`); a sweep whose jobs
+starts training meanwhile (:class:`cruxlab.runtime.job.JobRun`); a sweep whose jobs
 run in other processes has its own writer write what they hand over
-(:mod:`crux.tracking.handover`). The process waits
+(:mod:`cruxlab.runtime.handover`). The process waits
 for the writer before it exits and the sweep before it counts its runs
 (:meth:`Writer.drain`), so nothing handed over is lost on a normal exit; a task's
 failure is its own to record (the run closes FAILED with the reason). Between a job's end and the next job's
@@ -27,7 +27,7 @@ import threading
 from typing import Callable
 
 from crux.failures import failure_line
-from crux.tracking.secrets import masked
+from cruxlab.store.secrets import masked
 
 log = logging.getLogger(__name__)
 

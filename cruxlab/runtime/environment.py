@@ -9,7 +9,7 @@ from typing import Any
 
 import jax
 
-from crux.tracking.provenance import checkout, installed_crux, invocation, problem_code
+from cruxlab.runtime.provenance import checkout, installed_crux, invocation, problem_code
 
 PACKAGES = ("crux", "jax", "jaxlib", "optax", "numpy", "mlflow", "hydra-core", "omegaconf", "jax-numerical-operators")
 
@@ -38,10 +38,10 @@ def environment(folder: Path, problem_target: str | None = None, job: dict[str, 
     ``git_commit`` is the commit of the git repository that holds ``folder`` (a
     job passes its working directory, where a user's own problem code lives), None
     outside one; ``git_dirty`` says whether that repository had uncommitted changes
-    (None outside one). crux's own install (:func:`crux.tracking.provenance.installed_crux`),
+    (None outside one). crux's own install (:func:`cruxlab.runtime.provenance.installed_crux`),
     the module of the problem ``problem_target`` names, with its file's sha256
-    (:func:`crux.tracking.provenance.problem_code`), and the command and overrides of
-    the job follow: ``job``, as :func:`crux.tracking.provenance.invocation` read it in the job's own thread
+    (:func:`cruxlab.runtime.provenance.problem_code`), and the command and overrides of
+    the job follow: ``job``, as :func:`cruxlab.runtime.provenance.invocation` read it in the job's own thread
     (the default reads it now, which is right only while the job's Hydra config is the current one).
     """
     device = jax.devices()[0]

@@ -24,10 +24,10 @@ from omegaconf import DictConfig, OmegaConf
 from crux.options import SolveOptions
 from crux.timing.bands import timing_band
 from crux.timing.pairs import PairedTimes, Side, time_paired
-from crux.tracking.contract import TIMING_AGAINST, TIMING_CLOCK, TIMING_CPU, TIMING_DEVICE
-from crux.tracking.job import JobRun
 from cruxlab import config
 from cruxlab.config.settings import solve_options
+from cruxlab.runtime.job import JobRun
+from cruxlab.store.contract import TIMING_AGAINST, TIMING_CLOCK, TIMING_CPU, TIMING_DEVICE
 
 log = logging.getLogger(__name__)
 

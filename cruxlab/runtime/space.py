@@ -10,7 +10,7 @@ MLflow's indexes (233 bytes a value over 20,000 values, MLflow 3.17, rounded up 
 ``history.png``. Only folders of this machine are checked: a SQLite store's, and
 artifacts kept in files (a SQLite or direct PostgreSQL store's); a tracking
 server's disk is the server's. A store that runs full later anyway is a store fault
-(:mod:`crux.tracking.faults`).
+(:mod:`cruxlab.store.faults`).
 """
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ import shutil
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from crux.tracking.faults import StoreFault
-from crux.tracking.liveness import process_exists
-from crux.tracking.store import SQLITE
+from cruxlab.runtime.liveness import process_exists
+from cruxlab.store.faults import StoreFault
+from cruxlab.store.store import SQLITE
 
 BYTES_PER_STORED_VALUE = 250
 BYTES_PER_FILED_VALUE = 16  # stats.npz: the value and its step, 8 bytes each

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
-from crux.tracking.contract import REQUESTED
+from cruxlab.store.contract import REQUESTED
 
 
 def flatten(node: Any, prefix: str = "") -> dict[str, str]:

@@ -3,20 +3,20 @@
 Layout (docs/CONTRACT.md): params are the settings the job ran with
 (:func:`cruxlab.config.effective_settings`, flattened) and its ``variant``; the
 histories go to MLflow as evenly spaced epochs in one call, every epoch in
-``stats.npz`` (:mod:`crux.tracking.history`); summary metrics and the artifacts
+``stats.npz`` (:mod:`cruxlab.store.history`); summary metrics and the artifacts
 follow, the artifacts as one folder uploaded when the run closes.
 
 The store's requests and ``history.png`` are handed to the process's writer
-(:mod:`crux.tracking.writer`) in order: the params while the job trains, the
+(:mod:`cruxlab.runtime.writer`) in order: the params while the job trains, the
 results and the closing once it has trained. A job of a sweep that runs its jobs
 one after another in its own process (Hydra's basic launcher) returns at once,
 and its next job trains while the writer works; a job of a crux sweep whose
 launcher runs it in another process (joblib, Ray, submitit) has its writer
 create its run and write its params while it trains, and hands the rest to the
-sweep's process (:mod:`crux.tracking.handover`); any other job (a lone crux-run)
+sweep's process (:mod:`cruxlab.runtime.handover`); any other job (a lone crux-run)
 waits for the writer before it returns. A sweep's job reads nothing from the
 store before it trains: the sweep hands its destination down (it opens a connection to the store's server,
-:func:`crux.tracking.faults.reach`, so that no job trains for a store known to be gone). In a sweep of
+:func:`cruxlab.store.faults.reach`, so that no job trains for a store known to be gone). In a sweep of
 the basic launcher the next run is created by the writer behind the previous
 job's writes: a write that meets a store fault records it in
 the sweep's folder, and no run is created, nor any write attempted, after it
@@ -50,27 +50,27 @@ from crux.failures import failure_line
 from crux.model import Model
 from crux.problems import Problem
 from crux.stats import Statistics
-from crux.tracking.contract import (ADJUSTED, BACKEND, CHILD, CLAIM, CONFIG, ENVIRONMENT, ERROR_MESSAGE, ERROR_TYPE,
+from cruxlab.config import effective_settings
+from cruxlab.runtime.environment import environment
+from cruxlab.runtime.handover import Results, hand_over
+from cruxlab.runtime.interrupt import deferred, signal_name
+from cruxlab.runtime.kept import keep
+from cruxlab.runtime.liveness import Heartbeat, follow_sweep, process_tags
+from cruxlab.runtime.provenance import invocation
+from cruxlab.runtime.space import NoRoom, check_room
+from cruxlab.runtime.writer import Beside, Writer, process_writer
+from cruxlab.store.contract import (ADJUSTED, BACKEND, CHILD, CLAIM, CONFIG, ENVIRONMENT, ERROR_MESSAGE, ERROR_TYPE,
                                     FAILED, FINAL, FINISHED, HISTORY_PLOT, HISTORY_POINTS, INITIAL, JOB, KILLED, NOTE,
                                     PARAMS, PARENT_ID, REPEAT, REQUESTED, ROLE, SINGLE, STATS, SWEEP, VARIANT,
                                     VARIANT_PARAM)
-from crux.tracking.descriptions import job_description
-from crux.tracking.environment import environment
-from crux.tracking.faults import (PatientClient, StoreFault, patiently, reach, record_fault, recorded_fault,
+from cruxlab.store.descriptions import job_description
+from cruxlab.store.faults import (PatientClient, StoreFault, patiently, reach, record_fault, recorded_fault,
                                   set_retry_budget, store_retrying)
-from crux.tracking.handover import Results, hand_over
-from crux.tracking.history import history_series, log_history, thinned
-from crux.tracking.interrupt import deferred, signal_name
-from crux.tracking.kept import keep
-from crux.tracking.liveness import Heartbeat, follow_sweep, process_tags
-from crux.tracking.params import flatten, variant_name
-from crux.tracking.provenance import invocation
-from crux.tracking.secrets import masked
-from crux.tracking.space import NoRoom, check_room
-from crux.tracking.store import (DESTINATION, PARENT_RUN, TRACKING_URI, Destination, ensure_experiment, experiment_name,
+from cruxlab.store.history import history_series, log_history, thinned
+from cruxlab.store.params import flatten, variant_name
+from cruxlab.store.secrets import masked
+from cruxlab.store.store import (DESTINATION, PARENT_RUN, TRACKING_URI, Destination, ensure_experiment, experiment_name,
                                  move_store_credentials, tracking_uri, writable_store)
-from crux.tracking.writer import Beside, Writer, process_writer
-from cruxlab.config import effective_settings
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ def finished_jobs(sweep_dir: Path) -> set[int]:
 
 
 def open_run(client: MlflowClient, opening: Mapping[str, Any]) -> str:
-    """Create a job's run as ``opening`` says (:class:`crux.tracking.handover.Results`); its id."""
+    """Create a job's run as ``opening`` says (:class:`cruxlab.runtime.handover.Results`); its id."""
     return client.create_run(opening["experiment_id"], start_time=opening["start_time"], tags=opening["tags"],
                              run_name=opening["run_name"]).info.run_id
 
@@ -162,7 +162,7 @@ def _wait_for_store(uri: str, sweep_dir: Path) -> None:
 
 
 class OpenedOnFirstUse:
-    """A store client (:class:`crux.tracking.faults.PatientClient`) for ``tracking_uri`` that opens the store
+    """A store client (:class:`cruxlab.store.faults.PatientClient`) for ``tracking_uri`` that opens the store
     on its first request: MLflow opens a SQL store (imports, engine, schema check) when a client is made, which
     a job whose writer makes the requests would otherwise wait for before it trains."""
 
@@ -200,13 +200,13 @@ class JobRun:
     tags ``crux.error_type`` and ``crux.error_message``, KILLED when the job was
     stopped (Ctrl-C, SIGTERM, an exit), keeping whatever was logged before; the
     exception goes on. While open, the run's heartbeat beats
-    (:mod:`crux.tracking.liveness`). The writes go through ``writer`` (the
+    (:mod:`cruxlab.runtime.liveness`). The writes go through ``writer`` (the
     process's by default); with ``overlap``, the run is created by the writer
     (``run`` is then the request that creates it, returning its id), and a job
     that ends well hands its run's closing to the writer and goes on; with
     ``hands_over`` too, it waits for the writer (its run's creation and params,
     done while it trained) and leaves the rest of its results to its sweep's
-    driver (:mod:`crux.tracking.handover`, :meth:`taken_over`); else leaving
+    driver (:mod:`cruxlab.runtime.handover`, :meth:`taken_over`); else leaving
     waits for the writer. Leaving raises :class:`WriteFailed` when a write it
     waited for failed.
     """
@@ -245,7 +245,7 @@ class JobRun:
     @classmethod
     def start(cls, cfg: DictConfig) -> "JobRun":
         """The job's run, opened in the store and under the parent run that its multirun handed over (in the
-        job's environment: :mod:`crux.tracking.multirun`), else a run of its own. A job of a sweep that runs
+        job's environment: :mod:`cruxlab.runtime.multirun`), else a run of its own. A job of a sweep that runs
         in the sweep's own process (Hydra's basic launcher) overlaps its writes with the next job; a job of a
         crux sweep that runs in a process of its launcher's hands its results over to the sweep's driver. Either
         opens the store in its writer, while it trains."""
@@ -353,11 +353,11 @@ class JobRun:
 
     def trains(self) -> None:
         """The job's training starts: the writer, held since the previous job of the process ended
-        (:mod:`crux.tracking.writer`), writes that job's results meanwhile."""
+        (:mod:`cruxlab.runtime.writer`), writes that job's results meanwhile."""
         self._writer.go_on()
 
     def check_room(self, problem: Problem, epochs: int, phases: int) -> None:
-        """Raise :class:`crux.tracking.space.NoRoom` where this machine's store or artifact folder lacks room for
+        """Raise :class:`cruxlab.runtime.space.NoRoom` where this machine's store or artifact folder lacks room for
         what ``epochs`` of ``problem`` in ``phases`` phases write."""
         series = 1 + len(problem.constraints) + len(problem.models)
         parameter_bytes = sum(leaf.nbytes for model in problem.models.values()
@@ -500,7 +500,7 @@ class JobRun:
     def taken_over(cls, client: MlflowClient, sweep_dir: Path, results: Results, artifacts: Path,
                    writer: Writer | None = None, kept: bool = False) -> "JobRun":
         """In a sweep's driver: the run of a job that handed its ``results`` over, or (``kept``) whose results a
-        store fault kept (:mod:`crux.tracking.kept`), its files moved from ``artifacts``; the run's process
+        store fault kept (:mod:`cruxlab.runtime.kept`), its files moved from ``artifacts``; the run's process
         becomes this one, and the rest of its writes and its closing go to ``writer`` (the process's by
         default). A run the store never created is created; what the job logged while it trained is sent again
         (the store keeps each value once); a kept run that its sweep closed with a cause closes FINISHED
@@ -658,7 +658,7 @@ class JobRun:
 
     def _keep(self, ended: int | None) -> None:
         """Where the job trained and the store did not take its results: keep them on this machine's disk
-        (:func:`crux.tracking.kept.keep`), with what creates the run where the store never did, and say where."""
+        (:func:`cruxlab.runtime.kept.keep`), with what creates the run where the store never did, and say where."""
         if self._stats is None or self._keeps_in is None or not self._staged.is_dir():
             return
         if self._figure is not None:

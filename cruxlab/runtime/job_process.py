@@ -6,9 +6,9 @@ with it, trained or not. So the worker forks, the job runs in the child, and the
 worker waits for it: the process that grows with the job, the one the out-of-memory
 killer picks, is the child, and its death is the end of that one job, reported as its
 failure (:class:`JobProcessKilled`), while the pool and the jobs of its other workers go on.
-The worker tells the sweep's driver at once (:func:`crux.tracking.handover.say_ended`), which closes the run
+The worker tells the sweep's driver at once (:func:`cruxlab.runtime.handover.say_ended`), which closes the run
 the killed job left open and says why within a moment, not when the sweep ends. The child ends with its worker
-(:func:`crux.tracking.liveness.end_with_parent`), which ends with its sweep.
+(:func:`cruxlab.runtime.liveness.end_with_parent`), which ends with its sweep.
 """
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ from typing import Any, Callable
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from crux.tracking.handover import say_ended
-from crux.tracking.liveness import end_with_parent, follow_sweep
-from crux.tracking.writer import process_writer
+from cruxlab.runtime.handover import say_ended
+from cruxlab.runtime.liveness import end_with_parent, follow_sweep
+from cruxlab.runtime.writer import process_writer
 
 TaskFunction = Callable[[DictConfig], Any]
 

@@ -7,15 +7,15 @@ default in ``conf/config.yaml``, in ``hydra_plugins/crux_sweeper``) hands it to
 records the jobs it plans before the first starts (tag ``crux.planned_jobs``,
 artifact ``planned_jobs.json``) and closes FINISHED only when every planned job has
 a FINISHED run, else FAILED, or KILLED when the sweep was stopped (SIGINT,
-SIGTERM: :mod:`crux.tracking.interrupt`); runs of its jobs still RUNNING then are
+SIGTERM: :mod:`cruxlab.runtime.interrupt`); runs of its jobs still RUNNING then are
 closed KILLED too. A resumed sweep runs the jobs of its plan that did not finish
 again, each as a new child run with the same ``crux.job``, under the same parent. A store that stays away
 longer than ``tracking.retry_seconds`` stops the sweep: no job starts after it, and one line says what failed,
-which jobs finished and the ``--resume`` command (:mod:`crux.tracking.faults`).
+which jobs finished and the ``--resume`` command (:mod:`cruxlab.store.faults`).
 
 Nothing is created before every job's config is known to be usable
 (:func:`cruxlab.config.out_of_range`) and the store to take writes
-(:func:`crux.tracking.store.writable_store`); a refusal is one line and exit
+(:func:`cruxlab.store.store.writable_store`); a refusal is one line and exit
 status 1, with no run and no job.
 
 How a job finds its parent: every launcher builds each job's config again from
@@ -26,7 +26,7 @@ goes into it as an absolute path (a relative one would be resolved in each job's
 working directory, which on a Ray cluster started elsewhere is the cluster's),
 and the parent run's id and the absolute tracking URI go into
 ``hydra.job.env_set``, the environment Hydra gives each job while it runs. A launcher that composes in this
-process gets the check's composition of the job with those overrides applied (:mod:`crux.tracking.composed`).
+process gets the check's composition of the job with those overrides applied (:mod:`cruxlab.runtime.composed`).
 """
 from __future__ import annotations
 
@@ -51,29 +51,29 @@ from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
-from crux.tracking.contract import (BACKEND, CLAIM, CLAIMS, COMMAND, ERROR_MESSAGE, ERROR_TYPE, FAILED, FINISHED, HOST,
-                                    JOB, KILLED, NOTE, OVERRIDES, PARENT, PID, PLANNED_JOBS, PLANNED_JOB_COUNT, RESUMES,
-                                    ROLE, RUNNING, SWEEP, SWEEP_DIR, SWEPT, VARIANT, VARIANT_PARAM, WORKING_DIR,
-                                    tag_filter)
-from crux.tracking.descriptions import runs_page, sweep_description
-from crux.tracking.failures import tracebacks_shown
-from crux.tracking.faults import (PatientClient, StoreFault, is_store_fault, record_fault, recorded_fault,
-                                  reserve_fault_record, set_retry_budget)
-from crux.tracking.handover import ARTIFACTS, Pickup, read_results
-from crux.tracking.interrupt import deferred, exit_status, interruptible, signal_name
-from crux.tracking.job import JobRun, finished_jobs, unwritten_jobs
-from crux.tracking.kept import kept_folder, kept_results
-from crux.tracking.liveness import (GONE, STORE_FAULT, SWEEP_PID, Heartbeat, close_orphans, is_gone, process_tags)
-from crux.tracking.params import as_requested, flatten
-from crux.tracking.secrets import PASSWORD_VARIABLE, credential_variables, masked
-from crux.tracking.space import StoreReserve
-from crux.tracking.store import (DESTINATION, PARENT_RUN, TRACKING_URI, WRITING, Destination, StoreError, brief,
-                                 child_runs, ensure_experiment, experiment_name, move_store_credentials,
-                                 store_error_types, store_errors, tracking_uri, writable_store)
-from crux.tracking.writer import process_writer
 from cruxlab.config import effective_settings, overrides_without
 from cruxlab.config.keys import refused_override
 from cruxlab.config.refusals import refusals as job_refusals
+from cruxlab.runtime.failures import tracebacks_shown
+from cruxlab.runtime.handover import ARTIFACTS, Pickup, read_results
+from cruxlab.runtime.interrupt import deferred, exit_status, interruptible, signal_name
+from cruxlab.runtime.job import JobRun, finished_jobs, unwritten_jobs
+from cruxlab.runtime.kept import kept_folder, kept_results
+from cruxlab.runtime.liveness import (GONE, STORE_FAULT, SWEEP_PID, Heartbeat, close_orphans, is_gone, process_tags)
+from cruxlab.runtime.space import StoreReserve
+from cruxlab.runtime.writer import process_writer
+from cruxlab.store.contract import (BACKEND, CLAIM, CLAIMS, COMMAND, ERROR_MESSAGE, ERROR_TYPE, FAILED, FINISHED, HOST,
+                                    JOB, KILLED, NOTE, OVERRIDES, PARENT, PID, PLANNED_JOBS, PLANNED_JOB_COUNT, RESUMES,
+                                    ROLE, RUNNING, SWEEP, SWEEP_DIR, SWEPT, VARIANT, VARIANT_PARAM, WORKING_DIR,
+                                    tag_filter)
+from cruxlab.store.descriptions import runs_page, sweep_description
+from cruxlab.store.faults import (PatientClient, StoreFault, is_store_fault, record_fault, recorded_fault,
+                                  reserve_fault_record, set_retry_budget)
+from cruxlab.store.params import as_requested, flatten
+from cruxlab.store.secrets import PASSWORD_VARIABLE, credential_variables, masked
+from cruxlab.store.store import (DESTINATION, PARENT_RUN, TRACKING_URI, WRITING, Destination, StoreError, brief,
+                                 child_runs, ensure_experiment, experiment_name, move_store_credentials,
+                                 store_error_types, store_errors, tracking_uri, writable_store)
 
 log = logging.getLogger(__name__)
 
@@ -287,7 +287,7 @@ class Multirun:
 
     def _write_kept(self, client: MlflowClient, parent: Run) -> None:
         """Write the results that the sweep's last invocation kept after a store fault
-        (:mod:`crux.tracking.kept`) into their jobs' runs, so that those jobs finish without training again;
+        (:mod:`cruxlab.runtime.kept`) into their jobs' runs, so that those jobs finish without training again;
         StoreFault where the store fails again (the results stay kept)."""
         folder = parent.data.tags.get(SWEEP_DIR)
         entries = kept_results(Path(folder)) if folder else []
@@ -539,7 +539,7 @@ def closing_cause(run: Run, stopped: KeyboardInterrupt | None, unreadable: dict[
     """Status, ``crux.error_type`` and message for a job's run still RUNNING when its sweep closes: FAILED where
     the results its job handed over could not be read (``unreadable``, by job number), else KILLED: by the store
     fault that left it open (``faulted``, by run), by the signal that stopped the sweep, by the end of its process
-    (:func:`crux.tracking.liveness.is_gone`: killed, out of memory), else by the end of its sweep."""
+    (:func:`cruxlab.runtime.liveness.is_gone`: killed, out of memory), else by the end of its sweep."""
     tags = run.data.tags
     job = tags.get(JOB, "")
     if job in unreadable:

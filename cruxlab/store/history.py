@@ -17,7 +17,7 @@ check); tests/test_tracking_history.py checks, on SQLite and on PostgreSQL, that
 MLflow's read API sees the same histories and latest values either way. Any other
 store (a tracking server, the file store), other MLflow versions, an active logged
 model, or a value already stored (MLflow skips those) take ``log_batch``. A store that is away is waited for
-(:func:`crux.tracking.faults.patiently`); a failed insert rolls back whole, so trying again writes each value
+(:func:`cruxlab.store.faults.patiently`); a failed insert rolls back whole, so trying again writes each value
 once.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
 from crux.stats import Statistics
-from crux.tracking.faults import patiently
+from cruxlab.store.faults import patiently
 
 if TYPE_CHECKING:
     from sqlalchemy import Table

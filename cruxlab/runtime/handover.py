@@ -4,13 +4,13 @@ A job that a parallel launcher (joblib, Ray, submitit) runs in a worker process
 would otherwise wait at its end for its histories, figure, artifacts and the
 closing of its run: seconds a job, and the worker's first job also opens the
 store. Such a job instead leaves its results in the sweep's folder, which the
-driver and the jobs share already (:mod:`crux.tracking.faults` records a store
+driver and the jobs share already (:mod:`cruxlab.store.faults` records a store
 fault there): one folder per job, ``<sweep>/.crux-handed-over/<job>``, holding
 the run's staged artifacts and :data:`RESULTS` (what remains to be sent), moved
 into place whole so that the driver never reads half of it. The driver's
 :class:`Pickup` watches that folder from a thread while the launcher runs the
 jobs, and hands each job's results to its process's ordered writer
-(:mod:`crux.tracking.writer`); the sweep counts its runs only after the pickup
+(:mod:`cruxlab.runtime.writer`); the sweep counts its runs only after the pickup
 has stopped and the writer is drained. The run was created, and its params
 written, by the job's own process while it trained; it closes FINISHED only
 after the driver wrote the rest, FAILED with the reason when a write fails.
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 from crux.failures import failure_line
-from crux.tracking.secrets import masked
+from cruxlab.store.secrets import masked
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class Results:
     """The relative L2 error per field, for the outcome line."""
     params: dict[str, str] = field(default_factory=dict)
     """What the job's process logged to the run while it trained, sent again where the store may have missed it
-    (:mod:`crux.tracking.kept`): the params, ``logged_tags`` and ``metrics`` (a measurement beside the training)."""
+    (:mod:`cruxlab.runtime.kept`): the params, ``logged_tags`` and ``metrics`` (a measurement beside the training)."""
     logged_tags: dict[str, str] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
     opening: dict | None = None

@@ -10,8 +10,8 @@ import math
 from omegaconf import DictConfig
 
 from crux import capacity
-from crux.tracking.contract import CAPACITY_SIZES
-from crux.tracking.job import JobRun
+from cruxlab.runtime.job import JobRun
+from cruxlab.store.contract import CAPACITY_SIZES
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ database restarting) is retried with growing pauses for up to
 that the jobs a sweep starts inherit it) from the first failure; past that it
 raises :class:`StoreFault`. A full disk is a store fault that does not pass by
 itself: it raises StoreFault at once, naming the disk. MLflow's own HTTP retries are cut to seconds
-(:data:`crux.tracking.store.HTTP_LIMITS`) so that this budget is the one that
+(:data:`cruxlab.store.store.HTTP_LIMITS`) so that this budget is the one that
 counts. A job that meets a StoreFault writes it into the sweep's folder
 (:func:`record_fault`): the jobs after it end at once, the sweep ends with one
 line, and the runs it left open are closed later with that cause. The room for
@@ -37,7 +37,7 @@ from mlflow.exceptions import MlflowException
 from requests.exceptions import ConnectionError as RequestsConnectionError
 from requests.exceptions import Timeout
 
-from crux.tracking.store import HTTP_LIMITS, SQLITE, brief
+from cruxlab.store.store import HTTP_LIMITS, SQLITE, brief
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +216,7 @@ def record_fault(folder: Path, run_id: str | None, message: str) -> None:
 
 def record_kept(folder: Path, job: int, where: Path) -> None:
     """Add to the fault recorded in the sweep's ``folder`` that job ``job``'s results are kept in ``where``, a
-    folder outside it (:mod:`crux.tracking.kept`: the sweep's own disk had no room for them)."""
+    folder outside it (:mod:`cruxlab.runtime.kept`: the sweep's own disk had no room for them)."""
     with _recording:
         recorded = recorded_fault(folder) or {"message": "", "runs": {}}
         recorded.setdefault("kept", {})[str(job)] = str(where)

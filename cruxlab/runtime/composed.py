@@ -1,7 +1,7 @@
 """Each job's config composed once a sweep: the check before the first job and the launcher share it.
 
 crux's sweeper composes every job's config before any job runs, to refuse a sweep that cannot run
-(:class:`crux.tracking.multirun.Multirun`); Hydra's launchers compose it again when they start the job, from
+(:class:`cruxlab.runtime.multirun.Multirun`); Hydra's launchers compose it again when they start the job, from
 the multirun's ``hydra.overrides.hydra``, to which the sweep has appended what it decided since
 (``++hydra.sweep.dir=...``, the parent run in ``++hydra.job.env_set...``). Composing reads and merges the
 defaults list's config files again, about 0.1 s a job on a 2-core CPU, twice the time a sweep's jobs spent

@@ -24,7 +24,7 @@ from urllib.parse import unquote, urlsplit
 
 from hydra.core.hydra_config import HydraConfig
 
-from crux.tracking.secrets import masked, overrides_without_credentials
+from cruxlab.store.secrets import masked, overrides_without_credentials
 
 PACKAGES = ("crux/", "cruxlab/", "hydra_plugins/")
 """The folders of crux's wheel, whose installed files identify the crux that ran."""
