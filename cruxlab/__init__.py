@@ -1,5 +1,9 @@
-"""The lab around crux: the pipeline that runs experiments on the library and judges its claims; the library,
-``crux``, imports none of it.
+"""The lab around crux: the pipeline that runs experiments on the library and judges its claims.
+
+:mod:`cruxlab.config` (the job's config: its schema, what it builds, its refusals), :mod:`cruxlab.store` (the
+MLflow layout written and read back), :mod:`cruxlab.runtime` (a job's run and a sweep's), :mod:`cruxlab.backends`
+(jNO), :mod:`cruxlab.report` (claims and reports), :mod:`cruxlab.commands` (crux-run, crux-sweep); docs/architecture.md
+draws the layers. The library, ``crux``, imports none of it.
 
 Importing this package turns MLflow's usage telemetry off unless
 ``MLFLOW_DISABLE_TELEMETRY`` is set already (``false`` keeps it on). MLflow 3

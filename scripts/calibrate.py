@@ -58,13 +58,13 @@ from jax.flatten_util import ravel_pytree
 import crux
 from crux.constraint import constraint_loss
 from crux.problems import Problem
-from crux.report import FAILS, NO_EFFECT, PhasePlan, RunRecord, SolveOptions, Verdict
-from crux.report.claims import check_accumulation, check_gradient_noise, check_phases, check_resume
-from crux.report.claims.gradient_noise import STANDARD_ERRORS, expected_ratios
-from crux.report.numerics import agreement
-from crux.report.records import histories_of, snapshot_arrays, summary_of
 from crux.roundoff import roundoff_twin
 from cruxlab.backends.gradient_draws import GradientDraws, crux_gradient_draws
+from cruxlab.report import FAILS, NO_EFFECT, PhasePlan, RunRecord, SolveOptions, Verdict
+from cruxlab.report.claims import check_accumulation, check_gradient_noise, check_phases, check_resume
+from cruxlab.report.claims.gradient_noise import STANDARD_ERRORS, expected_ratios
+from cruxlab.report.numerics import agreement
+from cruxlab.report.records import histories_of, snapshot_arrays, summary_of
 
 LEARNING_RATE = 1e-2
 UPDATES = 6  # per accumulation run: enough for trajectories to part, few enough to stay quick

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Sequence
 
 from crux import capacity
-from crux.report.claims.capacity import capacity_verdict
+from cruxlab.report.claims.capacity import capacity_verdict
 
 
 

@@ -293,7 +293,7 @@ sweep() {
     if [[ "${REPORTS:-1}" == 0 ]]; then
         echo "== report $label: left for later (REPORTS=0): crux-report $name, against the returned store"
     else
-        step "report $label" 20 0 "$python" -m crux.report "$name" --out "$work/reports/$label"
+        step "report $label" 20 0 "$python" -m cruxlab.report "$name" --out "$work/reports/$label"
     fi
 }
 for name in "${chosen[@]}"; do

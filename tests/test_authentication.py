@@ -78,7 +78,7 @@ def test_a_server_with_authentication_refuses_in_words_and_lets_a_permitted_user
     done = crux(tmp_path / "alice", "cruxlab.commands.sweep", "accumulation", *TINY, url=at.url, user="alice",
                 password=at.password("alice"))
     assert done.returncode == 0, done.stderr[-3000:]
-    done = crux(tmp_path / "alice", "crux.report", "accumulation", "--claim", "accumulation", "--out", "report",
+    done = crux(tmp_path / "alice", "cruxlab.report", "accumulation", "--claim", "accumulation", "--out", "report",
                 url=at.url, user="alice", password=at.password("alice"))
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "alice" / "report" / "verdicts.json").is_file()
@@ -88,7 +88,7 @@ def test_a_server_with_authentication_refuses_in_words_and_lets_a_permitted_user
                                        user="bob", password=at.password("bob")), tmp_path / "bob")
     assert line == (f"crux-sweep: user bob may not write experiment 'accumulation' at {at.url}: ask for EDIT "
                     f"permission, or use another experiment name")
-    done = crux(tmp_path / "bob", "crux.report", "accumulation", "--claim", "accumulation", "--out", "report",
+    done = crux(tmp_path / "bob", "cruxlab.report", "accumulation", "--claim", "accumulation", "--out", "report",
                 url=at.url, user="bob", password=at.password("bob"))
     assert done.returncode == 0, done.stderr[-3000:]  # reading is his
 

@@ -29,7 +29,7 @@ def environment(tmp_path: Path) -> dict[str, str]:
 
 def report(tmp_path: Path) -> dict[str, dict]:
     """``crux-report capacity`` of the store in ``tmp_path``: its verdicts by claim."""
-    done = subprocess.run([sys.executable, "-m", "crux.report", "capacity", "--out", str(tmp_path / "report")],
+    done = subprocess.run([sys.executable, "-m", "cruxlab.report", "capacity", "--out", str(tmp_path / "report")],
                           cwd=tmp_path, env=environment(tmp_path), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "could not be read" not in done.stdout  # a capacity run logs sizes, not histories

@@ -147,7 +147,7 @@ def test_the_devices_sweep_runs_on_two_host_devices_and_its_report_judges_it(tmp
     assert sorted((c.data.params["memory.batchsize"], c.data.params["solver.devices"]) for c in children) == \
         sorted([("8", "1"), ("16", "1"), ("8", "2")] * 2)
     store = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
-    report = subprocess.run([sys.executable, "-m", "crux.report", "devices", "--out", str(tmp_path / "report")],
+    report = subprocess.run([sys.executable, "-m", "cruxlab.report", "devices", "--out", str(tmp_path / "report")],
                             cwd=tmp_path, env=store, capture_output=True, text=True, timeout=600)
     assert report.returncode == 0, report.stderr[-3000:]
     (verdict,) = json.loads((tmp_path / "report" / "verdicts.json").read_text())

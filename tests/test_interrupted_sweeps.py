@@ -49,7 +49,7 @@ hydra:
 
 def command(program: str, *args: str) -> list[str]:
     """``crux-sweep`` or ``crux-report`` with ``args``, run by this Python."""
-    return [sys.executable, "-m", {"crux-sweep": "cruxlab.commands.sweep", "crux-report": "crux.report"}[program], *args]
+    return [sys.executable, "-m", {"crux-sweep": "cruxlab.commands.sweep", "crux-report": "cruxlab.report"}[program], *args]
 
 
 def environment(folder: Path) -> dict[str, str]:

@@ -20,14 +20,14 @@ from hydra import compose, initialize_config_module
 os.environ.setdefault("JNO_COMPILE_CACHE", jax.config.jax_compilation_cache_dir)  # conftest's cache, not ~/.cache
 pytest.importorskip("jno", reason='the jNO backend needs the jno extra: pip install -e ".[jno]"')
 
-from crux.report import FAILS, HOLDS, INCONCLUSIVE, NO_EFFECT, NOT_SUPPORTED, RunRecord, judge  # noqa: E402
-from crux.report.records import histories_of, summary_of  # noqa: E402
 from crux.timing.machine import WALL_TIME  # noqa: E402
 from crux.timing.pairs import FIRST_LOOK  # noqa: E402
 from cruxlab import config  # noqa: E402
 from cruxlab.backends.jno.job import train_and_log  # noqa: E402
 from cruxlab.config import CONFIG_PACKAGE  # noqa: E402
 from cruxlab.config.settings import group_of, phase_plan, solve_options  # noqa: E402
+from cruxlab.report import FAILS, HOLDS, INCONCLUSIVE, NO_EFFECT, NOT_SUPPORTED, RunRecord, judge  # noqa: E402
+from cruxlab.report.records import histories_of, summary_of  # noqa: E402
 from cruxlab.store import contract  # noqa: E402
 
 TINY = ["backend=jno", "model.width=8", "model.depth=2", "problem.n_interior=64", "solver.epochs=10",

@@ -123,7 +123,7 @@ def test_the_example_swept_on_both_backends_is_reported_side_by_side(tmp_path):
                                "conf", *backend, *SWEEP], cwd=project, capture_output=True, text=True,
                               env=environment, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
-    done = subprocess.run([sys.executable, "-m", "crux.report", "unit_square_accumulation", "--out", "report"],
+    done = subprocess.run([sys.executable, "-m", "cruxlab.report", "unit_square_accumulation", "--out", "report"],
                           cwd=project, capture_output=True, text=True, env=environment, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     text = (project / "report" / "report.md").read_text()

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from crux.report import HOLDS, load_sweep, main, results
-from crux.report.backends import load_sweeps
 from crux.stats import Statistics
+from cruxlab.report import HOLDS, load_sweep, main, results
+from cruxlab.report.backends import load_sweeps
 from cruxlab.store import contract
 
 pytest.importorskip("jno", reason='the jNO backend needs the jno extra: pip install -e ".[jno]"')
@@ -121,7 +121,7 @@ def test_crux_against_jno_compares_the_claims_both_judge(store, tmp_path):
 
 
 def test_the_results_table_has_a_row_per_library(store):
-    """python -m crux.report.results: crux's sweep and jNO's of one name are rows of their own."""
+    """python -m cruxlab.report.results: crux's sweep and jNO's of one name are rows of their own."""
     uri, _ = store
     present = [[results.sweeps_in(uri)]]
     assert present == [[{"accumulation": ["crux", "jno"]}]]

@@ -107,7 +107,7 @@ def ui(tmp_path_factory, empty_store) -> Iterator[Served]:
         experiment_id = rest.experiment("accumulation")["experiment_id"]
         (parent,) = by_role(rest.runs(experiment_id), contract.PARENT)
         before_report = tags(parent)["mlflow.note.content"]
-        done = subprocess.run([sys.executable, "-m", "crux.report", "accumulation"], cwd=folder, env=env,
+        done = subprocess.run([sys.executable, "-m", "cruxlab.report", "accumulation"], cwd=folder, env=env,
                               capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
         yield Served(rest, experiment_id, before_report, folder, sweep.stdout + sweep.stderr)

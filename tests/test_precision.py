@@ -11,11 +11,11 @@ from jax.extend.core import ClosedJaxpr, Jaxpr
 
 from crux import SolveOptions
 from crux.executables import compile_once
-from crux.report import FAILS, HOLDS, INCONCLUSIVE, RunRecord
-from crux.report.claims import check_precision
 from crux.solver import Machinery
 from cruxlab.config import SolverConfig
 from cruxlab.config.ranges import CHECK
+from cruxlab.report import FAILS, HOLDS, INCONCLUSIVE, RunRecord
+from cruxlab.report.claims import check_precision
 from crux_testing import poisson
 
 

@@ -1,4 +1,4 @@
-"""The claim checks of crux.report, on records made straight from crux solves.
+"""The claim checks of cruxlab.report, on records made straight from crux solves.
 
 Each claim is shown to hold on crux as it is, and to turn to ``fails`` when the
 option is broken on purpose (a defect planted through the solver's ``Machinery`` or a replaced method, only
@@ -20,20 +20,20 @@ from crux import remat
 from crux.batching import PointStream
 from crux.engine import Primitives, repeat
 from crux.model import Model
-from crux.report import FAILS, HOLDS, INCONCLUSIVE, PhasePlan, RunRecord, SolveOptions, judge, record_from_solve
-from crux.report.claims import check_accumulation, check_checkpoint, check_inner_steps, check_phases
-from crux.report.claims import check_devices, check_offload, check_substeps
-from crux.report.claims.accumulation import AccumulationSet
-from crux.report.claims.accumulation import _memory as accumulation_saves_memory
-from crux.report.claims.checkpoint import _memory as checkpoint_saves_memory
-from crux.report.claims.devices import _speed as devices_speed
-from crux.report.claims.offload import _moves_data as offload_moves_data
-from crux.report.claims.phases import expected_lr
-from crux.report.document import verdicts_json
-from crux.report.numerics import TwinComparison, history_departure, twin_comparison
-from crux.report.records import snapshot_arrays
 from crux.roundoff import roundoff_twin
 from crux.solver import Crux, Machinery
+from cruxlab.report import FAILS, HOLDS, INCONCLUSIVE, PhasePlan, RunRecord, SolveOptions, judge, record_from_solve
+from cruxlab.report.claims import check_accumulation, check_checkpoint, check_inner_steps, check_phases
+from cruxlab.report.claims import check_devices, check_offload, check_substeps
+from cruxlab.report.claims.accumulation import AccumulationSet
+from cruxlab.report.claims.accumulation import _memory as accumulation_saves_memory
+from cruxlab.report.claims.checkpoint import _memory as checkpoint_saves_memory
+from cruxlab.report.claims.devices import _speed as devices_speed
+from cruxlab.report.claims.offload import _moves_data as offload_moves_data
+from cruxlab.report.claims.phases import expected_lr
+from cruxlab.report.document import verdicts_json
+from cruxlab.report.numerics import TwinComparison, history_departure, twin_comparison
+from cruxlab.report.records import snapshot_arrays
 from cruxlab.store import contract
 from crux_testing import mixed, poisson as small_poisson
 from scripts_path import calibrate
@@ -689,6 +689,6 @@ def test_accumulation_memory_at_sizes_a_tile_pads_alike_is_inconclusive():
 
 def test_every_check_has_its_figures_entry():
     """A sweep that names no claims is judged by every check and drawn by each one's figures: one entry each."""
-    from crux.report.claims import CHECKS
-    from crux.report.figures import FIGURES
+    from cruxlab.report.claims import CHECKS
+    from cruxlab.report.figures import FIGURES
     assert set(FIGURES) == set(CHECKS)

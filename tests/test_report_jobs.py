@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from crux.report.jobs import NEVER_STARTED, account
+from cruxlab.report.jobs import NEVER_STARTED, account
 from cruxlab.store import contract
 from crux_testing import mlflow_run
 

@@ -1,4 +1,4 @@
-"""A store packed as files (crux.report.packed): read from a copy of its own, its artifacts unpacked where it was
+"""A store packed as files (cruxlab.report.packed): read from a copy of its own, its artifacts unpacked where it was
 made, nothing there overwritten. A real sweep packed and reported: tests/test_report_comparison_stores.py."""
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from crux.report.packed import made_in, packed_path, unpack
-from crux.report.results import sweep_names
-from crux.report.store import open_client
+from cruxlab.report.packed import made_in, packed_path, unpack
+from cruxlab.report.results import sweep_names
+from cruxlab.report.store import open_client
 from cruxlab.store.store import StoreError
 from crux_testing import pack
 

@@ -16,11 +16,11 @@ import pytest
 
 import crux
 from crux.batching import PointStream
-from crux.roundoff import roundoff_twin
 from crux.model import Model
-from crux.report import FAILS, HOLDS, INCONCLUSIVE, PhasePlan, RunRecord, SolveOptions, record_from_solve
-from crux.report.claims import check_resume
+from crux.roundoff import roundoff_twin
 from crux.solver import Crux
+from cruxlab.report import FAILS, HOLDS, INCONCLUSIVE, PhasePlan, RunRecord, SolveOptions, record_from_solve
+from cruxlab.report.claims import check_resume
 from crux_testing import poisson
 from scripts_path import calibrate
 

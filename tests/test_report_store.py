@@ -19,12 +19,12 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from crux.report import HOLDS, INCONCLUSIVE, load_sweep, main
-from crux.report.store import config_from_params
 from crux.stats import Statistics
 from cruxlab.commands.sweep import available
 from cruxlab.config import CONFIG_PACKAGE, effective_settings
 from cruxlab.config.settings import configuration
+from cruxlab.report import HOLDS, INCONCLUSIVE, load_sweep, main
+from cruxlab.report.store import config_from_params
 from cruxlab.runtime.multirun import planned_jobs
 from cruxlab.store import contract
 from cruxlab.store.params import flatten

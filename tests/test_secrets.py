@@ -115,7 +115,7 @@ def test_a_postgresql_sweep_and_its_report_write_and_print_no_password(postgres_
                            cwd=tmp_path, env={**env, "MLFLOW_TRACKING_PASSWORD": token}, capture_output=True,
                            text=True, timeout=600)
     assert sweep.returncode == 0, sweep.stderr[-3000:]
-    report = subprocess.run([sys.executable, "-m", "crux.report", "accumulation", "--claim", "accumulation", "--out",
+    report = subprocess.run([sys.executable, "-m", "cruxlab.report", "accumulation", "--claim", "accumulation", "--out",
                              "report"], cwd=tmp_path, env={**env, "MLFLOW_TRACKING_URI": postgres_store},
                             capture_output=True, text=True, timeout=600)
     assert report.returncode == 0, report.stderr[-3000:]

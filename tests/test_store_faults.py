@@ -395,7 +395,7 @@ def test_postgresql_refusals_are_one_line_without_mlflows_retries(postgres_store
     env = {key: value for key, value in os.environ.items() if key != "PGPASSWORD"}
     swept = subprocess.run([sys.executable, "-m", "cruxlab.commands.sweep", "accumulation", *JOBS, f"tracking.uri={wrong}"],
                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-    reported = subprocess.run([sys.executable, "-m", "crux.report", "accumulation", "--tracking-uri", nowhere],
+    reported = subprocess.run([sys.executable, "-m", "cruxlab.report", "accumulation", "--tracking-uri", nowhere],
                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     for done, status, line in ((swept, 1, f"crux-sweep: the PostgreSQL server of "
                                           f"{wrong.replace(':not-its-password', '')} refused the user ("),

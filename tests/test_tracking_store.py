@@ -110,7 +110,7 @@ def test_a_deleted_experiment_stays_deleted_and_a_new_sweep_of_its_name_starts_a
 def test_the_commands_leave_sqlalchemy_to_the_stores_that_need_it():
     """MLflow's SQL store imports SQLAlchemy; crux-sweep and crux-run import nothing of it themselves, so that a
     tracking server's client goes without it."""
-    imported = ("import sys, cruxlab.commands.sweep, cruxlab.commands.experiment, crux.report.claims; "
+    imported = ("import sys, cruxlab.commands.sweep, cruxlab.commands.experiment, cruxlab.report.claims; "
                 "print(sorted(name for name in sys.modules if name.partition('.')[0] == 'sqlalchemy'))")
     done = subprocess.run([sys.executable, "-c", imported], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr

@@ -1,7 +1,7 @@
 """The bands a paired timing is judged with, by the solve() option it changes.
 
 A job times its paired runs until the ratio's interval is placed by the band that the report will judge it with,
-so the writer (:mod:`cruxlab.runtime.paired_timing`) and the claims (:mod:`crux.report.claims`) both take the bands
+so the writer (:mod:`cruxlab.runtime.paired_timing`) and the claims (:mod:`cruxlab.report.claims`) both take the bands
 from here; docs/claims.md says where each figure comes from.
 """
 from __future__ import annotations

@@ -12,7 +12,7 @@ every job.
 A sweep file is a Hydra config merged at the top level of every job's config
 (whether or not it starts with ``# @package _global_``): ``hydra.sweeper.params``
 says what varies, ``claim`` says in words what the sweep checks, ``claims`` names
-the checks ``crux-report`` runs on it (keys of ``crux.report.CHECKS``). crux-sweep
+the checks ``crux-report`` runs on it (keys of ``cruxlab.report.CHECKS``). crux-sweep
 registers the file in Hydra's ConfigStore as option NAME of the group ``sweeps``
 (the ConfigStore travels to launchers' worker processes) and runs
 ``crux-run --multirun +sweeps=NAME [overrides]``; the experiment is named NAME.
@@ -136,7 +136,7 @@ def find_sweep(spec: str, folders: list[Path] | tuple[Path, ...] = ()) -> SweepF
 
 def check_claims(sweep: SweepFile) -> None:
     """Raises ValueError when ``claims`` names a check crux-report does not have."""
-    from crux.report.claims import CHECKS  # imports JAX: only for a sweep that names checks
+    from cruxlab.report.claims import CHECKS  # imports JAX: only for a sweep that names checks
 
     unknown = [claim for claim in sweep.claims if claim not in CHECKS]
     if unknown:

@@ -352,7 +352,7 @@ class Config:
     drawing its own mini-batches (the black-box accumulation check reads their spread; 0: none); a sweep's
     first repeat measures them, the others repeat nothing the draws depend on.
     ``claim`` is what a sweep sets out to check, in words, and ``claims`` the
-    checks (keys of ``crux.report.CHECKS``) its report runs; both describe the
+    checks (keys of ``cruxlab.report.CHECKS``) its report runs; both describe the
     sweep, not the job (:data:`SWEEP_KEYS`). ``repeat`` only tells repeated
     jobs apart (for timing); ``variant`` names the job in MLflow (``None``: the
     swept overrides of this job, e.g. ``b8_acc4``). ``roundoff_twin=k > 0`` moves

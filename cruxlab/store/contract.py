@@ -1,6 +1,6 @@
 """The MLflow layout crux writes and reads: tag names, their values, run statuses, artifact files and params.
 
-``cruxlab.runtime`` writes runs in this layout and ``crux.report`` reads them; both name every tag, file and
+``cruxlab.runtime`` writes runs in this layout and ``cruxlab.report`` reads them; both name every tag, file and
 status through this module, so a misspelt name is an import error rather than a report that finds no runs.
 docs/CONTRACT.md describes what each one holds.
 """
