@@ -4,11 +4,11 @@ import json
 import numpy as np
 import pytest
 
-from crux import capacity as library
 from crux import remat
 from crux.model import Model
 from crux.solver import Crux
 from crux.stats import Statistics
+from cruxlab import capacity_search as library
 from cruxlab.report.claims.capacity import capacity_verdict
 from scripts_path import capacity, memory_at_scale
 

@@ -15,11 +15,11 @@ import optax
 import pytest
 from hydra import compose, initialize_config_module
 
-from crux.timing.bands import CLAIMED_COST, FASTER_BAND, UNCLAIMED_BAND, timing_band
 from crux.timing.interval import OUTSIDE, UNDECIDED, WITHIN, Band, ratio_interval
 from crux.timing.machine import CPU_TIME, WALL_TIME, Machine
 from crux.timing.pairs import FIRST_LOOK, PairedTimes, Side, chunk_epochs, time_paired
 from cruxlab import config
+from cruxlab.bands import CLAIMED_COST, FASTER_BAND, UNCLAIMED_BAND, timing_band
 from cruxlab.config import CONFIG_PACKAGE
 from cruxlab.config.settings import solve_options
 from cruxlab.report import FAILS, HOLDS, INCONCLUSIVE, RunRecord, SolveOptions

@@ -13,10 +13,10 @@ import json
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
-from crux import capacity
 from crux.failures import failure_line
 from crux.options import divisors
 from crux.problems import Problem
+from cruxlab import capacity_search
 from cruxlab.config.building import problem, problem_call, training_phases
 from cruxlab.config.ranges import refusals as range_refusals
 from cruxlab.config.schema import TIMED_OPTIONS
@@ -78,7 +78,7 @@ def capacity_refusals(cfg: DictConfig) -> list[str]:
     if cfg.backend.name != "crux":
         found.append(f"capacity.option={option} shows crux's own solver, not backend={cfg.backend.name}: "
                      f"leave backend=crux")
-    if capacity.budget(settings.budget_bytes, settings.cpu_budget_bytes) is None:
+    if capacity_search.budget(settings.budget_bytes, settings.cpu_budget_bytes) is None:
         found.append(f"capacity.option={option} needs a budget to fit in, and this device reports no memory limit "
                      f"(a CPU): declare one, e.g. capacity.cpu_budget_bytes=4194304")
     return found

@@ -27,13 +27,13 @@ from omegaconf import MISSING, OmegaConf
 
 from hydra_plugins.crux_sweeper.config import SweeperConfig
 
-from crux import capacity
 from crux import precision as matmul
 from crux.derivatives import LAPLACIAN_MODES
 from crux.model import ACTIVATIONS, Model
 from crux.optim import soap
 from crux.options import SolveOptions
 from crux.schedules import Schedule, lrs
+from cruxlab import capacity_search
 from cruxlab.config.ranges import AT_LEAST_ONE, FRACTION, NOT_NEGATIVE, POSITIVE, SEED, Choice, checked
 
 CONFIG_PACKAGE = "crux.conf"
@@ -280,13 +280,13 @@ class TimingConfig:
 
 @dataclass
 class CapacityConfig:
-    """A capacity job (:mod:`crux.capacity`): ``option`` (one of solve()'s memory options; ``None``: the job trains
+    """A capacity job (:mod:`cruxlab.capacity_search`): ``option`` (one of solve()'s memory options; ``None``: the job trains
     as configured instead) is shown at the smallest size the run without it does not fit ``budget_bytes`` (``None``:
     the device's own memory, ``memory_stats()["bytes_limit"]``; on a device that reports none, a CPU,
     ``cpu_budget_bytes``). The sizes it starts from, left ``None``, are those for the device
-    (``crux.capacity.DEVICE_SIZES`` where it reports its memory, else ``CPU_SIZES``)."""
+    (``cruxlab.capacity_search.DEVICE_SIZES`` where it reports its memory, else ``CPU_SIZES``)."""
 
-    option: Optional[str] = checked(Choice(capacity.OPTIONS), None)
+    option: Optional[str] = checked(Choice(capacity_search.OPTIONS), None)
     budget_bytes: Optional[int] = checked(AT_LEAST_ONE, None)
     cpu_budget_bytes: Optional[int] = checked(AT_LEAST_ONE, None)
     width: Optional[int] = checked(AT_LEAST_ONE, None)

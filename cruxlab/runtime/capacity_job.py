@@ -1,5 +1,5 @@
 """A capacity job: one memory option shown at the size where the run without it does not fit
-(:mod:`crux.capacity`), its numbers the run's metrics (``capacity/...``) and every size tried its artifact."""
+(:mod:`cruxlab.capacity_search`), its numbers the run's metrics (``capacity/...``) and every size tried its artifact."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,16 +9,16 @@ import math
 
 from omegaconf import DictConfig
 
-from crux import capacity
+from cruxlab import capacity_search
 from cruxlab.runtime.job import JobRun
 from cruxlab.store.contract import CAPACITY_SIZES
 
 log = logging.getLogger(__name__)
 
 
-def sizes(settings: DictConfig) -> capacity.Sizes:
+def sizes(settings: DictConfig) -> capacity_search.Sizes:
     """The sizes a capacity job starts from: those set under ``capacity``, the device's defaults for the rest."""
-    defaults = capacity.default_sizes()
+    defaults = capacity_search.default_sizes()
     return dataclasses.replace(defaults, **{f.name: settings[f.name] for f in dataclasses.fields(defaults)
                                             if settings[f.name] is not None})
 
@@ -27,8 +27,8 @@ def run_capacity(cfg: DictConfig, run: JobRun) -> float:
     """Search and log ``cfg.capacity.option``'s sizes; the option's run's peak bytes (NaN where it did not train).
     A size that does not fit is evidence, logged, not a failure of the job."""
     settings = cfg.capacity
-    budget = capacity.budget(settings.budget_bytes, settings.cpu_budget_bytes)
-    result = capacity.measure(settings.option, budget, **dataclasses.asdict(sizes(settings)),
+    budget = capacity_search.budget(settings.budget_bytes, settings.cpu_budget_bytes)
+    result = capacity_search.measure(settings.option, budget, **dataclasses.asdict(sizes(settings)),
                               tried=lambda attempt: log.info("capacity: %s", attempt))
     log.info("%s", result)
     run.log_metrics({key: value for key, value in result.metrics().items() if not math.isnan(value)})

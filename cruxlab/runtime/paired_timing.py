@@ -8,7 +8,7 @@ of the two settings the pair ran on, of ``timing.builds``). Summary metrics
 ``timing/chunk_epochs``, ``timing/budget_seconds``, ``timing/spent_seconds``, ``timing/cores`` and tags
 ``crux.timing.cpu``, ``crux.timing.device``, ``crux.timing.clock``, ``crux.timing.against`` say how and where it
 was measured. The job times until the interval is placed by the band of the claim that will judge it
-(:func:`crux.timing.bands.timing_band`), the band the report judges with.
+(:func:`cruxlab.bands.timing_band`), the band the report judges with.
 """
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ from mlflow.entities import Metric
 from omegaconf import DictConfig, OmegaConf
 
 from crux.options import SolveOptions
-from crux.timing.bands import timing_band
 from crux.timing.pairs import PairedTimes, Side, time_paired
 from cruxlab import config
+from cruxlab.bands import timing_band
 from cruxlab.config.settings import solve_options
 from cruxlab.runtime.job import JobRun
 from cruxlab.store.contract import TIMING_AGAINST, TIMING_CLOCK, TIMING_CPU, TIMING_DEVICE

@@ -80,7 +80,7 @@ PARAMS = "params.npz"
 """The parameters, one array per leaf: ``<when>/<model>/<i>`` for :data:`INITIAL`, ``phase<k>``, :data:`FINAL`."""
 HISTORY_PLOT = "history.png"
 CAPACITY_SIZES = "capacity.json"
-"""A capacity job's sizes tried (:class:`crux.capacity.Attempt`, one object each) and its option's run."""
+"""A capacity job's sizes tried (:class:`cruxlab.capacity_search.Attempt`, one object each) and its option's run."""
 INITIAL, FINAL = "initial", "final"
 
 # -- params -----------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
-"""Capacity: each memory option trains at the size where the run without it does not fit (:mod:`crux.capacity`).
+"""Capacity: each memory option trains at the size where the run without it does not fit (:mod:`cruxlab.capacity_search`).
 
 A run of the capacity sweep carries its option (param ``capacity.option``) and its numbers (``capacity/...``
-metrics, :meth:`crux.capacity.Capacity.metrics`): the smallest size tried that does not fit the budget without
+metrics, :meth:`cruxlab.capacity_search.Capacity.metrics`): the smallest size tried that does not fit the budget without
 the option (its points and hidden layers, and which of them grew: the layers for ``checkpoint_gradients``, the
 points for the others), what it needed (or that XLA refused it), and the option's run at that size, its peak and
 whether it trained within the budget. The budget is the device's memory, or a declared one on a CPU.
@@ -12,7 +12,7 @@ import math
 from typing import Mapping
 
 from crux import remat
-from crux.capacity import WITHOUT, Capacity, without_option
+from cruxlab.capacity_search import WITHOUT, Capacity, recorded_form, without_option
 from cruxlab.report.pairing import run_ids
 from cruxlab.report.records import RunRecord
 from cruxlab.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt_bytes, not_in_sweep
@@ -30,7 +30,7 @@ OFFLOAD = Claim("offload_data=True — Keep dataset on CPU; stream each mini-bat
 CLAIMS = {"batchsize": BATCHSIZE, "accumulation_steps": ACCUMULATION, "checkpoint_gradients": CHECKPOINT,
           "offload_data": OFFLOAD}
 METRICS = tuple(Capacity("batchsize", 1, ()).metrics())
-"""The numbers a capacity run records (:meth:`crux.capacity.Capacity.metrics`)."""
+"""The numbers a capacity run records (:meth:`cruxlab.capacity_search.Capacity.metrics`)."""
 BUDGET_ORIGIN = ("the memory the run has: the device's bytes_limit, or the budget declared on a CPU; compiled "
                  "memory_analysis() is exact for a given program, and XLA's RESOURCE_EXHAUSTED is its own refusal")
 
@@ -72,7 +72,7 @@ def capacity_verdict(option: str, metrics: Mapping[str, float], runs: tuple[str,
     ran = (f"{option}'s run at that size trains at a peak of {fmt_bytes(peak)}" if trained else
            f"{option}'s run at that size does not train within the budget"
            + (f" (peak {fmt_bytes(peak)})" if not math.isnan(peak) else " (XLA refused it)"))
-    form = remat.recorded(metrics.get("capacity/checkpoint_used"))
+    form = recorded_form(metrics.get("capacity/checkpoint_used"))
     if form is not None:  # what decided the memory checkpointing needed: the form crux kept
         ran += (f", in the {form} form" + (" (no rematerialising form needed fewer temporary bytes)"
                                           if form == remat.PLAIN else " (the fewest temporary bytes of its forms)"))

@@ -14,7 +14,8 @@ import math
 from dataclasses import replace
 
 from crux import remat
-from crux.timing.bands import CLAIMED_COST
+from cruxlab.bands import CLAIMED_COST
+from cruxlab.capacity_search import recorded_form
 from cruxlab.report.claims.equivalence import same_numbers
 from cruxlab.report.numerics import TIMING_ORIGIN, TIMING_RULE, paired_timing
 from cruxlab.report.pairing import Pair, first, paired_settings, reference_and_twins, run_ids
@@ -92,7 +93,7 @@ def _what_decides(evidence: dict[str, float]) -> str:
     if "model_depth" in evidence:
         width = f", width {int(evidence['model_width'])}" if "model_width" in evidence else ""
         model = f" on a model of depth {int(evidence['model_depth'])}{width}"
-    form = remat.recorded(evidence.get("checkpoint_used"))
+    form = recorded_form(evidence.get("checkpoint_used"))
     if form is not None:
         if form == remat.PLAIN:
             return (f": no rematerialisation (the model's own segments, scanned or unrolled, or the whole "

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from crux.timing.bands import FASTER_BAND, NOISE_THRESHOLD
+from cruxlab.bands import FASTER_BAND, NOISE_THRESHOLD
 from cruxlab.report.claims.equivalence import same_numbers
 from cruxlab.report.numerics import TIMING_ORIGIN, TIMING_RULE, paired_timing, spread
 from cruxlab.report.pairing import Pair, paired_settings, reference_and_twins, run_ids

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from crux.timing.bands import UNCLAIMED_BAND
+from cruxlab.bands import UNCLAIMED_BAND
 from cruxlab.report.numerics import TIMING_ORIGIN, TIMING_RULE, paired_timing
 from cruxlab.report.pairing import Pair, paired_settings, run_ids
 from cruxlab.report.records import RunRecord

@@ -369,12 +369,21 @@ def train(solver: Crux, options: dict[str, Any], budget: int) -> dict[str, Any]:
             raise
         return {"peak": None, "trained": False, "error": refused, "step_seconds": None, "form": None}
     peaks = [stats.memory.get("peak_bytes") for stats in runs]
-    form = remat.recorded(runs[-1].memory.get("checkpoint_used"))
+    form = recorded_form(runs[-1].memory.get("checkpoint_used"))
     peak = None if None in peaks else max(peaks)
     trained = peak is not None and peak <= budget
     error = None if trained else f"its peak, {peak} bytes, is over the budget of {budget} bytes"
     return {"peak": peak, "trained": trained, "error": error, "step_seconds": runs[-1].median_step_seconds,
             "form": form}
+
+
+def recorded_form(used: float | None) -> str | None:
+    """The form of :data:`crux.remat.FORMS` a recorded ``checkpoint_used`` names (a solve's ``memory``, a capacity
+    run's metric ``capacity/checkpoint_used``, a run's ``memory/checkpoint_used``); None where it names none
+    (absent, NaN, out of range)."""
+    if used is None or math.isnan(used) or not 0 <= used < len(remat.FORMS):
+        return None
+    return remat.FORMS[int(used)]
 
 
 def budget(declared: int | None = None, without_limit: int | None = None) -> int | None:
