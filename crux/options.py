@@ -42,7 +42,7 @@ class SolveOptions:
     inner_steps: int = 1
     substeps: Substeps | None = None
     devices: int = 1
-    precision: str = matmul.DEFAULT
+    precision: str = matmul.CRUX_PRECISION
 
     def __post_init__(self) -> None:
         epochs = _integer("epochs", self.epochs, "pass the number of epochs to train, e.g. solve(epochs=1000)")

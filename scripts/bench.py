@@ -1338,7 +1338,7 @@ def log_mlflow(report: dict, out: Path) -> str:
     """One MLflow run in experiment ``bench``: a metric per variant and ratio, the files as artifacts."""
     import mlflow
     try:
-        from cruxlab.store.store import ensure_experiment, move_store_credentials, tracking_uri
+        from cruxlab.store.connection import ensure_experiment, move_store_credentials, tracking_uri
         move_store_credentials(None)
         uri = tracking_uri(None)
         experiment_id = ensure_experiment(mlflow.tracking.MlflowClient(uri), "bench", uri)

@@ -39,7 +39,7 @@ from omegaconf import OmegaConf
 import crux
 from bench_jno_problems import jno_poisson
 from cruxlab.backends.jno import own
-from cruxlab.backends.jno.job import jno_schedule
+from cruxlab.backends.jno.pipeline_job import jno_schedule
 from cruxlab.backends.jno.problems import JnoProblem
 from cruxlab.backends.jno.training import Timed
 from cruxlab.config import ModelConfig

@@ -32,7 +32,7 @@ import numpy as np
 import optax
 
 import crux
-from cruxlab.backends.jno.job import jno_schedule
+from cruxlab.backends.jno.pipeline_job import jno_schedule
 from cruxlab.backends.jno.problems import Batching, JnoProblem, build
 from cruxlab.config import ModelConfig
 

@@ -39,10 +39,10 @@ from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
 from crux.stats import Statistics
+from cruxlab.store.connection import child_runs
 from cruxlab.store.contract import (CONFIG, ENVIRONMENT, FINISHED, HISTORY_PLOT, HISTORY_POINTS, PARAMS, PARENT, REPEAT,
                                     ROLE, STATS, SWEEP_DIR, VARIANT)
 from cruxlab.store.history import history_series, thinned
-from cruxlab.store.store import child_runs
 from measure_tracking import TIMING_FILE
 
 SCRIPTS = Path(__file__).resolve().parent

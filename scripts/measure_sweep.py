@@ -33,8 +33,8 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
+from cruxlab.store.connection import child_runs
 from cruxlab.store.contract import PARENT, ROLE, tag_filter
-from cruxlab.store.store import child_runs
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 SWEEP = "import sys; sys.argv[0] = 'crux-sweep'; from cruxlab.commands.sweep import main; main()"

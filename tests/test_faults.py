@@ -12,9 +12,9 @@ from requests.exceptions import ConnectionError as RequestsConnectionError
 from sqlalchemy import exc as sql
 
 from cruxlab.store import faults
+from cruxlab.store.connection import HTTP_LIMITS, bounded_http
 from cruxlab.store.faults import (RETRY_SECONDS, PatientClient, StoreFault, is_store_fault, patiently, record_fault,
                                   recorded_fault)
-from cruxlab.store.store import HTTP_LIMITS, bounded_http
 
 
 @pytest.mark.parametrize("error, fault", [

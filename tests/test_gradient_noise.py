@@ -22,7 +22,7 @@ from cruxlab.backends.gradient_draws import flat
 from cruxlab.report import FAILS, HOLDS, INCONCLUSIVE, NO_EFFECT, RunRecord, SolveOptions
 from cruxlab.report.claims import check_gradient_noise, judge
 from cruxlab.report.claims.gradient_noise import expected_ratios
-from cruxlab.report.records import snapshot_arrays
+from cruxlab.report.run_records import snapshot_arrays
 from crux_testing import poisson
 
 DRAWS = 64

@@ -28,8 +28,8 @@ from cruxlab.runtime.composed import compose_once
 from cruxlab.runtime.liveness import process_tags
 from cruxlab.runtime.multirun import Multirun
 from cruxlab.store import contract
+from cruxlab.store.connection import PARENT_RUN, TRACKING_URI
 from cruxlab.store.params import variant_name
-from cruxlab.store.store import PARENT_RUN, TRACKING_URI
 
 STOP_AT = 7
 stopping = {STOP_AT}  # a job with one of these many epochs is stopped (Ctrl-C) once its run is open

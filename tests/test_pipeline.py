@@ -284,7 +284,7 @@ def test_every_job_of_every_sweep_composes(hydra_configs):
 def test_mlflow_gets_evenly_spaced_epochs_of_each_history_and_the_report_reads_every_epoch(store):
     """tracking.history_points=7 sends 7 epochs of a 30-epoch history, the first and the last among them, with
     the values training recorded; null sends all 30; crux-report reads all 30 from stats.npz either way."""
-    from cruxlab.report.store import load_sweep
+    from cruxlab.report.sweep_reader import load_sweep
     done = launch(store, "cruxlab.commands.experiment", "--multirun", *TINY[:2], "solver.epochs=30",
                   "tracking.history_points=7,null", "tracking.experiment=thinned")
     assert done.returncode == 0, done.stderr[-3000:]

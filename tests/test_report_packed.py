@@ -11,8 +11,8 @@ from mlflow.tracking import MlflowClient
 
 from cruxlab.report.packed import made_in, packed_path, unpack
 from cruxlab.report.results import sweep_names
-from cruxlab.report.store import open_client
-from cruxlab.store.store import StoreError
+from cruxlab.report.sweep_reader import open_client
+from cruxlab.store.connection import StoreError
 from crux_testing import pack
 
 

@@ -24,11 +24,11 @@ from cruxlab.commands.sweep import available
 from cruxlab.config import CONFIG_PACKAGE, effective_settings
 from cruxlab.config.settings import configuration
 from cruxlab.report import HOLDS, INCONCLUSIVE, load_sweep, main
-from cruxlab.report.store import config_from_params
+from cruxlab.report.sweep_reader import config_from_params
 from cruxlab.runtime.multirun import planned_jobs
 from cruxlab.store import contract
+from cruxlab.store.connection import HTTP_LIMITS, StoreError, writable_store
 from cruxlab.store.params import flatten
-from cruxlab.store.store import HTTP_LIMITS, StoreError, writable_store
 from crux_testing import selected
 
 EPOCHS = 20

@@ -10,10 +10,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from cruxlab.store.connection import StoreError, move_store_credentials, tracking_uri
 from cruxlab.store.secrets import (PASSWORD_VARIABLE, SECRET_VARIABLES, SERVER_VARIABLES, SHORTEST_SECRET,
                                    credential_variables, masked, move_credentials, move_override_credentials,
                                    overrides_without_credentials)
-from cruxlab.store.store import StoreError, move_store_credentials, tracking_uri
 
 TINY = ["solver.epochs=20", "model.width=8", "problem.n_interior=64", "repeat=0", "memory=b8,b32", "gradient_draws=0"]
 

@@ -10,7 +10,7 @@ import crux
 from cruxlab.config import CONFIG_PACKAGE, TIMED_OPTIONS, effective_settings, timing_refusals
 from cruxlab.config import settings
 from cruxlab.config.settings import OPTION_KEYS, group_of, solve_options
-from cruxlab.report.store import config_from_params
+from cruxlab.report.sweep_reader import config_from_params
 from cruxlab.store.params import flatten
 from crux_testing import flat, mixed, poisson
 

@@ -9,7 +9,7 @@ from omegaconf import DictConfig
 
 from cruxlab import config
 from cruxlab.config import CONFIG_PACKAGE
-from cruxlab.config.settings import phase_plan
+from cruxlab.config.settings import phase_calls
 from cruxlab.store import contract
 from crux_testing import launch, runs_by_role, selected
 
@@ -37,7 +37,7 @@ def test_every_inner_steps_job_divides_its_epochs_and_one_job_runs_them_all_in_o
 def test_every_resume_job_trains_600_epochs_with_one_optimizer_in_one_or_three_calls():
     calls = {}
     for cfg in jobs("resume"):
-        plan = phase_plan(cfg)
+        plan = phase_calls(cfg)
         assert not any(phase.fresh for phase in plan[1:]), "a later call would start a fresh optimizer"
         assert cfg.memory.batchsize == 32 and cfg.schedule.total == 600
         calls[cfg.variant] = [phase.epochs for phase in plan]

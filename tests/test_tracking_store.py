@@ -12,8 +12,8 @@ from contextlib import closing
 import pytest
 from mlflow.tracking import MlflowClient
 
-from cruxlab.store import store as store_module
-from cruxlab.store.store import StoreError, ensure_experiment, writable_store
+from cruxlab.store import connection as store_module
+from cruxlab.store.connection import StoreError, ensure_experiment, writable_store
 
 
 def refusal(uri: str) -> str:
@@ -63,7 +63,7 @@ def test_the_file_store_mlflow_3_no_longer_writes_is_refused_naming_the_database
 def test_processes_opening_a_new_store_at_once_create_its_tables_once(tmp_path):
     """Without the lock on the store's folder the second of them meets a half-made schema (alembic: "0 found")."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    code = ("import sys; from cruxlab.store.store import writable_store; "
+    code = ("import sys; from cruxlab.store.connection import writable_store; "
             "print(writable_store(sys.argv[1]).create_experiment(sys.argv[2]))")
     processes = [subprocess.Popen([sys.executable, "-c", code, uri, f"e{k}"], stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True) for k in range(3)]

@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # cruxlab.runtime's sweeper checks jobs with this package
 
 def run_on_backend(cfg: DictConfig, run: JobRun) -> float:
     """Train the job on its (non-crux) backend, logging into ``run``; returns the final total loss."""
-    from cruxlab.backends.jno.job import train_and_log  # jNO is imported only here
+    from cruxlab.backends.jno.pipeline_job import train_and_log  # jNO is imported only here
 
     return train_and_log(cfg, run)
 

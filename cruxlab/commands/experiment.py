@@ -44,13 +44,13 @@ with heap.lasting():  # Hydra's and MLflow's modules, kept to the process's end:
     from cruxlab.config.settings import solve_options
     from cruxlab.runtime import JobRun, ParameterLeaves, parameter_leaves
     from cruxlab.runtime.capacity_job import run_capacity
-    from cruxlab.runtime.failures import errors_raised_by_hydra, job_failed, tracebacks_shown
     from cruxlab.runtime.interrupt import exit_status, interruptible, signal_name
     from cruxlab.runtime.liveness import SWEEP_PID
     from cruxlab.runtime.paired_timing import time_against
+    from cruxlab.runtime.tracebacks import errors_raised_by_hydra, job_failed, tracebacks_shown
+    from cruxlab.store.connection import StoreError
     from cruxlab.store.faults import StoreFault
     from cruxlab.store.secrets import move_override_credentials
-    from cruxlab.store.store import StoreError
 
 log = logging.getLogger(__name__)
 

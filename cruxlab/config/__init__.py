@@ -3,7 +3,7 @@ builds (the problem and the training phases: :mod:`~cruxlab.config.building`), w
 (:mod:`~cruxlab.config.checks`), and beside them what a field accepts (:mod:`~cruxlab.config.ranges`), the keys
 the schema lacks (:mod:`~cruxlab.config.keys`), what a backend can run (:mod:`~cruxlab.config.backend_choice`),
 every refusal of a job's config (:mod:`~cruxlab.config.refusals`), what a run's config sets
-(:mod:`~cruxlab.config.settings`) and docs/config.md (:mod:`~cruxlab.config.config_reference`). Importing it registers
+(:mod:`~cruxlab.config.settings`) and docs/config.md (:mod:`~cruxlab.config.reference`). Importing it registers
 the schema with Hydra; its names are those of the first three modules.
 
 The library (``crux`` itself) never imports this package, Hydra or MLflow; this package imports the library.

@@ -49,8 +49,8 @@ RECORDED_BEFORE = {"devices": 1, "precision": "default"}
 
 
 @dataclass(frozen=True)
-class PhasePlan:
-    """One ``solve()`` call of a multi-phase run, as configured.
+class PhaseCall:
+    """One ``solve()`` call of a multi-phase run, as configured (a phase as the checks compare it).
 
     ``fresh`` says the run set an optimizer or schedule before this phase, so the
     solver must start a new optimizer state with its schedule counting from 0;
@@ -67,7 +67,7 @@ def configuration(cfg: DictConfig) -> dict[str, Any]:
     """What a run's config tells the checks: its solve options, phases, pairing group, round-off twin and,
     for substeps runs, the models each constraint reaches."""
     options = solve_options(cfg)
-    return {"options": options, "phases": phase_plan(cfg), "group": group_of(cfg),
+    return {"options": options, "phases": phase_calls(cfg), "group": group_of(cfg),
             "roundoff_twin": int(cfg.roundoff_twin), "reach": _reach(cfg) if options.substeps else None}
 
 
@@ -86,13 +86,13 @@ def solve_options(cfg: DictConfig) -> SolveOptions:
     return SolveOptions(**values)
 
 
-def phase_plan(cfg: DictConfig) -> tuple[PhasePlan, ...]:
+def phase_calls(cfg: DictConfig) -> tuple[PhaseCall, ...]:
     """Every training phase as configured. crux-run attaches a fresh optimizer when a phase's optimizer or
     schedule differs from the previous phase's, and lets the solver resume otherwise."""
     plan, previous = [], None
     for phase in config.training_phases(cfg):
         fresh = (phase.optimizer, phase.schedule) != previous
-        plan.append(PhasePlan(phase.epochs, phase.optimizer.name, phase.schedule.build(phase.epochs), fresh))
+        plan.append(PhaseCall(phase.epochs, phase.optimizer.name, phase.schedule.build(phase.epochs), fresh))
         previous = (phase.optimizer, phase.schedule)
     return tuple(plan)
 

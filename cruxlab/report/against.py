@@ -13,7 +13,7 @@ from typing import Sequence
 from cruxlab.config import BACKENDS
 from cruxlab.report.backends import backends_in
 from cruxlab.report.comparison import Comparison, compare
-from cruxlab.report.store import StoreError, Sweep, load_sweep
+from cruxlab.report.sweep_reader import StoreError, Sweep, load_sweep
 
 
 def split_against(against: str) -> tuple[str, str | None, str | None]:

@@ -7,8 +7,8 @@ never paired with another library's, and sets the verdicts side by side.
 """
 from __future__ import annotations
 
-from cruxlab.report.store import DEFAULT_BACKEND, Sweep, backend_of, load_sweep, open_client, parents
-from cruxlab.store.store import READING, bounded_http, store_errors
+from cruxlab.report.sweep_reader import DEFAULT_BACKEND, Sweep, backend_of, load_sweep, open_client, parents
+from cruxlab.store.connection import READING, bounded_http, store_errors
 
 
 def backends_in(name: str, uri: str | None = None) -> list[str]:

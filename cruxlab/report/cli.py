@@ -35,7 +35,7 @@ from cruxlab.report.comparison_document import comparison_table, write_compariso
 from cruxlab.report.coverage import claims_of, judge_sound
 from cruxlab.report.document import (completeness, side_by_side_table, verdict_table, write_report, write_side_by_side)
 from cruxlab.report.figures import draw
-from cruxlab.report.store import StoreError, Sweep, open_client
+from cruxlab.report.sweep_reader import StoreError, Sweep, open_client
 from cruxlab.report.verdict import Verdict
 from cruxlab.store.contract import COMMAND, NOTE
 from cruxlab.store.descriptions import sweep_description

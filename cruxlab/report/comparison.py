@@ -14,8 +14,8 @@ from typing import Sequence
 from cruxlab.report.changes import FigureTest, changes_between
 from cruxlab.report.coverage import claims_of, judge_sound
 from cruxlab.report.document import completeness, crux_installs, row_name, runtime_of
-from cruxlab.report.records import UnreadableArtifact
-from cruxlab.report.store import Sweep
+from cruxlab.report.run_records import UnreadableArtifact
+from cruxlab.report.sweep_reader import Sweep
 from cruxlab.report.verdict import Verdict
 from cruxlab.store.secrets import masked
 

@@ -11,7 +11,7 @@ from cruxlab.report.changes import TIMING, key_figures
 from cruxlab.report.comparison import Comparison, Side
 from cruxlab.report.document import row_name
 from cruxlab.report.figures import Figure, pyplot, save_figure
-from cruxlab.report.records import RunRecord
+from cruxlab.report.run_records import RunRecord
 
 COLUMNS = 3
 

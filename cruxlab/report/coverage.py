@@ -3,7 +3,7 @@
 Three kinds of gap, each named in the verdicts it touches:
 
 - an artifact a check reads (``params.npz``, ``environment.json``) could not be
-  read: the check meets :class:`~cruxlab.report.records.UnreadableArtifact` and makes
+  read: the check meets :class:`~cruxlab.report.run_records.UnreadableArtifact` and makes
   that verdict inconclusive itself; a check that lets it through is judged
   inconclusive as a whole rather than crash the report;
 - a run's ``config.yaml`` could not be read: what the run was is not known for
@@ -22,8 +22,8 @@ from dataclasses import replace
 from typing import Mapping, Sequence
 
 from cruxlab.report.claims import CHECKS, judge
-from cruxlab.report.records import UnreadableArtifact
-from cruxlab.report.store import Sweep
+from cruxlab.report.run_records import UnreadableArtifact
+from cruxlab.report.sweep_reader import Sweep
 from cruxlab.report.verdict import CLAIMS_DOCUMENT, INCONCLUSIVE, Verdict
 from cruxlab.store.contract import CLAIMS, CONFIG
 

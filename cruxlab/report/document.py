@@ -17,8 +17,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from cruxlab.report.figures import Figure
-from cruxlab.report.records import RunRecord, describe
-from cruxlab.report.store import DEFAULT_BACKEND, Sweep
+from cruxlab.report.run_records import RunRecord, describe
+from cruxlab.report.sweep_reader import DEFAULT_BACKEND, Sweep
 from cruxlab.report.verdict import Verdict, fmt
 from cruxlab.store.contract import BACKEND, COMMAND, FINISHED, WORKING_DIR
 

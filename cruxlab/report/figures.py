@@ -12,15 +12,15 @@ from cruxlab.report.claims.accumulation import accumulation_sets
 from cruxlab.report.claims.checkpoint import checkpoint_pairs
 from cruxlab.report.claims.devices import device_sets
 from cruxlab.report.claims.fusion import batches, fused_pairs
+from cruxlab.report.claims.matmul_precision import precision_pairs, relative_errors
 from cruxlab.report.claims.offload import offload_pairs
 from cruxlab.report.claims.phases import expected_lr, phase_bounds, phased_runs
-from cruxlab.report.claims.precision import precision_pairs, relative_errors
 from cruxlab.report.claims.resume import resumed_pairs
 from cruxlab.report.claims.substeps import reached_models, substep_runs
 from cruxlab.report.numerics import (STEP_TIME, TWIN_FACTOR, agreement, parameter_bound, relative_differences,
                                      twin_comparison)
 from cruxlab.report.pairing import first, reference_and_twins
-from cruxlab.report.records import RunRecord, UnreadableArtifact
+from cruxlab.report.run_records import RunRecord, UnreadableArtifact
 from cruxlab.report.verdict import fmt
 
 

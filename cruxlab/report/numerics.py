@@ -22,7 +22,7 @@ import numpy as np
 
 from crux.timing.interval import OUTSIDE, WITHIN, Band, RatioInterval, ratio_interval
 from crux.timing.machine import WALL_TIME
-from cruxlab.report.records import RunRecord, UnreadableArtifact
+from cruxlab.report.run_records import RunRecord, UnreadableArtifact
 from cruxlab.report.verdict import FAILS, HOLDS, INCONCLUSIVE, fmt
 from cruxlab.store.contract import TIMING_CLOCK, TIMING_CPU, TIMING_DEVICE
 

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from cruxlab.store.store import SQLITE, StoreError
+from cruxlab.store.connection import SQLITE, StoreError
 
 PACKED_SUFFIX = ".gz"
 STORE_FILE = "mlflow.db"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable, Iterable, Sequence
 
-from cruxlab.report.records import RunRecord, SolveOptions
+from cruxlab.report.run_records import RunRecord, SolveOptions
 
 Setting = tuple[str, SolveOptions]
 

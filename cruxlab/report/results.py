@@ -31,9 +31,9 @@ from cruxlab.report.coverage import claims_of, judge_sound
 from cruxlab.report.document import row_name, write_report
 from cruxlab.report.figures import draw
 from cruxlab.report.packed import packed_path
-from cruxlab.report.store import DEFAULT_BACKEND, StoreError, Sweep, load_sweep, open_client
+from cruxlab.report.sweep_reader import DEFAULT_BACKEND, StoreError, Sweep, load_sweep, open_client
 from cruxlab.report.verdict import Verdict
-from cruxlab.store.store import READING, bounded_http, store_errors
+from cruxlab.store.connection import READING, bounded_http, store_errors
 
 LIBRARIES = {"jno": "jNO"}
 """How the table names a library other than crux, by its backend's name."""

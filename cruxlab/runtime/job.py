@@ -59,6 +59,8 @@ from cruxlab.runtime.liveness import Heartbeat, follow_sweep, process_tags
 from cruxlab.runtime.provenance import invocation
 from cruxlab.runtime.space import NoRoom, check_room
 from cruxlab.runtime.writer import Beside, Writer, process_writer
+from cruxlab.store.connection import (DESTINATION, PARENT_RUN, TRACKING_URI, Destination, ensure_experiment,
+                                      experiment_name, move_store_credentials, tracking_uri, writable_store)
 from cruxlab.store.contract import (ADJUSTED, BACKEND, CHILD, CLAIM, CONFIG, ENVIRONMENT, ERROR_MESSAGE, ERROR_TYPE,
                                     FAILED, FINAL, FINISHED, HISTORY_PLOT, HISTORY_POINTS, INITIAL, JOB, KILLED, NOTE,
                                     PARAMS, PARENT_ID, REPEAT, REQUESTED, ROLE, SINGLE, STATS, SWEEP, VARIANT,
@@ -69,8 +71,6 @@ from cruxlab.store.faults import (PatientClient, StoreFault, patiently, reach, r
 from cruxlab.store.history import history_series, log_history, thinned
 from cruxlab.store.params import flatten, variant_name
 from cruxlab.store.secrets import masked
-from cruxlab.store.store import (DESTINATION, PARENT_RUN, TRACKING_URI, Destination, ensure_experiment, experiment_name,
-                                 move_store_credentials, tracking_uri, writable_store)
 
 log = logging.getLogger(__name__)
 

@@ -33,10 +33,10 @@ from typing import Mapping
 from mlflow.entities import RunTag
 from mlflow.tracking import MlflowClient
 
+from cruxlab.store.connection import runs_where
 from cruxlab.store.contract import (ERROR_MESSAGE, ERROR_TYPE, HEARTBEAT, HOST, KILLED, PARENT_ID, PID, PROCESS,
                                     RUNNING, SWEEP_DIR)
 from cruxlab.store.faults import recorded_fault
-from cruxlab.store.store import runs_where
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ which jobs finished and the ``--resume`` command (:mod:`cruxlab.store.faults`).
 
 Nothing is created before every job's config is known to be usable
 (:func:`cruxlab.config.out_of_range`) and the store to take writes
-(:func:`cruxlab.store.store.writable_store`); a refusal is one line and exit
+(:func:`cruxlab.store.connection.writable_store`); a refusal is one line and exit
 status 1, with no run and no job.
 
 How a job finds its parent: every launcher builds each job's config again from
@@ -54,14 +54,17 @@ from omegaconf.errors import OmegaConfBaseException
 from cruxlab.config import effective_settings, overrides_without
 from cruxlab.config.keys import refused_override
 from cruxlab.config.refusals import refusals as job_refusals
-from cruxlab.runtime.failures import tracebacks_shown
 from cruxlab.runtime.handover import ARTIFACTS, Pickup, read_results
 from cruxlab.runtime.interrupt import deferred, exit_status, interruptible, signal_name
 from cruxlab.runtime.job import JobRun, finished_jobs, unwritten_jobs
 from cruxlab.runtime.kept import kept_folder, kept_results
 from cruxlab.runtime.liveness import (GONE, STORE_FAULT, SWEEP_PID, Heartbeat, close_orphans, is_gone, process_tags)
 from cruxlab.runtime.space import StoreReserve
+from cruxlab.runtime.tracebacks import tracebacks_shown
 from cruxlab.runtime.writer import process_writer
+from cruxlab.store.connection import (DESTINATION, PARENT_RUN, TRACKING_URI, WRITING, Destination, StoreError, brief,
+                                      child_runs, ensure_experiment, experiment_name, move_store_credentials,
+                                      store_error_types, store_errors, tracking_uri, writable_store)
 from cruxlab.store.contract import (BACKEND, CLAIM, CLAIMS, COMMAND, ERROR_MESSAGE, ERROR_TYPE, FAILED, FINISHED, HOST,
                                     JOB, KILLED, NOTE, OVERRIDES, PARENT, PID, PLANNED_JOBS, PLANNED_JOB_COUNT, RESUMES,
                                     ROLE, RUNNING, SWEEP, SWEEP_DIR, SWEPT, VARIANT, VARIANT_PARAM, WORKING_DIR,
@@ -71,9 +74,6 @@ from cruxlab.store.faults import (PatientClient, StoreFault, is_store_fault, rec
                                   reserve_fault_record, set_retry_budget)
 from cruxlab.store.params import as_requested, flatten
 from cruxlab.store.secrets import PASSWORD_VARIABLE, credential_variables, masked
-from cruxlab.store.store import (DESTINATION, PARENT_RUN, TRACKING_URI, WRITING, Destination, StoreError, brief,
-                                 child_runs, ensure_experiment, experiment_name, move_store_credentials,
-                                 store_error_types, store_errors, tracking_uri, writable_store)
 
 log = logging.getLogger(__name__)
 

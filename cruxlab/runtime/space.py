@@ -20,8 +20,8 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from cruxlab.runtime.liveness import process_exists
+from cruxlab.store.connection import SQLITE
 from cruxlab.store.faults import StoreFault
-from cruxlab.store.store import SQLITE
 
 BYTES_PER_STORED_VALUE = 250
 BYTES_PER_FILED_VALUE = 16  # stats.npz: the value and its step, 8 bytes each

@@ -9,7 +9,7 @@ database restarting) is retried with growing pauses for up to
 that the jobs a sweep starts inherit it) from the first failure; past that it
 raises :class:`StoreFault`. A full disk is a store fault that does not pass by
 itself: it raises StoreFault at once, naming the disk. MLflow's own HTTP retries are cut to seconds
-(:data:`cruxlab.store.store.HTTP_LIMITS`) so that this budget is the one that
+(:data:`cruxlab.store.connection.HTTP_LIMITS`) so that this budget is the one that
 counts. A job that meets a StoreFault writes it into the sweep's folder
 (:func:`record_fault`): the jobs after it end at once, the sweep ends with one
 line, and the runs it left open are closed later with that cause. The room for
@@ -37,7 +37,7 @@ from mlflow.exceptions import MlflowException
 from requests.exceptions import ConnectionError as RequestsConnectionError
 from requests.exceptions import Timeout
 
-from cruxlab.store.store import HTTP_LIMITS, SQLITE, brief
+from cruxlab.store.connection import HTTP_LIMITS, SQLITE, brief
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ trained through jNO's own API.
 Importing this package imports jNO (PyPI ``jax-numerical-operators``, the ``jno`` extra);
 crux imports it only when a job chooses ``backend=jno``. :mod:`.problems` builds the
 built-in problems, :mod:`.own` a user's (:class:`Problem`), :mod:`.training` runs
-``solve()`` and reads back what jNO reports, :mod:`.job` is the pipeline job that logs
+``solve()`` and reads back what jNO reports, :mod:`.pipeline_job` is the pipeline job that logs
 it all in crux's MLflow layout.
 """
 from cruxlab.backends.jno.own import Problem

@@ -16,12 +16,12 @@ from cruxlab.report.claims.checkpoint import check_checkpoint
 from cruxlab.report.claims.devices import check_devices
 from cruxlab.report.claims.fusion import check_inner_steps
 from cruxlab.report.claims.gradient_noise import check_gradient_noise
+from cruxlab.report.claims.matmul_precision import check_precision
 from cruxlab.report.claims.offload import check_offload
 from cruxlab.report.claims.phases import check_phases
-from cruxlab.report.claims.precision import check_precision
 from cruxlab.report.claims.resume import check_resume
 from cruxlab.report.claims.substeps import check_substeps
-from cruxlab.report.records import RunRecord
+from cruxlab.report.run_records import RunRecord
 from cruxlab.report.verdict import CLAIMS_DOCUMENT, NOT_SUPPORTED, Verdict
 from cruxlab.store.contract import CLAIM
 

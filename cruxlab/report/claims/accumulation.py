@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from cruxlab.report.claims.split_batch import SplitBatch, split_batch_verdict
 from cruxlab.report.pairing import first, repeats, run_ids, settings
-from cruxlab.report.records import RunRecord
+from cruxlab.report.run_records import RunRecord
 from cruxlab.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt, fmt_bytes, not_in_sweep
 
 EFFECTIVE_BATCH = Claim("accumulation_steps=N — Average gradients over N micro-batches before one optimizer "

@@ -14,7 +14,7 @@ from typing import Mapping
 from crux import remat
 from cruxlab.capacity_search import WITHOUT, Capacity, recorded_form, without_option
 from cruxlab.report.pairing import run_ids
-from cruxlab.report.records import RunRecord
+from cruxlab.report.run_records import RunRecord
 from cruxlab.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt_bytes, not_in_sweep
 from cruxlab.store.contract import CAPACITY_OPTION
 

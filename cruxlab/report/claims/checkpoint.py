@@ -19,7 +19,7 @@ from cruxlab.capacity_search import recorded_form
 from cruxlab.report.claims.equivalence import same_numbers
 from cruxlab.report.numerics import TIMING_ORIGIN, TIMING_RULE, paired_timing
 from cruxlab.report.pairing import Pair, first, paired_settings, reference_and_twins, run_ids
-from cruxlab.report.records import RunRecord
+from cruxlab.report.run_records import RunRecord
 from cruxlab.report.verdict import (FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt, fmt_bytes, not_in_sweep)
 
 SAVES_MEMORY = Claim("checkpoint_gradients=False, # True → gradient checkpointing (saves memory, ~30% slower)",

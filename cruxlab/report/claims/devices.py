@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from cruxlab.report.claims.split_batch import SplitBatch, split_batch_verdict
 from cruxlab.report.numerics import STEP_TIME, paired_timing, ratio_range, spread
 from cruxlab.report.pairing import first, repeats, run_ids, settings
-from cruxlab.report.records import RunRecord
+from cruxlab.report.run_records import RunRecord
 from cruxlab.report.verdict import Claim, Verdict, fmt, not_in_sweep
 
 ONE_BATCH = Claim("solve(devices=D) splits each update's batch over D devices and sums their gradients inside "

@@ -16,7 +16,7 @@ from cruxlab.report.numerics import (HISTORY_RULE, ROUNDOFF_ORIGIN, ROUNDOFF_RUL
                                      TWIN_ORIGIN, TWIN_PARAMETER_RULE, TwinComparison, agreement, departures,
                                      history_departure, twin_comparison)
 from cruxlab.report.pairing import run_ids
-from cruxlab.report.records import RunRecord, UnreadableArtifact
+from cruxlab.report.run_records import RunRecord, UnreadableArtifact
 from cruxlab.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, cannot_judge, fmt
 
 

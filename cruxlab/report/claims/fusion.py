@@ -20,7 +20,7 @@ from cruxlab.bands import FASTER_BAND, NOISE_THRESHOLD
 from cruxlab.report.claims.equivalence import same_numbers
 from cruxlab.report.numerics import TIMING_ORIGIN, TIMING_RULE, paired_timing, spread
 from cruxlab.report.pairing import Pair, paired_settings, reference_and_twins, run_ids
-from cruxlab.report.records import RunRecord, describe
+from cruxlab.report.run_records import RunRecord, describe
 from cruxlab.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt, not_in_sweep
 
 IDENTICAL = Claim("inner_steps=N runs N gradient steps inside a single jax.lax.fori_loop [...] "

@@ -36,7 +36,7 @@ from cruxlab.backends.gradient_draws import ITEMS
 from cruxlab.report.claims.accumulation import EFFECTIVE_BATCH
 from cruxlab.report.numerics import EPS, ROUNDOFF_ALLOWANCE
 from cruxlab.report.pairing import first, repeats, run_ids, settings
-from cruxlab.report.records import RunRecord, UnreadableArtifact
+from cruxlab.report.run_records import RunRecord, UnreadableArtifact
 from cruxlab.report.verdict import (FAILS, HOLDS, INCONCLUSIVE, NO_EFFECT, Threshold, Verdict, cannot_judge, fmt,
                                     not_in_sweep)
 

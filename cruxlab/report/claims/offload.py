@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from cruxlab.report.claims.equivalence import same_numbers
 from cruxlab.report.pairing import Pair, first, paired_settings, reference_and_twins, run_ids
-from cruxlab.report.records import RunRecord
+from cruxlab.report.run_records import RunRecord
 from cruxlab.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt_bytes, not_in_sweep
 
 MOVES_DATA = Claim("offload_data=False,         # True → keep dataset on CPU, stream mini-batches [...] "

@@ -25,7 +25,7 @@ import numpy as np
 from crux.stats import fingerprint
 from cruxlab.report.numerics import EPS, ROUNDOFF_ALLOWANCE, history_difference
 from cruxlab.report.pairing import first, run_ids, settings
-from cruxlab.report.records import RunRecord, UnreadableArtifact
+from cruxlab.report.run_records import RunRecord, UnreadableArtifact
 from cruxlab.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt, not_in_sweep
 from cruxlab.store.contract import PARAMS
 

@@ -24,7 +24,7 @@ import numpy as np
 from cruxlab.report.claims.equivalence import same_numbers
 from cruxlab.report.claims.phases import expected_lr, phase_bounds
 from cruxlab.report.pairing import reference_and_twins, run_ids, settings
-from cruxlab.report.records import RunRecord
+from cruxlab.report.run_records import RunRecord
 from cruxlab.report.verdict import INCONCLUSIVE, Claim, Verdict, fmt, not_in_sweep
 
 SAME_AS_ONE_CALL = Claim("solve(a) then solve(b) with the same optimizer and schedule gives the numbers of one "

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from cruxlab.report.numerics import (HISTORY_RULE, ROUNDOFF_ALLOWANCE, ROUNDOFF_ORIGIN, ROUNDOFF_RULE, Agreement,
                                      agreement, history_departure, unmoved)
-from cruxlab.report.records import RunRecord, UnreadableArtifact
+from cruxlab.report.run_records import RunRecord, UnreadableArtifact
 from cruxlab.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, cannot_judge, fmt
 
 

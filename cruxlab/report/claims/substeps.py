@@ -13,7 +13,7 @@ import numpy as np
 
 from cruxlab.report.claims.equivalence import same_numbers
 from cruxlab.report.pairing import first, reference_and_twins, repeats, run_ids, settings
-from cruxlab.report.records import RunRecord, UnreadableArtifact
+from cruxlab.report.run_records import RunRecord, UnreadableArtifact
 from cruxlab.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt
 from cruxlab.store.contract import PARAMS
 

@@ -14,7 +14,7 @@ import numpy as np
 from cruxlab.bands import UNCLAIMED_BAND
 from cruxlab.report.numerics import TIMING_ORIGIN, TIMING_RULE, paired_timing
 from cruxlab.report.pairing import Pair, paired_settings, run_ids
-from cruxlab.report.records import RunRecord
+from cruxlab.report.run_records import RunRecord
 from cruxlab.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt, not_in_sweep
 
 ACCURATE = Claim("at the device's default matmul precision a PINN trains to a solution as accurate as at full "

@@ -2,8 +2,8 @@
 values, generated from the schema (:mod:`cruxlab.config`) and the configs that ship with crux (``crux.conf``) so
 that it cannot drift from them.
 
-    python -m cruxlab.config.config_reference            # rewrites docs/config.md
-    python -m cruxlab.config.config_reference --check    # exit status 1 when docs/config.md is stale
+    python -m cruxlab.config.reference            # rewrites docs/config.md
+    python -m cruxlab.config.reference --check    # exit status 1 when docs/config.md is stale
 
 A key's default is its value in the shipped config of its option (``conf/<group>/<option>.yaml``, as composed
 with ``<group>=<option>``): ``null`` where the option leaves it unset, as written where it is an
@@ -92,7 +92,7 @@ def render() -> str:
              "outside them is refused before any run exists. Set a key as `group.key=value` on the command line, "
              "choose an option as `group=option`. A problem of your own has the fields of its function (its parameters "
              "other than `hidden`, `activation` and `seed`: docs/usage.md). Generated from `cruxlab/config/schema.py` by "
-             "`python -m cruxlab.config.config_reference`; do not edit by hand.", ""]
+             "`python -m cruxlab.config.reference`; do not edit by hand.", ""]
     with initialize_config_module(config.CONFIG_PACKAGE, version_base="1.3"):
         plain = compose("config")
         lines += ["## Top level", "", summary(config.Config), "", *HEADER]
@@ -113,13 +113,13 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m cruxlab.config.config_reference", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m cruxlab.config.reference", description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 when docs/config.md is not what it generates")
     args = parser.parse_args(argv)
     text = render()
     if args.check:
         if not DOCUMENT.is_file() or DOCUMENT.read_text(encoding="utf-8") != text:
-            sys.exit(f"{DOCUMENT} is stale: run python -m cruxlab.config.config_reference")
+            sys.exit(f"{DOCUMENT} is stale: run python -m cruxlab.config.reference")
         return
     DOCUMENT.write_text(text, encoding="utf-8")
     print(f"wrote {DOCUMENT}")

@@ -136,7 +136,7 @@ def train_and_log(cfg: DictConfig, run: JobRun) -> float:
         return math.nan
     stats = Statistics.concat(parts)
     points = problem.test_points
-    with jax.default_matmul_precision(matmul.DEFAULT):  # judged as crux's models are evaluated
+    with jax.default_matmul_precision(matmul.CRUX_PRECISION):  # judged as crux's models are evaluated
         errors = {field: _relative_l2(problem.predict[field](points), exact(points))
                   for field, exact in problem.exact.items()}
     run.log_outcome(stats, errors, initial, phase_ends, _leaves(problem.networks))

@@ -2,7 +2,7 @@
 
 A :class:`RunRecord` holds what a sweep job leaves behind (tags, params,
 metric histories, summary metrics, parameter snapshots, statistics, the
-environment). Records come from MLflow (:mod:`cruxlab.report.store`) or straight
+environment). Records come from MLflow (:mod:`cruxlab.report.sweep_reader`) or straight
 from a solve (:func:`record_from_solve`), so the checks can be proven on
 deliberately broken solvers without a tracking server.
 """
@@ -17,7 +17,7 @@ import numpy as np
 from crux.options import SolveOptions
 from crux.solver import Crux
 from crux.stats import Statistics
-from cruxlab.config.settings import PhasePlan
+from cruxlab.config.settings import PhaseCall
 from cruxlab.store.contract import BACKEND, ENVIRONMENT, PARAMS, UNSUPPORTED
 
 class UnreadableArtifact(LookupError):
@@ -56,7 +56,7 @@ class RunRecord:
     snapshots: Mapping[str, np.ndarray]
     stats: Statistics | None = None
     reach: tuple[tuple[str, ...], ...] | None = None
-    phases: tuple[PhasePlan, ...] = ()
+    phases: tuple[PhaseCall, ...] = ()
     group: str = ""
     repeat: int = 0
     roundoff_twin: int = 0
@@ -176,7 +176,7 @@ def summary_of(stats: Statistics) -> dict[str, float]:
 
 
 def record_from_solve(run_id: str, solver: Crux, initial: Mapping[str, Any], stats: Statistics,
-                      options: SolveOptions, phases: Sequence[PhasePlan] = (),
+                      options: SolveOptions, phases: Sequence[PhaseCall] = (),
                       snapshots: Mapping[str, Any] | None = None, repeat: int = 0, group: str = "",
                       roundoff_twin: int = 0) -> RunRecord:
     """A record of a solve done in this process, as the pipeline would have logged it.

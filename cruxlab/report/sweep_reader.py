@@ -14,7 +14,7 @@ or lost with its machine) are closed KILLED first, as crux-sweep does
 (:mod:`cruxlab.runtime.liveness`), so that an interrupted sweep is told from a running
 one. A SQLite file is checked read-only before MLflow opens it (MLflow would give a
 file that is not yet a store a fresh schema), and a tracking server that does not
-answer is given up within seconds (:data:`cruxlab.store.store.HTTP_LIMITS`).
+answer is given up within seconds (:data:`cruxlab.store.connection.HTTP_LIMITS`).
 Whatever keeps the store, the sweep or the run asked for from being read raises
 :class:`StoreError`, whose message names the store and the fix.
 """
@@ -44,15 +44,15 @@ from cruxlab import config as crux_config
 from cruxlab.config.settings import configuration
 from cruxlab.report.jobs import JobAccount, MissingJob, account, plan_from_artifact
 from cruxlab.report.packed import packed_path, unpack
-from cruxlab.report.records import RunRecord
+from cruxlab.report.run_records import RunRecord
 from cruxlab.runtime.liveness import close_orphans
+from cruxlab.store.connection import (READING, SQLITE, StoreError, bounded_http, brief, check_postgresql, check_sqlite,
+                                      child_runs, move_store_credentials, store_error_types, store_errors, tracking_uri)
 from cruxlab.store.contract import (BACKEND, CAPACITY_OPTION, CAPACITY_SIZES, CLAIM, CONFIG, ENVIRONMENT, OVERRIDES,
                                     PARAMS, PARENT, PARENT_ID, PLANNED_JOBS, PLANNED_JOB_COUNT, REPEAT, ROLE, STATS,
                                     VARIANT, tag_filter)
 from cruxlab.store.history import history_series
 from cruxlab.store.secrets import POSTGRESQL
-from cruxlab.store.store import (READING, SQLITE, StoreError, bounded_http, brief, check_postgresql, check_sqlite,
-                                 child_runs, move_store_credentials, store_error_types, store_errors, tracking_uri)
 
 log = logging.getLogger(__name__)
 
