@@ -49,7 +49,8 @@ hydra:
 
 def command(program: str, *args: str) -> list[str]:
     """``crux-sweep`` or ``crux-report`` with ``args``, run by this Python."""
-    return [sys.executable, "-m", {"crux-sweep": "cruxlab.commands.sweep", "crux-report": "cruxlab.report"}[program], *args]
+    module = {"crux-sweep": "cruxlab.commands.sweep", "crux-report": "cruxlab.report"}[program]
+    return [sys.executable, "-m", module, *args]
 
 
 def environment(folder: Path) -> dict[str, str]:

@@ -1,5 +1,5 @@
-"""Every claim check on jNO: the jNO job (cruxlab.backends.jno.pipeline_job.train_and_log) run in this process on tiny problems,
-its outcome turned into run records as the report reads them from MLflow, and judged.
+"""Every claim check on jNO: the jNO job (cruxlab.backends.jno.pipeline_job.train_and_log) run in this process on
+tiny problems, its outcome turned into run records as the report reads them from MLflow, and judged.
 
 jNO (the ``jno`` extra) is imported once for the module; each job builds its own
 ``jno.core``. What jNO does here is measured, so these tests say what jNO 0.4.2 does:

@@ -118,7 +118,8 @@ def test_sweep_logs_one_closed_parent_and_a_complete_child_per_job(store):
 def test_a_diverging_job_is_failed_with_its_history_and_the_others_complete(store):
     """SGD at a learning rate of 1e12 turns the loss non-finite within a few epochs: that child FAILED with the
     error and the history up to it, the other complete, the parent FAILED, exit status 1."""
-    done = launch(store, "cruxlab.commands.experiment", "--multirun", *TINY, "optimizer=sgd", "schedule.value=1e-3,1e12")
+    done = launch(store, "cruxlab.commands.experiment", "--multirun", *TINY, "optimizer=sgd",
+                  "schedule.value=1e-3,1e12")
     assert done.returncode == 1
     assert "1 of the 2 jobs did not finish (jobs 1)" in done.stderr.splitlines()[-1]
 

@@ -54,7 +54,8 @@ def test_values_out_of_range_are_refused_before_any_run_exists(tmp_path):
     done = run(tmp_path, "cruxlab.commands.sweep", "accumulation", *TINY, "solver.epochs=-1", uri=uri)
     assert done.returncode == 1
     assert done.stderr.splitlines() == ["crux-sweep: solver.epochs=-1: must be >= 1 (in every job); nothing was run"]
-    done = run(tmp_path, "cruxlab.commands.sweep", "inner_steps", *TINY, "solver.epochs=25", uri=uri)  # K = 1, 10, epochs
+    done = run(tmp_path, "cruxlab.commands.sweep", "inner_steps", *TINY, "solver.epochs=25",
+               uri=uri)  # K = 1, 10, epochs
     assert done.returncode == 1
     assert done.stderr.splitlines() == [
         "crux-sweep: solver.inner_steps=10 must divide solver.epochs=25 (every phase runs with it); choose one of "

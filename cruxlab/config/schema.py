@@ -280,9 +280,9 @@ class TimingConfig:
 
 @dataclass
 class CapacityConfig:
-    """A capacity job (:mod:`cruxlab.capacity_search`): ``option`` (one of solve()'s memory options; ``None``: the job trains
-    as configured instead) is shown at the smallest size the run without it does not fit ``budget_bytes`` (``None``:
-    the device's own memory, ``memory_stats()["bytes_limit"]``; on a device that reports none, a CPU,
+    """A capacity job (:mod:`cruxlab.capacity_search`): ``option`` (one of solve()'s memory options; ``None``: the job
+    trains as configured instead) is shown at the smallest size the run without it does not fit ``budget_bytes``
+    (``None``: the device's own memory, ``memory_stats()["bytes_limit"]``; on a device that reports none, a CPU,
     ``cpu_budget_bytes``). The sizes it starts from, left ``None``, are those for the device
     (``cruxlab.capacity_search.DEVICE_SIZES`` where it reports its memory, else ``CPU_SIZES``)."""
 

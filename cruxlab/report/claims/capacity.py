@@ -1,4 +1,5 @@
-"""Capacity: each memory option trains at the size where the run without it does not fit (:mod:`cruxlab.capacity_search`).
+"""Capacity: each memory option trains at the size where the run without it does not fit
+(:mod:`cruxlab.capacity_search`).
 
 A run of the capacity sweep carries its option (param ``capacity.option``) and its numbers (``capacity/...``
 metrics, :meth:`cruxlab.capacity_search.Capacity.metrics`): the smallest size tried that does not fit the budget without
