@@ -129,7 +129,7 @@ class Plan:
     inner_steps: int = 1
     remat: str = rematerialise.PLAIN  # the networks' rematerialisation form (crux.remat)
     offload_data: bool = False
-    precision: str = matmul.DEFAULT  # of every float32 matrix product in the call (crux.precision)
+    precision: str = matmul.CRUX_PRECISION  # of every float32 matrix product in the call (crux.precision)
     check_updates: bool = True
     unroll: int = 1  # epochs per turn of the call's loop (crux.loop.unrolled)
     record_slots: int = 1  # calls whose records the state holds between two reads

@@ -224,7 +224,7 @@ class Model:
                                 f"{jnp.shape(y)} at one point")
         return y[0] if self.out_dim == 1 else y
 
-    def __call__(self, xs: Any, precision: str = matmul.DEFAULT) -> jax.Array:
+    def __call__(self, xs: Any, precision: str = matmul.CRUX_PRECISION) -> jax.Array:
         """Evaluate at points ``(N, in_dim)`` with the current parameters: ``(N, out_dim)``. ``precision``: of
         the network's matrix products (:mod:`crux.precision`; full float32 unless told otherwise)."""
         precision = matmul.checked(precision, "Model(xs, precision)")

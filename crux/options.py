@@ -1,7 +1,7 @@
 """The options of ``solve()``: one frozen type, :class:`SolveOptions`, checked where it is built.
 
 A SolveOptions is built from ``solve()``'s keyword arguments, by ``crux.SolveOptions(...)`` or from a
-crux-run config (:func:`crux.pipeline.settings.solve_options`); every path refuses the same values with the
+crux-run config (:func:`cruxlab.config.settings.solve_options`); every path refuses the same values with the
 same message, naming the option as the Python argument and saying how to fix it. What depends on the
 problem (its constraints' points, the devices JAX sees) is checked when a solver takes the options
 (:func:`resolved`), still before anything is traced or compiled.
@@ -42,7 +42,7 @@ class SolveOptions:
     inner_steps: int = 1
     substeps: Substeps | None = None
     devices: int = 1
-    precision: str = matmul.DEFAULT
+    precision: str = matmul.CRUX_PRECISION
 
     def __post_init__(self) -> None:
         epochs = _integer("epochs", self.epochs, "pass the number of epochs to train, e.g. solve(epochs=1000)")

@@ -19,7 +19,8 @@ from typing import Any, Callable
 
 import jax
 
-DEFAULT = "highest"
+CRUX_PRECISION = "highest"
+"""What crux compiles at unless told otherwise: full float32, a PINN's accuracy (not JAX's ``"default"``)."""
 NAMES = ("default", "high", "highest")
 """The one set of names ``solve()``, ``Model(xs, precision)``, the config (``solver.precision``) and the records
 take."""

@@ -30,7 +30,6 @@ side by side, and only the form kept is compiled in full. What choosing costs on
 """
 from __future__ import annotations
 
-import math
 from typing import Mapping
 
 PLAIN = "plain"  # the network as it is: every activation kept for the backward pass
@@ -39,13 +38,6 @@ WHOLE = "whole"  # one checkpoint around the network's whole application
 UNROLLED = "unrolled"  # the model's own rematerialised segments applied one after another, no loop (crux.mlp)
 FORMS = (PLAIN, LAYERS, WHOLE, UNROLLED)
 """The forms in order of preference on a tie; a form's index is what ``memory["checkpoint_used"]`` records."""
-
-
-def recorded(used: float | None) -> str | None:
-    """The form a recorded ``checkpoint_used`` names; None where it names none (absent, NaN, out of range)."""
-    if used is None or math.isnan(used) or not 0 <= used < len(FORMS):
-        return None
-    return FORMS[int(used)]
 
 
 def least_memory(temp_bytes: Mapping[str, float | None]) -> str:

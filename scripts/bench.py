@@ -91,7 +91,7 @@ from crux import engine, precision as matmul  # noqa: E402
 from crux.loop import unrolled as unrolled_by_crux  # noqa: E402
 from crux.solver import Machinery  # noqa: E402
 from crux.timing.pairs import in_turn  # noqa: E402
-from crux.tracking.contract import BENCH, ROLE, SWEEP  # noqa: E402
+from cruxlab.store.contract import BENCH, ROLE, SWEEP  # noqa: E402
 
 PROBLEMS = ("standard", "small", "accumulation", "laplacian", "scaling", "fusing", "throughput", "shapes")
 QUICK_PROBLEMS = ("standard", "small", "accumulation")  # the rest compile too many programs for a minute
@@ -1417,7 +1417,7 @@ def update_readme(report: dict, path: Path = README) -> str:
 
 def environment() -> dict:
     try:
-        from crux.tracking.environment import environment as crux_environment
+        from cruxlab.runtime.environment import environment as crux_environment
         env = crux_environment(ROOT)
     except Exception:  # the tracking layer needs MLflow; the benchmark does not
         env = {"python": platform.python_version(), "backend": jax.default_backend(),
@@ -1449,7 +1449,7 @@ def log_mlflow(report: dict, out: Path) -> str:
     """One MLflow run in experiment ``bench``: a metric per variant and ratio, the files as artifacts."""
     import mlflow
     try:
-        from crux.tracking.store import ensure_experiment, move_store_credentials, tracking_uri
+        from cruxlab.store.connection import ensure_experiment, move_store_credentials, tracking_uri
         move_store_credentials(None)
         uri = tracking_uri(None)
         experiment_id = ensure_experiment(mlflow.tracking.MlflowClient(uri), "bench", uri)

@@ -38,11 +38,11 @@ from omegaconf import OmegaConf
 
 import crux
 from bench_jno_problems import jno_poisson
-from crux.backends.jno import own
-from crux.backends.jno.job import jno_schedule
-from crux.backends.jno.problems import JnoProblem
-from crux.backends.jno.training import Timed
-from crux.pipeline.config import ModelConfig
+from cruxlab.backends.jno import own
+from cruxlab.backends.jno.pipeline_job import jno_schedule
+from cruxlab.backends.jno.problems import JnoProblem
+from cruxlab.backends.jno.training import Timed
+from cruxlab.config import ModelConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "own_problem"
@@ -94,7 +94,7 @@ def devices_of(problem: JnoProblem) -> list[str]:
 
 class Variant:
     """One library at one K: ``trainee.solve(epochs, inner_steps=K, precision=...)`` (crux's solver, or jNO's
-    core through :class:`crux.backends.jno.training.Timed`, which takes crux's keywords)."""
+    core through :class:`cruxlab.backends.jno.training.Timed`, which takes crux's keywords)."""
 
     def __init__(self, family: str, k: int, trainee: Any):
         self.family, self.k, self.trainee = family, k, trainee

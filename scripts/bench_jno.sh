@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # jNO column for scripts/bench.py: its own venv with crux and the jno extra, the reference problems through jNO's
-# API as the jNO backend builds them (crux.backends.jno.problems).
+# API as the jNO backend builds them (cruxlab.backends.jno.problems).
 #
 #   bash scripts/bench_jno.sh                 # writes jno.json (override: JNO_OUT=path)
 #   bash scripts/bench_jno.sh --quick

@@ -4,7 +4,7 @@
     python scripts/bench_jno_problems.py --out jno.json [--quick] [--problems standard,small,accumulation]
 
 Runs with the jno extra installed (pip install -e ".[jno]"); the problems are the jNO backend's
-(crux.backends.jno.problems), so the benchmark times what the claim sweeps run. Same protocol as bench.py: every
+(cruxlab.backends.jno.problems), so the benchmark times what the claim sweeps run. Same protocol as bench.py: every
 variant's first solve() compiles (its time, less the steady time of its updates, is reported as
 compile seconds), then ``repeats`` interleaved rounds. A round is one solve() of ``steps`` updates
 and one of ``inner_steps`` updates: jNO's solve() has a fixed cost of its own (parameter summary,
@@ -32,9 +32,9 @@ import numpy as np
 import optax
 
 import crux
-from crux.backends.jno.job import jno_schedule
-from crux.backends.jno.problems import Batching, JnoProblem, build
-from crux.pipeline.config import ModelConfig
+from cruxlab.backends.jno.pipeline_job import jno_schedule
+from cruxlab.backends.jno.problems import Batching, JnoProblem, build
+from cruxlab.config import ModelConfig
 
 
 def jno_poisson(n: int, width: int) -> JnoProblem:

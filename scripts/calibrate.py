@@ -56,15 +56,15 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 import crux
-from crux.roundoff import roundoff_twin
-from crux.backends.gradient_draws import GradientDraws, crux_gradient_draws
 from crux.constraint import constraint_loss
 from crux.problems import Problem
-from crux.report import FAILS, NO_EFFECT, PhasePlan, RunRecord, SolveOptions, Verdict
-from crux.report.claims import check_accumulation, check_gradient_noise, check_phases, check_resume
-from crux.report.claims.gradient_noise import STANDARD_ERRORS, expected_ratios
-from crux.report.numerics import agreement
-from crux.report.records import histories_of, snapshot_arrays, summary_of
+from crux.roundoff import roundoff_twin
+from cruxlab.backends.gradient_draws import GradientDraws, crux_gradient_draws
+from cruxlab.report import FAILS, NO_EFFECT, PhaseCall, RunRecord, SolveOptions, Verdict
+from cruxlab.report.claims import check_accumulation, check_gradient_noise, check_phases, check_resume
+from cruxlab.report.claims.gradient_noise import STANDARD_ERRORS, expected_ratios
+from cruxlab.report.numerics import agreement
+from cruxlab.report.run_records import histories_of, snapshot_arrays, summary_of
 
 LEARNING_RATE = 1e-2
 UPDATES = 6  # per accumulation run: enough for trajectories to part, few enough to stay quick
@@ -225,7 +225,7 @@ def record(run_id: str, case: Case, train: Train, options: dict, calls: Sequence
         snapshots.update(snapshot_arrays(solver.params, f"phase{k}"))
     stats = solver.history
     schedule = crux.lrs(LEARNING_RATE)
-    plans = tuple(PhasePlan(epochs, "sgd", schedule, fresh=k == 0) for k, epochs in enumerate(calls))
+    plans = tuple(PhaseCall(epochs, "sgd", schedule, fresh=k == 0) for k, epochs in enumerate(calls))
     recorded = SolveOptions(epochs=calls[0], batchsize=options.get("batchsize"),
                             accumulation_steps=options.get("accumulation_steps", 1))
     return RunRecord(run_id, recorded, histories_of(stats), summary_of(stats),

@@ -293,12 +293,12 @@ sweep() {
     local label=$1 name=$2 args_var="ARGS_${1//-/_}"
     shift 2
     # shellcheck disable=SC2086
-    step "sweep $label" 30 0 "$python" -m crux.commands.sweep "$name" $( ((dry)) && echo "${tiny[$name]}" ) "$@" \
+    step "sweep $label" 30 0 "$python" -m cruxlab.commands.sweep "$name" $( ((dry)) && echo "${tiny[$name]}" ) "$@" \
         ${!args_var:-} "hydra.sweep.dir=$work/multirun/$label"
     if [[ "${REPORTS:-1}" == 0 ]]; then
         echo "== report $label: left for later (REPORTS=0): crux-report $name, against the returned store"
     else
-        step "report $label" 20 0 "$python" -m crux.report "$name" --out "$work/reports/$label"
+        step "report $label" 20 0 "$python" -m cruxlab.report "$name" --out "$work/reports/$label"
     fi
 }
 for name in "${chosen[@]}"; do

@@ -39,10 +39,10 @@ from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
 from crux.stats import Statistics
-from crux.tracking.contract import (CONFIG, ENVIRONMENT, FINISHED, HISTORY_PLOT, HISTORY_POINTS, PARAMS, PARENT,
-                                   REPEAT, ROLE, STATS, SWEEP_DIR, VARIANT)
-from crux.tracking.history import history_series, thinned
-from crux.tracking.store import child_runs
+from cruxlab.store.connection import child_runs
+from cruxlab.store.contract import (CONFIG, ENVIRONMENT, FINISHED, HISTORY_PLOT, HISTORY_POINTS, PARAMS, PARENT, REPEAT,
+                                    ROLE, STATS, SWEEP_DIR, VARIANT)
+from cruxlab.store.history import history_series, thinned
 from measure_tracking import TIMING_FILE
 
 SCRIPTS = Path(__file__).resolve().parent
@@ -88,7 +88,7 @@ class SweepSpec:
 
     def command(self, sweep_dir: Path, experiment: str) -> list[str]:
         timer = ["+hydra.callbacks.tracking_timer._target_=measure_tracking.JobTimer"] if self.timed else []
-        return [self.python, "-m", "crux.commands.sweep", "accumulation", f"solver.epochs={self.epochs}",
+        return [self.python, "-m", "cruxlab.commands.sweep", "accumulation", f"solver.epochs={self.epochs}",
                 f"memory={','.join(self.memory)}", f"repeat={','.join(map(str, range(self.repeats)))}",
                 f"tracking.experiment={experiment}", f"hydra.sweep.dir={sweep_dir}", *self.extra, *timer,
                 *self.launcher_overrides()]

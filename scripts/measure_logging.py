@@ -5,7 +5,7 @@
 
 Prints the seconds for the history alone (``loss/total``, ``loss/pde``, ``loss/bc``,
 ``lr/u`` at every epoch) through ``MlflowClient.log_batch`` and through the path
-crux-run takes (crux.tracking.history: the direct SQL insert on a SQL store,
+crux-run takes (cruxlab.store.history: the direct SQL insert on a SQL store,
 ``log_batch`` on any other), each repeat logging once each way into new runs, in
 turn; then the seconds of everything a job logs after training (history, summary
 metrics, history.png, stats.npz, params.npz).
@@ -23,9 +23,9 @@ from mlflow.tracking import MlflowClient
 
 from crux import problems
 from crux.stats import Statistics
-from crux.tracking.history import _sql_target, history_metrics, log_history
-from crux.tracking.history import history_series
-from crux.tracking.job import JobRun, parameter_leaves
+from cruxlab.runtime.job import JobRun, parameter_leaves
+from cruxlab.store.history import _sql_target, history_metrics, log_history
+from cruxlab.store.history import history_series
 
 
 def synthetic_history(epochs: int) -> Statistics:

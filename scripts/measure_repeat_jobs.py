@@ -19,9 +19,9 @@ import jax
 from hydra import compose, initialize_config_module
 
 from crux import executables
-from crux.pipeline import config
-from crux.pipeline.config import CONFIG_PACKAGE
-from crux.commands.experiment import train, use_compilation_cache
+from cruxlab import config
+from cruxlab.commands.experiment import train, use_compilation_cache
+from cruxlab.config import CONFIG_PACKAGE
 
 COMMON = "optimizer=sgd problem.n_interior=1024 model.width=32 solver.epochs=20"  # accumulation.yaml, shorter
 SETTINGS = ("memory=full", "memory=b8", "memory=b32", "memory=b8_acc4")

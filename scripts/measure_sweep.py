@@ -36,11 +36,11 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from crux.tracking.contract import JOB, PARENT, ROLE, VARIANT, tag_filter
-from crux.tracking.store import child_runs
+from cruxlab.store.connection import child_runs
+from cruxlab.store.contract import JOB, PARENT, ROLE, VARIANT, tag_filter
 
 REPOSITORY = Path(__file__).resolve().parent.parent
-SWEEP = "import sys; sys.argv[0] = 'crux-sweep'; from crux.commands.sweep import main; main()"
+SWEEP = "import sys; sys.argv[0] = 'crux-sweep'; from cruxlab.commands.sweep import main; main()"
 """What the ``crux-sweep`` console script runs."""
 
 

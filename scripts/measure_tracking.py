@@ -13,7 +13,7 @@ run duration, from the run's start and end and its ``run_seconds`` and
 ``gradient_noise/run_seconds`` and ``gradient_noise/compile_seconds`` count as
 training and compilation: solver work, not tracking), then the seconds of each tracking part: those on the job's
 own path, and those of the process's background writer, which overlap the next
-job's training (:mod:`crux.tracking.writer`). The first job's parts include the
+job's training (:mod:`cruxlab.runtime.writer`). The first job's parts include the
 first use of MLflow's SQL store and of matplotlib, each import timed apart. The
 last line gives the sweep's wall time against its jobs' training and compilation.
 
@@ -42,7 +42,7 @@ from hydra.experimental.callback import Callback
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig
 
-from crux.tracking.contract import CHILD, ENVIRONMENT, HISTORY_PLOT, JOB, PARAMS, ROLE, STATS, tag_filter
+from cruxlab.store.contract import CHILD, ENVIRONMENT, HISTORY_PLOT, JOB, PARAMS, ROLE, STATS, tag_filter
 
 if __name__ == "__main__":  # Hydra instantiates the callback by this module's name: one module, one set of figures
     sys.modules.setdefault("measure_tracking", sys.modules[__name__])
@@ -57,19 +57,19 @@ which creates a sweep job's run while the job trains (a lone crux-run opens the 
 
 def _parts() -> dict[str, tuple[Any, str]]:
     """Label -> (owner, attribute) of every timed tracking call (imports crux's pipeline: in a job's process)."""
-    import crux.commands.experiment
+    import cruxlab.commands.experiment
     from crux.stats import Statistics
-    from crux.tracking import job
+    from cruxlab.runtime import job
 
     parts = {"run create": (job.JobRun, "start"), ENVIRONMENT: (job, "environment"),
              "history": (job, "log_history"), HISTORY_PLOT: (Statistics, "plot"),
              STATS: (Statistics, "save"), PARAMS: (np, "savez"),
              "artifacts": (MlflowClient, "log_artifacts"), "artifact": (MlflowClient, "log_artifact"),
              "run close": (MlflowClient, "set_terminated"),
-             "relative_l2": (crux.commands.experiment.Problem, "relative_l2"),
-             "parameter copies": (crux.commands.experiment, "parameter_leaves"), "training": (crux.commands.experiment, "train")}
+             "relative_l2": (cruxlab.commands.experiment.Problem, "relative_l2"),
+             "parameter copies": (cruxlab.commands.experiment, "parameter_leaves"), "training": (cruxlab.commands.experiment, "train")}
     try:  # a version of crux with a background writer (the script also times the versions before it)
-        from crux.tracking import writer
+        from cruxlab.runtime import writer
         parts["waiting for the writer"] = (writer.Writer, "drain")
         parts["create_run"] = (job.JobRun, "_create")
     except ImportError:
@@ -169,7 +169,7 @@ class JobTimer(Callback):
             for label, (owner, name) in _parts().items():
                 timed(owner, name, label)
             time_log_batch()
-            from crux.tracking.job import JobRun
+            from cruxlab.runtime.job import JobRun
             for name in ("_create", "_attempt", "_close"):
                 if hasattr(JobRun, name):
                     writing_for_its_run(JobRun, name)
@@ -191,7 +191,7 @@ class JobTimer(Callback):
 def run_sweep(count: int, overrides: list[str], uri: str | None, folder: Path) -> tuple[str, float]:
     """Run the sweep of ``count`` jobs into ``uri`` (a new SQLite store in ``folder`` if None); the URI and the
     sweep's wall time."""
-    import crux.commands.experiment
+    import cruxlab.commands.experiment
 
     if uri is None:
         uri = f"sqlite:///{folder}/mlflow.db"
@@ -202,7 +202,7 @@ def run_sweep(count: int, overrides: list[str], uri: str | None, folder: Path) -
                 f"tracking.experiment=measure-{int(time.time())}", f"hydra.sweep.dir={folder}/multirun",
                 "+hydra.callbacks.timer._target_=measure_tracking.JobTimer"]
     begin = time.perf_counter()
-    crux.commands.experiment.main()
+    cruxlab.commands.experiment.main()
     return uri, time.perf_counter() - begin
 
 

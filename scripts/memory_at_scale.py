@@ -32,8 +32,9 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from crux import Crux, capacity, device_memory, engine, remat
+from crux import Crux, device_memory, engine, remat
 from crux.solver import Machinery
+from cruxlab import capacity_search
 
 # On a device: the sizes at which a TPU v5e's plain update no longer fits (3 x 256 over 4M points; 8 x 256 over
 # 786,432), one that fits (1M), 16 micro-batches of 1M over 16M points, and of 512K over 2^30 points in 4-D (16 GiB:
@@ -62,7 +63,7 @@ def need(solver: Crux, options: dict[str, Any]) -> dict[str, Any]:
 
 def checkpoint_forms(points: int, hidden: Sequence[int]) -> dict[str, Any]:
     """Each form's need over ``points`` on ``hidden``, and the need of the form ``checkpoint_gradients`` runs."""
-    base = capacity.poisson_solver(points, hidden)
+    base = capacity_search.poisson_solver(points, hidden)
     forms = {form: need(Crux(base.constraints, base.models, machinery=in_form(form)), {}) for form in remat.FORMS}
     chosen = need(base, {"checkpoint_gradients": True})
     plain, figure = forms[remat.PLAIN]["bytes"], chosen["bytes"]
@@ -75,8 +76,8 @@ def offload_against_device(points: int, batch: int, micro: int, dims: int, width
                            ) -> dict[str, Any]:
     """Two updates of ``micro`` micro-batches of ``batch`` over ``points`` of ``dims`` coordinates (three hidden
     layers of ``width``), on the device and offloaded; a run whose update the device refuses is not started."""
-    runs, hidden = {}, (width,) * capacity.SHALLOW
-    base = capacity.poisson_solver(points, hidden, dims=dims)  # the point set, generated once for every run
+    runs, hidden = {}, (width,) * capacity_search.SHALLOW
+    base = capacity_search.poisson_solver(points, hidden, dims=dims)  # the point set, generated once for every run
 
     def fresh() -> Crux:  # the same points, the network as initialised (a run writes its parameters back)
         return Crux(base.constraints, {name: copy.copy(model) for name, model in base.models.items()})
@@ -84,8 +85,8 @@ def offload_against_device(points: int, batch: int, micro: int, dims: int, width
     for offload in (False, True):
         options = {"batchsize": batch, "accumulation_steps": micro, "offload_data": offload}
         compiled = need(fresh(), options)
-        run = (capacity.train(fresh(), options, budget if budget is not None else 2 ** 62) if not compiled["refused"]
-               else {"peak": None, "trained": False, "error": compiled["refused"], "step_seconds": None})
+        run = (capacity_search.train(fresh(), options, budget if budget is not None else 2 ** 62)
+               if not compiled["refused"] else {"peak": None, "trained": False, "error": compiled["refused"], "step_seconds": None})
         runs["offloaded" if offload else "on_device"] = {"compiled": compiled, **run}
     device, streamed = runs["on_device"], runs["offloaded"]
     refused = bool(device["compiled"]["refused"])
@@ -144,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                                  "else 64), three hidden layers")
     parser.add_argument("--out", type=Path, default=None, help="write the results to this JSON file")
     args = parser.parse_args(argv)
-    budget = capacity.device_budget()
+    budget = capacity_search.device_budget()
     on_device = budget is not None
     checkpoint = args.checkpoint if args.checkpoint is not None else (
         DEVICE_CHECKPOINT if on_device else CPU_CHECKPOINT)

@@ -41,7 +41,7 @@ def hydra_configs() -> Iterator[None]:
     """Hydra initialised on the configs crux-run reads (``pkg://crux.conf``)."""
     from hydra import initialize_config_module  # Hydra only for the tests that compose configs
 
-    from crux.pipeline.config import CONFIG_PACKAGE
+    from cruxlab.config import CONFIG_PACKAGE
 
     with initialize_config_module(CONFIG_PACKAGE, version_base="1.3"):
         yield

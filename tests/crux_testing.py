@@ -19,7 +19,7 @@ from crux.solver import Machinery
 
 EPS32 = float(np.finfo(np.float32).eps)  # 1.19e-7: float32 round-off unit
 REPO = Path(__file__).resolve().parent.parent
-PACKAGE_SOURCES = ("pyproject.toml", "README.md", "crux", "conf", "sweeps", "hydra_plugins")
+PACKAGE_SOURCES = ("pyproject.toml", "README.md", "crux", "cruxlab", "conf", "sweeps", "hydra_plugins")
 """What crux's wheel is built from."""
 
 
@@ -133,7 +133,7 @@ def runs_by_role(tmp_path: Path, experiment: str) -> tuple[Any, dict[str, list]]
     """The MLflow client of ``tmp_path/mlflow.db`` and the runs of ``experiment`` by their role tag."""
     from mlflow.tracking import MlflowClient  # MLflow only for the tests that read a store
 
-    from crux.tracking import contract
+    from cruxlab.store import contract
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     found = client.get_experiment_by_name(experiment)
@@ -149,7 +149,7 @@ def run_opened(uri: str, experiment: str, job: str) -> bool:
     the previous job's writes, while the job trains."""
     from mlflow.tracking import MlflowClient
 
-    from crux.tracking import contract
+    from cruxlab.store import contract
 
     client = MlflowClient(uri)
     found = client.get_experiment_by_name(experiment)
@@ -158,7 +158,7 @@ def run_opened(uri: str, experiment: str, job: str) -> bool:
 
 def selected(name: str) -> list[str]:
     """The overrides that select built-in sweep ``name`` once it is registered, as crux-sweep does."""
-    from crux.commands.sweep import available, register  # Hydra only for the tests that compose configs
+    from cruxlab.commands.sweep import available, register  # Hydra only for the tests that compose configs
 
     register(available()[name], f"crux-sweep {name}")
     return [f"+sweeps={name}"]

@@ -7,7 +7,7 @@ import json
 
 import jax
 
-from crux.report.claims import check_devices
+from cruxlab.report.claims import check_devices
 from test_report_claims import B, poisson, solve_record
 
 

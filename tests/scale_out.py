@@ -26,7 +26,7 @@ from typing import Iterator
 
 import numpy as np
 import pytest
-from crux.tracking import contract
+from cruxlab.store import contract
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
@@ -184,7 +184,7 @@ def sweep_and_report(folder: Path, uri: str, launcher: str, env: dict[str, str] 
     counts = load_test.count([spec], uri, experiment, outcome.folders)
     assert not counts.problems, counts.problems
     out = folder / "report"
-    done = subprocess.run([sys.executable, "-m", "crux.report", experiment, "--claim", "accumulation", "--out",
+    done = subprocess.run([sys.executable, "-m", "cruxlab.report", experiment, "--claim", "accumulation", "--out",
                            str(out)], env={**os.environ, **(env or {}), "MLFLOW_TRACKING_URI": uri},
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -69,26 +69,26 @@ def test_a_server_with_authentication_refuses_in_words_and_lets_a_permitted_user
     at.admin("user", "bob")
     for user, password, case in [(None, None, "none"), ("alice", "not-her-password", "wrong")]:
         (tmp_path / case).mkdir()
-        line = refused_before_any_job(crux(tmp_path / case, "crux.commands.sweep", "accumulation", *TINY, url=at.url,
+        line = refused_before_any_job(crux(tmp_path / case, "cruxlab.commands.sweep", "accumulation", *TINY, url=at.url,
                                            user=user, password=password), tmp_path / case)
         assert line == (f"crux-sweep: the server at {at.url} refused the credentials: set MLFLOW_TRACKING_USERNAME "
                         f"and MLFLOW_TRACKING_PASSWORD (or ~/.mlflow/credentials)")
 
     (tmp_path / "alice").mkdir()  # alice creates the experiment, so she manages it
-    done = crux(tmp_path / "alice", "crux.commands.sweep", "accumulation", *TINY, url=at.url, user="alice",
+    done = crux(tmp_path / "alice", "cruxlab.commands.sweep", "accumulation", *TINY, url=at.url, user="alice",
                 password=at.password("alice"))
     assert done.returncode == 0, done.stderr[-3000:]
-    done = crux(tmp_path / "alice", "crux.report", "accumulation", "--claim", "accumulation", "--out", "report",
+    done = crux(tmp_path / "alice", "cruxlab.report", "accumulation", "--claim", "accumulation", "--out", "report",
                 url=at.url, user="alice", password=at.password("alice"))
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "alice" / "report" / "verdicts.json").is_file()
 
     (tmp_path / "bob").mkdir()  # bob may read it (default_permission = READ), not write it
-    line = refused_before_any_job(crux(tmp_path / "bob", "crux.commands.sweep", "accumulation", *TINY, url=at.url,
+    line = refused_before_any_job(crux(tmp_path / "bob", "cruxlab.commands.sweep", "accumulation", *TINY, url=at.url,
                                        user="bob", password=at.password("bob")), tmp_path / "bob")
     assert line == (f"crux-sweep: user bob may not write experiment 'accumulation' at {at.url}: ask for EDIT "
                     f"permission, or use another experiment name")
-    done = crux(tmp_path / "bob", "crux.report", "accumulation", "--claim", "accumulation", "--out", "report",
+    done = crux(tmp_path / "bob", "cruxlab.report", "accumulation", "--claim", "accumulation", "--out", "report",
                 url=at.url, user="bob", password=at.password("bob"))
     assert done.returncode == 0, done.stderr[-3000:]  # reading is his
 

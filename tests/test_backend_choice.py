@@ -11,8 +11,8 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from crux.pipeline.backend_choice import builtin_problem, check_backend
-from crux.pipeline.config import CONFIG_PACKAGE
+from cruxlab.config import CONFIG_PACKAGE
+from cruxlab.config.backend_choice import builtin_problem, check_backend
 from crux_testing import selected
 
 
@@ -59,8 +59,8 @@ def test_every_accumulation_sweep_job_has_a_batching_form_its_backend_runs():
 
 @pytest.mark.integration
 def test_a_refused_backend_stops_the_sweep_before_its_parent_run(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "crux.commands.sweep", "accumulation", "backend=jno", "problem=heat1d",
-                           f"hydra.sweep.dir={tmp_path / 'multirun'}"], cwd=tmp_path, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "cruxlab.commands.sweep", "accumulation", "backend=jno",
+                           "problem=heat1d", f"hydra.sweep.dir={tmp_path / 'multirun'}"], cwd=tmp_path, capture_output=True, text=True,
                           env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"},
                           timeout=300)
     assert done.returncode != 0

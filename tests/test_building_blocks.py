@@ -7,9 +7,9 @@ import numpy as np
 import optax
 import pytest
 
-from crux import remat
-from crux.tracking import contract
 import crux
+from crux import remat
+from cruxlab.store import contract
 from crux_testing import EPS32, poisson, train
 
 

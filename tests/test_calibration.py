@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from crux.report import FAILS, Verdict
-from crux.report.claims.gradient_noise import expected_ratios
+from cruxlab.report import FAILS, Verdict
+from cruxlab.report.claims.gradient_noise import expected_ratios
 from scripts_path import calibrate
 
 CASES = (*range(12), 33)  # 33: a continued mini-batch boundary whose step is the largest of the few around it

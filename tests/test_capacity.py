@@ -4,12 +4,12 @@ import json
 import numpy as np
 import pytest
 
-from crux import capacity as library
 from crux import remat
 from crux.model import Model
-from crux.report.claims.capacity import capacity_verdict
 from crux.solver import Crux
 from crux.stats import Statistics
+from cruxlab import capacity_search as library
+from cruxlab.report.claims.capacity import capacity_verdict
 from scripts_path import capacity, memory_at_scale
 
 # Small enough for a CPU: a 1 MiB budget, networks 16 wide, batches of 64 for offload_data, depth grown over 512

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from crux.pipeline.config import effective_settings
-from crux.pipeline.refusals import refusals
-from crux.tracking import contract
+from cruxlab.config import effective_settings
+from cruxlab.config.refusals import refusals
+from cruxlab.store import contract
 from crux_testing import launch, runs_by_role
 from test_sweeps import jobs
 
@@ -20,7 +20,7 @@ SMALL = ["capacity.cpu_budget_bytes=1048576", "capacity.width=16", "capacity.sta
 OPTIONS = {"batchsize", "accumulation_steps", "checkpoint_gradients", "offload_data"}
 # the sweep's process with checkpointing that saves nothing: every form applies the plain network
 PLANTED = ("import sys; from crux.model import Model; Model.applied = lambda self, form='plain': self.apply; "
-           "from crux.commands.sweep import main; sys.argv[0] = 'crux-sweep'; main()")
+           "from cruxlab.commands.sweep import main; sys.argv[0] = 'crux-sweep'; main()")
 
 
 def environment(tmp_path: Path) -> dict[str, str]:
@@ -29,7 +29,7 @@ def environment(tmp_path: Path) -> dict[str, str]:
 
 def report(tmp_path: Path) -> dict[str, dict]:
     """``crux-report capacity`` of the store in ``tmp_path``: its verdicts by claim."""
-    done = subprocess.run([sys.executable, "-m", "crux.report", "capacity", "--out", str(tmp_path / "report")],
+    done = subprocess.run([sys.executable, "-m", "cruxlab.report", "capacity", "--out", str(tmp_path / "report")],
                           cwd=tmp_path, env=environment(tmp_path), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "could not be read" not in done.stdout  # a capacity run logs sizes, not histories
@@ -39,7 +39,7 @@ def report(tmp_path: Path) -> dict[str, dict]:
 
 @pytest.mark.integration
 def test_every_option_is_shown_where_the_run_without_it_does_not_fit(tmp_path):
-    done = launch(tmp_path, "crux.commands.sweep", "capacity", *SMALL)
+    done = launch(tmp_path, "cruxlab.commands.sweep", "capacity", *SMALL)
     assert done.returncode == 0, done.stderr[-3000:]
     client, roles = runs_by_role(tmp_path, "capacity")
     children = roles["child"]

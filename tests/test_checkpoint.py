@@ -16,6 +16,7 @@ from crux import engine, remat
 from crux.constraint import constraint_loss
 from crux.executables import ExecutableTable, compile_once, memory_of, memory_once, program_key
 from crux.solver import Machinery
+from cruxlab.capacity_search import recorded_form
 from crux_testing import EPS32, flat, poisson, relative, train
 
 # Rematerialisation recomputes the same forward ops; XLA may order the recomputed sums differently, a few
@@ -265,5 +266,5 @@ def test_a_form_the_device_refuses_is_not_a_candidate():
 
 
 def test_a_recorded_form_is_read_back_only_where_it_names_one():
-    assert [remat.recorded(float(i)) for i in range(len(remat.FORMS))] == list(remat.FORMS)
-    assert [remat.recorded(used) for used in (None, math.nan, -1.0, float(len(remat.FORMS)))] == [None] * 4
+    assert [recorded_form(float(i)) for i in range(len(remat.FORMS))] == list(remat.FORMS)
+    assert [recorded_form(used) for used in (None, math.nan, -1.0, float(len(remat.FORMS)))] == [None] * 4

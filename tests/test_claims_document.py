@@ -9,21 +9,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import crux.report.claims
-from crux.report import RunRecord, SolveOptions, judge
-from crux.report.claims import CHECKS
-from crux.report.verdict import Claim
+import cruxlab.report.claims
+from cruxlab.report import RunRecord, SolveOptions, judge
+from cruxlab.report.claims import CHECKS
+from cruxlab.report.verdict import Claim
 
 PROJECT = Path(__file__).resolve().parents[1]
 ANCHOR = re.compile(r'<a id="([^"]+)"></a>')
 
 
 def defined_claims() -> dict[str, Claim]:
-    """Every claim a check module of crux.report.claims defines, by ``module.NAME`` (a claim another module
+    """Every claim a check module of cruxlab.report.claims defines, by ``module.NAME`` (a claim another module
     imports counts once, where it is defined)."""
     found: dict[str, Claim] = {}
-    for module in pkgutil.iter_modules(crux.report.claims.__path__):
-        loaded = importlib.import_module(f"crux.report.claims.{module.name}")
+    for module in pkgutil.iter_modules(cruxlab.report.claims.__path__):
+        loaded = importlib.import_module(f"cruxlab.report.claims.{module.name}")
         found.update({f"{module.name}.{name}": value for name, value in vars(loaded).items()
                       if isinstance(value, Claim) and not any(value is seen for seen in found.values())})
     return found

@@ -13,10 +13,10 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from crux.commands.sweep import available, register
-from crux.pipeline.config import CONFIG_PACKAGE
-from crux.tracking.composed import compose_once
-from crux.tracking.multirun import planned_jobs, set_for_every_job
+from cruxlab.commands.sweep import available, register
+from cruxlab.config import CONFIG_PACKAGE
+from cruxlab.runtime.composed import compose_once
+from cruxlab.runtime.multirun import planned_jobs, set_for_every_job
 
 try:  # what joblib's workers are sent with: a package of its own from joblib 1.6, joblib's own before
     import cloudpickle

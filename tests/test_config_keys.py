@@ -8,9 +8,10 @@ from hydra import compose
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from crux.commands.sweep import find_sweep, register
-from crux.pipeline import config, keys
-from crux.pipeline.refusals import refusals
+from cruxlab import config
+from cruxlab.commands.sweep import find_sweep, register
+from cruxlab.config import keys
+from cruxlab.config.refusals import refusals
 
 MISSPELT = {
     "solver.epoch=100": "solver.epoch: not a key of solver; did you mean solver.epochs? write solver.epochs=100",

@@ -1,6 +1,6 @@
 """Values of the right type that no run could use are named in the command line's terms before anything runs
-(crux.pipeline.config.out_of_range, gathered with the backend's and the problem's refusals by
-crux.pipeline.refusals); the shipped configs have none."""
+(cruxlab.config.out_of_range, gathered with the backend's and the problem's refusals by
+cruxlab.config.refusals); the shipped configs have none."""
 from __future__ import annotations
 
 from typing import Iterator
@@ -8,10 +8,10 @@ from typing import Iterator
 import pytest
 from hydra import compose, initialize_config_module
 
-from crux.pipeline import config
-from crux.pipeline.config import CONFIG_PACKAGE
-from crux.pipeline.ranges import Choice, Range
-from crux.pipeline.refusals import refusals
+from cruxlab import config
+from cruxlab.config import CONFIG_PACKAGE
+from cruxlab.config.ranges import Choice, Range
+from cruxlab.config.refusals import refusals
 
 
 @pytest.fixture

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from crux.pipeline import config
-from crux.pipeline.config_reference import DOCUMENT, GROUPS, NODES, TOP_LEVEL, render
+from cruxlab import config
+from cruxlab.config.reference import DOCUMENT, GROUPS, NODES, TOP_LEVEL, render
 
 
 def documented() -> dict[str, list[str]]:
@@ -35,4 +35,4 @@ def test_every_key_of_the_schema_has_an_entry_with_its_type_default_and_range():
 
 
 def test_the_reference_is_what_the_schema_generates_now():
-    assert DOCUMENT.read_text(encoding="utf-8") == render(), "docs/config.md is stale: python -m crux.pipeline.config_reference"
+    assert DOCUMENT.read_text(encoding="utf-8") == render(), "docs/config.md is stale: python -m cruxlab.config.reference"

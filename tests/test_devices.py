@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from crux.pipeline import config
-from crux.pipeline.backend_choice import backend_refusals
-from crux.tracking import contract
+from cruxlab import config
+from cruxlab.config.backend_choice import backend_refusals
+from cruxlab.store import contract
 from crux_testing import EPS32, poisson
 from test_backend_choice import composed
 from crux_testing import launch, runs_by_role
@@ -138,7 +138,7 @@ def test_the_devices_check_holds_on_crux_and_fails_when_each_device_keeps_its_ow
 
 @pytest.mark.integration
 def test_the_devices_sweep_runs_on_two_host_devices_and_its_report_judges_it(tmp_path):
-    done = launch(tmp_path, "crux.commands.sweep", "devices", "solver.epochs=40", "repeat=0,1", "model.width=8",
+    done = launch(tmp_path, "cruxlab.commands.sweep", "devices", "solver.epochs=40", "repeat=0,1", "model.width=8",
                   "problem.n_interior=64")
     assert done.returncode == 0, done.stderr[-3000:]
     _, roles = runs_by_role(tmp_path, "devices")
@@ -147,7 +147,7 @@ def test_the_devices_sweep_runs_on_two_host_devices_and_its_report_judges_it(tmp
     assert sorted((c.data.params["memory.batchsize"], c.data.params["solver.devices"]) for c in children) == \
         sorted([("8", "1"), ("16", "1"), ("8", "2")] * 2)
     store = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
-    report = subprocess.run([sys.executable, "-m", "crux.report", "devices", "--out", str(tmp_path / "report")],
+    report = subprocess.run([sys.executable, "-m", "cruxlab.report", "devices", "--out", str(tmp_path / "report")],
                             cwd=tmp_path, env=store, capture_output=True, text=True, timeout=600)
     assert report.returncode == 0, report.stderr[-3000:]
     (verdict,) = json.loads((tmp_path / "report" / "verdicts.json").read_text())
@@ -161,7 +161,7 @@ def crux_run(folder: Path, *overrides: str, env: dict[str, str]) -> subprocess.P
     folder.mkdir(exist_ok=True)
     job = [o for o in overrides if o.startswith("--")] + ["memory=b8", "solver.epochs=20", "model.width=8", "problem.n_interior=64", "solver.devices=2",
            f"hydra.run.dir={folder / 'outputs'}", *(o for o in overrides if not o.startswith("--"))]
-    return subprocess.Popen([sys.executable, "-m", "crux.commands.experiment", *job], cwd=folder, text=True,
+    return subprocess.Popen([sys.executable, "-m", "cruxlab.commands.experiment", *job], cwd=folder, text=True,
                             env={**env, "MLFLOW_TRACKING_URI": f"sqlite:///{folder / 'mlflow.db'}"},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 

@@ -1,4 +1,4 @@
-"""What counts as a store fault, and how a write waits for the store (crux.tracking.faults), without a store."""
+"""What counts as a store fault, and how a write waits for the store (cruxlab.store.faults), without a store."""
 from __future__ import annotations
 
 import errno
@@ -11,9 +11,9 @@ from mlflow.protos.databricks_pb2 import PERMISSION_DENIED, RESOURCE_DOES_NOT_EX
 from requests.exceptions import ConnectionError as RequestsConnectionError
 from sqlalchemy import exc as sql
 
-from crux.tracking import faults
-from crux.tracking.store import HTTP_LIMITS, bounded_http
-from crux.tracking.faults import (RETRY_SECONDS, PatientClient, StoreFault, is_store_fault, patiently, record_fault,
+from cruxlab.store import faults
+from cruxlab.store.connection import HTTP_LIMITS, bounded_http
+from cruxlab.store.faults import (RETRY_SECONDS, PatientClient, StoreFault, is_store_fault, patiently, record_fault,
                                   recorded_fault)
 
 
@@ -54,7 +54,7 @@ def test_a_write_waits_for_the_store_within_the_budget(monkeypatch):
 
 
 class Clock:
-    """``time`` for crux.tracking.faults: ``sleep`` only moves ``monotonic`` on, and is noted."""
+    """``time`` for cruxlab.store.faults: ``sleep`` only moves ``monotonic`` on, and is noted."""
 
     def __init__(self):
         self.now, self.pauses = 0.0, []

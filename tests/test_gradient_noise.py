@@ -16,13 +16,13 @@ import optax
 import pytest
 
 import crux
-from crux.backends import GradientDraws, crux_gradient_draws
-from crux.backends.gradient_draws import flat
 from crux.batching import PointStream
-from crux.report import FAILS, HOLDS, INCONCLUSIVE, NO_EFFECT, RunRecord, SolveOptions
-from crux.report.claims import check_gradient_noise, judge
-from crux.report.claims.gradient_noise import expected_ratios
-from crux.report.records import snapshot_arrays
+from cruxlab.backends import GradientDraws, crux_gradient_draws
+from cruxlab.backends.gradient_draws import flat
+from cruxlab.report import FAILS, HOLDS, INCONCLUSIVE, NO_EFFECT, RunRecord, SolveOptions
+from cruxlab.report.claims import check_gradient_noise, judge
+from cruxlab.report.claims.gradient_noise import expected_ratios
+from cruxlab.report.run_records import snapshot_arrays
 from crux_testing import poisson
 
 DRAWS = 64

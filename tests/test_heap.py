@@ -10,11 +10,11 @@ import weakref
 
 import pytest
 
-from crux.pipeline import heap
+from cruxlab.commands import heap
 
 ENDING = """
 import atexit, sys, threading
-from crux.pipeline import heap
+from cruxlab.commands import heap
 
 class Noisy:
     def __del__(self):  # runs when the interpreter's teardown frees the module's objects

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from crux.tracking import contract
+from cruxlab.store import contract
 from crux_testing import REPO, copy_of_checkout
 
 pytestmark = pytest.mark.integration  # builds a wheel, makes a venv, runs sweeps in subprocesses
@@ -81,7 +81,7 @@ def installed(tmp_path_factory) -> Installed:
 
 def test_the_wheel_carries_every_module_config_and_sweep_of_the_checkout(installed):
     inside = set(zipfile.ZipFile(installed.wheel).namelist())
-    expected = {str(path.relative_to(REPO)) for package in ("crux", "hydra_plugins")
+    expected = {str(path.relative_to(REPO)) for package in ("crux", "cruxlab", "hydra_plugins")
                 for path in (REPO / package).rglob("*.py")}
     expected |= {f"crux/{path.relative_to(REPO)}" for folder in ("conf", "sweeps")
                  for path in (REPO / folder).rglob("*") if path.suffix in (".yaml", ".py")}

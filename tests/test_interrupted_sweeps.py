@@ -19,7 +19,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from crux.stats import Statistics
-from crux.tracking import contract
+from cruxlab.store import contract
 from crux_testing import run_opened
 
 pytestmark = pytest.mark.integration  # sweeps and reports in subprocesses
@@ -49,7 +49,8 @@ hydra:
 
 def command(program: str, *args: str) -> list[str]:
     """``crux-sweep`` or ``crux-report`` with ``args``, run by this Python."""
-    return [sys.executable, "-m", {"crux-sweep": "crux.commands.sweep", "crux-report": "crux.report"}[program], *args]
+    module = {"crux-sweep": "cruxlab.commands.sweep", "crux-report": "cruxlab.report"}[program]
+    return [sys.executable, "-m", module, *args]
 
 
 def environment(folder: Path) -> dict[str, str]:

@@ -1,5 +1,5 @@
-"""Every claim check on jNO: the jNO job (crux.backends.jno.job.train_and_log) run in this process on tiny problems,
-its outcome turned into run records as the report reads them from MLflow, and judged.
+"""Every claim check on jNO: the jNO job (cruxlab.backends.jno.pipeline_job.train_and_log) run in this process on
+tiny problems, its outcome turned into run records as the report reads them from MLflow, and judged.
 
 jNO (the ``jno`` extra) is imported once for the module; each job builds its own
 ``jno.core``. What jNO does here is measured, so these tests say what jNO 0.4.2 does:
@@ -20,22 +20,22 @@ from hydra import compose, initialize_config_module
 os.environ.setdefault("JNO_COMPILE_CACHE", jax.config.jax_compilation_cache_dir)  # conftest's cache, not ~/.cache
 pytest.importorskip("jno", reason='the jNO backend needs the jno extra: pip install -e ".[jno]"')
 
-from crux.pipeline import config  # noqa: E402
-from crux.backends.jno.job import train_and_log  # noqa: E402
-from crux.pipeline.config import CONFIG_PACKAGE  # noqa: E402
-from crux.report import FAILS, HOLDS, INCONCLUSIVE, NO_EFFECT, NOT_SUPPORTED, RunRecord, judge  # noqa: E402
-from crux.report.records import histories_of, summary_of  # noqa: E402
-from crux.pipeline.settings import group_of, phase_plan, solve_options  # noqa: E402
 from crux.timing.machine import WALL_TIME  # noqa: E402
 from crux.timing.pairs import FIRST_LOOK  # noqa: E402
-from crux.tracking import contract  # noqa: E402
+from cruxlab import config  # noqa: E402
+from cruxlab.backends.jno.pipeline_job import train_and_log  # noqa: E402
+from cruxlab.config import CONFIG_PACKAGE  # noqa: E402
+from cruxlab.config.settings import group_of, phase_calls, solve_options  # noqa: E402
+from cruxlab.report import FAILS, HOLDS, INCONCLUSIVE, NO_EFFECT, NOT_SUPPORTED, RunRecord, judge  # noqa: E402
+from cruxlab.report.run_records import histories_of, summary_of  # noqa: E402
+from cruxlab.store import contract  # noqa: E402
 
 TINY = ["backend=jno", "model.width=8", "model.depth=2", "problem.n_interior=64", "solver.epochs=10",
         "jax.compilation_cache_dir=null"]
 
 
 class CapturedRun:
-    """What train_and_log hands to crux.tracking.JobRun, kept in memory."""
+    """What train_and_log hands to cruxlab.runtime.JobRun, kept in memory."""
 
     def __init__(self, folder: Path):
         self.folder, self.tags, self.metrics, self.outcome = folder, {}, {}, None
@@ -71,7 +71,7 @@ def jno_record(tmp_path: Path, run_id: str, *overrides: str, repeat: int = 0) ->
     summary = {key: float(values[-1]) for key, values in timing.items()}
     return RunRecord(run_id, options, {**histories_of(stats), **timing}, {**summary_of(stats), **run.metrics,
                                                                           **summary}, snapshots, stats,
-                     reach, phase_plan(cfg), group_of(cfg), repeat, int(cfg.roundoff_twin), run_id,
+                     reach, phase_calls(cfg), group_of(cfg), repeat, int(cfg.roundoff_twin), run_id,
                      {contract.BACKEND: "jno", **run.tags})
 
 

@@ -15,16 +15,16 @@ import pytest
 from hydra import compose, initialize_config_module
 from mlflow.tracking import MlflowClient
 
-from crux.pipeline import config
-from crux.pipeline.backend_choice import backend_refusals
-from crux.pipeline.config import CONFIG_PACKAGE, ModelConfig
-from crux.tracking.contract import FINISHED
+from cruxlab import config
+from cruxlab.config import CONFIG_PACKAGE, ModelConfig
+from cruxlab.config.backend_choice import backend_refusals
+from cruxlab.store.contract import FINISHED
 
 pytest.importorskip("jno", reason='the jNO backend needs the jno extra: pip install -e ".[jno]"')
 
 import equinox as eqx  # noqa: E402 - comes with the jno extra
 
-from crux.backends.jno import own  # noqa: E402 - imports jNO
+from cruxlab.backends.jno import own  # noqa: E402 - imports jNO
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "own_problem"
 JNO_PROBLEM = ["backend=jno", "problem=unit_square_jno"]
@@ -65,7 +65,7 @@ def test_a_misspelt_field_or_a_missing_module_is_one_line_naming_it_and_the_fix(
 
 
 def test_a_misspelt_field_stops_the_sweep_in_one_line_before_any_run(tmp_path, monkeypatch, capsys):
-    from crux.commands.sweep import main
+    from cruxlab.commands.sweep import main
 
     shutil.copytree(EXAMPLE, tmp_path / "project", ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.chdir(tmp_path / "project")
@@ -95,7 +95,7 @@ def test_the_example_builds_a_core_on_the_crux_problems_points_and_moves_a_twin_
 def test_a_crux_problem_under_backend_jno_is_one_line_saying_what_to_write(example):
     node = composed("backend=jno", "problem=unit_square").problem
     with pytest.raises(TypeError, match=r"^problem: nonlinear_poisson.unit_square returned Problem, not a "
-                                        r"crux.backends.jno.Problem: backend=jno trains a problem written in jNO's "
+                                        r"cruxlab.backends.jno.Problem: backend=jno trains a problem written in jNO's "
                                         r"terms .*; choose backend=crux for this one$"):
         own.build(node, ModelConfig(width=4, depth=1, activation="tanh"), 0, 0)
 
@@ -119,11 +119,11 @@ def test_the_example_swept_on_both_backends_is_reported_side_by_side(tmp_path):
     uri = f"sqlite:///{project / 'mlflow.db'}"
     environment = {**os.environ, "MLFLOW_TRACKING_URI": uri}
     for backend in ([], JNO_PROBLEM):
-        done = subprocess.run([sys.executable, "-m", "crux.commands.sweep", "unit_square_accumulation.yaml", "--config-dir",
+        done = subprocess.run([sys.executable, "-m", "cruxlab.commands.sweep", "unit_square_accumulation.yaml", "--config-dir",
                                "conf", *backend, *SWEEP], cwd=project, capture_output=True, text=True,
                               env=environment, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
-    done = subprocess.run([sys.executable, "-m", "crux.report", "unit_square_accumulation", "--out", "report"],
+    done = subprocess.run([sys.executable, "-m", "cruxlab.report", "unit_square_accumulation", "--out", "report"],
                           cwd=project, capture_output=True, text=True, env=environment, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     text = (project / "report" / "report.md").read_text()

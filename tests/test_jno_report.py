@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from crux.report import HOLDS, load_sweep, main, results
-from crux.report.backends import load_sweeps
 from crux.stats import Statistics
-from crux.tracking import contract
+from cruxlab.report import HOLDS, load_sweep, main, results
+from cruxlab.report.backends import load_sweeps
+from cruxlab.store import contract
 
 pytest.importorskip("jno", reason='the jNO backend needs the jno extra: pip install -e ".[jno]"')
 pytestmark = pytest.mark.integration  # runs sweeps in subprocesses
@@ -34,7 +34,7 @@ def store(tmp_path_factory) -> tuple[str, Path]:
     folder = tmp_path_factory.mktemp("sweeps")
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     for name, backend in (("crux", []), ("jno", ["backend=jno", "backend.batching=points"])):
-        done = subprocess.run([sys.executable, "-m", "crux.commands.sweep", "accumulation", *SWEEP, *backend,
+        done = subprocess.run([sys.executable, "-m", "cruxlab.commands.sweep", "accumulation", *SWEEP, *backend,
                                f"hydra.sweep.dir={folder / name}"], cwd=folder, capture_output=True, text=True,
                               env={**os.environ, "MLFLOW_TRACKING_URI": uri},
                               timeout=1200)
@@ -121,7 +121,7 @@ def test_crux_against_jno_compares_the_claims_both_judge(store, tmp_path):
 
 
 def test_the_results_table_has_a_row_per_library(store):
-    """python -m crux.report.results: crux's sweep and jNO's of one name are rows of their own."""
+    """python -m cruxlab.report.results: crux's sweep and jNO's of one name are rows of their own."""
     uri, _ = store
     present = [[results.sweeps_in(uri)]]
     assert present == [[{"accumulation": ["crux", "jno"]}]]

@@ -9,8 +9,8 @@ import pytest
 import crux
 from crux.failures import failure_line
 
-from crux.tracking.job import outcome_line
-from crux.tracking.secrets import masked
+from cruxlab.runtime.job import outcome_line
+from cruxlab.store.secrets import masked
 from crux_testing import poisson
 
 
@@ -59,7 +59,7 @@ def test_a_failure_names_the_innermost_line_of_the_users_code_it_passed_through(
 def test_jax_platform_probe_is_kept_quiet_and_its_warnings_are_not(caplog):
     import logging
 
-    from crux.commands.experiment import PLATFORM_PROBE, platform_probe_quiet
+    from cruxlab.commands.experiment import PLATFORM_PROBE, platform_probe_quiet
 
     probe = logging.getLogger(PLATFORM_PROBE)
     probe.addFilter(platform_probe_quiet)
@@ -86,10 +86,10 @@ def test_every_job_of_a_sweep_on_the_default_launcher_says_its_own_result_line(t
 
     from mlflow.tracking import MlflowClient
 
-    from crux.tracking import contract
+    from cruxlab.store import contract
 
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    done = subprocess.run([sys.executable, "-m", "crux.commands.sweep", "accumulation", "solver.epochs=20",
+    done = subprocess.run([sys.executable, "-m", "cruxlab.commands.sweep", "accumulation", "solver.epochs=20",
                            "model.width=8", "problem.n_interior=64", "repeat=0,1,2,3", "memory=b8,b32",
                            "gradient_draws=0"], cwd=tmp_path, env={**os.environ, "MLFLOW_TRACKING_URI": store},
                           capture_output=True, text=True, timeout=600)

@@ -1,5 +1,5 @@
 """A job of a pool's worker runs in a process of its own: what it returns or raises is the caller's, and its
-process's death is that job's failure alone, said in the user's words (``crux.tracking.job_process``)."""
+process's death is that job's failure alone, said in the user's words (``cruxlab.runtime.job_process``)."""
 from __future__ import annotations
 
 import os
@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from crux.tracking.job_process import InOwnProcess, JobProcessKilled
+from cruxlab.runtime.job_process import InOwnProcess, JobProcessKilled
 
 # JAX's warning where an earlier test started it, and Python's (3.12 on) where a thread of pytest's runs
 pytestmark = [pytest.mark.filterwarnings("ignore:os.fork"), pytest.mark.filterwarnings("ignore:This process")]

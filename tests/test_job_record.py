@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from crux.tracking import contract
+from cruxlab.store import contract
 from crux_testing import launch, runs_by_role
 
 pytestmark = pytest.mark.integration  # sweeps in subprocesses
@@ -36,7 +36,7 @@ def recorded_jobs(folder: Path, sweep: str) -> tuple[dict, list[tuple[dict, list
                                              ("offload", ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"])],
                          ids=["accumulation-basic", "offload-joblib"])
 def test_every_run_records_its_own_jobs_command_and_overrides(store, sweep, launcher):
-    done = launch(store, "crux.commands.sweep", sweep, *FAST, *launcher)
+    done = launch(store, "cruxlab.commands.sweep", sweep, *FAST, *launcher)
     assert done.returncode == 0, done.stderr[-3000:]
     parent, children = recorded_jobs(store, sweep)
     assert len(children) == int(parent[contract.PLANNED_JOB_COUNT]) >= 6

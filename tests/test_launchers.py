@@ -18,8 +18,8 @@ from hydra._internal.utils import create_config_search_path
 from hydra.core.utils import setup_globals
 from hydra.types import RunMode
 
-from crux.pipeline.config import CONFIG_PACKAGE
-from crux.tracking.multirun import pin_sweep_dir
+from cruxlab.config import CONFIG_PACKAGE
+from cruxlab.runtime.multirun import pin_sweep_dir
 from scale_out import assert_same_as_reference, sweep_and_report
 
 

@@ -10,13 +10,13 @@ import time
 
 from mlflow.tracking import MlflowClient
 
-from crux.tracking import contract
-from crux.tracking.liveness import GONE, STALE_SECONDS, close_orphans, is_gone, process_identity, process_tags
+from cruxlab.runtime.liveness import GONE, STALE_SECONDS, close_orphans, is_gone, process_identity, process_tags
+from cruxlab.store import contract
 
 
 def ended_process_tags() -> dict[str, str]:
     """The tags a process that has ended wrote."""
-    done = subprocess.run([sys.executable, "-c", "from crux.tracking.liveness import process_tags; import json; "
+    done = subprocess.run([sys.executable, "-c", "from cruxlab.runtime.liveness import process_tags; import json; "
                            "print(json.dumps(process_tags()))"], capture_output=True, text=True, check=True)
     import json
     return json.loads(done.stdout.splitlines()[-1])

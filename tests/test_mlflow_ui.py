@@ -20,8 +20,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from crux.commands.sweep import available
-from crux.tracking import contract
+from cruxlab.commands.sweep import available
+from cruxlab.store import contract
 from mlflow_server import mlflow_server
 
 pytestmark = pytest.mark.integration  # an MLflow server, a sweep and a report in subprocesses
@@ -101,13 +101,13 @@ def ui(tmp_path_factory, empty_store) -> Iterator[Served]:
     with mlflow_server(folder, empty_store) as uri:
         rest = Rest(uri)
         env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
-        sweep = subprocess.run([sys.executable, "-m", "crux.commands.sweep", *SWEEP], cwd=folder, env=env,
+        sweep = subprocess.run([sys.executable, "-m", "cruxlab.commands.sweep", *SWEEP], cwd=folder, env=env,
                                capture_output=True, text=True, timeout=900)
         assert sweep.returncode == 0, sweep.stderr[-3000:]
         experiment_id = rest.experiment("accumulation")["experiment_id"]
         (parent,) = by_role(rest.runs(experiment_id), contract.PARENT)
         before_report = tags(parent)["mlflow.note.content"]
-        done = subprocess.run([sys.executable, "-m", "crux.report", "accumulation"], cwd=folder, env=env,
+        done = subprocess.run([sys.executable, "-m", "cruxlab.report", "accumulation"], cwd=folder, env=env,
                               capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
         yield Served(rest, experiment_id, before_report, folder, sweep.stdout + sweep.stderr)

@@ -22,14 +22,14 @@ from hydra import version
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
-from crux.pipeline.config import CONFIG_PACKAGE
-from crux.tracking import JobRun
-from crux.tracking import contract
-from crux.tracking.composed import compose_once
-from crux.tracking.params import variant_name
-from crux.tracking.liveness import process_tags
-from crux.tracking.multirun import Multirun
-from crux.tracking.store import PARENT_RUN, TRACKING_URI
+from cruxlab.config import CONFIG_PACKAGE
+from cruxlab.runtime import JobRun
+from cruxlab.runtime.composed import compose_once
+from cruxlab.runtime.liveness import process_tags
+from cruxlab.runtime.multirun import Multirun
+from cruxlab.store import contract
+from cruxlab.store.connection import PARENT_RUN, TRACKING_URI
+from cruxlab.store.params import variant_name
 
 STOP_AT = 7
 stopping = {STOP_AT}  # a job with one of these many epochs is stopped (Ctrl-C) once its run is open
@@ -192,8 +192,8 @@ def test_a_job_out_of_range_refuses_the_sweep_before_the_store_is_opened(tmp_pat
 def test_a_job_is_checked_again_unless_cruxs_sweeper_checked_it_in_its_process(monkeypatch):
     from hydra_plugins.crux_sweeper.config import SweeperConfig
 
-    from crux.commands.experiment import checked_by_the_sweep
-    from crux.tracking.liveness import SWEEP_PID
+    from cruxlab.commands.experiment import checked_by_the_sweep
+    from cruxlab.runtime.liveness import SWEEP_PID
 
     def hydra(mode: RunMode, sweeper: str) -> DictConfig:
         return OmegaConf.create({"mode": mode, "sweeper": {"_target_": sweeper}})
@@ -219,7 +219,7 @@ def test_a_job_is_named_by_its_group_choices_and_by_values_as_it_resolves_them()
 def test_a_sweep_ends_with_a_line_per_job_from_its_newest_run():
     from mlflow.entities import Metric, Run, RunData, RunInfo, RunTag
 
-    from crux.tracking.multirun import job_table
+    from cruxlab.runtime.multirun import job_table
 
     def run(job, name, status, start, end, loss=None):
         info = RunInfo(f"r{job}{start}", "1", "user", status, start, end, "active", run_name=name)
@@ -303,7 +303,7 @@ def test_a_run_left_open_is_closed_with_its_true_cause():
 
     from mlflow.entities import Run, RunData, RunInfo, RunTag
 
-    from crux.tracking.multirun import closing_cause
+    from cruxlab.runtime.multirun import closing_cause
 
     ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead = {**process_tags(), contract.PID: ended.stdout.strip(), contract.PROCESS: ""}  # a process that is gone
@@ -323,7 +323,7 @@ def test_a_run_left_open_is_closed_with_its_true_cause():
 
 
 def test_damaged_results_left_by_a_job_are_named_for_its_runs_closing(tmp_path):
-    from crux.tracking.handover import RESULTS, Pickup, handed_over
+    from cruxlab.runtime.handover import RESULTS, Pickup, handed_over
 
     damaged = handed_over(tmp_path) / "3"
     damaged.mkdir(parents=True)

@@ -13,14 +13,14 @@ from hydra import compose, initialize_config_module
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from crux.tracking import contract
 import crux
-from crux.pipeline import config
-from crux.pipeline.keys import refused_override
-from crux.pipeline.config import CONFIG_PACKAGE, ModelConfig, build_problem, effective_settings
 from crux.problems import Problem
-from crux.commands.sweep import available, find_sweep, main, register
-from crux.tracking.params import flatten
+from cruxlab import config
+from cruxlab.commands.sweep import available, find_sweep, main, register
+from cruxlab.config import CONFIG_PACKAGE, ModelConfig, build_problem, effective_settings
+from cruxlab.config.keys import refused_override
+from cruxlab.store import contract
+from cruxlab.store.params import flatten
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "own_problem"
 received: dict = {}
@@ -248,8 +248,8 @@ def test_a_batch_size_is_recorded_as_it_applies_to_the_problems_points():
 def test_a_setting_that_ran_otherwise_is_logged_as_it_ran_beside_the_request(store):
     from mlflow.tracking import MlflowClient
 
-    from crux.tracking.job import JobRun
-    from crux.tracking.params import as_requested
+    from cruxlab.runtime.job import JobRun
+    from cruxlab.store.params import as_requested
 
     with initialize_config_module(CONFIG_PACKAGE, version_base="1.3"):
         cfg = compose("config", overrides=["memory.batchsize=100000", "memory.accumulation_steps=4"])
@@ -267,7 +267,7 @@ def test_a_setting_that_ran_otherwise_is_logged_as_it_ran_beside_the_request(sto
 
 
 def test_a_built_in_sweep_says_which_fields_of_a_chosen_problem_it_sets():
-    from crux.commands.sweep import problem_note
+    from cruxlab.commands.sweep import problem_note
 
     sweeps = available()
     assert problem_note(sweeps["accumulation"], ["problem=heat2d", "solver.epochs=30"]) == (

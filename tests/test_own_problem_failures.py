@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from crux.tracking import contract
+from cruxlab.store import contract
 
 pytestmark = pytest.mark.integration  # crux-run and crux-sweep in subprocesses
 
@@ -85,7 +85,7 @@ def run(folder: Path, module: str, *args: str, **env: str) -> subprocess.Complet
 
 @pytest.mark.parametrize("override", ["problem.n_interor=10", "+problem.n_interor=10"])
 def test_a_misspelt_field_is_one_line_naming_the_fields_and_nothing_runs(project, override):
-    done = run(project, "crux.commands.sweep", "two.yaml", "--config-dir", "conf", "problem=line", override, *TINY)
+    done = run(project, "cruxlab.commands.sweep", "two.yaml", "--config-dir", "conf", "problem=line", override, *TINY)
     assert done.returncode == 1
     (line,) = done.stderr.splitlines()
     assert line.startswith("crux-sweep: problem.n_interor: mine.line has no parameter 'n_interor'; its fields are "
@@ -95,18 +95,18 @@ def test_a_misspelt_field_is_one_line_naming_the_fields_and_nothing_runs(project
 
 
 def test_a_module_not_found_is_one_line_and_nothing_runs(project):
-    done = run(project, "crux.commands.sweep", "two.yaml", "--config-dir", "conf", "problem=lost", *TINY)
+    done = run(project, "cruxlab.commands.sweep", "two.yaml", "--config-dir", "conf", "problem=lost", *TINY)
     assert done.returncode == 1
     assert done.stderr.splitlines() == [
         "crux-sweep: problem._target_=nosuchmodule.line: No module named 'nosuchmodule'; a problem's module is "
         "imported from the working directory or from an installed package (in every job); nothing was run"]
     assert "Traceback" not in done.stdout and not (project / "mlflow.db").exists()
-    done = run(project, "crux.commands.experiment", "--config-dir", "conf", "problem=line", "problem.slop=1", *TINY)
+    done = run(project, "cruxlab.commands.experiment", "--config-dir", "conf", "problem=line", "problem.slop=1", *TINY)
     assert done.returncode == 1
     assert done.stderr.splitlines() == ["crux-run: problem.slop: mine.line has no parameter 'slop'; its fields are "
                                         "n_interior, slope: write problem.slope=1"]
     assert not (project / "mlflow.db").exists()
-    done = run(project, "crux.commands.experiment", "--config-dir", "conf", "problem=needs", *TINY)
+    done = run(project, "cruxlab.commands.experiment", "--config-dir", "conf", "problem=needs", *TINY)
     assert done.returncode == 1
     assert done.stderr.splitlines() == [
         "crux-run: problem._target_=needs.line: needs was found, but needs.py:2 imports nosuchdependency, which is "
@@ -122,21 +122,21 @@ def test_a_module_not_found_is_one_line_and_nothing_runs(project):
                f"(mine.py:{LINES['planar']}); the constraint's points have 2 coordinates"),
 ])
 def test_a_problem_that_cannot_be_built_is_one_line_naming_the_users_line_before_any_run(project, name, said):
-    done = run(project, "crux.commands.sweep", "two.yaml", "--config-dir", "conf", f"problem={name}", *TINY)
+    done = run(project, "cruxlab.commands.sweep", "two.yaml", "--config-dir", "conf", f"problem={name}", *TINY)
     assert done.returncode == 1
     (line,) = done.stderr.splitlines()
     assert line.startswith(f"crux-sweep: problem._target_=mine.{name}: {said}") and line.endswith(
         "(in every job); nothing was run"), line
     assert "Launching" not in done.stdout and "Traceback" not in done.stdout
     assert not (project / "mlflow.db").exists() and not (project / "multirun").exists()  # no run, no job folder
-    single = run(project, "crux.commands.experiment", "--config-dir", "conf", f"problem={name}", *TINY)
+    single = run(project, "cruxlab.commands.experiment", "--config-dir", "conf", f"problem={name}", *TINY)
     assert single.returncode == 1
     assert single.stderr.splitlines()[-1].startswith(f"crux-run: problem._target_=mine.{name}: {said}")
     assert not (project / "mlflow.db").exists() and not (project / "outputs").exists()
 
 
 def test_an_error_in_the_users_code_while_a_job_runs_is_one_line_with_its_file_and_line_and_the_run_failed(project):
-    done = run(project, "crux.commands.sweep", "two.yaml", "--config-dir", "conf", "problem=unscored", *TINY)
+    done = run(project, "cruxlab.commands.sweep", "two.yaml", "--config-dir", "conf", "problem=unscored", *TINY)
     assert done.returncode == 1
     said = f"failed: NameError: name 'slope' is not defined (mine.py:{LINES['predicted']}); traceback in "
     failures = [line for line in done.stdout.splitlines() if said in line]
@@ -152,13 +152,13 @@ def test_an_error_in_the_users_code_while_a_job_runs_is_one_line_with_its_file_a
 
 
 def test_a_single_run_says_it_in_one_line_and_hydra_full_error_shows_the_traceback(project):
-    done = run(project, "crux.commands.experiment", "--config-dir", "conf", "problem=unscored", *TINY)
+    done = run(project, "cruxlab.commands.experiment", "--config-dir", "conf", "problem=unscored", *TINY)
     assert done.returncode == 1 and "Traceback" not in done.stdout + done.stderr
     assert "Unable to initialize backend" not in done.stdout + done.stderr  # JAX's platform probe, kept quiet
     last = done.stderr.splitlines()[-1]
     assert last.startswith(f"crux-run: NameError: name 'slope' is not defined (mine.py:{LINES['predicted']}); "
                            f"traceback in ")
     assert "Traceback" in Path(last.split("traceback in ")[1]).read_text()
-    shown = run(project, "crux.commands.experiment", "--config-dir", "conf", "problem=broken", *TINY,
+    shown = run(project, "cruxlab.commands.experiment", "--config-dir", "conf", "problem=broken", *TINY,
                 HYDRA_FULL_ERROR="1")
     assert shown.returncode == 1 and f'mine.py", line {LINES["broken"]}, in broken' in shown.stderr

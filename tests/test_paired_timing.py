@@ -15,18 +15,18 @@ import optax
 import pytest
 from hydra import compose, initialize_config_module
 
-from crux.pipeline import config
-from crux.pipeline.config import CONFIG_PACKAGE
-from crux.pipeline.settings import solve_options
-from crux.report import FAILS, HOLDS, INCONCLUSIVE, RunRecord, SolveOptions
-from crux.report.claims import check_checkpoint, check_devices, check_inner_steps
-from crux.report.numerics import paired_timing
-from crux.timing.bands import CLAIMED_COST, FASTER_BAND, UNCLAIMED_BAND, timing_band
 from crux.timing.interval import OUTSIDE, UNDECIDED, WITHIN, Band, ratio_interval
 from crux.timing.machine import CPU_TIME, WALL_TIME, Machine
 from crux.timing import pairs
 from crux.timing.pairs import FIRST_LOOK, PairedTimes, Side, chunk_epochs, time_paired
-from crux.tracking.paired_timing import logged, reference_options
+from cruxlab import config
+from cruxlab.bands import CLAIMED_COST, FASTER_BAND, UNCLAIMED_BAND, timing_band
+from cruxlab.config import CONFIG_PACKAGE
+from cruxlab.config.settings import solve_options
+from cruxlab.report import FAILS, HOLDS, INCONCLUSIVE, RunRecord, SolveOptions
+from cruxlab.report.claims import check_checkpoint, check_devices, check_inner_steps
+from cruxlab.report.numerics import paired_timing
+from cruxlab.runtime.paired_timing import logged, reference_options
 from crux_testing import poisson
 
 MACHINE = Machine("Test CPU", 2, "cpu")

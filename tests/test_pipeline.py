@@ -1,7 +1,7 @@
 """The experiment pipeline: configs compose and are checked, multiruns log the run tree docs/CONTRACT.md fixes.
 
-The multirun tests run the real console entry points (``python -m crux.commands.sweep``,
-``python -m crux.commands.experiment``) in subprocesses against a SQLite store in a
+The multirun tests run the real console entry points (``python -m cruxlab.commands.sweep``,
+``python -m cruxlab.commands.experiment``) in subprocesses against a SQLite store in a
 temporary folder, with tiny networks and 20 epochs.
 """
 from __future__ import annotations
@@ -23,14 +23,14 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError
 
-from crux.pipeline import config
-from crux.pipeline.config import CONFIG_PACKAGE
 from crux.roundoff import roundoff_twin
 from crux.stats import Statistics, fingerprint
-from crux.commands.sweep import available, check_claims
-from crux.tracking import contract
-from crux.tracking.history import history_series, thinned
-from crux.tracking.multirun import planned_jobs
+from cruxlab import config
+from cruxlab.commands.sweep import available, check_claims
+from cruxlab.config import CONFIG_PACKAGE
+from cruxlab.runtime.multirun import planned_jobs
+from cruxlab.store import contract
+from cruxlab.store.history import history_series, thinned
 from crux_testing import launch, runs_by_role, selected
 
 TINY = ["model.width=8", "model.depth=1", "solver.epochs=20"]
@@ -83,7 +83,7 @@ def check_complete_child(client: MlflowClient, run, epochs: int, folder: Path) -
 @pytest.mark.integration
 def test_sweep_logs_one_closed_parent_and_a_complete_child_per_job(store):
     """crux-sweep accumulation, cut to 3 jobs of 20 epochs, on the joblib launcher (jobs in other processes)."""
-    done = launch(store, "crux.commands.sweep", "accumulation", *TINY, "memory=full,b8,b8_acc4", "repeat=0",
+    done = launch(store, "cruxlab.commands.sweep", "accumulation", *TINY, "memory=full,b8,b8_acc4", "repeat=0",
                   "hydra/launcher=joblib", "hydra.launcher.n_jobs=2")
     assert done.returncode == 0, done.stderr[-3000:]
 
@@ -118,7 +118,8 @@ def test_sweep_logs_one_closed_parent_and_a_complete_child_per_job(store):
 def test_a_diverging_job_is_failed_with_its_history_and_the_others_complete(store):
     """SGD at a learning rate of 1e12 turns the loss non-finite within a few epochs: that child FAILED with the
     error and the history up to it, the other complete, the parent FAILED, exit status 1."""
-    done = launch(store, "crux.commands.experiment", "--multirun", *TINY, "optimizer=sgd", "schedule.value=1e-3,1e12")
+    done = launch(store, "cruxlab.commands.experiment", "--multirun", *TINY, "optimizer=sgd",
+                  "schedule.value=1e-3,1e12")
     assert done.returncode == 1
     assert "1 of the 2 jobs did not finish (jobs 1)" in done.stderr.splitlines()[-1]
 
@@ -145,7 +146,7 @@ def test_a_diverging_job_is_failed_with_its_history_and_the_others_complete(stor
 def test_phases_run_on_one_solver_with_their_own_optimizers(store):
     """The documented Adam(warmup_cosine) -> L-BFGS(1.0) -> SOAP(1e-5) plan, cut to 6 + 3 + 3 epochs by phase name,
     on mini-batches: params.npz holds the parameters after each phase, and each phase moved them."""
-    done = launch(store, "crux.commands.experiment", *TINY, "solver.epochs=6", "schedule=warmup_cosine", "memory=b8",
+    done = launch(store, "cruxlab.commands.experiment", *TINY, "solver.epochs=6", "schedule=warmup_cosine", "memory=b8",
                   "schedule.warmup=2", "phases=lbfgs_soap", "phases.lbfgs.epochs=3", "phases.soap.epochs=3")
     assert done.returncode == 0, done.stderr[-3000:]
 
@@ -206,7 +207,7 @@ def test_a_phase_is_shortened_by_name_in_every_job_of_the_phases_sweep(hydra_con
 
 @pytest.mark.integration
 def test_a_wrong_type_is_refused_before_any_run_is_created(tmp_path):
-    done = launch(tmp_path, "crux.commands.experiment", "solver.epochs=many")
+    done = launch(tmp_path, "cruxlab.commands.experiment", "solver.epochs=many")
     assert done.returncode == 1
     assert done.stderr.splitlines() == ["crux-run: solver.epochs=many: solver.epochs takes an integer >= 1; write "
                                         "e.g. solver.epochs=1000"]
@@ -284,8 +285,8 @@ def test_every_job_of_every_sweep_composes(hydra_configs):
 def test_mlflow_gets_evenly_spaced_epochs_of_each_history_and_the_report_reads_every_epoch(store):
     """tracking.history_points=7 sends 7 epochs of a 30-epoch history, the first and the last among them, with
     the values training recorded; null sends all 30; crux-report reads all 30 from stats.npz either way."""
-    from crux.report.store import load_sweep
-    done = launch(store, "crux.commands.experiment", "--multirun", *TINY[:2], "solver.epochs=30",
+    from cruxlab.report.sweep_reader import load_sweep
+    done = launch(store, "cruxlab.commands.experiment", "--multirun", *TINY[:2], "solver.epochs=30",
                   "tracking.history_points=7,null", "tracking.experiment=thinned")
     assert done.returncode == 0, done.stderr[-3000:]
     client, roles = runs_by_role(store, "thinned")

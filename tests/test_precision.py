@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from jax.extend.core import ClosedJaxpr, Jaxpr
 
-from crux.executables import compile_once
 from crux import SolveOptions
-from crux.report import FAILS, HOLDS, INCONCLUSIVE, RunRecord
-from crux.report.claims import check_precision
-from crux.pipeline.config import SolverConfig
-from crux.pipeline.ranges import CHECK
+from crux.executables import compile_once
 from crux.solver import Machinery
+from cruxlab.config import SolverConfig
+from cruxlab.config.ranges import CHECK
+from cruxlab.report import FAILS, HOLDS, INCONCLUSIVE, RunRecord
+from cruxlab.report.claims import check_precision
 from crux_testing import poisson
 
 

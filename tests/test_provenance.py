@@ -8,8 +8,8 @@ import subprocess
 from importlib.metadata import Distribution
 from pathlib import Path
 
-from crux.tracking.environment import environment
-from crux.tracking.provenance import installed_crux, problem_code
+from cruxlab.runtime.environment import environment
+from cruxlab.runtime.provenance import installed_crux, problem_code
 
 REPO = Path(__file__).resolve().parent.parent
 WHEEL_SHA256 = "a611795fdefcba1c47d18d1a754c5fe97cb8c3ccf606be3bc715fe8873a09754"

@@ -1,4 +1,4 @@
-"""The claim checks of crux.report, on records made straight from crux solves.
+"""The claim checks of cruxlab.report, on records made straight from crux solves.
 
 Each claim is shown to hold on crux as it is, and to turn to ``fails`` when the
 option is broken on purpose (a defect planted through the solver's ``Machinery`` or a replaced method, only
@@ -15,26 +15,26 @@ import numpy as np
 import optax
 import pytest
 
-from crux.tracking import contract
 import crux
 from crux import remat
 from crux.batching import PointStream
-from crux.roundoff import roundoff_twin
-from crux.model import Model
-from crux.report import FAILS, HOLDS, INCONCLUSIVE, PhasePlan, RunRecord, SolveOptions, judge, record_from_solve
-from crux.report.claims import check_accumulation, check_checkpoint, check_inner_steps, check_phases
-from crux.report.claims import check_devices, check_offload, check_substeps
-from crux.report.claims.devices import _speed as devices_speed
-from crux.report.claims.phases import expected_lr
-from crux.report.claims.accumulation import AccumulationSet
-from crux.report.claims.accumulation import _memory as accumulation_saves_memory
-from crux.report.claims.checkpoint import _memory as checkpoint_saves_memory
-from crux.report.claims.offload import _moves_data as offload_moves_data
-from crux.report.document import verdicts_json
-from crux.report.numerics import TwinComparison, history_departure, twin_comparison
-from crux.report.records import snapshot_arrays
 from crux.engine import Primitives, repeat
+from crux.model import Model
+from crux.roundoff import roundoff_twin
 from crux.solver import Crux, Machinery
+from cruxlab.report import FAILS, HOLDS, INCONCLUSIVE, PhaseCall, RunRecord, SolveOptions, judge, record_from_solve
+from cruxlab.report.claims import check_accumulation, check_checkpoint, check_inner_steps, check_phases
+from cruxlab.report.claims import check_devices, check_offload, check_substeps
+from cruxlab.report.claims.accumulation import AccumulationSet
+from cruxlab.report.claims.accumulation import _memory as accumulation_saves_memory
+from cruxlab.report.claims.checkpoint import _memory as checkpoint_saves_memory
+from cruxlab.report.claims.devices import _speed as devices_speed
+from cruxlab.report.claims.offload import _moves_data as offload_moves_data
+from cruxlab.report.claims.phases import expected_lr
+from cruxlab.report.document import verdicts_json
+from cruxlab.report.numerics import TwinComparison, history_departure, twin_comparison
+from cruxlab.report.run_records import snapshot_arrays
+from cruxlab.store import contract
 from crux_testing import mixed, poisson as small_poisson
 from scripts_path import calibrate
 
@@ -400,7 +400,7 @@ def two_phases(run_id: str, phases=PHASES, batchsize: int | None = None) -> RunR
             model.optimizer(optimizer).scale(schedule)
         solver.solve(epochs, batchsize=batchsize)
         snapshots.update(snapshot_arrays(solver.params, f"phase{k}"))
-        plan.append(PhasePlan(epochs, optimizer.__name__, schedule, fresh=True))
+        plan.append(PhaseCall(epochs, optimizer.__name__, schedule, fresh=True))
     return record_from_solve(run_id, solver, initial, solver.history,
                              SolveOptions(epochs=phases[0][0], batchsize=batchsize), plan, snapshots)
 
@@ -504,7 +504,7 @@ def test_checkpointing_memory_finding_says_the_model_depth_and_width_decide_it()
 def test_phase_boundary_that_jumps_back_or_a_phase_that_stalls_fails():
     decay = np.exp(-np.arange(20) / 5.0)
     options = SolveOptions(epochs=20)
-    phases = (PhasePlan(20, "adam", crux.lrs(1e-3), True), PhasePlan(20, "sgd", crux.lrs(1e-3), True))
+    phases = (PhaseCall(20, "adam", crux.lrs(1e-3), True), PhaseCall(20, "sgd", crux.lrs(1e-3), True))
     snapshots = {"initial/u/0": np.zeros(2), "final/u/0": np.ones(2)}
 
     def record(history):
@@ -538,7 +538,7 @@ def test_a_mini_batch_phase_start_is_placed_against_the_batch_noise(second_start
     wiggle = np.where(np.arange(20) % 2 == 0, 0.2, -0.2)
     first = np.exp(np.linspace(0.0, -2.0, 20) + wiggle)
     second = np.exp(second_start + np.linspace(0.0, -1.0, 20) + wiggle)
-    phases = (PhasePlan(20, "adam", crux.lrs(1e-3), True), PhasePlan(20, "sgd", crux.lrs(1e-3), True))
+    phases = (PhaseCall(20, "adam", crux.lrs(1e-3), True), PhaseCall(20, "sgd", crux.lrs(1e-3), True))
     record = RunRecord("r", SolveOptions(epochs=20, batchsize=8), {"loss/total": np.concatenate([first, second])},
                        {}, {"initial/u/0": np.zeros(2), "final/u/0": np.ones(2)}, phases=phases)
     verdict = only(check_phases([record]), "phases.resume")
@@ -553,7 +553,7 @@ def test_a_continued_mini_batch_boundary_whose_step_is_the_largest_of_few_is_no_
     0.673 - 0.118 = 0.555 stays within: a restart cannot be told apart, inconclusive, not a failure."""
     log_loss = [1.542, 0.989, 0.942, 0.656, 0.962, 0.087, 0.748, 0.564, 0.238, 0.584, 0.417, 0.009, 0.682, 0.583,
                 0.351, 0.244]
-    phases = tuple(PhasePlan(n, "sgd", crux.lrs(1e-2), k == 0) for k, n in enumerate((7, 5, 4)))
+    phases = tuple(PhaseCall(n, "sgd", crux.lrs(1e-2), k == 0) for k, n in enumerate((7, 5, 4)))
     record = RunRecord("r", SolveOptions(epochs=7, batchsize=4), {"loss/total": np.exp(log_loss)}, {},
                        {"initial/u/0": np.zeros(2), "final/u/0": np.ones(2)}, phases=phases)
     verdict = only(check_phases([record]), "phases.resume")
@@ -643,7 +643,7 @@ def test_a_history_is_held_to_the_round_off_floor_where_the_reference_loss_did_n
 def test_the_configured_learning_rate_counts_a_fresh_phases_schedule_from_zero(fresh, counts):
     schedule = crux.lrs.exponential(1e-2, 0.5, 1)
     run = RunRecord("r", SolveOptions(epochs=3), {"loss/total": np.ones(6)}, {}, {},
-                    phases=(PhasePlan(3, "adam", schedule, fresh=True), PhasePlan(3, "sgd", schedule, fresh=fresh)))
+                    phases=(PhaseCall(3, "adam", schedule, fresh=True), PhaseCall(3, "sgd", schedule, fresh=fresh)))
     np.testing.assert_allclose(expected_lr(run), [float(schedule(c)) for c in counts], rtol=1e-6)
 
 
@@ -689,6 +689,6 @@ def test_accumulation_memory_at_sizes_a_tile_pads_alike_is_inconclusive():
 
 def test_every_check_has_its_figures_entry():
     """A sweep that names no claims is judged by every check and drawn by each one's figures: one entry each."""
-    from crux.report.claims import CHECKS
-    from crux.report.figures import FIGURES
+    from cruxlab.report.claims import CHECKS
+    from cruxlab.report.figures import FIGURES
     assert set(FIGURES) == set(CHECKS)

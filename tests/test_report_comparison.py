@@ -1,4 +1,4 @@
-"""Two sweeps compared claim by claim (crux.report.comparison, .changes, .comparison_document), on records made
+"""Two sweeps compared claim by claim (cruxlab.report.comparison, .changes, .comparison_document), on records made
 straight from crux solves and on synthetic timings: a change is found where a defect was planted, and nowhere else.
 
 The same sweeps through stores, servers and the command line: tests/test_report_comparison_stores.py.
@@ -14,18 +14,18 @@ import optax
 import pytest
 
 from crux.engine import Primitives
-from crux.report import FAILS, HOLDS, INCONCLUSIVE, RunRecord, SolveOptions, Sweep, record_from_solve
-from crux.report.changes import EXACT, INTERVALS, OWN_BOUNDS, STANDARD_ERRORS_APART, VERDICT, key_figures, changes_between
-from crux.report.claims.gradient_noise import STANDARD_ERRORS
-from crux.report.comparison import Refused, compare
-from crux.report.comparison_document import comparison_json, comparison_markdown
-from crux.report.results import SweepRow, cell, table
-from crux.report.verdict import Threshold, Verdict
 from crux.solver import Machinery
 from crux.timing.machine import Machine
 from crux.timing.pairs import PairedTimes
-from crux.tracking import contract
-from crux.tracking.paired_timing import logged
+from cruxlab.report import FAILS, HOLDS, INCONCLUSIVE, RunRecord, SolveOptions, Sweep, record_from_solve
+from cruxlab.report.changes import EXACT, INTERVALS, OWN_BOUNDS, STANDARD_ERRORS_APART, VERDICT, key_figures, changes_between
+from cruxlab.report.claims.gradient_noise import STANDARD_ERRORS
+from cruxlab.report.comparison import Refused, compare
+from cruxlab.report.comparison_document import comparison_json, comparison_markdown
+from cruxlab.report.results import SweepRow, cell, table
+from cruxlab.report.verdict import Threshold, Verdict
+from cruxlab.runtime.paired_timing import logged
+from cruxlab.store import contract
 from crux_testing import poisson
 
 EPOCHS = 30
@@ -205,13 +205,13 @@ def test_a_jno_verdict_on_points_sits_in_cruxs_row(honest):
 
 
 def test_the_results_table_gives_each_machines_verdicts_and_what_changed(honest):
-    from crux.report.results import Column
+    from cruxlab.report.results import Column
 
     broken = accumulation_runs(Machinery(primitives=Primitives(accumulate=lambda total, new: new)))
     comparison = compare(sweep("cpu", honest), sweep("tpu", broken), roles=("CPU", "TPU"))
     rows = [SweepRow("accumulation", (comparison.this, comparison.other), (comparison,))]
     lines = table(rows, [Column("CPU", "cpu.db.gz"), Column("TPU", "tpu.db.gz")], {("accumulation", 1): "c.md"},
-                  "python -m crux.report.results CPU=cpu.db.gz TPU=tpu.db.gz")
+                  "python -m cruxlab.report.results CPU=cpu.db.gz TPU=tpu.db.gz")
     assert lines[0].startswith("<!-- verdicts table") and lines[-1] == "<!-- end of verdicts table -->"
     assert "| sweep | jobs | CPU | TPU | changed, TPU against CPU |" in lines
     (line,) = [l for l in lines if l.startswith("| accumulation |")]

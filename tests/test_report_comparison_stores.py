@@ -18,10 +18,10 @@ from typing import Iterator
 import pytest
 from mlflow.tracking import MlflowClient
 
-from crux.report import FAILS, HOLDS, main
-from crux.report import results
-from crux.report.changes import INTERVALS, VERDICT
-from crux.tracking import contract
+from cruxlab.report import FAILS, HOLDS, main
+from cruxlab.report import results
+from cruxlab.report.changes import INTERVALS, VERDICT
+from cruxlab.store import contract
 from crux_testing import pack
 from mlflow_server import mlflow_server
 
@@ -40,7 +40,7 @@ def sweep(folder: Path, uri: str, name: str, overrides: list[str], planted: str 
     """``crux-sweep name overrides`` logging to ``uri``, on planted_problems.``planted`` where given; the id of
     the sweep's parent run."""
     problem = [f"problem._target_=planted_problems.{planted}"] if planted else []
-    done = subprocess.run([sys.executable, "-m", "crux.commands.sweep", name, *overrides, *problem,
+    done = subprocess.run([sys.executable, "-m", "cruxlab.commands.sweep", name, *overrides, *problem,
                            f"hydra.sweep.dir={folder / 'multirun' / str(len(list(folder.glob('multirun/*'))))}"],
                           cwd=folder, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "MLFLOW_TRACKING_URI": uri, "PYTHONPATH": str(TESTS)})
@@ -112,7 +112,7 @@ def test_two_runs_of_one_sweep_are_never_changed(packed, tmp_path):
 
 def test_sweeps_without_a_common_variant_are_refused_in_one_line(packed, tmp_path):
     store, (_, second, full_batch), _ = packed
-    done = subprocess.run([sys.executable, "-m", "crux.report", "accumulation", "--tracking-uri", store, "--run",
+    done = subprocess.run([sys.executable, "-m", "cruxlab.report", "accumulation", "--tracking-uri", store, "--run",
                            second, "--against", f"{store}#{full_batch}", "--out", str(tmp_path / "r")],
                           capture_output=True, text=True, timeout=600, env={**os.environ, "TMPDIR": str(tmp_path)})
     assert done.returncode == 2

@@ -7,10 +7,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from crux.report import HOLDS, INCONCLUSIVE, RunRecord, SolveOptions, Sweep, UnreadableArtifact, judge, judge_sound
-from crux.report import claims as claim_checks
-from crux.report.jobs import account
-from crux.tracking import contract
+from cruxlab.report import HOLDS, INCONCLUSIVE, RunRecord, SolveOptions, Sweep, UnreadableArtifact, judge, judge_sound
+from cruxlab.report import claims as claim_checks
+from cruxlab.report.jobs import account
+from cruxlab.store import contract
 from crux_testing import mlflow_run as run
 
 

@@ -6,11 +6,11 @@ import json
 import numpy as np
 import pytest
 
-from crux.report import FAILS, HOLDS, RunRecord, SolveOptions, Sweep, judge, judge_sound, report_markdown
-from crux.report import verdicts_json
-from crux.report.document import verdict_table
-from crux.report.jobs import account
-from crux.tracking import contract
+from cruxlab.report import FAILS, HOLDS, RunRecord, SolveOptions, Sweep, judge, judge_sound, report_markdown
+from cruxlab.report import verdicts_json
+from cruxlab.report.document import verdict_table
+from cruxlab.report.jobs import account
+from cruxlab.store import contract
 from crux_testing import mlflow_run
 
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from crux.report.jobs import NEVER_STARTED, account
-from crux.tracking import contract
+from cruxlab.report.jobs import NEVER_STARTED, account
+from cruxlab.store import contract
 from crux_testing import mlflow_run
 
 PLAN = {n: ("+sweeps=accumulation", f"memory={memory}", f"repeat={repeat}")

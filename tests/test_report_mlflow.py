@@ -16,8 +16,8 @@ from typing import Iterator
 import pytest
 from mlflow.tracking import MlflowClient
 
-from crux.report import HOLDS, load_sweep, main
-from crux.tracking import contract
+from cruxlab.report import HOLDS, load_sweep, main
+from cruxlab.store import contract
 from mlflow_server import mlflow_server
 
 pytestmark = pytest.mark.integration  # runs sweeps in subprocesses and an MLflow server
@@ -28,7 +28,7 @@ SWEEP_OVERRIDES = ["solver.epochs=20", "model.width=8", "problem.n_interior=64",
 
 def run_sweep(folder: Path, uri: str) -> None:
     """``crux-sweep accumulation`` with ``SWEEP_OVERRIDES``, logging to ``uri``, Hydra's folders in ``folder``."""
-    command = [sys.executable, "-m", "crux.commands.sweep", "accumulation", *SWEEP_OVERRIDES,
+    command = [sys.executable, "-m", "cruxlab.commands.sweep", "accumulation", *SWEEP_OVERRIDES,
                f"hydra.sweep.dir={folder / 'multirun'}"]
     done = subprocess.run(command, cwd=folder, env={**os.environ, "MLFLOW_TRACKING_URI": uri},
                           capture_output=True, text=True, timeout=600)
@@ -115,7 +115,7 @@ def test_crux_report_on_a_store_it_cannot_read_prints_one_line_and_exits_2(tmp_p
         (tmp_path / "mlflow.db").write_bytes(os.urandom(32 * 1024))
         uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = {key: value for key, value in os.environ.items() if not key.startswith("MLFLOW_HTTP_REQUEST_")}
-    done = subprocess.run([sys.executable, "-m", "crux.report", "accumulation", "--out", str(tmp_path / "r")],
+    done = subprocess.run([sys.executable, "-m", "cruxlab.report", "accumulation", "--out", str(tmp_path / "r")],
                           env={**env, "MLFLOW_TRACKING_URI": uri}, capture_output=True, text=True, timeout=600)
     assert done.returncode == 2
     (line,) = done.stderr.splitlines()

@@ -1,4 +1,4 @@
-"""A store packed as files (crux.report.packed): read from a copy of its own, its artifacts unpacked where it was
+"""A store packed as files (cruxlab.report.packed): read from a copy of its own, its artifacts unpacked where it was
 made, nothing there overwritten. A real sweep packed and reported: tests/test_report_comparison_stores.py."""
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from crux.report.packed import made_in, packed_path, unpack
-from crux.report.results import sweep_names
-from crux.report.store import open_client
-from crux.tracking.store import StoreError
+from cruxlab.report.packed import made_in, packed_path, unpack
+from cruxlab.report.results import sweep_names
+from cruxlab.report.sweep_reader import open_client
+from cruxlab.store.connection import StoreError
 from crux_testing import pack
 
 

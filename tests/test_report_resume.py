@@ -16,11 +16,11 @@ import pytest
 
 import crux
 from crux.batching import PointStream
-from crux.roundoff import roundoff_twin
 from crux.model import Model
-from crux.report import FAILS, HOLDS, INCONCLUSIVE, PhasePlan, RunRecord, SolveOptions, record_from_solve
-from crux.report.claims import check_resume
+from crux.roundoff import roundoff_twin
 from crux.solver import Crux
+from cruxlab.report import FAILS, HOLDS, INCONCLUSIVE, PhaseCall, RunRecord, SolveOptions, record_from_solve
+from cruxlab.report.claims import check_resume
 from crux_testing import poisson
 from scripts_path import calibrate
 
@@ -40,7 +40,7 @@ def record(run_id: str, calls: tuple[int, ...], twin: int = 0) -> RunRecord:
     initial = jax.tree.map(np.array, solver.params)
     for epochs in calls:
         solver.solve(epochs, batchsize=B)
-    plans = [PhasePlan(epochs, "adam", SCHEDULE, fresh=k == 0) for k, epochs in enumerate(calls)]
+    plans = [PhaseCall(epochs, "adam", SCHEDULE, fresh=k == 0) for k, epochs in enumerate(calls)]
     return record_from_solve(run_id, solver, initial, solver.history, SolveOptions(epochs=calls[0], batchsize=B),
                              plans, roundoff_twin=twin)
 
@@ -134,7 +134,7 @@ def test_a_solver_that_restarts_at_each_call_fails_from_the_second_call(defect, 
 def synthetic(run_id: str, calls: tuple[int, ...], schedules: tuple[crux.Schedule, ...], final: float = 1.0
               ) -> RunRecord:
     """A run of ``calls`` whose later calls continue the first's optimizer, with a trivial trajectory."""
-    plans = tuple(PhasePlan(epochs, "adam", schedule, fresh=k == 0)
+    plans = tuple(PhaseCall(epochs, "adam", schedule, fresh=k == 0)
                   for k, (epochs, schedule) in enumerate(zip(calls, schedules)))
     return RunRecord(run_id, SolveOptions(epochs=calls[0], batchsize=B),
                      {"loss/total": np.linspace(2.0, 1.0, sum(calls))}, {},

@@ -19,16 +19,16 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from crux.pipeline.config import CONFIG_PACKAGE, effective_settings
-from crux.report import HOLDS, INCONCLUSIVE, load_sweep, main
-from crux.report.store import config_from_params
-from crux.pipeline.settings import configuration
 from crux.stats import Statistics
-from crux.commands.sweep import available
-from crux.tracking import contract
-from crux.tracking.multirun import planned_jobs
-from crux.tracking.params import flatten
-from crux.tracking.store import HTTP_LIMITS, StoreError, writable_store
+from cruxlab.commands.sweep import available
+from cruxlab.config import CONFIG_PACKAGE, effective_settings
+from cruxlab.config.settings import configuration
+from cruxlab.report import HOLDS, INCONCLUSIVE, load_sweep, main
+from cruxlab.report.sweep_reader import config_from_params
+from cruxlab.runtime.multirun import planned_jobs
+from cruxlab.store import contract
+from cruxlab.store.connection import HTTP_LIMITS, StoreError, writable_store
+from cruxlab.store.params import flatten
 from crux_testing import selected
 
 EPOCHS = 20

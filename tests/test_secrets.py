@@ -1,6 +1,6 @@
 """A store's password stays off the screen and out of every file: masked in messages, moved out of the URI into
 ``PGPASSWORD`` (PostgreSQL) or ``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD`` (a tracking server) before
-Hydra saves any config (crux.tracking.secrets)."""
+Hydra saves any config (cruxlab.store.secrets)."""
 from __future__ import annotations
 
 import os
@@ -10,10 +10,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from crux.tracking.secrets import (PASSWORD_VARIABLE, SECRET_VARIABLES, SERVER_VARIABLES, SHORTEST_SECRET,
+from cruxlab.store.connection import StoreError, move_store_credentials, tracking_uri
+from cruxlab.store.secrets import (PASSWORD_VARIABLE, SECRET_VARIABLES, SERVER_VARIABLES, SHORTEST_SECRET,
                                    credential_variables, masked, move_credentials, move_override_credentials,
                                    overrides_without_credentials)
-from crux.tracking.store import StoreError, move_store_credentials, tracking_uri
 
 TINY = ["solver.epochs=20", "model.width=8", "problem.n_interior=64", "repeat=0", "memory=b8,b32", "gradient_draws=0"]
 
@@ -111,11 +111,11 @@ def test_a_postgresql_sweep_and_its_report_write_and_print_no_password(postgres_
     token = "token-" + password[::-1]
     assert password and len(password) >= 16
     env = {key: value for key, value in os.environ.items() if key != PASSWORD_VARIABLE}
-    sweep = subprocess.run([sys.executable, "-m", "crux.commands.sweep", "accumulation", *TINY, f"tracking.uri={postgres_store}"],
+    sweep = subprocess.run([sys.executable, "-m", "cruxlab.commands.sweep", "accumulation", *TINY, f"tracking.uri={postgres_store}"],
                            cwd=tmp_path, env={**env, "MLFLOW_TRACKING_PASSWORD": token}, capture_output=True,
                            text=True, timeout=600)
     assert sweep.returncode == 0, sweep.stderr[-3000:]
-    report = subprocess.run([sys.executable, "-m", "crux.report", "accumulation", "--claim", "accumulation", "--out",
+    report = subprocess.run([sys.executable, "-m", "cruxlab.report", "accumulation", "--claim", "accumulation", "--out",
                              "report"], cwd=tmp_path, env={**env, "MLFLOW_TRACKING_URI": postgres_store},
                             capture_output=True, text=True, timeout=600)
     assert report.returncode == 0, report.stderr[-3000:]
@@ -143,7 +143,7 @@ def test_a_sweep_to_a_server_whose_uri_holds_a_password_writes_and_prints_none(e
     env = {key: value for key, value in os.environ.items() if key not in SECRET_VARIABLES + SERVER_VARIABLES}
     with mlflow_server(served, empty_store) as url:
         with_password = url.replace("http://", f"http://alice:{password}@")
-        sweep = subprocess.run([sys.executable, "-m", "crux.commands.sweep", "accumulation", *TINY,
+        sweep = subprocess.run([sys.executable, "-m", "cruxlab.commands.sweep", "accumulation", *TINY,
                                 f"tracking.uri={with_password}"], cwd=folder, env=env, capture_output=True, text=True,
                                timeout=600)
         assert sweep.returncode == 0, sweep.stderr[-3000:]

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from crux.tracking.interrupt import Terminated, deferred, exit_status, interruptible, signal_name
+from cruxlab.runtime.interrupt import Terminated, deferred, exit_status, interruptible, signal_name
 
 
 def test_sigterm_raises_terminated_once_and_later_signals_wait_for_the_closing():

@@ -7,11 +7,11 @@ import pytest
 from hydra import compose, initialize_config_module
 
 import crux
-from crux.pipeline.config import CONFIG_PACKAGE, TIMED_OPTIONS, effective_settings, timing_refusals
-from crux.pipeline import settings
-from crux.pipeline.settings import OPTION_KEYS, group_of, solve_options
-from crux.report.store import config_from_params
-from crux.tracking.params import flatten
+from cruxlab.config import CONFIG_PACKAGE, TIMED_OPTIONS, effective_settings, timing_refusals
+from cruxlab.config import settings
+from cruxlab.config.settings import OPTION_KEYS, group_of, solve_options
+from cruxlab.report.sweep_reader import config_from_params
+from cruxlab.store.params import flatten
 from crux_testing import flat, mixed, poisson
 
 
@@ -68,7 +68,7 @@ def test_a_run_records_the_options_and_the_report_reads_them_back(hydra_configs)
     cfg = compose("config", overrides=["problem=mixed_poisson1d", "memory=b8_acc4", "solver.substeps=[[0],[[1,2],3]]",
                                        "solver.precision=high"])
     cfg.memory.accumulation_steps = 1  # substeps updates are single
-    params = flatten(effective_settings(cfg))  # the run's params, as crux.tracking logs them
+    params = flatten(effective_settings(cfg))  # the run's params, as cruxlab.runtime logs them
     options = solve_options(cfg)
     assert {key: params[key] for key in OPTION_KEYS.values()} == {
         "solver.epochs": str(options.epochs), "memory.batchsize": "8", "memory.accumulation_steps": "1",

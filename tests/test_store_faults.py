@@ -1,4 +1,4 @@
-"""A store fault is not a job fault (crux.tracking.faults): a tracking server that goes away for good ends the sweep
+"""A store fault is not a job fault (cruxlab.store.faults): a tracking server that goes away for good ends the sweep
 within tracking.retry_seconds, in one line with the --resume command, and --resume completes it once the server is
 back; a PostgreSQL restart within the budget under a direct ``postgresql://`` sweep is ridden out."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 from crux_testing import run_opened
 from scale_out import SCRIPTS, start, stop
-from crux.tracking import contract
+from cruxlab.store import contract
 
 pytestmark = pytest.mark.integration  # MLflow servers, PostgreSQL, sweeps in subprocesses
 
@@ -29,7 +29,7 @@ CLOSED = f"closed {contract.FINISHED}"  # a job's run, once the writer has writt
 
 def sweep(folder: Path, uri: str, *extra: str) -> subprocess.Popen:
     env = {key: value for key, value in os.environ.items() if not key.startswith("MLFLOW_HTTP_REQUEST_")}
-    return subprocess.Popen([sys.executable, "-m", "crux.commands.sweep", "accumulation", *JOBS, *extra], cwd=folder,
+    return subprocess.Popen([sys.executable, "-m", "cruxlab.commands.sweep", "accumulation", *JOBS, *extra], cwd=folder,
                             env={**env, "MLFLOW_TRACKING_URI": uri}, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
 
@@ -202,7 +202,7 @@ def test_the_resume_command_printed_after_postgresql_stayed_down_completes_the_s
     password = urlsplit(postgres_store).password
     env = {key: value for key, value in os.environ.items()
            if key not in ("PGPASSWORD", "MLFLOW_TRACKING_URI") and not key.startswith("MLFLOW_HTTP_REQUEST_")}
-    process = subprocess.Popen([sys.executable, "-m", "crux.commands.sweep", "accumulation", *JOBS,
+    process = subprocess.Popen([sys.executable, "-m", "cruxlab.commands.sweep", "accumulation", *JOBS,
                                 "tracking.retry_seconds=3", f"tracking.uri={postgres_store}"], cwd=tmp_path, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen: list[str] = []
@@ -226,7 +226,7 @@ def test_the_resume_command_printed_after_postgresql_stayed_down_completes_the_s
                    "others", last
     words = shlex.split(pasted)
     assert words[0] == "crux-sweep" and words[-1] == "--resume"
-    resumed = subprocess.run([sys.executable, "-m", "crux.commands.sweep", *words[1:]], cwd=tmp_path,
+    resumed = subprocess.run([sys.executable, "-m", "cruxlab.commands.sweep", *words[1:]], cwd=tmp_path,
                              env={**env, "PGPASSWORD": password}, capture_output=True, text=True, timeout=900)
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     client = MlflowClient(postgres_store)
@@ -393,9 +393,9 @@ def test_postgresql_refusals_are_one_line_without_mlflows_retries(postgres_store
         probe.bind(("127.0.0.1", 0))
         nowhere = f"postgresql://mlflow@127.0.0.1:{probe.getsockname()[1]}/mlflow"
     env = {key: value for key, value in os.environ.items() if key != "PGPASSWORD"}
-    swept = subprocess.run([sys.executable, "-m", "crux.commands.sweep", "accumulation", *JOBS, f"tracking.uri={wrong}"],
+    swept = subprocess.run([sys.executable, "-m", "cruxlab.commands.sweep", "accumulation", *JOBS, f"tracking.uri={wrong}"],
                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-    reported = subprocess.run([sys.executable, "-m", "crux.report", "accumulation", "--tracking-uri", nowhere],
+    reported = subprocess.run([sys.executable, "-m", "cruxlab.report", "accumulation", "--tracking-uri", nowhere],
                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     for done, status, line in ((swept, 1, f"crux-sweep: the PostgreSQL server of "
                                           f"{wrong.replace(':not-its-password', '')} refused the user ("),
@@ -419,7 +419,7 @@ def test_a_disk_that_fills_up_under_the_sweep_and_its_store_ends_it_in_one_line(
 
     from mlflow.tracking import MlflowClient
 
-    from crux.tracking.faults import FAULT_FILE
+    from cruxlab.store.faults import FAULT_FILE
 
     seen = filled_while_job_0_trains(small_disk, empty_store, small_disk)
     output = "".join(seen)

@@ -41,7 +41,7 @@ def test_a_store_that_cannot_take_the_sweep_is_one_line_and_nothing_runs(tmp_pat
     else:
         uri = "http://127.0.0.1:9"
     before = digest(tmp_path)
-    done = run(tmp_path, "crux.commands.sweep", "accumulation", *TINY, uri=uri)
+    done = run(tmp_path, "cruxlab.commands.sweep", "accumulation", *TINY, uri=uri)
     assert done.returncode != 0
     (line,) = done.stderr.splitlines()
     assert line.startswith("crux-sweep: ") and uri in line
@@ -51,24 +51,25 @@ def test_a_store_that_cannot_take_the_sweep_is_one_line_and_nothing_runs(tmp_pat
 
 def test_values_out_of_range_are_refused_before_any_run_exists(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    done = run(tmp_path, "crux.commands.sweep", "accumulation", *TINY, "solver.epochs=-1", uri=uri)
+    done = run(tmp_path, "cruxlab.commands.sweep", "accumulation", *TINY, "solver.epochs=-1", uri=uri)
     assert done.returncode == 1
     assert done.stderr.splitlines() == ["crux-sweep: solver.epochs=-1: must be >= 1 (in every job); nothing was run"]
-    done = run(tmp_path, "crux.commands.sweep", "inner_steps", *TINY, "solver.epochs=25", uri=uri)  # K = 1, 10, epochs
+    done = run(tmp_path, "cruxlab.commands.sweep", "inner_steps", *TINY, "solver.epochs=25",
+               uri=uri)  # K = 1, 10, epochs
     assert done.returncode == 1
     assert done.stderr.splitlines() == [
         "crux-sweep: solver.inner_steps=10 must divide solver.epochs=25 (every phase runs with it); choose one of "
         "[1, 5, 25] (in job 1 (memory=full solver.inner_steps=10), 4 (memory=b8_acc4 solver.inner_steps=10)); "
         "nothing was run"]
     assert not (tmp_path / "multirun").exists()
-    done = run(tmp_path, "crux.commands.experiment", "model.width=0", "optimizer.b1=2", uri=uri)
+    done = run(tmp_path, "cruxlab.commands.experiment", "model.width=0", "optimizer.b1=2", uri=uri)
     assert done.returncode == 1
     assert done.stderr.splitlines() == ["crux-run: model.width=0: must be >= 1; optimizer.b1=2.0: must be in [0, 1)"]
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "outputs").exists()  # no run, no job folder
 
 
-@pytest.mark.parametrize("program, module, sweep", [("crux-run", "crux.commands.experiment", []),
-                                                    ("crux-sweep", "crux.commands.sweep", ["accumulation"])])
+@pytest.mark.parametrize("program, module, sweep", [("crux-run", "cruxlab.commands.experiment", []),
+                                                    ("crux-sweep", "cruxlab.commands.sweep", ["accumulation"])])
 def test_a_value_of_the_wrong_type_is_one_line_naming_its_type_and_an_example_and_leaves_nothing(tmp_path, program,
                                                                                                  module, sweep):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -85,15 +86,15 @@ def test_a_value_of_the_wrong_type_is_one_line_naming_its_type_and_an_example_an
 
 def test_a_key_the_schema_lacks_is_refused_in_every_spelling_before_any_run_exists(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    done = run(tmp_path, "crux.commands.experiment", "+solver.epoch=10", uri=uri)
+    done = run(tmp_path, "cruxlab.commands.experiment", "+solver.epoch=10", uri=uri)
     assert (done.returncode, done.stderr.splitlines()) == (1, [
         "crux-run: solver.epoch: not a key of solver; did you mean solver.epochs? write solver.epochs=10"])
-    done = run(tmp_path, "crux.commands.experiment", "solver.epoch=10", uri=uri)  # Hydra would advise +solver.epoch
+    done = run(tmp_path, "cruxlab.commands.experiment", "solver.epoch=10", uri=uri)  # Hydra would advise +solver.epoch
     assert (done.returncode, done.stderr.splitlines()) == (1, [
         "crux-run: solver.epoch: not a key of solver; did you mean solver.epochs? write solver.epochs=10"])
     (tmp_path / "typo.yaml").write_text("claim: a key misspelt in a sweep file\nhydra:\n  sweeper:\n    params:\n"
                                         "      ++memory.batchsze: 8,16\n")
-    done = run(tmp_path, "crux.commands.sweep", "typo.yaml", *TINY, "+model.widht=8", uri=uri)
+    done = run(tmp_path, "cruxlab.commands.sweep", "typo.yaml", *TINY, "+model.widht=8", uri=uri)
     assert done.returncode == 1
     assert done.stderr.splitlines() == [
         "crux-sweep: model.widht: not a key of model; did you mean model.width? write model.width=8 (in every job); "

@@ -7,10 +7,10 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig
 
-from crux.pipeline import config
-from crux.pipeline.config import CONFIG_PACKAGE
-from crux.pipeline.settings import phase_plan
-from crux.tracking import contract
+from cruxlab import config
+from cruxlab.config import CONFIG_PACKAGE
+from cruxlab.config.settings import phase_calls
+from cruxlab.store import contract
 from crux_testing import launch, runs_by_role, selected
 
 
@@ -37,7 +37,7 @@ def test_every_inner_steps_job_divides_its_epochs_and_one_job_runs_them_all_in_o
 def test_every_resume_job_trains_600_epochs_with_one_optimizer_in_one_or_three_calls():
     calls = {}
     for cfg in jobs("resume"):
-        plan = phase_plan(cfg)
+        plan = phase_calls(cfg)
         assert not any(phase.fresh for phase in plan[1:]), "a later call would start a fresh optimizer"
         assert cfg.memory.batchsize == 32 and cfg.schedule.total == 600
         calls[cfg.variant] = [phase.epochs for phase in plan]
@@ -47,7 +47,7 @@ def test_every_resume_job_trains_600_epochs_with_one_optimizer_in_one_or_three_c
 @pytest.mark.integration
 def test_inner_steps_sweep_with_other_epochs_runs_every_job(store):
     """K = solver.epochs follows the override: no job is refused for a K that does not divide the epochs."""
-    done = launch(store, "crux.commands.sweep", "inner_steps", "solver.epochs=100", "repeat=0", "model.width=4", "model.depth=1",
+    done = launch(store, "cruxlab.commands.sweep", "inner_steps", "solver.epochs=100", "repeat=0", "model.width=4", "model.depth=1",
                   "problem.n_interior=64")
     assert done.returncode == 0, done.stderr[-3000:]
     client, roles = runs_by_role(store, "inner_steps")

@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
-from crux.tracking import contract
+from cruxlab.store import contract
 
 pytestmark = pytest.mark.integration  # three sweeps in subprocesses
 
@@ -27,7 +27,7 @@ HISTORIES = ("loss/total", "loss/pde", "loss/bc", "lr/u")
 def test_three_sweeps_at_once_into_a_new_store_each_hold_exactly_their_own_complete_jobs(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
-    started = [subprocess.Popen([sys.executable, "-m", "crux.commands.sweep", name, f"memory={memory}", *TINY,
+    started = [subprocess.Popen([sys.executable, "-m", "cruxlab.commands.sweep", name, f"memory={memory}", *TINY,
                                  f"hydra.sweep.dir={tmp_path / 'multirun'}"], cwd=tmp_path, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                for name, memory in SWEEPS]

@@ -19,7 +19,7 @@ from scripts_path import load_test
 pytestmark = pytest.mark.integration  # starts PostgreSQL, an MLflow server, a Ray cluster, sweeps in subprocesses
 
 
-@pytest.mark.parametrize("entry_point", ["crux.commands.experiment", "crux.report"])
+@pytest.mark.parametrize("entry_point", ["cruxlab.commands.experiment", "cruxlab.report"])
 def test_crux_loads_mlflow_without_its_telemetry_thread(entry_point):
     """That thread, where it cannot reach the internet, removes an environment variable while a REST call may
     be reading the environment: one job in 128 of the load test failed so (KeyError

@@ -1,4 +1,4 @@
-"""crux.tracking.history writes histories into MLflow's SQL store directly: MLflow's read API must not tell the
+"""cruxlab.store.history writes histories into MLflow's SQL store directly: MLflow's read API must not tell the
 result from ``MlflowClient.log_batch``'s.
 
 Each test logs the same histories to two runs of a store, one each way, and compares
@@ -14,7 +14,7 @@ import pytest
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from crux.tracking.history import history_metrics, log_history, thinned
+from cruxlab.store.history import history_metrics, log_history, thinned
 
 EPOCHS = 600  # 4 series x 601 values: log_batch needs three store calls, the direct path one transaction
 TIME = 1_700_000_000_000

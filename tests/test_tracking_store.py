@@ -12,8 +12,8 @@ from contextlib import closing
 import pytest
 from mlflow.tracking import MlflowClient
 
-from crux.tracking import store as store_module
-from crux.tracking.store import StoreError, ensure_experiment, writable_store
+from cruxlab.store import connection as store_module
+from cruxlab.store.connection import StoreError, ensure_experiment, writable_store
 
 
 def refusal(uri: str) -> str:
@@ -63,7 +63,7 @@ def test_the_file_store_mlflow_3_no_longer_writes_is_refused_naming_the_database
 def test_processes_opening_a_new_store_at_once_create_its_tables_once(tmp_path):
     """Without the lock on the store's folder the second of them meets a half-made schema (alembic: "0 found")."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    code = ("import sys; from crux.tracking.store import writable_store; "
+    code = ("import sys; from cruxlab.store.connection import writable_store; "
             "print(writable_store(sys.argv[1]).create_experiment(sys.argv[2]))")
     processes = [subprocess.Popen([sys.executable, "-c", code, uri, f"e{k}"], stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True) for k in range(3)]
@@ -110,7 +110,7 @@ def test_a_deleted_experiment_stays_deleted_and_a_new_sweep_of_its_name_starts_a
 def test_the_commands_leave_sqlalchemy_to_the_stores_that_need_it():
     """MLflow's SQL store imports SQLAlchemy; crux-sweep and crux-run import nothing of it themselves, so that a
     tracking server's client goes without it."""
-    imported = ("import sys, crux.commands.sweep, crux.commands.experiment, crux.report.claims; "
+    imported = ("import sys, cruxlab.commands.sweep, cruxlab.commands.experiment, cruxlab.report.claims; "
                 "print(sorted(name for name in sys.modules if name.partition('.')[0] == 'sqlalchemy'))")
     done = subprocess.run([sys.executable, "-c", imported], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr

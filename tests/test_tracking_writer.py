@@ -16,13 +16,13 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from crux.stats import Statistics
-from crux.tracking import contract
-from crux.tracking import job as job_module
-from crux.tracking.faults import FAULT_FILE, StoreFault, recorded_fault
-from crux.tracking.handover import RESULTS, Pickup, handed_over
-from crux.tracking.space import NoRoom
-from crux.tracking.job import JobRun, OpenedOnFirstUse, WriteFailed, unwritten_jobs
-from crux.tracking.writer import Writer
+from cruxlab.runtime import job as job_module
+from cruxlab.runtime.handover import RESULTS, Pickup, handed_over
+from cruxlab.runtime.job import JobRun, OpenedOnFirstUse, WriteFailed, unwritten_jobs
+from cruxlab.runtime.space import NoRoom
+from cruxlab.runtime.writer import Writer
+from cruxlab.store import contract
+from cruxlab.store.faults import FAULT_FILE, StoreFault, recorded_fault
 from writer_run import ARTIFACTS, EPOCHS, Upload, finish_a_job
 
 TESTS = Path(__file__).resolve().parent
@@ -280,11 +280,11 @@ def test_a_task_that_fails_with_a_password_in_its_error_is_logged_in_one_masked_
             raise RuntimeError(f"opening postgresql://mlflow:{password}@db.example/mlflow failed") from cause
 
     writer = Writer()
-    with caplog.at_level(logging.ERROR, logger="crux.tracking.writer"):
+    with caplog.at_level(logging.ERROR, logger="cruxlab.runtime.writer"):
         writer.submit(connect)
         writer.drain()
     assert password not in caplog.text and password not in "".join(capfd.readouterr())
-    [record] = [record for record in caplog.records if record.name == "crux.tracking.writer"]
+    [record] = [record for record in caplog.records if record.name == "cruxlab.runtime.writer"]
     assert record.exc_info is None and "\n" not in record.getMessage()
     assert "postgresql://mlflow:***@db.example/mlflow failed" in record.getMessage()
 
@@ -362,9 +362,9 @@ def test_results_a_store_fault_left_unwritten_are_kept_and_a_later_writer_puts_t
     """The upload meets a store fault: the run stays open and the job's results (its params, every epoch in
     stats.npz, the summary) are kept in the sweep's ``kept/<job>``; taken over later, as ``--resume`` does, they
     go into that same run, which closes FINISHED with its whole history and no cause left on it."""
-    from crux.tracking.faults import reserve_fault_record
-    from crux.tracking.handover import ARTIFACTS as ARTIFACTS_FOLDER, read_results
-    from crux.tracking.kept import kept_folder, kept_results
+    from cruxlab.runtime.handover import ARTIFACTS as ARTIFACTS_FOLDER, read_results
+    from cruxlab.runtime.kept import kept_folder, kept_results
+    from cruxlab.store.faults import reserve_fault_record
 
     client, run_id = store
     writer = Writer()

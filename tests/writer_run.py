@@ -14,8 +14,8 @@ import numpy as np
 from mlflow.tracking import MlflowClient
 
 from crux.stats import Statistics
-from crux.tracking.contract import HISTORY_PLOT, PARAMS, STATS
-from crux.tracking.job import JobRun
+from cruxlab.runtime.job import JobRun
+from cruxlab.store.contract import HISTORY_PLOT, PARAMS, STATS
 
 EPOCHS = 40
 ARTIFACTS = {HISTORY_PLOT, PARAMS, STATS}

@@ -10,8 +10,8 @@ import foundax
 import jax
 
 import jno
-from crux.backends.jno import Problem
 from crux.model import ACTIVATIONS
+from cruxlab.backends.jno import Problem
 from nonlinear_poisson import unit_square_points
 
 

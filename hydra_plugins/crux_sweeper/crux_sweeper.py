@@ -1,10 +1,10 @@
 """crux's sweeper: Hydra's basic sweeper's jobs (every combination of the swept values, numbered alike), run as a
-crux sweep with a parent run in MLflow (:mod:`crux.tracking.multirun`).
+crux sweep with a parent run in MLflow (:mod:`cruxlab.runtime.multirun`).
 
 Hydra instantiates a sweeper only from the ``hydra_plugins`` package, and imports
 every module there when any Hydra application starts: this one is thin and imports
 crux when it sweeps. Hydra's scan of ``hydra_plugins`` misses a package installed
-in editable mode, so crux-run registers the class itself, and :mod:`crux.pipeline.config`
+in editable mode, so crux-run registers the class itself, and :mod:`cruxlab.config`
 registers its config, ``hydra/sweeper=crux`` (:class:`hydra_plugins.crux_sweeper.config.SweeperConfig`).
 """
 
@@ -26,10 +26,10 @@ class CruxSweeper(Sweeper):
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         """The launcher of ``config``; on joblib's, each job in a process of its own that the pool's worker
-        waits on, so that a job killed (out of memory) costs that job only (:mod:`crux.tracking.job_process`)."""
+        waits on, so that a job killed (out of memory) costs that job only (:mod:`cruxlab.runtime.job_process`)."""
         from hydra.core.plugins import Plugins
 
-        from crux.tracking.job_process import InOwnProcess
+        from cruxlab.runtime.job_process import InOwnProcess
 
         self.hydra_context, self.config = hydra_context, config
         if str(config.hydra.launcher.get("_target_", "")).endswith(".JoblibLauncher"):
@@ -42,8 +42,8 @@ class CruxSweeper(Sweeper):
         import shlex
         import sys
 
-        from crux.tracking.composed import compose_once
-        from crux.tracking.multirun import Multirun
+        from cruxlab.runtime.composed import compose_once
+        from cruxlab.runtime.multirun import Multirun
 
         loader = self.hydra_context.config_loader
         command = self.command or shlex.join(["crux-run", *sys.argv[1:]])

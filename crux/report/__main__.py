@@ -1,6 +1,0 @@
-"""``python -m crux.report NAME ...``: the same as ``crux-report``."""
-import sys
-
-from crux.report import main
-
-sys.exit(main())

@@ -1,0 +1,275 @@
+"""``crux-run``: one job. Config -> problem and models -> phases of solve() on one solver -> MLflow.
+
+    crux-run                                   # conf/config.yaml as it is
+    crux-run memory=b8_acc4 solver.epochs=500  # overrides
+    crux-run --multirun memory=b8,b8_acc4      # one MLflow child run per job under a parent run
+    crux-run --config-dir ./myconf problem=mine  # a problem of one's own (myconf/problem/mine.yaml)
+
+The configs are the package's (``pkg://crux.conf``); everything a job writes goes
+under the working directory unless configured (docs/usage.md).
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from cruxlab.commands import heap
+
+with heap.lasting():  # Hydra's and MLflow's modules, kept to the process's end: no collection walks them
+    import hydra
+    import jax
+    from hydra import initialize_config_module
+    from hydra._internal.utils import get_args_parser, run_and_report
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.plugins import Plugins
+    from hydra.errors import ConfigCompositionException
+    from hydra.types import RunMode
+    from omegaconf import DictConfig
+    from omegaconf.errors import OmegaConfBaseException
+
+    from hydra_plugins.crux_sweeper.config import SweeperConfig
+    from hydra_plugins.crux_sweeper.crux_sweeper import CruxSweeper
+
+    from crux.problems import Problem
+    from cruxlab import backends, config
+    from cruxlab.commands import processes
+    from cruxlab.config import CONFIG_PACKAGE, Phase
+    from cruxlab.config.keys import refused_override
+    from cruxlab.config.refusals import config_refusals
+    from cruxlab.config.settings import solve_options
+    from cruxlab.runtime import JobRun, ParameterLeaves, parameter_leaves
+    from cruxlab.runtime.capacity_job import run_capacity
+    from cruxlab.runtime.interrupt import exit_status, interruptible, signal_name
+    from cruxlab.runtime.liveness import SWEEP_PID
+    from cruxlab.runtime.paired_timing import time_against
+    from cruxlab.runtime.tracebacks import errors_raised_by_hydra, job_failed, tracebacks_shown
+    from cruxlab.store.connection import StoreError
+    from cruxlab.store.faults import StoreFault
+    from cruxlab.store.secrets import move_override_credentials
+
+log = logging.getLogger(__name__)
+
+
+def configure_jax(cfg: DictConfig) -> None:
+    """Before any JAX work: the persistent compilation cache (repeats and later sweeps skip compiling), no
+    GPU memory preallocation when a launcher runs jobs side by side (each would take 75% of the device), and
+    no line about platforms JAX probes and cannot start (:func:`platform_probe_quiet`)."""
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode == RunMode.MULTIRUN and not hydra_cfg.launcher._target_.endswith(".BasicLauncher"):
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    use_compilation_cache(cfg.jax.compilation_cache_dir)
+    quiet_platform_probe()
+
+
+def quiet_platform_probe() -> None:
+    """Keep JAX's line about platforms it probes and cannot start off the console (:func:`platform_probe_quiet`):
+    in a job, and in a sweep's process, whose check builds the jobs' problems before any job starts."""
+    probe = logging.getLogger(PLATFORM_PROBE)
+    if platform_probe_quiet not in probe.filters:
+        probe.addFilter(platform_probe_quiet)
+
+
+PLATFORM_PROBE = "jax._src.xla_bridge"
+"""The logger by which JAX says, at INFO level, which optional platforms it could not start (``Unable to
+initialize backend 'tpu': ... libtpu.so ...`` on every machine without a TPU)."""
+
+
+def platform_probe_quiet(record: logging.LogRecord) -> bool:
+    """False for JAX's INFO line about an optional platform it probed and could not start, which reads like an
+    error on every CPU or GPU machine; its warnings (a GPU present without a CUDA-enabled jaxlib) pass."""
+    return record.levelno >= logging.WARNING or not record.getMessage().startswith("Unable to initialize backend")
+
+
+def use_compilation_cache(folder: str | None) -> None:
+    """Keep every compiled program in JAX's persistent cache at ``folder`` (``~`` is the home folder, a relative
+    path starts in the working directory); None leaves the cache off."""
+    if folder is not None:
+        jax.config.update("jax_compilation_cache_dir", str(Path(folder).expanduser().resolve()))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+
+
+def checked_by_the_sweep(hydra_cfg: DictConfig) -> bool:
+    """Whether crux's sweeper, in this process, refused or passed this job's config with every other job's
+    before the first started (:class:`cruxlab.runtime.multirun.Multirun`), so that the job needs no check of its
+    own. Any other job is checked by itself: a single run, another sweeper's job, and a job that a launcher
+    runs in another process, whose machine (its devices, its packages) may refuse what the sweep's passed."""
+    return (hydra_cfg.mode == RunMode.MULTIRUN and hydra_cfg.sweeper._target_ == SweeperConfig._target_
+            and os.environ.get(SWEEP_PID) == str(os.getpid()))
+
+
+def train(problem: Problem, phases: list[Phase], cfg: DictConfig,
+          phase_ends: list[ParameterLeaves]) -> None:
+    """Run the phases on the problem's one solver, appending every model's parameters to ``phase_ends`` after
+    each phase (so those of the phases before a failure are kept).
+
+    A phase whose optimizer and schedule equal the previous phase's keeps its
+    optimizer state and schedule position (solve() resumes); any other phase
+    attaches a fresh optimizer to every model.
+    """
+    solver = problem.solver()
+    options = solve_options(cfg)
+    previous = None
+    for number, phase in enumerate(phases, 1):
+        log.info("training phase %d of %d: %d epochs, %s", number, len(phases), phase.epochs, phase.optimizer.name)
+        if (phase.optimizer, phase.schedule) != previous:
+            phase.attach(problem.models.values())
+            previous = (phase.optimizer, phase.schedule)
+        solver.solve(phase.epochs, options)
+        phase_ends.append(parameter_leaves(problem.models))
+
+
+def train_job(cfg: DictConfig, run: JobRun, problem: Problem | None = None) -> float:
+    """The job's work once its run is open: problem built (unless given, built before the run), config logged
+    (with the settings as they apply to the problem's points), phases trained, results logged; the final total
+    loss."""
+    if cfg.backend.name != "crux":
+        run.log_config(cfg)
+        run.trains()
+        return backends.run_on_backend(cfg, run)
+    if cfg.capacity.option is not None:
+        run.log_config(cfg)
+        run.trains()
+        return run_capacity(cfg, run)
+    phases = config.training_phases(cfg)
+    try:
+        problem = problem if problem is not None else config.problem(cfg)
+    except Exception:
+        run.log_config(cfg)  # the failed run keeps what it was asked to run
+        raise
+    run.log_config(cfg, *config.batch_as_applied(cfg.memory.batchsize, cfg.memory.accumulation_steps,
+                                                 {c.name: c.size for c in problem.constraints}))
+    run.check_room(problem, sum(phase.epochs for phase in phases), len(phases))
+    run.trains()
+    if backends.draws_wanted(cfg):
+        run.log_metrics(backends.crux_gradient_draws(problem, backends.draws_wanted(cfg), cfg.memory.batchsize,
+                                                     cfg.memory.accumulation_steps, cfg.solver.seed).metrics())
+    initial = parameter_leaves(problem.models)
+    phase_ends: list[ParameterLeaves] = []
+    try:
+        train(problem, phases, cfg, phase_ends)
+    finally:  # a failed or stopped phase keeps the history and the parameter snapshots up to it
+        history = problem.solver().history
+        if history is not None:
+            run.log_results(problem, history, initial, phase_ends)
+    if processes.is_recording_process():  # one process of several times nothing: its timing would share the cores
+        time_against(cfg, run)
+    return history.final_loss
+
+
+@hydra.main(version_base="1.3", config_path=f"pkg://{CONFIG_PACKAGE}", config_name="config")
+def run_job(cfg: DictConfig) -> float:
+    """One job; returns the final total loss (what a Hydra sweeper would minimise). Stopped by SIGINT or
+    SIGTERM, it closes its run KILLED with the history so far and raises KeyboardInterrupt. A job that fails
+    closes its run FAILED and raises :class:`JobFailed` (a single run: exits), one line, its traceback in the
+    job's log file."""
+    configure_jax(cfg)
+    with interruptible():
+        try:
+            checked = checked_by_the_sweep(HydraConfig.get())
+            refused = [] if checked else config_refusals(cfg)
+            if refused:
+                raise ValueError("; ".join(refused))
+            processes.join(cfg.jax, cfg.solver.devices)
+            heap.between_jobs()
+            # built before its run, as the sweep built it before the first job: one that cannot be is refused
+            problem = config.built_problem(cfg) if not checked and config.builds_problem(cfg) else None
+            run = JobRun.start(cfg) if processes.is_recording_process() else processes.Unrecorded()
+        except (ValueError, StoreError, OmegaConfBaseException) as error:  # no run yet: nothing to record
+            if isinstance(error, config.UnbuiltProblem) and tracebacks_shown():
+                raise
+            if HydraConfig.get().mode == RunMode.RUN:
+                remove_output_dir(HydraConfig.get())
+            raise SystemExit(f"crux-run: {error}") from None
+        try:
+            with run:
+                return train_job(cfg, run, problem)
+        except StoreFault as fault:  # the store's, not the job's: the run could not be closed with it
+            if HydraConfig.get().mode == RunMode.RUN:
+                raise SystemExit(f"crux-run: {fault}") from None
+            raise  # the sweep ends with it, in one line
+        except Exception as error:  # noqa: BLE001 - the run closed FAILED with it; said in one line
+            failed = job_failed(error)
+            if HydraConfig.get().mode == RunMode.RUN and not tracebacks_shown():
+                raise SystemExit(f"crux-run: {failed}") from None  # past Hydra, which would print it again
+            raise failed from error
+
+
+HYDRA_FILES = {".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml"}
+"""What Hydra writes into a single run's folder before the job starts (``hydra.output_subdir``)."""
+
+
+def remove_output_dir(hydra_cfg: DictConfig) -> None:
+    """Remove the folder Hydra made for a single run that was refused before its run existed (``outputs/<date>/
+    <time>``: Hydra's files and an empty log), and the folders above it inside the working directory that it
+    leaves empty: a refused command leaves nothing behind. A folder holding anything else (a log with lines,
+    another run's files) is left as it is."""
+    folder, log = Path(hydra_cfg.runtime.output_dir), f"{hydra_cfg.job.name}.log"
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
+        if Path(handler.baseFilename).parent == folder:
+            root.removeHandler(handler)
+            handler.close()
+    written = {str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file()}
+    if written - HYDRA_FILES - {log} or ((folder / log).is_file() and (folder / log).stat().st_size):
+        return
+    shutil.rmtree(folder)
+    here = Path.cwd()
+    for parent in folder.parents:
+        if parent == here or not parent.is_relative_to(here) or any(parent.iterdir()):
+            break
+        parent.rmdir()
+
+
+def reported(error: Exception) -> str | None:
+    """A key crux's schema or the problem's function lacks (Hydra's "Could not override 'solver.X'"), or a value
+    of the wrong type for its key, in one line; None for any other error, which Hydra reports."""
+    if not isinstance(error, ConfigCompositionException):
+        return None
+    arguments = get_args_parser().parse_args()
+    search = [f"hydra.searchpath=[file://{Path(arguments.config_dir).resolve()}]"] if arguments.config_dir else []
+
+    def composed_without(key: str) -> DictConfig:
+        with initialize_config_module(CONFIG_PACKAGE, version_base="1.3"):
+            return GlobalHydra.instance().config_loader().load_configuration(
+                "config", search + config.overrides_without(arguments.overrides, key), RunMode.MULTIRUN,
+                validate_sweep_overrides=False)
+
+    return refused_override(error, composed_without)
+
+
+def main(program: str = "crux-run") -> None:
+    """The console script: Hydra reads the command line. ``program`` names the command in its messages. Once the
+    run or sweep is done the process ends here, its exit handlers run but not the interpreter's teardown
+    (:func:`cruxlab.commands.heap.exit_without_teardown`)."""
+    config.import_from_working_directory()
+    quiet_platform_probe()
+    Plugins.instance().register(CruxSweeper)  # Hydra's scan misses it in an editable install
+    sys.argv = move_override_credentials(sys.argv)  # Hydra saves the overrides, crux records them
+    try:
+        with errors_raised_by_hydra():
+            run_job()
+    except KeyboardInterrupt as stopped:
+        print(f"{program}: stopped by {signal_name(stopped)}; the run closed KILLED with what it had logged",
+              file=sys.stderr)
+        raise SystemExit(exit_status(stopped)) from None
+    except Exception as error:  # noqa: BLE001 - handed back by Hydra: said in one line, else as Hydra says it
+        if tracebacks_shown():
+            raise
+        line = reported(error)
+        if line is None:
+            run_and_report(functools.partial(raise_again, error))  # Hydra's report; it exits with status 1
+        raise SystemExit(f"{program}: {line}") from None
+    heap.exit_without_teardown()
+
+
+def raise_again(error: Exception) -> None:
+    raise error
+
+
+if __name__ == "__main__":
+    main()

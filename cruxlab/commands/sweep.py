@@ -1,0 +1,220 @@
+"""``crux-sweep SWEEP [overrides]``: run a sweep as a Hydra multirun logged to MLflow; the overrides apply to
+every job.
+
+    crux-sweep --list                                      # the sweeps and the claims they check
+    crux-sweep accumulation                                # a built-in sweep, by name
+    crux-sweep accumulation solver.epochs=30               # shorter, every job
+    crux-sweep offload hydra/launcher=joblib               # jobs in parallel processes
+    crux-sweep ./my_sweep.yaml --config-dir ./myconf       # a sweep file, config groups of one's own
+    crux-sweep my_sweep --sweeps-dir ./sweeps              # a folder of one's own sweeps, by name
+    crux-sweep accumulation --resume                       # the jobs of the newest one that did not finish
+
+A sweep file is a Hydra config merged at the top level of every job's config
+(whether or not it starts with ``# @package _global_``): ``hydra.sweeper.params``
+says what varies, ``claim`` says in words what the sweep checks, ``claims`` names
+the checks ``crux-report`` runs on it (keys of ``cruxlab.report.CHECKS``). crux-sweep
+registers the file in Hydra's ConfigStore as option NAME of the group ``sweeps``
+(the ConfigStore travels to launchers' worker processes) and runs
+``crux-run --multirun +sweeps=NAME [overrides]``; the experiment is named NAME.
+crux's Hydra sweeper (:mod:`cruxlab.runtime.multirun`) runs the multirun, ``--resume``
+sets its ``hydra.sweeper.resume``.
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from dataclasses import dataclass
+from importlib.resources import files
+from importlib.resources.abc import Traversable
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from cruxlab.commands import heap
+
+SWEEP_PACKAGE = "crux.sweeps"
+"""The package that holds the built-in sweeps (the repository's ``sweeps/``)."""
+SUFFIXES = (".yaml", ".yml")
+
+
+@dataclass(frozen=True)
+class SweepFile:
+    """A sweep: its name (the file's stem, which names the experiment), where it was read, its config, and the
+    folder it lives in (whose sub-folders are config groups the sweep may choose from, as ``sweeps/<sub-folder>``)."""
+
+    name: str
+    source: str
+    config: DictConfig
+    folder: Traversable
+
+    @property
+    def claim(self) -> str:
+        return str(self.config.get("claim", "")).strip()
+
+    @property
+    def claims(self) -> list[str]:
+        return list(self.config.get("claims", []))
+
+    @property
+    def problem_fields(self) -> dict[str, str]:
+        """The problem fields the sweep sets for every job (``problem: {n_interior: 1024}``) or sweeps
+        (``hydra.sweeper.params``), as ``problem.<field>`` -> the value written."""
+        written = OmegaConf.to_container(self.config, resolve=False)
+        fields = {f"problem.{key}": str(value) for key, value in (written.get("problem") or {}).items()}
+        params = ((written.get("hydra") or {}).get("sweeper") or {}).get("params") or {}
+        return {**fields, **{key: str(value) for key, value in params.items() if key.startswith("problem.")}}
+
+
+def problem_note(sweep: SweepFile, overrides: list[str]) -> str | None:
+    """What the sweep changes of a problem chosen on the command line (``problem=mine``): the fields it sets
+    over the problem's own values, and how to keep them; None when no problem is chosen or it sets none."""
+    chosen = [o.split("=", 1)[1] for o in overrides if o.startswith("problem=")]
+    typed = {o.split("=", 1)[0].lstrip("+") for o in overrides if o.lstrip("+").startswith("problem.")}
+    fields = {key: value for key, value in sweep.problem_fields.items() if key not in typed}
+    if not chosen or not fields:
+        return None
+    return (f"{sweep.name} sets {', '.join(f'{key}={value}' for key, value in fields.items())} in every job, over "
+            f"problem={chosen[-1]}'s own value; give {' '.join(f'{key}=...' for key in fields)} on the command line "
+            f"to choose another")
+
+
+def read_sweep(name: str, source: str, text: str, folder: Traversable) -> SweepFile:
+    """The sweep file ``source`` holding ``text``; raises ValueError naming the file for anything but a YAML
+    mapping whose ``claims`` is a list of names."""
+    try:
+        config = OmegaConf.create(text)
+    except Exception as error:  # omegaconf reports YAML errors as several exception types
+        raise ValueError(f"{source}: not a YAML mapping: {error}") from None
+    if not isinstance(config, DictConfig):
+        raise ValueError(f"{source}: a sweep file is a YAML mapping (claim, hydra.sweeper.params, ...)")
+    claims = config.get("claims", [])
+    if not OmegaConf.is_list(claims) and claims != []:
+        raise ValueError(f"{source}: claims: {claims!r} is not a list; write e.g. `claims: [accumulation]`")
+    return SweepFile(name, source, config, folder)
+
+
+def sweeps_in(folder: Path) -> dict[str, SweepFile]:
+    """The sweep files of ``folder``, by name; raises ValueError when there is no such folder."""
+    if not folder.is_dir():
+        raise ValueError(f"--sweeps-dir {folder}: no such folder")
+    return {path.stem: read_sweep(path.stem, str(path), path.read_text(), folder)
+            for path in sorted(folder.iterdir()) if path.suffix in SUFFIXES}
+
+
+def builtin_sweeps() -> dict[str, SweepFile]:
+    """The sweeps installed with crux, by name."""
+    folder = files(SWEEP_PACKAGE)
+    entries = sorted(folder.iterdir(), key=lambda entry: entry.name)
+    return {Path(entry.name).stem: read_sweep(Path(entry.name).stem, f"{SWEEP_PACKAGE}/{entry.name}",
+                                              entry.read_text(), folder)
+            for entry in entries if entry.name.endswith(SUFFIXES)}
+
+
+def available(folders: list[Path] | tuple[Path, ...] = ()) -> dict[str, SweepFile]:
+    """Sweep name -> sweep: the built-in ones, then those of each folder (a later one wins on a name)."""
+    sweeps = builtin_sweeps()
+    for folder in folders:
+        sweeps.update(sweeps_in(folder))
+    return sweeps
+
+
+def find_sweep(spec: str, folders: list[Path] | tuple[Path, ...] = ()) -> SweepFile:
+    """A sweep file's path (it ends ``.yaml`` or ``.yml``), else a sweep's name; raises ValueError saying what
+    there is to choose from."""
+    if spec.endswith(SUFFIXES):
+        path = Path(spec)
+        if not path.is_file():
+            raise ValueError(f"no sweep file {spec}")
+        return read_sweep(path.stem, str(path.resolve()), path.read_text(), path.resolve().parent)
+    sweeps = available(folders)
+    if spec not in sweeps:
+        raise ValueError(f"unknown sweep {spec!r}; choose one of {', '.join(sweeps)} (see --list), or give a "
+                         f"sweep file's path (my_sweep.yaml)")
+    return sweeps[spec]
+
+
+def check_claims(sweep: SweepFile) -> None:
+    """Raises ValueError when ``claims`` names a check crux-report does not have."""
+    from cruxlab.report.claims import CHECKS  # imports JAX: only for a sweep that names checks
+
+    unknown = [claim for claim in sweep.claims if claim not in CHECKS]
+    if unknown:
+        raise ValueError(f"{sweep.source}: claims: no check named {', '.join(map(repr, unknown))}; "
+                         f"choose from {sorted(CHECKS)}")
+
+
+def register(sweep: SweepFile, command: str) -> None:
+    """Make ``sweep`` Hydra's option ``sweeps=<name>``, with ``command`` (the command line that runs it) for
+    the parent run's description, and every file of a sub-folder ``G`` of its folder option ``sweeps/G=<stem>``
+    (a sweep's own group, chosen in its defaults list or swept: ``sweeps/G@_global_: a,b``)."""
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    node = sweep.config.copy()
+    OmegaConf.update(node, "hydra.sweeper.command", command, force_add=True)
+    store.store(group="sweeps", name=sweep.name, node=node, package="_global_", provider="crux-sweep")
+    for group in sweep.folder.iterdir():
+        if not group.is_dir():
+            continue
+        for option in group.iterdir():
+            if option.name.endswith(SUFFIXES):
+                store.store(group=f"sweeps/{group.name}", name=Path(option.name).stem,
+                            node=OmegaConf.create(option.read_text()), provider="crux-sweep")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The console script; ``argv`` defaults to the command line. Hands the multirun to ``crux-run``'s main."""
+    parser = argparse.ArgumentParser(prog="crux-sweep", description="Run a sweep as a Hydra multirun logged to "
+                                     "MLflow; the overrides apply to every job.",
+                                     epilog="Results go under the working directory: the MLflow store mlflow.db "
+                                            "(and mlartifacts/; MLFLOW_TRACKING_URI or tracking.uri= elsewhere), "
+                                            "Hydra's folders in multirun/. Then: crux-report NAME.")
+    parser.add_argument("--list", action="store_true", help="name the sweeps and their claims")
+    parser.add_argument("sweep", nargs="?", help="a sweep's name (built-in or in --sweeps-dir) or a sweep "
+                                                 "file's path (ending .yaml)")
+    parser.add_argument("--sweeps-dir", action="append", type=Path, default=[], metavar="DIR",
+                        help="a folder of sweep files, found by name (repeatable; a later folder wins)")
+    parser.add_argument("--config-dir", "-cd", type=Path, metavar="DIR",
+                        help="a folder of config groups of one's own, e.g. problem/mine.yaml (Hydra's "
+                             "--config-dir): problem=mine")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the newest sweep of this name under its parent run: run its jobs that did "
+                             "not finish (failed, stopped, never started) as it planned them; nothing if it is "
+                             "complete")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides for every job")
+    words = sys.argv[1:] if argv is None else argv
+    args = parser.parse_intermixed_args(words)
+    try:
+        if args.list:
+            sweeps = available(args.sweeps_dir)
+            width = max(map(len, sweeps))
+            for name, sweep in sweeps.items():
+                print(f"{name:<{width}}  {' '.join(sweep.claim.split()) or '(no claim)'}")
+            return
+        if args.sweep is None:
+            parser.error("name a sweep (see --list) or give a sweep file's path")
+        sweep = find_sweep(args.sweep, args.sweeps_dir)
+        if args.config_dir is not None and not args.config_dir.is_dir():
+            raise ValueError(f"--config-dir {args.config_dir}: no such folder")
+        with heap.lasting():  # the checks' modules import MLflow: kept to the process's end, walked by no collection
+            check_claims(sweep)
+    except ValueError as error:
+        parser.error(str(error))
+    from cruxlab.commands import experiment  # after the argument checks: importing JAX and Hydra takes seconds
+    from cruxlab.store.secrets import overrides_without_credentials
+
+    # the command is recorded and shown; crux-run's main moves the credentials into the environment
+    register(sweep, shlex.join(["crux-sweep", *overrides_without_credentials(words)]))
+    note = problem_note(sweep, args.overrides)
+    if note:
+        print(f"crux-sweep: {note}", flush=True)
+
+    config_dir = ["--config-dir", str(args.config_dir.resolve())] if args.config_dir is not None else []
+    resume = ["hydra.sweeper.resume=true"] if args.resume else []
+    sys.argv = [sys.argv[0], "--multirun", *config_dir, f"+sweeps={sweep.name}", *args.overrides, *resume]
+    experiment.main("crux-sweep")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""What in a job's config no run could use, in the command line's terms, found before any run is created:
+values of the right type outside their field's range or choices (``solver.epochs=-1``, ``optimizer.b1=2``: each
+field declares them, :mod:`cruxlab.config.ranges`) and values that depend on one another (:func:`out_of_range`),
+what a timing may change (:func:`timing_refusals`), a problem whose function cannot be called with its fields
+(:func:`problem_faults`) and one that its function cannot build or whose residuals do not trace
+(:func:`built_problem`, :func:`build_faults`); and a command line's overrides less one key
+(:func:`overrides_without`), to tell which key Hydra refused.
+"""
+from __future__ import annotations
+
+import json
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig, OmegaConf
+
+from crux.failures import failure_line
+from crux.options import divisors
+from crux.problems import Problem
+from cruxlab import capacity_search
+from cruxlab.config.building import problem, problem_call, training_phases
+from cruxlab.config.ranges import refusals as range_refusals
+from cruxlab.config.schema import TIMED_OPTIONS
+
+
+def timing_refusals(cfg: DictConfig) -> list[str]:
+    """What in ``cfg.timing`` a timing could not use, in the command line's terms."""
+    found = [f"timing.against.{key}: not a solve() option the timing can change; choose among "
+             f"{', '.join(TIMED_OPTIONS)}" for key in sorted(set(cfg.timing.against) - set(TIMED_OPTIONS))]
+    return found
+
+
+def out_of_range(cfg: DictConfig) -> list[str]:
+    """Every value of a job's config that its run could not use, in the command line's terms
+    (``solver.epochs=-1: must be >= 1``): the ranges and choices of the schema's fields (:mod:`cruxlab.config.ranges`),
+    and what depends on several of them (``solver.inner_steps`` divides the epochs of every phase; offloading
+    streams mini-batches and accumulation splits one, so both need a batch size: crux's solve() would take
+    accumulation as 1 while the run's params recorded it, where jNO's own fallback is judged "not supported";
+    a substep is one update). What needs the problem's points, such as a batch size
+    below the largest constraint's, is left to ``solve()``.
+
+    Raises as :func:`training_phases` does for a malformed later phase.
+    """
+    first, *later = training_phases(cfg)
+    found = range_refusals(OmegaConf.to_object(cfg))
+    for name, phase in zip(cfg.phases, later):
+        found += range_refusals(phase.optimizer, f"phases.{name}.optimizer.")
+        found += range_refusals(phase.schedule, f"phases.{name}.schedule.")
+    steps, memory = cfg.solver.inner_steps, cfg.memory
+    epochs = {"solver.epochs": first.epochs, **{f"phases.{name}.epochs": p.epochs for name, p in zip(cfg.phases, later)}}
+    if steps >= 1:
+        found += [f"solver.inner_steps={steps} must divide {key}={count} (every phase runs with it); choose one of "
+                  f"{divisors(count)}" for key, count in epochs.items() if count >= 1 and count % steps]
+    if memory.offload_data and memory.batchsize is None:
+        found.append("memory.offload_data=true streams mini-batches, so it needs memory.batchsize; choose a memory "
+                     "option that sets one (memory=offload_b8)")
+    if memory.accumulation_steps > 1 and memory.batchsize is None and cfg.backend.name == "crux":
+        found.append(f"memory.accumulation_steps={memory.accumulation_steps} splits a mini-batch, but "
+                     f"memory.batchsize is unset (every update sees every point): set memory.batchsize "
+                     f"(memory=b8_acc4) or memory.accumulation_steps=1")
+    processes, devices = cfg.jax.processes, cfg.solver.devices
+    if processes > 1 and devices % processes:
+        found.append(f"jax.processes={processes} train one job together, so each must hold devices of it: "
+                     f"solver.devices={devices} must be a multiple of {processes} (solver.devices={processes} "
+                     f"with one device a process)")
+    if cfg.solver.substeps is not None and (memory.accumulation_steps > 1 or steps > 1):
+        found.append(f"solver.substeps makes each substep an update of its own, so memory.accumulation_steps="
+                     f"{memory.accumulation_steps} and solver.inner_steps={steps} must both be 1")
+    return found + timing_refusals(cfg) + capacity_refusals(cfg)
+
+
+def capacity_refusals(cfg: DictConfig) -> list[str]:
+    """What keeps a capacity job (``capacity.option`` set) from running: another backend than crux's own solver,
+    or no budget to fit in (none declared, and a device that reports no memory limit, such as a CPU)."""
+    option, settings = cfg.capacity.option, cfg.capacity
+    if option is None:
+        return []
+    found = []
+    if cfg.backend.name != "crux":
+        found.append(f"capacity.option={option} shows crux's own solver, not backend={cfg.backend.name}: "
+                     f"leave backend=crux")
+    if capacity_search.budget(settings.budget_bytes, settings.cpu_budget_bytes) is None:
+        found.append(f"capacity.option={option} needs a budget to fit in, and this device reports no memory limit "
+                     f"(a CPU): declare one, e.g. capacity.cpu_budget_bytes=4194304")
+    return found
+
+
+def problem_faults(cfg: DictConfig) -> list[str]:
+    """What keeps a job's problem from being built, as one-line messages (none when its function can be called
+    with its config): checked for every job before the first starts, without calling the function."""
+    try:
+        problem_call(cfg.problem, OmegaConf.to_object(cfg.model), cfg.solver.seed)
+    except (ValueError, TypeError) as error:
+        return [str(error)]
+    return []
+
+
+class UnbuiltProblem(ValueError):
+    """A job's problem that its function could not build, or whose residuals do not trace with its models: one
+    line, naming the user's file and line where the error was raised there; the error itself is its cause."""
+
+
+def builds_problem(cfg: DictConfig) -> bool:
+    """Whether the job trains a problem built by its config's function on crux's own solver: not a capacity job
+    (its sizes are crux's), not another backend (which builds the problem in its own terms)."""
+    return cfg.backend.name == "crux" and cfg.capacity.option is None
+
+
+def built_problem(cfg: DictConfig) -> Problem:
+    """The job's problem (:func:`cruxlab.config.problem`), each residual traced once at one point with its
+    models, as ``solve()`` does first, without compiling or computing anything: points that are not finite or not
+    ``(N, d)``, a point of another dimension than a model takes, a residual that raises or returns another shape
+    fail here. Raises :class:`UnbuiltProblem`."""
+    try:
+        built = problem(cfg)
+        built.solver().reach  # noqa: B018 - traces every residual, checking its shape
+    except Exception as error:  # noqa: BLE001 - the user's code: whatever it raises is said in one line
+        raise UnbuiltProblem(f"problem._target_={cfg.problem._target_}: {failure_line(error)}") from error
+    return built
+
+
+BUILT: dict[str, list[str]] = {}
+"""What :func:`build_faults` found of each problem built in this process, by what builds it."""
+
+
+def build_faults(cfg: DictConfig) -> list[str]:
+    """What keeps the job's problem from being built and traced (:func:`built_problem`), one line; each distinct
+    problem (its fields, model and seed) is built once in a process, so a sweep's jobs cost one build per
+    problem they share. Nothing is built for a job that :func:`builds_problem` excludes, nor for one of several
+    processes (``jax.processes > 1``), which must join the others before any JAX work."""
+    if not builds_problem(cfg) or cfg.jax.processes > 1:
+        return []
+    key = json.dumps([OmegaConf.to_container(cfg[node], resolve=True) for node in ("problem", "model")]
+                     + [cfg.solver.seed, cfg.roundoff_twin], sort_keys=True, default=str)
+    if key not in BUILT:
+        try:
+            built_problem(cfg)
+            BUILT[key] = []
+        except UnbuiltProblem as refused:
+            BUILT[key] = [str(refused)]
+    return BUILT[key]
+
+
+def overrides_without(overrides: list[str], key: str) -> list[str]:
+    """``overrides`` less those that set, append or delete ``key``."""
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    return [line for line, override in zip(overrides, parsed) if override.key_or_group != key]

@@ -1,0 +1,88 @@
+"""The figures of a comparison: each variant's loss history on both sides overlaid, and each timing ratio with
+both sides' intervals."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from cruxlab.report.changes import TIMING, key_figures
+from cruxlab.report.comparison import Comparison, Side
+from cruxlab.report.document import row_name
+from cruxlab.report.figures import Figure, pyplot, save_figure
+from cruxlab.report.run_records import RunRecord
+
+COLUMNS = 3
+
+
+def first_runs(side: Side) -> dict[str, RunRecord]:
+    """Per variant (``batching=points`` left out), the run of its first repeat: the one its verdicts compare."""
+    found: dict[str, RunRecord] = {}
+    for record in sorted(side.sweep.records, key=lambda r: (r.repeat, r.run_id)):
+        found.setdefault(row_name(record.label), record)
+    return found
+
+
+def histories_figure(comparison: Comparison, out: Path) -> Figure | None:
+    """One panel per variant both sides ran: loss/total of its first repeat on each side (None where no
+    variant has a history on both)."""
+    mine, theirs = first_runs(comparison.this), first_runs(comparison.other)
+    variants = [v for v in comparison.common_variants
+                if "loss/total" in mine[v].histories and "loss/total" in theirs[v].histories]
+    if not variants:
+        return None
+    plt = pyplot()
+    rows = math.ceil(len(variants) / COLUMNS)
+    columns = min(len(variants), COLUMNS)
+    fig, axes = plt.subplots(rows, columns, figsize=(4.6 * columns, 3.3 * rows), squeeze=False)
+    for ax, variant in zip(axes.flat, variants):
+        for side, run, style in ((comparison.this, mine[variant], "-"), (comparison.other, theirs[variant], "--")):
+            loss = np.asarray(run.histories["loss/total"], np.float64)
+            ax.semilogy(np.flatnonzero(np.isfinite(loss)), loss[np.isfinite(loss)], style, lw=1.2, label=side.role)
+        ax.set_title(variant, fontsize=10)
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("loss/total")
+        ax.legend(fontsize=8)
+    for ax in list(axes.flat)[len(variants):]:
+        ax.set_visible(False)
+    file = save_figure(fig, out, "histories")
+    return Figure(file, f"loss/total of each variant's first repeat, {comparison.this.role} (solid) and "
+                        f"{comparison.other.role} (dashed)", comparison.name)
+
+
+def timing_figure(comparison: Comparison, out: Path) -> Figure | None:
+    """Each paired timing's ratio with its 95% interval on both sides, and the bound its verdict holds it to
+    (None where no row has a timing on both sides)."""
+    timed = []
+    for row in comparison.rows:
+        if row.this is None or row.other is None:
+            continue
+        pair = key_figures(row.this).get(TIMING), key_figures(row.other).get(TIMING)
+        if None not in pair and all(f.low is not None and f.high is not None for f in pair):
+            timed.append((row.id, pair))
+    if not timed:
+        return None
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8, 0.9 + 0.7 * len(timed)))
+    for i, (id, pair) in enumerate(timed):
+        for offset, side, figure, color in ((-0.15, comparison.this, pair[0], "C0"),
+                                            (0.15, comparison.other, pair[1], "C1")):
+            ax.errorbar([figure.value], [i + offset], xerr=[[figure.value - figure.low], [figure.high - figure.value]],
+                        fmt="o", color=color, capsize=3, label=side.role if i == 0 else None)
+        if pair[0].bound is not None:
+            ax.plot([pair[0].bound] * 2, [i - 0.4, i + 0.4], "k:", lw=1, label="bound" if i == 0 else None)
+    ax.set_yticks(range(len(timed)), [id for id, _ in timed], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("time ratio (candidate / reference), 95% interval")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    file = save_figure(fig, out, "timing")
+    return Figure(file, f"each paired timing's ratio and 95% interval, {comparison.this.role} and "
+                        f"{comparison.other.role}, with the bound its verdict holds it to (dotted)", comparison.name)
+
+
+def draw_comparison(comparison: Comparison, out: Path) -> list[Figure]:
+    """Every figure of ``comparison`` into ``out``."""
+    return [figure for figure in (histories_figure(comparison, out), timing_figure(comparison, out))
+            if figure is not None]

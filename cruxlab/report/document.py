@@ -1,0 +1,406 @@
+"""``report.md`` and ``verdicts.json``: written only from the runs, so the same runs give the same bytes.
+
+Nothing here reads the clock, the output folder or the machine the report is
+made on: the environment, commit and configs shown are those the runs recorded.
+The top says which sweep was judged and what it lacks (jobs that did not finish,
+artifacts that could not be read), and names the newer sweeps of the same name:
+the same sweep gives the same report whether it was chosen by default or with
+``--run``.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from cruxlab.report.figures import Figure
+from cruxlab.report.run_records import RunRecord, describe
+from cruxlab.report.sweep_reader import DEFAULT_BACKEND, Sweep
+from cruxlab.report.verdict import Verdict, fmt
+from cruxlab.store.contract import BACKEND, COMMAND, FINISHED, JOB, WORKING_DIR
+
+SUMMARY_METRICS = ("final_loss", "median_step_seconds", "compile_seconds", "run_seconds", "memory/temp_bytes",
+                   "memory/argument_bytes")
+
+
+def verdicts_json(verdicts: Sequence[Verdict], backend: str | None = None) -> str:
+    """The ``verdicts.json`` text: a list of objects with claim, verdict, evidence, threshold, runs (and more),
+    each with its ``backend`` where one is named (the library that trained the runs)."""
+    return _json([{**v.as_dict(), "backend": backend} if backend else v.as_dict() for v in verdicts])
+
+
+def _json(entries: list[dict]) -> str:
+    return json.dumps(entries, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def verdict_table(verdicts: Sequence[Verdict]) -> str:
+    """Plain-text table for the terminal: verdict, claim id, finding."""
+    width = max((len(v.id) for v in verdicts), default=5)
+    lines = [f"{'verdict':<13} {'claim':<{width}}  finding", f"{'-' * 13} {'-' * width}  {'-' * 7}"]
+    lines += [f"{v.verdict:<13} {v.id:<{width}}  {v.summary}" for v in verdicts]
+    return "\n".join(lines)
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _number(value: float) -> str:
+    """Counts and byte sizes in full, everything else to three significant digits."""
+    if isinstance(value, (int, float)) and float(value).is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return fmt(value) if isinstance(value, (int, float)) else str(value)
+
+
+def _verdict_section(v: Verdict) -> list[str]:
+    lines = [f"### {v.id}: **{v.verdict}**", "", f"> {v.claim}", "", f"Quoted from {v.source}.", "",
+             f"**Finding:** {v.summary}", "", f"**Test:** {v.test}", ""]
+    if v.evidence:
+        lines += ["| evidence | value |", "|---|---|"]
+        lines += [f"| {_cell(k)} | {_number(x)} |" for k, x in sorted(v.evidence.items())]
+        lines.append("")
+    if v.thresholds:
+        origins = sorted({t.origin for t in v.thresholds.values()})
+        lines += ["| threshold | value | rule | origin |", "|---|---|---|---|"]
+        lines += [f"| {_cell(k)} | {_number(t.value)} | {_cell(t.rule)} | ({origins.index(t.origin) + 1}) |"
+                  for k, t in sorted(v.thresholds.items())]
+        lines += [""] + [f"({i}) {origin}" for i, origin in enumerate(origins, start=1)] + [""]
+    lines += [f"Runs: {', '.join(f'`{r}`' for r in sorted(v.runs)) or 'none'}", ""]
+    return lines
+
+
+def _runs_table(records: Sequence[RunRecord]) -> list[str]:
+    header = ["run", "variant", "repeat", "options"] + list(SUMMARY_METRICS)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in records:
+        metrics = [_number(r.metrics[m]) if m in r.metrics else "" for m in SUMMARY_METRICS]
+        lines.append("| " + " | ".join([f"`{r.run_id}`", _cell(r.label), str(r.repeat), _cell(describe(r.options)),
+                                        *metrics]) + " |")
+    return lines
+
+
+def _job_number(record: RunRecord) -> int:
+    text = record.tags.get(JOB, "")
+    return int(text) if text.isdigit() else 0
+
+
+def _share(compile_seconds: float, run_seconds: float) -> str:
+    total = compile_seconds + run_seconds
+    return f"{compile_seconds / total:.0%}" if total > 0 else "–"
+
+
+def _time_rows(records: Sequence[RunRecord]) -> list[str]:
+    """Per variant, its jobs' compile seconds beside their training seconds: the first job's (its program
+    compiled, or loaded from JAX's persistent cache) and the later jobs' (the process's executable reused), and
+    the first job's share of its time spent compiling; then the share of the first jobs and of the later ones
+    over the sweep."""
+    variants: dict[str, list[RunRecord]] = {}
+    for r in records:
+        if "compile_seconds" in r.metrics and "run_seconds" in r.metrics:
+            variants.setdefault(r.label, []).append(r)
+    if not variants:
+        return []
+    lines = ["## Compile and training time", "",
+             "Per variant, in the order its jobs ran: the first job's `compile_seconds` (its update compiled, or "
+             "loaded from JAX's persistent compilation cache) and the later jobs' (median), beside `run_seconds` "
+             "(training; median over the jobs); the first job's compile share is its compile seconds over its "
+             "compile and training seconds.", "",
+             "| variant | jobs | first job's compile s | later jobs' compile s | run s | first job's compile share |",
+             "|---|---:|---:|---:|---:|---:|"]
+    totals = {"first": [0.0, 0.0], "later": [0.0, 0.0]}
+    for runs in sorted((sorted(runs, key=_job_number) for runs in variants.values()), key=lambda r: _job_number(r[0])):
+        first, *later = runs
+        seconds = lambda r: (float(r.metrics["compile_seconds"]), float(r.metrics["run_seconds"]))
+        for kind, group in (("first", [first]), ("later", later)):
+            for r in group:
+                totals[kind] = [a + b for a, b in zip(totals[kind], seconds(r))]
+        later_compile = fmt(float(np.median([seconds(r)[0] for r in later]))) if later else "–"
+        lines.append(f"| {_cell(first.label)} | {len(runs)} | {fmt(seconds(first)[0])} | {later_compile} | "
+                     f"{fmt(float(np.median([seconds(r)[1] for r in runs])))} | {_share(*seconds(first))} |")
+    lines += ["", f"The first jobs spent {_share(*totals['first'])} of their compile and training seconds compiling "
+                  f"({fmt(totals['first'][0])} of {fmt(sum(totals['first']))} s)"
+              + (f"; the later jobs {_share(*totals['later'])} ({fmt(totals['later'][0])} of "
+                 f"{fmt(sum(totals['later']))} s)." if sum(totals["later"]) > 0 else "."), ""]
+    return lines
+
+
+def _environments(records: Sequence[RunRecord]) -> list[str]:
+    """Each distinct environment.json with the runs that recorded it (timings hold for that environment)."""
+    seen: dict[str, list[str]] = {}
+    for r in records:
+        seen.setdefault(json.dumps(dict(r.environment), indent=1, sort_keys=True), []).append(r.label)
+    lines = []
+    for text, labels in sorted(seen.items()):
+        lines += [f"Runs {', '.join(sorted(set(labels)))}:", "", "```json", text, "```", ""]
+    return lines
+
+
+def _distinct(records: Sequence[RunRecord], *keys: str) -> list[tuple]:
+    """The distinct values of ``keys`` in the runs' environment.json, in order (None where a run lacks one)."""
+    found: dict[str, tuple] = {}
+    for r in records:
+        values = tuple(r.environment.get(key) for key in keys)
+        found.setdefault(json.dumps(values, sort_keys=True, default=str), values)
+    return [found[text] for text in sorted(found)]
+
+
+def _folder_code(records: Sequence[RunRecord]) -> list[str]:
+    """The code of the folder the runs ran in: its commit, and the problem module each ran, by file and hash."""
+    lines = []
+    for commit, dirty in _distinct(records, "git_commit", "git_dirty"):
+        lines.append(f"- the folder's commit `{commit}`" + (" with uncommitted changes" if dirty else "")
+                     if commit else "- the folder was not in a git repository: the problem's file below is its code")
+    for module, file, digest in _distinct(records, "problem_module", "problem_file", "problem_sha256"):
+        if module:
+            lines.append(f"- the problem's module `{module}`" + (f", file `{file}` of sha256 `{digest}`" if digest else
+                                                                   " (its file was not found)"))
+    return lines
+
+
+def crux_installs(records: Sequence[RunRecord]) -> tuple[list[str], list[str]]:
+    """How the runs' crux was installed, in words, and the commands that install that exact crux: the wheel pip
+    installed, from where pip took it, checked against its sha256; a clone of the checkout at its commit; else
+    the released version."""
+    said, commands = [], []
+    for version, wheel, path, digest, files, commit, clean, source, origin in _distinct(
+            records, "crux_version", "crux_wheel", "crux_wheel_path", "crux_wheel_sha256", "crux_files_sha256",
+            "crux_commit", "crux_clean", "crux_source", "crux_origin"):
+        version = version or next((v for r in records if (v := r.environment.get("versions", {}).get("crux"))), None)
+        if wheel and digest:
+            said.append(f"- crux {version} from the wheel `{path or wheel}`, sha256 `{digest}`"
+                        + (f" (its installed files: `{files}`)" if files else ""))
+            located = shlex.quote(path or wheel)
+            commands += [f"echo '{digest}  {path or wheel}' | sha256sum --check   # the wheel the runs installed",
+                         f"pip install {located}"]
+        elif commit:
+            said.append(f"- crux {version} from a checkout at commit `{commit}`" + (f" (`{source}`)" if source else "")
+                        + ("" if clean else ", with uncommitted changes (the commit alone does not hold the code that "
+                           "ran)" if clean is False else ""))
+            where = shlex.quote(source) if source else "CRUX_REPOSITORY"
+            commands += [f'src=$(mktemp -d)/crux && git clone --quiet {where} "$src" && git -C "$src" checkout '
+                         f'--quiet {commit}' + (f"   # or clone {origin}" if origin and source else
+                                               "   # CRUX_REPOSITORY: a clone of crux's repository" if not source
+                                               else ""),
+                         'pip install "$src"']
+        else:
+            said.append(f"- crux {version}" + (f", its installed files `{files}`" if files else "")
+                        + " (no wheel or checkout recorded)")
+            commands.append(f"pip install crux=={version}")
+    return said, commands
+
+
+def runtime_of(records: Sequence[RunRecord]) -> tuple[list[str], list[str]]:
+    """The jax, jaxlib and optax the runs ran, the backend, device and matmul precision, and the command that
+    installs those versions."""
+    said, pins = [], set()
+    for versions, backend, device, precision in _distinct(records, "versions", "backend", "device_kind",
+                                                         "matmul_precision"):
+        versions = dict(versions or {})
+        named = [(package, versions.get(package)) for package in ("jax", "jaxlib", "optax")]
+        said.append("- " + ", ".join(f"{package} {found}" for package, found in named)
+                    + f" on {backend} ({device}), matmul precision {precision}")
+        pins |= {f"{package}=={found}" for package, found in named if found}
+    return said, [f"pip install {' '.join(sorted(pins))}"] if pins else []
+
+
+def _reproduce(sweep: Sweep, overrides: str) -> list[str]:
+    """Commands that run the sweep again: the folder, the exact crux and jax to install, the command as typed
+    (a sweep file's path and ``--config-dir`` included), then the report; and what identifies the code."""
+    command = sweep.parent_tags.get(COMMAND) or f"crux-sweep {sweep.name} {overrides}".rstrip()
+    folder = sweep.parent_tags.get(WORKING_DIR)
+    installs, install_commands = crux_installs(sweep.records)
+    runtime, runtime_commands = runtime_of(sweep.records)
+    lines = ["## Reproduce", ""]
+    lines += [f"The sweep ran in `{folder}`, which holds what its command names (a sweep file, a config folder, "
+              f"a problem's module); its code, per run:" if folder else "The code the runs recorded:", ""]
+    lines += _folder_code(sweep.records)
+    lines += ["", "with", ""] + installs + runtime
+    lines += ["", "To run it again: in a fresh shell, with a fresh virtual environment active (`python3 -m venv env && "
+              ". env/bin/activate`), line by line:"]
+    lines += ["", "```sh"] + ([f"cd {shlex.quote(folder)}"] if folder else []) + install_commands + runtime_commands
+    lines += [command, f"crux-report {sweep.name}", "```", "",
+              "This report itself (same runs, same report.md and verdicts.json):", "", "```sh",
+              f"MLFLOW_TRACKING_URI={sweep.uri} crux-report {sweep.name} --run {sweep.parent_id}", "```", ""]
+    return lines
+
+
+def _configs(records: Sequence[RunRecord]) -> list[str]:
+    seen: dict[str, list[str]] = {}
+    for r in records:
+        if r.config:  # empty where config.yaml could not be read
+            seen.setdefault(r.config, []).append(r.label)
+    lines = []
+    for text, labels in sorted(seen.items(), key=lambda item: sorted(item[1])):
+        lines += [f"<details><summary>{', '.join(sorted(set(labels)))}</summary>", "", "```yaml", text.rstrip(),
+                  "```", "", "</details>", ""]
+    return lines
+
+
+def completeness(sweep: Sweep) -> str:
+    """``complete: 8 of 8 planned jobs finished`` or ``incomplete: 3 of 8 planned jobs finished, and its parent
+    run is KILLED``."""
+    if sweep.jobs is not None and not sweep.jobs.plan_recorded:
+        counted = f"{sweep.finished} of the {sweep.planned} jobs that started finished (the sweep recorded no plan)"
+    else:
+        counted = f"{sweep.finished} of {sweep.planned} planned jobs finished"
+    if sweep.complete:
+        return f"complete: {counted}"
+    status = sweep.jobs.parent_status
+    return f"incomplete: {counted}" + (f", and its parent run is {status}" if status != FINISHED else "")
+
+
+def _sweep_status(sweep: Sweep) -> list[str]:
+    """Which sweep, whether it is complete, the newer sweeps of its name, what it lacks."""
+    started = f", started {sweep.started}" if sweep.started else ""
+    state = f"{completeness(sweep)}." if sweep.complete else f"**{completeness(sweep)}.**"
+    lines = [f"Sweep `{sweep.name}`, parent run `{sweep.parent_id}`{started}: {state}", ""]
+    if sweep.newer:
+        lines += [f"Newer sweeps of `{sweep.name}` in this store: " + ", ".join(
+            f"`{s.parent_id}` (started {s.started}, {'complete' if s.complete else 'incomplete'}: {s.finished} of "
+            f"{s.planned} jobs finished, parent {s.status})" for s in sweep.newer) + ".", ""]
+    if sweep.missing:
+        lines += ["Jobs without a finished run (verdicts that lack their runs are inconclusive):", "",
+                  "| job | status | why | run |", "|---|---|---|---|"]
+        lines += [f"| {_cell(j.name)} | {j.status} | {_cell(j.reason)} | "
+                  f"{f'`{j.run_id}`' if j.run_id else ''} |" for j in sweep.missing]
+        lines.append("")
+    if sweep.unreadable:
+        lines += ["Artifacts that could not be read (verdicts that need them are inconclusive):", ""]
+        lines += [f"- {u.artifact} of run `{u.run_id}` ({u.label}): {_cell(u.problem)}"
+                  + ("" if u.judged else "; the run is left out") for u in sweep.unreadable]
+        lines.append("")
+    return lines
+
+
+def report_markdown(sweep: Sweep, verdicts: Sequence[Verdict], figures: Sequence[Figure], claims: Sequence[str]
+                    ) -> str:
+    """The whole ``report.md``."""
+    overrides = " ".join(sweep.overrides)
+    lines = [f"# crux claim report: {sweep.name}", ""] + _sweep_status(sweep)
+    lines += [f"Claims judged: {', '.join(claims)}.", ""]
+    if sweep.statement:
+        lines += [f"The sweep set out to check: *{sweep.statement.strip()}*", ""]
+    lines += ["## Verdicts", "", "| claim | verdict | finding |", "|---|---|---|"]
+    lines += [f"| {_cell(v.id)} | **{v.verdict}** | {_cell(v.summary)} |" for v in verdicts]
+    lines.append("")
+    for claim in claims:
+        lines += [f"## {claim}", ""]
+        for v in verdicts:
+            if v.id.split(".")[0] == claim:
+                lines += _verdict_section(v)
+        for figure in figures:
+            if figure.claim == claim:
+                lines += [f"![{figure.caption}]({figure.file})", "", f"*{figure.caption}.*", ""]
+    lines += _time_rows(sweep.records)
+    lines += ["## Runs", ""] + _runs_table(sweep.records) + [""]
+    lines += _reproduce(sweep, overrides)
+    lines += ["## Environment", ""] + _environments(sweep.records)
+    lines += ["## Resolved configs", ""] + _configs(sweep.records)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_report(out: Path, sweep: Sweep, verdicts: Sequence[Verdict], figures: Sequence[Figure],
+                 claims: Sequence[str]) -> None:
+    """Write ``report.md`` and ``verdicts.json`` into ``out`` (the figures are already there); the verdicts of a
+    sweep that another library than crux trained (``backend=jno``) name it."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.md").write_text(report_markdown(sweep, verdicts, figures, claims), encoding="utf-8")
+    backend = sweep.parent_tags.get(BACKEND, DEFAULT_BACKEND)
+    (out / "verdicts.json").write_text(verdicts_json(verdicts, None if backend == DEFAULT_BACKEND else backend),
+                                       encoding="utf-8")
+
+
+# -- several backends side by side ------------------------------------------------------------------------------
+SAME_AS_CRUX_BATCHING = "batching=points"
+"""The jNO form that draws collocation points, as crux does: its verdicts sit in crux's rows."""
+Judged = Mapping[str, tuple[Sweep, Sequence[Verdict]]]
+
+
+def row_name(label: str) -> str:
+    """A run label or verdict id without the qualifier that names crux's own way of batching."""
+    head, bracket, inner = label.partition("[")
+    parts = [p for p in (inner[:-1] if bracket else head).split(",") if p != SAME_AS_CRUX_BATCHING]
+    return f"{head}[{','.join(parts)}]" if bracket else ",".join(parts)
+
+
+def _by_row(judged: Judged) -> dict[str, dict[str, list[Verdict]]]:
+    rows: dict[str, dict[str, list[Verdict]]] = {}
+    for backend, (_, verdicts) in judged.items():
+        for v in verdicts:
+            rows.setdefault(row_name(v.id), {}).setdefault(backend, []).append(v)
+    return rows
+
+
+def _cell_of(verdicts: Sequence[Verdict] | None) -> str:
+    return " / ".join(v.verdict for v in verdicts) if verdicts else "–"
+
+
+def side_by_side_table(judged: Judged) -> str:
+    """Plain-text table for the terminal: one row per claim and setting, one verdict column per backend."""
+    rows = _by_row(judged)
+    width = max((len(r) for r in rows), default=5)
+    lines = [f"{'claim':<{width}}  " + "  ".join(f"{b:<13}" for b in judged)]
+    lines += [f"{row:<{width}}  " + "  ".join(f"{_cell_of(cells.get(b)):<13}" for b in judged)
+              for row, cells in rows.items()]
+    return "\n".join(lines)
+
+
+def _speed_rows(judged: Judged) -> list[str]:
+    """Per setting, steps per second and compile seconds of each backend: median [min–max] over repeats."""
+    settings: dict[str, dict[str, list[RunRecord]]] = {}
+    for backend, (sweep, _) in judged.items():
+        for r in sweep.records:
+            if not r.unsupported:
+                settings.setdefault(row_name(r.label), {}).setdefault(backend, []).append(r)
+
+    def spread(runs: Sequence[RunRecord] | None, metric: str) -> str:
+        values = sorted(float(r.metrics[metric]) for r in runs or () if metric in r.metrics)
+        if not values:
+            return "–"
+        shown = [f"{v:.0f}" if v >= 100 else fmt(v) for v in (float(np.median(values)), values[0], values[-1])]
+        return shown[0] if len(values) == 1 else f"{shown[0]} [{shown[1]}–{shown[2]}]"
+
+    header = ["setting"] + [f"{b} steps/s" for b in judged] + [f"{b} compile s" for b in judged]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for setting, runs in settings.items():
+        cells = [spread(runs.get(b), "steps_per_second") for b in judged]
+        cells += [spread(runs.get(b), "compile_seconds") for b in judged]
+        lines.append("| " + " | ".join([_cell(setting), *cells]) + " |")
+    return lines
+
+
+def side_by_side_markdown(name: str, judged: Judged) -> str:
+    """``report.md`` of a claim judged on several backends: their verdicts and speeds side by side, each backend's
+    full report in its own folder."""
+    backends = list(judged)
+    lines = [f"# crux claim report: {name}, {' vs '.join(backends)}", "",
+             "Each library's latest sweep, judged on its own runs (a run is never paired with another library's). "
+             f"Rows name the claim and the setting; `{SAME_AS_CRUX_BATCHING}` (mini-batches of collocation points) is "
+             "how crux batches, so those verdicts share crux's row.", ""]
+    lines += [f"- {b}: parent run `{sweep.parent_id}`, {len(sweep.records)} finished run(s), "
+              f"{len(sweep.jobs.missing) if sweep.jobs else 0} planned job(s) without one, on "
+              f"{sweep.records[0].device if sweep.records else 'no recorded device'}; full report: "
+              f"[{b}/report.md]({b}/report.md)" for b, (sweep, _) in judged.items()]
+    lines += ["", "## Verdicts", "", "| claim | " + " | ".join(backends) + " |", "|---|" + "---|" * len(backends)]
+    for row, cells in _by_row(judged).items():
+        lines.append(f"| {_cell(row)} | " + " | ".join(f"**{_cell_of(cells.get(b))}**" for b in backends) + " |")
+    lines += ["", "## Findings", ""]
+    for row, cells in _by_row(judged).items():
+        for b in backends:
+            lines += [f"- {_cell(row)}, {b}: {_cell(v.summary)}" for v in cells.get(b, ())]
+    lines += ["", "## Speed", "", "Steps (epochs) per second of training, compile excluded, and the seconds before "
+              "training (compiling; jNO's set-up and warm-up calls too): median [min–max] over repeats.", ""]
+    lines += _speed_rows(judged)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_side_by_side(out: Path, name: str, judged: Judged) -> None:
+    """``report.md`` (the comparison) and ``verdicts.json`` (every backend's verdicts, each with its
+    ``backend``) into ``out``; each backend's own report goes to ``out/<backend>/`` (:func:`write_report`)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.md").write_text(side_by_side_markdown(name, judged), encoding="utf-8")
+    entries = [{**v.as_dict(), "backend": backend} for backend, (_, verdicts) in judged.items() for v in verdicts]
+    (out / "verdicts.json").write_text(_json(entries), encoding="utf-8")

@@ -1,0 +1,680 @@
+"""The MLflow run of one job: opened first so that any failure is recorded, then filled as the job goes.
+
+Layout (docs/CONTRACT.md): params are the settings the job ran with
+(:func:`cruxlab.config.effective_settings`, flattened) and its ``variant``; the
+histories go to MLflow as evenly spaced epochs in one call, every epoch in
+``stats.npz`` (:mod:`cruxlab.store.history`); summary metrics and the artifacts
+follow, the artifacts as one folder uploaded when the run closes.
+
+The store's requests and ``history.png`` are handed to the process's writer
+(:mod:`cruxlab.runtime.writer`) in order: the params while the job trains, the
+results and the closing once it has trained. A job of a sweep that runs its jobs
+one after another in its own process (Hydra's basic launcher) returns at once,
+and its next job trains while the writer works; a job of a crux sweep whose
+launcher runs it in another process (joblib, Ray, submitit) has its writer
+create its run and write its params while it trains, and hands the rest to the
+sweep's process (:mod:`cruxlab.runtime.handover`); any other job (a lone crux-run)
+waits for the writer before it returns. A sweep's job reads nothing from the
+store before it trains: the sweep hands its destination down (it opens a connection to the store's server,
+:func:`cruxlab.store.faults.reach`, so that no job trains for a store known to be gone). In a sweep of
+the basic launcher the next run is created by the writer behind the previous
+job's writes: a write that meets a store fault records it in
+the sweep's folder, and no run is created, nor any write attempted, after it
+(the sweep ends with that fault's line). The run closes FINISHED only after
+every write succeeded; a write that fails closes it FAILED with the reason. What
+each step costs a job is measured by scripts/measure_tracking.py
+(docs/BENCHMARK.md).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Callable, Mapping, Sequence
+
+import jax
+import numpy as np
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+from omegaconf import DictConfig, OmegaConf
+
+from crux.failures import failure_line
+from crux.model import Model
+from crux.problems import Problem
+from crux.stats import Statistics
+from cruxlab.config import effective_settings
+from cruxlab.runtime.environment import environment
+from cruxlab.runtime.handover import Results, hand_over
+from cruxlab.runtime.interrupt import deferred, signal_name
+from cruxlab.runtime.kept import keep
+from cruxlab.runtime.liveness import Heartbeat, follow_sweep, process_tags
+from cruxlab.runtime.provenance import invocation
+from cruxlab.runtime.space import NoRoom, check_room
+from cruxlab.runtime.writer import Beside, Writer, process_writer
+from cruxlab.store.connection import (DESTINATION, PARENT_RUN, TRACKING_URI, Destination, ensure_experiment,
+                                      experiment_name, move_store_credentials, tracking_uri, writable_store)
+from cruxlab.store.contract import (ADJUSTED, BACKEND, CHILD, CLAIM, CONFIG, ENVIRONMENT, ERROR_MESSAGE, ERROR_TYPE,
+                                    FAILED, FINAL, FINISHED, HISTORY_PLOT, HISTORY_POINTS, INITIAL, JOB, KILLED, NOTE,
+                                    PARAMS, PARENT_ID, REPEAT, REQUESTED, ROLE, SINGLE, STATS, SWEEP, VARIANT,
+                                    VARIANT_PARAM)
+from cruxlab.store.descriptions import job_description
+from cruxlab.store.faults import (PatientClient, StoreFault, patiently, reach, record_fault, recorded_fault,
+                                  set_retry_budget, store_retrying)
+from cruxlab.store.history import history_series, log_history, thinned
+from cruxlab.store.params import flatten, variant_name
+from cruxlab.store.secrets import masked
+
+log = logging.getLogger(__name__)
+
+MESSAGE_CHARS = 4000  # MLflow caps a tag value (8000 characters in 3.x)
+STOPPED_FROM_OUTSIDE = ("UncompletedJobError",)
+"""Errors by which a launcher ends a job that was stopped rather than failed: submitit raises its
+``UncompletedJobError`` in a job that Slurm signals at its time limit. Such a run closes KILLED."""
+
+
+ParameterLeaves = dict[str, list[np.ndarray]]
+"""Model name -> host copies of its parameter leaves, in ``jax.tree.leaves`` order."""
+
+
+def parameter_leaves(models: dict[str, Model]) -> ParameterLeaves:
+    """Host copies of every model's parameter leaves (in ``jax.tree.leaves`` order)."""
+    return {name: [np.array(leaf) for leaf in jax.tree.leaves(model.params)] for name, model in models.items()}
+
+
+class WriteFailed(Exception):
+    """Writing a job's results to the store failed; its run closed FAILED with the reason."""
+
+
+_unwritten_jobs: dict[Path, set[int]] = {}
+_finished_jobs: dict[Path, set[int]] = {}
+
+
+def unwritten_jobs(sweep_dir: Path) -> set[int]:
+    """The numbers of the jobs of the sweep in ``sweep_dir`` that returned in this process but whose runs the
+    writer could not create or close FINISHED (a write failed): the sweep does not count them as finished."""
+    return set(_unwritten_jobs.get(sweep_dir, ()))
+
+
+def finished_jobs(sweep_dir: Path) -> set[int]:
+    """The numbers of the jobs of the sweep in ``sweep_dir`` whose runs this process closed FINISHED."""
+    return set(_finished_jobs.get(sweep_dir, ()))
+
+
+def open_run(client: MlflowClient, opening: Mapping[str, Any]) -> str:
+    """Create a job's run as ``opening`` says (:class:`cruxlab.runtime.handover.Results`); its id."""
+    return client.create_run(opening["experiment_id"], start_time=opening["start_time"], tags=opening["tags"],
+                             run_name=opening["run_name"]).info.run_id
+
+
+def outcome_line(stats: Statistics, errors: Mapping[str, float], run_id: str | None, uri: str) -> str:
+    """How the job ended, in one line: final loss in total and per constraint, the error per field where the
+    problem knows its solution, and where the run is (``run_id`` None: the store failed before the run was
+    created). The line goes to the log and the sweep's files: any password in ``uri`` is masked here."""
+    if not stats.steps:
+        losses = "no epoch trained"
+    else:
+        final = stats.losses[-1]
+        losses = (f"final loss {stats.final_loss:.4g} (" +
+                  ", ".join(f"{name} {value:.4g}" for name, value in zip(stats.names, final)) + ")")
+    shown = "".join(f", error/{field} {value:.4g}" for field, value in errors.items())
+    where = f"run {run_id} in {uri}" if run_id is not None else f"not recorded: the store at {uri} failed first"
+    return masked(f"{losses}{shown}; {where}")
+
+
+_destinations: dict[tuple[str, str], Destination] = {}
+_artifact_locations: dict[tuple[str, str], str] = {}
+
+
+def _sweep_destination(client: MlflowClient, uri: str, parent_run_id: str) -> Destination:
+    """:meth:`Destination.of_parent`, read once a process: the parent's tags do not change while its jobs run,
+    and a job whose results the writer is still writing need not ask the store beside it."""
+    key = (uri, parent_run_id)
+    if key not in _destinations:
+        _destinations[key] = Destination.of_parent(client, uri, parent_run_id)
+    return _destinations[key]
+
+
+def _wait_for_store(uri: str, sweep_dir: Path) -> None:
+    """Before a sweep's job trains: return once the store's server takes a connection (:func:`reach`); where it
+    does not, the writes handed over before this job are waited for (they meet the same store, and record its
+    fault), then the server, up to the retry budget; StoreFault, recorded in ``sweep_dir``, where it stays away."""
+    try:
+        reach(uri)
+        return
+    except OSError:
+        process_writer().drain()
+    fault = recorded_fault(sweep_dir)
+    if fault is not None:
+        raise StoreFault(f"not started: {fault['message']}")
+    try:
+        patiently(lambda: reach(uri), "a connection before the job starts")
+    except StoreFault as away:
+        record_fault(sweep_dir, None, str(away))
+        raise StoreFault(f"not started: {away}") from None
+
+
+class OpenedOnFirstUse:
+    """A store client (:class:`cruxlab.store.faults.PatientClient`) for ``tracking_uri`` that opens the store
+    on its first request: MLflow opens a SQL store (imports, engine, schema check) when a client is made, which
+    a job whose writer makes the requests would otherwise wait for before it trains."""
+
+    def __init__(self, tracking_uri: str):
+        self.tracking_uri = tracking_uri
+        self._client: PatientClient | None = None
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        with self._lock:
+            if self._client is None:
+                self._client = PatientClient(MlflowClient(self.tracking_uri))
+        return getattr(self._client, name)
+
+
+def _clear_closing(client: MlflowClient, run_id: str) -> None:
+    """Remove the cause its sweep closed run ``run_id`` with (a store fault), now that its results are written."""
+    for key in (ERROR_TYPE, ERROR_MESSAGE):
+        if key in client.get_run(run_id).data.tags:
+            client.delete_tag(run_id, key)
+
+
+def _artifact_location(client: MlflowClient, experiment_id: str) -> str:
+    """The experiment's artifact location, read once a process."""
+    key = (client.tracking_uri, experiment_id)
+    if key not in _artifact_locations:
+        _artifact_locations[key] = client.get_experiment(experiment_id).artifact_location
+    return _artifact_locations[key]
+
+
+class JobRun:
+    """A child run of the multirun's parent, or a run of its own for a plain crux-run.
+
+    Use as a context manager: leaving it closes the run FINISHED, or FAILED with
+    tags ``crux.error_type`` and ``crux.error_message``, KILLED when the job was
+    stopped (Ctrl-C, SIGTERM, an exit), keeping whatever was logged before; the
+    exception goes on. While open, the run's heartbeat beats
+    (:mod:`cruxlab.runtime.liveness`). The writes go through ``writer`` (the
+    process's by default); with ``overlap``, the run is created by the writer
+    (``run`` is then the request that creates it, returning its id), and a job
+    that ends well hands its run's closing to the writer and goes on; with
+    ``hands_over`` too, it waits for the writer (its run's creation and params,
+    done while it trained) and leaves the rest of its results to its sweep's
+    driver (:mod:`cruxlab.runtime.handover`, :meth:`taken_over`); else leaving
+    waits for the writer. Leaving raises :class:`WriteFailed` when a write it
+    waited for failed.
+    """
+
+    def __init__(self, client: MlflowClient, run: str | Callable[[], str], variant: str, repeat: int,
+                 sweep_dir: Path | None = None, history_points: int | None = None, overlap: bool = False,
+                 writer: Writer | None = None, job: int | None = None, artifact_location: str | None = None,
+                 hands_over: bool = False, opening: dict | None = None, keeps_in: Path | None = None):
+        self.client, self.variant, self.repeat, self.job = client, variant, repeat, job
+        self._opening = opening  # how the run is created, for results kept before the store created it
+        self._keeps_in = keeps_in or sweep_dir  # where results the store could not take are kept
+        self._logged = Results("", job if job is not None else 0, variant, repeat, history_points, 0, 0)
+        self.kept: Path | None = None  # where this run's results were kept, once the store failed
+        self.hands_over = hands_over and overlap and sweep_dir is not None and job is not None
+        self._stats: Statistics | None = None  # the job's statistics, once it has trained
+        self._outcome: Callable[[], str] | None = None  # the job's result line, said by the job itself
+        self.artifact_location = artifact_location  # the experiment's artifact folder, where known
+        self.sweep_dir = sweep_dir
+        self.history_points = history_points  # per series sent as metrics; None: every epoch
+        self.overlap = overlap
+        self._writer = writer or process_writer()
+        self._failure: tuple[str, Exception] | None = None  # the first write that failed, and why
+        self._files = tempfile.TemporaryDirectory(prefix="crux-run-")
+        self._staged = Path(self._files.name) / "artifacts"  # uploaded as one folder when the run closes
+        self._staged.mkdir()
+        self._run_id: str | None = None
+        self.closed: str | None = None  # the status this process closed the run with
+        self._heartbeat: Heartbeat | None = None
+        self._created = threading.Event()
+        self._figure: Beside | None = None  # history.png, drawn beside the histories' request where it may
+        if callable(run) and overlap:
+            self._writer.submit(lambda: self._create(run))
+        else:
+            self._opened(run() if callable(run) else run)
+
+    @classmethod
+    def start(cls, cfg: DictConfig) -> "JobRun":
+        """The job's run, opened in the store and under the parent run that its multirun handed over (in the
+        job's environment: :mod:`cruxlab.runtime.multirun`), else a run of its own. A job of a sweep that runs
+        in the sweep's own process (Hydra's basic launcher) overlaps its writes with the next job; a job of a
+        crux sweep that runs in a process of its launcher's hands its results over to the sweep's driver. Either
+        opens the store in its writer, while it trains."""
+        hydra = HydraConfig.get()
+        multirun = hydra.mode == RunMode.MULTIRUN
+        parent = os.environ.get(PARENT_RUN) if multirun else None
+        set_retry_budget(cfg.tracking.retry_seconds)
+        sweep_dir = Path(hydra.sweep.dir) if parent else None
+        in_sweep_process = multirun and hydra.launcher._target_.endswith(".BasicLauncher")
+        hands_over = parent is not None and not in_sweep_process
+        if hands_over:
+            follow_sweep()
+        overlap = in_sweep_process or hands_over
+        if overlap and store_retrying():  # the previous job's write waits for the store: this job waits for it
+            process_writer().drain()
+        fault = recorded_fault(sweep_dir)
+        if fault is not None:  # an earlier job of the sweep waited for the store in vain: this one would too
+            raise StoreFault(f"not started: {fault['message']}")
+        if parent:
+            _wait_for_store(os.environ[TRACKING_URI], sweep_dir)
+        if parent and DESTINATION in os.environ:
+            client = OpenedOnFirstUse(os.environ[TRACKING_URI])
+            where = Destination.from_handed_down(os.environ[DESTINATION])
+        elif parent:
+            client = PatientClient(MlflowClient(os.environ[TRACKING_URI]))
+            where = _sweep_destination(client, os.environ[TRACKING_URI], parent)
+        else:  # a plain crux-run, or a multirun of another sweeper
+            move_store_credentials(cfg.tracking.uri)
+            uri = tracking_uri(cfg.tracking.uri)
+            client = PatientClient(writable_store(uri))
+            name = experiment_name(cfg.tracking.experiment, hydra.runtime.choices)
+            where = Destination(uri, ensure_experiment(client, name, uri, cfg.claim), None, name, cfg.claim)
+        variant = cfg.variant or variant_name(list(hydra.overrides.task), where.swept, set(hydra.runtime.choices),
+                                             cfg)
+        tags = {SWEEP: where.sweep, CLAIM: cfg.claim, VARIANT: variant,
+                JOB: str(hydra.job.num if multirun else 0), REPEAT: str(cfg.repeat),
+                BACKEND: cfg.backend.name,
+                ROLE: SINGLE if where.parent_run_id is None else CHILD, **process_tags()}
+        if where.parent_run_id is not None:
+            tags[PARENT_ID] = where.parent_run_id
+        name = f"{variant} r{cfg.repeat}" if "repeat" in where.swept else variant
+        started = int(time.time() * 1000)  # the job's start, also where the writer creates the run later
+        opening = {"experiment_id": where.experiment_id, "start_time": started, "tags": tags, "run_name": name}
+        with deferred():
+            return cls(client, lambda: open_run(client, opening), variant, cfg.repeat, sweep_dir,
+                       cfg.tracking.history_points, overlap=overlap, job=hydra.job.num if multirun else None,
+                       hands_over=hands_over, opening=opening, keeps_in=sweep_dir or Path(hydra.runtime.output_dir),
+                       artifact_location=(where.artifact_location or _artifact_location(client, where.experiment_id))
+                       if overlap else None)
+
+    @property
+    def run_id(self) -> str:
+        """The run's id, once created (by the writer, for a job that overlaps its writes: this waits for it);
+        raises what kept the run from being created."""
+        self._writer.go_on()  # held between jobs (:meth:`trains`): it creates the run
+        self._created.wait()
+        if self._run_id is None:
+            raise self._failure[1]
+        return self._run_id
+
+    def __enter__(self) -> "JobRun":
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> bool:
+        no_room = isinstance(error, NoRoom)  # the store is there: this run closes FAILED with the reason
+        if isinstance(error, StoreFault) and not no_room and self.sweep_dir is not None:  # the sweep stops its jobs
+            record_fault(self.sweep_dir, self._run_id, str(error))
+        if isinstance(error, StoreFault) and not no_room:  # the store is away: closed later
+            log.error("the tracking store failed: %s; run %s stays open until the next crux-sweep --resume or "
+                      "crux-report closes it", error, self._run_id or "(not created)")
+            self._writer.submit(lambda: self._forget(str(error)))
+            self._say_outcome()
+            return False
+        with deferred():
+            if error is None:
+                ended = int(time.time() * 1000) if self.overlap else None  # the job's end, not the writer's
+                if self.hands_over and self._stats is not None:
+                    self._writer.drain()  # the run's creation and params, written while the job trained
+                    if self._failure is None and self._hand_over(ended):
+                        return False
+                self._writer.submit(lambda: self._close(FINISHED, [], ended))
+                if self.overlap and not self.hands_over:
+                    self._say_outcome()
+                    self._writer.hold()  # until the next job trains (:meth:`trains`), or the sweep drains it
+                    return False
+                self._writer.drain()
+                self._say_outcome()
+                if self._failure is not None:
+                    what, failure = self._failure
+                    kept = f"; its results are kept in {self.kept}" if self.kept is not None else ""
+                    raise WriteFailed(f"writing {what} failed: {failure_line(failure)}{kept}") from failure
+                return False
+            stopped = isinstance(error, (KeyboardInterrupt, SystemExit)) or kind.__name__ in STOPPED_FROM_OUTSIDE
+            what = f"stopped by {signal_name(error)}" if isinstance(error, KeyboardInterrupt) else failure_line(error)
+            tags = [RunTag(ERROR_TYPE, kind.__name__), RunTag(ERROR_MESSAGE, what[:MESSAGE_CHARS])]
+            self._writer.submit(lambda: self._close(KILLED if stopped else FAILED, tags, None))
+            self._writer.drain()  # the exception may end the process: the run is closed first
+            self._say_outcome()
+            if no_room and self.sweep_dir is not None:
+                # recorded once the writes queued before it are done (an earlier job's, which had room): the
+                # sweep starts no job after it
+                record_fault(self.sweep_dir, None, str(error))
+        return False
+
+    def trains(self) -> None:
+        """The job's training starts: the writer, held since the previous job of the process ended
+        (:mod:`cruxlab.runtime.writer`), writes that job's results meanwhile."""
+        self._writer.go_on()
+
+    def check_room(self, problem: Problem, epochs: int, phases: int) -> None:
+        """Raise :class:`cruxlab.runtime.space.NoRoom` where this machine's store or artifact folder lacks room for
+        what ``epochs`` of ``problem`` in ``phases`` phases write."""
+        series = 1 + len(problem.constraints) + len(problem.models)
+        parameter_bytes = sum(leaf.nbytes for model in problem.models.values()
+                              for leaf in jax.tree.leaves(model.params))
+        sent = epochs if self.history_points is None else min(epochs, self.history_points)
+        check_room(self.client.tracking_uri, self._artifact_root(), epochs * series, sent * series, parameter_bytes,
+                   phases + 2)
+
+    def _artifact_root(self) -> str:
+        """Where the run's artifacts go, as far as the filesystem goes: its experiment's folder where known (the
+        run's own lies in it), so that a job neither waits for the writer to create its run nor asks the store;
+        else the run's own folder."""
+        if self.artifact_location is not None:
+            return self.artifact_location
+        return self.client.get_run(self.run_id).info.artifact_uri
+
+    # -- what is logged, in the writer's order --------------------------------------------------
+    def log_config(self, cfg: DictConfig, applied: Mapping[str, Any] | None = None,
+                   adjustments: Sequence[str] = ()) -> None:
+        """``config.yaml`` (resolved), ``environment.json`` (of the working directory), then the params: the
+        settings the job runs with and its ``variant``. ``applied``: settings (dotted keys) that ran otherwise
+        than the config asked, logged as they ran, the request kept as ``<key>_requested``; ``adjustments``:
+        lines saying what ran otherwise, in the tag ``crux.adjusted`` and the job's log. Raises for a malformed
+        later phase, the config kept."""
+        # resolved here, dumped to YAML by the writer: the dump costs ten times the resolving
+        resolved = OmegaConf.to_container(cfg, resolve=True)
+        self._stage(CONFIG, lambda: (self._staged / CONFIG).write_text(OmegaConf.to_yaml(resolved)))
+        folder = Path.cwd()
+        precision = resolved["solver"].get("precision")  # the job's updates' matmul precision (crux.precision)
+        # the command and overrides read now: the writer writes this file while the next job of the sweep, whose
+        # Hydra config is then the current one, sets up
+        job = invocation()
+        self._stage(ENVIRONMENT, lambda: (self._staged / ENVIRONMENT).write_text(
+            json.dumps({**environment(folder, resolved["problem"].get("_target_"), job),
+                        "matmul_precision": precision}, indent=1)))
+        params = {**flatten(effective_settings(cfg, resolved)), VARIANT_PARAM: self.variant}
+        for key, value in (applied or {}).items():
+            params[f"{key}{REQUESTED}"], params[key] = params[key], str(value)
+        tags = [RunTag(ADJUSTED, "; ".join(adjustments)[:MESSAGE_CHARS])] if adjustments else []
+        self._logged.params.update(params)
+        self._logged.logged_tags.update({tag.key: tag.value for tag in tags})
+        self._write("the params", lambda: self.client.log_batch(
+            self.run_id, params=[Param(k, v) for k, v in params.items()], tags=tags))
+        for line in adjustments:
+            log.info("%s", line)
+
+    def log_results(self, problem: Problem, stats: Statistics, initial: ParameterLeaves,
+                    phase_ends: Sequence[ParameterLeaves] = ()) -> None:
+        """Histories, summary metrics, ``history.png``, ``stats.npz`` and ``params.npz``: the parameters
+        before training (``initial``), after each finished phase (``phase<k>``, from ``phase_ends``) and now
+        (``final``)."""
+        self.log_outcome(stats, problem.relative_l2(), initial, phase_ends, parameter_leaves(problem.models))
+
+    def log_outcome(self, stats: Statistics, errors: Mapping[str, float], initial: ParameterLeaves,
+                    phase_ends: Sequence[ParameterLeaves], final: ParameterLeaves) -> None:
+        """:meth:`log_results` from plain values, for a job whose models are not crux's (another backend):
+        ``errors`` are the relative L2 errors per field, the parameters are host arrays per model. The files
+        are written here; the requests and the figure are the writer's, or, for a job that hands its results
+        over, the sweep driver's."""
+        now = int(time.time() * 1000)
+        sent, _ = thinned(stats.epoch, {}, self.history_points)
+        summary = {"compile_seconds": stats.compile_seconds, "run_seconds": stats.run_seconds,
+                   "median_step_seconds": stats.median_step_seconds,
+                   "steps_per_second": stats.steps / stats.run_seconds if stats.run_seconds else float("nan"),
+                   "final_loss": stats.final_loss}
+        summary.update({f"memory/{key}": value for key, value in stats.memory.items()})
+        summary.update({f"error/{field}": value for field, value in errors.items()})
+        summary.update({f"param_distance/{name}": float(np.sqrt(sum(np.sum((f - i) ** 2)
+                                                                    for f, i in zip(final[name], initial[name]))))
+                        for name in final})
+        stats.save(self._staged / STATS)
+        snapshots = {INITIAL: initial, **{f"phase{k}": leaves for k, leaves in enumerate(phase_ends)},
+                     FINAL: final}
+        np.savez(self._staged / PARAMS, **{f"{when}/{name}/{i}": leaf for when, params in snapshots.items()
+                                           for name, model_leaves in params.items()
+                                           for i, leaf in enumerate(model_leaves)})
+        tags = {NOTE: job_description(self.variant, self.repeat, summary),
+                HISTORY_POINTS: f"{len(sent)} of {stats.steps}"}
+        self._stats, logged = stats, self._logged
+        logged.logged_at, logged.summary, logged.tags, logged.errors = now, summary, tags, dict(errors)
+        if self.hands_over:
+            return
+        uri = self.client.tracking_uri
+        self._outcome = lambda: outcome_line(stats, errors, self._run_id, uri)
+        self._write_outcome(stats, summary, tags, now)
+
+    def _say_outcome(self) -> None:
+        """Log the job's result line in the job's own thread, once its run is created (or could not be): the
+        writer works on while the next job of the sweep runs, whose log and console a line of the writer's would
+        reach, or miss while Hydra sets up that job's logging."""
+        if self._outcome is not None:
+            self._writer.go_on()
+            self._created.wait()
+            log.info("%s", self._outcome())
+            self._outcome = None
+
+    def _write_outcome(self, stats: Statistics, summary: Mapping[str, float], tags: Mapping[str, str], now: int,
+                       outcome: Callable[[], str] | None = None) -> None:
+        """Hand the histories (thinned by the writer too), the summary, ``history.png`` and the ``outcome`` line
+        (where given; a job says its own, :meth:`_say_outcome`) to the writer. Where the process waits for the
+        writer as the histories go, the figure is drawn meanwhile; otherwise after the summary, so that it does
+        not share the interpreter with the next job's set-up."""
+        figure = self._figure = Beside(lambda: stats.plot(self._staged / HISTORY_PLOT))
+
+        def histories() -> None:
+            if self._writer.draining:
+                figure.start()
+            log_history(self.client, self.run_id,
+                        *thinned(stats.epoch, history_series(stats), self.history_points), now)
+
+        self._write("the histories", histories)
+        self._write("the summary", lambda: self.client.log_batch(
+            self.run_id, metrics=[Metric(key, float(value), now, 0) for key, value in summary.items()],
+            tags=[RunTag(key, value) for key, value in tags.items()]))
+        self._write(HISTORY_PLOT, figure.finish)
+        if outcome is not None:
+            self._writer.submit(lambda: log.info("%s", outcome()))
+
+    def _hand_over(self, ended: int) -> bool:
+        """Leave the results and the staged artifacts to the sweep's driver, the run open for it; False, said in
+        the log, where they cannot be left: they are then handed to this process's writer."""
+        results, stats = self._logged, self._stats
+        results.run_id, results.ended = self.run_id, ended
+        results.outcome = outcome_line(stats, results.errors, self.run_id, self.client.tracking_uri)
+        try:
+            hand_over(self.sweep_dir, results, self._staged)
+        except OSError as error:
+            log.warning("run %s: its results could not be left for the sweep (%s); this job writes them",
+                        self.run_id, failure_line(error))
+            self._staged.mkdir(exist_ok=True)
+            self._write_outcome(stats, results.summary, results.tags, results.logged_at, lambda: results.outcome)
+            return False
+        if self._heartbeat is not None:
+            self._heartbeat.stop()  # the driver beats for the run from now on
+        self._files.cleanup()
+        log.info("%s", results.outcome)  # in the job's own log; the driver writes the results and says so
+        return True
+
+    @classmethod
+    def taken_over(cls, client: MlflowClient, sweep_dir: Path, results: Results, artifacts: Path,
+                   writer: Writer | None = None, kept: bool = False) -> "JobRun":
+        """In a sweep's driver: the run of a job that handed its ``results`` over, or (``kept``) whose results a
+        store fault kept (:mod:`cruxlab.runtime.kept`), its files moved from ``artifacts``; the run's process
+        becomes this one, and the rest of its writes and its closing go to ``writer`` (the process's by
+        default). A run the store never created is created; what the job logged while it trained is sent again
+        (the store keeps each value once); a kept run that its sweep closed with a cause closes FINISHED
+        without it. Where the artifacts' ``stats.npz`` cannot be read, everything else is written and the run
+        closes FAILED naming the file."""
+        created = results.run_id or (lambda: open_run(client, results.opening))
+        run = cls(client, created, results.variant, results.repeat, sweep_dir, results.history_points,
+                  overlap=True, writer=writer, job=results.job, opening=results.opening)
+        for path in artifacts.iterdir():
+            shutil.move(str(path), run._staged / path.name)
+        run._logged = results
+        now = results.logged_at or int(time.time() * 1000)
+        run._write("the run's process", lambda: client.log_batch(
+            run.run_id, params=[Param(key, value) for key, value in results.params.items()],
+            metrics=[Metric(key, float(value), now, 0) for key, value in results.metrics.items()],
+            tags=[RunTag(key, value) for key, value in {**results.logged_tags, **process_tags()}.items()]))
+        if kept:
+            run._write("the earlier closing", lambda: _clear_closing(client, run.run_id))
+        try:
+            stats = Statistics.load(run._staged / STATS)
+        except Exception as error:  # noqa: BLE001 - a damaged file: the rest of the results still count
+            damaged = f"its {STATS}, handed over in {artifacts.parent}, could not be read ({failure_line(error)})"
+            log.error("job %s (run %s): %s; its summary, params and config are written, the run closes FAILED",
+                      results.job, results.run_id or "(not created)", damaged)
+            run._write("the summary", lambda: client.log_batch(
+                run.run_id, metrics=[Metric(key, float(value), now, 0) for key, value in results.summary.items()],
+                tags=[RunTag(key, value) for key, value in results.tags.items()]))
+            why = [RunTag(ERROR_TYPE, "ResultsUnreadable"), RunTag(ERROR_MESSAGE, damaged[:MESSAGE_CHARS])]
+            run._writer.submit(lambda: run._close(FAILED, why, results.ended))
+            return run
+        run._stats = stats
+        said = (lambda: outcome_line(stats, results.errors, run._run_id, client.tracking_uri)) if kept else None
+        run._write_outcome(stats, results.summary, results.tags, now, said)  # a job that handed over said its own
+        run._writer.submit(lambda: run._close(FINISHED, [], results.ended))
+        return run
+
+    def log_metrics(self, values: Mapping[str, float]) -> None:
+        """Summary metrics (step 0), e.g. a measurement made beside the training."""
+        now = int(time.time() * 1000)
+        metrics = [Metric(key, float(value), now, 0) for key, value in values.items()]
+        self._logged.metrics.update({metric.key: metric.value for metric in metrics})
+        self._write("the metrics", lambda: self.client.log_batch(self.run_id, metrics=metrics))
+
+    def log_text(self, name: str, text: str) -> None:
+        """An artifact ``name`` of the run holding ``text``, uploaded with the others when the run closes."""
+        self._stage(name, lambda: (self._staged / name).write_text(text))
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        """Tags on the run, each cut to what MLflow keeps."""
+        cut = [RunTag(key, str(value)[:MESSAGE_CHARS]) for key, value in tags.items()]
+        self._logged.logged_tags.update({tag.key: tag.value for tag in cut})
+        self._write("the tags", lambda: self.client.log_batch(self.run_id, tags=cut))
+
+    @property
+    def folder(self) -> Path:
+        """A folder of this run's own for the files written while it is open (jobs of sweeps that share a Hydra
+        folder write side by side); removed when the run closes, after its artifacts are logged."""
+        return Path(self._files.name)
+
+    # -- the writer's tasks ----------------------------------------------------------------------
+    def _write(self, what: str, write: Callable[[], Any]) -> None:
+        """Hand ``write``, a request to the store, to the writer."""
+        self._writer.submit(lambda: self._attempt(what, write))
+
+    def _stage(self, what: str, write: Callable[[], Any]) -> None:
+        """Hand ``write``, a file of the run's artifacts written on this machine, to the writer: written whatever
+        the store does, so that results kept after a store fault hold it."""
+        self._writer.submit(lambda: self._attempt(what, write, to_store=False))
+
+    def _attempt(self, what: str, write: Callable[[], Any], to_store: bool = True) -> None:
+        """Run ``write`` unless it goes to the store and a write of this run failed before, or (overlapping) the
+        sweep met a store fault; a failure is kept for the closing, a store fault recorded in the sweep's folder
+        at once, so that no run is created and no job started after it."""
+        if self._failure is not None and to_store:
+            return
+        fault = recorded_fault(self.sweep_dir) if self.overlap and to_store else None
+        if fault is not None:
+            self._failure = (what, StoreFault(f"not attempted: {fault['message']}"))
+            return
+        try:
+            write()
+        except Exception as error:  # noqa: BLE001 - the run closes FAILED with it
+            self._failure = self._failure or (what, error)
+            if isinstance(error, StoreFault) and self.sweep_dir is not None:
+                record_fault(self.sweep_dir, self._run_id, str(error))
+
+    def _create(self, create: Callable[[], str]) -> None:
+        """Create the run, unless the store failed before (its job then goes unrecorded, and is run again by
+        the sweep's --resume)."""
+        try:
+            self._attempt("the run", lambda: self._opened(create()))
+        finally:
+            self._created.set()
+
+    def _opened(self, run_id: str) -> None:
+        """The run exists: its heartbeat starts, and whoever waits for its id has it."""
+        self._run_id = run_id
+        self._heartbeat = Heartbeat(self.client, run_id).start()
+        self._created.set()
+
+    def _close(self, status: str, tags: list[RunTag], ended: int | None) -> None:
+        """Upload the staged artifacts in one call, then close the run with ``status``, or FAILED with the
+        reason where a write failed, at ``ended`` (ms; None: now). A store fault leaves the run open, as a
+        job's does."""
+        start = time.perf_counter()
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+        try:
+            if any(self._staged.iterdir()):
+                self._attempt("the artifacts", lambda: self.client.log_artifacts(self.run_id, str(self._staged)))
+            if self._failure is not None:
+                what, failure = self._failure
+                log.error("run %s: writing %s failed: %s", self._run_id or "(not created)", what,
+                          failure_line(failure))
+                if self.job is not None and self.sweep_dir is not None and status == FINISHED:
+                    _unwritten_jobs.setdefault(self.sweep_dir, set()).add(self.job)
+                if isinstance(failure, StoreFault) or self._run_id is None:
+                    if self.sweep_dir is not None and isinstance(failure, StoreFault):
+                        record_fault(self.sweep_dir, self._run_id, str(failure))
+                    self._keep(ended)
+                    return  # the store is away: closed later, as for a job's own store fault
+                if status == FINISHED:
+                    status = FAILED
+                    tags = [RunTag(ERROR_TYPE, type(failure).__name__),
+                            RunTag(ERROR_MESSAGE, f"writing {what} failed: {failure_line(failure)}"
+                                   [:MESSAGE_CHARS])]
+            if tags:
+                self.client.log_batch(self.run_id, tags=tags)
+            self.client.set_terminated(self.run_id, status, end_time=ended)
+            self.closed = status
+            if status == FINISHED and self.job is not None and self.sweep_dir is not None:
+                _finished_jobs.setdefault(self.sweep_dir, set()).add(self.job)
+            log.info("run %s closed %s, its results written in %.2f s", self.run_id, status,
+                     time.perf_counter() - start)
+        except Exception as error:  # noqa: BLE001 - said; crux-report or a resumed sweep closes it later
+            if isinstance(error, StoreFault) and self.sweep_dir is not None:
+                record_fault(self.sweep_dir, self._run_id, str(error))  # no job starts, no write waits, after it
+            if isinstance(error, StoreFault):
+                self._keep(ended)
+            if self.job is not None and self.sweep_dir is not None and status == FINISHED:
+                _unwritten_jobs.setdefault(self.sweep_dir, set()).add(self.job)  # its run is not FINISHED
+            log.error("run %s could not be closed %s: %s", self.run_id, status, failure_line(error))
+        finally:
+            self._remove_files()
+
+    def _forget(self, fault: str) -> None:
+        """After a store fault (``fault``): the run stays open, recorded as such in the sweep's folder; the
+        job's results, where it trained, are kept; its other files go."""
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+        if self._run_id is not None and self.sweep_dir is not None:
+            record_fault(self.sweep_dir, self._run_id, fault)
+        self._keep(None)
+        self._remove_files()
+
+    def _keep(self, ended: int | None) -> None:
+        """Where the job trained and the store did not take its results: keep them on this machine's disk
+        (:func:`cruxlab.runtime.kept.keep`), with what creates the run where the store never did, and say where."""
+        if self._stats is None or self._keeps_in is None or not self._staged.is_dir():
+            return
+        if self._figure is not None:
+            self._figure.wait()
+        logged = self._logged
+        logged.run_id, logged.outcome = self._run_id or "", ""
+        logged.ended = ended or logged.ended or int(time.time() * 1000)
+        logged.opening = self._opening if self._run_id is None else None
+        self.kept = keep(self._keeps_in, logged, self._staged, self.sweep_dir)
+        if self.kept is not None:
+            job = f"job {self.job} ({self.variant})" if self.job is not None else f"the job ({self.variant})"
+            log.warning("%s: its results, trained before the store failed, are kept in %s%s", job, self.kept,
+                        "; `--resume` writes them into its run" if self.sweep_dir else "")
+
+    def _remove_files(self) -> None:
+        """Remove the run's files, once a figure drawn beside a write that failed (:class:`Beside`) is done."""
+        if self._figure is not None:
+            self._figure.wait()
+        self._files.cleanup()

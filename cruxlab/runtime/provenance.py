@@ -1,0 +1,113 @@
+"""What identifies the code and the command that produced a run, recorded in ``environment.json`` so that a
+report can say how to rebuild its runs.
+
+crux itself is identified by how it was installed: from a wheel, by the wheel's sha256
+(pip records it in the distribution's ``direct_url.json``) and, whatever the
+installer, by :func:`files_sha256` over the hashes of crux's installed files in its
+``RECORD`` (the same for every install of the same wheel); from a checkout (an
+editable install), by the checkout's commit and whether it had uncommitted changes.
+The user's problem is identified by its module's file and that file's sha256, the
+job by its command line and overrides.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import shlex
+import subprocess
+import sys
+from importlib.metadata import Distribution, PackageNotFoundError, distribution
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from hydra.core.hydra_config import HydraConfig
+
+from cruxlab.store.secrets import masked, overrides_without_credentials
+
+PACKAGES = ("crux/", "cruxlab/", "hydra_plugins/")
+"""The folders of crux's wheel, whose installed files identify the crux that ran."""
+
+
+def git(root: Path, *args: str) -> str | None:
+    """``git -C root args``'s output, or None where git is absent or fails (``root`` not in a repository)."""
+    try:
+        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def checkout(root: Path) -> dict[str, Any]:
+    """``commit`` of the git repository holding ``root`` and ``clean`` (no uncommitted changes to the files git
+    tracks: what runs write beside them, a store or Hydra's folders, does not count); both None outside one."""
+    commit = git(root, "rev-parse", "HEAD")
+    status = git(root, "status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"commit": commit, "clean": None if status is None else not status}
+
+
+def files_sha256(dist: Distribution) -> str | None:
+    """The sha256 of the sorted ``path,hash`` lines of crux's own files in ``dist``'s RECORD (compiled caches
+    left out): the same for every install of one wheel, whatever the installer; None without a RECORD."""
+    lines = sorted(f"{f},{f.hash.value}" for f in dist.files or () if f.hash is not None
+                   and str(f).startswith(PACKAGES) and "__pycache__" not in f.parts)
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest() if lines else None
+
+
+def installed_crux(dist: Distribution | None = None) -> dict[str, Any]:
+    """How the crux that runs was installed: ``crux_version``; from a wheel, ``crux_wheel`` (its file name),
+    ``crux_wheel_path`` (where pip took it from, where that was a file), ``crux_wheel_sha256`` and
+    ``crux_files_sha256``; from a checkout, ``crux_commit``, ``crux_clean``, ``crux_source`` (the checkout's
+    folder) and ``crux_origin`` (its remote ``origin``, where it has one). ``dist``: crux's distribution (default:
+    the installed one)."""
+    try:
+        dist = dist or distribution("crux")
+    except PackageNotFoundError:
+        dist = None
+    direct = json.loads(dist.read_text("direct_url.json") or "{}") if dist else {}
+    editable = bool(direct.get("dir_info", {}).get("editable"))
+    hashes = direct.get("archive_info", {}).get("hashes", {})
+    url = urlsplit(direct.get("url", ""))
+    found = {"crux_version": dist.version if dist else None,
+             "crux_wheel": url.path.rpartition("/")[2] if "archive_info" in direct else None,
+             "crux_wheel_path": unquote(url.path) if "archive_info" in direct and url.scheme == "file" else None,
+             "crux_wheel_sha256": hashes.get("sha256"),
+             "crux_files_sha256": None if editable or dist is None else files_sha256(dist),
+             "crux_commit": None, "crux_clean": None, "crux_source": None, "crux_origin": None}
+    source = Path(__file__).resolve().parents[2]
+    top = None if "archive_info" in direct else git(source, "rev-parse", "--show-toplevel")
+    if top and Path(top).resolve() == source:  # crux runs from its own checkout
+        state = checkout(source)
+        found.update(crux_commit=state["commit"], crux_clean=state["clean"], crux_source=str(source),
+                     crux_origin=masked(git(source, "remote", "get-url", "origin") or "") or None)
+    return found
+
+
+def problem_code(target: str | None) -> dict[str, Any]:
+    """The user's problem module named by ``target`` (``module.function``): ``problem_module``,
+    ``problem_file`` (relative to the working directory when it lies below it) and ``problem_sha256`` of
+    that file's bytes (the module alone where it has no file); empty for no target."""
+    module_name = (target or "").rpartition(".")[0]
+    if not module_name:
+        return {}
+    try:  # found, not imported: a module that fails to import is still identified
+        spec = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.has_location or not Path(spec.origin).is_file():
+        return {"problem_module": module_name}
+    path = Path(spec.origin).resolve()
+    shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
+    return {"problem_module": module_name, "problem_file": str(shown),
+            "problem_sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+
+
+def invocation() -> dict[str, Any]:
+    """The command line that ran the job (a sweep's, for its jobs) and the job's own overrides; empty outside
+    a Hydra job."""
+    if not HydraConfig.initialized():
+        return {}
+    hydra = HydraConfig.get()
+    command = hydra.sweeper.get("command") or shlex.join(["crux-run", *sys.argv[1:]])
+    return {"command": masked(command), "overrides": overrides_without_credentials(list(hydra.overrides.task))}

@@ -1,0 +1,99 @@
+"""The MLflow layout crux writes and reads: tag names, their values, run statuses, artifact files and params.
+
+``cruxlab.runtime`` writes runs in this layout and ``cruxlab.report`` reads them; both name every tag, file and
+status through this module, so a misspelt name is an import error rather than a report that finds no runs.
+docs/CONTRACT.md describes what each one holds.
+"""
+
+# -- tags of every run ------------------------------------------------------------------------------------
+ROLE = "crux.role"
+"""What the run is: :data:`PARENT` (a sweep), :data:`CHILD` (one job of it), :data:`SINGLE` (a ``crux-run``
+without a sweep) or :data:`BENCH` (a benchmark script's run)."""
+PARENT, CHILD, SINGLE, BENCH = "parent", "child", "run", "bench"
+SWEEP = "crux.sweep"
+"""The sweep's name (the parent's) or the name of the sweep the job belongs to."""
+CLAIM = "crux.claim"
+"""The claim the sweep tests."""
+BACKEND = "crux.backend"
+"""The backend that trained the job (``backend.name``); the parent's is the sweep's."""
+ERROR_TYPE, ERROR_MESSAGE = "crux.error_type", "crux.error_message"
+"""Why a run closed FAILED or KILLED: the exception's class and its message."""
+HOST, PID, PROCESS, HEARTBEAT = "crux.host", "crux.pid", "crux.process", "crux.heartbeat"
+"""Which process writes the run, and when it last said it was alive."""
+
+# -- tags of a sweep's parent run -------------------------------------------------------------------------
+CLAIMS = "crux.claims"
+"""Every claim the sweep's file names (JSON list)."""
+OVERRIDES = "crux.overrides"
+"""The sweep's command-line overrides, space-separated."""
+PLANNED_JOB_COUNT = "crux.planned_jobs"
+"""How many jobs the sweep planned (their overrides are in :data:`PLANNED_JOBS`)."""
+SWEEP_DIR = "crux.sweep_dir"
+"""The folder of the sweep's outputs."""
+SWEPT = "crux.swept"
+"""The keys that differ between the sweep's jobs (JSON list)."""
+RESUMES = "crux.resumes"
+"""How many times the sweep was resumed."""
+COMMAND = "crux.command"
+"""The command that ran the sweep."""
+WORKING_DIR = "crux.working_dir"
+"""The folder the sweep ran in, where its command's paths start."""
+
+# -- tags of a job's run ----------------------------------------------------------------------------------
+JOB = "crux.job"
+"""The job's number in its sweep (``0`` for a single run)."""
+VARIANT = "crux.variant"
+"""The job's variant: what sets it apart from its sweep's other jobs."""
+REPEAT = "crux.repeat"
+"""The job's repeat (``repeat``), a twin with another seed."""
+HISTORY_POINTS = "crux.history_points"
+"""``<sent> of <epochs>``: how many epochs of each history went to MLflow as metrics (every one is in
+:data:`STATS`)."""
+ADJUSTED = "crux.adjusted"
+"""Which settings ran otherwise than requested, and how."""
+UNSUPPORTED = "crux.not_supported"
+"""What another backend left out of the config it was given."""
+TIMING_CPU, TIMING_DEVICE, TIMING_AGAINST = "crux.timing.cpu", "crux.timing.device", "crux.timing.against"
+"""Where a paired timing ran (CPU model, device) and the settings it was timed against (JSON)."""
+TIMING_CLOCK = "crux.timing.clock"
+"""Which clock timed the chunks: the process's CPU time on a CPU, wall time on an accelerator."""
+
+# -- MLflow's own tags ------------------------------------------------------------------------------------
+PARENT_ID = "mlflow.parentRunId"
+"""A child run's parent run."""
+NOTE = "mlflow.note.content"
+EXPERIMENT_KIND = "mlflow.experimentKind"
+
+# -- run statuses (MLflow's) ------------------------------------------------------------------------------
+RUNNING, FINISHED, FAILED, KILLED = "RUNNING", "FINISHED", "FAILED", "KILLED"
+
+# -- artifacts --------------------------------------------------------------------------------------------
+PLANNED_JOBS = "planned_jobs.json"
+"""The parent's plan: ``[{"job": number, "overrides": [...]}, ...]``, the number being :data:`JOB`."""
+CONFIG = "config.yaml"
+"""A job's resolved config."""
+ENVIRONMENT = "environment.json"
+"""The versions and machine a job ran on."""
+STATS = "stats.npz"
+"""Every epoch of every history (:class:`crux.stats.Statistics`)."""
+PARAMS = "params.npz"
+"""The parameters, one array per leaf: ``<when>/<model>/<i>`` for :data:`INITIAL`, ``phase<k>``, :data:`FINAL`."""
+HISTORY_PLOT = "history.png"
+CAPACITY_SIZES = "capacity.json"
+"""A capacity job's sizes tried (:class:`cruxlab.capacity_search.Attempt`, one object each) and its option's run."""
+INITIAL, FINAL = "initial", "final"
+
+# -- params -----------------------------------------------------------------------------------------------
+VARIANT_PARAM = "variant"
+"""The param holding the job's variant, beside its flattened settings (``memory.batchsize``, ...)."""
+CAPACITY_OPTION = "capacity.option"
+"""The param of a capacity job's memory option: its run logs :data:`CAPACITY_SIZES` and ``capacity/...`` metrics,
+no histories or parameters."""
+REQUESTED = "_requested"
+"""The suffix of a param that keeps a setting as requested, beside the setting as it ran (``memory.batchsize``
+above every constraint's points: ``memory.batchsize_requested``)."""
+
+
+def tag_filter(tag: str, value: str) -> str:
+    """MLflow's search filter for runs whose ``tag`` is ``value`` (``tag_filter(ROLE, PARENT)``)."""
+    return f"tags.`{tag}` = '{value}'"

@@ -1,0 +1,260 @@
+"""A store fault is not a job fault: a tracking store that is unreachable, full or restarting is waited for, up to
+a budget, and past it the sweep stops and says so, instead of failing every job in turn.
+
+Every write crux makes (MLflow's REST client, its SQL store, crux's direct
+history insert, status updates) goes through :func:`patiently`: an error that
+says the store is away (:func:`is_store_fault`: no connection, a timeout, a
+database restarting) is retried with growing pauses for up to
+``tracking.retry_seconds`` (:func:`set_retry_budget`, kept in the environment so
+that the jobs a sweep starts inherit it) from the first failure; past that it
+raises :class:`StoreFault`. A full disk is a store fault that does not pass by
+itself: it raises StoreFault at once, naming the disk. MLflow's own HTTP retries are cut to seconds
+(:data:`cruxlab.store.connection.HTTP_LIMITS`) so that this budget is the one that
+counts. A job that meets a StoreFault writes it into the sweep's folder
+(:func:`record_fault`): the jobs after it end at once, the sweep ends with one
+line, and the runs it left open are closed later with that cause. The room for
+that record is taken when the sweep starts (:func:`reserve_fault_record`), so
+that a disk that fills up still takes it.
+"""
+from __future__ import annotations
+
+import errno
+import functools
+import json
+import logging
+import os
+import shutil
+import socket
+import sqlite3
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+from urllib.parse import urlsplit
+
+from mlflow.exceptions import MlflowException
+from requests.exceptions import ConnectionError as RequestsConnectionError
+from requests.exceptions import Timeout
+
+from cruxlab.store.connection import HTTP_LIMITS, SQLITE, brief
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+RETRY_SECONDS = "CRUX_STORE_RETRY_SECONDS"
+"""The environment variable that carries ``tracking.retry_seconds`` to every process of a sweep."""
+DEFAULT_RETRY_SECONDS = 60.0
+LONGEST_PAUSE = 8.0
+FAULT_FILE = "store_fault.json"
+"""In the sweep's folder: the store fault a job met (``{"message": ..., "runs": {run id: message}}``), or blanks
+(room reserved, no fault)."""
+RESERVED_BYTES = 64 * 1024
+"""The room taken for the fault's record when a sweep starts: its message and a line per run left open."""
+UNAVAILABLE = ("TEMPORARILY_UNAVAILABLE",)
+FAULT_WORDS = ("failed with exception", "failed with timeout exception", "database or disk is full",
+               "No space left on device", "503 != 200", "502 != 200", "504 != 200")
+"""What MLflow's messages say when the store, not the request, failed."""
+QUIET_LOGGERS = ("mlflow.store.db.utils", "urllib3.connectionpool")
+"""Loggers that print a traceback or a warning at each failed attempt: the retry says it once instead."""
+
+
+_retrying = 0  # calls of this process waiting for the store now
+_retrying_lock = threading.Lock()
+_recording = threading.Lock()  # a job and the process's writer may record a fault at once
+
+
+class StoreFault(Exception):
+    """The tracking store stayed unreachable, full or refusing writes for the whole retry budget; the message is
+    one line saying what failed."""
+
+
+def retry_budget() -> float:
+    """Seconds a write waits for the store: ``tracking.retry_seconds`` of this sweep."""
+    return float(os.environ.get(RETRY_SECONDS, DEFAULT_RETRY_SECONDS))
+
+
+def set_retry_budget(seconds: float) -> None:
+    """Make ``seconds`` this process's budget, and that of the processes it starts, MLflow's own HTTP retries
+    bounded (:data:`HTTP_LIMITS`, where the user set none); quiet the per-attempt logs."""
+    os.environ[RETRY_SECONDS] = str(float(seconds))
+    for key, value in HTTP_LIMITS.items():
+        os.environ.setdefault(key, value)
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def is_store_fault(error: BaseException) -> bool:
+    """Whether ``error`` says the store is away (no connection, a timeout, a database down or restarting, no space
+    left) rather than that the request was wrong."""
+    if isinstance(error, (RequestsConnectionError, Timeout, sqlite3.OperationalError, ConnectionError, TimeoutError)):
+        return True
+    sql = sys.modules.get("sqlalchemy.exc")  # imported by MLflow's SQL store, the only one to raise its errors
+    if sql is not None and (isinstance(error, sql.OperationalError)
+                            or isinstance(error, sql.DBAPIError) and error.connection_invalidated):
+        return True
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    if isinstance(error, MlflowException):
+        return error.error_code in UNAVAILABLE or any(words in str(error) for words in FAULT_WORDS)
+    return False
+
+
+def store_retrying() -> bool:
+    """Whether a call of this process is waiting for the store now (:func:`patiently`, between its first
+    failure and its success or StoreFault)."""
+    return _retrying > 0
+
+
+def _count_retrying(change: int) -> None:
+    global _retrying
+    with _retrying_lock:
+        _retrying += change
+
+
+DISK_FULL_WORDS = ("database or disk is full", "No space left on device", "Disk quota exceeded")
+"""What SQLite, the OS and a server relaying them say of a disk with no room left."""
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """Whether ``error``, or an error it was raised from, says a disk has no room left: a state that lasts until
+    someone frees space, not a fault that passes."""
+    while error is not None:
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if any(words in str(error) for words in DISK_FULL_WORDS):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def full_disk(error: BaseException, uri: str | None = None) -> str:
+    """A full disk in the user's words: which disk (the file that could not be written, else a SQLite store's
+    file) and how many bytes it has free; the store's own words where the disk is a server's."""
+    path = getattr(error, "filename", None) or (uri[len(SQLITE):] if uri and uri.startswith(SQLITE) else None)
+    if not path:
+        return f"the store's disk is full ({brief(error)}): free some space on the store's server"
+    folder = Path(path).parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free
+    return f"the disk holding {path} is full ({free:,} bytes free): free some space there"
+
+
+def patiently(call: Callable[[], T], what: str, uri: str | None = None) -> T:
+    """``call()``, tried again while it fails with a store fault, for up to :func:`retry_budget` seconds from the
+    first failure; past that StoreFault naming ``what`` and the last error. A full disk (:func:`is_disk_full`)
+    is not waited for: StoreFault at once, naming the disk (``uri``: the store's, where it is a file)."""
+    deadline, pause = None, 0.5
+    try:
+        while True:
+            try:
+                return call()
+            except Exception as error:
+                if not is_store_fault(error):
+                    raise
+                if is_disk_full(error):
+                    raise StoreFault(f"{what} failed: {full_disk(error, uri)}") from error
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + retry_budget()
+                    _count_retrying(1)
+                    log.warning("the tracking store did not take %s (%s): trying again for up to %g s", what,
+                                brief(error), retry_budget())
+                if now >= deadline:
+                    raise StoreFault(f"{what} failed for {retry_budget():g} s (tracking.retry_seconds): "
+                                     f"{brief(error)}") from error
+                time.sleep(min(pause, deadline - now))
+                pause = min(2 * pause, LONGEST_PAUSE)
+    finally:
+        if deadline is not None:
+            _count_retrying(-1)
+
+
+REACH_SECONDS = 5.0
+"""How long :func:`reach` waits for a store's server to take a connection."""
+
+
+def reach(uri: str) -> None:
+    """Open and close a connection to the server of ``uri`` (a tracking server, a PostgreSQL server on a host):
+    ConnectionError or TimeoutError, store faults, where none is taken within :data:`REACH_SECONDS`. A store
+    without a server (SQLite) is not checked here: its writes say whether its disk takes them."""
+    parts = urlsplit(uri)
+    ports = {"http": 80, "https": 443}
+    if not parts.hostname or not (parts.scheme in ports or parts.scheme.startswith("postgres")):
+        return
+    with socket.create_connection((parts.hostname, parts.port or ports.get(parts.scheme, 5432)), REACH_SECONDS):
+        pass
+
+
+class PatientClient:
+    """An ``MlflowClient`` whose every public method goes through :func:`patiently`."""
+
+    def __init__(self, client: Any):
+        self.client = client
+
+    def __getattr__(self, name: str) -> Any:
+        member = getattr(self.client, name)
+        if name.startswith("_") or not callable(member):
+            return member
+
+        @functools.wraps(member)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return patiently(lambda: member(*args, **kwargs), name, getattr(self.client, "tracking_uri", None))
+        return call
+
+
+def record_fault(folder: Path, run_id: str | None, message: str) -> None:
+    """Write into the sweep's ``folder`` that the store failed (``message``), with the run it left open: into the
+    room reserved for it (:func:`reserve_fault_record`), in place, which a full disk takes, where it fits."""
+    with _recording:
+        recorded = recorded_fault(folder) or {"message": message, "runs": {}}
+        if run_id:
+            recorded["runs"][run_id] = message
+        _write_record(folder, recorded)
+
+
+def record_kept(folder: Path, job: int, where: Path) -> None:
+    """Add to the fault recorded in the sweep's ``folder`` that job ``job``'s results are kept in ``where``, a
+    folder outside it (:mod:`cruxlab.runtime.kept`: the sweep's own disk had no room for them)."""
+    with _recording:
+        recorded = recorded_fault(folder) or {"message": "", "runs": {}}
+        recorded.setdefault("kept", {})[str(job)] = str(where)
+        _write_record(folder, recorded)
+
+
+def _write_record(folder: Path, recorded: dict) -> None:
+    """``recorded`` as the sweep's fault record, in the reserved room where it fits."""
+    text = json.dumps(recorded, indent=1).encode()
+    path = folder / FAULT_FILE
+    if path.is_file() and len(text) <= path.stat().st_size:
+        with open(path, "r+b") as file:
+            file.write(text.ljust(path.stat().st_size))  # JSON, then blanks, which JSON ignores
+            file.flush()
+            os.fsync(file.fileno())
+        return
+    written = folder / f"{FAULT_FILE}.part"  # whole or absent for a reader in another thread or process
+    written.write_bytes(text)
+    os.replace(written, path)
+
+
+def reserve_fault_record(folder: Path) -> None:
+    """Take :data:`RESERVED_BYTES` in ``folder`` for the record of a store fault, forgetting one recorded there
+    before (a sweep resumed in the same folder)."""
+    path = folder / FAULT_FILE
+    with open(path, "wb") as file:
+        file.write(b" " * RESERVED_BYTES)
+        file.flush()
+        os.fsync(file.fileno())
+
+
+def recorded_fault(folder: Path | None) -> dict | None:
+    """What :func:`record_fault` wrote into ``folder``; None where nothing was."""
+    path = folder / FAULT_FILE if folder is not None else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        text = path.read_text()
+        return json.loads(text) if text.strip() else None  # blanks: room reserved, no fault
+    except (OSError, ValueError):  # a record half written, read by another process: seen whole at its next look
+        return None
