@@ -39,7 +39,7 @@ import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -53,7 +53,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from cruxlab.config import effective_settings, overrides_without
 from cruxlab.config.keys import refused_override
-from cruxlab.config.refusals import refusals as job_refusals
+from cruxlab.config.refusals import config_refusals, refusals as job_refusals
 from cruxlab.runtime.handover import ARTIFACTS, Pickup, read_results
 from cruxlab.runtime.interrupt import deferred, exit_status, interruptible, signal_name
 from cruxlab.runtime.job import JobRun, finished_jobs, unwritten_jobs
@@ -208,9 +208,12 @@ class Multirun:
             cfg = None
             try:
                 cfg = self.compose(self.config, list(overrides))
+                own_jax = jax_settings_of_its_own(cfg.hydra.job.env_set)
                 with read_write(cfg), open_dict(cfg):
                     del cfg["hydra"]
-                found = job_refusals(cfg)
+                # a job that sets JAX up otherwise (XLA_FLAGS, JAX_PLATFORMS) is not built here: JAX, once started
+                # in this process to build it, would keep its devices for the jobs this process runs
+                found = config_refusals(cfg) if own_jax else job_refusals(cfg)
             except CONFIG_ERRORS as error:
                 without = lambda key: self.compose(self.config, overrides_without(list(overrides), key))  # noqa: E731
                 found = [refused_override(error, without) or _one_line(error)]
@@ -552,6 +555,15 @@ def closing_cause(run: Run, stopped: KeyboardInterrupt | None, unreadable: dict[
         return KILLED, GONE, (f"its process (pid {tags.get(PID)} on {tags.get(HOST)}) ended without closing the run "
                               f"(killed: kill -9, out of memory)")
     return KILLED, "SweepEnded", "its sweep ended while it ran"
+
+
+JAX_VARIABLES = ("XLA_", "JAX_")
+"""The prefixes of the environment variables that JAX reads once, when it starts."""
+
+
+def jax_settings_of_its_own(env_set: Mapping[str, str]) -> bool:
+    """Whether a job's ``hydra.job.env_set`` gives JAX other settings than this process has."""
+    return any(key.startswith(JAX_VARIABLES) and os.environ.get(key) != str(value) for key, value in env_set.items())
 
 
 def job_table(runs: Iterable[Run]) -> str:
