@@ -157,24 +157,34 @@ class Crux:
     def solve(self, epochs: int | None = None, options: SolveOptions | None = None, **keywords: Any) -> Statistics:
         """Train for ``epochs`` epochs; return their Statistics (also appended to ``history``).
 
-        The options are ``options`` (a :class:`crux.SolveOptions`; None: the defaults) with ``epochs`` and each
-        keyword argument in its place: ``solve(1000, batchsize=8)`` is ``solve(options=crux.SolveOptions(1000,
-        batchsize=8))``. ``batchsize``: points per constraint and update (None: all of them); ``accumulation_steps``:
-        micro-batches of ``batchsize`` per update, gradients averaged; ``inner_steps``: epochs per compiled
-        call (a divisor of ``epochs``); ``checkpoint_gradients``: rematerialise activations in the backward
-        pass; ``offload_data``: keep the points on the host and stream each call's batches;
-        ``substeps``: entries ``[i, j]`` or ``([i, j], n)`` run in order each epoch, each updating only the
-        models its constraints reach; ``devices``: split each update's micro-batches over the first
-        ``devices`` devices (each takes ``accumulation_steps`` micro-batches of ``batchsize``, the gradients
-        are averaged over all of them), parameters and optimizer states whole on each; ``precision``: the
-        float32 matrix-product precision of the compiled update, ``"highest"`` (full float32), ``"high"`` or
-        ``"default"`` (the device's fastest: one bfloat16 pass on a TPU; see :mod:`crux.precision`).
+        An epoch is one update of every reached model on every constraint (with ``substeps``, one pass over the
+        entries). The options are ``options`` with ``epochs`` and each keyword argument in its place:
+        ``solve(1000, batchsize=8)`` is ``solve(options=crux.SolveOptions(1000, batchsize=8))``. They run as
+        :meth:`resolve` gives them, and every option is checked before anything is traced or compiled.
 
-        Raises ValueError/TypeError for bad options before any compute, and FloatingPointError when a loss
-        or update turns non-finite. Whatever stops it (that error, an exception, KeyboardInterrupt), the
-        epochs up to the last synchronisation stay in ``history`` and the parameters, optimizer states and
-        counters are those at that point (before the failing update, for a non-finite one), so a later
-        solve() resumes from there.
+        Calling solve() again resumes: the parameters, the update counter (so the point stream) and, for models
+        whose optimizer was not changed since, the optimizer state and the schedule's position carry over.
+
+        Args:
+            epochs: the number of epochs, in place of ``options.epochs``.
+            options: a :class:`crux.SolveOptions` (None: the defaults); its fields say what each option does.
+            **keywords: any field of :class:`crux.SolveOptions` but ``epochs``, in place of the same field of
+                ``options`` (``batchsize``, ``accumulation_steps``, ``inner_steps``, ``checkpoint_gradients``,
+                ``offload_data``, ``substeps``, ``devices``, ``precision``).
+
+        Returns:
+            The statistics of these epochs, one row per epoch, with the options they ran
+            (``Statistics.options``).
+
+        Raises:
+            TypeError: an unknown keyword, or a value of the wrong type (:class:`crux.SolveOptions`).
+            ValueError: options no solve() of this solver could run (a :class:`crux.options.OptionError` where
+                it names options), a residual or model that does not trace as its constraint says, a trained
+                model without an optimizer; before any compute.
+            FloatingPointError: a loss or an update turned non-finite. Whatever stops a solve() (that error,
+                another exception, KeyboardInterrupt), the epochs up to the last synchronisation stay in
+                ``history`` and the parameters, optimizer states and counters are those at that point (before
+                the failing update, for a non-finite one), so that a later solve() resumes from there.
         """
         options = self._resolved(requested(epochs, options, keywords))
         entries = self._trained_entries(options)
@@ -184,6 +194,33 @@ class Crux:
                      f"{b} × {a} = {a * b}" if a * b <= largest else
                      f"every point of each constraint, the largest's {largest} (fewer than {b} × {a})")
         return self._run(self._plan(options, entries), options)
+
+    def resolve(self, epochs: int | None = None, options: SolveOptions | None = None,
+                **keywords: Any) -> SolveOptions:
+        """The options :meth:`solve` runs when called with these arguments, without running anything: what it
+        logs or records as run (``Statistics.options`` holds them), checked as solve() checks them.
+
+        A ``batchsize`` above every constraint's points runs as the largest constraint's, and
+        ``accumulation_steps`` where every micro-batch would be the whole set (``batchsize=None``, or at least
+        every constraint's points) as 1 (with a warning): the same training as the request, said as it runs
+        (:func:`crux.options.resolved`). solve() takes the options this way too, so the two cannot differ.
+
+        Args:
+            epochs: the number of epochs, in place of ``options.epochs``.
+            options: a :class:`crux.SolveOptions` (None: the defaults).
+            **keywords: any field of :class:`crux.SolveOptions` but ``epochs``, in place of that field.
+
+        Returns:
+            The :class:`crux.SolveOptions` solve() runs.
+
+        Raises:
+            TypeError: as :meth:`solve` raises it for these options.
+            ValueError: as :meth:`solve` raises it for these options (a :class:`crux.options.OptionError`: more
+                ``devices`` than JAX sees, ``offload_data`` with a batch of every point, a ``substeps`` index past
+                the constraints). What depends on the models (an optimizer attached, residuals that trace) is
+                solve()'s to check.
+        """
+        return self._resolved(requested(epochs, options, keywords, "resolve"))
 
     def _resolved(self, options: SolveOptions) -> SolveOptions:
         """``options`` as this solver runs them (:func:`crux.options.resolved`): refused where they do not fit its
@@ -261,6 +298,7 @@ class Crux:
                      meanwhile=lambda: [f.value() for f in fingerprints])
         finally:  # also on an exception or interrupt: keep what was synchronised
             stats, error = loop.statistics(compiled.seconds + start_seconds, compiled.memory)
+            stats = dataclasses.replace(stats, options=[options])
             if loop.state is not None:
                 end = self._fingerprint(sharding.local(loop.state).train.params)
                 stats = dataclasses.replace(stats, fingerprints=[(start, end)])
