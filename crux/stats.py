@@ -148,8 +148,8 @@ class Statistics:
 
     @property
     def total_loss(self) -> np.ndarray:
-        """``(epochs,)``: per row, the sum of the losses that were evaluated; NaN in a row with none (an epoch whose losses
-        were not reported)."""
+        """``(epochs,)``: per row, the sum of the losses that were evaluated; NaN in a row with none (an epoch
+        whose losses were not reported)."""
         if not self.losses.size:
             return np.zeros(0, np.float32)
         return _row_sums(self.losses)
