@@ -82,12 +82,39 @@ class _Spelt:
 
 @dataclass(frozen=True)
 class SolveOptions:
-    """The options of one ``solve()`` call (see :meth:`crux.Crux.solve` for their meaning), checked and
-    normalised when built: integers as ``int``, ``precision`` one of crux's names (:mod:`crux.precision`),
-    ``substeps`` as ``((constraint indices, updates), ...)``, so that equal requests compare equal however they
-    were spelt.
+    """The options of one ``solve()`` call, checked and normalised when built: integers as ``int``, ``precision``
+    one of crux's names (:mod:`crux.precision`), ``substeps`` as ``((constraint indices, updates), ...)``, so
+    that equal requests compare equal however they were spelt. Frozen and hashable:
+    ``dataclasses.replace(options, batchsize=16)`` makes another, checked again. What depends on a solver's
+    constraints and devices is checked when it takes them (:meth:`crux.Crux.resolve`).
 
-    Raises TypeError/ValueError naming the option and the fix for a value no solve() could use.
+    Args:
+        epochs: the epochs to train, each one update of every reached model on every constraint (with
+            ``substeps``, one pass over the entries).
+        batchsize: points per constraint and micro-batch, drawn afresh for each update from a keyed permutation
+            of each constraint's points (a constraint of fewer points takes all of them); None: every point.
+        accumulation_steps: micro-batches of ``batchsize`` per update, run one after another in the compiled
+            update, their gradients averaged: the points of one batch of ``accumulation_steps * batchsize``.
+        checkpoint_gradients: rematerialise activations in the backward pass, in the form of :mod:`crux.remat`
+            that needs the least memory (never more than the plain update); the same numbers.
+        offload_data: keep the points on the host and stream each call's batches to the device; needs a
+            ``batchsize`` smaller than the largest constraint. The same numbers.
+        inner_steps: epochs per compiled call (a divisor of ``epochs``), so Python dispatches ``epochs /
+            inner_steps`` times; the same numbers.
+        substeps: entries ``[i, j]`` or ``([i, j], n)`` run in order each epoch, each updating only the models
+            its constraints reach with an optimizer state of its own, ``n`` times; not with
+            ``accumulation_steps > 1`` or ``inner_steps > 1``.
+        devices: split each update's micro-batches over the first ``devices`` devices (each takes
+            ``accumulation_steps`` micro-batches of ``batchsize``; the gradients are averaged over all of them),
+            parameters and optimizer states whole on each.
+        precision: the float32 matrix-product precision of the compiled update: ``"highest"`` (full float32),
+            ``"high"`` or ``"default"`` (the device's fastest: one bfloat16 pass on a TPU; see
+            :mod:`crux.precision`).
+
+    Raises:
+        TypeError: a value of the wrong type (``True`` is not an integer, ``"False"`` not a flag).
+        ValueError: a value no solve() could use, naming the option and the fix (an :class:`OptionError` where
+            it is about several options).
     """
 
     epochs: int
@@ -134,8 +161,11 @@ class SolveOptions:
             object.__setattr__(self, name, value)
 
     def keywords(self) -> dict[str, Any]:
-        """Every option but ``epochs``, by name: ``solve(epochs, **options.keywords())`` is ``solve(epochs,
-        options)``, for what passes the options on as keyword arguments."""
+        """Every option but ``epochs``, by name, for what passes the options on as keyword arguments.
+
+        Returns:
+            ``{name: value}``: ``solve(epochs, **options.keywords())`` is ``solve(epochs, options)``.
+        """
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "epochs"}
 
 

@@ -84,12 +84,27 @@ class Machinery:
 
 
 class Crux:
-    """A PINN problem: constraints on collocation points and the models that satisfy them.
+    """A PINN problem: constraints on collocation points and the models that satisfy them, trained by
+    :meth:`solve`.
 
     ``solve()`` may be called repeatedly: parameters, the update counter (and so
     the point stream) and, for models whose optimizer was not changed, optimizer
     state and schedule position carry over. The constraints' points go to the
     device at the first solve() and stay there (not with ``offload_data``).
+
+    Args:
+        constraints: the :class:`crux.Constraint` list, names unique; ``substeps`` names them by index.
+        models: ``{name: crux.Model}``, the names the residuals use (``net.u``); the dict is copied, the models
+            are shared (``solve()`` leaves the trained parameters in them).
+        seed: the key of the point stream (which points each update sees), from 0 to 2**32 - 1; the models'
+            initial parameters come from their own seeds.
+        machinery: what the solver builds, compiles and runs its calls with (:class:`Machinery`); crux's own by
+            default, replaced only by tests, to plant a defect that a check must catch.
+
+    Raises:
+        TypeError: no constraints, something other than a constraint among them, or ``models`` not a non-empty
+            ``{str: crux.Model}``.
+        ValueError: two constraints share a name, or ``seed`` is outside 0 ... 2**32 - 1.
     """
 
     def __init__(self, constraints: Sequence[Constraint], models: dict[str, Model], seed: int = 0,
@@ -129,6 +144,7 @@ class Crux:
     # -- public state ------------------------------------------------------------
     @property
     def params(self) -> dict[str, Any]:
+        """``{name: model.params}``: every model's current parameters."""
         return {name: m.params for name, m in self.models.items()}
 
     @property
@@ -137,8 +153,18 @@ class Crux:
         return Statistics.concat(self._history) if self._history else None
 
     def optimizer_state(self, model: str) -> Any:
-        """The optax state ``model``'s optimizer carries into the next plain solve(): None before its first
-        update there, or once its optimizer or schedule changed (the next solve() starts a fresh one)."""
+        """The optax state ``model``'s optimizer carries into the next plain solve() (without ``substeps``).
+
+        Args:
+            model: a model's name.
+
+        Returns:
+            The state; None before its first update there, or once its optimizer or schedule changed (the next
+            solve() starts a fresh one).
+
+        Raises:
+            KeyError: no such model.
+        """
         if model not in self.models:
             raise KeyError(f"Crux.optimizer_state({model!r}): no such model; the solver has {sorted(self.models)}")
         version, state = self._opt_states.get((self._entry_key(None, 0), model), (None, None))
@@ -326,11 +352,21 @@ class Crux:
         return itertools.repeat(example, calls), example
 
     def compiled_memory(self, options: SolveOptions | None = None, **keywords: Any) -> dict[str, int]:
-        """What solve() with these options (as :meth:`solve` takes them; ``epochs`` is one call's) compiles its
-        update to need on the device, from XLA's memory analysis (``temp_bytes``, ``argument_bytes``,
-        ``output_bytes``; ``checkpoint_used`` with ``checkpoint_gradients``), without running an update: how a
-        size that may not fit is tried. The constraints' points go to the device as solve() would send them (not
-        with ``offload_data``), so a device without room for them refuses here (RESOURCE_EXHAUSTED)."""
+        """What solve() with these options compiles its update to need on the device, without running an update:
+        how a size that may not fit is tried. The constraints' points go to the device as solve() would send them
+        (not with ``offload_data``), so a device without room for them refuses here (RESOURCE_EXHAUSTED).
+
+        Args:
+            options: as :meth:`solve` takes them, ``epochs`` one call's (``inner_steps`` where not given).
+            **keywords: fields of :class:`crux.SolveOptions` in place of ``options``'.
+
+        Returns:
+            XLA's memory analysis of the update: ``temp_bytes``, ``argument_bytes``, ``output_bytes``;
+            ``checkpoint_used`` with ``checkpoint_gradients`` (the form of :mod:`crux.remat` chosen).
+
+        Raises:
+            TypeError, ValueError: as :meth:`resolve` does.
+        """
         options = self._resolved(one_call(options, keywords, "compiled_memory"))
         plan = self._plan(options, self._entries(options))
         _, example = self._feed(plan, options, 1)
@@ -338,13 +374,23 @@ class Crux:
         return dict(self._compiled_update(plan, options, state, example)[1].memory)
 
     def compiled_call(self, options: SolveOptions | None = None, **keywords: Any) -> CompiledCall:
-        """The compiled call that solve() with these options (as :meth:`solve` takes them; ``epochs`` is one
-        call's) runs, a fresh state from where the solver stands
-        and the points on the device: ``call(state, data)`` returns the state after ``inner_steps`` updates,
-        bit for bit those solve() makes, without advancing the solver. For timing or inspecting the program
+        """The compiled call that solve() with these options runs, for timing or inspecting the program
         (``call.as_text()``, ``call.cost_analysis()``) without solve()'s host loop; the program is compiled
-        once per solver and options, as solve() compiles it. ``offload_data`` is not an option here: its
-        calls take batches streamed from the host."""
+        once per solver and options, as solve() compiles it.
+
+        Args:
+            options: as :meth:`solve` takes them, ``epochs`` one call's (``inner_steps`` where not given).
+            **keywords: fields of :class:`crux.SolveOptions` in place of ``options``'.
+
+        Returns:
+            ``(call, state, data)``: ``call(state, data)`` returns the state after ``inner_steps`` updates, bit
+            for bit those solve() makes, without advancing the solver; ``state`` is a fresh one from where the
+            solver stands (the call donates it), ``data`` the points on the device.
+
+        Raises:
+            TypeError, ValueError: as :meth:`solve` does; ValueError for ``offload_data=True``, whose calls take
+                batches streamed from the host.
+        """
         options = self._resolved(one_call(options, keywords, "compiled_call"))
         if options.offload_data:
             raise ValueError("compiled_call(offload_data=True): an offloaded solve() streams each call's batches "

@@ -261,18 +261,28 @@ class Statistics:
 
     # -- figure --------------------------------------------------------------------
     def plot(self, path: str | Path) -> "Statistics":
-        """Save :meth:`figure` to ``path`` (PNG, 110 dpi); returns self."""
+        """Save :meth:`figure` to ``path``.
+
+        Args:
+            path: the PNG file to write (110 dpi).
+
+        Returns:
+            self.
+        """
         self.figure().savefig(path, dpi=110)
         return self
 
     def figure(self) -> Any:
         """Losses per constraint (log scale), learning rates (log scale where the positive ones span a decade or
-        more: Adam at 1e-3 beside L-BFGS at 1.0 would be a flat zero on a linear axis), time per update; every phase after the
-        first starts at a dashed line, numbered on the learning-rate panel. A matplotlib ``Figure``.
+        more: Adam at 1e-3 beside L-BFGS at 1.0 would be a flat zero on a linear axis), time per update; every
+        phase after the first starts at a dashed line, numbered on the learning-rate panel.
 
         Drawn on a bare figure (no pyplot state, no backend choice) with fixed margins, plain ``1e-04`` labels and
         no minor ticks on the log axes, as a job draws it once: ``tight_layout`` draws the figure twice, mathtext
         labels build their parser, and minor ticks add some 50 tick objects.
+
+        Returns:
+            A matplotlib ``Figure`` (matplotlib is imported here, not with crux).
         """
         from matplotlib.figure import Figure
         from matplotlib.ticker import LogFormatter, NullLocator
