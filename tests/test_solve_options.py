@@ -141,6 +141,14 @@ def test_the_timed_options_are_the_options_fields_but_epochs_and_substeps(hydra_
     assert set(fields) - set(TIMED_OPTIONS) == {"epochs", "substeps"}
     cfg = compose("config", overrides=["+timing.against.precision=high"])
     assert timing_refusals(cfg) == []
+    # what crux refuses of the options timed against is said in the command line's terms
+    cfg = compose("config", overrides=["+timing.against.offload_data=true"])
+    assert timing_refusals(cfg) == [
+        "timing.against.offload_data=true streams mini-batches, so it needs a memory.batchsize smaller than the "
+        "largest constraint's points; got memory.batchsize=null. Set one, or timing.against.offload_data=false"]
+    cfg = compose("config", overrides=["solver.epochs=10", "+timing.against.inner_steps=3"])
+    assert timing_refusals(cfg) == ["timing.against.inner_steps=3 must divide solver.epochs=10; choose one of "
+                                    "[1, 2, 5, 10]"]
 
 
 def test_options_are_frozen():

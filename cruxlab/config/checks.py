@@ -9,6 +9,7 @@ what a timing may change (:func:`timing_refusals`), a problem whose function can
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -25,9 +26,23 @@ from cruxlab.config.settings import in_config_terms, solve_options
 
 
 def timing_refusals(cfg: DictConfig) -> list[str]:
-    """What in ``cfg.timing`` a timing could not use, in the command line's terms."""
+    """What in ``cfg.timing`` a timing could not use, in the command line's terms: a key that is not an option it
+    may change, and options that crux refuses once ``timing.against`` changes the job's (said as
+    :func:`in_config_terms` says them; the job's own are :func:`option_refusals`')."""
+    against = OmegaConf.to_container(cfg.timing.against)
     found = [f"timing.against.{key}: not a solve() option the timing can change; choose among "
-             f"{', '.join(TIMED_OPTIONS)}" for key in sorted(set(cfg.timing.against) - set(TIMED_OPTIONS))]
+             f"{', '.join(TIMED_OPTIONS)}" for key in sorted(set(against) - set(TIMED_OPTIONS))]
+    try:
+        own = solve_options(cfg)
+    except (TypeError, ValueError):  # the job's own options, refused as such
+        return found
+    if not found:
+        try:
+            dataclasses.replace(own, **against)
+        except OptionError as refused:
+            found.append(in_config_terms(refused, **{name: f"timing.against.{name}" for name in against}))
+        except (TypeError, ValueError) as refused:
+            found.append(f"timing.against: {refused}")
     return found
 
 
@@ -74,7 +89,7 @@ def option_refusals(cfg: DictConfig) -> list[str]:
         try:
             solve_options(cfg, count)
         except (TypeError, ValueError) as refused:
-            line = in_config_terms(refused, key) if isinstance(refused, OptionError) else str(refused)
+            line = in_config_terms(refused, epochs=key) if isinstance(refused, OptionError) else str(refused)
             if line not in found:
                 found.append(line)
     return found

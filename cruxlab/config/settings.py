@@ -101,11 +101,11 @@ def solve_options(cfg: DictConfig, epochs: int | None = None) -> SolveOptions:
     return SolveOptions(**{**values, **({} if epochs is None else {"epochs": epochs})})
 
 
-def in_config_terms(refused: OptionError, epochs_key: str = OPTION_KEYS["epochs"]) -> str:
-    """crux's refusal of options as the command line says it: each option by its config key (:data:`OPTION_KEYS`;
-    ``epochs`` by ``epochs_key``, a later phase's ``phases.<name>.epochs``), each value as YAML writes it
-    (``true``, ``null``)."""
-    return refused.spelt(lambda name: epochs_key if name == "epochs" else OPTION_KEYS[name], config_literal)
+def in_config_terms(refused: OptionError, **keys: str) -> str:
+    """crux's refusal of options as the command line says it: each option by its config key (:data:`OPTION_KEYS`,
+    or where ``keys`` names another: a later phase's ``epochs="phases.<name>.epochs"``), each value as YAML writes
+    it (``true``, ``null``)."""
+    return refused.spelt(lambda name: keys.get(name, OPTION_KEYS[name]), config_literal)
 
 
 def config_literal(value: Any) -> str:
