@@ -19,13 +19,26 @@ Residual = Callable[[Any, Any], Any]
 
 @dataclass(frozen=True)
 class Constraint:
-    """Loss ``weight * mean(residual(net, x)**2)`` over ``points`` (vector residuals: mean over components too).
+    """A residual enforced on collocation points: loss ``weight * mean(residual(net, x)**2)`` over the points of
+    an update (for a vector residual, the mean runs over its components too); a solver's total loss is the sum
+    over its constraints. Frozen: build another to change its points.
 
-    A residual returns a scalar at each point, or a vector of at most :data:`RESIDUAL_COMPONENTS` components;
-    ``solve()`` refuses any other shape before training.
+    crux vectorises the residual over the points itself, so a residual is written for one point, as the
+    equation reads. The shape of what it returns is checked when a solver first traces it (``solve()``,
+    :attr:`crux.Crux.reach`), before any training.
 
-    ``residual(net, x)`` sees one point ``x`` of shape ``(d,)``; ``net.u(x)`` evaluates model ``u``.
-    Points are kept on the host as float32 ``(N, d)``; a 1-D array is read as ``(N, 1)``.
+    Args:
+        name: the constraint's name, unique among a solver's constraints (its loss history is ``loss/<name>``).
+        residual: ``residual(net, x)``: at one point ``x`` of shape ``(d,)``, a scalar, or a vector of at most
+            :data:`RESIDUAL_COMPONENTS` components (one per equation of a system); ``net.u(x)`` (or
+            ``net["u"](x)``) evaluates the solver's model ``"u"`` at one point of its ``in_dim`` coordinates.
+        points: ``(N, d)`` real coordinates, kept on the host as float32 (a 1-D array is read as ``(N, 1)``).
+        weight: the loss's factor, a finite number ``>= 0``.
+
+    Raises:
+        TypeError: ``name`` is not a non-empty string, or ``residual`` is not callable.
+        ValueError: ``points`` is not a non-empty ``(N, d)`` array of real numbers or holds NaN or inf (the first
+            bad row is named); ``weight`` is not a finite number ``>= 0``.
     """
 
     name: str
@@ -60,6 +73,7 @@ class Constraint:
 
     @property
     def size(self) -> int:
+        """``N``: the constraint's points."""
         return self.points.shape[0]
 
 

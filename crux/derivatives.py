@@ -28,12 +28,31 @@ def _unit(x: jax.Array, i: int) -> jax.Array:
 
 
 def grad(f: Pointwise) -> Pointwise:
-    """Gradient of a scalar pointwise function: ``(d,) -> (d,)``."""
+    """The gradient of a scalar pointwise function, in reverse mode.
+
+    Args:
+        f: a pointwise function ``(d,) -> scalar``, such as ``net.u``.
+
+    Returns:
+        The pointwise function ``(d,) -> (d,)`` of its gradient, to be called inside a residual.
+    """
     return jax.grad(f)
 
 
 def partial(f: Pointwise, *dims: int) -> Pointwise:
-    """Mixed partial derivative: ``partial(u, 0, 0)`` is u_xx, ``partial(u, 1)`` is u_t for x = (x, t)."""
+    """A mixed partial derivative, one nested forward-mode product per axis: ``partial(u, 0, 0)`` is u_xx,
+    ``partial(u, 1)`` is u_t for ``x = (x, t)``.
+
+    Args:
+        f: a pointwise function ``(d,) -> scalar`` (or vector: the derivative of each component).
+        *dims: the input axes to differentiate along, in order; at least one.
+
+    Returns:
+        The pointwise function of the derivative, of ``f``'s shape.
+
+    Raises:
+        ValueError: no axis given.
+    """
     if not dims:
         raise ValueError("crux.partial needs at least one dimension index, e.g. partial(u, 0)")
     derivative = f
@@ -52,11 +71,23 @@ LAPLACIAN_MODES = ("taylor", "forward", "reverse")
 
 
 def laplacian(f: Pointwise, mode: str = "taylor") -> Pointwise:
-    """Sum of the unmixed second derivatives.
+    """The Laplacian: the sum of the unmixed second derivatives. The three modes compute the same value; they
+    differ in float32 round-off and in speed.
 
-    ``mode="taylor"``: Taylor mode (``crux.taylor``) when it has a rule for everything ``f`` does,
-    decided while tracing, else forward-over-forward; ``"forward"``: forward-over-forward;
-    ``"reverse"``: reverse-over-reverse, for a scalar ``f`` (faster only for tiny networks on a CPU, see above).
+    Args:
+        f: a pointwise function ``(d,) -> scalar``, or a vector (the Laplacian of each component; not with
+            ``mode="reverse"``).
+        mode: ``"taylor"``: Taylor mode (:mod:`crux.taylor`), which pushes the value, the first derivatives and
+            the summed second derivative through ``f`` in one forward pass, where it has a rule for everything
+            ``f`` does (decided while tracing; else forward over forward); ``"forward"``: forward over forward,
+            one nested ``jvp`` per axis; ``"reverse"``: reverse over reverse, for a scalar ``f`` (faster only
+            for tiny networks on a CPU, see above).
+
+    Returns:
+        The pointwise function of the Laplacian, of ``f``'s shape.
+
+    Raises:
+        ValueError: an unknown ``mode``; ``mode="reverse"`` on a function that is not scalar (when traced).
     """
     if mode not in LAPLACIAN_MODES:
         raise ValueError(f"crux.laplacian: unknown mode {mode!r}; choose one of {list(LAPLACIAN_MODES)}")
@@ -97,5 +128,12 @@ def _reverse_over_reverse(f: Pointwise) -> Pointwise:
 
 
 def hessian(f: Pointwise) -> Callable[[jax.Array], jax.Array]:
-    """Hessian matrix ``(d, d)`` of a scalar pointwise function."""
+    """The Hessian of a scalar pointwise function, forward over forward.
+
+    Args:
+        f: a pointwise function ``(d,) -> scalar``.
+
+    Returns:
+        The pointwise function ``(d,) -> (d, d)`` of its Hessian.
+    """
     return jax.jacfwd(jax.jacfwd(f))

@@ -41,18 +41,27 @@ class ShapeMismatch(ValueError):
 
 
 class Model:
-    """A pointwise network with its current parameters and its optimizer.
+    """A pointwise network with its current parameters and the optimizer that trains it.
 
-    ``apply(params, x)`` maps one point ``(in_dim,)`` to ``(out_dim,)``.
-    ``checkpointed_apply`` is the same function with activations rematerialised
-    in the backward pass; without one, the whole ``apply`` is wrapped in
-    ``jax.checkpoint`` (which saves little: see ``crux.mlp`` for why).
-    ``unrolled_apply`` is the same rematerialisation as ``checkpointed_apply``
-    with its segments applied one after another instead of by a loop (which of
-    the two needs less memory depends on the device); without one, that form
-    runs ``checkpointed_apply``. With ``checkpoint_gradients`` the update is
-    measured in each form of :mod:`crux.remat` the model has (:attr:`forms`)
-    and runs the one that needs the least memory.
+    Any network fits: crux evaluates it one point at a time and vectorises it itself. With
+    ``checkpoint_gradients`` the update is measured in each form of :mod:`crux.remat` the model has
+    (:attr:`forms`) and runs the one that needs the least memory; a model without forms of its own is
+    rematerialised whole (``jax.checkpoint(apply)``, which saves little: :func:`mlp` says why).
+
+    Args:
+        init: ``init(key)``: the parameter pytree, called once with ``jax.random.key(seed)``.
+        apply: ``apply(params, x)``: one point ``x`` of shape ``(in_dim,)`` to ``(out_dim,)``.
+        in_dim: the coordinates of a point.
+        out_dim: the values at a point.
+        seed: the key ``init`` is called with.
+        checkpointed_apply: ``apply`` with activations rematerialised in the backward pass (None: the whole
+            ``apply`` under ``jax.checkpoint``).
+        unrolled_apply: the same rematerialisation as ``checkpointed_apply`` with its segments applied one after
+            another instead of by a loop: which of the two needs less memory depends on the device (None: that
+            form runs ``checkpointed_apply``).
+
+    Raises:
+        TypeError: ``init`` or ``apply`` is not a function, or an optional apply is neither one nor None.
     """
 
     def __init__(self, init: Callable[[jax.Array], Params], apply: Apply, *, in_dim: int, out_dim: int,
@@ -121,7 +130,21 @@ class Model:
 
     # -- optimizer -------------------------------------------------------------
     def optimizer(self, optimizer: Callable[..., optax.GradientTransformation] | optax.GradientTransformation) -> "Model":
-        """Attach an optax factory (``optax.adam``) or a ready transform (``soap(1)``); starts a fresh state."""
+        """Attach the optimizer that trains the model; the next solve() starts a fresh optimizer state.
+
+        Args:
+            optimizer: an optax factory that takes ``learning_rate`` (``optax.adam``,
+                ``functools.partial(optax.adamw, weight_decay=1e-4)``), whose ``learning_rate`` becomes the
+                schedule of :meth:`scale` (a factory without a default one needs it), every other argument at its
+                default or bound value; or a ready transform (``crux.optim.soap(1)``, ``optax.chain(...)``), whose
+                updates the schedule multiplies.
+
+        Returns:
+            The model, so that ``crux.mlp(1, 1).optimizer(optax.adam).scale(crux.lrs(1e-3))`` reads as a chain.
+
+        Raises:
+            TypeError: ``optimizer`` is neither an optax factory nor a transform.
+        """
         if not (isinstance(optimizer, optax.GradientTransformation) or callable(optimizer)):
             raise TypeError(f"Model.optimizer takes an optax factory (optax.adam) or transform, got {optimizer!r}")
         self._optimizer = optimizer
@@ -129,7 +152,22 @@ class Model:
         return self
 
     def scale(self, schedule: Schedule | float) -> "Model":
-        """Set the learning-rate schedule (a factory's ``learning_rate``, or a multiplier of a transform's updates)."""
+        """Set the learning-rate schedule; the next solve() starts a fresh optimizer state, its schedule at step 0.
+
+        A constant rate is kept in the optimizer's state rather than in the compiled program, so models that
+        differ only in it train with the same program (and its compilation).
+
+        Args:
+            schedule: a :mod:`crux.lrs` schedule, or a number (``lrs(number)``): a factory's ``learning_rate``, or
+                the multiplier of a ready transform's updates.
+
+        Returns:
+            The model.
+
+        Raises:
+            TypeError: ``schedule`` is neither a schedule nor a real number (``True`` is not one).
+            ValueError: a number that is NaN, infinite or negative.
+        """
         if not isinstance(schedule, Schedule):
             if not is_real_scalar(schedule):
                 raise TypeError(f"Model.scale takes a crux.lrs schedule or a number, got {schedule!r}")
@@ -141,10 +179,12 @@ class Model:
 
     @property
     def has_optimizer(self) -> bool:
+        """Whether :meth:`optimizer` was called: a model that a solve() trains needs one."""
         return self._optimizer is not None
 
     @property
     def schedule(self) -> Schedule | None:
+        """The schedule :meth:`scale` set (None before)."""
         return self._schedule
 
     @property
@@ -225,8 +265,16 @@ class Model:
         return y[0] if self.out_dim == 1 else y
 
     def __call__(self, xs: Any, precision: str = matmul.CRUX_PRECISION) -> jax.Array:
-        """Evaluate at points ``(N, in_dim)`` with the current parameters: ``(N, out_dim)``. ``precision``: of
-        the network's matrix products (:mod:`crux.precision`; full float32 unless told otherwise)."""
+        """Evaluate the network at many points with the current parameters.
+
+        Args:
+            xs: points ``(N, in_dim)``; a 1-D array is ``N`` points when ``in_dim == 1``, else one point.
+            precision: of the network's matrix products (:mod:`crux.precision`; full float32 unless told
+                otherwise).
+
+        Returns:
+            ``(N, out_dim)`` float32.
+        """
         precision = matmul.checked(precision, "Model(xs, precision)")
         xs = jnp.asarray(xs, jnp.float32)
         if xs.ndim == 1:
@@ -261,15 +309,30 @@ def _stack_layout(widths: Sequence[int]) -> list[tuple[int, int, int]]:
 
 def mlp(in_dim: int, out_dim: int, hidden: Sequence[int] = (64, 64, 64), activation: str = "tanh",
         seed: int = 0) -> Model:
-    """A fully connected network with Glorot-normal weights and zero biases.
+    """A fully connected network: Glorot-normal weights (standard deviation ``sqrt(2 / (fan_in + fan_out))``),
+    zero biases, ``activation`` between layers and none after the last.
 
-    Layers of equal shape are stored stacked, ``w: (count, d_in, d_out)``. With
-    ``checkpoint_gradients`` a stack of n layers is applied in rematerialised segments
-    of about sqrt(n) layers (the backward pass keeps the segments' inputs and
-    recomputes one segment at a time; ``jax.checkpoint`` around a whole network keeps
-    every layer's activations alive while it recomputes them), by a ``lax.scan`` over
-    the segments (``checkpointed_apply``) or one after another (``unrolled_apply``);
-    without, by a Python loop over its layers.
+    Consecutive hidden layers of equal shape are stored stacked: ``params`` is a list of ``{"w": (count, d_in,
+    d_out), "b": (count, d_out)}``, the output layer on its own. With ``checkpoint_gradients`` a stack of n
+    layers is applied in rematerialised segments of about sqrt(n) layers (the backward pass keeps the segments'
+    inputs and recomputes one segment at a time; ``jax.checkpoint`` around a whole network keeps every layer's
+    activations alive while it recomputes them), by a ``lax.scan`` over the segments (``checkpointed_apply``)
+    or one after another (``unrolled_apply``); without, by a Python loop over its layers.
+
+    Args:
+        in_dim: the coordinates of a point.
+        out_dim: the values at a point.
+        hidden: the hidden layers' widths.
+        activation: one of ``tanh``, ``sin``, ``gelu``, ``silu``, ``softplus``, ``relu`` (``tanh`` is
+            float32-accurate on every backend: on a TPU crux's own, :mod:`crux.tanh`).
+        seed: the key of the initial weights.
+
+    Returns:
+        A :class:`Model`, without an optimizer.
+
+    Raises:
+        TypeError: a dimension is not an integer, or ``hidden`` is not a sequence of widths.
+        ValueError: an unknown ``activation``, or a dimension below 1.
     """
     if activation not in ACTIVATIONS:
         raise ValueError(f"crux.mlp: unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}")

@@ -4,16 +4,19 @@ A SolveOptions is built from ``solve()``'s keyword arguments, by ``crux.SolveOpt
 crux-run config (:func:`cruxlab.config.settings.solve_options`); every path refuses the same values with the
 same message, naming the option as the Python argument and saying how to fix it. What depends on the
 problem (its constraints' points, the devices JAX sees) is checked when a solver takes the options
-(:func:`resolved`), still before anything is traced or compiled.
+(:func:`resolved`, what :meth:`crux.Crux.resolve` and ``solve()`` apply), still before anything is traced or
+compiled. A refusal that names options is an :class:`OptionError`, which says itself again in another
+caller's terms (crux-run's ``solver.inner_steps=3``), so that no caller restates a rule to word its message.
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
 import difflib
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -24,14 +27,94 @@ log = logging.getLogger("crux")
 Substeps = tuple[tuple[tuple[int, ...], int], ...]  # ((constraint indices, updates), ...)
 
 
+class OptionError(ValueError):
+    """Options no solve() could run, in words that name each option as a Python argument (``inner_steps=3``),
+    and can name them otherwise (:meth:`spelt`): a command line's ``solver.inner_steps=3``.
+
+    Args:
+        template: the message, a :meth:`str.format` template in which ``{name}`` is option ``name`` at its value
+            (``inner_steps=3``), ``{name:name}`` the option's name alone and ``{name:LITERAL}`` the option at
+            another value, a Python literal (``{offload_data:False}``); any other field is a figure of the
+            message (``{largest}``).
+        **values: each option's value and each figure the template names.
+    """
+
+    def __init__(self, template: str, **values: Any):
+        self.template, self.values = template, values
+        super().__init__(self.spelt(str, repr))
+
+    def spelt(self, name: Callable[[str], str], literal: Callable[[Any], str]) -> str:
+        """The message with each option named ``name(option)`` and each of its values written ``literal(value)``.
+
+        Args:
+            name: an option's name (``"inner_steps"``) to the caller's (``"solver.inner_steps"``).
+            literal: a value (``True``, ``None``, ``3``) as the caller writes it (``true``, ``null``, ``3``).
+
+        Returns:
+            The message in the caller's terms; ``str(error)`` is ``error.spelt(str, repr)``.
+        """
+        options = {f.name for f in dataclasses.fields(SolveOptions)}
+        return self.template.format_map({key: _Spelt(key, value, name, literal) if key in options else value
+                                         for key, value in self.values.items()})
+
+    def __reduce__(self) -> tuple:
+        return _option_error, (self.template, self.values)
+
+
+def _option_error(template: str, values: dict[str, Any]) -> OptionError:
+    return OptionError(template, **values)
+
+
+@dataclass(frozen=True)
+class _Spelt:
+    """One option of an :class:`OptionError`'s template, written as its ``spelt`` asks (see there)."""
+
+    option: str
+    value: Any
+    name: Callable[[str], str]
+    literal: Callable[[Any], str]
+
+    def __format__(self, spec: str) -> str:
+        if spec == "name":
+            return self.name(self.option)
+        return f"{self.name(self.option)}={self.literal(ast.literal_eval(spec) if spec else self.value)}"
+
+
 @dataclass(frozen=True)
 class SolveOptions:
-    """The options of one ``solve()`` call (see :meth:`crux.Crux.solve` for their meaning), checked and
-    normalised when built: integers as ``int``, ``precision`` one of crux's names (:mod:`crux.precision`),
-    ``substeps`` as ``((constraint indices, updates), ...)``, so that equal requests compare equal however they
-    were spelt.
+    """The options of one ``solve()`` call, checked and normalised when built: integers as ``int``, ``precision``
+    one of crux's names (:mod:`crux.precision`), ``substeps`` as ``((constraint indices, updates), ...)``, so
+    that equal requests compare equal however they were spelt. Frozen and hashable:
+    ``dataclasses.replace(options, batchsize=16)`` makes another, checked again. What depends on a solver's
+    constraints and devices is checked when it takes them (:meth:`crux.Crux.resolve`).
 
-    Raises TypeError/ValueError naming the option and the fix for a value no solve() could use.
+    Args:
+        epochs: the epochs to train, each one update of every reached model on every constraint (with
+            ``substeps``, one pass over the entries).
+        batchsize: points per constraint and micro-batch, drawn afresh for each update from a keyed permutation
+            of each constraint's points (a constraint of fewer points takes all of them); None: every point.
+        accumulation_steps: micro-batches of ``batchsize`` per update, run one after another in the compiled
+            update, their gradients averaged: the points of one batch of ``accumulation_steps * batchsize``.
+        checkpoint_gradients: rematerialise activations in the backward pass, in the form of :mod:`crux.remat`
+            that needs the least memory (never more than the plain update); the same numbers.
+        offload_data: keep the points on the host and stream each call's batches to the device; needs a
+            ``batchsize`` smaller than the largest constraint. The same numbers.
+        inner_steps: epochs per compiled call (a divisor of ``epochs``), so Python dispatches ``epochs /
+            inner_steps`` times; the same numbers.
+        substeps: entries ``[i, j]`` or ``([i, j], n)`` run in order each epoch, each updating only the models
+            its constraints reach with an optimizer state of its own, ``n`` times; not with
+            ``accumulation_steps > 1`` or ``inner_steps > 1``.
+        devices: split each update's micro-batches over the first ``devices`` devices (each takes
+            ``accumulation_steps`` micro-batches of ``batchsize``; the gradients are averaged over all of them),
+            parameters and optimizer states whole on each.
+        precision: the float32 matrix-product precision of the compiled update: ``"highest"`` (full float32),
+            ``"high"`` or ``"default"`` (the device's fastest: one bfloat16 pass on a TPU; see
+            :mod:`crux.precision`).
+
+    Raises:
+        TypeError: a value of the wrong type (``True`` is not an integer, ``"False"`` not a flag).
+        ValueError: a value no solve() could use, naming the option and the fix (an :class:`OptionError` where
+            it is about several options).
     """
 
     epochs: int
@@ -58,13 +141,18 @@ class SolveOptions:
         devices = _integer("devices", self.devices,
                            "use 1, or the number of devices to split each update's batch over")
         if epochs % inner_steps:
-            raise ValueError(f"inner_steps={inner_steps} must divide epochs={epochs}; choose one of "
-                             f"{divisors(epochs)}")
+            raise OptionError("{inner_steps} must divide {epochs}; choose one of {divisors}", inner_steps=inner_steps,
+                              epochs=epochs, divisors=divisors(epochs))
+        if offload_data and batchsize is None:
+            raise OptionError("{offload_data} streams mini-batches, so it needs a {batchsize:name} smaller than the "
+                              "largest constraint's points; got {batchsize}. Set one, or {offload_data:False}",
+                              offload_data=offload_data, batchsize=batchsize)
         substeps = self.substeps
         if substeps is not None:
             if accumulation_steps > 1 or inner_steps > 1:
-                raise ValueError("substeps cannot be combined with accumulation_steps > 1 or inner_steps > 1 "
-                                 "(each substep is its own update); set both to 1")
+                raise OptionError("{substeps:name} makes each substep an update of its own, so {accumulation_steps} "
+                                  "and {inner_steps} must both be 1", substeps=substeps,
+                                  accumulation_steps=accumulation_steps, inner_steps=inner_steps)
             substeps = _substeps(substeps)
         for name, value in (("epochs", epochs), ("batchsize", batchsize), ("accumulation_steps", accumulation_steps),
                             ("checkpoint_gradients", checkpoint_gradients), ("offload_data", offload_data),
@@ -73,8 +161,11 @@ class SolveOptions:
             object.__setattr__(self, name, value)
 
     def keywords(self) -> dict[str, Any]:
-        """Every option but ``epochs``, by name: ``solve(epochs, **options.keywords())`` is ``solve(epochs,
-        options)``, for what passes the options on as keyword arguments."""
+        """Every option but ``epochs``, by name, for what passes the options on as keyword arguments.
+
+        Returns:
+            ``{name: value}``: ``solve(epochs, **options.keywords())`` is ``solve(epochs, options)``.
+        """
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "epochs"}
 
 
@@ -108,39 +199,57 @@ def one_call(options: SolveOptions | None, keywords: dict[str, Any], call: str) 
 
 
 def resolved(options: SolveOptions, sizes: Sequence[int], available_devices: int) -> SolveOptions:
-    """``options`` as a solver of constraints of ``sizes`` points runs them on ``available_devices`` devices, or
-    ValueError naming the fix.
+    """``options`` as a solver of constraints of ``sizes`` points runs them on ``available_devices`` devices: what
+    :meth:`crux.Crux.resolve` returns and ``solve()`` runs.
 
+    Two requests run otherwise than asked, each the same training as the request. A ``batchsize`` above every
+    constraint's points is the largest constraint's (every micro-batch takes every point either way).
     ``accumulation_steps`` with ``batchsize=None``, or with a batch size at least every constraint's points, is
     not an error: every update already sees every point (each micro-batch would repeat the whole set), so it
     is logged and taken as 1: one update of the whole set, the gradient the micro-batches would average.
+
+    Args:
+        options: the options asked for.
+        sizes: the points of each constraint, in the solver's order.
+        available_devices: the devices JAX sees.
+
+    Returns:
+        The options the solver runs.
+
+    Raises:
+        OptionError: more ``devices`` than JAX sees, ``offload_data`` with a batch size of every point, a
+            ``substeps`` entry naming a constraint the solver does not have.
     """
     batchsize, accumulation_steps, devices = options.batchsize, options.accumulation_steps, options.devices
     if devices > available_devices:
-        raise ValueError(f"devices={devices}, but JAX sees {available_devices} device(s) (jax.devices()); pass "
-                         f"devices={available_devices} or fewer. On a CPU, XLA_FLAGS="
-                         f"--xla_force_host_platform_device_count={devices} (set before JAX starts) makes "
-                         f"{devices} host devices")
+        raise OptionError("{devices}, but JAX sees {available} device(s) (jax.devices()); use {devices:{available}} "
+                          "or fewer. On a CPU, XLA_FLAGS=--xla_force_host_platform_device_count={wanted} (set before "
+                          "JAX starts) makes {wanted} host devices", devices=devices, available=available_devices,
+                          wanted=devices)
     largest = max(sizes)
-    if options.offload_data and (batchsize is None or batchsize >= largest):
-        raise ValueError(f"offload_data=True streams mini-batches, so it needs batchsize smaller than the "
-                         f"largest constraint ({largest} points); got batchsize={batchsize}. Pass a "
-                         f"smaller batchsize or set offload_data=False")
+    if options.offload_data and batchsize >= largest:
+        raise OptionError("{offload_data} streams mini-batches, so it needs a {batchsize:name} smaller than the "
+                          "largest constraint ({largest} points); got {batchsize}. Pass a smaller {batchsize:name} or "
+                          "set {offload_data:False}", offload_data=True, batchsize=batchsize, largest=largest)
     for k, (entry, _) in enumerate(options.substeps or ()):
         for i in entry:
             if not 0 <= i < len(sizes):
-                raise ValueError(f"substeps[{k}] names constraint {i!r}, but indices run from 0 to "
-                                 f"{len(sizes) - 1} (the order of the constraints given to crux.Crux)")
+                raise OptionError("{substeps:name}[{k}] names constraint {index}, but indices run from 0 to {last} "
+                                  "(the order of the constraints given to crux.Crux)", substeps=options.substeps, k=k,
+                                  index=i, last=len(sizes) - 1)
+    applied = options
+    if batchsize is not None and batchsize > largest:  # the stream of a batch of every point, as asked
+        applied = dataclasses.replace(applied, batchsize=largest)
     if batchsize is None and accumulation_steps > 1:
         log.warning("accumulation_steps=%d ignored: with batchsize=None every update already sees all points, "
                     "so there is nothing to accumulate; using 1", accumulation_steps)
-        return dataclasses.replace(options, accumulation_steps=1)
-    if batchsize is not None and batchsize >= largest and accumulation_steps > 1:
+        applied = dataclasses.replace(applied, accumulation_steps=1)
+    elif batchsize is not None and batchsize >= largest and accumulation_steps > 1:
         log.warning("accumulation_steps=%d ignored: batchsize=%d is at least every constraint's points (the "
                     "largest has %d), so each micro-batch would be the whole set again; one update of the whole "
                     "set runs (accumulation_steps=1)", accumulation_steps, batchsize, largest)
-        return dataclasses.replace(options, accumulation_steps=1)
-    return options
+        applied = dataclasses.replace(applied, accumulation_steps=1)
+    return applied
 
 
 def divisors(epochs: int) -> list[int]:
@@ -167,7 +276,8 @@ def _substeps(substeps: Any) -> Substeps:
     """``[[i, j], ([k], n), ...]`` -> ``(((i, j), 1), ((k,), n), ...)``, every entry and index checked but for
     the range of the indices, which the solver's constraints set (:func:`resolved`)."""
     if not isinstance(substeps, (list, tuple)) or not substeps:
-        raise ValueError(f"substeps must be a non-empty list of entries like [0, 1] or ([0], 2), got {substeps!r}")
+        raise OptionError("{substeps:name} must be a non-empty list of entries like [0, 1] or ([0], 2), got "
+                          "{substeps}", substeps=substeps)
     entries = []
     for k, entry in enumerate(substeps):
         steps = 1
@@ -176,13 +286,14 @@ def _substeps(substeps: Any) -> Substeps:
             entry, steps = entry
             steps = _integer(f"substeps[{k}] step count", steps, "write the entry as ([indices], n) with n >= 1")
         if not isinstance(entry, (list, tuple)) or not entry:
-            raise ValueError(f"substeps[{k}] is {entry!r}: each entry needs at least one constraint index, "
-                             f"e.g. [0] or ([0, 1], 2)")
+            raise OptionError("{substeps:name}[{k}] is {entry!r}: each entry needs at least one constraint index, "
+                              "e.g. [0] or ([0, 1], 2)", substeps=substeps, k=k, entry=entry)
         for i in entry:
             if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
-                raise ValueError(f"substeps[{k}] names constraint {i!r}, but a constraint is named by its index, "
-                                 f"0 for the first given to crux.Crux")
+                raise OptionError("{substeps:name}[{k}] names constraint {index!r}, but a constraint is named by its "
+                                  "index, 0 for the first given to crux.Crux", substeps=substeps, k=k, index=i)
         if len(set(entry)) != len(entry):
-            raise ValueError(f"substeps[{k}] repeats a constraint index: {list(entry)}")
+            raise OptionError("{substeps:name}[{k}] repeats a constraint index: {entry}", substeps=substeps, k=k,
+                              entry=list(entry))
         entries.append((tuple(int(i) for i in entry), steps))
     return tuple(entries)

@@ -84,12 +84,27 @@ class Machinery:
 
 
 class Crux:
-    """A PINN problem: constraints on collocation points and the models that satisfy them.
+    """A PINN problem: constraints on collocation points and the models that satisfy them, trained by
+    :meth:`solve`.
 
     ``solve()`` may be called repeatedly: parameters, the update counter (and so
     the point stream) and, for models whose optimizer was not changed, optimizer
     state and schedule position carry over. The constraints' points go to the
     device at the first solve() and stay there (not with ``offload_data``).
+
+    Args:
+        constraints: the :class:`crux.Constraint` list, names unique; ``substeps`` names them by index.
+        models: ``{name: crux.Model}``, the names the residuals use (``net.u``); the dict is copied, the models
+            are shared (``solve()`` leaves the trained parameters in them).
+        seed: the key of the point stream (which points each update sees), from 0 to 2**32 - 1; the models'
+            initial parameters come from their own seeds.
+        machinery: what the solver builds, compiles and runs its calls with (:class:`Machinery`); crux's own by
+            default, replaced only by tests, to plant a defect that a check must catch.
+
+    Raises:
+        TypeError: no constraints, something other than a constraint among them, or ``models`` not a non-empty
+            ``{str: crux.Model}``.
+        ValueError: two constraints share a name, or ``seed`` is outside 0 ... 2**32 - 1.
     """
 
     def __init__(self, constraints: Sequence[Constraint], models: dict[str, Model], seed: int = 0,
@@ -129,6 +144,7 @@ class Crux:
     # -- public state ------------------------------------------------------------
     @property
     def params(self) -> dict[str, Any]:
+        """``{name: model.params}``: every model's current parameters."""
         return {name: m.params for name, m in self.models.items()}
 
     @property
@@ -137,8 +153,18 @@ class Crux:
         return Statistics.concat(self._history) if self._history else None
 
     def optimizer_state(self, model: str) -> Any:
-        """The optax state ``model``'s optimizer carries into the next plain solve(): None before its first
-        update there, or once its optimizer or schedule changed (the next solve() starts a fresh one)."""
+        """The optax state ``model``'s optimizer carries into the next plain solve() (without ``substeps``).
+
+        Args:
+            model: a model's name.
+
+        Returns:
+            The state; None before its first update there, or once its optimizer or schedule changed (the next
+            solve() starts a fresh one).
+
+        Raises:
+            KeyError: no such model.
+        """
         if model not in self.models:
             raise KeyError(f"Crux.optimizer_state({model!r}): no such model; the solver has {sorted(self.models)}")
         version, state = self._opt_states.get((self._entry_key(None, 0), model), (None, None))
@@ -157,24 +183,34 @@ class Crux:
     def solve(self, epochs: int | None = None, options: SolveOptions | None = None, **keywords: Any) -> Statistics:
         """Train for ``epochs`` epochs; return their Statistics (also appended to ``history``).
 
-        The options are ``options`` (a :class:`crux.SolveOptions`; None: the defaults) with ``epochs`` and each
-        keyword argument in its place: ``solve(1000, batchsize=8)`` is ``solve(options=crux.SolveOptions(1000,
-        batchsize=8))``. ``batchsize``: points per constraint and update (None: all of them); ``accumulation_steps``:
-        micro-batches of ``batchsize`` per update, gradients averaged; ``inner_steps``: epochs per compiled
-        call (a divisor of ``epochs``); ``checkpoint_gradients``: rematerialise activations in the backward
-        pass; ``offload_data``: keep the points on the host and stream each call's batches;
-        ``substeps``: entries ``[i, j]`` or ``([i, j], n)`` run in order each epoch, each updating only the
-        models its constraints reach; ``devices``: split each update's micro-batches over the first
-        ``devices`` devices (each takes ``accumulation_steps`` micro-batches of ``batchsize``, the gradients
-        are averaged over all of them), parameters and optimizer states whole on each; ``precision``: the
-        float32 matrix-product precision of the compiled update, ``"highest"`` (full float32), ``"high"`` or
-        ``"default"`` (the device's fastest: one bfloat16 pass on a TPU; see :mod:`crux.precision`).
+        An epoch is one update of every reached model on every constraint (with ``substeps``, one pass over the
+        entries). The options are ``options`` with ``epochs`` and each keyword argument in its place:
+        ``solve(1000, batchsize=8)`` is ``solve(options=crux.SolveOptions(1000, batchsize=8))``. They run as
+        :meth:`resolve` gives them, and every option is checked before anything is traced or compiled.
 
-        Raises ValueError/TypeError for bad options before any compute, and FloatingPointError when a loss
-        or update turns non-finite. Whatever stops it (that error, an exception, KeyboardInterrupt), the
-        epochs up to the last synchronisation stay in ``history`` and the parameters, optimizer states and
-        counters are those at that point (before the failing update, for a non-finite one), so a later
-        solve() resumes from there.
+        Calling solve() again resumes: the parameters, the update counter (so the point stream) and, for models
+        whose optimizer was not changed since, the optimizer state and the schedule's position carry over.
+
+        Args:
+            epochs: the number of epochs, in place of ``options.epochs``.
+            options: a :class:`crux.SolveOptions` (None: the defaults); its fields say what each option does.
+            **keywords: any field of :class:`crux.SolveOptions` but ``epochs``, in place of the same field of
+                ``options`` (``batchsize``, ``accumulation_steps``, ``inner_steps``, ``checkpoint_gradients``,
+                ``offload_data``, ``substeps``, ``devices``, ``precision``).
+
+        Returns:
+            The statistics of these epochs, one row per epoch, with the options they ran
+            (``Statistics.options``).
+
+        Raises:
+            TypeError: an unknown keyword, or a value of the wrong type (:class:`crux.SolveOptions`).
+            ValueError: options no solve() of this solver could run (a :class:`crux.options.OptionError` where
+                it names options), a residual or model that does not trace as its constraint says, a trained
+                model without an optimizer; before any compute.
+            FloatingPointError: a loss or an update turned non-finite. Whatever stops a solve() (that error,
+                another exception, KeyboardInterrupt), the epochs up to the last synchronisation stay in
+                ``history`` and the parameters, optimizer states and counters are those at that point (before
+                the failing update, for a non-finite one), so that a later solve() resumes from there.
         """
         options = self._resolved(requested(epochs, options, keywords))
         entries = self._trained_entries(options)
@@ -184,6 +220,33 @@ class Crux:
                      f"{b} × {a} = {a * b}" if a * b <= largest else
                      f"every point of each constraint, the largest's {largest} (fewer than {b} × {a})")
         return self._run(self._plan(options, entries), options)
+
+    def resolve(self, epochs: int | None = None, options: SolveOptions | None = None,
+                **keywords: Any) -> SolveOptions:
+        """The options :meth:`solve` runs when called with these arguments, without running anything: what it
+        logs or records as run (``Statistics.options`` holds them), checked as solve() checks them.
+
+        A ``batchsize`` above every constraint's points runs as the largest constraint's, and
+        ``accumulation_steps`` where every micro-batch would be the whole set (``batchsize=None``, or at least
+        every constraint's points) as 1 (with a warning): the same training as the request, said as it runs
+        (:func:`crux.options.resolved`). solve() takes the options this way too, so the two cannot differ.
+
+        Args:
+            epochs: the number of epochs, in place of ``options.epochs``.
+            options: a :class:`crux.SolveOptions` (None: the defaults).
+            **keywords: any field of :class:`crux.SolveOptions` but ``epochs``, in place of that field.
+
+        Returns:
+            The :class:`crux.SolveOptions` solve() runs.
+
+        Raises:
+            TypeError: as :meth:`solve` raises it for these options.
+            ValueError: as :meth:`solve` raises it for these options (a :class:`crux.options.OptionError`: more
+                ``devices`` than JAX sees, ``offload_data`` with a batch of every point, a ``substeps`` index past
+                the constraints). What depends on the models (an optimizer attached, residuals that trace) is
+                solve()'s to check.
+        """
+        return self._resolved(requested(epochs, options, keywords, "resolve"))
 
     def _resolved(self, options: SolveOptions) -> SolveOptions:
         """``options`` as this solver runs them (:func:`crux.options.resolved`): refused where they do not fit its
@@ -261,6 +324,7 @@ class Crux:
                      meanwhile=lambda: [f.value() for f in fingerprints])
         finally:  # also on an exception or interrupt: keep what was synchronised
             stats, error = loop.statistics(compiled.seconds + start_seconds, compiled.memory)
+            stats = dataclasses.replace(stats, options=[options])
             if loop.state is not None:
                 end = self._fingerprint(sharding.local(loop.state).train.params)
                 stats = dataclasses.replace(stats, fingerprints=[(start, end)])
@@ -288,11 +352,21 @@ class Crux:
         return itertools.repeat(example, calls), example
 
     def compiled_memory(self, options: SolveOptions | None = None, **keywords: Any) -> dict[str, int]:
-        """What solve() with these options (as :meth:`solve` takes them; ``epochs`` is one call's) compiles its
-        update to need on the device, from XLA's memory analysis (``temp_bytes``, ``argument_bytes``,
-        ``output_bytes``; ``checkpoint_used`` with ``checkpoint_gradients``), without running an update: how a
-        size that may not fit is tried. The constraints' points go to the device as solve() would send them (not
-        with ``offload_data``), so a device without room for them refuses here (RESOURCE_EXHAUSTED)."""
+        """What solve() with these options compiles its update to need on the device, without running an update:
+        how a size that may not fit is tried. The constraints' points go to the device as solve() would send them
+        (not with ``offload_data``), so a device without room for them refuses here (RESOURCE_EXHAUSTED).
+
+        Args:
+            options: as :meth:`solve` takes them, ``epochs`` one call's (``inner_steps`` where not given).
+            **keywords: fields of :class:`crux.SolveOptions` in place of ``options``'.
+
+        Returns:
+            XLA's memory analysis of the update: ``temp_bytes``, ``argument_bytes``, ``output_bytes``;
+            ``checkpoint_used`` with ``checkpoint_gradients`` (the form of :mod:`crux.remat` chosen).
+
+        Raises:
+            TypeError, ValueError: as :meth:`resolve` does.
+        """
         options = self._resolved(one_call(options, keywords, "compiled_memory"))
         plan = self._plan(options, self._entries(options))
         _, example = self._feed(plan, options, 1)
@@ -300,13 +374,23 @@ class Crux:
         return dict(self._compiled_update(plan, options, state, example)[1].memory)
 
     def compiled_call(self, options: SolveOptions | None = None, **keywords: Any) -> CompiledCall:
-        """The compiled call that solve() with these options (as :meth:`solve` takes them; ``epochs`` is one
-        call's) runs, a fresh state from where the solver stands
-        and the points on the device: ``call(state, data)`` returns the state after ``inner_steps`` updates,
-        bit for bit those solve() makes, without advancing the solver. For timing or inspecting the program
+        """The compiled call that solve() with these options runs, for timing or inspecting the program
         (``call.as_text()``, ``call.cost_analysis()``) without solve()'s host loop; the program is compiled
-        once per solver and options, as solve() compiles it. ``offload_data`` is not an option here: its
-        calls take batches streamed from the host."""
+        once per solver and options, as solve() compiles it.
+
+        Args:
+            options: as :meth:`solve` takes them, ``epochs`` one call's (``inner_steps`` where not given).
+            **keywords: fields of :class:`crux.SolveOptions` in place of ``options``'.
+
+        Returns:
+            ``(call, state, data)``: ``call(state, data)`` returns the state after ``inner_steps`` updates, bit
+            for bit those solve() makes, without advancing the solver; ``state`` is a fresh one from where the
+            solver stands (the call donates it), ``data`` the points on the device.
+
+        Raises:
+            TypeError, ValueError: as :meth:`solve` does; ValueError for ``offload_data=True``, whose calls take
+                batches streamed from the host.
+        """
         options = self._resolved(one_call(options, keywords, "compiled_call"))
         if options.offload_data:
             raise ValueError("compiled_call(offload_data=True): an offloaded solve() streams each call's batches "

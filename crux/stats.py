@@ -1,6 +1,7 @@
 """Statistics of one or more solve() calls: loss arrays, learning rates, timings, memory."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
@@ -10,6 +11,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from crux.options import SolveOptions
 
 
 def fingerprint(params: Any) -> float:
@@ -99,20 +102,34 @@ def _float32_square_sum(values: np.ndarray) -> float:
 
 @dataclass
 class Statistics:
-    """Histories with one row per epoch, and what the run cost.
+    """Histories with one row per epoch, and what the run cost, of one solve() call or of several joined.
 
-    ``losses[steps, n_constraints]``, ``total_loss[steps]`` (sum over the constraints
-    that were evaluated, NaN where none was), ``epoch[steps]`` (the solver's epoch counter, continuing
-    across solve() calls), ``lr[model][steps]``; ``step_seconds`` is the time per
-    update measured over each synchronisation window; ``run_cpu_seconds`` is the
-    process's CPU time (all its threads) over the same span as ``run_seconds``, which
-    other processes sharing the cores do not lengthen; ``phases`` are the first
-    epoch of each solve() call; ``fingerprints`` per solve() call the :func:`fingerprint` of the parameters its
-    first update started from and of those it ended with (what the next call should start from), so a call
-    that starts anywhere else shows; ``precision`` per solve() call the matmul precision its update was compiled
-    at (:mod:`crux.precision`); ``memory`` holds the compiled update's
-    ``temp_bytes``/``argument_bytes``/``output_bytes``, ``peak_bytes`` (the update's own peak,
-    :mod:`crux.device_memory`) and, with ``checkpoint_gradients``, ``checkpoint_used`` (:mod:`crux.remat`).
+    Per-call fields (``phases``, ``fingerprints``, ``precision``, ``options``) hold one entry per solve() call,
+    in order, and :meth:`concat` joins them by putting the calls' lists end to end; the rows of the histories
+    are joined likewise, the seconds added and the memory figures taken at their largest.
+
+    Attributes:
+        names: the constraints' names, in the solver's order.
+        losses: ``(epochs, constraints)`` float32: each constraint's loss in each epoch (NaN where it was not
+            evaluated).
+        epoch: ``(epochs,)``: the solver's epoch counter, continuing across solve() calls.
+        lr: ``{model: (epochs,)}``: the learning rate of each model's last update in each epoch (NaN where it was
+            not trained).
+        compile_seconds: seconds spent getting the compiled programs (0 where the solver had them already).
+        run_seconds: wall seconds of the training loop.
+        run_cpu_seconds: the process's CPU seconds (all its threads) over the same span as ``run_seconds``, which
+            other processes sharing the cores do not lengthen.
+        step_seconds: the time per update, measured over each synchronisation window.
+        memory: the compiled update's ``temp_bytes``, ``argument_bytes``, ``output_bytes``, ``peak_bytes`` (the
+            update's own peak, :mod:`crux.device_memory`) and, with ``checkpoint_gradients``,
+            ``checkpoint_used`` (:mod:`crux.remat`).
+        phases: the first epoch of each solve() call.
+        fingerprints: per solve() call, the :func:`fingerprint` of the parameters its first update started from
+            and of those it ended with (what the next call should start from), so that a call that starts
+            anywhere else shows.
+        precision: per solve() call, the matmul precision its update was compiled at (:mod:`crux.precision`).
+        options: per solve() call, the :class:`crux.SolveOptions` it ran (:meth:`crux.Crux.resolve`), its
+            ``epochs`` those asked for: a call stopped early has fewer rows.
     """
 
     names: list[str]
@@ -127,11 +144,12 @@ class Statistics:
     phases: list[int] = field(default_factory=list)
     fingerprints: list[tuple[float, float]] = _Fingerprints()  # type: ignore[assignment]
     precision: list[str] = field(default_factory=list)
+    options: list[SolveOptions] = field(default_factory=list)
 
     @property
     def total_loss(self) -> np.ndarray:
-        """Per row, the sum of the losses that were evaluated; NaN in a row with none (an epoch whose losses
-        were not reported)."""
+        """``(epochs,)``: per row, the sum of the losses that were evaluated; NaN in a row with none (an epoch
+        whose losses were not reported)."""
         if not self.losses.size:
             return np.zeros(0, np.float32)
         return _row_sums(self.losses)
@@ -143,10 +161,12 @@ class Statistics:
 
     @property
     def steps(self) -> int:
+        """The number of rows (epochs)."""
         return int(self.losses.shape[0])
 
     @property
     def median_step_seconds(self) -> float:
+        """The median of ``step_seconds``; NaN without any."""
         return float(np.median(self.step_seconds)) if self.step_seconds.size else float("nan")
 
     def __len__(self) -> int:
@@ -159,7 +179,18 @@ class Statistics:
 
     @staticmethod
     def concat(parts: list["Statistics"]) -> "Statistics":
-        """Join the statistics of consecutive solve() calls (one phase each, or more)."""
+        """Join the statistics of consecutive solve() calls (one phase each, or more).
+
+        Args:
+            parts: statistics of one solver's consecutive calls, in order.
+
+        Returns:
+            Their rows one after another, each per-call list (``phases``, ``fingerprints``, ``precision``,
+            ``options``) the parts' end to end, the seconds summed, each memory figure the largest.
+
+        Raises:
+            ValueError: ``parts`` is empty.
+        """
         if not parts:
             raise ValueError("Statistics.concat needs at least one part")
         names = parts[0].names
@@ -183,22 +214,40 @@ class Statistics:
             phases=[e for p in parts for e in p.phases],
             fingerprints=[f for p in parts for f in p.fingerprints],
             precision=[q for p in parts for q in p.precision],
+            options=[o for p in parts for o in p.options],
         )
 
     # -- persistence -------------------------------------------------------------
     def save(self, path: str | Path) -> "Statistics":
-        """Write every array and the scalars to one ``.npz`` file; returns self."""
+        """Write every array to one ``.npz`` file, the rest as JSON in its ``meta`` entry (each of ``options`` by
+        field, ``substeps`` as lists), for :meth:`load` to read back.
+
+        Args:
+            path: the file to write (NumPy adds ``.npz`` where it lacks it).
+
+        Returns:
+            self.
+        """
         arrays = {"losses": self.losses, "epoch": self.epoch, "step_seconds": self.step_seconds,
                   "total_loss": self.total_loss}
         arrays.update({f"lr/{m}": v for m, v in self.lr.items()})
         meta = {"names": self.names, "compile_seconds": self.compile_seconds, "run_seconds": self.run_seconds,
                 "run_cpu_seconds": self.run_cpu_seconds, "memory": self.memory, "phases": self.phases,
-                "fingerprints": [list(f) for f in self.fingerprints], "precision": self.precision}
+                "fingerprints": [list(f) for f in self.fingerprints], "precision": self.precision,
+                "options": [dataclasses.asdict(o) for o in self.options]}
         np.savez(path, meta=np.array(json.dumps(meta)), **arrays)
         return self
 
     @staticmethod
     def load(path: str | Path) -> "Statistics":
+        """Read what :meth:`save` wrote.
+
+        Args:
+            path: a file :meth:`save` wrote (one from before a field existed reads as without it).
+
+        Returns:
+            The statistics, equal to those saved: ``options`` as :class:`crux.SolveOptions` again.
+        """
         with np.load(path) as data:
             meta = json.loads(str(data["meta"]))
             lr = {k.split("/", 1)[1]: data[k] for k in data.files if k.startswith("lr/")}
@@ -207,22 +256,33 @@ class Statistics:
                               run_cpu_seconds=meta.get("run_cpu_seconds", 0.0),
                               step_seconds=data["step_seconds"], memory=meta["memory"], phases=meta["phases"],
                               fingerprints=[tuple(f) for f in meta.get("fingerprints", [])],
-                              precision=meta.get("precision", []))
+                              precision=meta.get("precision", []),
+                              options=[SolveOptions(**o) for o in meta.get("options", [])])
 
     # -- figure --------------------------------------------------------------------
     def plot(self, path: str | Path) -> "Statistics":
-        """Save :meth:`figure` to ``path`` (PNG, 110 dpi); returns self."""
+        """Save :meth:`figure` to ``path``.
+
+        Args:
+            path: the PNG file to write (110 dpi).
+
+        Returns:
+            self.
+        """
         self.figure().savefig(path, dpi=110)
         return self
 
     def figure(self) -> Any:
         """Losses per constraint (log scale), learning rates (log scale where the positive ones span a decade or
-        more: Adam at 1e-3 beside L-BFGS at 1.0 would be a flat zero on a linear axis), time per update; every phase after the
-        first starts at a dashed line, numbered on the learning-rate panel. A matplotlib ``Figure``.
+        more: Adam at 1e-3 beside L-BFGS at 1.0 would be a flat zero on a linear axis), time per update; every
+        phase after the first starts at a dashed line, numbered on the learning-rate panel.
 
         Drawn on a bare figure (no pyplot state, no backend choice) with fixed margins, plain ``1e-04`` labels and
         no minor ticks on the log axes, as a job draws it once: ``tight_layout`` draws the figure twice, mathtext
         labels build their parser, and minor ticks add some 50 tick objects.
+
+        Returns:
+            A matplotlib ``Figure`` (matplotlib is imported here, not with crux).
         """
         from matplotlib.figure import Figure
         from matplotlib.ticker import LogFormatter, NullLocator

@@ -163,6 +163,12 @@ def test_statistics_save_load_round_trip_and_plot(tmp_path):
     (first_start, first_end), (second_start, second_end) = history.fingerprints
     assert second_start == first_end != first_start and second_end == crux.stats.fingerprint(solver.params)
     assert loaded.fingerprints == history.fingerprints
+    # per call, the options it ran, as the solver resolved them: 10000 points per batch of 256 points ran as 256
+    assert history.options == [crux.SolveOptions(6), crux.SolveOptions(4, batchsize=16)] == loaded.options
+    assert solver.solve(2, batchsize=10000, substeps=[[0], ([1], 2)]).options == [
+        crux.SolveOptions(2, batchsize=256, substeps=[[0], ([1], 2)])]
+    reread = crux.Statistics.load(solver.history.save(tmp_path / "again.npz") and tmp_path / "again.npz")
+    assert reread.options == solver.history.options and reread.options[2].substeps == (((0,), 1), ((1,), 2))
     assert history.plot(tmp_path / contract.HISTORY_PLOT) is history
     assert (tmp_path / contract.HISTORY_PLOT).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -42,15 +42,14 @@ def hydra_configs() -> Iterator[None]:
     (["solver.precision=bfloat16"], ["solver.precision=bfloat16: must be one of default, high, highest (did you mean "
                                      "default?)"]),  # JAX's name for it: solve() says the same
     (["solver.epochs=10", "solver.inner_steps=3"],
-     ["solver.inner_steps=3 must divide solver.epochs=10 (every phase runs with it); choose one of [1, 2, 5, 10]"]),
+     ["solver.inner_steps=3 must divide solver.epochs=10; choose one of [1, 2, 5, 10]"]),
     (["phases=lbfgs_soap", "phases.lbfgs.epochs=0", "+phases.soap.optimizer.b2=1.5"],
      ["phases.lbfgs.epochs=0: must be >= 1", "phases.soap.optimizer.b2=1.5: must be in [0, 1)"]),
     (["phases=lbfgs", "solver.inner_steps=4", "solver.epochs=1000", "phases.lbfgs.epochs=10"],
-     ["solver.inner_steps=4 must divide phases.lbfgs.epochs=10 (every phase runs with it); choose one of "
-      "[1, 2, 5, 10]"]),
+     ["solver.inner_steps=4 must divide phases.lbfgs.epochs=10; choose one of [1, 2, 5, 10]"]),
     (["memory.batchsize=null", "memory.offload_data=true"],
-     ["memory.offload_data=true streams mini-batches, so it needs memory.batchsize; choose a memory option that "
-      "sets one (memory=offload_b8)"]),
+     ["memory.offload_data=true streams mini-batches, so it needs a memory.batchsize smaller than the largest "
+      "constraint's points; got memory.batchsize=null. Set one, or memory.offload_data=false"]),
     (["memory.accumulation_steps=4"],
      ["memory.accumulation_steps=4 splits a mini-batch, but memory.batchsize is unset (every update sees every "
       "point): set memory.batchsize (memory=b8_acc4) or memory.accumulation_steps=1"]),
@@ -60,6 +59,8 @@ def hydra_configs() -> Iterator[None]:
     (["solver.inner_steps=2", "solver.substeps=[[0],[1]]"],
      ["solver.substeps makes each substep an update of its own, so memory.accumulation_steps=1 and "
       "solver.inner_steps=2 must both be 1"]),
+    (["problem=mixed_poisson1d", "solver.substeps=[[0],[1,1]]"],
+     ["solver.substeps[1] repeats a constraint index: [1, 1]"]),  # crux's refusal, in the command line's terms
 ])
 def test_each_value_out_of_range_is_named_as_it_was_typed(hydra_configs, overrides, problems):
     assert config.out_of_range(compose("config", overrides=overrides)) == problems

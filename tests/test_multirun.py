@@ -185,7 +185,7 @@ def test_a_job_out_of_range_refuses_the_sweep_before_the_store_is_opened(tmp_pat
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     launched, refused = sweep(tmp_path, "solver.inner_steps=4", "solver.epochs=20,30")
     assert launched == [] and not (tmp_path / "mlflow.db").exists() and not (tmp_path / "multirun").exists()
-    assert refused.code == ("crux-run: solver.inner_steps=4 must divide solver.epochs=30 (every phase runs with it); "
+    assert refused.code == ("crux-run: solver.inner_steps=4 must divide solver.epochs=30; "
                             "choose one of [1, 2, 3, 5, 6, 10, 15, 30] (in job 1 (solver.epochs=30)); nothing was run")
 
 

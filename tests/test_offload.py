@@ -39,11 +39,14 @@ def test_offload_keeps_the_points_off_the_device():
     assert on_device.memory["argument_bytes"] - offloaded.memory["argument_bytes"] > 8000 * 4
 
 
-@pytest.mark.parametrize("batchsize", [None, 256, 1000])
-def test_offload_needs_a_batch_smaller_than_the_largest_constraint(batchsize):
+@pytest.mark.parametrize("batchsize, message", [
+    (None, r"offload_data=True .* batchsize smaller than the largest constraint's points; got batchsize=None"),
+    (256, r"offload_data=True .* batchsize smaller than the largest constraint \(256 points\)"),
+    (1000, r"offload_data=True .* batchsize smaller than the largest constraint \(256 points\)")])
+def test_offload_needs_a_batch_smaller_than_the_largest_constraint(batchsize, message):
+    """Without a batch size the options refuse it where they are built; a batch of every point, the solver."""
     problem = poisson()
-    with pytest.raises(ValueError, match=r"offload_data=True .* batchsize smaller than the largest constraint "
-                                         r"\(256 points\)"):
+    with pytest.raises(ValueError, match=message):
         problem.solver().solve(5, batchsize=batchsize, offload_data=True)
     assert problem.solver().history is None
 

@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 import crux
 from crux.problems import Problem
 from cruxlab import config
+from cruxlab.config import settings
 from cruxlab.commands.sweep import available, find_sweep, main, register
 from cruxlab.config import CONFIG_PACKAGE, ModelConfig, build_problem, effective_settings
 from cruxlab.config.keys import refused_override
@@ -231,39 +232,93 @@ def test_params_are_the_settings_the_job_ran_with_and_never_empty():
     assert json.loads(flatten({"solver": {"substeps": [[0], [[1, 2], 2]]}})["solver.substeps"]) == [[0], [[1, 2], 2]]
 
 
-def test_a_batch_size_is_recorded_as_it_applies_to_the_problems_points():
-    assert config.batch_as_applied(None, 1, {"pde": 1024, "bc": 2}) == ({}, [])
-    assert config.batch_as_applied(8, 4, {"pde": 1024, "bc": 8}) == (
+def ran_otherwise(sizes: dict[str, int], **keywords) -> tuple[dict, list[str]]:
+    """What a job records of these options on constraints of ``sizes`` points, its solver resolving them."""
+    requested = crux.SolveOptions(10, **keywords)
+    solver = crux.Crux([crux.Constraint(name, lambda net, x: net.u(x), np.linspace(0, 1, n)[:, None])
+                        for name, n in sizes.items()], {"u": crux.mlp(1, 1, (2,))})
+    return settings.ran_otherwise(requested, solver.resolve(options=requested), sizes)
+
+
+def test_a_batch_size_is_recorded_as_the_solver_applies_it_to_the_problems_points():
+    assert ran_otherwise({"pde": 1024, "bc": 2}) == ({}, [])
+    assert ran_otherwise({"pde": 1024, "bc": 8}, batchsize=8, accumulation_steps=4) == (
         {}, ["memory.batchsize=8 is at least the points of bc (8 points): every update took all of them"])
-    assert config.batch_as_applied(100000, 1, {"pde": 1152, "bc": 64}) == (
+    assert ran_otherwise({"pde": 1152, "bc": 64}, batchsize=100000) == (
         {"memory.batchsize": 1152}, ["memory.batchsize=100000 is at least every constraint's points (the largest, "
                                      "pde, has 1152): every update saw every point, as with memory=full"])
-    assert config.batch_as_applied(1152, 1, {"pde": 1152})[0] == {}  # as requested: nothing to record otherwise
-    applied, lines = config.batch_as_applied(5000, 4, {"pde": 3000, "bc": 2})
+    assert ran_otherwise({"pde": 1152}, batchsize=1152)[0] == {}  # as requested: nothing to record otherwise
+    applied, lines = ran_otherwise({"pde": 3000, "bc": 2}, batchsize=5000, accumulation_steps=4)
     assert applied == {"memory.batchsize": 3000, "memory.accumulation_steps": 1}  # one update of the whole set ran
     assert lines[1] == ("memory.accumulation_steps=4 ran as 1: each micro-batch would have been the whole set "
                         "again, so one update of the whole set ran")
+    # any other option the solver ran otherwise is recorded alike, in the command line's terms
+    assert settings.ran_otherwise(crux.SolveOptions(10), crux.SolveOptions(10, precision="high"), {"pde": 8}) == (
+        {"solver.precision": "high"}, ["solver.precision=highest ran as high"])
 
 
-def test_a_setting_that_ran_otherwise_is_logged_as_it_ran_beside_the_request(store):
+def logged_params(store: Path, cfg) -> tuple[dict[str, str], dict[str, str]]:
+    """The params and tags a job of ``cfg`` logs before it trains, its problem's solver resolving its options."""
     from mlflow.tracking import MlflowClient
 
     from cruxlab.runtime.job import JobRun
-    from cruxlab.store.params import as_requested
 
-    with initialize_config_module(CONFIG_PACKAGE, version_base="1.3"):
-        cfg = compose("config", overrides=["memory.batchsize=100000", "memory.accumulation_steps=4"])
     client = MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
     run_id = client.create_run(client.create_experiment("e")).info.run_id
-    applied, lines = config.batch_as_applied(100000, 4, {"pde": 1024, "bc": 2})
     with JobRun(client, run_id, "default", 0) as run:
-        run.log_config(cfg, applied, lines)
+        run.log_config(cfg, *settings.as_run(cfg, config.problem(cfg).solver()))
     logged = client.get_run(run_id).data
-    assert logged.params["memory.batchsize"] == "1024" and logged.params["memory.batchsize_requested"] == "100000"
-    assert (logged.params["memory.accumulation_steps"], logged.params["memory.accumulation_steps_requested"]) == (
-        "1", "4")
-    assert logged.tags[contract.ADJUSTED] == "; ".join(lines)
-    assert as_requested(logged.params) == {**flatten(effective_settings(cfg)), "variant": "default"}
+    return logged.params, logged.tags
+
+
+def test_a_setting_that_ran_otherwise_is_logged_as_it_ran_beside_the_request(store, hydra_configs):
+    from cruxlab.store.params import as_requested
+
+    cfg = compose("config", overrides=["memory.batchsize=100000", "memory.accumulation_steps=4", "model.width=4"])
+    params, tags = logged_params(store, cfg)
+    assert params["memory.batchsize"] == "1024" and params["memory.batchsize_requested"] == "100000"
+    assert (params["memory.accumulation_steps"], params["memory.accumulation_steps_requested"]) == ("1", "4")
+    assert tags[contract.ADJUSTED] == (
+        "memory.batchsize=100000 is at least every constraint's points (the largest, pde, has 1024): every update "
+        "saw every point, as with memory=full; memory.accumulation_steps=4 ran as 1: each micro-batch would have "
+        "been the whole set again, so one update of the whole set ran")
+    assert as_requested(params) == {**flatten(effective_settings(cfg)), "variant": "default"}
+
+
+def test_the_params_record_the_options_as_the_library_resolves_them(store, hydra_configs, monkeypatch):
+    """A resolution planted in crux (precision taken as "high") is what the params record: the job asks the
+    solver, it does not work the options out again."""
+    import dataclasses
+
+    import crux.solver
+
+    resolved = crux.solver.resolved
+    monkeypatch.setattr(crux.solver, "resolved", lambda *args: dataclasses.replace(resolved(*args), precision="high"))
+    cfg = compose("config", overrides=["memory=b8", "model.width=4"])
+    params, tags = logged_params(store, cfg)
+    assert (params["solver.precision"], params["solver.precision_requested"]) == ("high", "highest")
+    assert params["memory.batchsize"] == "8" and "memory.batchsize_requested" not in params
+    assert tags[contract.ADJUSTED] == ("memory.batchsize=8 is at least the points of bc (2 points): every update took "
+                                       "all of them; solver.precision=highest ran as high")
+
+
+@pytest.mark.parametrize("overrides, refusal", [
+    (["solver.devices=2"], "solver.devices=2, but JAX sees 1 device(s) (jax.devices()); use solver.devices=1 or "
+                           "fewer. On a CPU, XLA_FLAGS=--xla_force_host_platform_device_count=2 (set before JAX "
+                           "starts) makes 2 host devices"),
+    (["memory=offload_b8", "memory.batchsize=2000"],
+     "memory.offload_data=true streams mini-batches, so it needs a memory.batchsize smaller than the largest "
+     "constraint (1024 points); got memory.batchsize=2000. Pass a smaller memory.batchsize or set "
+     "memory.offload_data=false"),
+    (["problem=mixed_poisson1d", "solver.substeps=[[0],[3]]"],
+     "solver.substeps[1] names constraint 3, but indices run from 0 to 2 (the order of the constraints given to "
+     "crux.Crux)"),
+])
+def test_what_the_solver_refuses_a_job_says_in_the_command_lines_terms(hydra_configs, overrides, refusal):
+    cfg = compose("config", overrides=overrides + ["model.width=4"])
+    with pytest.raises(ValueError) as refused:
+        settings.as_run(cfg, config.problem(cfg).solver())
+    assert str(refused.value) == refusal
 
 
 def test_a_built_in_sweep_says_which_fields_of_a_chosen_problem_it_sets():

@@ -1,12 +1,14 @@
 """crux.SolveOptions: the one options type of solve(), from keyword arguments, built by hand or from a crux-run
 config; equal options train bit for bit alike, and a bad value is refused when the options are built."""
 import dataclasses
+import pickle
 
 import numpy as np
 import pytest
 from hydra import compose, initialize_config_module
 
 import crux
+from crux.options import OptionError
 from cruxlab.config import CONFIG_PACKAGE, TIMED_OPTIONS, effective_settings, timing_refusals
 from cruxlab.config import settings
 from cruxlab.config.settings import OPTION_KEYS, group_of, solve_options
@@ -47,6 +49,49 @@ def test_the_compiled_call_of_the_options_is_the_program_solve_runs():
     solver = poisson(n=32, hidden=(4,)).solver()
     solver.compiled_call(crux.SolveOptions(1000, batchsize=8, inner_steps=2))  # epochs: one call's, whatever given
     assert solver.solve(2, batchsize=8, inner_steps=2).compile_seconds == 0.0
+
+
+@pytest.mark.parametrize("keywords, applied", [
+    ({"batchsize": 100000}, {"batchsize": 256}),  # every point of every constraint: the largest's 256
+    ({"batchsize": 100000, "accumulation_steps": 4}, {"batchsize": 256, "accumulation_steps": 1}),
+    ({"accumulation_steps": 4}, {"accumulation_steps": 1}),  # batchsize=None: every update sees every point
+    ({"batchsize": 256, "accumulation_steps": 2}, {"accumulation_steps": 1}),
+    ({"batchsize": 8, "accumulation_steps": 4, "inner_steps": 2, "precision": "high"}, {}),  # as asked
+])
+def test_resolve_gives_the_options_solve_runs(keywords, applied):
+    """resolve() says what solve() runs (Statistics.options), and running that as asked trains bit for bit
+    alike: a request taken otherwise is the same training."""
+    solver = poisson(n=256, hidden=(4,)).solver()
+    resolved = solver.resolve(4, **keywords)
+    assert resolved == crux.SolveOptions(4, **{**keywords, **applied})
+    stats = solver.solve(4, **keywords)
+    assert stats.options == [resolved]
+    as_resolved = trained(poisson(n=256, hidden=(4,)), options=resolved)
+    np.testing.assert_array_equal(as_resolved[0], stats.losses)
+    np.testing.assert_array_equal(as_resolved[1], flat(solver.params))
+
+
+@pytest.mark.parametrize("keywords", [{"devices": 2}, {"batchsize": 256, "offload_data": True},
+                                      {"substeps": [[0], [2]]}, {"inner_steps": 3}])
+def test_resolve_refuses_what_solve_refuses_in_the_same_words(keywords):
+    solver = poisson(n=256, hidden=(4,)).solver()
+    with pytest.raises(ValueError) as by_resolve:
+        solver.resolve(4, **keywords)
+    with pytest.raises(ValueError) as by_solve:
+        solver.solve(4, **keywords)
+    assert isinstance(by_resolve.value, OptionError) and str(by_resolve.value) == str(by_solve.value)
+    assert solver.history is None
+
+
+def test_a_refusal_of_options_says_itself_in_another_callers_terms():
+    with pytest.raises(OptionError) as refused:
+        crux.SolveOptions(4, offload_data=True)
+    assert str(refused.value) == ("offload_data=True streams mini-batches, so it needs a batchsize smaller than the "
+                                  "largest constraint's points; got batchsize=None. Set one, or offload_data=False")
+    assert refused.value.spelt(lambda name: f"memory.{name}", lambda value: str(value).lower()) == (
+        "memory.offload_data=true streams mini-batches, so it needs a memory.batchsize smaller than the largest "
+        "constraint's points; got memory.batchsize=none. Set one, or memory.offload_data=false")
+    assert str(pickle.loads(pickle.dumps(refused.value))) == str(refused.value)
 
 
 @pytest.fixture
@@ -96,6 +141,14 @@ def test_the_timed_options_are_the_options_fields_but_epochs_and_substeps(hydra_
     assert set(fields) - set(TIMED_OPTIONS) == {"epochs", "substeps"}
     cfg = compose("config", overrides=["+timing.against.precision=high"])
     assert timing_refusals(cfg) == []
+    # what crux refuses of the options timed against is said in the command line's terms
+    cfg = compose("config", overrides=["+timing.against.offload_data=true"])
+    assert timing_refusals(cfg) == [
+        "timing.against.offload_data=true streams mini-batches, so it needs a memory.batchsize smaller than the "
+        "largest constraint's points; got memory.batchsize=null. Set one, or timing.against.offload_data=false"]
+    cfg = compose("config", overrides=["solver.epochs=10", "+timing.against.inner_steps=3"])
+    assert timing_refusals(cfg) == ["timing.against.inner_steps=3 must divide solver.epochs=10; choose one of "
+                                    "[1, 2, 5, 10]"]
 
 
 def test_options_are_frozen():
@@ -110,7 +163,7 @@ def test_options_are_frozen():
     (lambda: crux.SolveOptions(10, inner_steps=3), ValueError, r"^inner_steps=3 must divide epochs=10; "),
     (lambda: crux.SolveOptions(10, offload_data="yes"), TypeError, r"^offload_data must be True or False"),
     (lambda: crux.SolveOptions(10, precision="higest"), ValueError, r"^precision='higest' .*did you mean 'highest'"),
-    (lambda: crux.SolveOptions(10, substeps=[[0]], accumulation_steps=2), ValueError, r"^substeps cannot be combined"),
+    (lambda: crux.SolveOptions(10, substeps=[[0]], accumulation_steps=2), ValueError, r"^substeps makes each "),
     (lambda: dataclasses.replace(crux.SolveOptions(10), devices=0), ValueError, r"^devices must be >= 1, got 0"),
     (lambda: poisson().solver().compiled_call(offload_data=True, batchsize=8), ValueError,
      r"^compiled_call\(offload_data=True\): .* pass offload_data=False"),

@@ -75,8 +75,9 @@ def test_an_entrys_loss_is_the_mean_over_its_updates_and_its_learning_rate_the_l
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"substeps": [[0]], "accumulation_steps": 2, "batchsize": 8}, "substeps cannot be combined"),
-    ({"substeps": [[0]], "inner_steps": 2}, "substeps cannot be combined"),
+    ({"substeps": [[0]], "accumulation_steps": 2, "batchsize": 8}, "substeps makes each substep an update of its "
+                                                                     "own, so accumulation_steps=2 and inner_steps=1"),
+    ({"substeps": [[0]], "inner_steps": 2}, "accumulation_steps=1 and inner_steps=2 must both be 1"),
     ({"substeps": [[0], [3]]}, r"substeps\[1\] names constraint 3"),
     ({"substeps": [[0], [-1]]}, r"substeps\[1\] names constraint -1"),
     ({"substeps": [[0], []]}, r"substeps\[1\] is \[\]"),

@@ -58,7 +58,7 @@ def test_values_out_of_range_are_refused_before_any_run_exists(tmp_path):
                uri=uri)  # K = 1, 10, epochs
     assert done.returncode == 1
     assert done.stderr.splitlines() == [
-        "crux-sweep: solver.inner_steps=10 must divide solver.epochs=25 (every phase runs with it); choose one of "
+        "crux-sweep: solver.inner_steps=10 must divide solver.epochs=25; choose one of "
         "[1, 5, 25] (in job 1 (memory=full solver.inner_steps=10), 4 (memory=b8_acc4 solver.inner_steps=10)); "
         "nothing was run"]
     assert not (tmp_path / "multirun").exists()

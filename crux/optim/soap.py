@@ -170,10 +170,20 @@ def scale_by_soap(
     ``<= max_precond_dim`` (identity otherwise, bounding the O(d^2) memory and
     O(d^3) refresh cost).  Leaves with ndim > 2 are stacks of independent
     matrices over their leading axes (the library stores stacked MLP layers as
-    (n_layers, d_in, d_out)).  ndim < 2 leaves get plain Adam.  ``b2`` is both
-    Adam's second-moment decay and the decay of the Kronecker factors, as in
-    the paper's default.  The factors are updated every step, their
-    eigenbases every ``precondition_frequency`` Adam steps.
+    (n_layers, d_in, d_out)).  ndim < 2 leaves get plain Adam.  The factors are
+    updated every step, their eigenbases every ``precondition_frequency`` Adam
+    steps. The first step of a preconditioned matrix only builds its basis and
+    moves nothing.
+
+    Args:
+        b1: the decay of Adam's first moment.
+        b2: the decay of Adam's second moment and of the Kronecker factors, as in the paper's default.
+        eps: added to the second moment's square root.
+        precondition_frequency: the steps between two refreshes of the eigenbases.
+        max_precond_dim: the largest side that is preconditioned.
+
+    Returns:
+        An optax transform whose updates are the preconditioned direction (not yet scaled or negated).
     """
 
     def sides(p):
@@ -245,12 +255,24 @@ def soap(
     precondition_frequency: int = 10,
     max_precond_dim: int = 10000,
 ) -> optax.GradientTransformation:
-    """SOAP with (decoupled, AdamW-style) weight decay and a learning rate.
+    """SOAP (Vyas et al. 2024, arXiv:2409.11321) with decoupled (AdamW-style) weight decay and a learning rate.
 
     Updates follow the optax convention (add them to the params), so
     ``soap(1)`` is minus the preconditioned direction and can be scaled by a
-    schedule afterwards.  Defaults (b1 = b2 = 0.95, frequency 10) are the
-    paper's language-model settings.
+    schedule afterwards: ``model.optimizer(soap(1)).scale(crux.lrs(1e-5))``.
+    Defaults (b1 = b2 = 0.95, frequency 10) are the paper's language-model
+    settings.
+
+    Args:
+        learning_rate: a rate or an optax schedule.
+        b1, b2, eps, precondition_frequency, max_precond_dim: as :func:`scale_by_soap` takes them.
+        weight_decay: the decoupled weight decay (0: none, and the transform needs no params).
+
+    Returns:
+        An optax transform.
+
+    References:
+        Vyas et al., "SOAP: Improving and Stabilizing Shampoo using Adam", 2024, arXiv:2409.11321.
     """
     # Without weight decay, leave it out so update() also works without params.
     return optax.chain(

@@ -28,8 +28,24 @@ def _interior(n: int) -> np.ndarray:
 def poisson1d(n_interior: int = 1024, hidden: Sequence[int] = (64, 64, 64), activation: str = "tanh",
               seed: int = 0, hard_boundary: bool = False, bc_weight: float = 1.0,
               laplacian_mode: str = "taylor") -> Problem:
-    """The problem of jNO's documented multi-phase example. ``hard_boundary`` writes u = x(1-x) N(x), leaving
-    the PDE residual alone; ``laplacian_mode`` is how u'' is taken (``crux.laplacian``'s ``mode``)."""
+    """-u'' = pi^2 sin(pi x) on [0, 1], u(0) = u(1) = 0: the problem of jNO's documented multi-phase example.
+
+    Args:
+        n_interior: the evenly spaced interior points of constraint ``pde``.
+        hidden, activation: the network's (:func:`crux.mlp`).
+        seed: the initial parameters'.
+        hard_boundary: write u = x(1-x) N(x), which meets the boundary condition by construction: constraint
+            ``pde`` alone, the PDE residual unchanged (else constraints ``pde`` and ``bc``, x = 0 and 1).
+        bc_weight: the weight of ``bc``.
+        laplacian_mode: how u'' is taken (:func:`crux.laplacian`'s ``mode``).
+
+    Returns:
+        A :class:`Problem` of model ``u`` (Adam at 1e-3 attached), exact ``u = sin(pi x)`` scored at 1001
+        points.
+
+    Raises:
+        ValueError: an unknown ``laplacian_mode``.
+    """
     if laplacian_mode not in LAPLACIAN_MODES:
         raise ValueError(f"poisson1d: laplacian_mode={laplacian_mode!r}; choose one of {list(LAPLACIAN_MODES)}")
     lap = lambda f: laplacian(f, laplacian_mode)
@@ -54,6 +70,15 @@ def mixed_poisson1d(n_interior: int = 256, hidden: Sequence[int] = (32, 32), act
 
     Constraint 0 (``flux_balance``: -q' - f) reaches only q, constraint 2 (``bc``)
     only u, constraint 1 (``flux``: q - u') both: the problem for ``substeps``.
+
+    Args:
+        n_interior: the evenly spaced interior points of ``flux_balance`` and ``flux``.
+        hidden, activation: each network's (:func:`crux.mlp`).
+        seed: ``u``'s initial parameters (``q``'s: ``seed + 1``).
+
+    Returns:
+        A :class:`Problem` of models ``u`` and ``q`` (Adam at 1e-3 attached), exact ``u = sin(pi x)``,
+        ``q = pi cos(pi x)``.
     """
     u, q = mlp(1, 1, hidden, activation, seed=seed), mlp(1, 1, hidden, activation, seed=seed + 1)
     x = _interior(n_interior)
@@ -76,9 +101,24 @@ def _product_of_sines(x):
 
 def poisson_cube(n_interior: int = 4096, dims: int = 2, hidden: Sequence[int] = (64, 64, 64),
                  activation: str = "tanh", seed: int = 0, n_face: int = 64) -> Problem:
-    """The Poisson problem on ``[0, 1]^dims``: constraints ``pde`` (``n_interior`` points drawn uniformly) and ``bc``
-    (``n_face`` points drawn on each of the ``2 * dims`` faces). The interior points are drawn as float32 straight
-    into their array, so a point set near the host's memory is never held twice."""
+    """The Poisson problem on ``[0, 1]^dims``: -Laplacian u = dims pi^2 prod_i sin(pi x_i), u = 0 on the faces.
+    The interior points are drawn as float32 straight into their array, so a point set near the host's memory is
+    never held twice.
+
+    Args:
+        n_interior: the points of constraint ``pde``, drawn uniformly from ``seed``.
+        dims: the dimension.
+        hidden, activation: the network's (:func:`crux.mlp`).
+        seed: the points' and the initial parameters'.
+        n_face: the points of constraint ``bc`` drawn on each of the ``2 * dims`` faces.
+
+    Returns:
+        A :class:`Problem` of model ``u`` (Adam at 1e-3 attached), exact ``u = prod_i sin(pi x_i)`` scored at
+        1024 random points.
+
+    Raises:
+        ValueError: ``n_interior``, ``dims`` or ``n_face`` is not a whole number ``>= 1``.
+    """
     for name, value in (("n_interior", n_interior), ("dims", dims), ("n_face", n_face)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"poisson_cube: {name}={value!r}; pass a whole number >= 1")

@@ -26,13 +26,8 @@ def exact_solution_faults(predict: dict, exact: dict, test_points: np.ndarray | 
 @dataclass
 class Problem:
     """A PINN problem: its constraints and models, and, where there is one, the exact solution to score
-    against.
-
-    ``predict[f](models, xs)`` and ``exact[f](xs)`` give field ``f`` at points
-    ``(N, d)`` as ``(N,)``; every field of ``exact`` needs its ``predict`` and the
-    ``test_points`` ``(N, d)`` to compare on. A problem without an exact solution
-    leaves all three out (:meth:`relative_l2` is then empty). Models come with Adam
-    at a constant 1e-3 attached; replace it with ``.optimizer()``/``.scale()``.
+    against. Models without an optimizer get Adam at a constant 1e-3; replace it with
+    ``.optimizer()``/``.scale()``.
 
     crux-run builds a problem from its config's ``_target_``, a function called as
     ``function(**fields, hidden=(model.width,) * model.depth,
@@ -41,6 +36,21 @@ class Problem:
     ``crux.mlp(in_dim, out_dim, hidden, activation, seed=seed)``, and ``seed`` for
     anything random (points, initial parameters). The built-in problems
     (``crux.problems.poisson1d``, ...) are such functions.
+
+    Args:
+        name: the problem's name.
+        constraints: its :class:`crux.Constraint` list.
+        models: ``{name: crux.Model}``, the names its residuals use (``net.u``).
+        predict: ``predict[f](models, xs)``: field ``f`` at points ``(N, d)`` as ``(N,)``.
+        exact: ``exact[f](xs)``: the exact field ``f`` at points ``(N, d)`` as ``(N,)``; every field of it needs
+            its ``predict``, and ``test_points``. A problem without an exact solution leaves all three out
+            (:meth:`relative_l2` is then empty).
+        test_points: ``(N, d)``, where :meth:`relative_l2` compares.
+        description: the equation in words.
+        seed: the solver's (:class:`crux.Crux`'s point stream).
+
+    Raises:
+        ValueError: an exact solution without what scores it.
     """
 
     name: str
@@ -68,7 +78,11 @@ class Problem:
         return self._solver
 
     def relative_l2(self) -> dict[str, float]:
-        """``||prediction - exact|| / ||exact||`` on the test points, per field, with the current parameters."""
+        """The relative L2 error of each field with the current parameters.
+
+        Returns:
+            ``{field: ||prediction - exact|| / ||exact||}`` on the test points (empty without an exact solution).
+        """
         errors = {}
         for name, exact in self.exact.items():
             truth = np.asarray(exact(self.test_points), np.float64).reshape(-1)

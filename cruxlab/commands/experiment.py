@@ -41,7 +41,7 @@ with heap.lasting():  # Hydra's and MLflow's modules, kept to the process's end:
     from cruxlab.config import CONFIG_PACKAGE, Phase
     from cruxlab.config.keys import refused_override
     from cruxlab.config.refusals import config_refusals
-    from cruxlab.config.settings import solve_options
+    from cruxlab.config.settings import as_run, solve_options
     from cruxlab.runtime import JobRun, ParameterLeaves, parameter_leaves
     from cruxlab.runtime.capacity_job import run_capacity
     from cruxlab.runtime.interrupt import exit_status, interruptible, signal_name
@@ -125,8 +125,8 @@ def train(problem: Problem, phases: list[Phase], cfg: DictConfig,
 
 def train_job(cfg: DictConfig, run: JobRun, problem: Problem | None = None) -> float:
     """The job's work once its run is open: problem built (unless given, built before the run), config logged
-    (with the settings as they apply to the problem's points), phases trained, results logged; the final total
-    loss."""
+    (with the options as the problem's solver runs them, :meth:`crux.Crux.resolve`), phases trained, results
+    logged; the final total loss."""
     if cfg.backend.name != "crux":
         run.log_config(cfg)
         run.trains()
@@ -138,11 +138,11 @@ def train_job(cfg: DictConfig, run: JobRun, problem: Problem | None = None) -> f
     phases = config.training_phases(cfg)
     try:
         problem = problem if problem is not None else config.problem(cfg)
+        ran = as_run(cfg, problem.solver())
     except Exception:
         run.log_config(cfg)  # the failed run keeps what it was asked to run
         raise
-    run.log_config(cfg, *config.batch_as_applied(cfg.memory.batchsize, cfg.memory.accumulation_steps,
-                                                 {c.name: c.size for c in problem.constraints}))
+    run.log_config(cfg, *ran)
     run.check_room(problem, sum(phase.epochs for phase in phases), len(phases))
     run.trains()
     if backends.draws_wanted(cfg):

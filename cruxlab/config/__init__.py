@@ -8,11 +8,11 @@ the schema with Hydra; its names are those of the first three modules.
 
 The library (``crux`` itself) never imports this package, Hydra or MLflow; this package imports the library.
 """
-from cruxlab.config.building import (PROBLEM_ARGUMENTS, Phase, batch_as_applied, build_problem, effective_settings,
+from cruxlab.config.building import (PROBLEM_ARGUMENTS, Phase, build_problem, effective_settings,
                                      failed_import, import_from_working_directory, problem, problem_call,
                                      problem_fields, problem_function, training_phases, unknown_field)
-from cruxlab.config.checks import (UnbuiltProblem, build_faults, builds_problem, built_problem, out_of_range,
-                                   overrides_without, problem_faults, timing_refusals)
+from cruxlab.config.checks import (UnbuiltProblem, build_faults, builds_problem, built_problem, option_refusals,
+                                   out_of_range, overrides_without, problem_faults, timing_refusals)
 from cruxlab.config.schema import (BACKENDS, CONFIG_PACKAGE, INVOCATION, OPTIMIZERS, PROBLEMS, SCHEDULES, SWEEP_KEYS,
                                    TIMED_OPTIONS, TRACKING_KEYS, AdamConfig, AdamWConfig, BackendConfig, CapacityConfig,
                                    Config, ConstantConfig, ExponentialConfig, Heat1dConfig, JaxConfig, JnoBackendConfig,
@@ -20,12 +20,12 @@ from cruxlab.config.schema import (BACKENDS, CONFIG_PACKAGE, INVOCATION, OPTIMIZ
                                    PhaseConfig, Poisson1dConfig, ScheduleConfig, SGDConfig, SoapConfig, SolverConfig,
                                    TimingConfig, TrackingConfig, WarmupCosineConfig, typed)
 
-__all__ = ["UnbuiltProblem", "build_faults", "builds_problem", "built_problem", "AdamConfig", "AdamWConfig", "BACKENDS", "BackendConfig", "CONFIG_PACKAGE", "CapacityConfig", "Config", "ConstantConfig",
-           "ExponentialConfig", "Heat1dConfig", "INVOCATION", "JaxConfig", "JnoBackendConfig", "LBFGSConfig",
-           "MemoryConfig", "MixedPoisson1dConfig", "ModelConfig", "OPTIMIZERS", "OptimizerConfig", "PROBLEMS",
-           "PROBLEM_ARGUMENTS", "Phase", "PhaseConfig", "Poisson1dConfig", "SCHEDULES", "SGDConfig", "SWEEP_KEYS",
-           "ScheduleConfig", "SoapConfig", "SolverConfig", "TIMED_OPTIONS", "TRACKING_KEYS", "TimingConfig",
-           "TrackingConfig", "WarmupCosineConfig", "batch_as_applied", "build_problem", "effective_settings",
-           "failed_import", "import_from_working_directory", "out_of_range", "overrides_without", "problem",
-           "problem_call", "problem_faults", "problem_fields", "problem_function", "timing_refusals", "typed",
-           "training_phases", "unknown_field"]
+__all__ = ["AdamConfig", "AdamWConfig", "BackendConfig", "BACKENDS", "build_faults", "build_problem", "builds_problem",
+           "built_problem", "CapacityConfig", "Config", "CONFIG_PACKAGE", "ConstantConfig", "effective_settings",
+           "ExponentialConfig", "failed_import", "Heat1dConfig", "import_from_working_directory", "INVOCATION",
+           "JaxConfig", "JnoBackendConfig", "LBFGSConfig", "MemoryConfig", "MixedPoisson1dConfig", "ModelConfig",
+           "OptimizerConfig", "OPTIMIZERS", "option_refusals", "out_of_range", "overrides_without", "Phase",
+           "PhaseConfig", "Poisson1dConfig", "problem", "PROBLEM_ARGUMENTS", "problem_call", "problem_faults",
+           "problem_fields", "problem_function", "PROBLEMS", "ScheduleConfig", "SCHEDULES", "SGDConfig", "SoapConfig",
+           "SolverConfig", "SWEEP_KEYS", "TIMED_OPTIONS", "timing_refusals", "TimingConfig", "TRACKING_KEYS",
+           "TrackingConfig", "training_phases", "typed", "UnbuiltProblem", "unknown_field", "WarmupCosineConfig"]

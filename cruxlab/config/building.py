@@ -51,30 +51,6 @@ def training_phases(cfg: DictConfig) -> list[Phase]:
                       for p in cfg.phases.values()]
 
 
-def batch_as_applied(batchsize: int | None, accumulation_steps: int,
-                     sizes: dict[str, int]) -> tuple[dict[str, Any], list[str]]:
-    """How ``solve()`` applies ``memory.batchsize`` and ``memory.accumulation_steps`` to constraints of ``sizes``
-    points (name -> points): each takes ``min(batchsize, points)`` per micro-batch. The settings to record
-    instead of the requested ones (a batch size above every constraint's points is the largest constraint's,
-    every update seeing every point, and accumulating such batches is one update of the whole set:
-    ``accumulation_steps`` 1) and one line for each thing the request did not do as typed."""
-    if batchsize is None:
-        return {}, []
-    largest = max(sizes, key=sizes.get)
-    if batchsize >= sizes[largest]:
-        applied = {"memory.batchsize": sizes[largest]} if batchsize > sizes[largest] else {}
-        lines = [f"memory.batchsize={batchsize} is at least every constraint's points (the largest, {largest}, has "
-                 f"{sizes[largest]}): every update saw every point, as with memory=full"]
-        if accumulation_steps > 1:
-            applied["memory.accumulation_steps"] = 1
-            lines.append(f"memory.accumulation_steps={accumulation_steps} ran as 1: each micro-batch would have been "
-                         f"the whole set again, so one update of the whole set ran")
-        return applied, lines
-    whole = [f"{name} ({points} points)" for name, points in sizes.items() if points <= batchsize]
-    return {}, [f"memory.batchsize={batchsize} is at least the points of {', '.join(whole)}: every update took all "
-                f"of them"] if whole else []
-
-
 def effective_settings(cfg: DictConfig, resolved: dict[str, Any] | None = None) -> dict[str, Any]:
     """The settings the job runs with, as a nested dict: the resolved config (``resolved``, where the caller
     has it already: ``OmegaConf.to_container(cfg, resolve=True)``, left unchanged), each optimizer and

@@ -1,6 +1,7 @@
 """What in a job's config no run could use, in the command line's terms, found before any run is created:
 values of the right type outside their field's range or choices (``solver.epochs=-1``, ``optimizer.b1=2``: each
-field declares them, :mod:`cruxlab.config.ranges`) and values that depend on one another (:func:`out_of_range`),
+field declares them, :mod:`cruxlab.config.ranges`) and values that depend on one another (:func:`out_of_range`;
+those of ``solve()``'s options are crux's to refuse, :func:`option_refusals` says its refusals again),
 what a timing may change (:func:`timing_refusals`), a problem whose function cannot be called with its fields
 (:func:`problem_faults`) and one that its function cannot build or whose residuals do not trace
 (:func:`built_problem`, :func:`build_faults`); and a command line's overrides less one key
@@ -8,51 +9,62 @@ what a timing may change (:func:`timing_refusals`), a problem whose function can
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from crux.failures import failure_line
-from crux.options import divisors
+from crux.options import OptionError
 from crux.problems import Problem
 from cruxlab import capacity_search
 from cruxlab.config.building import problem, problem_call, training_phases
 from cruxlab.config.ranges import refusals as range_refusals
 from cruxlab.config.schema import TIMED_OPTIONS
+from cruxlab.config.settings import in_config_terms, solve_options
 
 
 def timing_refusals(cfg: DictConfig) -> list[str]:
-    """What in ``cfg.timing`` a timing could not use, in the command line's terms."""
+    """What in ``cfg.timing`` a timing could not use, in the command line's terms: a key that is not an option it
+    may change, and options that crux refuses once ``timing.against`` changes the job's (said as
+    :func:`in_config_terms` says them; the job's own are :func:`option_refusals`')."""
+    against = OmegaConf.to_container(cfg.timing.against)
     found = [f"timing.against.{key}: not a solve() option the timing can change; choose among "
-             f"{', '.join(TIMED_OPTIONS)}" for key in sorted(set(cfg.timing.against) - set(TIMED_OPTIONS))]
+             f"{', '.join(TIMED_OPTIONS)}" for key in sorted(set(against) - set(TIMED_OPTIONS))]
+    try:
+        own = solve_options(cfg)
+    except (TypeError, ValueError):  # the job's own options, refused as such
+        return found
+    if not found:
+        try:
+            dataclasses.replace(own, **against)
+        except OptionError as refused:
+            found.append(in_config_terms(refused, **{name: f"timing.against.{name}" for name in against}))
+        except (TypeError, ValueError) as refused:
+            found.append(f"timing.against: {refused}")
     return found
 
 
 def out_of_range(cfg: DictConfig) -> list[str]:
     """Every value of a job's config that its run could not use, in the command line's terms
     (``solver.epochs=-1: must be >= 1``): the ranges and choices of the schema's fields (:mod:`cruxlab.config.ranges`),
-    and what depends on several of them (``solver.inner_steps`` divides the epochs of every phase; offloading
-    streams mini-batches and accumulation splits one, so both need a batch size: crux's solve() would take
-    accumulation as 1 while the run's params recorded it, where jNO's own fallback is judged "not supported";
-    a substep is one update). What needs the problem's points, such as a batch size
-    below the largest constraint's, is left to ``solve()``.
+    then, once every value is in its range, what depends on several of them: crux's refusals of each phase's
+    ``solve()`` options (:func:`option_refusals`), accumulation without a batch size (which crux's solve() would
+    run as one update of the whole set, a job asking for nothing; jNO's own fallback is judged "not supported"),
+    and the processes a job's devices are split over. What needs the problem's points, such as a batch size
+    below the largest constraint's, is its solver's to refuse when the job starts.
 
     Raises as :func:`training_phases` does for a malformed later phase.
     """
-    first, *later = training_phases(cfg)
+    later = training_phases(cfg)[1:]
     found = range_refusals(OmegaConf.to_object(cfg))
     for name, phase in zip(cfg.phases, later):
         found += range_refusals(phase.optimizer, f"phases.{name}.optimizer.")
         found += range_refusals(phase.schedule, f"phases.{name}.schedule.")
-    steps, memory = cfg.solver.inner_steps, cfg.memory
-    epochs = {"solver.epochs": first.epochs, **{f"phases.{name}.epochs": p.epochs for name, p in zip(cfg.phases, later)}}
-    if steps >= 1:
-        found += [f"solver.inner_steps={steps} must divide {key}={count} (every phase runs with it); choose one of "
-                  f"{divisors(count)}" for key, count in epochs.items() if count >= 1 and count % steps]
-    if memory.offload_data and memory.batchsize is None:
-        found.append("memory.offload_data=true streams mini-batches, so it needs memory.batchsize; choose a memory "
-                     "option that sets one (memory=offload_b8)")
+    if not found:
+        found = option_refusals(cfg)
+    memory = cfg.memory
     if memory.accumulation_steps > 1 and memory.batchsize is None and cfg.backend.name == "crux":
         found.append(f"memory.accumulation_steps={memory.accumulation_steps} splits a mini-batch, but "
                      f"memory.batchsize is unset (every update sees every point): set memory.batchsize "
@@ -62,10 +74,25 @@ def out_of_range(cfg: DictConfig) -> list[str]:
         found.append(f"jax.processes={processes} train one job together, so each must hold devices of it: "
                      f"solver.devices={devices} must be a multiple of {processes} (solver.devices={processes} "
                      f"with one device a process)")
-    if cfg.solver.substeps is not None and (memory.accumulation_steps > 1 or steps > 1):
-        found.append(f"solver.substeps makes each substep an update of its own, so memory.accumulation_steps="
-                     f"{memory.accumulation_steps} and solver.inner_steps={steps} must both be 1")
     return found + timing_refusals(cfg) + capacity_refusals(cfg)
+
+
+def option_refusals(cfg: DictConfig) -> list[str]:
+    """crux's refusals of the ``solve()`` options of each phase (the first phase's options, at each phase's epochs:
+    ``solver.inner_steps`` must divide every phase's), said as the command line would (:func:`in_config_terms`),
+    each once. The rules are crux's (:class:`crux.SolveOptions`); the values are read as they are typed, so a
+    value outside its field's range is for :mod:`cruxlab.config.ranges` to name first."""
+    epochs = {"solver.epochs": cfg.solver.epochs, **{f"phases.{name}.epochs": phase.epochs
+                                                     for name, phase in cfg.phases.items()}}
+    found = []
+    for key, count in epochs.items():
+        try:
+            solve_options(cfg, count)
+        except (TypeError, ValueError) as refused:
+            line = in_config_terms(refused, epochs=key) if isinstance(refused, OptionError) else str(refused)
+            if line not in found:
+                found.append(line)
+    return found
 
 
 def capacity_refusals(cfg: DictConfig) -> list[str]:

@@ -1,8 +1,11 @@
 """What a run's config sets, in the terms the checks compare: its ``solve()`` options, its phases, its pairing
-group and the models each constraint reaches.
+group and the models each constraint reaches; and what of its options ran otherwise, as crux resolved them.
 
 crux-report reads a run's config back (from ``config.yaml`` or its params) and works these out from it; they
-are the pipeline's reading of its own configs, so they live beside the schema rather than in the reader.
+are the pipeline's reading of its own configs, so they live beside the schema rather than in the reader. The
+rules of the options are crux's (:mod:`crux.options`): a job asks its solver how they apply
+(:meth:`crux.Crux.resolve`) and records that, and says crux's refusals again in the command line's terms
+(:func:`in_config_terms`).
 """
 from __future__ import annotations
 
@@ -14,10 +17,12 @@ from typing import Any, Callable
 import numpy as np
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from crux.options import SolveOptions
-from cruxlab import config
+from crux import Crux
+from crux.options import OptionError, SolveOptions
+from cruxlab.config.building import effective_settings, problem, training_phases
+from cruxlab.config.schema import MemoryConfig, SolverConfig
 
-OPTION_GROUPS = {"solver": config.SolverConfig, "memory": config.MemoryConfig}
+OPTION_GROUPS = {"solver": SolverConfig, "memory": MemoryConfig}
 """The config groups whose schemas hold the fields of :class:`crux.SolveOptions`, each by the field's name."""
 
 
@@ -71,10 +76,20 @@ def configuration(cfg: DictConfig) -> dict[str, Any]:
             "roundoff_twin": int(cfg.roundoff_twin), "reach": _reach(cfg) if options.substeps else None}
 
 
-def solve_options(cfg: DictConfig) -> SolveOptions:
-    """The options of a crux-run config's first ``solve()`` (a later phase's differ in ``epochs`` only), checked as
-    ``solve()`` checks them: each field read from its key of :data:`OPTION_KEYS`, a key that the run's config
-    lacks (recorded before the option existed) as :data:`RECORDED_BEFORE` says."""
+def solve_options(cfg: DictConfig, epochs: int | None = None) -> SolveOptions:
+    """The options of a crux-run config's ``solve()`` calls, checked as ``solve()`` checks them: each field read
+    from its key of :data:`OPTION_KEYS`, a key that the run's config lacks (recorded before the option existed)
+    as :data:`RECORDED_BEFORE` says.
+
+    Args:
+        cfg: a job's config.
+        epochs: the epochs of the phase whose options these are (None: the first phase's, ``solver.epochs``);
+            the phases' options differ in nothing else.
+
+    Raises:
+        TypeError, ValueError: as :class:`crux.SolveOptions` does (:func:`in_config_terms` says an
+            :class:`crux.options.OptionError` as the command line would).
+    """
     values = {}
     for name, key in OPTION_KEYS.items():
         *path, last = key.split(".")
@@ -83,14 +98,78 @@ def solve_options(cfg: DictConfig) -> SolveOptions:
             node = node[part]
         value = node.get(last, RECORDED_BEFORE[name]) if name in RECORDED_BEFORE else node[last]
         values[name] = OmegaConf.to_container(value) if isinstance(value, ListConfig) else value
-    return SolveOptions(**values)
+    return SolveOptions(**{**values, **({} if epochs is None else {"epochs": epochs})})
+
+
+def in_config_terms(refused: OptionError, **keys: str) -> str:
+    """crux's refusal of options as the command line says it: each option by its config key (:data:`OPTION_KEYS`,
+    or where ``keys`` names another: a later phase's ``epochs="phases.<name>.epochs"``), each value as YAML writes
+    it (``true``, ``null``)."""
+    return refused.spelt(lambda name: keys.get(name, OPTION_KEYS[name]), config_literal)
+
+
+def config_literal(value: Any) -> str:
+    """``value`` as a command line writes it: ``true``, ``null``, ``8``, ``high``, ``[[0], [1, 2]]``."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def as_run(cfg: DictConfig, solver: Crux) -> tuple[dict[str, Any], list[str]]:
+    """What of the job's options ``solver`` runs otherwise than its config asks: :func:`ran_otherwise` of the
+    first phase's options and of :meth:`crux.Crux.resolve` of them, what ``solve()`` applies (the later phases
+    differ in their epochs only). Raises ValueError with crux's refusal in the command line's terms
+    (:func:`in_config_terms`)."""
+    requested = solve_options(cfg)
+    try:
+        applied = solver.resolve(options=requested)
+    except OptionError as refused:
+        raise ValueError(in_config_terms(refused)) from refused
+    return ran_otherwise(requested, applied, {c.name: c.size for c in solver.constraints})
+
+
+def ran_otherwise(requested: SolveOptions, applied: SolveOptions,
+                  sizes: dict[str, int]) -> tuple[dict[str, Any], list[str]]:
+    """What of a job's options ran otherwise than its config asked, ``applied`` being ``requested`` as its solver
+    resolved them (:func:`as_run`) for constraints of ``sizes`` points (name -> points).
+
+    Returns:
+        The settings to record as they ran, by config key (``{"memory.batchsize": 1024}``: the params keep the
+        request beside them, ``memory.batchsize_requested``), and one line for each thing the request did not
+        do as typed: a batch size at least some constraint's points (each update takes all of them), and each
+        setting that ran otherwise.
+    """
+    changed = [name for name in OPTION_KEYS if getattr(applied, name) != getattr(requested, name)]
+    # each value as the config holds it (a tuple as a list)
+    settings = {OPTION_KEYS[name]: json.loads(json.dumps(getattr(applied, name))) for name in changed}
+    lines = _whole_batches(requested.batchsize, sizes)
+    for name in changed:
+        key, asked, ran = OPTION_KEYS[name], getattr(requested, name), getattr(applied, name)
+        if name == "accumulation_steps":
+            lines.append(f"{key}={asked} ran as {ran}: each micro-batch would have been the whole set again, so one "
+                         f"update of the whole set ran")
+        elif name != "batchsize":  # said with the constraints' points
+            lines.append(f"{key}={config_literal(asked)} ran as {config_literal(ran)}")
+    return settings, lines
+
+
+def _whole_batches(batchsize: int | None, sizes: dict[str, int]) -> list[str]:
+    """What a batch of ``batchsize`` points takes of constraints of ``sizes`` points, where it takes every point of
+    some: a line for the whole set, or one naming those it takes whole."""
+    if batchsize is None:
+        return []
+    key, largest = OPTION_KEYS["batchsize"], max(sizes, key=sizes.get)
+    if batchsize >= sizes[largest]:
+        return [f"{key}={batchsize} is at least every constraint's points (the largest, {largest}, has "
+                f"{sizes[largest]}): every update saw every point, as with memory=full"]
+    whole = [f"{name} ({points} points)" for name, points in sizes.items() if points <= batchsize]
+    return [f"{key}={batchsize} is at least the points of {', '.join(whole)}: every update took all of them"
+            ] if whole else []
 
 
 def phase_calls(cfg: DictConfig) -> tuple[PhaseCall, ...]:
     """Every training phase as configured. crux-run attaches a fresh optimizer when a phase's optimizer or
     schedule differs from the previous phase's, and lets the solver resume otherwise."""
     plan, previous = [], None
-    for phase in config.training_phases(cfg):
+    for phase in training_phases(cfg):
         fresh = (phase.optimizer, phase.schedule) != previous
         plan.append(PhaseCall(phase.epochs, phase.optimizer.name, phase.schedule.build(phase.epochs), fresh))
         previous = (phase.optimizer, phase.schedule)
@@ -101,7 +180,7 @@ def group_of(cfg: DictConfig) -> str:
     """The settings the job ran with (:func:`cruxlab.config.effective_settings`: an optimizer's unset field is its
     default, so a config read back from params groups with its config.yaml) apart from the options claims vary:
     runs with equal groups may be paired."""
-    rest: dict[str, Any] = config.effective_settings(cfg)
+    rest: dict[str, Any] = effective_settings(cfg)
     for dotted in NOT_GROUP:
         *path, last = dotted.split(".")
         node = rest
@@ -115,5 +194,5 @@ def group_of(cfg: DictConfig) -> str:
 
 def _reach(cfg: DictConfig) -> tuple[tuple[str, ...], ...]:
     """Per constraint, the models its residual reaches: traced on the configured problem (no training)."""
-    solver = config.problem(cfg).solver()
+    solver = problem(cfg).solver()
     return tuple(tuple(sorted(models)) for models in solver.reach)
