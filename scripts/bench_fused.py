@@ -37,11 +37,11 @@ import optax
 from omegaconf import OmegaConf
 
 import crux
-from bench_jno_problems import jno_poisson
 from cruxlab.backends.jno import own
 from cruxlab.backends.jno.pipeline_job import jno_schedule
 from cruxlab.backends.jno.problems import JnoProblem
 from cruxlab.backends.jno.training import Timed
+from cruxlab.bench.jno_problems import jno_poisson
 from cruxlab.config import ModelConfig
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# jNO column for scripts/bench.py: its own venv with crux and the jno extra, the reference problems through jNO's
+# jNO column for crux-bench: its own venv with crux and the jno extra, the reference problems through jNO's
 # API as the jNO backend builds them (cruxlab.backends.jno.problems).
 #
 #   bash scripts/bench_jno.sh                 # writes jno.json (override: JNO_OUT=path)
 #   bash scripts/bench_jno.sh --quick
-#   python scripts/bench.py --jno jno.json    # merge as jNO rows (measured in another process, so not interleaved)
+#   crux-bench --jno jno.json                 # merge as jNO rows (measured in another process, so not interleaved)
 #
 # Environment: JNO_VENV (default /tmp/jno-venv), JNO_VERSION (default 0.4.2, the version of the jNO figures in
-# docs/BENCHMARK.md), JNO_OUT (default jno.json). Extra arguments go to scripts/bench_jno_problems.py.
+# docs/BENCHMARK.md), JNO_OUT (default jno.json). Extra arguments go to
+# python -m cruxlab.bench.jno_problems.
 # jNO 0.4.2 needs jax >=0.10.1,<0.11 and pulls gmsh, fenics-basix, blackjax, equinox, folx, ... (about 1 GB).
 set -euo pipefail
 
@@ -31,5 +32,5 @@ if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import jno" 2>/dev/
 fi
 
 "$venv/bin/python" -c "import jno, jax; print('jNO', __import__('importlib.metadata').metadata.version('jax-numerical-operators'), 'jax', jax.__version__)" 2>/dev/null
-"$venv/bin/python" "$here/bench_jno_problems.py" --out "$out" "$@"
-echo "wrote $out (merge: python scripts/bench.py --jno $out)" >&2
+"$venv/bin/python" -m cruxlab.bench.jno_problems --out "$out" "$@"
+echo "wrote $out (merge: crux-bench --jno $out)" >&2

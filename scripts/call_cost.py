@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""What a fused ``solve()`` call costs beyond its compiled program, against scripts/bench.py's hand-written scans.
+"""What a fused ``solve()`` call costs beyond its compiled program, against crux-bench's hand-written scans.
 
     python scripts/call_cost.py                      # small problem, inner_steps 10 and 100, 9 rounds (~4 min)
     python scripts/call_cost.py --k 10 --rounds 15
@@ -21,22 +21,24 @@ import collections
 import os
 import sys
 import time
-from pathlib import Path
 
 import jax
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench  # noqa: E402  (the problems and the hand-written scan)
 
-import crux.loop  # noqa: E402
-import crux.solver  # noqa: E402
-from crux import sharding  # noqa: E402
+import crux.loop
+import crux.solver
+from crux import sharding
+from cruxlab.bench.hand_written import SAME_AS_CRUX
+from cruxlab.bench.host import environment
+from cruxlab.bench.interleaved import split_call
+from cruxlab.bench.reference_problems import interior, poisson_problem
+from cruxlab.bench.variants import CruxVariant, HandVariant
 
 N, HIDDEN, STEPS = 64, (32, 32, 32), 2000
 
 
-def bare_loop(variant: bench.CruxVariant, k: int):
+def bare_loop(variant: CruxVariant, k: int):
     """``run(steps)`` for crux's compiled call of ``k`` updates, called in a plain loop on its own state."""
     call, state, data = variant.solver.compiled_call(inner_steps=k, precision="default")
     state = [state]
@@ -52,12 +54,12 @@ def bare_loop(variant: bench.CruxVariant, k: int):
 
 def per_call(k: int, rounds: int) -> dict[str, float]:
     """Each way's median wall seconds per call of ``k`` updates."""
-    hands = {form: bench.HandVariant(f"hand scan {form}", form, bench.interior(N), (1, *HIDDEN, 1), k)
-             for form in (bench.SAME_AS_CRUX, "rev-rev")}
+    hands = {form: HandVariant(f"hand scan {form}", form, interior(N), (1, *HIDDEN, 1), k)
+             for form in (SAME_AS_CRUX, "rev-rev")}
     for hand in hands.values():
         hand.build()
-    solve = bench.CruxVariant("solve()", bench.poisson_problem(N, HIDDEN), k, STEPS)
-    reverse = bench.CruxVariant("solve(), reverse", bench.poisson_problem(N, HIDDEN, "reverse"), k, STEPS)
+    solve = CruxVariant("solve()", poisson_problem(N, HIDDEN), k, STEPS)
+    reverse = CruxVariant("solve(), reverse", poisson_problem(N, HIDDEN, "reverse"), k, STEPS)
     solve.build()
     reverse.build()
     runs = {**{f"hand scan {form}": hand.run for form, hand in hands.items()},
@@ -69,7 +71,7 @@ def per_call(k: int, rounds: int) -> dict[str, float]:
         for name in names:
             times[name].append(runs[name](STEPS))
     calls = STEPS // k
-    hand_wall = np.array([w for w, _ in times[f"hand scan {bench.SAME_AS_CRUX}"]])
+    hand_wall = np.array([w for w, _ in times[f"hand scan {SAME_AS_CRUX}"]])
     medians = {}
     for name, values in times.items():
         wall, cpu = np.array([w for w, _ in values]), np.array([c for _, c in values])
@@ -82,17 +84,17 @@ def per_call(k: int, rounds: int) -> dict[str, float]:
 
 
 def split(per_k: dict[int, dict[str, float]]) -> None:
-    """Each way's time per call as ``per_call + k * per_update`` (scripts/bench.py's ``split_call``)."""
+    """Each way's time per call as ``per_call + k * per_update`` (crux-bench's ``split_call``)."""
     k1, k2 = min(per_k), max(per_k)
     for name in per_k[k1]:
-        cost = bench.split_call({k: medians[name] for k, medians in per_k.items()})
+        cost = split_call({k: medians[name] for k, medians in per_k.items()})
         print(f"{name:30s} {cost['per_call_us']:7.1f} us a call beyond its updates, "
               f"{cost['per_update_us']:7.2f} us an update (k = {k1} and {k2})")
 
 
 def fixed_parts(k: int, solves: int = 200) -> None:
     """CPU microseconds per solve() of one call of ``k`` updates, by part."""
-    variant = bench.CruxVariant("solve()", bench.poisson_problem(N, HIDDEN), k, k)
+    variant = CruxVariant("solve()", poisson_problem(N, HIDDEN), k, k)
     variant.build()
     spent = collections.defaultdict(list)
     parts = [(crux.solver.Crux, "solve"), (crux.solver.Crux, "_resume_point"), (sharding, "put"),
@@ -126,7 +128,7 @@ def main() -> int:
     parser.add_argument("--k", default="10,100", help="inner_steps, comma-separated")
     parser.add_argument("--rounds", type=int, default=9)
     args = parser.parse_args()
-    print(f"{bench.environment()['summary']}; CPU affinity {sorted(os.sched_getaffinity(0))}")
+    print(f"{environment()['summary']}; CPU affinity {sorted(os.sched_getaffinity(0))}")
     per_k = {}
     for k in (int(k) for k in args.k.split(",")):
         per_k[k] = per_call(k, args.rounds)

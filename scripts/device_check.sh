@@ -9,7 +9,7 @@
 #
 # Steps: the claim sweeps (accumulation inner_steps checkpoint offload substeps phases resume precision devices),
 # each followed by its report; functions (scripts/function_accuracy.py: the float32 accuracy of the activations and
-# of matrix products, on the accelerator and on the CPU); bench (scripts/bench.py, with $BENCH_ARGS appended);
+# of matrix products, on the accelerator and on the CPU); bench (crux-bench, with $BENCH_ARGS appended);
 # anatomy (scripts/step_anatomy.py --profile: the device's time per instruction of a fused update, crux beside
 # the hand-written scans, on the problems of $ANATOMY_PROBLEMS, default small,standard; square is the 2-D one);
 # capacity (scripts/capacity.py, with $CAPACITY_ARGS appended; at most $CAPACITY_S
@@ -309,9 +309,9 @@ for name in "${chosen[@]}"; do
         bench)
             # shellcheck disable=SC2086
             if (( dry )); then
-                step bench 20 0 "$python" "$root/scripts/bench.py" --quick --problems small --repeats 2 --out "$OUT" ${BENCH_ARGS:-}
+                step bench 20 0 "$python" -m cruxlab.bench --quick --problems small --repeats 2 --out "$OUT" ${BENCH_ARGS:-}
             else
-                step bench 60 0 "$python" "$root/scripts/bench.py" --problems standard,small,fusing,throughput \
+                step bench 60 0 "$python" -m cruxlab.bench --problems standard,small,fusing,throughput \
                     --sizes 16384,65536 --widths 64,256 --peak-tflops "${PEAK_TFLOPS:-197}" --loop-forms unroll=4 \
                     --out "$OUT" ${BENCH_ARGS:-}
             fi ;;

@@ -13,7 +13,7 @@ HLO, to read what a costly fusion computes.
 
 On a GPU a fused update costs about a kernel launch per fusion, library call and copy in the loop body,
 so the body's instruction count explains most of a gap to the hand-written ``lax.scan`` of
-scripts/bench.py. crux's rounds are ``solve()`` calls: ``fixed ms/solve`` is the part of a round spent
+crux-bench. crux's rounds are ``solve()`` calls: ``fixed ms/solve`` is the part of a round spent
 outside the compiled calls, which the hand scan does not pay. Variants, each compiled on its own and
 timed in interleaved rounds:
 
@@ -30,7 +30,7 @@ timed in interleaved rounds:
   flat vector: what unpacking costs;
 - ``crux, layer arrays``: the tree layout with a network that keeps one array per layer (no stacks), the
   structure of the hand-written loop;
-- ``hand scan``: scripts/bench.py's hand-written scan with the hand-derived Taylor u'';
+- ``hand scan``: crux-bench's hand-written scan with the hand-derived Taylor u'';
 - ``hand scan, unrolled 4x``: the same scan four updates to a turn, the fastest hand-written form on a TPU.
 
 The crux diagnostics patch crux internals here only; they are not options. The header records
@@ -44,7 +44,6 @@ import contextlib
 import functools
 import os
 import re
-import sys
 import tempfile
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple
@@ -53,14 +52,17 @@ import jax
 import jax.numpy as jnp
 from jax.profiler import ProfileData
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench  # noqa: E402  (scripts/bench.py: problems, variants, interleaved timing)
 
-import crux  # noqa: E402
-import crux.engine  # noqa: E402
-import crux.model  # noqa: E402
-import crux.problems.poisson  # noqa: E402
-import crux.solver  # noqa: E402
+import crux
+import crux.engine
+import crux.model
+import crux.problems.poisson
+import crux.solver
+from cruxlab.bench.hand_written import SAME_AS_CRUX, initial_layers
+from cruxlab.bench.interleaved import SCAN_STEPS, measure
+from cruxlab.bench.loop_forms import LoopForm
+from cruxlab.bench.reference_problems import grid2d, interior, laplacian2d_problem, poisson_problem
+from cruxlab.bench.variants import CruxVariant, HandVariant, Variant
 
 NOT_WORK = {"parameter", "get-tuple-element", "tuple", "constant", "bitcast"}  # no kernel of their own
 
@@ -82,7 +84,7 @@ def loop_body_ops(hlo: str) -> collections.Counter:
 def layer_arrays_mlp(in_dim: int, out_dim: int, hidden, activation: str = "tanh", seed: int = 0) -> crux.Model:
     """crux.mlp's network and initialisation with one (w, b) per layer instead of stacks of equal layers."""
     sigma = crux.model.ACTIVATIONS[activation]
-    layers = [{"w": w, "b": b} for w, b in bench.initial_layers((in_dim, *hidden, out_dim), seed)]
+    layers = [{"w": w, "b": b} for w, b in initial_layers((in_dim, *hidden, out_dim), seed)]
 
     def apply(params, x):
         h = x
@@ -134,7 +136,7 @@ def patched(patches: list[tuple[object, str, object]]) -> Iterator[None]:
             setattr(owner, name, value)
 
 
-class PatchedCrux(bench.CruxVariant):
+class PatchedCrux(CruxVariant):
     """A crux variant built and run with patches in place (the compile key must see the same layout)."""
 
     def __init__(self, name: str, patches: list[tuple[object, str, object]], *args, **kwargs):
@@ -153,15 +155,15 @@ class PatchedCrux(bench.CruxVariant):
 CONTROL = ("while", "conditional", "call")  # instructions whose events span the ones they run
 
 
-def hlo_of(variant: bench.Variant) -> str:
+def hlo_of(variant: Variant) -> str:
     """The optimised HLO text of the program ``variant`` runs."""
-    if isinstance(variant, bench.CruxVariant):
+    if isinstance(variant, CruxVariant):
         with patched(variant.patches):  # the key of the program its solve() compiled
             return variant.solver.compiled_call(**variant.options).call.as_text()
     return variant.call.as_text()
 
 
-def device_time(variant: bench.Variant, steps: int) -> tuple[float, dict[str, float], collections.Counter]:
+def device_time(variant: Variant, steps: int) -> tuple[float, dict[str, float], collections.Counter]:
     """One round of ``steps`` updates traced: its wall seconds per update, the device's seconds per update by
     timeline (``XLA Modules``: whole programs, ``XLA Ops``: instructions, loops excluded), and per instruction."""
     with tempfile.TemporaryDirectory() as folder:
@@ -190,7 +192,7 @@ def device_time(variant: bench.Variant, steps: int) -> tuple[float, dict[str, fl
     return wall / steps, dict(lines), per_op
 
 
-def profile(variants: list[bench.Variant], steps: int, out: Path | None, tag: str) -> str:
+def profile(variants: list[Variant], steps: int, out: Path | None, tag: str) -> str:
     """Per variant: wall time per update against the device's busy time, and its costliest instructions."""
     rows = [f"### {tag}: device time per update ({steps} updates traced)", "",
             "| variant | wall µs | programs µs | instructions µs | instructions | top instructions (µs) |",
@@ -209,7 +211,7 @@ def profile(variants: list[bench.Variant], steps: int, out: Path | None, tag: st
     return "\n".join(rows + [""])
 
 
-def body_of(variant: bench.Variant) -> collections.Counter:
+def body_of(variant: Variant) -> collections.Counter:
     return loop_body_ops(hlo_of(variant))
 
 
@@ -223,9 +225,9 @@ class Problem(NamedTuple):
 
 
 PROBLEMS = {
-    "small": Problem(bench.poisson_problem(64, (32, 32, 32)), bench.interior(64), (32, 32, 32), 2000),
-    "standard": Problem(bench.poisson_problem(1024, (64, 64, 64)), bench.interior(1024), (64, 64, 64), 500),
-    "square": Problem(bench.laplacian2d_problem(bench.grid2d(256), (32, 32)), bench.grid2d(256), (32, 32), 2000),
+    "small": Problem(poisson_problem(64, (32, 32, 32)), interior(64), (32, 32, 32), 2000),
+    "standard": Problem(poisson_problem(1024, (64, 64, 64)), interior(1024), (64, 64, 64), 500),
+    "square": Problem(laplacian2d_problem(grid2d(256), (32, 32)), grid2d(256), (32, 32), 2000),
 }
 
 
@@ -235,15 +237,15 @@ def anatomy(name: str, problem: Problem, steps: int, repeats: int, k: int, log,
     make, points, hidden = problem.make, problem.points, problem.hidden
     widths = (points.shape[1], *hidden, 1)
     variants = [PatchedCrux("crux", [], make, k, k),
-                PatchedCrux("crux, every update checked", [], make, k, k, loop=bench.LoopForm(guard="full")),
+                PatchedCrux("crux, every update checked", [], make, k, k, loop=LoopForm(guard="full")),
                 PatchedCrux("crux, every update applied", EVERY_UPDATE_APPLIED, make, k, k),
                 PatchedCrux("crux, scan unrolled 4x", UNROLLED_4, make, k, k),
                 PatchedCrux("crux, tree layout", TREE_LAYOUT, make, k, k),
                 PatchedCrux("crux, layer arrays", LAYER_ARRAYS, make, k, k),
-                bench.HandVariant(f"hand scan {bench.SAME_AS_CRUX}", bench.SAME_AS_CRUX, points, widths, k),
-                bench.HandVariant(f"hand scan {bench.SAME_AS_CRUX}, unrolled 4x", bench.SAME_AS_CRUX, points, widths,
-                                  k, loop=bench.LoopForm(unroll=4))]
-    results = bench.measure(variants, steps, repeats, log)
+                HandVariant(f"hand scan {SAME_AS_CRUX}", SAME_AS_CRUX, points, widths, k),
+                HandVariant(f"hand scan {SAME_AS_CRUX}, unrolled 4x", SAME_AS_CRUX, points, widths, k,
+                            loop=LoopForm(unroll=4))]
+    results = measure(variants, steps, repeats, log)
     lines = [f"## {name}: {len(points)} points, {'-'.join(map(str, widths))}, inner_steps={k}, {steps} updates "
              f"per round, {repeats} rounds", "",
              "| variant | steps/s (median) | min-max | fixed ms/solve | body instructions | fusions | library calls "
@@ -276,7 +278,7 @@ def main() -> None:
     names = [name.strip() for name in args.problems.split(",") if name.strip()]
     if not names or set(names) - set(PROBLEMS):
         parser.error(f"--problems {args.problems!r}: choose from {','.join(PROBLEMS)}")
-    k = bench.SCAN_STEPS
+    k = SCAN_STEPS
     device = jax.devices()[0]
     text = [f"# Anatomy of a fused update\n\njax {jax.__version__} on {device.platform} ({device.device_kind}), "
             f"XLA_FLAGS: {os.environ.get('XLA_FLAGS') or '(none)'}\n"]

@@ -4,9 +4,9 @@ Each service is started by the project's own script (scripts/postgres.sh,
 mlflow_server.sh, ray_head.sh, slurm.sh) in a temporary folder and stopped at the
 end of the session; the tests that need one are skipped, with the script's own
 words, where it cannot start here (not root, no package manager, no extra
-installed). Sweeps go through scripts/load_test.py, whose count checks every run,
+installed). Sweeps go through cruxlab.measure.load_test, whose count checks every run,
 parent link, status, metric point and artifact. conftest.py imports the fixtures
-for every session, so MLflow and the scripts are imported only when a test runs.
+for every session, so MLflow and the load test are imported only when a test runs.
 """
 from __future__ import annotations
 
@@ -175,7 +175,7 @@ def sweep_and_report(folder: Path, uri: str, launcher: str, env: dict[str, str] 
     (load_test.count), and judge it with ``crux-report`` run as a user would (``MLFLOW_TRACKING_URI=uri``)."""
     from mlflow.tracking import MlflowClient
 
-    from scripts_path import load_test
+    from cruxlab.measure import load_test
 
     spec = load_test.SweepSpec(launcher=launcher, python=python, **SMALL)
     experiment = f"accumulation-{launcher}"

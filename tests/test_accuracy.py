@@ -1,7 +1,7 @@
 """Accuracy on the 1-D Poisson problem (slow: run with `pytest -m slow`; the figure is in README.md)."""
 import pytest
 
-from scripts_path import accuracy
+from cruxlab.measure import poisson_accuracy as accuracy
 
 
 @pytest.mark.slow

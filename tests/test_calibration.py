@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from cruxlab.measure import calibration as calibrate
 from cruxlab.report import FAILS, Verdict
 from cruxlab.report.claims.gradient_noise import expected_ratios
-from scripts_path import calibrate
 
 CASES = (*range(12), 33)  # 33: a continued mini-batch boundary whose step is the largest of the few around it
 EFFECTIVE_BATCH_CASES = (0, 4, 8, 11)  # each case's runs and defects compile their own programs: a few suffice here

@@ -9,8 +9,8 @@ from crux.model import Model
 from crux.solver import Crux
 from crux.stats import Statistics
 from cruxlab import capacity_search as library
+from cruxlab.measure import capacity_verdicts as capacity, memory_at_scale
 from cruxlab.report.claims.capacity import capacity_verdict
-from scripts_path import capacity, memory_at_scale
 
 # Small enough for a CPU: a 1 MiB budget, networks 16 wide, batches of 64 for offload_data, depth grown over 512
 # points for checkpoint_gradients (the plain update does not fit at five layers).

@@ -22,6 +22,7 @@ from crux.engine import Primitives, repeat
 from crux.model import Model
 from crux.roundoff import roundoff_twin
 from crux.solver import Crux, Machinery
+from cruxlab.measure import calibration as calibrate
 from cruxlab.report import FAILS, HOLDS, INCONCLUSIVE, PhaseCall, RunRecord, SolveOptions, judge, record_from_solve
 from cruxlab.report.claims import check_accumulation, check_checkpoint, check_inner_steps, check_phases
 from cruxlab.report.claims import check_devices, check_offload, check_substeps
@@ -36,7 +37,6 @@ from cruxlab.report.numerics import TwinComparison, history_departure, twin_comp
 from cruxlab.report.run_records import snapshot_arrays
 from cruxlab.store import contract
 from crux_testing import mixed, poisson as small_poisson
-from scripts_path import calibrate
 
 EPOCHS = 30
 B, N = 4, 4  # micro-batches of 4, four per update: the points of one batch of 16 (64 interior points >= 16)

@@ -19,10 +19,10 @@ from crux.batching import PointStream
 from crux.model import Model
 from crux.roundoff import roundoff_twin
 from crux.solver import Crux
+from cruxlab.measure import calibration as calibrate
 from cruxlab.report import FAILS, HOLDS, INCONCLUSIVE, PhaseCall, RunRecord, SolveOptions, record_from_solve
 from cruxlab.report.claims import check_resume
 from crux_testing import poisson
-from scripts_path import calibrate
 
 CALLS = (10, 20, 15)  # uneven, so no restart lines up with a period of the one-call run
 TOTAL = sum(CALLS)

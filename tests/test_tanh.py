@@ -7,7 +7,7 @@ import pytest
 import crux
 import crux.tanh
 from crux.taylor import forward_laplacian
-from scripts_path import function_accuracy
+from cruxlab.measure import function_accuracy
 
 # Bounds from the arithmetic: P and Q by Horner (degrees 6 and 7 in s = x*x, every term positive, so each step
 # adds at most one rounding of half an ulp to the relative error: 7 and 8 roundings), x*x, x*P, the division: about

@@ -3,7 +3,7 @@
 crux-sweep and crux-report work against it unchanged, through the server
 (``MLFLOW_TRACKING_URI=http://...``) and straight on the database (``postgresql://...``),
 with the verdicts and the very numbers of a sweep on SQLite; several sweeps at once,
-on joblib and on a Ray cluster, lose nothing in it (scripts/load_test.py, small).
+on joblib and on a Ray cluster, lose nothing in it (cruxlab.measure.load_test, small).
 """
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import sys
 import pytest
 
 from scale_out import assert_same_as_reference, sweep_and_report
-from scripts_path import load_test
+
+from cruxlab.measure import load_test
 
 pytestmark = pytest.mark.integration  # starts PostgreSQL, an MLflow server, a Ray cluster, sweeps in subprocesses
 

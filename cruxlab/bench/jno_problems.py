@@ -1,17 +1,17 @@
-#!/usr/bin/env python
-"""The reference problems of scripts/bench.py, trained through jNO's public API (run by scripts/bench_jno.sh).
+"""The bench's reference problems trained through jNO's public API (run by scripts/bench_jno.sh and by
+``crux-bench --readme``).
 
-    python scripts/bench_jno_problems.py --out jno.json [--quick] [--problems standard,small,accumulation]
+    python -m cruxlab.bench.jno_problems --out jno.json [--quick] [--problems standard,small,accumulation]
 
 Runs with the jno extra installed (pip install -e ".[jno]"); the problems are the jNO backend's
-(cruxlab.backends.jno.problems), so the benchmark times what the claim sweeps run. Same protocol as bench.py: every
+(cruxlab.backends.jno.problems), so the benchmark times what the claim sweeps run. Same protocol as crux-bench: every
 variant's first solve() compiles (its time, less the steady time of its updates, is reported as
 compile seconds), then ``repeats`` interleaved rounds. A round is one solve() of ``steps`` updates
 and one of ``inner_steps`` updates: jNO's solve() has a fixed cost of its own (parameter summary,
 logging, set-up), so the steady rate is taken from the difference of the two,
 ``(steps - inner_steps) / (t_long - t_short)``, and the fixed cost is reported beside it
 (``solve_overhead_seconds``); ``whole_call_steps_per_second`` is ``steps / t_long``.
-Writes the variants in bench.py's JSON layout, so ``bench.py --jno FILE`` merges them as jNO rows.
+Writes the variants in crux-bench's JSON layout, so ``crux-bench --jno FILE`` merges them as jNO rows.
 
 The problems: crux's poisson1d with a hard boundary (u = x(1-x) N(x), N a foundax MLP of three tanh
 layers) on crux's n interior points, residual -u'' - pi^2 sin(pi x), jno.core([pde.mse]), Adam at
@@ -34,6 +34,7 @@ import optax
 import crux
 from cruxlab.backends.jno.pipeline_job import jno_schedule
 from cruxlab.backends.jno.problems import Batching, JnoProblem, build
+from cruxlab.bench.interleaved import in_rotation
 from cruxlab.config import ModelConfig
 
 
@@ -73,7 +74,7 @@ class Variant:
 
 
 def fused_variants(n: int, width: int, steps: int) -> list[Variant]:
-    """One update a call and the fused calls of scripts/bench.py (inner_steps 10 and 100, at most ``steps``)."""
+    """One update a call and the fused calls of crux-bench (inner_steps 10 and 100, at most ``steps``)."""
     ks = sorted({1, *(min(k, steps) for k in (10, 100))})
     return [Variant(f"jNO inner_steps={k}", n, width, inner_steps=k) for k in ks]
 
@@ -84,7 +85,7 @@ def measure(variants: list[Variant], steps: int, repeats: int) -> dict:
         print(f"  built {v.name}: first solve {v.first_seconds:.2f} s", file=sys.stderr, flush=True)
     rounds = {v.name: [] for v in variants}
     for r in range(repeats):
-        for v in variants[r % len(variants):] + variants[:r % len(variants)]:
+        for v in in_rotation(variants, r):
             short = v.run(v.options["inner_steps"])
             rounds[v.name].append((v.run(steps), short))
     out = {}
