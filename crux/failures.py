@@ -3,8 +3,9 @@
 A PINN job runs the user's code (a problem's function, its residuals) inside
 crux and JAX, so a traceback holds dozens of frames of which one or two are the
 user's. :func:`raised_at` picks the innermost of those: the deepest frame that is
-neither crux's nor an installed library's (nor Python's own), as
-``heat2d.py:12``; :func:`failure_line` says the error with it.
+neither crux's (the library's, or the lab's around it that the same distribution
+installs) nor an installed library's (nor Python's own), as ``heat2d.py:12``;
+:func:`failure_line` says the error with it.
 """
 from __future__ import annotations
 
@@ -13,18 +14,22 @@ import sysconfig
 import traceback
 from pathlib import Path
 
-CRUX_FOLDER = Path(__file__).resolve().parent
+OWN_PACKAGES = ("crux", "cruxlab", "hydra_plugins.crux_sweeper")
+"""The packages of crux's distribution: their frames are never the user's, wherever they are installed from."""
 LIBRARY_FOLDERS = tuple(Path(sysconfig.get_paths()[key]).resolve() for key in ("stdlib", "platstdlib", "purelib",
                                                                                  "platlib"))
 
 
-def is_users(filename: str) -> bool:
-    """Whether ``filename`` is the user's code: a real file outside crux, the installed libraries and Python."""
+def is_users(filename: str, module: str = "") -> bool:
+    """Whether ``filename`` (of ``module``) is the user's code: a real file of a module not crux's, outside the
+    installed libraries and Python."""
+    if module.partition(".")[0] in OWN_PACKAGES[:2] or module.startswith(OWN_PACKAGES[2]):
+        return False
     path = Path(filename)
     if not path.is_file():
         return False  # <frozen ...>, <string>, a lambda typed at a prompt
     path = path.resolve()
-    return not any(path.is_relative_to(folder) for folder in (CRUX_FOLDER, *LIBRARY_FOLDERS))
+    return not any(path.is_relative_to(folder) for folder in LIBRARY_FOLDERS)
 
 
 def shown_path(filename: str) -> str:
@@ -36,10 +41,11 @@ def shown_path(filename: str) -> str:
 def raised_at(error: BaseException) -> str | None:
     """``file:line`` of the innermost frame of ``error``'s traceback that is the user's code, or None when it
     passed through none (crux refused something on its own)."""
-    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if is_users(frame.filename)]
+    frames = [(frame.f_code.co_filename, line) for frame, line in traceback.walk_tb(error.__traceback__)
+              if is_users(frame.f_code.co_filename, frame.f_globals.get("__name__", ""))]
     if not frames and isinstance(error, SyntaxError) and error.filename and is_users(error.filename):
         return f"{shown_path(error.filename)}:{error.lineno}"
-    return f"{shown_path(frames[-1].filename)}:{frames[-1].lineno}" if frames else None
+    return f"{shown_path(frames[-1][0])}:{frames[-1][1]}" if frames else None
 
 
 def failure_line(error: BaseException) -> str:
