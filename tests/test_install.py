@@ -230,23 +230,31 @@ def verdicts_of(folder: Path, name: str) -> list[dict[str, str]]:
             for report in sorted(folder.glob(f"reports/{name}/*"))]
 
 
+def reproduced(crux: Installed, tmp_path: Path, **settings: str) -> tuple[str, list[str], subprocess.CompletedProcess]:
+    """A tiny accumulation sweep and its report run with ``crux`` in a project folder, then the report's Reproduce
+    section run as printed in a fresh shell and venv (``settings`` in its environment): the section's words, its
+    commands, and how the run went, which is checked to end well and to give the first sweep's verdicts."""
+    project = tmp_path / "project"
+    project.mkdir()
+    crux.run(project, "crux-sweep", "accumulation", *TINY)
+    crux.run(project, "crux-report", "accumulation")
+    (report,) = project.glob("reports/accumulation/*/report.md")
+    said, commands = reproduce_commands(report)
+    done = in_a_fresh_shell(commands, fresh_venv(tmp_path / "fresh"), crux.cache, **settings)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    first, again = verdicts_of(project, "accumulation")
+    assert again == first and "holds" in again.values()
+    return said, commands, done
+
+
 def test_the_reproduce_section_of_a_wheels_runs_runs_as_printed_and_gives_the_same_verdicts(installed, tmp_path):
     """crux installed from a wheel kept in a sub-folder of its own: the report's Reproduce section names that
     wheel where pip took it (its path and sha256 from pip's record), and, run line by line in a fresh shell and
     venv, installs that very wheel and runs the sweep again to the same verdicts."""
-    project = tmp_path / "project"
-    project.mkdir()
-    installed.run(project, "crux-sweep", "accumulation", *TINY)
-    installed.run(project, "crux-report", "accumulation")
-    (report,) = project.glob("reports/accumulation/*/report.md")
-    _, commands = reproduce_commands(report)
+    _, commands, done = reproduced(installed, tmp_path, PIP_NO_INDEX="1")
     assert f"pip install {installed.wheel}" in commands and installed.wheel.parent.name == "wheels"
-    done = in_a_fresh_shell(commands, fresh_venv(tmp_path / "fresh"), installed.cache, PIP_NO_INDEX="1")
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert f"{installed.wheel}: OK" in done.stdout  # the sha256 check passed
     assert (tmp_path / "fresh" / "bin" / "crux-sweep").is_file()
-    first, again = verdicts_of(project, "accumulation")
-    assert again == first and "holds" in again.values()
 
 
 def test_the_reproduce_section_of_a_checkouts_runs_runs_as_printed_and_gives_the_same_verdicts(tmp_path):
@@ -260,19 +268,11 @@ def test_the_reproduce_section_of_a_checkouts_runs_runs_as_printed_and_gives_the
     developer = fresh_venv(tmp_path / "developer")
     subprocess.run([developer / "pip", "install", "-q", "-e", str(checkout)], check=True, capture_output=True,
                    timeout=900)  # its build environment from the package index, as a developer's is
-    developing = Installed(developer.parent, checkout, tmp_path / "cache")
-    project = tmp_path / "project"
-    project.mkdir()
-    developing.run(project, "crux-sweep", "accumulation", *TINY)
-    developing.run(project, "crux-report", "accumulation")
-    (report,) = project.glob("reports/accumulation/*/report.md")
-    said, commands = reproduce_commands(report)
+    said, commands, _ = reproduced(Installed(developer.parent, checkout, tmp_path / "cache"), tmp_path)
     assert f"from a checkout at commit `{commit}` (`{checkout}`)" in said
     assert f'git clone --quiet {checkout} "$src" && git -C "$src" checkout --quiet {commit}' in commands[1]
-    done = in_a_fresh_shell(commands, fresh_venv(tmp_path / "fresh"), tmp_path / "cache")
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-    first, again = verdicts_of(project, "accumulation")
-    assert again == first and "holds" in again.values()
+
+
 WAVE = '''"""u_tt = u_xx on (0, 1) x (0, 1), u(x, 0) = sin(pi x), u_t(x, 0) = 0, u = 0 at x = 0 and 1."""
 import jax.numpy as jnp
 import numpy as np
