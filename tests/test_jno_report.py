@@ -35,7 +35,8 @@ def store(tmp_path_factory) -> tuple[str, Path]:
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     for name, backend in (("crux", []), ("jno", ["backend=jno", "backend.batching=points"])):
         done = subprocess.run([sys.executable, "-m", "cruxlab.commands.sweep", "accumulation", *SWEEP, *backend,
-                               f"hydra.sweep.dir={folder / name}"], cwd=folder, capture_output=True, text=True,
+                               f"hydra.sweep.dir={folder / f'sweep-{name}'}"], cwd=folder, capture_output=True,
+                              text=True,
                               env={**os.environ, "MLFLOW_TRACKING_URI": uri},
                               timeout=1200)
         assert done.returncode == 0, done.stderr[-3000:]
@@ -66,7 +67,7 @@ def test_a_jno_job_logs_the_layout_of_a_crux_job(store, tmp_path):
     assert np.linalg.norm(record.snapshot("final") - record.snapshot("initial")) == pytest.approx(
         metrics["param_distance/u"], rel=1e-5)
     assert record.environment["versions"]["jax-numerical-operators"]
-    assert len(list((folder / "jno").glob("*/jno/log.log"))) == 3, "jNO's own log belongs in each job's folder"
+    assert len(list((folder / "sweep-jno").glob("*/jno/log.log"))) == 3, "jNO's own log belongs in each job's folder"
 
 
 def test_the_report_sets_the_backends_side_by_side_and_never_pairs_across_them(store, tmp_path, monkeypatch,

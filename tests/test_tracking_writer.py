@@ -177,8 +177,9 @@ def test_while_the_process_waits_for_the_writer_a_jobs_figure_is_drawn_as_its_hi
 
     monkeypatch.setattr(job_module, "log_history", histories)
     writer = Writer()
+    writer.hold()  # as a sweep's writer is while its next job sets up
     with JobRun(client, run_id, "default", 0, overlap=True, writer=writer) as run:
-        finish_a_job(run)  # the writer is held from here: the last job of a sweep
+        finish_a_job(run)  # the last job of a sweep
     writer.drain()
     assert seen == [True]
     assert client.get_run(run_id).info.status == contract.FINISHED

@@ -449,7 +449,8 @@ class JobRun:
         writer works on while the next job of the sweep runs, whose log and console a line of the writer's would
         reach, or miss while Hydra sets up that job's logging."""
         if self._outcome is not None:
-            self._writer.go_on()
+            if not self._created.is_set():
+                self._writer.go_on()  # it creates the run; a writer held with the run created stays held
             self._created.wait()
             log.info("%s", self._outcome())
             self._outcome = None
