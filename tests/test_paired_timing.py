@@ -198,11 +198,12 @@ class Scripted:
         return SimpleNamespace(run_cpu_seconds=cpu, run_seconds=cpu * self.stretch.pop(0))
 
 
-def test_the_chunk_length_doubles_from_both_sides_inner_steps_until_a_chunk_takes_its_minimum():
+def test_the_chunk_length_jumps_from_both_sides_inner_steps_to_the_power_of_two_that_takes_its_minimum():
     fused, single = Scripted([], 6), Scripted([], 6)
-    # 1 ms per epoch: chunks of 10, 20, 40, 80 epochs take under 0.1 s, 160 take 0.16 s (a warm-up chunk first)
+    # 1 ms per epoch: a chunk of 10 epochs takes 0.01 s, a tenth of the minimum: the next look is at 10 × 16
+    # (the power of two at or above 10), 0.16 s (a warm-up chunk first)
     assert chunk_epochs(Side(fused, {"inner_steps": 10}), Side(single, {"inner_steps": 1})) == 160
-    assert fused.calls == single.calls == [10, 10, 20, 40, 80, 160]
+    assert fused.calls == single.calls == [10, 10, 160]
 
 
 def test_a_decisive_first_look_stops_after_its_pairs():
@@ -268,6 +269,16 @@ def test_the_budget_counts_the_warm_up_not_the_compiling_and_stops_before_a_pair
     # 0.4 s of warm-up, then 0.2 s a pair: after 18 pairs 4.0 s are spent, and a 19th would end past 4.1 s
     assert len(times.candidate) == 18 and times.spent_seconds == pytest.approx(4.0)
     assert times.compile_seconds == 50.0 and now[0] == pytest.approx(54.0)
+
+
+def test_a_solve_of_a_fixed_cost_keeps_the_timing_within_its_budget(now):
+    """A library that warms its loop up at every call (jNO) pays seconds per solve() whatever its length: here
+    1 s. Warm-up, two looks to find the chunk length and two pairs take 10 s, the budget; calibrating by
+    doubling would have taken five looks, and 16 s."""
+    a, b = (Clocked([1e-3] * 20, now, chunk_wall=1.0) for _ in range(2))
+    times = time_paired(Side(a, {"inner_steps": 10}), Side(b), CLAIMED_COST, budget_seconds=10.0)
+    assert times.chunk_epochs == 160 and len(times.candidate) == 2
+    assert times.spent_seconds == pytest.approx(10.0) and times.spent_seconds <= 1.5 * times.budget_seconds
 
 
 @pytest.mark.parametrize("builds", [1, 2])

@@ -36,6 +36,7 @@ from crux.timing.machine import CPU_TIME, WALL_TIME, Machine, clock_here, load_a
 
 FIRST_LOOK = 8  # pairs before the first look: fewer give a bootstrap interval of a handful of distinct medians
 MIN_CHUNK_SECONDS = 0.1  # each chunk runs at least this long, so that the timer's and one dispatch's jitter is small
+MAX_GROWTH = 1024  # the most one look of the calibration multiplies the chunk length by (a chunk timed at ~0 s)
 
 
 def in_turn(pair: int) -> tuple[int, int]:
@@ -112,14 +113,19 @@ class PairedTimes:
 
 def chunk_epochs(candidate: Side, reference: Side, min_seconds: float = MIN_CHUNK_SECONDS,
                  clock: str = WALL_TIME, watch: Stopwatch | None = None) -> int:
-    """The chunk length: the smallest multiple of both sides' ``inner_steps``, doubled until a chunk of
-    either side takes ``min_seconds`` on ``clock``. The chunks run here also warm both sides up (their first
-    compiles, which go to ``watch``)."""
+    """The chunk length: the smallest multiple of both sides' ``inner_steps``, times the power of two at which a
+    chunk of either side takes ``min_seconds`` on ``clock``. Each look multiplies the length by the power of two
+    its chunks ask for (at most ``MAX_GROWTH``), not by two: every look costs both sides a ``solve()``, whose
+    fixed cost (a library that warms its loop up at each call pays seconds) would otherwise be paid a dozen
+    times before the first pair. The chunks run here also warm both sides up (their first compiles, which go
+    to ``watch``)."""
     epochs = math.lcm(candidate.inner_steps, reference.inner_steps)
     for side in (candidate, reference):  # compile and warm up
         side.chunk(epochs, clock, watch)
-    while min(candidate.chunk(epochs, clock, watch), reference.chunk(epochs, clock, watch)) * epochs < min_seconds:
-        epochs *= 2
+    while (seconds := min(candidate.chunk(epochs, clock, watch), reference.chunk(epochs, clock, watch)) * epochs) \
+            < min_seconds:
+        wanted = min_seconds / seconds if seconds > 0 else MAX_GROWTH
+        epochs *= min(MAX_GROWTH, 2 ** max(1, math.ceil(math.log2(wanted))))
     return epochs
 
 
