@@ -92,6 +92,18 @@ def test_fused_steps_on_jno_match_unfused_ones_at_the_epochs_jno_reports(tmp_pat
     assert identical.verdict == HOLDS, identical.summary
 
 
+def test_fused_steps_over_micro_batches_on_jno_are_caught_making_one_update_a_call(tmp_path):
+    """jNO 0.4.2's accumulation branch runs one optimizer update per pass of its loop, and with inner_steps=K that
+    loop makes epochs / K passes: K=5 over 10 epochs updates twice, not ten times (read in jNO's source,
+    ``core.solve``; on a CPU and a TPU alike). The identity check sees it against the round-off twins of K=1."""
+    micro = ["memory=b8_acc4"]
+    records = [jno_record(tmp_path, "k1", *micro), jno_record(tmp_path, "k1_twin", *micro, "roundoff_twin=1", repeat=1),
+               jno_record(tmp_path, "k5", *micro, "solver.inner_steps=5")]
+    verdicts = judge(records, ["inner_steps"])
+    identical = verdict(verdicts, "inner_steps.identical[b8_acc4 K=5]")
+    assert identical.verdict == FAILS, identical.summary
+
+
 def test_fused_steps_on_jno_time_themselves_against_one_update_a_call_on_jnos_loop_clock(tmp_path):
     """A fused jNO job times its own options against timing.against, as a crux job does: chunks of a whole
     number of fused calls, the first look's pairs (within a budget that holds them and the warm-up), on the wall

@@ -123,6 +123,18 @@ def test_fused_steps_are_faster_only_beyond_the_noise_threshold(ratio, noise, ou
     assert words in verdict.summary
 
 
+def test_a_fused_run_that_does_not_train_as_one_update_a_call_is_not_judged_faster():
+    """Twice the speed per epoch from a fused run whose parameters end elsewhere than K=1's (fewer updates than
+    epochs, as jNO makes over micro-batches) is less work, not a speed-up."""
+    fused = replace(record("k5", SolveOptions(epochs=10, inner_steps=5), synthetic(0.5)),
+                                snapshots={"initial/u/0": np.zeros(2), "final/u/0": np.full(2, 0.5)})
+    verdicts = {v.id: v for v in check_inner_steps([fused, record("k1", SolveOptions(epochs=10))])}
+    assert verdicts["inner_steps.identical[K=5]"].verdict == FAILS
+    faster = verdicts["inner_steps.faster[K=5]"]
+    assert faster.verdict == INCONCLUSIVE and faster.evidence["speedup"] == pytest.approx(2, rel=0.05)
+    assert "the fused runs do not make K=1's updates (inner_steps.identical fails)" in faster.summary
+
+
 def test_the_fused_finding_says_how_the_gain_follows_the_steps_cost():
     """Two fused settings (K=5) whose calls cost the same 0.5 ms of overhead: a cheap 1 ms update saves
     0.5 · (1 - 1/5) = 0.4 ms, 1.67×, and no K gains more than 1 / (1 - 0.5) = 2×; a 10 ms update saves the same
