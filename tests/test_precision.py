@@ -156,3 +156,24 @@ def test_a_sweep_without_the_fast_setting_is_inconclusive():
                for r in sweep(FULL_ERRORS)]
     [verdict] = check_precision(records)
     assert verdict.verdict == INCONCLUSIVE and "no precision=default run" in verdict.summary
+
+
+def test_the_precision_figure_draws_each_repeats_error_in_its_precisions_colour_as_its_loss(tmp_path):
+    from matplotlib.colors import to_hex
+
+    from cruxlab.report.figures import precision_figures, pyplot
+    plt = pyplot()
+    opened = []
+    subplots = plt.subplots
+    plt.subplots = lambda *args, **kwargs: opened.append(subplots(*args, **kwargs)) or opened[-1]
+    try:
+        [figure] = precision_figures(sweep((8.4e-3, 7e-3, 9e-3)), tmp_path)
+    finally:
+        plt.subplots = subplots
+    assert (tmp_path / figure.file).exists()
+    _, (ax_loss, ax_error) = opened[0]
+    line_colour = {line.get_label(): to_hex(line.get_color()) for line in ax_loss.get_lines()}
+    bars = [to_hex(bar.get_facecolor()) for bar in ax_error.patches]
+    labels = [tick.get_text() for tick in ax_error.get_xticklabels()]
+    assert [label.split()[0] for label in labels] == ["default"] * 3 + ["highest"] * 3
+    assert bars == [line_colour["precision=default"]] * 3 + [line_colour["precision=highest"]] * 3

@@ -51,9 +51,10 @@ def save_figure(fig, out: Path, name: str) -> str:
     return file
 
 
-def _bars(ax, labels: Sequence[str], values: Sequence[float], ylabel: str, log: bool = False) -> None:
+def _bars(ax, labels: Sequence[str], values: Sequence[float], ylabel: str, log: bool = False,
+          colors: Sequence[str] | None = None) -> None:
     shown = [v if v > 0 or not log else np.nan for v in values]
-    ax.bar(range(len(values)), shown, color=["C0", "C1", "C2", "C3", "C4"][:len(values)])
+    ax.bar(range(len(values)), shown, color=list(colors or ["C0", "C1", "C2", "C3", "C4"][:len(values)]))
     ax.set_xticks(range(len(values)), labels, fontsize=8)
     if log:
         ax.set_yscale("log")
@@ -294,10 +295,12 @@ def precision_figures(records: list[RunRecord], out: Path) -> list[Figure]:
         ax_loss.set_xlabel("epoch")
         ax_loss.set_ylabel("total loss")
         ax_loss.legend(fontsize=8)
-        errors = [(f"{precision} r{twin}", error) for precision, runs in (("default", fast), ("highest", full))
+        errors = [(f"{precision} r{twin}", error, color)
+                  for color, runs, precision in (("C3", fast, "default"), ("C0", full, "highest"))
                   for twin, fields in sorted(relative_errors(runs).items()) for error in fields.values()]
-        if errors:
-            _bars(ax_error, [label for label, _ in errors], [e for _, e in errors], "relative L2 error", log=True)
+        if errors:  # each bar in its precision's colour, as the lines beside it
+            labels, values, colors = zip(*errors)
+            _bars(ax_error, labels, values, "relative L2 error", log=True, colors=colors)
         file = save_figure(fig, out, f"precision_{name}")
         figures.append(Figure(file, f"{name}: total loss of each repeat at the device's default precision (red) and at "
                                     f"full float32 (blue), and each repeat's relative L2 error against the exact "
