@@ -218,6 +218,14 @@ def test_the_chunk_length_jumps_from_both_sides_inner_steps_to_the_power_of_two_
     assert fused.calls == single.calls == [10, 10, 160]
 
 
+def test_the_slower_sides_chunk_stays_within_its_share_of_the_budget_when_the_sides_differ_a_thousandfold():
+    """1 µs an epoch against 1 ms (a fused run doing a thousandth of the updates): the faster side would want
+    chunks of 131,072 epochs, 131 s of the slower one's; capped at 1 s of it, the chunk is 512 epochs."""
+    fast, slow = Scripted([1e-6] * 3, 0), Scripted([], 3)
+    assert chunk_epochs(Side(fast), Side(slow), max_seconds=1.0) == 512
+    assert fast.calls == slow.calls == [1, 1]  # a warm-up and one look; the cap ends the calibration there
+
+
 def test_a_decisive_first_look_stops_after_its_pairs():
     candidate, reference = chunks(1.6, 100, noise=0.01)
     a, b = Scripted(list(candidate * 1e2), 1), Scripted(list(reference * 1e2), 1)

@@ -37,6 +37,8 @@ from crux.timing.machine import CPU_TIME, WALL_TIME, Machine, clock_here, load_a
 FIRST_LOOK = 8  # pairs before the first look: fewer give a bootstrap interval of a handful of distinct medians
 MIN_CHUNK_SECONDS = 0.1  # each chunk runs at least this long, so that the timer's and one dispatch's jitter is small
 MAX_GROWTH = 1024  # the most one look of the calibration multiplies the chunk length by (a chunk timed at ~0 s)
+CHUNKS_IN_BUDGET = 4  # a chunk of the slower side takes at most a quarter of the budget: the last look and the
+# two pairs a ratio needs at least fit in it with the warm-up
 
 
 def in_turn(pair: int) -> tuple[int, int]:
@@ -112,21 +114,26 @@ class PairedTimes:
 
 
 def chunk_epochs(candidate: Side, reference: Side, min_seconds: float = MIN_CHUNK_SECONDS,
-                 clock: str = WALL_TIME, watch: Stopwatch | None = None) -> int:
+                 clock: str = WALL_TIME, watch: Stopwatch | None = None, max_seconds: float = math.inf) -> int:
     """The chunk length: the smallest multiple of both sides' ``inner_steps``, times the power of two at which a
-    chunk of either side takes ``min_seconds`` on ``clock``. Each look multiplies the length by the power of two
-    its chunks ask for (at most ``MAX_GROWTH``), not by two: every look costs both sides a ``solve()``, whose
-    fixed cost (a library that warms its loop up at each call pays seconds) would otherwise be paid a dozen
-    times before the first pair. The chunks run here also warm both sides up (their first compiles, which go
-    to ``watch``)."""
+    chunk of the faster side takes ``min_seconds`` on ``clock``, or at which the slower side's would take at most
+    ``max_seconds`` where that comes first (sides that differ a thousandfold would otherwise give the slower one
+    chunks of minutes). Each look multiplies the length by the power of two its chunks ask for (at most
+    ``MAX_GROWTH``), not by two: every look costs both sides a ``solve()``, whose fixed cost (a library that warms
+    its loop up at each call pays seconds) would otherwise be paid a dozen times before the first pair. The
+    chunks run here also warm both sides up (their first compiles, which go to ``watch``)."""
     epochs = math.lcm(candidate.inner_steps, reference.inner_steps)
     for side in (candidate, reference):  # compile and warm up
         side.chunk(epochs, clock, watch)
-    while (seconds := min(candidate.chunk(epochs, clock, watch), reference.chunk(epochs, clock, watch)) * epochs) \
-            < min_seconds:
-        wanted = min_seconds / seconds if seconds > 0 else MAX_GROWTH
-        epochs *= min(MAX_GROWTH, 2 ** max(1, math.ceil(math.log2(wanted))))
-    return epochs
+    while True:
+        fast, slow = sorted(side.chunk(epochs, clock, watch) * epochs for side in (candidate, reference))
+        if fast >= min_seconds:
+            return epochs
+        growth = min(MAX_GROWTH, 2 ** max(1, math.ceil(math.log2(min_seconds / fast)))) if fast > 0 else MAX_GROWTH
+        if slow * growth > max_seconds:  # the slower side's chunk would outgrow what the timing can spend on it
+            affordable = 2 ** math.floor(math.log2(max_seconds / slow)) if slow > 0 else growth
+            return epochs * max(1, affordable)
+        epochs *= growth
 
 
 def time_paired(candidate: Side | Sequence[Side], reference: Side | Sequence[Side], band: Band,
@@ -146,7 +153,8 @@ def time_paired(candidate: Side | Sequence[Side], reference: Side | Sequence[Sid
         raise ValueError(f"paired timing needs as many builds of the reference as of the candidate, at least "
                          f"one, got {len(candidates)} and {len(references)}")
     clock, watch = clock or clock_here(), Stopwatch()
-    epochs = chunk_epochs(candidates[0], references[0], min_chunk_seconds, clock, watch)
+    epochs = chunk_epochs(candidates[0], references[0], min_chunk_seconds, clock, watch,
+                          budget_seconds / CHUNKS_IN_BUDGET)
     for side in [*candidates[1:], *references[1:]]:  # compile and warm up the other builds
         side.chunk(epochs, clock, watch)
     builds = len(candidates)
