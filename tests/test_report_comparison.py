@@ -5,6 +5,7 @@ The same sweeps through stores, servers and the command line: tests/test_report_
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -221,3 +222,18 @@ def test_the_results_table_gives_each_machines_verdicts_and_what_changed(honest)
                                                           "**inconclusive**"
     assert cells[3].startswith("effective_batch **fails**")
     assert cells[4].startswith("effective_batch[b4_acc4]: verdict holds → fails;") and cells[4].endswith("([comparison](c.md))")
+
+
+def test_a_results_cell_says_how_many_jobs_of_an_incomplete_sweep_finished(honest):
+    from cruxlab.report.jobs import JobAccount, MissingJob
+    from cruxlab.report.results import side_cell
+
+    comparison = compare(sweep("cpu", honest), sweep("tpu", honest), roles=("CPU", "TPU"))
+    complete = comparison.other
+    assert side_cell(complete) == cell(complete.verdicts) and side_cell(None) == "not run"
+    killed = JobAccount("KILLED", planned=5, plan_recorded=True,
+                        finished={r.run_id: r.label for r in honest},
+                        missing=(MissingJob(3, ("memory=b4", "repeat=1"), "b4", "r3", "KILLED", "stopped"),
+                                 MissingJob(4, ("memory=b16", "repeat=1"), "b16", None, "never started", "")))
+    cut = dataclasses.replace(complete, sweep=dataclasses.replace(complete.sweep, jobs=killed))
+    assert side_cell(cut) == f"{cell(cut.verdicts)} (3 of 5 jobs)"

@@ -174,6 +174,15 @@ def cell(verdicts: Sequence[Verdict]) -> str:
     return "; ".join(parts) or "–"
 
 
+def side_cell(side: Side | None) -> str:
+    """A machine's cell: its verdicts, and how many of the planned jobs finished where the sweep is incomplete (a
+    command that ran out of time: the missing jobs' claims are inconclusive for that reason alone)."""
+    if side is None:
+        return "not run"
+    sweep = side.sweep
+    return cell(side.verdicts) + ("" if sweep.complete else f" ({sweep.finished} of {sweep.planned} jobs)")
+
+
 def changes_cell(comparison: Comparison | str | None, link: str | None) -> str:
     """What changed between the first machine and another, in words (``none``, the rows that changed, or why
     the two were not compared)."""
@@ -220,7 +229,7 @@ def table(rows: Sequence[SweepRow], columns: Sequence[Column], links: dict[tuple
     lines += [_about(column, rows, i) for i, column in enumerate(columns)] + [""]
     lines += ["| " + " | ".join(header) + " |", "|---|---:|" + "---|" * (len(header) - 2)]
     for row in rows:
-        cells = [cell(side.verdicts) if side is not None else "not run" for side in row.sides]
+        cells = [side_cell(side) for side in row.sides]
         cells += [changes_cell(c, (links or {}).get((row.folder, i))) for i, c in enumerate(row.comparisons, start=1)]
         lines.append("| " + " | ".join([row.label, _jobs(row.sides), *(c.replace("|", "\\|") for c in cells)]) + " |")
     return lines + [END]
