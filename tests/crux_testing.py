@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gzip
+import lzma
 import os
 import shutil
 import subprocess
@@ -164,13 +165,15 @@ def selected(name: str) -> list[str]:
     return [f"+sweeps={name}"]
 
 
-def pack(made: Path, into: Path, archive: str = "mlartifacts.tgz") -> Path:
-    """The SQLite store made in folder ``made`` packed as scripts/device_check.sh returns one: its mlflow.db
-    gzipped into ``into``, its mlartifacts/ archived beside it (as ``./mlartifacts/...`` in a ``reports.tgz``);
-    the packed file."""
+def pack(made: Path, into: Path, archive: str = "mlartifacts.tgz", store: str = "mlflow.db.gz") -> Path:
+    """The SQLite store made in folder ``made`` packed as scripts/device_check.sh returns one (or, with
+    ``store="mlflow.db.xz"`` and ``archive="mlartifacts.tar.xz"``, as docs/ keeps one): its mlflow.db compressed
+    into ``into``, its mlartifacts/ archived beside it (as ``./mlartifacts/...`` in a ``reports.tgz``); the packed
+    file."""
     into.mkdir(parents=True, exist_ok=True)
-    with open(made / "mlflow.db", "rb") as source, gzip.open(into / "mlflow.db.gz", "wb") as target:
+    opener = lzma.open if store.endswith(".xz") else gzip.open
+    with open(made / "mlflow.db", "rb") as source, opener(into / store, "wb") as target:
         shutil.copyfileobj(source, target)
-    with tarfile.open(into / archive, "w:gz") as tar:
+    with tarfile.open(into / archive, "w:xz" if archive.endswith(".xz") else "w:gz") as tar:
         tar.add(made / "mlartifacts", arcname="./mlartifacts" if archive == "reports.tgz" else "mlartifacts")
-    return into / "mlflow.db.gz"
+    return into / store

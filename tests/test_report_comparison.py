@@ -211,7 +211,7 @@ def test_the_results_table_gives_each_machines_verdicts_and_what_changed(honest)
     broken = accumulation_runs(Machinery(primitives=Primitives(accumulate=lambda total, new: new)))
     comparison = compare(sweep("cpu", honest), sweep("tpu", broken), roles=("CPU", "TPU"))
     rows = [SweepRow("accumulation", (comparison.this, comparison.other), (comparison,))]
-    lines = table(rows, [Column("CPU", "cpu.db.gz"), Column("TPU", "tpu.db.gz")], {("accumulation", 1): "c.md"},
+    lines = table(rows, [Column("CPU", ("cpu.db.gz",)), Column("TPU", ("tpu.db.gz",))], {("accumulation", 1): "c.md"},
                   "python -m cruxlab.report.results CPU=cpu.db.gz TPU=tpu.db.gz")
     assert lines[0].startswith("<!-- verdicts table") and lines[-1] == "<!-- end of verdicts table -->"
     assert "| sweep | jobs | CPU | TPU | changed, TPU against CPU |" in lines
@@ -222,6 +222,26 @@ def test_the_results_table_gives_each_machines_verdicts_and_what_changed(honest)
                                                           "**inconclusive**"
     assert cells[3].startswith("effective_batch **fails**")
     assert cells[4].startswith("effective_batch[b4_acc4]: verdict holds → fails;") and cells[4].endswith("([comparison](c.md))")
+
+
+def test_a_columns_note_names_its_software_once_and_counts_its_crux_builds(honest):
+    """A machine whose sweeps ran at both matrix precisions and from two builds of crux: its note gives the
+    versions once (the precision is a sweep's setting) and the number of builds, not each build's hashes."""
+    from cruxlab.report.results import Column
+
+    def ran(records, precision, files):
+        environment = {"versions": {"jax": "0.10.2", "jaxlib": "0.10.2", "optax": "0.2.8", "crux": "0.1.0"},
+                       "backend": "tpu", "device_kind": "TPU v5 lite", "matmul_precision": precision,
+                       "crux_files_sha256": files}
+        return [dataclasses.replace(r, environment=environment) for r in records]
+
+    default, highest = sweep("a", ran(honest, "default", "aaa")), sweep("b", ran(honest, "highest", "bbb"))
+    comparison = compare(default, highest, roles=("x", "y"))
+    rows = [SweepRow("accumulation", (comparison.this,), ()), SweepRow("precision", (comparison.other,), ())]
+    (note,) = [line for line in table(rows, [Column("TPU", ("t1.db.xz", "t2.db.xz"))]) if line.startswith("- **TPU**")]
+    assert note.startswith("- **TPU** (`t1.db.xz`, `t2.db.xz`): tpu (TPU v5 lite); jax 0.10.2, jaxlib 0.10.2, optax 0.2.8 "
+                           "on tpu (TPU v5 lite); crux in 2 builds (each sweep's report names its own")
+    assert "matmul precision" not in note and "aaa" not in note
 
 
 def test_a_results_cell_says_how_many_jobs_of_an_incomplete_sweep_finished(honest):

@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
                                                "working directory)")
     parser.add_argument("--against", metavar="URI[#PARENT_RUN]",
                         help="compare with the sweep of NAME in another store (a SQLite file, a server, PostgreSQL, "
-                             "a packed mlflow.db.gz): its newest complete sweep, or the parent run after '#' (#jno: "
+                             "a packed mlflow.db.gz or .xz): its newest complete sweep, or the parent run after '#' (#jno: "
                              "its newest complete jNO sweep)")
     parser.add_argument("--strict", action="store_true", help=f"with --against: exit {CHANGED} when any claim "
                                                               f"changed")

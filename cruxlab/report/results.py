@@ -1,6 +1,6 @@
 """The README's verdict table, made from stores by comparisons: a row per sweep, a column per machine.
 
-    python -m cruxlab.report.results CPU=docs/cpu/mlflow.db.gz "TPU v5e=docs/tpu/mlflow.db.gz" --readme README.md --docs
+    python -m cruxlab.report.results CPU=docs/cpu/mlflow.db.xz "TPU v5e=docs/tpu/store-23/mlflow.db.xz,docs/tpu/store-24/mlflow.db.xz" --readme README.md --docs
 
 Each ``LABEL=URI[,URI...]`` is a machine and its stores (any store crux-report reads, a packed ``mlflow.db.gz``
 included: :mod:`cruxlab.report.packed`); where a machine's sweeps came in several stores, as the calls of a device
@@ -54,7 +54,7 @@ class Column:
         label, equals, uris = text.partition("=")
         if not equals or not label or not uris:
             raise argparse.ArgumentTypeError(f"{text!r}: give a machine's stores as LABEL=URI[,URI...], e.g. "
-                                             f"CPU=docs/cpu/mlflow.db.gz")
+                                             f"CPU=docs/cpu/mlflow.db.xz")
         return Column(label, tuple(uris.split(",")))
 
     @property
@@ -210,12 +210,17 @@ def _about(column: Column, rows: Sequence[SweepRow], index: int) -> str:
     if not sides:
         return f"- **{column.label}** ({_stores(column)}): no sweep."
     said = [side.ran_on() for side in sides]
-    values = lambda key: "; ".join(dict.fromkeys(s[key] for s in said))
+    parts = lambda key: list(dict.fromkeys(part for s in said for part in s[key].split("; ")))
+    # the matrix precision is a sweep's own setting (the precision sweep runs both), not the machine's
+    software = "; ".join(dict.fromkeys(part.split(", matmul precision")[0] for part in parts("jax, precision")))
+    builds = parts("crux")
+    crux = (builds[0] if len(builds) == 1 else
+            f"crux in {len(builds)} builds (each sweep's report names its own, in its Environment section)")
     started = sorted(side.sweep.started for side in sides if side.sweep.started)
     when = ("sweeps of unrecorded dates" if not started else f"sweep started {started[0]}" if len(started) == 1
             else f"sweeps started {started[0]} to {started[-1]}")
-    return (f"- **{column.label}** ({_stores(column)}): {values('device')}; {values('jax, precision')}; "
-            f"{values('crux')}; {when}.")
+    return (f"- **{column.label}** ({_stores(column)}): {'; '.join(parts('device'))}; {software}; {crux}; "
+            f"{when}.")
 
 
 def table(rows: Sequence[SweepRow], columns: Sequence[Column], links: dict[tuple[str, int], str] | None = None,
