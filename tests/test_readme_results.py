@@ -13,7 +13,7 @@ from cruxlab.report import results
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.slow
+@pytest.mark.integration  # reads every kept store (about 25 s): in CI, out of the quick loop
 def test_the_readme_table_is_the_one_its_command_makes_from_the_kept_stores(tmp_path, monkeypatch):
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     start, end = results._bounds(readme, ROOT / "README.md")
