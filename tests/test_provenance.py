@@ -2,6 +2,7 @@
 state), the user's problem module by its file's sha256, and no commit where the folder is not a repository."""
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import subprocess
@@ -50,6 +51,33 @@ def test_a_checkout_install_is_identified_by_its_commit_and_whether_it_was_clean
                             capture_output=True, text=True).stdout
     assert (found["crux_commit"], found["crux_clean"]) == (head.strip(), not status)
     assert found["crux_source"] == str(REPO) and found["crux_wheel"] is None and found["crux_files_sha256"] is None
+
+
+def test_an_install_of_a_checkouts_folder_is_identified_by_its_commit_while_its_files_are_those_installed(tmp_path):
+    """``pip install .`` from a clone: the commit is recorded where the folder still holds the very files pip
+    installed (their sha256 in RECORD), and not once one of them has changed."""
+    clone = tmp_path / "clone"
+    (clone / "crux").mkdir(parents=True)
+    (clone / "crux" / "__init__.py").write_text("VERSION = 1\n")
+    git = lambda *args: subprocess.run(["git", "-C", str(clone), *args], capture_output=True, text=True,
+                                       check=True).stdout.strip()
+    git("init", "-q")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "empty")
+    git("add", "crux")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "crux")
+    digest = hashlib.sha256(b"VERSION = 1\n").digest()
+    info = tmp_path / "site" / "crux-0.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: crux\nVersion: 0.1.0\n")
+    (info / "RECORD").write_text(f"crux/__init__.py,sha256={base64.urlsafe_b64encode(digest).rstrip(b'=').decode()},12\n"
+                                 "crux-0.1.0.dist-info/RECORD,,\n")
+    (info / "direct_url.json").write_text(json.dumps({"dir_info": {}, "url": clone.as_uri()}))
+    found = installed_crux(Distribution.at(info))
+    assert (found["crux_commit"], found["crux_clean"], found["crux_source"]) == (git("rev-parse", "HEAD"), True,
+                                                                                  str(clone))
+    assert found["crux_files_sha256"] is not None and found["crux_wheel"] is None
+    (clone / "crux" / "__init__.py").write_text("VERSION = 2\n")  # the folder moved on after the install
+    assert installed_crux(Distribution.at(info))["crux_commit"] is None
 
 
 def test_the_problems_module_is_identified_by_its_file_and_hash_without_importing_it(tmp_path, monkeypatch):

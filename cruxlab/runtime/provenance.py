@@ -5,12 +5,14 @@ crux itself is identified by how it was installed: from a wheel, by the wheel's 
 (pip records it in the distribution's ``direct_url.json``) and, whatever the
 installer, by :func:`files_sha256` over the hashes of crux's installed files in its
 ``RECORD`` (the same for every install of the same wheel); from a checkout (an
-editable install), by the checkout's commit and whether it had uncommitted changes.
+editable install, or ``pip install`` of its folder whose files are still those installed), by the checkout's
+commit and whether it had uncommitted changes.
 The user's problem is identified by its module's file and that file's sha256, the
 job by its command line and overrides.
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import importlib.util
 import json
@@ -76,12 +78,30 @@ def installed_crux(dist: Distribution | None = None) -> dict[str, Any]:
              "crux_files_sha256": None if editable or dist is None else files_sha256(dist),
              "crux_commit": None, "crux_clean": None, "crux_source": None, "crux_origin": None}
     source = Path(__file__).resolve().parents[2]
+    if "dir_info" in direct and not editable and url.scheme == "file" and dist is not None:
+        source = Path(unquote(url.path))  # installed from a folder (``pip install .``): a copy of a checkout?
+        if not _installed_from(dist, source):
+            return found  # the folder has changed since, or is gone: its commit would not name what runs
     top = None if "archive_info" in direct else git(source, "rev-parse", "--show-toplevel")
-    if top and Path(top).resolve() == source:  # crux runs from its own checkout
+    if top and Path(top).resolve() == source.resolve():  # crux runs from its own checkout, or a copy of it
         state = checkout(source)
         found.update(crux_commit=state["commit"], crux_clean=state["clean"], crux_source=str(source),
                      crux_origin=masked(git(source, "remote", "get-url", "origin") or "") or None)
     return found
+
+
+def _installed_from(dist: Distribution, folder: Path) -> bool:
+    """Whether every one of crux's files that ``dist`` installed lies in ``folder`` with the same content (the
+    sha256 pip recorded for it): then ``folder``'s state is what runs."""
+    files = [f for f in dist.files or () if f.hash is not None and str(f).startswith(PACKAGES)]
+    for file in files:
+        try:
+            digest = hashlib.sha256((folder / str(file)).read_bytes()).digest()
+        except OSError:
+            return False
+        if base64.urlsafe_b64encode(digest).rstrip(b"=").decode() != file.hash.value:
+            return False
+    return bool(files)
 
 
 def problem_code(target: str | None) -> dict[str, Any]:
