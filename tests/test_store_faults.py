@@ -169,6 +169,8 @@ def test_no_job_starts_after_the_server_is_gone(server_folder, tmp_path):
     output = "".join(seen)
     assert output.count(TRAINING) == 1, output[-4000:]  # job 0 only
     assert "; 0 of the 3 jobs run finished, none started after it; " in seen[-1], seen[-1]
+    # the launcher names the jobs it started before the fault was recorded, not job 2, which never ran
+    assert "\t#1 : " in output and "\t#2 : " not in output, output[-4000:]
 
 
 def test_a_postgresql_restart_within_the_budget_under_a_direct_sweep_loses_no_job(postgres, postgres_store, tmp_path):

@@ -87,6 +87,21 @@ WORKER_KILLED = ("TerminatedWorkerError", "BrokenProcessPool")
 """What a launcher whose pool lost a worker process raises (joblib's loky, Python's process pools)."""
 
 
+class SilentAfterFault(logging.Filter):
+    """Drops the launcher's ``#N : overrides`` line of a job it starts once a store fault is recorded in
+    ``sweep_dir``: such a job ends at once without running (Hydra's basic launcher says the line of every job of
+    its batch before starting it), and the sweep's last line says which jobs ran."""
+
+    LOGGER = "hydra._internal.core_plugins.basic_launcher"
+
+    def __init__(self, sweep_dir: Path):
+        super().__init__()
+        self.sweep_dir = sweep_dir
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.getMessage().lstrip().startswith("#") and recorded_fault(self.sweep_dir) is not None)
+
+
 class Refused(Exception):
     """The sweep cannot start as asked; the message is one line for the user."""
 
@@ -381,11 +396,13 @@ class Multirun:
         completed: list[int] = []
         stopped: KeyboardInterrupt | None = None
         sweep_dir = Path(self.config.hydra.sweep.dir)
+        launcher_log, silent = logging.getLogger(SilentAfterFault.LOGGER), SilentAfterFault(sweep_dir)
         # jobs in processes of the launcher's leave their results here, written by this process's writer
         pickup = Pickup(sweep_dir, lambda results, artifacts: JobRun.taken_over(opened.client, sweep_dir, results,
                                                                                 artifacts),
                         lambda note: self._job_ended(opened, note)).start()
         try:
+            launcher_log.addFilter(silent)
             sweep_dir.mkdir(parents=True, exist_ok=True)
             reserve_fault_record(sweep_dir)  # a fault of a resumed sweep in the same folder is over
             OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
@@ -409,6 +426,7 @@ class Multirun:
         except KeyboardInterrupt as error:
             stopped = error
         finally:
+            launcher_log.removeFilter(silent)
             heartbeat.stop()
             with deferred():  # every job's last writes are this process's writer's: done before counting
                 pickup.stop()
