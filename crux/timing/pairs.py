@@ -131,8 +131,7 @@ def chunk_epochs(candidate: Side, reference: Side, min_seconds: float = MIN_CHUN
             return epochs
         growth = min(MAX_GROWTH, 2 ** max(1, math.ceil(math.log2(min_seconds / fast)))) if fast > 0 else MAX_GROWTH
         if slow * growth > max_seconds:  # the slower side's chunk would outgrow what the timing can spend on it
-            affordable = 2 ** math.floor(math.log2(max_seconds / slow)) if slow > 0 else growth
-            return epochs * max(1, affordable)
+            return epochs * max(1, 2 ** math.floor(math.log2(max_seconds / slow)))
         epochs *= growth
 
 
