@@ -20,8 +20,9 @@ from hydra import compose, initialize_config_module
 
 from crux import executables
 from cruxlab import config
-from cruxlab.commands.experiment import train, use_compilation_cache
+from cruxlab.commands.experiment import train
 from cruxlab.config import CONFIG_PACKAGE
+from cruxlab.runtime.compilation_cache import use_compilation_cache
 
 COMMON = "optimizer=sgd problem.n_interior=1024 model.width=32 solver.epochs=20"  # accumulation.yaml, shorter
 SETTINGS = ("memory=full", "memory=b8", "memory=b32", "memory=b8_acc4")

@@ -19,12 +19,16 @@ seconds) and a job's median share ((run duration - training - compile) / run dur
 its first jobs' compile share (each variant's first job: its compile seconds over its compile and training
 seconds); then the medians per commit, and each later sweep's compile seconds over the first's: with the
 overrides ``jax.compilation_cache_dir=DIR`` of a fresh DIR, what JAX's persistent compilation cache spares a
-second run of the same sweep.
+second run of the same sweep. With ``--compile-log`` each sweep runs with JAX's compile log on
+(``JAX_LOG_COMPILES=1``) and the script adds where its compile seconds went: tracing, lowering and XLA's
+compiles (those that the persistent cache answered apart), in all and for the programs that took longest.
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -80,6 +84,38 @@ def last_sweep(uri: str, name: str) -> dict[str, float]:
             "first_compile_share": first_compile / first_total if first_total else float("nan")}
 
 
+COMPILE_LOG = re.compile(r"Finished (tracing|jaxpr to MLIR module conversion|XLA compilation of) ?(?:(\S+) for jit|"
+                         r"(jit\(.*?\)))? in ([0-9.eE+-]+) sec")
+CACHE_HIT = re.compile(r"Persistent compilation cache hit for '(\S+)'")
+STAGES = {"tracing": "traced", "jaxpr to MLIR module conversion": "lowered", "XLA compilation of": "compiled"}
+
+
+def compile_log(output: str) -> str:
+    """Where a sweep's compile seconds went, from JAX's compile log in its ``output``: seconds traced, lowered
+    and compiled by XLA (those the persistent cache answered counted apart), and the three programs that took
+    longest."""
+    stages: collections.Counter = collections.Counter()
+    programs: collections.Counter = collections.Counter()
+    hits = 0
+    cached = False
+    for line in output.splitlines():
+        if CACHE_HIT.search(line):
+            cached, hits = True, hits + 1
+            continue
+        found = COMPILE_LOG.search(line)
+        if not found:
+            continue
+        stage, name = STAGES[found.group(1)], found.group(2) or found.group(3).removeprefix("jit(").rstrip(")")
+        if stage == "compiled" and cached:
+            stage, cached = "from the cache", False
+        stages[stage] += float(found.group(4))
+        programs[name] += float(found.group(4))
+    longest = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in programs.most_common(3))
+    return (", ".join(f"{stage} {stages[stage]:.2f} s" for stage in ("traced", "lowered", "compiled",
+                                                                      "from the cache"))
+            + f" ({hits} programs from the cache); longest: {longest}")
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--uri", required=True, help="the store: http://HOST:PORT, sqlite:///PATH, postgresql://...")
@@ -87,6 +123,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--commit", action="append", default=[], help="a commit to run, REV or REV+DIR with the "
                                                                       "packages in DIR (repeatable; default: the "
                                                                       "installed crux)")
+    parser.add_argument("--compile-log", action="store_true", help="JAX's compile log on: where the compile "
+                                                                     "seconds went")
     parser.add_argument("sweep", help="the sweep's name")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args(argv)
@@ -103,9 +141,12 @@ def main(argv: list[str]) -> None:
                     packages = commit.split("+", 1)[1] if "+" in commit else None
                     env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(trees[commit]), packages,
                                                                       env.get("PYTHONPATH"))))
+                if args.compile_log:
+                    env["JAX_LOG_COMPILES"] = "1"
                 begin = time.perf_counter()
-                subprocess.run([sys.executable, "-c", SWEEP, args.sweep, *args.overrides], cwd=work, env=env,
-                               check=True, stdout=subprocess.DEVNULL)
+                done = subprocess.run([sys.executable, "-c", SWEEP, args.sweep, *args.overrides], cwd=work, env=env,
+                                      check=True, stdout=subprocess.PIPE if args.compile_log else subprocess.DEVNULL,
+                                      stderr=subprocess.STDOUT if args.compile_log else None, text=True)
                 row = {"wall": time.perf_counter() - begin, **last_sweep(args.uri, Path(args.sweep).stem)}
                 row["rest"] = row["wall"] - row["busy"]
                 rows.setdefault(commit, []).append(row)
@@ -114,6 +155,8 @@ def main(argv: list[str]) -> None:
                       f"median {100 * row['job_share']:.1f}%; compile {row['compile']:.2f} s, the first jobs' "
                       f"compile share {100 * row['first_compile_share']:.1f}% (load {os.getloadavg()[0]:.1f})",
                       flush=True)
+                if args.compile_log:
+                    print(f"{commit}: compile log: {compile_log(done.stdout)}", flush=True)
     for commit, measured in rows.items():
         print(f"{commit}, median of {len(measured)}: rest {statistics.median(r['rest'] for r in measured):.2f} s, "
               f"the sweep's share {100 * statistics.median(r['rest'] / r['wall'] for r in measured):.1f}%, a job's "

@@ -44,6 +44,7 @@ with heap.lasting():  # Hydra's and MLflow's modules, kept to the process's end:
     from cruxlab.config.settings import as_run, solve_options
     from cruxlab.runtime import JobRun, ParameterLeaves, parameter_leaves
     from cruxlab.runtime.capacity_job import run_capacity
+    from cruxlab.runtime.compilation_cache import use_compilation_cache
     from cruxlab.runtime.interrupt import exit_status, interruptible, signal_name
     from cruxlab.runtime.liveness import SWEEP_PID
     from cruxlab.runtime.paired_timing import time_against
@@ -83,14 +84,6 @@ def platform_probe_quiet(record: logging.LogRecord) -> bool:
     """False for JAX's INFO line about an optional platform it probed and could not start, which reads like an
     error on every CPU or GPU machine; its warnings (a GPU present without a CUDA-enabled jaxlib) pass."""
     return record.levelno >= logging.WARNING or not record.getMessage().startswith("Unable to initialize backend")
-
-
-def use_compilation_cache(folder: str | None) -> None:
-    """Keep every compiled program in JAX's persistent cache at ``folder`` (``~`` is the home folder, a relative
-    path starts in the working directory); None leaves the cache off."""
-    if folder is not None:
-        jax.config.update("jax_compilation_cache_dir", str(Path(folder).expanduser().resolve()))
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 
 
 def checked_by_the_sweep(hydra_cfg: DictConfig) -> bool:

@@ -54,6 +54,7 @@ from omegaconf.errors import OmegaConfBaseException
 from cruxlab.config import effective_settings, overrides_without
 from cruxlab.config.keys import refused_override
 from cruxlab.config.refusals import config_refusals, refusals as job_refusals
+from cruxlab.runtime.compilation_cache import use_compilation_cache
 from cruxlab.runtime.handover import ARTIFACTS, Pickup, read_results
 from cruxlab.runtime.interrupt import deferred, exit_status, interruptible, signal_name
 from cruxlab.runtime.job import JobRun, finished_jobs, unwritten_jobs
@@ -227,7 +228,10 @@ class Multirun:
                 with read_write(cfg), open_dict(cfg):
                     del cfg["hydra"]
                 # a job that sets JAX up otherwise (XLA_FLAGS, JAX_PLATFORMS) is not built here: JAX, once started
-                # in this process to build it, would keep its devices for the jobs this process runs
+                # in this process to build it, would keep its devices for the jobs this process runs; building it
+                # compiles (its networks' initialisation), into the cache the job asks for
+                if not own_jax:
+                    use_compilation_cache(cfg.jax.compilation_cache_dir)
                 found = config_refusals(cfg) if own_jax else job_refusals(cfg)
             except CONFIG_ERRORS as error:
                 without = lambda key: self.compose(self.config, overrides_without(list(overrides), key))  # noqa: E731
