@@ -9,7 +9,8 @@
 #
 # Steps: the claim sweeps (accumulation inner_steps checkpoint offload substeps phases resume precision devices),
 # each followed by its report; functions (scripts/function_accuracy.py: the float32 accuracy of the activations and
-# of matrix products, on the accelerator and on the CPU); bench (crux-bench, with $BENCH_ARGS appended);
+# of matrix products, on the accelerator and on the CPU); bench (crux-bench, with $BENCH_ARGS appended; with
+# BENCH_JNO=1, after `--prepare --jno`, jNO's rows of the standard problem too, its time to a first update among them);
 # anatomy (scripts/step_anatomy.py --profile: the device's time per instruction of a fused update, crux beside
 # the hand-written scans, on the problems of $ANATOMY_PROBLEMS, default small,standard; square is the 2-D one);
 # capacity (scripts/capacity.py, with $CAPACITY_ARGS appended; at most $CAPACITY_S
@@ -18,7 +19,8 @@
 # --rounds $COMPILE_ROUNDS, default 1: a first solve()'s compile with checkpoint_gradients and with every memory
 # option against the plain update's, Adam and L-BFGS, each in a fresh process); cache (scripts/measure_sweep.py:
 # the $CACHE_SWEEP sweep, default accumulation, run twice into a fresh compilation cache, each run's compile
-# seconds and its first jobs' compile share, the second run's compile over the first's); NAME-jno, any claim sweep with
+# seconds and its first jobs' compile share, the second run's compile over the first's; $CACHE_ARGS=--compile-log
+# adds where each run's compile seconds went); NAME-jno, any claim sweep with
 # backend=jno (precision-jno on jNO's built-in problems, poisson1d and mixed_poisson1d), and fused
 # (scripts/bench_fused.py: crux and jNO at K = 1, 10, 100, 1000 updates a call), both after `--prepare --jno`. A
 # sweep step takes more overrides from $ARGS_<step> (dashes as underscores: ARGS_inner_steps_jno="repeat=0,1").
@@ -311,9 +313,14 @@ for name in "${chosen[@]}"; do
             if (( dry )); then
                 step bench 20 0 "$python" -m cruxlab.bench --quick --problems small --repeats 2 --out "$OUT" ${BENCH_ARGS:-}
             else
+                jno_column=()
+                if [[ "${BENCH_JNO:-0}" == 1 ]]; then  # jNO's rows (its time to a first update among them) first
+                    step bench-jno 60 240 "$python" -m cruxlab.bench.jno_problems --quick --problems standard \
+                        --out "$work/jno.json" && [[ -s "$work/jno.json" ]] && jno_column=(--jno "$work/jno.json")
+                fi
                 step bench 60 0 "$python" -m cruxlab.bench --problems standard,small,fusing,throughput \
                     --sizes 16384,65536 --widths 64,256 --peak-tflops "${PEAK_TFLOPS:-197}" --loop-forms unroll=4 \
-                    --out "$OUT" ${BENCH_ARGS:-}
+                    --out "$OUT" "${jno_column[@]}" ${BENCH_ARGS:-}
             fi ;;
         anatomy)
             step anatomy 60 240 "$python" "$root/scripts/step_anatomy.py" --quick --profile --repeats "$( ((dry)) \
@@ -323,7 +330,7 @@ for name in "${chosen[@]}"; do
                 $( ((dry)) && echo "--optimizers adam" ) ;;
         cache)
             # shellcheck disable=SC2086
-            step cache 60 0 "$python" "$root/scripts/measure_sweep.py" --uri "$MLFLOW_TRACKING_URI" --sweeps 2 \
+            step cache 60 0 "$python" "$root/scripts/measure_sweep.py" --uri "$MLFLOW_TRACKING_URI" --sweeps 2 ${CACHE_ARGS:-} \
                 "${CACHE_SWEEP:-accumulation}" "jax.compilation_cache_dir=$store/jax-cache" \
                 $( ((dry)) && echo "${tiny[${CACHE_SWEEP:-accumulation}]}" ) ;;
         capacity)
