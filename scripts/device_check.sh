@@ -16,9 +16,9 @@
 # capacity (scripts/capacity.py, with $CAPACITY_ARGS appended; at most $CAPACITY_S
 # seconds, default 300); scale (scripts/memory_at_scale.py, with $SCALE_ARGS appended, at most $SCALE_S seconds,
 # default 300: checkpoint_gradients' forms and offload_data at the chip's sizes); compile (scripts/compile_cost.py
-# --rounds $COMPILE_ROUNDS, default 1: a first solve()'s compile with checkpoint_gradients and with every memory
-# option against the plain update's, Adam and L-BFGS, each in a fresh process); cache (scripts/measure_sweep.py:
-# the $CACHE_SWEEP sweep, default accumulation, run twice into a fresh compilation cache, each run's compile
+# --rounds $COMPILE_ROUNDS, default 1, and $COMPILE_ARGS: a first solve()'s compile with checkpoint_gradients and
+# with every memory option against the plain update's, Adam and L-BFGS, each in a fresh process); cache
+# (scripts/measure_sweep.py: the $CACHE_SWEEP sweep, default accumulation, run twice into a fresh compilation cache, each run's compile
 # seconds and its first jobs' compile share, the second run's compile over the first's; $CACHE_ARGS=--compile-log
 # adds where each run's compile seconds went); NAME-jno, any claim sweep with
 # backend=jno (precision-jno on jNO's built-in problems, poisson1d and mixed_poisson1d), and fused
@@ -326,8 +326,9 @@ for name in "${chosen[@]}"; do
             step anatomy 60 240 "$python" "$root/scripts/step_anatomy.py" --quick --profile --repeats "$( ((dry)) \
                 && echo 1 || echo 3)" --problems "${ANATOMY_PROBLEMS:-small,standard}" --out "$work/anatomy" ;;
         compile)
+            # shellcheck disable=SC2086
             step compile 60 0 "$python" "$root/scripts/compile_cost.py" --rounds "${COMPILE_ROUNDS:-1}" \
-                $( ((dry)) && echo "--optimizers adam" ) ;;
+                $( ((dry)) && echo "--optimizers adam" ) ${COMPILE_ARGS:-} ;;
         cache)
             # shellcheck disable=SC2086
             step cache 60 0 "$python" "$root/scripts/measure_sweep.py" --uri "$MLFLOW_TRACKING_URI" --sweeps 2 ${CACHE_ARGS:-} \
