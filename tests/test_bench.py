@@ -374,3 +374,11 @@ def test_the_readme_takes_a_column_from_runs_of_some_of_its_problems_and_says_wh
 
 def test_xla_counts_of_an_unrolled_loop_are_taken_per_update():
     assert per_turn({"flops": 400.0, "bytes": 80.0}, 4) == {"flops": 100.0, "bytes": 20.0}
+
+
+def test_jnos_fused_calls_are_shorter_than_the_solve_their_steady_rate_is_set_against():
+    pytest.importorskip("jno")
+    from cruxlab.bench.jno_problems import fused_variants
+
+    for steps, depths in ((40, [1, 10]), (100, [1, 10]), (500, [1, 10, 100])):
+        assert [v.options["inner_steps"] for v in fused_variants(64, 8, steps)] == depths, steps
