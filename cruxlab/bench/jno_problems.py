@@ -16,8 +16,15 @@ Writes the variants in crux-bench's JSON layout, so ``crux-bench --jno FILE`` me
 The problems: crux's poisson1d with a hard boundary (u = x(1-x) N(x), N a foundax MLP of three tanh
 layers) on crux's n interior points, residual -u'' - pi^2 sin(pi x), jno.core([pde.mse]), Adam at
 1e-3. Mini-batches: solve(points=B).
+
+jNO's own persistent compilation cache is off here (before jNO is imported), as JAX's is for crux and the
+hand-written code: a first solve() that read its programs from disk would not be timing what it compiles.
 """
 from __future__ import annotations
+
+import os
+
+os.environ["JNO_COMPILE_CACHE"] = "0"  # read by jNO's import, which sets JAX's cache up: before any import of jNO
 
 import argparse
 import json
