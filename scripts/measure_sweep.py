@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import collections
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -40,6 +39,7 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
+from cruxlab.measure.compile_log import FROM_THE_CACHE, stages as compile_stages
 from cruxlab.store.connection import child_runs
 from cruxlab.store.contract import JOB, PARENT, ROLE, VARIANT, tag_filter
 
@@ -84,35 +84,19 @@ def last_sweep(uri: str, name: str) -> dict[str, float]:
             "first_compile_share": first_compile / first_total if first_total else float("nan")}
 
 
-COMPILE_LOG = re.compile(r"Finished (tracing|jaxpr to MLIR module conversion|XLA compilation of) ?(?:(\S+) for jit|"
-                         r"(jit\(.*?\)))? in ([0-9.eE+-]+) sec")
-CACHE_HIT = re.compile(r"Persistent compilation cache hit for '(\S+)'")
-STAGES = {"tracing": "traced", "jaxpr to MLIR module conversion": "lowered", "XLA compilation of": "compiled"}
-
-
 def compile_log(output: str) -> str:
     """Where a sweep's compile seconds went, from JAX's compile log in its ``output``: seconds traced, lowered
     and compiled by XLA (those the persistent cache answered counted apart), and the three programs that took
     longest."""
-    stages: collections.Counter = collections.Counter()
-    programs: collections.Counter = collections.Counter()
-    hits = 0
-    cached = False
-    for line in output.splitlines():
-        if CACHE_HIT.search(line):
-            cached, hits = True, hits + 1
-            continue
-        found = COMPILE_LOG.search(line)
-        if not found:
-            continue
-        stage, name = STAGES[found.group(1)], found.group(2) or found.group(3).removeprefix("jit(").rstrip(")")
-        if stage == "compiled" and cached:
-            stage, cached = "from the cache", False
-        stages[stage] += float(found.group(4))
-        programs[name] += float(found.group(4))
-    longest = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in programs.most_common(3))
-    return (", ".join(f"{stage} {stages[stage]:.2f} s" for stage in ("traced", "lowered", "compiled",
-                                                                      "from the cache"))
+    found = compile_stages(output)
+    by_stage, by_program = collections.Counter(), collections.Counter()
+    for program, stage, seconds in found:
+        by_stage[stage] += seconds
+        by_program[program] += seconds
+    hits = sum(stage == FROM_THE_CACHE for _, stage, _ in found)
+    longest = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in by_program.most_common(3))
+    return (", ".join(f"{stage} {by_stage[stage]:.2f} s" for stage in ("traced", "lowered", "compiled",
+                                                                        FROM_THE_CACHE))
             + f" ({hits} programs from the cache); longest: {longest}")
 
 
