@@ -17,14 +17,11 @@ The problems: crux's poisson1d with a hard boundary (u = x(1-x) N(x), N a founda
 layers) on crux's n interior points, residual -u'' - pi^2 sin(pi x), jno.core([pde.mse]), Adam at
 1e-3. Mini-batches: solve(points=B).
 
-jNO's own persistent compilation cache is off here (before jNO is imported), as JAX's is for crux and the
-hand-written code: a first solve() that read its programs from disk would not be timing what it compiles.
+jNO's persistent compilation cache, which its import turns on, is turned off here before anything compiles, as
+JAX's is for crux and the hand-written code: a first solve() that read its programs from disk would not be timing
+what it compiles.
 """
 from __future__ import annotations
-
-import os
-
-os.environ["JNO_COMPILE_CACHE"] = "0"  # read by jNO's import, which sets JAX's cache up: before any import of jNO
 
 import argparse
 import json
@@ -35,6 +32,7 @@ import time
 from importlib.metadata import version
 
 import jax
+import jno
 import numpy as np
 import optax
 
@@ -127,6 +125,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int)
     args = parser.parse_args()
     logging.getLogger("jno").setLevel(logging.WARNING)  # progress lines are not what is measured
+    jno.disable_compile_cache()
     quick = args.quick
     problems = {}
     wanted = args.problems.split(",")
