@@ -1,6 +1,7 @@
 """A constraint: a pointwise residual, the collocation points it is enforced on, its weight, and its loss."""
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -32,11 +33,12 @@ class Constraint:
         residual: ``residual(net, x)``: at one point ``x`` of shape ``(d,)``, a scalar, or a vector of at most
             :data:`RESIDUAL_COMPONENTS` components (one per equation of a system); ``net.u(x)`` (or
             ``net["u"](x)``) evaluates the solver's model ``"u"`` at one point of its ``in_dim`` coordinates.
-        points: ``(N, d)`` real coordinates, kept on the host as float32 (a 1-D array is read as ``(N, 1)``).
+        points: ``(N, d)`` real coordinates, kept on the host as a float32 copy that cannot be written (a 1-D
+            array is read as ``(N, 1)``): changing the array given later changes nothing.
         weight: the loss's factor, a finite number ``>= 0``.
 
     Raises:
-        TypeError: ``name`` is not a non-empty string, or ``residual`` is not callable.
+        TypeError: ``name`` is not a non-empty string, or ``residual`` is not a function of two arguments.
         ValueError: ``points`` is not a non-empty ``(N, d)`` array of real numbers or holds NaN or inf (the first
             bad row is named); ``weight`` is not a finite number ``>= 0``.
     """
@@ -51,10 +53,18 @@ class Constraint:
             raise TypeError(f"Constraint name must be a non-empty string, got {self.name!r}")
         if not callable(self.residual):
             raise TypeError(f"Constraint '{self.name}': residual must be a function (net, x) -> residual")
+        try:
+            inspect.signature(self.residual).bind(None, None)
+        except TypeError:
+            raise TypeError(f"Constraint '{self.name}': residual must take two arguments, residual(net, x) (net.u(x) "
+                            f"is model 'u' at the point x), got one of signature "
+                            f"{inspect.signature(self.residual)}") from None
+        except ValueError:  # no signature to read (a builtin): its call says
+            pass
         if np.iscomplexobj(self.points):
             raise ValueError(f"Constraint '{self.name}': points must be real coordinates, got complex ones")
         try:
-            points = np.asarray(self.points, dtype=np.float32)
+            points = np.array(self.points, dtype=np.float32)  # a copy: the caller's array may change later
         except (TypeError, ValueError) as error:
             raise ValueError(f"Constraint '{self.name}': points must be an (N, d) array of numbers ({error})") from None
         if points.ndim == 1:
@@ -68,6 +78,7 @@ class Constraint:
                              f"remove or fix them before building the solver")
         if not is_rate(self.weight):
             raise ValueError(f"Constraint '{self.name}': weight must be a finite number >= 0, got {self.weight!r}")
+        points.flags.writeable = False
         object.__setattr__(self, "points", points)
         object.__setattr__(self, "weight", float(self.weight))
 
@@ -137,24 +148,53 @@ RESIDUAL_COMPONENTS = 16
 array of two or more axes, is almost always a residual evaluated over many points instead of one."""
 
 
+TRACED_AS_A_NUMBER = (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
+                      jax.errors.TracerIntegerConversionError, jax.errors.TracerBoolConversionError)
+"""JAX's errors where a residual treats a traced value as a number (``if x[0] > 0.5``, ``np.sin(x)``)."""
+
+
+class _NotAValue(Exception):
+    """A residual returned something JAX cannot trace (a function: ``net.u`` instead of ``net.u(x)``)."""
+
+
 def checked_reach(constraint: Constraint, models: dict[str, Model], params: dict[str, Any]) -> set[str]:
     """The models whose parameters enter ``constraint``'s residual, from one trace of it at one point (no
-    compute). Raises ValueError when the residual returns anything but one array, a scalar or a vector of 1 to
-    :data:`RESIDUAL_COMPONENTS` components (naming its function and what it returned), or evaluates a model at
-    a point, or gets a value from it, of another shape than the model's ``in_dim`` and ``out_dim``."""
+    compute). Raises ValueError when the residual returns anything but one real floating-point array, a scalar
+    or a vector of 1 to :data:`RESIDUAL_COMPONENTS` components (naming its function and what it returned), or
+    evaluates a model at a point, or gets a value from it, of another shape than the model's ``in_dim`` and
+    ``out_dim``; the TypeError or ValueError of a residual that fails when traced, with the constraint named."""
     names = sorted(params)  # make_jaxpr flattens the dict in sorted-key order
     code = getattr(constraint.residual, "__code__", None)
     where = f" ({shown_path(code.co_filename)}:{code.co_firstlineno})" if code else ""
+
+    def residual(p: dict[str, Any], x: jax.Array) -> Any:
+        value = constraint.residual(Nets(models, p), x)
+        if callable(value):  # a function is no value to trace: name it here, not where JAX meets it
+            raise _NotAValue(value)
+        return value
+
     try:
-        closed, returned = jax.make_jaxpr(lambda p, x: constraint.residual(Nets(models, p), x),
-                                          return_shape=True)(params, constraint.points[0])
+        closed, returned = jax.make_jaxpr(residual, return_shape=True)(params, constraint.points[0])
     except ShapeMismatch as error:
         at = f" ({raised_at(error)})" if raised_at(error) else where  # the line that evaluated the model
+        one_point = (" (a 1-D points array is read as N points of one coordinate: one point of d coordinates "
+                     "is written [[x1, ..., xd]])" if constraint.points.shape[1] == 1 else "")
         raise ValueError(f"Constraint '{constraint.name}': {error}{at}; the constraint's points have "
-                         f"{constraint.points.shape[1]} coordinates. A model takes one point of its in_dim coordinates "
-                         f"(a slice of x where the points hold more) and returns out_dim values") from None
+                         f"{constraint.points.shape[1]} coordinates{one_point}. A model takes one point of its in_dim "
+                         f"coordinates (a slice of x where the points hold more) and returns out_dim values") from None
+    except _NotAValue as error:
+        returned = error.args[0]
+    except (TypeError, ValueError) as error:  # JAX's own words, with the constraint and what to write instead
+        at = f" ({raised_at(error)})" if raised_at(error) else where
+        hint = (": a residual is traced, not run on numbers; write a condition on x or on a model's value with "
+                "jnp.where, and use jnp, not np, on them" if isinstance(error, TRACED_AS_A_NUMBER) else "")
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise (TypeError if isinstance(error, TypeError) else ValueError)(
+            f"Constraint '{constraint.name}': its residual{at} fails at one point x of shape "
+            f"{constraint.points.shape[1:]}{hint}. {type(error).__name__}: {first}") from error
     if not isinstance(returned, jax.ShapeDtypeStruct):
-        kind = "None" if returned is None else f"a {type(returned).__name__}"
+        kind = ("a function (net.u is the model; net.u(x) its value at x)" if callable(returned) else
+                "None" if returned is None else f"a {type(returned).__name__}")
         raise ValueError(f"Constraint '{constraint.name}': its residual{where} returns {kind}, not an array; "
                          f"return one array per point: a scalar, or a vector of the equations' residuals "
                          f"(e.g. jnp.stack([r1, r2]) instead of (r1, r2))")
@@ -164,6 +204,9 @@ def checked_reach(constraint: Constraint, models: dict[str, Model], params: dict
                          f"of shape {constraint.points.shape[1:]}; a residual returns a scalar per point, or a vector "
                          f"of 1 to {RESIDUAL_COMPONENTS} components (one per equation): did it use all the "
                          f"points, or an array of them, instead of x?")
+    if not jnp.issubdtype(returned.dtype, jnp.floating):  # a comparison, an integer or a complex value
+        raise ValueError(f"Constraint '{constraint.name}': its residual{where} returns {returned.dtype} values; a "
+                         f"residual is real floating point (its square is the loss, its gradient trains the models)")
     used = {id(v) for eqn in closed.jaxpr.eqns for v in eqn.invars} | {id(v) for v in closed.jaxpr.outvars}
     reached, position = set(), 0
     for name in names:

@@ -51,10 +51,15 @@ def partial(f: Pointwise, *dims: int) -> Pointwise:
         The pointwise function of the derivative, of ``f``'s shape.
 
     Raises:
-        ValueError: no axis given.
+        ValueError: no axis given; an axis beyond the point's coordinates (when the residual is traced).
+        TypeError: an axis that is not an integer.
     """
     if not dims:
         raise ValueError("crux.partial needs at least one dimension index, e.g. partial(u, 0)")
+    for i in dims:
+        if isinstance(i, bool) or not isinstance(i, int):
+            raise TypeError(f"crux.partial: the axes are the input's integer indices (0 for x, 1 for the next), "
+                            f"got {i!r} in partial(f, {', '.join(map(repr, dims))})")
     derivative = f
     for i in dims:
         derivative = _directional(derivative, i)
@@ -63,6 +68,9 @@ def partial(f: Pointwise, *dims: int) -> Pointwise:
 
 def _directional(f: Pointwise, i: int) -> Pointwise:
     def df(x):
+        if not -x.shape[0] <= i < x.shape[0]:  # an axis beyond the point would be a derivative of zero
+            raise ValueError(f"crux.partial: axis {i} of a point of {x.shape[0]} coordinates; the axes are "
+                             f"0 to {x.shape[0] - 1} (or -{x.shape[0]} to -1 from the last)")
         return jax.jvp(f, (x,), (_unit(x, i),))[1]
     return df
 

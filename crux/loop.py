@@ -198,9 +198,12 @@ class HostLoop:
             bad = [plan.constraints[c].name for c in evaluated if not np.isfinite(losses[row, c])]
             cause = (f"loss of constraint '{bad[0]}' became non-finite" if bad else
                      f"the update made the parameters non-finite (loss {np.nansum(losses[row]):.3e})")
+            kept = ("the parameters are those that loss was evaluated at, so a later solve() drawing the same "
+                    "points meets it again: set model.params back to earlier ones (or build the model anew) and"
+                    if bad else "the parameters are those before that update:")
             error = (f"{cause} at epoch {self.first_epoch + row}; training stopped. History up to that epoch is "
-                     f"kept in solver.history; the parameters are those before it (lower the learning rate, or "
-                     f"check the residual for a division by zero or a log of a negative number).")
+                     f"kept in solver.history; {kept} lower the learning rate, or check the residual for a division "
+                     f"by zero or a log of a negative number.")
         memory = dict(memory)
         peak = device_memory.update_peak(memory, self._device_before, jax.local_devices()[0])
         if peak is not None:

@@ -274,11 +274,19 @@ class Model:
 
         Returns:
             ``(N, out_dim)`` float32.
+
+        Raises:
+            ValueError: ``xs`` is not ``(N, in_dim)`` (nor a 1-D array read as above).
         """
         precision = matmul.checked(precision, "Model(xs, precision)")
         xs = jnp.asarray(xs, jnp.float32)
+        given = xs.shape
         if xs.ndim == 1:
             xs = xs[:, None] if self.in_dim == 1 else xs[None, :]
+        if xs.ndim != 2 or xs.shape[1] != self.in_dim:
+            read = f", read as one point of shape {xs.shape[1:]}" if len(given) == 1 else ""
+            raise ValueError(f"the model takes points of shape (N, {self.in_dim}) (in_dim={self.in_dim}), got shape "
+                             f"{given}{read}")
         return _batched(self.apply, precision)(self._unpacked(), xs)
 
 

@@ -104,11 +104,15 @@ class Crux:
     Raises:
         TypeError: no constraints, something other than a constraint among them, or ``models`` not a non-empty
             ``{str: crux.Model}``.
-        ValueError: two constraints share a name, or ``seed`` is outside 0 ... 2**32 - 1.
+        ValueError: two constraints share a name, one model object is given under two names, or ``seed`` is
+            outside 0 ... 2**32 - 1.
     """
 
     def __init__(self, constraints: Sequence[Constraint], models: dict[str, Model], seed: int = 0,
                  machinery: Machinery = Machinery()):
+        if isinstance(constraints, Constraint):
+            raise TypeError(f"crux.Crux needs a list of crux.Constraint, got the constraint {constraints.name!r} "
+                            f"alone: put it in a list, crux.Crux([constraint], models)")
         constraints = list(constraints)
         if not constraints or not all(isinstance(c, Constraint) for c in constraints):
             raise TypeError("crux.Crux needs a non-empty list of crux.Constraint")
@@ -118,6 +122,11 @@ class Crux:
         if (not isinstance(models, dict) or not models or not all(isinstance(m, Model) for m in models.values())
                 or not all(isinstance(name, str) for name in models)):
             raise TypeError(f"crux.Crux needs models={{'name': crux.Model, ...}} (names are strings), got {models!r}")
+        shared = {id(m): [n for n, other in models.items() if other is m] for m in models.values()}
+        shared = [names for names in shared.values() if len(names) > 1]
+        if shared:  # one set of parameters under two names would be trained as two copies, left as one
+            raise ValueError(f"crux.Crux: models {shared[0]} are one crux.Model object; give each name its own model "
+                             f"(a residual that uses one network twice names it once: net.{shared[0][0]})")
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2 ** 32:
             raise ValueError(f"crux.Crux: seed must be an integer from 0 to 2**32 - 1 (the point stream's key holds "
                              f"32 bits: larger seeds would repeat smaller ones' streams), got {seed!r}")
@@ -324,7 +333,8 @@ class Crux:
                      meanwhile=lambda: [f.value() for f in fingerprints])
         finally:  # also on an exception or interrupt: keep what was synchronised
             stats, error = loop.statistics(compiled.seconds + start_seconds, compiled.memory)
-            stats = dataclasses.replace(stats, options=[options])
+            lr = {m: stats.lr.get(m, np.full(stats.steps, np.nan, np.float32)) for m in self.models}  # NaN: untrained
+            stats = dataclasses.replace(stats, options=[options], lr=lr)
             if loop.state is not None:
                 end = self._fingerprint(sharding.local(loop.state).train.params)
                 stats = dataclasses.replace(stats, fingerprints=[(start, end)])

@@ -14,6 +14,13 @@ from crux.solver import Machinery
 from crux_testing import CompileStages, flat, poisson
 
 
+def assert_refused_before_compute(solver: crux.Crux, error: type, message: str) -> None:
+    """``solver.solve(2)`` raises ``error`` matching ``message`` with nothing compiled and nothing trained."""
+    with CompileStages() as stages, pytest.raises(error, match=message):
+        solver.solve(2)
+    assert stages.compiled == 0 and solver.history is None
+
+
 @pytest.mark.parametrize("options, error, message", [
     ({"epochs": 0}, ValueError, r"epochs must be >= 1, got 0; pass the number of epochs"),
     ({"epochs": 2.5}, TypeError, r"epochs must be an integer, got 2.5"),
@@ -90,6 +97,10 @@ def test_non_finite_loss_stops_with_epoch_and_constraint_and_keeps_history():
     # The parameters are those of the start of the failing epoch, the ones its NaN loss was computed at:
     # finite, with u past 1.5 somewhere; nothing was applied after them.
     assert np.isfinite(flat(solver.params)).all() and float(np.max(u(points))) > 1.5
+    # So a later solve() over the same points meets that loss at its first epoch, as the error says it would.
+    assert "a later solve() drawing the same points meets it again: set model.params back" in str(raised.value)
+    with pytest.raises(FloatingPointError, match=rf"'log' became non-finite at epoch {epoch + 1};"):
+        solver.solve(5)
 
 
 def infinite_at_one_point(schedule: crux.Schedule = crux.lrs(1e-3)) -> crux.Crux:
@@ -206,6 +217,10 @@ _NO_ARRAY_SAID = r", not an array; .*jnp.stack\(\[r1, r2\]\)"
     (lambda u, x: u * jnp.ones(0), r"shape \(0,\) " + _SHAPE_SAID),
     (lambda u, x: (u, u - 1.0), "a tuple" + _NO_ARRAY_SAID), (lambda u, x: [u], "a list" + _NO_ARRAY_SAID),
     (lambda u, x: {"r": u}, "a dict" + _NO_ARRAY_SAID), (lambda u, x: None, "None" + _NO_ARRAY_SAID),
+    (lambda u, x: jnp.sin, r"a function \(net.u is the model; net.u\(x\) its value at x\)" + _NO_ARRAY_SAID),
+    (lambda u, x: u > 0.5, r"bool values; a residual is real floating point"),
+    (lambda u, x: jnp.round(u).astype(jnp.int32), r"int32 values; a residual is real floating point"),
+    (lambda u, x: u * 1j, r"complex64 values; a residual is real floating point"),
 ])
 def test_a_residual_of_another_shape_than_a_point_gives_is_refused_before_training(returns, said):
     points = np.linspace(0, 1, 8, dtype=np.float32)[:, None]
@@ -224,12 +239,9 @@ def test_a_residual_of_another_shape_than_a_point_gives_is_refused_before_traini
 def test_points_of_another_width_than_the_model_takes_are_refused_naming_both():
     u = crux.mlp(2, 1, (4,)).optimizer(optax.adam).scale(crux.lrs(1e-3))
     solver = crux.Crux([crux.Constraint("wall", lambda net, x: net.u(x), np.ones((5, 3)))], {"u": u})
-    with CompileStages() as stages, pytest.raises(
-            ValueError, match=r"^Constraint 'wall': model 'u' takes one point of shape \(2,\), and the residual passed "
-                              r"it shape \(3,\) \(tests/test_errors.py:226\); the constraint's points have 3 "
-                              r"coordinates"):
-        solver.solve(2)
-    assert stages.compiled == 0 and solver.history is None
+    assert_refused_before_compute(solver, ValueError, r"^Constraint 'wall': model 'u' takes one point of shape \(2,\), "
+                                  r"and the residual passed it shape \(3,\) \(tests/test_errors.py:\d+\); the "
+                                  r"constraint's points have 3 coordinates")
 
 
 def test_a_model_whose_apply_returns_another_shape_than_its_out_dim_is_refused_naming_it():
@@ -238,11 +250,8 @@ def test_a_model_whose_apply_returns_another_shape_than_its_out_dim_is_refused_n
     declared_one.optimizer(optax.adam).scale(crux.lrs(1e-3))
     solver = crux.Crux([crux.Constraint("fit", lambda net, x: net.v(x) - 1.0, np.linspace(0, 1, 4))],
                        {"v": declared_one})
-    with CompileStages() as stages, pytest.raises(
-            ValueError, match=r"^Constraint 'fit': model 'v' was declared with out_dim=1, and its apply returns shape "
-                              r"\(3,\) at one point"):
-        solver.solve(2)
-    assert stages.compiled == 0 and solver.history is None
+    assert_refused_before_compute(solver, ValueError, r"^Constraint 'fit': model 'v' was declared with out_dim=1, and "
+                                                      r"its apply returns shape \(3,\) at one point")
 
 
 @pytest.mark.parametrize("build, error, message", [
@@ -269,6 +278,14 @@ def test_a_model_whose_apply_returns_another_shape_than_its_out_dim_is_refused_n
      r"names are strings"),
     (lambda: crux.Crux([crux.Constraint("c", lambda n, x: 0, np.ones(4))], {"u": crux.mlp(1, 1, (4,))}, seed=2 ** 32),
      ValueError, r"crux.Crux: seed must be an integer from 0 to 2\*\*32 - 1 .* got 4294967296"),
+    (lambda: crux.Crux(crux.Constraint("c", lambda n, x: 0, np.ones(4)), {"u": crux.mlp(1, 1, (4,))}), TypeError,
+     r"crux.Crux needs a list of crux.Constraint, got the constraint 'c' alone: put it in a list"),
+    (lambda: crux.Constraint("c", lambda x: x[0], np.ones(4)), TypeError,
+     r"Constraint 'c': residual must take two arguments, residual\(net, x\) .* signature \(x\)"),
+    (lambda: crux.partial(lambda x: x[0], 1.0), TypeError, r"crux.partial: the axes are the input's integer indices"),
+    (lambda: crux.mlp(2, 1, (4,))(np.ones((4, 3))), ValueError,
+     r"the model takes points of shape \(N, 2\) \(in_dim=2\), got shape \(4, 3\)"),
+    (lambda: crux.mlp(2, 1, (4,))(np.ones(5)), ValueError, r"got shape \(5,\), read as one point of shape \(5,\)"),
 ])
 def test_bad_arguments_of_the_building_blocks_are_refused_naming_the_argument(build, error, message):
     with pytest.raises(error, match=message):
@@ -307,3 +324,50 @@ def test_a_model_whose_functions_are_not_functions_is_refused_naming_the_argumen
                  argument: "tanh"}
     with pytest.raises(TypeError, match=f"crux.Model: {argument} must be a function.*got 'tanh'"):
         crux.Model(functions.pop("init"), functions.pop("apply"), in_dim=2, out_dim=1, **functions)
+
+
+def test_one_model_under_two_names_is_refused():
+    """Two names of one Model would train two copies of its parameters and leave the model holding one."""
+    shared = crux.mlp(1, 1, (4,)).optimizer(optax.adam).scale(crux.lrs(1e-3))
+    points = np.linspace(0, 1, 8)
+    with pytest.raises(ValueError, match=r"crux.Crux: models \['u', 'v'\] are one crux.Model object; give each name "
+                                         r"its own model"):
+        crux.Crux([crux.Constraint("a", lambda net, x: net.u(x) - 1.0, points),
+                   crux.Constraint("b", lambda net, x: net.v(x) + 1.0, points)], {"u": shared, "v": shared})
+
+
+def test_a_derivative_along_an_axis_the_point_lacks_is_refused_before_training():
+    """Along an axis beyond the point, a directional derivative would be zero everywhere and train silently."""
+    u = crux.mlp(2, 1, (4,)).optimizer(optax.adam).scale(crux.lrs(1e-3))
+
+    def heat(net, x):
+        return crux.partial(net.u, 2)(x) - crux.laplacian(net.u)(x)
+
+    solver = crux.Crux([crux.Constraint("heat", heat, np.ones((6, 2)))], {"u": u})
+    assert_refused_before_compute(solver, ValueError, r"^Constraint 'heat': its residual \(tests/test_errors.py:\d+\) "
+                                  r"fails at one point x of shape \(2,\)\. ValueError: crux.partial: axis 2 of a point "
+                                  r"of 2 coordinates; the axes are 0 to 1")
+    assert float(crux.partial(lambda x: x[0] * x[1], -1)(jnp.array([3.0, 2.0]))) == 3.0  # from the last axis
+
+
+def test_a_residual_that_branches_on_a_traced_value_is_refused_with_the_constraint_and_the_fix():
+    u = crux.mlp(1, 1, (4,)).optimizer(optax.adam).scale(crux.lrs(1e-3))
+
+    def branching(net, x):
+        return net.u(x) if x[0] > 0.5 else net.u(x) - 1.0
+
+    solver = crux.Crux([crux.Constraint("fit", branching, np.linspace(0, 1, 8))], {"u": u})
+    assert_refused_before_compute(solver, TypeError, r"^Constraint 'fit': its residual \(tests/test_errors.py:\d+\) "
+                                  r"fails at one point x of shape \(1,\): a residual is traced, not run on numbers; "
+                                  r"write a condition .* with jnp.where.*TracerBoolConversionError")
+
+
+def test_a_constraint_keeps_its_own_copy_of_the_points():
+    """Constraints are frozen: a later change to the caller's array (float32, which np.asarray would not copy)
+    reaches neither the constraint nor its training, and crux cannot write the points it keeps."""
+    points = np.linspace(0, 1, 8, dtype=np.float32)[:, None]
+    constraint = crux.Constraint("fit", lambda net, x: net.u(x), points)
+    points[3] = np.nan
+    assert np.isfinite(constraint.points).all() and constraint.points[3, 0] == np.float32(3 / 7)
+    with pytest.raises(ValueError, match="read-only"):
+        constraint.points[0, 0] = 1.0

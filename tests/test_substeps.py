@@ -20,7 +20,9 @@ def test_unreached_model_stays_bit_identical():
     stats = solver.solve(20, substeps=[([0], 2)])
     np.testing.assert_array_equal(flat(solver.params["u"]), u_before)
     assert np.linalg.norm(flat(solver.params["q"]) - q_before) > 1e3 * EPS32 * np.linalg.norm(q_before)
-    assert set(stats.lr) == {"q"}
+    # every model has its learning rates, NaN where it was not trained, as in the solver's history
+    assert set(stats.lr) == {"u", "q"} and np.isnan(stats.lr["u"]).all() and np.isfinite(stats.lr["q"]).all()
+    np.testing.assert_array_equal(solver.history.lr["u"], stats.lr["u"])
     assert np.isnan(stats.losses[:, 1:]).all() and np.isfinite(stats.losses[:, 0]).all()
 
 
