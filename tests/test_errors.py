@@ -186,24 +186,30 @@ def nan_update_at(step: int) -> optax.GradientTransformation:
                                         update)
 
 
-@pytest.mark.parametrize("offload, inner_steps", [(False, 10), (False, 1), (True, 10)],
-                         ids=["device", "device-one-update-a-call", "offload"])
-def test_a_non_finite_update_is_found_by_the_replay(offload, inner_steps):
-    """Update 13 is NaN after a finite loss. On the device the fast call applies it and only its end check sees it,
-    and the replay of the window stops at epoch 13 with the parameters of 12 (one update a call: the window's
-    calls after a copy of the state at its start); streamed batches are checked at every update instead (no
-    window of them is kept), with the same result."""
+@pytest.mark.parametrize("offload, inner_steps, batchsize, sync_seconds, bad", [
+    (False, 10, 64, None, 13), (False, 1, 64, None, 13), (False, 1, 64, 0.0, 13), (False, 10, 64, None, 39),
+    (True, 10, 64, None, 13), (True, 10, 8, 1e9, 13)],
+    ids=["device", "device-one-update-a-call", "a-window-a-call", "the-last-update-of-the-last-call",
+         "offload-points-whole", "offload-streamed"])
+def test_a_non_finite_update_is_found_by_the_replay(offload, inner_steps, batchsize, sync_seconds, bad):
+    """Update ``bad`` is NaN after a finite loss. On the device the fast call applies it and only its end check
+    sees it, and the replay of the window stops at epoch ``bad`` with the parameters before it (one update a call:
+    the window's calls after a copy of the state at its start, the failing window not the first where every call
+    is its own window; the last update of a call is checked as the others are); streamed batches are checked at
+    every update instead (no window of them is kept), with the same result."""
     problem = poisson()
-    problem.models["u"].optimizer(nan_update_at(13))
+    problem.models["u"].optimizer(nan_update_at(bad))
     solver = problem.solver()
-    with pytest.raises(FloatingPointError, match=r"the update made the parameters non-finite \(loss .*\) at "
-                                                 r"epoch 13;"):
-        solver.solve(40, batchsize=64, inner_steps=inner_steps, offload_data=offload)
+    if sync_seconds is not None:
+        solver.machinery = Machinery(sync_seconds=sync_seconds)
+    with pytest.raises(FloatingPointError, match=rf"the update made the parameters non-finite \(loss [^)]*[1-9][^)]*\) "
+                                                 rf"at epoch {bad};"):
+        solver.solve(40, batchsize=batchsize, inner_steps=inner_steps, offload_data=offload)
     reference = poisson()
-    reference.models["u"].optimizer(nan_update_at(13))
-    reference.solver().solve(13, batchsize=64, inner_steps=13, offload_data=offload)
+    reference.models["u"].optimizer(nan_update_at(bad))
+    reference.solver().solve(bad, batchsize=batchsize, inner_steps=bad, offload_data=offload)
     np.testing.assert_array_equal(flat(solver.params), flat(reference.solver().params))
-    np.testing.assert_array_equal(solver.history.total_loss[:13], reference.solver().history.total_loss)
+    np.testing.assert_array_equal(solver.history.total_loss[:bad], reference.solver().history.total_loss)
 
 
 _SHAPE_SAID = r"at one point x of shape \(1,\); a residual returns a scalar per point, or a vector of 1 to 16 components"
