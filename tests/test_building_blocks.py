@@ -134,6 +134,20 @@ def test_ready_transform_is_scaled_by_the_schedule():
     np.testing.assert_allclose(a, b, rtol=10 * EPS32, atol=10 * EPS32)
 
 
+def test_each_update_applies_the_schedules_rate_at_its_step():
+    """A crux schedule halving the rate at every update trains as optax's own schedule inside the transform,
+    counted by the optimizer's state: the rate the optimizer applies moves with the step, not only the one
+    recorded. A rate held at its first value would make the sixth step 32x too large."""
+    ours = poisson(optax.sgd, crux.lrs.exponential(1e-2, 0.5, 1))
+    optax_own = poisson()
+    optax_own.models["u"].optimizer(optax.sgd(optax.exponential_decay(1e-2, 1, 0.5))).scale(crux.lrs(1.0))
+    initial, a, stats = train(ours, 6)
+    _, b, _ = train(optax_own, 6)
+    np.testing.assert_allclose(stats.lr["u"], 1e-2 * 0.5 ** np.arange(6), rtol=EPS32)
+    # the same updates but for the rounding of two ways of computing 0.5**k (exact here) and of scaling by 1
+    assert np.linalg.norm(a - b) <= 10 * EPS32 * np.linalg.norm(b - initial)
+
+
 @pytest.mark.parametrize("last", [[0.5, np.nan, 0.25], [np.nan, np.nan, np.nan]])
 def test_the_final_loss_is_the_last_total_whatever_was_evaluated(last):
     """A row's total sums the losses evaluated in it (substeps leave the others NaN); a row with none is NaN."""

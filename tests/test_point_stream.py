@@ -3,11 +3,13 @@ import re
 
 import jax
 import numpy as np
+import optax
 import pytest
 from scipy import stats
 
 from crux import batching
 from crux.batching import PointStream
+from crux_testing import poisson
 
 KEY = jax.random.key(5, impl="threefry2x32")
 # Each statistical check below fails with probability at most 1e-6 for a truly uniform draw.
@@ -98,3 +100,11 @@ def test_a_constraint_past_int32_indices_is_refused():
     with pytest.raises(ValueError, match=r"constraint 1 has 2,147,483,648 points: .* int32, from 1 to "
                                          r"2,147,483,647 points per constraint; split the points"):
         PointStream((10, 2 ** 31), batchsize=8)
+
+
+@pytest.mark.parametrize("inner_steps", [1, 5])
+def test_a_solve_draws_another_batch_at_every_update(inner_steps):
+    """At learning rate 0 the parameters stay put, so each epoch's loss is that of the batch it drew: ten epochs
+    of batches of 16 from 256 points give ten different losses, one update a call or five."""
+    interior = poisson(optax.sgd, 0.0).solver().solve(10, batchsize=16, inner_steps=inner_steps).losses[:, 0]
+    assert len(np.unique(interior)) == 10, interior

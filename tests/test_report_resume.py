@@ -8,6 +8,8 @@ second call. The one-call runs are made with the same broken solver: one call ne
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -59,6 +61,18 @@ def test_several_calls_with_the_same_optimizer_are_bit_identical_to_one():
     assert verdict.evidence["bit_identical"] == 1.0 and verdict.evidence["first_epoch_loss_differs"] == -1
     assert verdict.source == "docs/claims.md#resume-same-optimizer"
     assert set(verdict.runs) == {"calls", "one call", "one call, twin"}
+
+
+def test_a_run_whose_later_call_starts_a_new_optimizer_is_not_judged_as_resumed():
+    """A second call after a new optimizer or schedule (``fresh``) is a new phase, not a resumed one: the claim
+    is not about it, whatever its numbers; the same calls keeping the optimizer are judged."""
+    kept = record("calls", (10, 35))
+    changed = replace(kept, phases=[kept.phases[0], replace(kept.phases[1], fresh=True)])
+    one_call = record("one call", (TOTAL,))
+    (verdict,) = check_resume([changed, one_call])
+    assert verdict.verdict == INCONCLUSIVE and verdict.summary == "the sweep has no resumed run"
+    (verdict,) = check_resume([kept, one_call])
+    assert verdict.id == "resume.same_as_one_call[10+35]" and verdict.verdict == HOLDS, verdict.summary
 
 
 class CallStart:
