@@ -10,6 +10,7 @@ import time
 from dataclasses import replace
 from types import SimpleNamespace
 
+import jax
 import numpy as np
 import optax
 import pytest
@@ -380,8 +381,10 @@ def test_on_the_cpu_clock_a_load_that_stretches_one_side_of_a_pair_does_not_move
         now[0] = 0.0
         return time_paired(Side(a), Side(b), CLAIMED_COST, budget_seconds=ending_after(FIRST_LOOK), clock=clock)
 
-    cpu, wall = timed(CPU_TIME), timed(WALL_TIME)
+    cpu, wall, default = timed(CPU_TIME), timed(WALL_TIME), timed(None)
     assert cpu.clock == CPU_TIME and len(cpu.candidate) == len(wall.candidate) == FIRST_LOOK
+    assert jax.default_backend() == "cpu" and default.clock == CPU_TIME  # a CPU's own clock, unless told otherwise
+    assert default.interval().low == pytest.approx(1.3) and default.interval().high == pytest.approx(1.3)
     assert cpu.interval().low == pytest.approx(1.3) and cpu.interval().high == pytest.approx(1.3)
     assert CLAIMED_COST.place(wall.interval()) == UNDECIDED
     verdict = checkpoint_verdict(cpu)

@@ -62,6 +62,7 @@ def test_an_install_of_a_checkouts_folder_is_identified_by_its_commit_while_its_
     git = lambda *args: subprocess.run(["git", "-C", str(clone), *args], capture_output=True, text=True,
                                        check=True).stdout.strip()
     git("init", "-q")
+    git("remote", "add", "origin", "https://someone:s3cret-token@example.org/crux.git")  # a credential to mask
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "empty")
     git("add", "crux")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "crux")
@@ -76,6 +77,7 @@ def test_an_install_of_a_checkouts_folder_is_identified_by_its_commit_while_its_
     assert (found["crux_commit"], found["crux_clean"], found["crux_source"]) == (git("rev-parse", "HEAD"), True,
                                                                                   str(clone))
     assert found["crux_files_sha256"] is not None and found["crux_wheel"] is None
+    assert found["crux_origin"] == "https://someone:***@example.org/crux.git"
     (clone / "crux" / "__init__.py").write_text("VERSION = 2\n")  # the folder moved on after the install
     assert installed_crux(Distribution.at(info))["crux_commit"] is None
 

@@ -103,6 +103,8 @@ def test_secret_variables_are_masked_wherever_they_appear(monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "hunter2hunter2")
     monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", "abc")  # shorter than SHORTEST_SECRET: left alone
     assert masked("login hunter2hunter2 failed at http://u:pw@h/ abc") == "login *** failed at http://u:***@h/ abc"
+    assert masked("from postgresql://a:pw1@h/db to https://b:pw2@k/ and http://c:pw3@m/") == \
+        "from postgresql://a:***@h/db to https://b:***@k/ and http://c:***@m/"  # every URI of a line
 
 
 @pytest.mark.integration  # PostgreSQL (scripts/postgres.sh), a sweep and a report in subprocesses
