@@ -371,8 +371,9 @@ def train(solver: Crux, options: dict[str, Any], budget: int) -> dict[str, Any]:
     peaks = [stats.memory.get("peak_bytes") for stats in runs]
     form = recorded_form(runs[-1].memory.get("checkpoint_used"))
     peak = None if None in peaks else max(peaks)
-    trained = peak is not None and peak <= budget
-    error = None if trained else f"its peak, {peak} bytes, is over the budget of {budget} bytes"
+    trained = peak is not None and peak <= budget  # a peak the device did not report is no evidence of fitting
+    error = (None if trained else f"its peak, {peak} bytes, is over the budget of {budget} bytes" if peak is not None
+             else "the device reported no peak memory for it, so whether it fits the budget is not known")
     return {"peak": peak, "trained": trained, "error": error, "step_seconds": runs[-1].median_step_seconds,
             "form": form}
 

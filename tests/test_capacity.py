@@ -217,18 +217,27 @@ def test_the_host_limit_keeps_two_copies_of_the_points_within_its_available_memo
         assert points == library.MAX_POINTS or (points + 1) * library.HOST_COPIES * 4 * dims > available * 0.9
 
 
+class Scripted:
+    """A solver whose solve() calls report the given (seconds per update, peak bytes) in turn."""
+
+    def __init__(self, *made: tuple[float, int | None]):
+        self.made = iter(made)
+
+    def solve(self, epochs, **options):
+        seconds, peak = next(self.made)
+        return Statistics(names=["pde"], losses=np.zeros((epochs, 1)), epoch=np.arange(epochs),
+                          step_seconds=np.array([seconds]),
+                          memory={"peak_bytes": peak, "checkpoint_used": remat.FORMS.index(remat.UNROLLED)})
+
+
 def test_a_runs_seconds_per_update_are_its_second_solves_and_its_peak_the_larger(monkeypatch):
     """The first solve() compiles and sends the points to the device: its seconds per update are not the run's."""
-    made = iter([(9.0, 100), (0.5, 120)])
-    unrolled = remat.FORMS.index(remat.UNROLLED)
-
-    class Solver:
-        def solve(self, epochs, **options):
-            seconds, peak = next(made)
-            return Statistics(names=["pde"], losses=np.zeros((epochs, 1)), epoch=np.arange(epochs),
-                              step_seconds=np.array([seconds]),
-                              memory={"peak_bytes": peak, "checkpoint_used": unrolled})
-
-    run = library.train(Solver(), {"checkpoint_gradients": True}, budget=110)
+    run = library.train(Scripted((9.0, 100), (0.5, 120)), {"checkpoint_gradients": True}, budget=110)
     assert (run["step_seconds"], run["peak"], run["trained"], run["form"]) == (0.5, 120, False, remat.UNROLLED)
     assert "120 bytes, is over the budget of 110" in run["error"]
+
+
+def test_a_run_whose_peak_the_device_did_not_report_is_not_taken_as_fitting():
+    run = library.train(Scripted((9.0, 100), (0.5, None)), {"checkpoint_gradients": True}, budget=110)
+    assert (run["peak"], run["trained"]) == (None, False)
+    assert run["error"] == "the device reported no peak memory for it, so whether it fits the budget is not known"
