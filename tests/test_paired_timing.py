@@ -227,6 +227,13 @@ def test_the_slower_sides_chunk_stays_within_its_share_of_the_budget_when_the_si
     assert fast.calls == slow.calls == [1, 1]  # a warm-up and one look; the cap ends the calibration there
 
 
+def test_the_chunk_length_is_set_by_the_faster_side():
+    """1 ms an epoch against 200 ms: chunks must take the minimum on the faster side too (128 epochs, 0.128 s of
+    it), not stop at the one epoch that already makes the slower side's chunk long enough."""
+    fast, slow = Scripted([1e-3] * 8, 0), Scripted([0.2] * 8, 0)
+    assert chunk_epochs(Side(fast), Side(slow)) == 128
+
+
 def test_a_decisive_first_look_stops_after_its_pairs():
     candidate, reference = chunks(1.6, 100, noise=0.01)
     a, b = Scripted(list(candidate * 1e2), 1), Scripted(list(reference * 1e2), 1)

@@ -151,6 +151,15 @@ def test_both_verdicts_say_so_where_the_settings_computed_the_same_numbers():
     assert all("same loss history to the bit on tpu" in v.summary for v in verdicts)
 
 
+def test_one_repeat_that_computed_the_same_numbers_does_not_speak_for_the_others():
+    """Only the first repeat's two precisions gave one history to the bit; the others differ and are 70-100x less
+    accurate at default: the verdicts judge them, not that first pair."""
+    records = sweep((8.4e-3, 7e-3, 9e-3))
+    records[3] = record("default", 0, 8.4e-3, LOSSES)  # default's first repeat: the same history as highest's
+    verdict = accuracy(records)
+    assert verdict.verdict == FAILS and "same loss history" not in verdict.summary
+
+
 def test_a_sweep_without_the_fast_setting_is_inconclusive():
     records = [dataclasses.replace(r, options=dataclasses.replace(r.options, precision="highest"))
                for r in sweep(FULL_ERRORS)]

@@ -257,3 +257,15 @@ def test_a_results_cell_says_how_many_jobs_of_an_incomplete_sweep_finished(hones
                                  MissingJob(4, ("memory=b16", "repeat=1"), "b16", None, "never started", "")))
     cut = dataclasses.replace(complete, sweep=dataclasses.replace(complete.sweep, jobs=killed))
     assert side_cell(cut) == f"{cell(cut.verdicts)} (3 of 5 jobs)"
+
+
+def test_the_side_table_puts_each_sweeps_machine_under_its_own_role(honest):
+    """A CPU sweep against a TPU sweep: the table of the two sides gives each its own device, in the order of the
+    roles the comparison was asked for."""
+    def on(backend, kind):
+        return [dataclasses.replace(r, environment={**r.environment, "backend": backend, "device_kind": kind})
+                for r in honest]
+
+    comparison = compare(sweep("cpu", on("cpu", "cpu")), sweep("tpu", on("tpu", "TPU v5 lite")), roles=("CPU", "TPU"))
+    lines = comparison_markdown(comparison, []).splitlines()
+    assert "| | CPU | TPU |" in lines and "| device | cpu | tpu (TPU v5 lite) |" in lines

@@ -25,6 +25,15 @@ def test_a_job_run_again_after_failing_counts_as_finished_with_its_newest_finish
     assert set(jobs.finished) == {"b8-0", "b8-1-again", "b32-0", "b32-1"}
 
 
+def test_a_job_run_again_and_stopped_is_missing_with_its_newest_attempts_status_and_reason():
+    children = [child("b8-0", 0, contract.FINISHED), child("b8-1-first", 1, contract.FAILED, 1, error_type="FloatingPointError",
+                                                      error_message="loss is nan"),
+                child("b8-1-again", 1, contract.KILLED, 2), child("b32-0", 2, contract.FINISHED), child("b32-1", 3, contract.FINISHED)]
+    (missing,) = account(mlflow_run("parent", contract.KILLED), children, 4, PLAN).missing
+    assert (missing.run_id, missing.status) == ("b8-1-again", contract.KILLED)
+    assert "loss is nan" not in missing.reason
+
+
 def test_missing_jobs_say_why_in_job_order_and_only_their_setting_lacks_them():
     children = [child("b8-0", 0, contract.FINISHED), child("b8-1", 1, contract.FAILED, error_type="ValueError",
                                                   error_message="epochs must be >= 1, got 0\nTraceback ..."),
