@@ -122,11 +122,13 @@ class Crux:
         if (not isinstance(models, dict) or not models or not all(isinstance(m, Model) for m in models.values())
                 or not all(isinstance(name, str) for name in models)):
             raise TypeError(f"crux.Crux needs models={{'name': crux.Model, ...}} (names are strings), got {models!r}")
-        shared = {id(m): [n for n, other in models.items() if other is m] for m in models.values()}
-        shared = [names for names in shared.values() if len(names) > 1]
+        names_of: dict[int, list[str]] = {}
+        for name, model in models.items():
+            names_of.setdefault(id(model), []).append(name)
+        shared = next((names for names in names_of.values() if len(names) > 1), None)
         if shared:  # one set of parameters under two names would be trained as two copies, left as one
-            raise ValueError(f"crux.Crux: models {shared[0]} are one crux.Model object; give each name its own model "
-                             f"(a residual that uses one network twice names it once: net.{shared[0][0]})")
+            raise ValueError(f"crux.Crux: models {shared} are one crux.Model object; give each name its own model "
+                             f"(a residual that uses one network twice names it once: net.{shared[0]})")
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2 ** 32:
             raise ValueError(f"crux.Crux: seed must be an integer from 0 to 2**32 - 1 (the point stream's key holds "
                              f"32 bits: larger seeds would repeat smaller ones' streams), got {seed!r}")

@@ -372,8 +372,10 @@ def train(solver: Crux, options: dict[str, Any], budget: int) -> dict[str, Any]:
     form = recorded_form(runs[-1].memory.get("checkpoint_used"))
     peak = None if None in peaks else max(peaks)
     trained = peak is not None and peak <= budget  # a peak the device did not report is no evidence of fitting
-    error = (None if trained else f"its peak, {peak} bytes, is over the budget of {budget} bytes" if peak is not None
-             else "the device reported no peak memory for it, so whether it fits the budget is not known")
+    if peak is None:
+        error = "the device reported no peak memory for it, so whether it fits the budget is not known"
+    else:
+        error = None if trained else f"its peak, {peak} bytes, is over the budget of {budget} bytes"
     return {"peak": peak, "trained": trained, "error": error, "step_seconds": runs[-1].median_step_seconds,
             "form": form}
 
