@@ -8,6 +8,7 @@ first look, well within its budget (crux's solve() costs no seconds per call, as
 """
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import replace
 from types import SimpleNamespace
@@ -153,13 +154,43 @@ def test_the_fused_finding_says_how_the_gain_follows_the_steps_cost():
     assert (cheap.verdict, costly.verdict) == (HOLDS, FAILS)
     assert cheap.evidence["call_overhead_seconds"] == pytest.approx(0.5e-3)
     assert costly.evidence["call_overhead_share"] == pytest.approx(0.05)
-    assert ("an unfused update takes 1 ms here and a fused one 0.6 ms, so fusing saves a per-call overhead of "
+    assert ("an unfused update takes 1 ms here (the median of its chunks) and a fused one 0.6 ms (the ratio times "
+            "that), so fusing saves a per-call overhead of "
             "0.5 ms, 50% of an unfused update: at this step's cost no K gains more than 2×") in cheap.summary
     assert "overhead of 0.5 ms, 5% of an unfused update: at this step's cost no K gains more than 1.05×" in \
         costly.summary
     for verdict in (cheap, costly):
         assert verdict.summary.endswith("across this sweep: K=5 1.67× at 1 ms per unfused update, b8 K=5 "
                                         "1.04× at 10 ms per unfused update")
+
+
+@pytest.mark.parametrize("k", [10, 1000])
+@pytest.mark.parametrize("seed", range(4))
+def test_the_fused_finding_never_contradicts_itself(k, seed):
+    """Where the load drifts and the pairs' ratios move with it (a loaded machine slows the unfused calls more),
+    the fused chunks' median over the unfused chunks' median is not the median of the pairs' ratios. Every figure
+    of the finding is read back from its words: the fused update's cost is the stated ratio times the unfused
+    one's, and the ceiling no K may pass is at least the speed-up the same sentence states."""
+    rng = np.random.default_rng(seed)
+    reference = 1e-3 * (1 + 2 * rng.uniform(0, 1, 32))  # a load that comes and goes, threefold
+    ratios = 0.55 + 0.15 * (reference / reference.max()) + rng.uniform(-0.05, 0.05, 32)
+    times = PairedTimes(tuple(ratios * reference), tuple(reference), 10, (0.5,) * 32, 20.0, 20.0, MACHINE)
+    fused = SolveOptions(epochs=1000 * k // 10, inner_steps=k)
+    verdict = only(check_inner_steps([record("fused", fused, times), record("k1", replace(fused, inner_steps=1))]),
+                   "inner_steps.faster")
+    number = r"([0-9.e+-]+)"
+    speedup = float(re.search(rf"faster on cpu by {number}×", verdict.summary).group(1))
+    ratio = float(re.search(rf"ratio {number} \(", verdict.summary).group(1))
+    unfused, fused_ms = map(float, re.search(rf"an unfused update takes {number} ms here[^,]*? "
+                                             rf"and a fused one {number} ms", verdict.summary).groups())
+    ceiling = float(re.search(rf"no K gains more than {number}×", verdict.summary).group(1))
+    assert verdict.verdict == HOLDS
+    # each number printed to 3 significant digits, so off by at most 0.5% of itself
+    assert speedup == pytest.approx(1 / ratio, rel=2 * 5e-3)
+    assert fused_ms == pytest.approx(ratio * unfused, rel=3 * 5e-3)
+    assert ceiling >= speedup
+    assert verdict.evidence["seconds_per_update_K"] / verdict.evidence["seconds_per_update_K1"] == pytest.approx(
+        verdict.evidence["time_ratio"])
 
 
 def test_the_pairs_of_every_run_that_timed_a_setting_are_pooled():

@@ -95,7 +95,7 @@ def _faster(fused: list[RunRecord], reference: list[RunRecord], same_work: bool 
         summary = (f"not judged: the fused runs do not make K=1's updates (inner_steps.identical fails), so "
                    f"{fmt(speedup)}× K=1's epochs per second is no speed-up of the same work: {timing.described()}")
     # The slowest compile is the cold one: later repeats may hit the persistent compilation cache.
-    decides, costs = _what_decides(timing.candidate, timing.reference, k)
+    decides, costs = _what_decides(timing.interval.estimate, timing.reference, k)
     evidence = {"K": k, **timing.evidence(), "speedup": speedup, **costs,
                 "compile_seconds_max_K": spread(fused, "compile_seconds").high,
                 "compile_seconds_max_K1": spread(reference, "compile_seconds").high}
@@ -105,22 +105,29 @@ def _faster(fused: list[RunRecord], reference: list[RunRecord], same_work: bool 
                           runs)
 
 
-def _what_decides(fused: np.ndarray, unfused: np.ndarray, k: int) -> tuple[str, dict[str, float]]:
-    """What the gain depends on, from the timed chunks' seconds per update (one epoch is one update): fusing K
-    updates into a call dispatches once instead of K times, so it saves (1 - 1/K) of the per-call overhead o per
-    update and no more: unfused - fused = o (1 - 1/K). The gain is o's share of an unfused update, large where
-    the step is cheap and vanishing where the step itself costs far more than a call."""
-    per_update, per_fused_update = float(np.median(unfused)), float(np.median(fused))
-    overhead = (per_update - per_fused_update) / (1 - 1 / k)
+def _what_decides(ratio: float, unfused: np.ndarray, k: int) -> tuple[str, dict[str, float]]:
+    """What the gain depends on, from the paired ratio (fused over unfused seconds per update, the verdict's own
+    estimate) and the unfused chunks' seconds per update (one epoch is one update): fusing K updates into a call
+    dispatches once instead of K times, so it saves (1 - 1/K) of the per-call overhead o per update and no more:
+    unfused - fused = o (1 - 1/K). The gain is o's share of an unfused update, large where the step is cheap and
+    vanishing where the step itself costs far more than a call.
+
+    Every figure is derived from the one ratio the verdict states, so the finding cannot contradict itself: the
+    share is (1 - ratio) / (1 - 1/K), at least 1 - ratio, so the ceiling 1 / (1 - share) is at least the
+    speed-up 1 / ratio. (A fused cost taken as the fused chunks' own median would come from another estimator,
+    and where a load drifts its ceiling can fall below the speed-up measured.)"""
+    per_update = float(np.median(unfused))
+    per_fused_update = ratio * per_update
+    share = (1 - ratio) / (1 - 1 / k)
+    overhead = share * per_update
     costs = {"seconds_per_update_K1": per_update, "seconds_per_update_K": per_fused_update,
-             "call_overhead_seconds": overhead, "call_overhead_share": overhead / per_update}
-    timed = (f"; what decides it: an unfused update takes {_ms(per_update)} here and a fused one "
-             f"{_ms(per_fused_update)}")
+             "call_overhead_seconds": overhead, "call_overhead_share": share}
+    timed = (f"; what decides it: an unfused update takes {_ms(per_update)} here (the median of its chunks) and a "
+             f"fused one {_ms(per_fused_update)} (the ratio times that)")
     if overhead <= 0:
         return (timed + ": no per-call overhead left to save at this step's cost (the gain is the call overhead's "
                 "share of an update: it appears where a step costs little next to a call, e.g. a small model on a "
                 "GPU)"), costs
-    share = overhead / per_update
     ceiling = (f"no K gains more than {fmt(1 / (1 - share))}×" if share < 1 else
                "nearly all of an update is call overhead")  # o beyond an update: the chunks' noise
     return (timed + f", so fusing saves a per-call overhead of {_ms(overhead)}, {fmt(share * 100)}% of an unfused "
