@@ -29,7 +29,12 @@
 # JAX sees more than one device; REPORTS=0 leaves the reports to be made from the returned store. A step that
 # fails or runs out of its time limit does not stop the next; the log says which. One command on a device machine
 # may be limited (10 minutes on the lent TPU; BUDGET_S, default 570 s): name the steps to run a part, and the next
-# command the rest.
+# command the rest. A sweep longer than one command runs over several: $STORE_IN names a folder holding the
+# mlflow.db.gz and reports.tgz an earlier command returned, unpacked into the store before the steps, and $RESUME
+# names the sweep steps that continue the newest sweep of their name in it (`crux-sweep NAME --resume`: the jobs
+# that did not finish, the interrupted one again) rather than start a new one:
+#
+#   RESUME="precision" STORE_IN=.device-in bash scripts/device_check.sh precision   # .device-in named in carry
 #
 # The device image is expected to have Python 3.11 with JAX for its accelerator, numpy and scipy on PYTHONPATH.
 # `--prepare` builds crux's wheel into .wheels/ and downloads into .wheels/deps/ the wheels such an image lacks
@@ -168,6 +173,14 @@ OUT="$(cd "$OUT" && pwd)"
 store=${CRUX_DEVICE_CHECK_DIR:-/tmp/crux-device-check}
 rm -rf "$store" && mkdir -p "$store/work"
 work="$store/work"
+if [[ -n "${STORE_IN:-}" ]]; then  # an earlier command's store, where it was: its artifact paths mean the same
+    [[ -f "$STORE_IN/mlflow.db.gz" ]] || { echo "STORE_IN=$STORE_IN holds no mlflow.db.gz" >&2; exit 2; }
+    gunzip -c "$STORE_IN/mlflow.db.gz" > "$store/mlflow.db" || exit 1
+    if [[ -f "$STORE_IN/reports.tgz" ]]; then
+        tar xzf "$STORE_IN/reports.tgz" -C "$work" || exit 1
+        [[ -d "$work/mlartifacts" ]] && mv "$work/mlartifacts" "$store/mlartifacts"
+    fi
+fi
 exec > >(tee -a "$OUT/device_check.log") 2>&1
 
 start=$(date +%s)
@@ -292,11 +305,12 @@ declare -A on_jno=(  # what a sweep needs on jNO beyond backend=jno
 # sweep STEP NAME OVERRIDES...: crux-sweep NAME with the dry run's settings, OVERRIDES and $ARGS_<STEP>, then its
 # report into reports/STEP (the latest sweep of each backend, side by side)
 sweep() {
-    local label=$1 name=$2 args_var="ARGS_${1//-/_}"
+    local label=$1 name=$2 args_var="ARGS_${1//-/_}" resume=()
     shift 2
+    listed "$label" ${RESUME:-} && resume=(--resume)
     # shellcheck disable=SC2086
     step "sweep $label" 30 0 "$python" -m cruxlab.commands.sweep "$name" $( ((dry)) && echo "${tiny[$name]}" ) "$@" \
-        ${!args_var:-} "hydra.sweep.dir=$work/multirun/$label"
+        ${!args_var:-} "hydra.sweep.dir=$work/multirun/$label" "${resume[@]}"
     if [[ "${REPORTS:-1}" == 0 ]]; then
         echo "== report $label: left for later (REPORTS=0): crux-report $name, against the returned store"
     else

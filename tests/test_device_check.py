@@ -52,6 +52,27 @@ def test_the_dry_run_sweeps_reports_and_returns_the_store(tmp_path):
     assert sorted(path.name for path in (tmp_path / "out").iterdir()) == [
         "device_check.log", "environment.txt", "mlflow.db.gz", "reports.tgz"]
 
+    # The next command carries the returned store back in and resumes the sweep: the one job marked as not
+    # finished (as a command's time limit leaves it) runs again, into the same parent run, and nothing else does.
+    with sqlite3.connect(store) as db:
+        (parent,) = db.execute("SELECT run_uuid FROM runs WHERE run_uuid NOT IN "
+                               "(SELECT run_uuid FROM tags WHERE key = 'mlflow.parentRunId')").fetchone()
+        (child,) = db.execute("SELECT run_uuid FROM tags WHERE key = 'mlflow.parentRunId' LIMIT 1").fetchone()
+        db.execute("UPDATE runs SET status = 'KILLED' WHERE run_uuid IN (?, ?)", (parent, child))
+    carried = tmp_path / "carried"
+    carried.mkdir()
+    (carried / "mlflow.db.gz").write_bytes(gzip.compress(store.read_bytes()))
+    (tmp_path / "out" / "reports.tgz").rename(carried / "reports.tgz")
+    result = _run(tmp_path, "--dry-run", "offload", STORE_IN=str(carried), RESUME="offload", REPORTS="0")
+    log = (tmp_path / "out" / "device_check.log").read_text().split("mode: dry-run; steps: offload\n")[-1]
+    assert result.returncode == 0, log[-3000:]
+    assert f"resuming sweep offload (parent run {parent}" in log and f"1 of its {len(statuses) - 1} jobs to run" in log
+    again = tmp_path / "again.db"
+    again.write_bytes(gzip.decompress((tmp_path / "out" / "mlflow.db.gz").read_bytes()))
+    with sqlite3.connect(again) as db:
+        runs = dict(db.execute("SELECT run_uuid, status FROM runs"))
+    assert runs[parent] == "FINISHED" and len(runs) == len(statuses) + 1  # one more run: the job's new attempt
+
 
 
 @pytest.mark.integration
