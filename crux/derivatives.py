@@ -2,7 +2,7 @@
 
 Forward mode (nested ``jvp``) is used for second derivatives: for the small input
 dimensions of PINNs it costs ``d`` forward passes and no tape, and of the general
-autodiff formulations ``scripts/bench.py`` compares (reverse over reverse, jacfwd of
+autodiff formulations ``crux-bench`` compares (reverse over reverse, jacfwd of
 jacrev, jet) it trained fastest in 1-D. ``laplacian`` goes one better through Taylor
 mode (``crux.taylor``) whenever it has a rule for everything ``f`` does.
 

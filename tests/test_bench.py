@@ -70,7 +70,7 @@ def _report(value: float, backend: str = "cpu", device_kind: str = "cpu") -> dic
     accumulation = {"ratios": {"crux inner_steps=1: t(4x8) / (4 t(8))": value,
                                "crux inner_steps=100: t(4x8) / (4 t(8))": value,
                                "jNO inner_steps=1: t(4x8) / (4 t(8))": value}}
-    return {"command": "python scripts/bench.py --readme",
+    return {"command": "crux-bench --readme",
             "environment": {"summary": "2026-12-03 10:00 UTC, commit abcdef1; jax 0.10.2 on cpu, 2 cores",
                             "backend": backend, "device_kind": device_kind},
             "problems": {"standard": problem(), "small": problem(), "accumulation": accumulation}}
@@ -89,9 +89,8 @@ def test_the_readme_speed_table_has_the_rows_and_the_commit_line_the_bench_write
     written = readme_block(_report(1.0), table)
     rows = lambda lines: [line.split(" | ")[0] for line in lines if line.startswith("|")]
     assert rows(table.block) == rows(written) and len(table.block) == len(written)
-    # The CPU line names when and from which commit, as environment() writes it (the command: crux-bench's, or the
-    # script's it replaced, until the column is measured again).
-    assert re.fullmatch(r"CPU column: `(crux-bench|python scripts/bench\.py) --readme`, \d{4}-\d\d-\d\d \d\d:\d\d UTC, "
+    # The CPU line names when and from which commit, as environment() writes it.
+    assert re.fullmatch(r"CPU column: `crux-bench --readme`, \d{4}-\d\d-\d\d \d\d:\d\d UTC, "
                         r"commit [0-9a-f]{7}; .*", table.block[1])
     for block in (table.block, written):
         for line in block:
@@ -115,9 +114,9 @@ def test_the_time_to_a_first_update_takes_jnos_first_solve_from_its_own_process(
 
 @pytest.mark.parametrize("out", [" --out /tmp/bench-out", " --out=/tmp/bench-out"])
 def test_the_readme_names_the_command_without_the_folder_the_run_wrote_to(out):
-    report = {**_report(1.0), "command": f"python scripts/bench.py --readme{out}"}
+    report = {**_report(1.0), "command": f"crux-bench --readme{out}"}
     line = readme_block(report, readme_table(README.read_text()))[1]
-    assert line.startswith("CPU column: `python scripts/bench.py --readme`, 2026-12-03 10:00 UTC")
+    assert line.startswith("CPU column: `crux-bench --readme`, 2026-12-03 10:00 UTC")
 
 
 def _only(value: str, cell: str) -> bool:
@@ -161,7 +160,7 @@ def test_a_run_on_the_tpu_writes_a_column_named_after_it_in_place_of_another_acc
     assert all(_only("3.50", cells["TPU v5e"]) for cells in tpu.cells.values())
     assert {label: cells["CPU"] for label, cells in tpu.cells.items()} == \
         {label: cells["CPU"] for label, cells in cpu.cells.items()}
-    assert tpu.notes["CPU"] == cpu.notes["CPU"] and tpu.notes["TPU v5e"].startswith("TPU v5e column: `python")
+    assert tpu.notes["CPU"] == cpu.notes["CPU"] and tpu.notes["TPU v5e"].startswith("TPU v5e column: `crux-bench --readme`, ")
     # A later CPU run keeps the TPU column, its cells and its note.
     update_readme(_report(1.25), readme)
     again = readme_table(readme.read_text())
@@ -340,8 +339,8 @@ def test_the_readme_takes_the_tpu_column_from_two_runs_on_the_chip(tmp_path):
     two["problems"] = {"accumulation": two["problems"]["accumulation"]}
     update_readme(merged([one, two]), readme)
     table = readme_table(readme.read_text())
-    assert table.notes["TPU v5e"].startswith("TPU v5e column: `python scripts/bench.py --readme --problems "
-                                             "standard,small`; `python scripts/bench.py --readme --problems "
+    assert table.notes["TPU v5e"].startswith("TPU v5e column: `crux-bench --readme --problems standard,small`; "
+                                             "`crux-bench --readme --problems "
                                              "accumulation`, ")
     by_problem = {label: name for label, (name, _, _) in README_ROWS.items()}
     assert all(_only("3.00" if by_problem[label] == "accumulation" else "2.00", cells["TPU v5e"])
