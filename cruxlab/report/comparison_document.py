@@ -9,13 +9,9 @@ from typing import Sequence
 from cruxlab.report.changes import RULES, figures_json, key_figures
 from cruxlab.report.comparison import Comparison, Row, Side
 from cruxlab.report.comparison_figures import draw_comparison
-from cruxlab.report.document import SAME_AS_CRUX_BATCHING
+from cruxlab.report.document import SAME_AS_CRUX_BATCHING, table_cell
 from cruxlab.report.figures import Figure
 from cruxlab.report.verdict import Verdict
-
-
-def _cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
 
 
 def _verdict(verdict: Verdict | None) -> str:
@@ -54,8 +50,8 @@ def _sides(comparison: Comparison) -> list[str]:
     this, other = comparison.this, comparison.other
     mine, theirs = this.ran_on(), other.ran_on()
     lines = [f"| | {this.role} | {other.role} |", "|---|---|---|"]
-    lines += [f"| {key} | {_cell(mine[key])} | {_cell(theirs[key])} |" for key in mine]
-    lines.append(f"| variants | {_cell(', '.join(this.variants))} | {_cell(', '.join(other.variants))} |")
+    lines += [f"| {key} | {table_cell(mine[key])} | {table_cell(theirs[key])} |" for key in mine]
+    lines.append(f"| variants | {table_cell(', '.join(this.variants))} | {table_cell(', '.join(other.variants))} |")
     return lines
 
 
@@ -69,18 +65,18 @@ def _row_section(row: Row, this: Side, other: Side) -> list[str]:
              f"| | {this.role} | {other.role} |", "|---|---|---|",
              f"| verdict | {_verdict(row.this)} | {_verdict(row.other)} |",
              f"| runs | {len(row.this.runs) if row.this else '–'} | {len(row.other.runs) if row.other else '–'} |",
-             f"| finding | {_cell(row.this.summary) if row.this else '–'} | "
-             f"{_cell(row.other.summary) if row.other else '–'} |"]
+             f"| finding | {table_cell(row.this.summary) if row.this else '–'} | "
+             f"{table_cell(row.other.summary) if row.other else '–'} |"]
     mine = key_figures(row.this) if row.this else {}
     theirs = key_figures(row.other) if row.other else {}
     for name in dict.fromkeys([*mine, *theirs]):
-        lines.append(f"| {_cell(name)} | {_cell(mine[name].described()) if name in mine else '–'} | "
-                     f"{_cell(theirs[name].described()) if name in theirs else '–'} |")
+        lines.append(f"| {table_cell(name)} | {table_cell(mine[name].described()) if name in mine else '–'} | "
+                     f"{table_cell(theirs[name].described()) if name in theirs else '–'} |")
     lines.append("")
     if row.tests:
         lines += ["| test | figure | result |", "|---|---|---|"]
-        lines += [f"| {test.rule} | {_cell(test.figure)} | {'**changed**' if test.changed else 'same'}"
-                  f"{': ' + _cell(test.detail) if test.detail else ''} |" for test in row.tests]
+        lines += [f"| {test.rule} | {table_cell(test.figure)} | {'**changed**' if test.changed else 'same'}"
+                  f"{': ' + table_cell(test.detail) if test.detail else ''} |" for test in row.tests]
         lines.append("")
     return lines
 
@@ -95,8 +91,8 @@ def comparison_markdown(comparison: Comparison, figures: Sequence[Figure]) -> st
              f"**{changed_line(comparison)}**", ""]
     lines += _sides(comparison) + [""]
     lines += ["## Verdicts", "", f"| claim | {this.role} | {other.role} | changed | what moved |", "|---|---|---|---|---|"]
-    lines += [f"| {_cell(row.id)} | {_verdict(row.this)} | {_verdict(row.other)} | {_changed(row)} | "
-              f"{_cell(row.why)} |" for row in comparison.rows]
+    lines += [f"| {table_cell(row.id)} | {_verdict(row.this)} | {_verdict(row.other)} | {_changed(row)} | "
+              f"{table_cell(row.why)} |" for row in comparison.rows]
     lines += ["", "## How a claim is tested for a change", "",
               "A claim changed when its verdict flipped, or when a key figure moved further than both sides' own "
               "spreads allow; the test depends on the figure:", ""] + _rules() + [""]

@@ -44,7 +44,8 @@ def verdict_table(verdicts: Sequence[Verdict]) -> str:
     return "\n".join(lines)
 
 
-def _cell(text: str) -> str:
+def table_cell(text: object) -> str:
+    """``text`` as one cell of a Markdown table: its pipes escaped, its lines joined."""
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
@@ -60,12 +61,12 @@ def _verdict_section(v: Verdict) -> list[str]:
              f"**Finding:** {v.summary}", "", f"**Test:** {v.test}", ""]
     if v.evidence:
         lines += ["| evidence | value |", "|---|---|"]
-        lines += [f"| {_cell(k)} | {_number(x)} |" for k, x in sorted(v.evidence.items())]
+        lines += [f"| {table_cell(k)} | {_number(x)} |" for k, x in sorted(v.evidence.items())]
         lines.append("")
     if v.thresholds:
         origins = sorted({t.origin for t in v.thresholds.values()})
         lines += ["| threshold | value | rule | origin |", "|---|---|---|---|"]
-        lines += [f"| {_cell(k)} | {_number(t.value)} | {_cell(t.rule)} | ({origins.index(t.origin) + 1}) |"
+        lines += [f"| {table_cell(k)} | {_number(t.value)} | {table_cell(t.rule)} | ({origins.index(t.origin) + 1}) |"
                   for k, t in sorted(v.thresholds.items())]
         lines += [""] + [f"({i}) {origin}" for i, origin in enumerate(origins, start=1)] + [""]
     lines += [f"Runs: {', '.join(f'`{r}`' for r in sorted(v.runs)) or 'none'}", ""]
@@ -77,8 +78,8 @@ def _runs_table(records: Sequence[RunRecord]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in records:
         metrics = [_number(r.metrics[m]) if m in r.metrics else "" for m in SUMMARY_METRICS]
-        lines.append("| " + " | ".join([f"`{r.run_id}`", _cell(r.label), str(r.repeat), _cell(describe(r.options)),
-                                        *metrics]) + " |")
+        lines.append("| " + " | ".join([f"`{r.run_id}`", table_cell(r.label), str(r.repeat),
+                                        table_cell(describe(r.options)), *metrics]) + " |")
     return lines
 
 
@@ -118,7 +119,7 @@ def _time_rows(records: Sequence[RunRecord]) -> list[str]:
             for r in group:
                 totals[kind] = [a + b for a, b in zip(totals[kind], seconds(r))]
         later_compile = fmt(float(np.median([seconds(r)[0] for r in later]))) if later else "–"
-        lines.append(f"| {_cell(first.label)} | {len(runs)} | {fmt(seconds(first)[0])} | {later_compile} | "
+        lines.append(f"| {table_cell(first.label)} | {len(runs)} | {fmt(seconds(first)[0])} | {later_compile} | "
                      f"{fmt(float(np.median([seconds(r)[1] for r in runs])))} | {_share(*seconds(first))} |")
     lines += ["", f"The first jobs spent {_share(*totals['first'])} of their compile and training seconds compiling "
                   f"({fmt(totals['first'][0])} of {fmt(sum(totals['first']))} s)"
@@ -264,12 +265,12 @@ def _sweep_status(sweep: Sweep) -> list[str]:
     if sweep.missing:
         lines += ["Jobs without a finished run (verdicts that lack their runs are inconclusive):", "",
                   "| job | status | why | run |", "|---|---|---|---|"]
-        lines += [f"| {_cell(j.name)} | {j.status} | {_cell(j.reason)} | "
+        lines += [f"| {table_cell(j.name)} | {j.status} | {table_cell(j.reason)} | "
                   f"{f'`{j.run_id}`' if j.run_id else ''} |" for j in sweep.missing]
         lines.append("")
     if sweep.unreadable:
         lines += ["Artifacts that could not be read (verdicts that need them are inconclusive):", ""]
-        lines += [f"- {u.artifact} of run `{u.run_id}` ({u.label}): {_cell(u.problem)}"
+        lines += [f"- {u.artifact} of run `{u.run_id}` ({u.label}): {table_cell(u.problem)}"
                   + ("" if u.judged else "; the run is left out") for u in sweep.unreadable]
         lines.append("")
     return lines
@@ -284,7 +285,7 @@ def report_markdown(sweep: Sweep, verdicts: Sequence[Verdict], figures: Sequence
     if sweep.statement:
         lines += [f"The sweep set out to check: *{sweep.statement.strip()}*", ""]
     lines += ["## Verdicts", "", "| claim | verdict | finding |", "|---|---|---|"]
-    lines += [f"| {_cell(v.id)} | **{v.verdict}** | {_cell(v.summary)} |" for v in verdicts]
+    lines += [f"| {table_cell(v.id)} | **{v.verdict}** | {table_cell(v.summary)} |" for v in verdicts]
     lines.append("")
     for claim in claims:
         lines += [f"## {claim}", ""]
@@ -368,7 +369,7 @@ def _speed_rows(judged: Judged) -> list[str]:
     for setting, runs in settings.items():
         cells = [spread(runs.get(b), "steps_per_second") for b in judged]
         cells += [spread(runs.get(b), "compile_seconds") for b in judged]
-        lines.append("| " + " | ".join([_cell(setting), *cells]) + " |")
+        lines.append("| " + " | ".join([table_cell(setting), *cells]) + " |")
     return lines
 
 
@@ -386,11 +387,11 @@ def side_by_side_markdown(name: str, judged: Judged) -> str:
               f"[{b}/report.md]({b}/report.md)" for b, (sweep, _) in judged.items()]
     lines += ["", "## Verdicts", "", "| claim | " + " | ".join(backends) + " |", "|---|" + "---|" * len(backends)]
     for row, cells in _by_row(judged).items():
-        lines.append(f"| {_cell(row)} | " + " | ".join(f"**{_cell_of(cells.get(b))}**" for b in backends) + " |")
+        lines.append(f"| {table_cell(row)} | " + " | ".join(f"**{_cell_of(cells.get(b))}**" for b in backends) + " |")
     lines += ["", "## Findings", ""]
     for row, cells in _by_row(judged).items():
         for b in backends:
-            lines += [f"- {_cell(row)}, {b}: {_cell(v.summary)}" for v in cells.get(b, ())]
+            lines += [f"- {table_cell(row)}, {b}: {table_cell(v.summary)}" for v in cells.get(b, ())]
     lines += ["", "## Speed", "", "Steps (epochs) per second of training, compile excluded, and the seconds before "
               "training (compiling; jNO's set-up and warm-up calls too): median [min–max] over repeats.", ""]
     lines += _speed_rows(judged)
