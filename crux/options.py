@@ -220,7 +220,7 @@ def resolved(options: SolveOptions, sizes: Sequence[int], available_devices: int
         OptionError: more ``devices`` than JAX sees, ``offload_data`` with a batch size of every point, a
             ``substeps`` entry naming a constraint the solver does not have.
     """
-    batchsize, accumulation_steps, devices = options.batchsize, options.accumulation_steps, options.devices
+    batchsize, devices = options.batchsize, options.devices
     if devices > available_devices:
         raise OptionError("{devices}, but JAX sees {available} device(s) (jax.devices()); use {devices:{available}} "
                           "or fewer. On a CPU, XLA_FLAGS=--xla_force_host_platform_device_count={wanted} (set before "
@@ -240,16 +240,39 @@ def resolved(options: SolveOptions, sizes: Sequence[int], available_devices: int
     applied = options
     if batchsize is not None and batchsize > largest:  # the stream of a batch of every point, as asked
         applied = dataclasses.replace(applied, batchsize=largest)
-    if batchsize is None and accumulation_steps > 1:
-        log.warning("accumulation_steps=%d ignored: with batchsize=None every update already sees all points, "
-                    "so there is nothing to accumulate; using 1", accumulation_steps)
-        applied = dataclasses.replace(applied, accumulation_steps=1)
-    elif batchsize is not None and batchsize >= largest and accumulation_steps > 1:
-        log.warning("accumulation_steps=%d ignored: batchsize=%d is at least every constraint's points (the "
-                    "largest has %d), so each micro-batch would be the whole set again; one update of the whole "
-                    "set runs (accumulation_steps=1)", accumulation_steps, batchsize, largest)
+    unused = unused_accumulation(options, largest)
+    if unused is not None:
+        log.warning("%s; one update of the whole set runs (accumulation_steps=1)", unused)
         applied = dataclasses.replace(applied, accumulation_steps=1)
     return applied
+
+
+def unused_accumulation(options: SolveOptions, largest: int | None = None) -> OptionError | None:
+    """Why ``accumulation_steps`` has nothing to accumulate under ``options``, or None where its micro-batches split
+    a batch: the one rule for it. ``solve()`` follows it by warning and taking ``accumulation_steps=1``
+    (:func:`resolved`), the same training as asked; a caller that would rather refuse such a request (a sweep, whose
+    job would ask for nothing) raises or words what this returns (:meth:`OptionError.spelt`).
+
+    Args:
+        options: the options asked for.
+        largest: the largest constraint's points, where known: a batch size at least that is every point too.
+
+    Returns:
+        The reason, in the options' words, or None.
+    """
+    if options.accumulation_steps == 1:
+        return None
+    if options.batchsize is None:
+        return OptionError("{accumulation_steps} ignored: with {batchsize} every update already sees every point, "
+                           "so there is nothing to accumulate (set a {batchsize:name} below the largest "
+                           "constraint's points, or {accumulation_steps:1})",
+                           accumulation_steps=options.accumulation_steps, batchsize=None)
+    if largest is not None and options.batchsize >= largest:
+        return OptionError("{accumulation_steps} ignored: {batchsize} is at least every constraint's points (the "
+                           "largest has {largest}), so each micro-batch would be the whole set again",
+                           accumulation_steps=options.accumulation_steps, batchsize=options.batchsize,
+                           largest=largest)
+    return None
 
 
 def divisors(epochs: int) -> list[int]:

@@ -51,8 +51,9 @@ def hydra_configs() -> Iterator[None]:
      ["memory.offload_data=true streams mini-batches, so it needs a memory.batchsize smaller than the largest "
       "constraint's points; got memory.batchsize=null. Set one, or memory.offload_data=false"]),
     (["memory.accumulation_steps=4"],
-     ["memory.accumulation_steps=4 splits a mini-batch, but memory.batchsize is unset (every update sees every "
-      "point): set memory.batchsize (memory=b8_acc4) or memory.accumulation_steps=1"]),
+     ["memory.accumulation_steps=4 ignored: with memory.batchsize=null every update already sees every point, so "
+      "there is nothing to accumulate (set a memory.batchsize below the largest constraint's points, or "
+      "memory.accumulation_steps=1)"]),  # crux's rule, in the command line's terms
     (["memory=b8_acc4", "+solver.substeps=[[0],[1]]"],
      ["solver.substeps makes each substep an update of its own, so memory.accumulation_steps=4 and "
       "solver.inner_steps=1 must both be 1"]),

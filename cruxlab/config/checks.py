@@ -16,7 +16,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from crux.failures import failure_line
-from crux.options import OptionError
+from crux.options import OptionError, unused_accumulation
 from crux.problems import Problem
 from cruxlab import capacity_search
 from cruxlab.config.building import problem, problem_call, training_phases
@@ -50,8 +50,8 @@ def out_of_range(cfg: DictConfig) -> list[str]:
     """Every value of a job's config that its run could not use, in the command line's terms
     (``solver.epochs=-1: must be >= 1``): the ranges and choices of the schema's fields (:mod:`cruxlab.config.ranges`),
     then, once every value is in its range, what depends on several of them: crux's refusals of each phase's
-    ``solve()`` options (:func:`option_refusals`), accumulation without a batch size (which crux's solve() would
-    run as one update of the whole set, a job asking for nothing; jNO's own fallback is judged "not supported"),
+    ``solve()`` options (:func:`option_refusals`), accumulation with nothing to accumulate by crux's rule
+    (:func:`accumulation_refusals`; jNO's own fallback is judged "not supported"),
     and the processes a job's devices are split over. What needs the problem's points, such as a batch size
     below the largest constraint's, is its solver's to refuse when the job starts.
 
@@ -64,17 +64,26 @@ def out_of_range(cfg: DictConfig) -> list[str]:
         found += range_refusals(phase.schedule, f"phases.{name}.schedule.")
     if not found:
         found = option_refusals(cfg)
-    memory = cfg.memory
-    if memory.accumulation_steps > 1 and memory.batchsize is None and cfg.backend.name == "crux":
-        found.append(f"memory.accumulation_steps={memory.accumulation_steps} splits a mini-batch, but "
-                     f"memory.batchsize is unset (every update sees every point): set memory.batchsize "
-                     f"(memory=b8_acc4) or memory.accumulation_steps=1")
+    if cfg.backend.name == "crux":
+        found += accumulation_refusals(cfg)
     processes, devices = cfg.jax.processes, cfg.solver.devices
     if processes > 1 and devices % processes:
         found.append(f"jax.processes={processes} train one job together, so each must hold devices of it: "
                      f"solver.devices={devices} must be a multiple of {processes} (solver.devices={processes} "
                      f"with one device a process)")
     return found + timing_refusals(cfg) + capacity_refusals(cfg)
+
+
+def accumulation_refusals(cfg: DictConfig) -> list[str]:
+    """A job whose ``memory.accumulation_steps`` has nothing to accumulate by crux's rule
+    (:func:`crux.options.unused_accumulation`: no batch size, every update sees every point), refused in the command
+    line's terms: crux's solve() would warn and train on the whole set, a job that asks for nothing the sweep
+    compares. (The rule needs no problem's points here; a batch size above them is its solver's to say.)"""
+    try:
+        unused = unused_accumulation(solve_options(cfg))
+    except (TypeError, ValueError):  # options refused as such (option_refusals)
+        return []
+    return [] if unused is None else [in_config_terms(unused)]
 
 
 def option_refusals(cfg: DictConfig) -> list[str]:
