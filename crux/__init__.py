@@ -10,10 +10,11 @@ from crux.constraint import Constraint
 from crux.derivatives import grad, hessian, laplacian, partial
 from crux.model import Model, mlp
 from crux.options import SolveOptions
+from crux.params_file import load_params, save_params
 from crux.schedules import Schedule, lrs
 from crux.solver import Crux
 from crux.stats import Statistics
 
-__all__ = ["Constraint", "Crux", "Model", "Schedule", "SolveOptions", "Statistics", "grad", "hessian", "laplacian", "lrs", "mlp",
-           "partial", "problems"]
+__all__ = ["Constraint", "Crux", "Model", "Schedule", "SolveOptions", "Statistics", "grad", "hessian", "laplacian", "load_params", "lrs",
+           "mlp", "partial", "problems", "save_params"]
 __version__ = "0.1.0"

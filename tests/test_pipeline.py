@@ -35,7 +35,8 @@ from crux_testing import launch, runs_by_role, selected
 
 TINY = ["model.width=8", "model.depth=1", "solver.epochs=20"]
 HISTORY_POINTS = 320  # conf/tracking/mlflow.yaml: the epochs of each history sent to MLflow as metrics
-ARTIFACTS = {contract.HISTORY_PLOT, contract.STATS, contract.PARAMS, contract.CONFIG, contract.ENVIRONMENT}
+ARTIFACTS = {contract.HISTORY_PLOT, contract.STATS, contract.PARAMS, contract.CONFIG, contract.ENVIRONMENT,
+             contract.MODEL}
 
 
 def history(client: MlflowClient, run_id: str, key: str) -> tuple[np.ndarray, np.ndarray]:

@@ -137,7 +137,8 @@ def test_a_sweep_logged_to_a_tracking_server_is_complete_and_judged_like_one_in_
         assert run.info.status == contract.FINISHED
         assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "loss/total")) == list(range(20))
         assert {a.path for a in client.list_artifacts(run.info.run_id)} == {
-            contract.HISTORY_PLOT, contract.STATS, contract.PARAMS, contract.CONFIG, contract.ENVIRONMENT}
+            contract.HISTORY_PLOT, contract.STATS, contract.PARAMS, contract.CONFIG, contract.ENVIRONMENT,
+            contract.MODEL}
     _, verdicts = report(tmp_path / "r", tracking_server, monkeypatch)
     by_id = {v["id"]: v for v in verdicts}
     assert by_id["accumulation.effective_batch[b8_acc4]"]["verdict"] == HOLDS

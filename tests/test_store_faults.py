@@ -119,7 +119,7 @@ def test_a_server_gone_for_good_ends_the_sweep_in_one_line_and_resume_completes_
     steps = [metric.step for metric in client.get_metric_history(job_1.info.run_id, "loss/total")]
     assert len(steps) == len(set(steps)) and max(steps) == 2999  # its history, each epoch sent once
     assert sorted(artifact.path for artifact in client.list_artifacts(job_1.info.run_id)) == [
-        contract.CONFIG, contract.ENVIRONMENT, contract.HISTORY_PLOT, contract.PARAMS, contract.STATS]
+        contract.CONFIG, contract.ENVIRONMENT, contract.HISTORY_PLOT, contract.MODEL, contract.PARAMS, contract.STATS]
 
 
 def test_a_server_killed_under_joblib_costs_no_trained_job(server_folder, tmp_path):
@@ -385,7 +385,7 @@ def test_a_job_refused_for_room_leaves_the_writes_of_the_job_before_it_complete(
     job = {run.data.tags[contract.JOB]: run for run in runs}
     assert {number: run.info.status for number, run in job.items()} == {"0": contract.FINISHED, "1": contract.FAILED}
     assert sorted(artifact.path for artifact in client.list_artifacts(job["0"].info.run_id)) == [
-        contract.CONFIG, contract.ENVIRONMENT, contract.HISTORY_PLOT, contract.PARAMS, contract.STATS]
+        contract.CONFIG, contract.ENVIRONMENT, contract.HISTORY_PLOT, contract.MODEL, contract.PARAMS, contract.STATS]
     assert job["1"].data.tags[contract.ERROR_TYPE] == "NoRoom"
 
 

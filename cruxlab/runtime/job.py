@@ -48,6 +48,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from crux.failures import failure_line
 from crux.model import Model
+from crux.params_file import save_params
 from crux.problems import Problem
 from crux.stats import Statistics
 from cruxlab.config import effective_settings
@@ -62,13 +63,14 @@ from cruxlab.runtime.writer import Beside, Writer, process_writer
 from cruxlab.store.connection import (DESTINATION, PARENT_RUN, TRACKING_URI, Destination, ensure_experiment,
                                       experiment_name, move_store_credentials, tracking_uri, writable_store)
 from cruxlab.store.contract import (ADJUSTED, BACKEND, CHILD, CLAIM, CONFIG, ENVIRONMENT, ERROR_MESSAGE, ERROR_TYPE,
-                                    FAILED, FINAL, FINISHED, HISTORY_PLOT, HISTORY_POINTS, INITIAL, JOB, KILLED, NOTE,
-                                    PARAMS, PARENT_ID, REPEAT, REQUESTED, ROLE, SINGLE, STATS, SWEEP, VARIANT,
+                                    FAILED, FINAL, FINISHED, HISTORY_PLOT, HISTORY_POINTS, INITIAL, JOB, KILLED, MODEL,
+                                    NOTE, PARAMS, PARENT_ID, REPEAT, REQUESTED, ROLE, SINGLE, STATS, SWEEP, VARIANT,
                                     VARIANT_PARAM)
 from cruxlab.store.descriptions import job_description
 from cruxlab.store.faults import (PatientClient, StoreFault, patiently, reach, record_fault, recorded_fault,
                                   set_retry_budget, store_retrying)
 from cruxlab.store.history import history_series, log_history, thinned
+from cruxlab.store.model import write_model
 from cruxlab.store.params import flatten, variant_name
 from cruxlab.store.secrets import masked
 
@@ -364,7 +366,7 @@ class JobRun:
                               for leaf in jax.tree.leaves(model.params))
         sent = epochs if self.history_points is None else min(epochs, self.history_points)
         check_room(self.client.tracking_uri, self._artifact_root(), epochs * series, sent * series, parameter_bytes,
-                   phases + 2)
+                   phases + 3)  # initial, each phase's, final, and the model's copy of the final
 
     def _artifact_root(self) -> str:
         """Where the run's artifacts go, as far as the filesystem goes: its experiment's folder where known (the
@@ -408,8 +410,10 @@ class JobRun:
                     phase_ends: Sequence[ParameterLeaves] = ()) -> None:
         """Histories, summary metrics, ``history.png``, ``stats.npz`` and ``params.npz``: the parameters
         before training (``initial``), after each finished phase (``phase<k>``, from ``phase_ends``) and now
-        (``final``)."""
-        self.log_outcome(stats, problem.relative_l2(), initial, phase_ends, parameter_leaves(problem.models))
+        (``final``); and the networks as an MLflow model, ``model/`` (:mod:`cruxlab.store.model`)."""
+        final = parameter_leaves(problem.models)
+        self.log_outcome(stats, problem.relative_l2(), initial, phase_ends, final)
+        self._stage(MODEL, lambda: write_model(self._staged / MODEL, self._staged / CONFIG, final))
 
     def log_outcome(self, stats: Statistics, errors: Mapping[str, float], initial: ParameterLeaves,
                     phase_ends: Sequence[ParameterLeaves], final: ParameterLeaves) -> None:
@@ -431,9 +435,7 @@ class JobRun:
         stats.save(self._staged / STATS)
         snapshots = {INITIAL: initial, **{f"phase{k}": leaves for k, leaves in enumerate(phase_ends)},
                      FINAL: final}
-        np.savez(self._staged / PARAMS, **{f"{when}/{name}/{i}": leaf for when, params in snapshots.items()
-                                           for name, model_leaves in params.items()
-                                           for i, leaf in enumerate(model_leaves)})
+        save_params(self._staged / PARAMS, snapshots)
         tags = {NOTE: job_description(self.variant, self.repeat, summary),
                 HISTORY_POINTS: f"{len(sent)} of {stats.steps}"}
         self._stats, logged = stats, self._logged
