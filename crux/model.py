@@ -183,6 +183,11 @@ class Model:
         return self._optimizer is not None
 
     @property
+    def attached_optimizer(self) -> Any:
+        """The optimizer :meth:`optimizer` attached, as given (None before)."""
+        return self._optimizer
+
+    @property
     def schedule(self) -> Schedule | None:
         """The schedule :meth:`scale` set (None before)."""
         return self._schedule

@@ -26,8 +26,8 @@ def exact_solution_faults(predict: dict, exact: dict, test_points: np.ndarray | 
 @dataclass
 class Problem:
     """A PINN problem: its constraints and models, and, where there is one, the exact solution to score
-    against. Models without an optimizer get Adam at a constant 1e-3; replace it with
-    ``.optimizer()``/``.scale()``.
+    against. Models without an optimizer get Adam at a constant 1e-3 (their names are :attr:`defaulted`); replace it
+    with ``.optimizer()``/``.scale()``.
 
     crux-run builds a problem from its config's ``_target_``, a function called as
     ``function(**fields, hidden=(model.width,) * model.depth,
@@ -62,14 +62,17 @@ class Problem:
     description: str = ""
     seed: int = 0
     _solver: Crux | None = field(default=None, repr=False)
+    defaulted: frozenset[str] = field(init=False, default=frozenset())
+    """The models that came without an optimizer and were given Adam at a constant 1e-3: whoever trains the
+    problem may attach its own to them, while the others keep the optimizer the problem chose."""
 
     def __post_init__(self):
         faults = exact_solution_faults(self.predict, self.exact, self.test_points)
         if faults:
             raise ValueError(f"Problem {self.name!r}: {faults[0]}")
-        for model in self.models.values():
-            if not model.has_optimizer:
-                model.optimizer(optax.adam).scale(lrs(1e-3))
+        self.defaulted = frozenset(name for name, model in self.models.items() if not model.has_optimizer)
+        for name in self.defaulted:
+            self.models[name].optimizer(optax.adam).scale(lrs(1e-3))
 
     def solver(self) -> Crux:
         """The solver of this problem (built once, so repeated calls resume it)."""

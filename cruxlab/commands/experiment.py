@@ -39,6 +39,7 @@ with heap.lasting():  # Hydra's and MLflow's modules, kept to the process's end:
     from cruxlab import backends, config
     from cruxlab.commands import processes
     from cruxlab.config import CONFIG_PACKAGE, Phase
+    from cruxlab.config.attachments import TrainingPlan, job_plan
     from cruxlab.config.keys import refused_override
     from cruxlab.config.refusals import config_refusals
     from cruxlab.config.settings import as_run, solve_options
@@ -95,23 +96,23 @@ def checked_by_the_sweep(hydra_cfg: DictConfig) -> bool:
             and os.environ.get(SWEEP_PID) == str(os.getpid()))
 
 
-def train(problem: Problem, phases: list[Phase], cfg: DictConfig,
-          phase_ends: list[ParameterLeaves]) -> None:
+def train(problem: Problem, phases: list[Phase], cfg: DictConfig, phase_ends: list[ParameterLeaves],
+          plan: TrainingPlan | None = None) -> None:
     """Run the phases on the problem's one solver, appending every model's parameters to ``phase_ends`` after
     each phase (so those of the phases before a failure are kept).
 
-    A phase whose optimizer and schedule equal the previous phase's keeps its
-    optimizer state and schedule position (solve() resumes); any other phase
-    attaches a fresh optimizer to every model.
+    Each network trains in each phase with what ``plan`` says (default: :func:`cruxlab.config.attachments.job_plan`):
+    in the first, its problem's own optimizer and schedule, or the config's where it has none or they were chosen
+    explicitly; in a later phase whose optimizer and schedule equal the previous phase's, what it had (solve()
+    resumes its optimizer state and schedule position); in any other, a fresh optimizer of the phase's.
     """
+    plan = plan if plan is not None else job_plan(problem, phases, cfg)
     solver = problem.solver()
     options = solve_options(cfg)
-    previous = None
     for number, phase in enumerate(phases, 1):
-        log.info("training phase %d of %d: %d epochs, %s", number, len(phases), phase.epochs, phase.optimizer.name)
-        if (phase.optimizer, phase.schedule) != previous:
-            phase.attach(problem.models.values())
-            previous = (phase.optimizer, phase.schedule)
+        log.info("training phase %d of %d: %d epochs, %s", number, len(phases), phase.epochs,
+                 ", ".join(f"{name} {attached.words}" for name, attached in plan.phases[number - 1].items()))
+        plan.attach(number - 1, problem.models)
         solver.solve(phase.epochs, options)
         phase_ends.append(parameter_leaves(problem.models))
 
@@ -135,7 +136,9 @@ def train_job(cfg: DictConfig, run: JobRun, problem: Problem | None = None) -> f
     except Exception:
         run.log_config(cfg)  # the failed run keeps what it was asked to run
         raise
-    run.log_config(cfg, *ran)
+    plan = job_plan(problem, phases, cfg)
+    applied, adjustments = ran
+    run.log_config(cfg, applied, adjustments + list(plan.replaced), plan.params())
     run.check_room(problem, sum(phase.epochs for phase in phases), len(phases))
     run.trains()
     if backends.draws_wanted(cfg):
@@ -144,7 +147,7 @@ def train_job(cfg: DictConfig, run: JobRun, problem: Problem | None = None) -> f
     initial = parameter_leaves(problem.models)
     phase_ends: list[ParameterLeaves] = []
     try:
-        train(problem, phases, cfg, phase_ends)
+        train(problem, phases, cfg, phase_ends, plan)
     finally:  # a failed or stopped phase keeps the history and the parameter snapshots up to it
         history = problem.solver().history
         if history is not None:

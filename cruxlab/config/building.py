@@ -16,13 +16,12 @@ import os
 import sys
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
 from crux import problems
 from crux.failures import failure_line, raised_at, shown_path
-from crux.model import Model
 from crux.roundoff import roundoff_twin
 from cruxlab.config.schema import (OPTIMIZERS, SCHEDULES, SWEEP_KEYS, TRACKING_KEYS, ModelConfig, OptimizerConfig,
                                    ScheduleConfig, typed)
@@ -35,12 +34,6 @@ class Phase:
     optimizer: OptimizerConfig
     schedule: ScheduleConfig
     epochs: int
-
-    def attach(self, models: Iterable[Model]) -> None:
-        """Give each of ``models`` a fresh optimizer trained at this phase's schedule."""
-        schedule = self.schedule.build(self.epochs)
-        for model in models:
-            self.optimizer.attach(model, schedule)
 
 
 def training_phases(cfg: DictConfig) -> list[Phase]:

@@ -52,6 +52,7 @@ from cruxlab.store.contract import (BACKEND, CAPACITY_OPTION, CAPACITY_SIZES, CL
                                     PARAMS, PARENT, PARENT_ID, PLANNED_JOBS, PLANNED_JOB_COUNT, REPEAT, ROLE, STATS,
                                     VARIANT, tag_filter)
 from cruxlab.store.history import history_series
+from cruxlab.store.params import as_requested
 from cruxlab.store.secrets import POSTGRESQL
 
 log = logging.getLogger(__name__)
@@ -390,9 +391,10 @@ def _typed(node: DictConfig) -> DictConfig:
 def config_from_params(params: Mapping[str, str]) -> DictConfig:
     """A run's config back from its params (cruxlab.store.params flattens the settings the job ran with):
     dotted keys nest, JSON values (lists, numbers) parse, ``True``/``False`` are Python's, and a value the job
-    left unset, which is not logged, is None again. Typed by the pipeline's schema; raises as it does."""
+    left unset, which is not logged, is None again; what the job recorded of each network is no setting (left
+    out). Typed by the pipeline's schema; raises as it does."""
     tree: dict[str, Any] = {}
-    for key, text in params.items():
+    for key, text in as_requested(params).items():
         *path, last = key.split(".")
         node = tree
         for part in path:

@@ -378,12 +378,13 @@ class JobRun:
 
     # -- what is logged, in the writer's order --------------------------------------------------
     def log_config(self, cfg: DictConfig, applied: Mapping[str, Any] | None = None,
-                   adjustments: Sequence[str] = ()) -> None:
+                   adjustments: Sequence[str] = (), trained_with: Mapping[str, str] | None = None) -> None:
         """``config.yaml`` (resolved), ``environment.json`` (of the working directory), then the params: the
         settings the job runs with and its ``variant``. ``applied``: settings (dotted keys) that ran otherwise
         than the config asked, logged as they ran, the request kept as ``<key>_requested``; ``adjustments``:
-        lines saying what ran otherwise, in the tag ``crux.adjusted`` and the job's log. Raises for a malformed
-        later phase, the config kept."""
+        lines saying what ran otherwise, in the tag ``crux.adjusted`` and the job's log; ``trained_with``: params
+        of what each network trains with (:meth:`cruxlab.config.attachments.TrainingPlan.params`). Raises for a
+        malformed later phase, the config kept."""
         # resolved here, dumped to YAML by the writer: the dump costs ten times the resolving
         resolved = OmegaConf.to_container(cfg, resolve=True)
         self._stage(CONFIG, lambda: (self._staged / CONFIG).write_text(OmegaConf.to_yaml(resolved)))
@@ -395,7 +396,7 @@ class JobRun:
         self._stage(ENVIRONMENT, lambda: (self._staged / ENVIRONMENT).write_text(
             json.dumps({**environment(folder, resolved["problem"].get("_target_"), job),
                         "matmul_precision": precision}, indent=1)))
-        params = {**flatten(effective_settings(cfg, resolved)), VARIANT_PARAM: self.variant}
+        params = {**flatten(effective_settings(cfg, resolved)), **(trained_with or {}), VARIANT_PARAM: self.variant}
         for key, value in (applied or {}).items():
             params[f"{key}{REQUESTED}"], params[key] = params[key], str(value)
         tags = [RunTag(ADJUSTED, "; ".join(adjustments)[:MESSAGE_CHARS])] if adjustments else []

@@ -26,6 +26,7 @@ from crux.options import SolveOptions
 from crux.timing.pairs import PairedTimes, Side, time_paired
 from cruxlab import config
 from cruxlab.bands import timing_band
+from cruxlab.config.attachments import job_plan
 from cruxlab.config.settings import solve_options
 from cruxlab.runtime.job import JobRun
 from cruxlab.store.contract import TIMING_AGAINST, TIMING_CLOCK, TIMING_CPU, TIMING_DEVICE
@@ -46,8 +47,9 @@ def time_against(cfg: DictConfig, run: JobRun, side: Callable[[SolveOptions], Si
                  clock: str | None = None) -> PairedTimes | None:
     """Time the job's options against ``timing.against`` on fresh copies of its problem and log the chunks;
     None (and nothing logged) where there is nothing to time against. ``side(options)`` builds one copy
-    trained with ``options`` (by default crux's solver of the configured problem, its first phase's optimizer
-    attached; another backend passes its own); ``clock``: as :func:`crux.timing.pairs.time_paired` takes it."""
+    trained with ``options`` (by default crux's solver of the configured problem, each network with what the job's
+    first phase trains it with, :func:`cruxlab.config.attachments.job_plan`; another backend passes its own);
+    ``clock``: as :func:`crux.timing.pairs.time_paired` takes it."""
     other = reference_options(cfg)
     if other is None:
         return None
@@ -55,7 +57,7 @@ def time_against(cfg: DictConfig, run: JobRun, side: Callable[[SolveOptions], Si
 
     def crux_side(options: SolveOptions) -> Side:
         problem = config.problem(cfg)
-        first.attach(problem.models.values())
+        job_plan(problem, [first], cfg).attach(0, problem.models)
         return Side(problem.solver(), options.keywords())
 
     build = side or crux_side

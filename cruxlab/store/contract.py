@@ -94,6 +94,10 @@ VARIANT_PARAM = "variant"
 CAPACITY_OPTION = "capacity.option"
 """The param of a capacity job's memory option: its run logs :data:`CAPACITY_SIZES` and ``capacity/...`` metrics,
 no histories or parameters."""
+NETWORK_PARAMS = "network."
+"""The prefix of the params recording what each network trained with (not a setting of the config):
+``network.<name>.optimizer``, ``network.<name>.schedule`` for the first phase, ``network.<name>.phases.<phase>.``
+``optimizer`` and ``.schedule`` for each later one (:mod:`cruxlab.config.attachments`)."""
 REQUESTED = "_requested"
 """The suffix of a param that keeps a setting as requested, beside the setting as it ran (``memory.batchsize``
 above every constraint's points: ``memory.batchsize_requested``)."""

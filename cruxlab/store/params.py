@@ -8,7 +8,7 @@ from typing import Any, Mapping
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
-from cruxlab.store.contract import REQUESTED
+from cruxlab.store.contract import NETWORK_PARAMS, REQUESTED
 
 
 def flatten(node: Any, prefix: str = "") -> dict[str, str]:
@@ -26,8 +26,10 @@ def flatten(node: Any, prefix: str = "") -> dict[str, str]:
 
 
 def as_requested(params: Mapping[str, str]) -> dict[str, str]:
-    """A run's params with every setting as it was requested (``<key>_requested`` back in ``<key>``)."""
-    requested = {key: value for key, value in params.items() if not key.endswith(REQUESTED)}
+    """A run's params with every setting as it was requested (``<key>_requested`` back in ``<key>``): its config's,
+    without what the job records of each network (:data:`NETWORK_PARAMS`)."""
+    requested = {key: value for key, value in params.items()
+                 if not key.endswith(REQUESTED) and not key.startswith(NETWORK_PARAMS)}
     requested.update({key[:-len(REQUESTED)]: value for key, value in params.items() if key.endswith(REQUESTED)})
     return requested
 
