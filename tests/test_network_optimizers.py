@@ -18,6 +18,8 @@ from crux.problems import Problem
 from cruxlab import config
 from cruxlab.commands.sweep import available, register
 from cruxlab.config.attachments import call_words, explicit_choices, training_plan
+from cruxlab.report import RunRecord, SolveOptions
+from cruxlab.report.document import trained_with
 from cruxlab.report.sweep_reader import config_from_params
 from cruxlab.store import contract
 from cruxlab.store.params import as_requested, flatten
@@ -97,8 +99,8 @@ def test_an_explicit_optimizer_or_schedule_replaces_every_networks_with_a_line_e
     assert problem.models["w"].attached_optimizer is optax.adam and problem.models["w"].schedule.value == 0.02
     both = training_plan(two_networks(), phases, {"optimizer": "optimizer=sgd", "schedule": "the sweep file s sets "
                                                                                              "schedule"})
-    assert both.replaced[0].endswith("replaced by the config's optimizer and schedule (optimizer=sgd; the sweep file s "
-                                     "sets schedule): it trains with sgd at constant(0.02)")
+    assert both.replaced[0].endswith("replaced by the config's optimizer and schedule (optimizer=sgd and the sweep file "
+                                     "s sets schedule): it trains with sgd at constant(0.02)")
 
 
 def test_an_own_optimizer_is_named_with_its_bound_arguments_and_keeps_its_factorys_rate(hydra_configs):
@@ -194,3 +196,23 @@ def test_a_sweep_file_that_sets_the_optimizer_replaces_it_under_the_joblib_launc
     assert (run.data.params["network.w.optimizer"], run.data.params["network.u.optimizer"]) == ("sgd", "sgd")
     np.testing.assert_allclose(lr_history(client, run, "w"), [3e-3] * 4, rtol=1e-6)
 
+
+
+def test_the_report_says_once_what_each_network_trained_with_and_what_the_config_replaced():
+    line = ("network w: the problem's adam at constant(0.003) replaced by the config's optimizer (the sweep file "
+            "accumulation sets optimizer): it trains with sgd at constant(0.003)")
+
+    def record(variant: str, w_optimizer: str) -> RunRecord:
+        params = {"network.u.optimizer": "sgd", "network.u.schedule": "constant(0.001)",
+                  "network.w.optimizer": w_optimizer, "network.w.schedule": "constant(0.003)",
+                  "network.w.phases.lbfgs.optimizer": "lbfgs", "memory.batchsize": "8"}
+        return RunRecord(variant, SolveOptions(epochs=4), {}, {}, {}, variant=variant, params=params,
+                         tags={contract.ADJUSTED: f"memory.batchsize=8 is at least the points of bc; {line}"})
+
+    assert trained_with([record("b8", "sgd"), record("b32", "sgd")]) == [
+        f"Each network trained with (first phase): u sgd at constant(0.001); w sgd at constant(0.003). The config "
+        f"replaced a problem's own: {line}.", ""]
+    assert trained_with([record("b8", "sgd"), record("b32", "adam")])[0].startswith(
+        "Each network trained with (first phase): u sgd at constant(0.001); w adam at constant(0.003) (b32) or sgd at "
+        "constant(0.003) (b8).")
+    assert trained_with([RunRecord("old", SolveOptions(epochs=4), {}, {}, {})]) == []

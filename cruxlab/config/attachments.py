@@ -144,7 +144,7 @@ def first_phase(problem: Problem, phase: Phase, explicit: Mapping[str, str]) -> 
                               schedule_words(rate), attach)
         if own and attach is not None:
             kinds = [kind for kind, replaced in zip(CHOICES, (configured, scheduled)) if replaced]
-            why = "; ".join(explicit[kind] for kind in CHOICES if kind in explicit)
+            why = " and ".join(explicit[kind] for kind in CHOICES if kind in explicit)
             lines.append(f"network {name}: the problem's {call_words(own_optimizer)} at "
                          f"{schedule_words(own_schedule)} replaced by the config's {' and '.join(kinds)} ({why}): it "
                          f"trains with {plan[name].words}")

@@ -20,7 +20,7 @@ from cruxlab.report.figures import Figure
 from cruxlab.report.run_records import RunRecord, describe
 from cruxlab.report.sweep_reader import DEFAULT_BACKEND, Sweep
 from cruxlab.report.verdict import Verdict, fmt
-from cruxlab.store.contract import BACKEND, COMMAND, FINISHED, JOB, WORKING_DIR
+from cruxlab.store.contract import ADJUSTED, BACKEND, COMMAND, FINISHED, JOB, NETWORK_PARAMS, WORKING_DIR
 
 SUMMARY_METRICS = ("final_loss", "median_step_seconds", "compile_seconds", "run_seconds", "memory/temp_bytes",
                    "memory/argument_bytes")
@@ -81,6 +81,27 @@ def _runs_table(records: Sequence[RunRecord]) -> list[str]:
         lines.append("| " + " | ".join([f"`{r.run_id}`", table_cell(r.label), str(r.repeat),
                                         table_cell(describe(r.options)), *metrics]) + " |")
     return lines
+
+
+def trained_with(records: Sequence[RunRecord]) -> list[str]:
+    """What each network trained with in the runs' first phase (their ``network.<name>.optimizer`` and
+    ``.schedule`` params), one line naming the runs where they differ, and each line a job said on replacing a
+    problem's own optimizer or schedule; nothing for runs that recorded none (another backend, older runs)."""
+    networks: dict[str, dict[str, list[str]]] = {}
+    for r in records:
+        for key, optimizer in r.params.items():
+            name, _, last = key[len(NETWORK_PARAMS):].rpartition(".")
+            if key.startswith(NETWORK_PARAMS) and last == "optimizer" and "." not in name:
+                words = f"{optimizer} at {r.params.get(f'{NETWORK_PARAMS}{name}.schedule', '?')}"
+                networks.setdefault(name, {}).setdefault(words, []).append(r.label)
+    if not networks:
+        return []
+    said = [" or ".join(words + ("" if len(networks[name]) == 1 else f" ({', '.join(sorted(set(labels)))})")
+                        for words, labels in sorted(networks[name].items())) for name in sorted(networks)]
+    replaced = sorted({line for r in records for line in r.tags.get(ADJUSTED, "").split("; ")
+                       if line.startswith("network ")})
+    return ([f"Each network trained with (first phase): {'; '.join(f'{n} {w}' for n, w in zip(sorted(networks), said))}"
+             + (f". The config replaced a problem's own: {'; '.join(replaced)}" if replaced else "") + ".", ""])
 
 
 def _job_number(record: RunRecord) -> int:
@@ -284,6 +305,7 @@ def report_markdown(sweep: Sweep, verdicts: Sequence[Verdict], figures: Sequence
     lines += [f"Claims judged: {', '.join(claims)}.", ""]
     if sweep.statement:
         lines += [f"The sweep set out to check: *{sweep.statement.strip()}*", ""]
+    lines += trained_with(sweep.records)
     lines += ["## Verdicts", "", "| claim | verdict | finding |", "|---|---|---|"]
     lines += [f"| {table_cell(v.id)} | **{v.verdict}** | {table_cell(v.summary)} |" for v in verdicts]
     lines.append("")
