@@ -90,9 +90,17 @@ def test_a_dependency_missing_inside_the_users_module_is_named_with_the_line_tha
     with pytest.raises(ValueError) as refused:
         config.problem_function("crux_problem_needs_more.heat")
     assert str(refused.value) == (
-        "problem._target_=crux_problem_needs_more.heat: crux_problem_needs_more was found, but "
-        "crux_problem_needs_more.py:3 imports crux_no_such_dependency, which is not installed here (No module named "
-        "'crux_no_such_dependency'): install it where crux runs, or remove the import")
+        "problem._target_=crux_problem_needs_more.heat: crux_problem_needs_more was found, but the error is inside it, "
+        "at crux_problem_needs_more.py:3 (`import crux_no_such_dependency`): no module named 'crux_no_such_dependency' "
+        "is installed here: fix the import there, or install crux_no_such_dependency where crux runs")
+    # a misspelt import is one: the installed module it most likely meant, not "install it"
+    (tmp_path / "crux_problem_misspelt.py").write_text("import math\nimport nmupy as np\n")
+    with pytest.raises(ValueError) as refused:
+        config.problem_function("crux_problem_misspelt.heat")
+    assert str(refused.value) == (
+        "problem._target_=crux_problem_misspelt.heat: crux_problem_misspelt was found, but the error is inside it, at "
+        "crux_problem_misspelt.py:2 (`import nmupy as np`): no module named 'nmupy' is installed; did you mean numpy? "
+        "fix the import there")
     with pytest.raises(ValueError, match=r"^problem._target_=crux_problem_not_here.heat: No module named "
                                          r"'crux_problem_not_here'; a problem's module is imported from the working"):
         config.problem_function("crux_problem_not_here.heat")  # the module itself: not found, said as such
@@ -173,6 +181,7 @@ def test_a_sweep_is_found_by_path_anywhere_or_by_name_in_a_sweeps_folder(tmp_pat
 
 @pytest.mark.parametrize("arguments, message", [
     (["no_such_sweep"], "unknown sweep 'no_such_sweep'; choose one of accumulation"),
+    (["accumulaton"], "unknown sweep 'accumulaton' (did you mean accumulation?); choose one of accumulation"),
     (["missing.yaml"], "no sweep file missing.yaml"),
     (["accumulation", "--config-dir", "no/such/folder"], "--config-dir no/such/folder: no such folder"),
     (["--sweeps-dir", "no/such/folder", "x"], "--sweeps-dir no/such/folder: no such folder"),
@@ -180,11 +189,14 @@ def test_a_sweep_is_found_by_path_anywhere_or_by_name_in_a_sweeps_folder(tmp_pat
 def test_crux_sweep_refuses_what_it_cannot_find_before_running(arguments, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(arguments)
-    assert exit_.value.code == 2 and message in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert exit_.value.code == 2 and said.startswith("crux-sweep: ") and message in said
+    assert len(said.splitlines()) == 1  # one line, as every refusal before a run: no usage to read past
 
 
 def test_a_sweep_naming_an_unknown_check_or_no_list_is_refused_before_running(tmp_path, capsys):
-    for claims, message in (("[acumulation]", "claims: no check named 'acumulation'; choose from ['accumulation'"),
+    for claims, message in (("[acumulation]", "claims: no check named 'acumulation' (did you mean accumulation?); "
+                                              "choose from ['accumulation'"),
                             ("accumulation", "claims: 'accumulation' is not a list; write e.g. `claims: [")):
         path = write_sweep(tmp_path, "typo", claims)
         with pytest.raises(SystemExit):

@@ -22,12 +22,14 @@ sets its ``hydra.sweeper.resume``.
 from __future__ import annotations
 
 import argparse
+import difflib
 import shlex
 import sys
 from dataclasses import dataclass
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path
+from typing import Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -129,9 +131,15 @@ def find_sweep(spec: str, folders: list[Path] | tuple[Path, ...] = ()) -> SweepF
         return read_sweep(path.stem, str(path.resolve()), path.read_text(), path.resolve().parent)
     sweeps = available(folders)
     if spec not in sweeps:
-        raise ValueError(f"unknown sweep {spec!r}; choose one of {', '.join(sweeps)} (see --list), or give a "
-                         f"sweep file's path (my_sweep.yaml)")
+        raise ValueError(f"unknown sweep {spec!r}{did_you_mean(spec, sweeps)}; choose one of {', '.join(sweeps)} "
+                         f"(see --list), or give a sweep file's path (my_sweep.yaml)")
     return sweeps[spec]
+
+
+def did_you_mean(name: str, names: Iterable[str]) -> str:
+    """`` (did you mean accumulation?)`` for the one of ``names`` closest to a misspelt ``name``, else nothing."""
+    closest = difflib.get_close_matches(name, list(names), n=1)
+    return f" (did you mean {closest[0]}?)" if closest else ""
 
 
 def check_claims(sweep: SweepFile) -> None:
@@ -140,8 +148,8 @@ def check_claims(sweep: SweepFile) -> None:
 
     unknown = [claim for claim in sweep.claims if claim not in CHECKS]
     if unknown:
-        raise ValueError(f"{sweep.source}: claims: no check named {', '.join(map(repr, unknown))}; "
-                         f"choose from {sorted(CHECKS)}")
+        raise ValueError(f"{sweep.source}: claims: no check named {', '.join(map(repr, unknown))}"
+                         f"{did_you_mean(unknown[0], CHECKS)}; choose from {sorted(CHECKS)}")
 
 
 def register(sweep: SweepFile, command: str) -> None:
@@ -199,8 +207,8 @@ def main(argv: list[str] | None = None) -> None:
             raise ValueError(f"--config-dir {args.config_dir}: no such folder")
         with heap.lasting():  # the checks' modules import MLflow: kept to the process's end, walked by no collection
             check_claims(sweep)
-    except ValueError as error:
-        parser.error(str(error))
+    except ValueError as error:  # one line, as every refusal before a run: no usage to read past
+        parser.exit(2, f"crux-sweep: {error}\n")
     from cruxlab.commands import experiment  # after the argument checks: importing JAX and Hydra takes seconds
     from cruxlab.store.secrets import overrides_without_credentials
 

@@ -13,6 +13,7 @@ import difflib
 import importlib
 import inspect
 import os
+import pkgutil
 import sys
 import traceback
 from dataclasses import dataclass
@@ -98,14 +99,27 @@ def problem_function(target: str) -> Callable[..., problems.Problem]:
 
 
 def failed_import(error: ImportError) -> str:
-    """What a module that was found failed to import, in one line: where (the user's ``file:line``, else the
-    innermost file the import passed through) and the module that is missing, with the fix."""
+    """What a module that was found failed to import, in one line: that the error is inside that module, where
+    (the user's ``file:line``, else the innermost file the import passed through) and the line, and the fix: the
+    installed module whose name is closest to a missing one's (a misspelt import), else to install it."""
     files = [frame for frame in traceback.extract_tb(error.__traceback__) if os.path.isfile(frame.filename)]
     where = raised_at(error) or (f"{shown_path(files[-1].filename)}:{files[-1].lineno}" if files else "?")
-    if isinstance(error, ModuleNotFoundError):
-        return (f"{where} imports {error.name}, which is not installed here (No module named {error.name!r}): "
-                f"install it where crux runs, or remove the import")
-    return f"its import at {where} failed: {' '.join(str(error).split())}"
+    code = next((f" (`{frame.line}`)" for frame in reversed(files) if frame.line
+                 and where.endswith(f"{shown_path(frame.filename)}:{frame.lineno}")), "")
+    if not isinstance(error, ModuleNotFoundError):
+        return f"the error is inside it, at {where}{code}: {' '.join(str(error).split())}"
+    missing = error.name or ""
+    closest = difflib.get_close_matches(missing, sorted(installed_modules()), n=1, cutoff=0.75)
+    if closest:
+        return (f"the error is inside it, at {where}{code}: no module named {missing!r} is installed; did you mean "
+                f"{closest[0]}? fix the import there")
+    return (f"the error is inside it, at {where}{code}: no module named {missing!r} is installed here: fix the import "
+            f"there, or install {missing} where crux runs")
+
+
+def installed_modules() -> set[str]:
+    """The top-level modules an import can find here: the standard library's and those on ``sys.path``."""
+    return set(sys.stdlib_module_names) | {module.name for module in pkgutil.iter_modules()}
 
 
 def problem_fields(function: Callable[..., Any]) -> list[str]:
