@@ -45,9 +45,10 @@ OPTION_KEYS = _option_keys()
 that sets it, and the MLflow param that records it (``solver.epochs`` is the first phase's)."""
 
 NOT_GROUP = tuple(key for name, key in OPTION_KEYS.items() if name != "epochs") + (
-    "repeat", "roundoff_twin", "variant", "tracking", "jax")
+    "repeat", "roundoff_twin", "variant", "tracking", "jax", "timing")
 """Config keys that are the solve options claims vary (all but the epochs), or only tell repeated jobs apart (a
-repeat may be a round-off twin): runs that differ in nothing else belong to one group and may be paired."""
+repeat may be a round-off twin), or say what a job times after training (``timing``: a sweep times each option
+against its own reference): runs that differ in nothing else belong to one group and may be paired."""
 
 RECORDED_BEFORE = {"devices": 1, "precision": "default"}
 """What a run recorded before the option existed ran with: one device, JAX's default precision."""

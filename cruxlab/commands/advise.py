@@ -1,0 +1,177 @@
+"""``crux-advise [overrides]``: which solve() options to use on a problem, on the machine it runs on.
+
+    crux-advise                                             # the default problem (poisson1d), budget 180 s
+    crux-advise problem=heat1d model.width=32 --budget 120
+    crux-advise --config-dir conf problem=unit_square       # a problem of one's own
+    crux-advise --memory-budget 2000000000                  # weigh the memory options on a CPU (2 GB)
+
+It runs the built-in sweep ``advise`` (sweeps/advise.yaml: each option beside the defaults, two repeats, the
+second a round-off twin) on the problem and model the overrides choose, with the paired timings sized to the
+budget; then ``crux-report advise`` on that sweep; then :func:`cruxlab.report.advice.advise` on its verdicts. It
+prints the solve() call and the pipeline's overrides, each choice with its evidence, and what was rejected, and
+writes ``advice.md`` and ``advice.json`` beside the report (and on the sweep's parent run), so that
+``crux-report advise --against URI`` compares the evidence of two machines.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from cruxlab.commands import sweep as sweeps
+
+SWEEP = "advise"
+JOBS_GROUP = "advise_jobs"  # the sweep's own group: one option per setting (sweeps/advise_jobs/)
+DEFAULT_BUDGET = 180.0
+FUSED = 10  # the fewest updates a call the sweep fuses (sweeps/advise_jobs/fused10.yaml)
+TIMING_SHARE = 0.5  # of the budget, for the paired timings; training, compiling and the report take the rest
+VARIED = ("memory", "solver.inner_steps", "solver.precision", "timing", "repeat", "roundoff_twin", "variant",
+          "hydra.sweeper", "sweeps")
+"""What the sweep sets in each job: an override of these would make its pairs unlike."""
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def _last(overrides: list[str], key: str) -> str | None:
+    """The value the last override of ``key`` gives it; None where none does."""
+    return next((o.split("=", 1)[1] for o in reversed(overrides) if "=" in o and _key(o) == key), None)
+
+
+def refused_overrides(overrides: list[str]) -> list[str]:
+    """The overrides that set what the sweep varies (``memory.batchsize=8``), which no advice could rest on."""
+    keys = [(o, _key(o)) for o in overrides]
+    return [o for o, key in keys if any(key == v or key.startswith(v + ".") or key.startswith(v + "/") or
+                                        key.startswith(v + "@") for v in VARIED)]
+
+
+def timed_runs() -> int:
+    """The jobs of the advise sweep that time themselves after training (a ``timing.against`` of their own)."""
+    sweep = sweeps.find_sweep(SWEEP)
+    options = [entry for entry in (sweep.folder / JOBS_GROUP).iterdir() if entry.name.endswith(sweeps.SUFFIXES)]
+    timed = sum(1 for entry in options if "against" in (OmegaConf.create(entry.read_text()).get("timing") or {}))
+    repeats = str(sweep.config.hydra.sweeper.params.repeat).split(",")
+    return timed * len(repeats)
+
+
+def run_sweep(args: argparse.Namespace, sweep_dir: Path, timing_seconds: float) -> int:
+    """crux-sweep advise in a process of its own (it owns the device while it runs); its exit status."""
+    config_dir = ["--config-dir", str(args.config_dir.resolve())] if args.config_dir else []
+    overrides = [o for o in args.overrides if _key(o) != "hydra.sweep.dir"]
+    command = [sys.executable, "-m", "cruxlab.commands.sweep", SWEEP, *config_dir, *overrides,
+               f"timing.budget_seconds={timing_seconds:g}", f"hydra.sweep.dir={sweep_dir}"]
+    return subprocess.run(command, check=False).returncode
+
+
+def parent_run(uri: str | None, sweep_dir: Path) -> str | None:
+    """The parent run of the sweep that ran in ``sweep_dir``; None where it opened none (refused)."""
+    from cruxlab.report.sweep_reader import open_client
+    from cruxlab.store.contract import PARENT, ROLE, SWEEP_DIR
+
+    client, _ = open_client(uri)
+    experiment = client.get_experiment_by_name(SWEEP)
+    if experiment is None:
+        return None
+    runs = client.search_runs([experiment.experiment_id], filter_string=f"tags.`{ROLE}` = '{PARENT}'")
+    found = [r.info.run_id for r in runs if r.data.tags.get(SWEEP_DIR) == str(sweep_dir)]
+    return found[0] if found else None
+
+
+def record(uri: str | None, parent: str, advice_md: str, advice_json: str) -> None:
+    """advice.md and advice.json on the sweep's parent run; a store that refuses is said in one line."""
+    from mlflow.exceptions import MlflowException
+
+    from cruxlab.report.sweep_reader import StoreError, open_client
+
+    try:
+        client, _ = open_client(uri)
+        client.log_text(parent, advice_md, "advice.md")
+        client.log_text(parent, advice_json, "advice.json")
+    except (MlflowException, StoreError, OSError) as error:
+        print(f"crux-advise: could not add the advice to parent run {parent}: {error}", file=sys.stderr)
+
+
+def memory_budget(declared: int | None) -> int | None:
+    """``declared``, else the device's own memory (None on a CPU, which reports none)."""
+    from cruxlab.capacity_search import budget
+
+    return budget(declared)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The console script: 0 with the advice printed, 1 when the sweep ran no run to advise from, 2 on bad
+    arguments (refused before anything runs)."""
+    parser = argparse.ArgumentParser(prog="crux-advise", description=__doc__.split("\n")[0],
+                                     epilog="Results go under the working directory: the runs in mlflow.db "
+                                            "(MLFLOW_TRACKING_URI or tracking.uri= elsewhere), the report and the "
+                                            "advice in reports/advise/<UTC time>/.")
+    parser.add_argument("--budget", type=float, default=DEFAULT_BUDGET, metavar="SECONDS",
+                        help=f"the time to spend, about (default {DEFAULT_BUDGET:g}); half of it goes to the paired "
+                             f"timings, so a larger budget decides closer speed differences")
+    parser.add_argument("--memory-budget", type=int, metavar="BYTES",
+                        help="the memory the update may take (default: the device's own; a CPU reports none, and "
+                             "the memory options then stay off)")
+    parser.add_argument("--config-dir", "-cd", type=Path, metavar="DIR",
+                        help="a folder of config groups of one's own, e.g. problem/mine.yaml: problem=mine")
+    parser.add_argument("--out", type=Path, help="the report's folder (default reports/advise/<UTC time>/)")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides for every job: the problem, the model, "
+                                                     "the optimizer, solver.epochs, tracking.uri")
+    args = parser.parse_intermixed_args(sys.argv[1:] if argv is None else argv)
+    if args.budget <= 0:
+        parser.error(f"--budget {args.budget:g}: must be > 0 seconds, e.g. --budget 180")
+    if args.memory_budget is not None and args.memory_budget < 1:
+        parser.error(f"--memory-budget {args.memory_budget}: must be >= 1 byte, e.g. --memory-budget 2000000000")
+    if args.config_dir is not None and not args.config_dir.is_dir():
+        parser.error(f"--config-dir {args.config_dir}: no such folder")
+    epochs = _last(args.overrides, "solver.epochs")
+    if epochs is not None and epochs.isdigit() and int(epochs) % FUSED:
+        parser.error(f"solver.epochs={epochs}: crux-advise times inner_steps={FUSED} against 1, which must divide the "
+                     f"epochs: give a multiple of {FUSED}, e.g. solver.epochs={max(FUSED, int(epochs) // FUSED * FUSED)}")
+    refused = refused_overrides(args.overrides)
+    if refused:
+        parser.error(f"{' '.join(refused)}: crux-advise sets the solve() options and their timings itself (each "
+                     f"beside the defaults); give the problem, model, optimizer or solver.epochs instead")
+    started = time.monotonic()
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    given = _last(args.overrides, "hydra.sweep.dir")
+    sweep_dir = Path(given or Path("multirun") / f"advise-{stamp}-{os.getpid()}").resolve()
+    out = args.out or Path.cwd() / "reports" / SWEEP / stamp
+    timed = timed_runs()
+    timing_seconds = max(1.0, args.budget * TIMING_SHARE / timed)
+    print(f"crux-advise: budget {args.budget:g} s: the sweep {SWEEP} (each option beside the defaults), its "
+          f"{timed} paired timings up to {timing_seconds:.3g} s each; then its report and the advice", flush=True)
+    status = run_sweep(args, sweep_dir, timing_seconds)
+    uri = _last(args.overrides, "tracking.uri")
+    parent = parent_run(uri, sweep_dir)
+    if parent is None:
+        print(f"crux-advise: the sweep opened no run (status {status}): nothing to advise from", file=sys.stderr)
+        return 1
+    if status != 0:
+        print(f"crux-advise: the sweep ended with status {status}: the advice rests on the runs that finished, and "
+              f"what lacks runs stays at its default", file=sys.stderr)
+    from cruxlab.report.advice import advise
+    from cruxlab.report.cli import main as report
+
+    if report(["advise", "--run", parent, "--out", str(out), *(["--tracking-uri", uri] if uri else [])]) == 2:
+        return 1  # crux-report said why it could not read the sweep
+    verdicts = json.loads((out / "verdicts.json").read_text(encoding="utf-8"))
+    advice = advise(verdicts, memory_budget(args.memory_budget))
+    advice_json = json.dumps(advice.as_dict(), indent=2, sort_keys=True) + "\n"
+    (out / "advice.md").write_text(advice.markdown(), encoding="utf-8")
+    (out / "advice.json").write_text(advice_json, encoding="utf-8")
+    record(uri, parent, advice.markdown(), advice_json)
+    print("\n" + "\n".join(advice.lines()))
+    print(f"\nadvice: {out / 'advice.md'} (sweep {parent}); measured in {time.monotonic() - started:.0f} s, "
+          f"budget {args.budget:g} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

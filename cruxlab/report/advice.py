@@ -1,0 +1,306 @@
+"""From verdicts to a decision: which solve() options to use on the problem and machine a sweep measured.
+
+:func:`advise` is a pure function of the ``verdicts.json`` entries of an ``advise`` sweep (sweeps/advise.yaml) and
+the device's memory budget. An option is advised only where the verdicts on it hold: faster (its timing verdict
+holds) with the same numbers (its identity verdict holds), or as accurate (the precision verdicts); a memory
+option only where the full batch's update does not fit the budget and the option's memory verdict holds. A
+verdict that fails rejects the option, saying why; an inconclusive one leaves it at its safe default, saying so.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from cruxlab.report.verdict import FAILS, HOLDS, fmt, fmt_bytes
+
+ADVISED, KEPT, REJECTED = "advised", "kept", "rejected"
+DEFAULTS: dict[str, Any] = {"inner_steps": 1, "precision": "highest", "batchsize": None,
+                            "checkpoint_gradients": False, "offload_data": False}
+"""The safe defaults advice starts from: solve()'s own, which every claim check pairs an option with."""
+OVERRIDES = {"inner_steps": "solver.inner_steps", "precision": "solver.precision", "batchsize": "memory.batchsize",
+             "checkpoint_gradients": "memory.checkpoint_gradients", "offload_data": "memory.offload_data"}
+"""Each advised option as the pipeline's override sets it (cruxlab.config.settings.OPTION_KEYS)."""
+
+Verdicts = Sequence[Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One option's decision: ``value`` (its default unless ``status`` is ``advised``) and the evidence line."""
+
+    option: str
+    value: Any
+    status: str
+    reason: str
+    verdicts: tuple[str, ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        return self.status == ADVISED and self.value != DEFAULTS[self.option]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"option": self.option, "value": self.value, "default": DEFAULTS[self.option], "status": self.status,
+                "reason": self.reason, "verdicts": list(self.verdicts)}
+
+
+@dataclass(frozen=True)
+class Advice:
+    """The options to use (one :class:`Choice` per option, in solve()'s order) and those not advised: rejected by a
+    verdict that fails, or left out where one was inconclusive beside an advised value."""
+
+    choices: tuple[Choice, ...]
+    rejected: tuple[Choice, ...]
+    budget_bytes: int | None
+
+    def solve_call(self) -> str:
+        """``solver.solve(epochs, inner_steps=100)``: the options that differ from solve()'s defaults."""
+        changed = [f"{c.option}={c.value!r}" for c in self.choices if c.changed]
+        return f"solver.solve({', '.join(['epochs', *changed])})"
+
+    def overrides(self) -> list[str]:
+        """The same options as the pipeline's overrides (``solver.inner_steps=100``)."""
+        return [f"{OVERRIDES[c.option]}={_override_value(c.value)}" for c in self.choices if c.changed]
+
+    def lines(self) -> list[str]:
+        """The advice in plain text: the call, the overrides, each choice and each rejection with its evidence."""
+        lines = ["use:", f"  {self.solve_call()}",
+                 f"  crux-run {' '.join(self.overrides())}".rstrip() if self.overrides() else
+                 "  crux-run (no override: the defaults are what the evidence supports)", "because:"]
+        lines += [f"  {c.reason}" for c in self.choices]
+        if self.rejected:
+            lines += ["not advised:"] + [f"  {c.reason}" for c in self.rejected]
+        return lines
+
+    def markdown(self) -> str:
+        """``advice.md``: the same as :meth:`lines`, with the verdicts each line rests on."""
+        rows = ["# Advice", "", "```python", self.solve_call(), "```", "", "```sh",
+                f"crux-run {' '.join(self.overrides())}".rstrip(), "```", "",
+                "| option | value | decision | evidence | verdicts |", "|---|---|---|---|---|"]
+        rows += [f"| {c.option} | `{c.value!r}` | {c.status} | {c.reason} | {', '.join(c.verdicts)} |"
+                 for c in (*self.choices, *self.rejected)]
+        budget = fmt_bytes(self.budget_bytes) if self.budget_bytes is not None else "none known"
+        return "\n".join(rows + ["", f"Memory budget: {budget}.", ""])
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"solve": self.solve_call(), "overrides": self.overrides(), "budget_bytes": self.budget_bytes,
+                "choices": [c.as_dict() for c in self.choices], "rejected": [c.as_dict() for c in self.rejected]}
+
+
+def advise(verdicts: Verdicts, budget_bytes: int | None) -> Advice:
+    """The advice the ``verdicts.json`` entries support on a device of ``budget_bytes`` of memory (None: it
+    reports none, as a CPU does)."""
+    chosen, rejected = [], []
+    for decide in (_inner_steps, _precision):
+        choice, others = decide(verdicts)
+        chosen.append(choice)
+        rejected += others
+    memory, others = _memory(verdicts, budget_bytes)
+    chosen += memory
+    rejected += others
+    order = list(DEFAULTS)
+    return Advice(tuple(sorted(chosen, key=lambda c: order.index(c.option))), tuple(rejected), budget_bytes)
+
+
+def _inner_steps(verdicts: Verdicts) -> tuple[Choice, list[Choice]]:
+    """The fastest K whose speed and identity verdicts both hold; every other K rejected or undecided."""
+    faster = {_setting(v): v for v in _prefixed(verdicts, "inner_steps.faster[")}
+    identical = {_setting(v): v for v in _prefixed(verdicts, "inner_steps.identical[")}
+    shown, rejected, undecided = [], [], []
+    for setting, speed in faster.items():
+        k = int(speed["evidence"].get("K") or _k_of(setting))
+        same = identical.get(setting)
+        ids = tuple(v["id"] for v in (speed, same) if v is not None)
+        if same is not None and same["verdict"] == FAILS:
+            rejected.append(Choice("inner_steps", k, REJECTED, f"inner_steps={k}: not the same numbers as 1: "
+                                   f"{same['summary']}", ids))
+        elif speed["verdict"] == FAILS:
+            rejected.append(Choice("inner_steps", k, REJECTED, f"inner_steps={k}: not faster than 1: "
+                                   f"{_speed(speed, 'the time of 1')}", ids))
+        elif speed["verdict"] == HOLDS and same is not None and same["verdict"] == HOLDS:
+            shown.append((float(speed["evidence"]["time_ratio"]), k, speed, same, ids))
+        else:
+            undecided.append(Choice("inner_steps", k, KEPT, f"inner_steps={k}: inconclusive, not advised "
+                                    f"({_undecided(speed, same)})", ids))
+    if not shown:
+        why = "; ".join(c.reason for c in undecided) or "no fused setting was shown faster with the same numbers"
+        return Choice("inner_steps", 1, KEPT, f"inner_steps=1 (the default): {why}",
+                      tuple(v["id"] for v in (*faster.values(), *identical.values()))), rejected
+    _, k, speed, same, ids = min(shown, key=lambda s: s[0])
+    for ratio, other, _, _, other_ids in shown:
+        if other != k:
+            rejected.append(Choice("inner_steps", other, REJECTED, f"inner_steps={other}: faster too "
+                                   f"({fmt(1 / ratio)}×), but less than inner_steps={k}", other_ids))
+    return Choice("inner_steps", k, ADVISED, f"inner_steps={k}: {_speed(speed)} than 1, {_sameness(same)} "
+                  f"(inner_steps must divide epochs)", ids), rejected + undecided
+
+
+def _precision(verdicts: Verdicts) -> tuple[Choice, list[Choice]]:
+    """``default`` only where it is shown both faster and as accurate as ``highest``."""
+    accurate = list(_prefixed(verdicts, "precision.accuracy["))
+    faster = list(_prefixed(verdicts, "precision.faster["))
+    ids = tuple(v["id"] for v in (*accurate, *faster))
+    if not accurate or not faster:
+        return Choice("precision", "highest", KEPT, "precision='highest' (the default): the sweep did not measure "
+                      "precision='default'", ids), []
+    failed = [v for v in accurate if v["verdict"] == FAILS] + [v for v in faster if v["verdict"] == FAILS]
+    if failed:
+        speed = "; ".join(_speed(v) for v in faster if "time_ratio" in v["evidence"]) or "time not measured"
+        error = "; ".join(_error(v) for v in accurate)
+        return (Choice("precision", "highest", KEPT, "precision='highest' (the default): 'default' was rejected",
+                       ids), [Choice("precision", "default", REJECTED, f"precision='default': {speed}, but "
+                                     f"{error}", ids)])
+    if all(v["verdict"] == HOLDS for v in (*accurate, *faster)):
+        return Choice("precision", "default", ADVISED, f"precision='default': {'; '.join(map(_speed, faster))} "
+                      f"than 'highest', {'; '.join(map(_error, accurate))}", ids), []
+    undecided = next(v for v in (*accurate, *faster) if v["verdict"] != HOLDS)
+    return Choice("precision", "highest", KEPT, f"precision='highest' (the safe default): 'default' is "
+                  f"inconclusive here: {undecided['summary']}", ids), []
+
+
+def _memory(verdicts: Verdicts, budget: int | None) -> tuple[list[Choice], list[Choice]]:
+    """batchsize, checkpoint_gradients, offload_data: the full batch, plain and on the device, unless its update
+    does not fit ``budget``; then the option that makes it fit with the same numbers, else mini-batches."""
+    saves = _one(verdicts, "checkpoint.saves_memory[")
+    ckpt_same = _one(verdicts, "checkpoint.same_numbers[")
+    ckpt_time = _one(verdicts, "checkpoint.time_cost[")
+    moves = _one(verdicts, "offload.moves_data[")
+    offload_same = _one(verdicts, "offload.same_numbers[")
+    batch = _one(verdicts, "accumulation.effective_batch[")
+    batch_memory = _one(verdicts, "accumulation.memory[")
+    ckpt_ids = _ids(saves, ckpt_same, ckpt_time)
+    offload_ids = _ids(moves, offload_same)
+    batch_ids = _ids(batch, batch_memory)
+    temp = _number(saves, "temp_bytes_plain")
+    arguments = _number(moves, "argument_bytes_on_device")
+    cost = f", at {_speed(ckpt_time, 'the time')}" if ckpt_time and "time_ratio" in ckpt_time["evidence"] else ""
+    measured = (f"checkpointing needs {fmt(_number(saves, 'ratio'))}× the temporary memory{cost}"
+                if saves and saves["verdict"] == HOLDS else "checkpointing saved no memory here")
+    if budget is None or math.isnan(temp) or math.isnan(arguments):
+        why = ("this device reports no memory limit (a CPU): give --memory-budget BYTES to weigh the memory options"
+               if budget is None else "the sweep lacks the full batch's memory figures")
+        return [Choice("batchsize", None, KEPT, f"batchsize=None (the full batch): {why}", batch_ids),
+                Choice("checkpoint_gradients", False, KEPT, f"checkpoint_gradients=False: {why}; {measured}",
+                       ckpt_ids),
+                Choice("offload_data", False, KEPT, f"offload_data=False: {why}", offload_ids)], []
+    need = temp + arguments
+    share = f"about {fmt_bytes(need)} (temporary {fmt_bytes(temp)} + arguments {fmt_bytes(arguments)})"
+    if need <= budget:
+        fits = f"the full batch's update needs {share}, {fmt(100 * need / budget)}% of the {fmt_bytes(budget)} budget"
+        return [Choice("batchsize", None, KEPT, f"batchsize=None (the full batch): {fits}", batch_ids),
+                Choice("checkpoint_gradients", False, KEPT, f"checkpoint_gradients=False: not needed, {fits}; "
+                       f"{measured}", ckpt_ids),
+                Choice("offload_data", False, KEPT, f"offload_data=False: not needed, {fits}", offload_ids)], []
+    over = f"the full batch's update needs {share}, over the {fmt_bytes(budget)} budget"
+    rejected = []
+    checkpointed = _number(saves, "temp_bytes_checkpointed") + arguments
+    if saves and saves["verdict"] == HOLDS and _holds(ckpt_same) and checkpointed <= budget:
+        return [Choice("batchsize", None, KEPT, f"batchsize=None (the full batch): it fits checkpointed", batch_ids),
+                Choice("checkpoint_gradients", True, ADVISED, f"checkpoint_gradients=True: {over}; checkpointed "
+                       f"about {fmt_bytes(checkpointed)} fits, {_sameness(ckpt_same)}{cost}", ckpt_ids),
+                Choice("offload_data", False, KEPT, "offload_data=False: not needed once checkpointed",
+                       offload_ids)], []
+    rejected.append(Choice("checkpoint_gradients", True, REJECTED, "checkpoint_gradients=True: " + (
+        f"about {fmt_bytes(checkpointed)} checkpointed, still over the budget" if _holds(ckpt_same) else
+        f"not the same numbers or not shown so: {(ckpt_same or {}).get('summary', 'no verdict')}"), ckpt_ids))
+    offload = (arguments > budget and moves is not None and moves["verdict"] == HOLDS and _holds(offload_same))
+    smallest = _number(batch_memory, "temp_bytes_B")
+    batches = [(b, _number(batch_memory, key)) for b, key in ((32, "temp_bytes_N_times_B"), (8, "temp_bytes_B"))]
+    resident = _number(moves, "argument_bytes_offloaded") if offload else arguments
+    fitting = [b for b, temp_b in batches if temp_b + resident <= budget]
+    if not fitting:
+        return [Choice("batchsize", None, KEPT, f"batchsize=None (the full batch): {over}, and no measured "
+                       f"mini-batch fits either (batch 8: about {fmt_bytes(smallest + resident)}): a smaller "
+                       f"model or problem is needed", batch_ids),
+                Choice("checkpoint_gradients", False, KEPT, "checkpoint_gradients=False: it does not make the "
+                       "update fit", ckpt_ids),
+                Choice("offload_data", False, KEPT, "offload_data=False: no measured batch fits with it", offload_ids)
+                ], rejected
+    b = fitting[0]
+    accumulate = (f"; accumulation_steps=N makes an effective batch of N×{b} at this memory ({batch['summary']})"
+                  if _holds(batch) else "")
+    choices = [Choice("batchsize", b, ADVISED, f"batchsize={b}: {over}; batches of {b} need about "
+                      f"{fmt_bytes(dict(batches)[b] + resident)} (mini-batches train otherwise than the full batch)"
+                      f"{accumulate}", batch_ids),
+               Choice("checkpoint_gradients", False, KEPT, "checkpoint_gradients=False: it does not make the full "
+                      "batch fit", ckpt_ids)]
+    if offload:
+        choices.append(Choice("offload_data", True, ADVISED, f"offload_data=True: the points alone take "
+                              f"{fmt_bytes(arguments)} on the device, over the budget; offloaded "
+                              f"{fmt_bytes(resident)}, {_sameness(offload_same)}", offload_ids))
+    else:
+        choices.append(Choice("offload_data", False, KEPT, f"offload_data=False: the points take "
+                              f"{fmt_bytes(arguments)}, within the budget", offload_ids))
+    return choices, rejected
+
+
+def _prefixed(verdicts: Verdicts, prefix: str) -> list[Mapping[str, Any]]:
+    return [v for v in verdicts if str(v.get("id", "")).startswith(prefix)]
+
+
+def _one(verdicts: Verdicts, prefix: str) -> Mapping[str, Any] | None:
+    found = _prefixed(verdicts, prefix)
+    return found[0] if found else None
+
+
+def _ids(*verdicts: Mapping[str, Any] | None) -> tuple[str, ...]:
+    return tuple(v["id"] for v in verdicts if v is not None)
+
+
+def _holds(verdict: Mapping[str, Any] | None) -> bool:
+    return verdict is not None and verdict["verdict"] == HOLDS
+
+
+def _number(verdict: Mapping[str, Any] | None, key: str) -> float:
+    """A number of the verdict's evidence; NaN where the verdict or the number is missing (or was not finite)."""
+    value = (verdict or {}).get("evidence", {}).get(key)
+    return float(value) if isinstance(value, (int, float)) else math.nan
+
+
+def _setting(verdict: Mapping[str, Any]) -> str:
+    return str(verdict["id"]).split("[", 1)[1].rstrip("]")
+
+
+def _k_of(setting: str) -> int:
+    found = re.search(r"K=(\d+)", setting)
+    if found is None:
+        raise ValueError(f"no K= in the fused setting {setting!r}")
+    return int(found.group(1))
+
+
+def _speed(verdict: Mapping[str, Any], of: str = "") -> str:
+    """``9.6× faster (9.4–9.8)`` from a timing verdict's ratio and interval (time over the reference's), or,
+    with ``of``, ``1.26× the time (1.25–1.27)``."""
+    e = verdict["evidence"]
+    ratio, low, high = (float(e.get(key, math.nan)) for key in ("time_ratio", "time_ratio_low", "time_ratio_high"))
+    if of:
+        return f"{fmt(ratio)}× {of} ({fmt(low)}–{fmt(high)})"
+    if ratio <= 1:
+        return f"{fmt(1 / ratio)}× faster ({fmt(1 / high)}–{fmt(1 / low)})"
+    return f"{fmt(ratio)}× the time ({fmt(low)}–{fmt(high)})"
+
+
+def _sameness(verdict: Mapping[str, Any] | None) -> str:
+    evidence = (verdict or {}).get("evidence", {})
+    if evidence.get("bit_identical") == 1:
+        return "same numbers bit for bit"
+    return "the same numbers to round-off (no farther apart than a twin started one ulp away)"
+
+
+def _error(verdict: Mapping[str, Any]) -> str:
+    e = verdict["evidence"]
+    if "error_ratio_median" not in e:
+        return verdict["summary"]
+    return (f"{fmt(float(e['error_ratio_median']))}× the error of 'highest' on this problem (round-off alone moves "
+            f"it {fmt(float(e.get('highest_repeats_spread', math.nan)))}×)")
+
+
+def _undecided(speed: Mapping[str, Any], same: Mapping[str, Any] | None) -> str:
+    if speed["verdict"] != HOLDS:
+        return _speed(speed) if "time_ratio" in speed["evidence"] else speed["summary"]
+    return "identity " + (same["summary"] if same is not None else "not judged")
+
+
+def _override_value(value: Any) -> str:
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)

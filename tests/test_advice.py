@@ -1,0 +1,218 @@
+"""crux-advise's decision (cruxlab.report.advice): planted verdicts in verdicts.json's shape in, advice out. A slow
+option is not advised, an inexact one is rejected however fast, an inconclusive one stays at its default and the
+advice says so; a memory option is advised only where the full batch does not fit the budget and it makes it fit."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from cruxlab.commands import advise as command
+from cruxlab.config.settings import group_of
+from cruxlab.store import contract
+from crux_testing import runs_by_role
+from test_sweeps import jobs
+from cruxlab.report.advice import ADVISED, DEFAULTS, KEPT, REJECTED, advise
+from cruxlab.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Verdict
+
+
+def planted(id: str, verdict: str, summary: str = "planted", **evidence: float) -> dict:
+    """One entry of verdicts.json, made by the report's own Verdict."""
+    return json.loads(json.dumps(Verdict(id, "a claim", "docs/claims.md#x", "a test", verdict, summary,
+                                         evidence).as_dict()))
+
+
+def timed(ratio: float, low: float, high: float, **more: float) -> dict[str, float]:
+    return {"time_ratio": ratio, "time_ratio_low": low, "time_ratio_high": high, **more}
+
+
+SAME_BITS = {"bit_identical": 1.0}
+CPU_ALIKE = "both precisions computed the same loss history to the bit on cpu (2 pair(s))"
+PRECISION_ALIKE = [planted("precision.accuracy[precision=default]", INCONCLUSIVE, CPU_ALIKE),
+                   planted("precision.faster[precision=default]", INCONCLUSIVE, CPU_ALIKE, **timed(1.0, 0.98, 1.02))]
+
+
+def fused(k: int, speed: str, same: str, ratio: float, low: float, high: float) -> list[dict]:
+    return [planted(f"inner_steps.identical[K={k}]", same, "planted identity", **SAME_BITS),
+            planted(f"inner_steps.faster[K={k}]", speed, "planted speed", K=k, **timed(ratio, low, high))]
+
+
+def chosen(advice, option: str):
+    (choice,) = [c for c in advice.choices if c.option == option]
+    return choice
+
+
+def test_the_fastest_setting_shown_faster_with_the_same_numbers_is_advised_with_its_evidence():
+    advice = advise(fused(10, HOLDS, HOLDS, 0.5, 0.48, 0.52) + fused(100, HOLDS, HOLDS, 0.104, 0.102, 0.106)
+                    + PRECISION_ALIKE, None)
+    choice = chosen(advice, "inner_steps")
+    assert (choice.value, choice.status) == (100, ADVISED)
+    assert "inner_steps=100: 9.62× faster (9.43–9.8) than 1, same numbers bit for bit" in choice.reason
+    assert advice.solve_call() == "solver.solve(epochs, inner_steps=100)"
+    assert advice.overrides() == ["solver.inner_steps=100"]
+    assert [(c.value, c.status) for c in advice.rejected] == [(10, REJECTED)]
+    assert "less than inner_steps=100" in advice.rejected[0].reason
+
+
+def test_a_planted_slow_option_is_not_advised():
+    advice = advise(fused(10, FAILS, HOLDS, 1.3, 1.25, 1.35) + PRECISION_ALIKE, None)
+    assert (chosen(advice, "inner_steps").value, chosen(advice, "inner_steps").status) == (1, KEPT)
+    assert advice.solve_call() == "solver.solve(epochs)" and advice.overrides() == []
+    (rejected,) = advice.rejected
+    assert rejected.value == 10 and "not faster than 1: 1.3× the time of 1 (1.25–1.35)" in rejected.reason
+
+
+def test_a_planted_inexact_option_is_rejected_however_fast():
+    inexact = fused(10, HOLDS, FAILS, 0.1, 0.09, 0.11)
+    inexact[0]["summary"] = "inner_steps=10 departs from the reference"
+    less_accurate = [planted("precision.accuracy[precision=default]", FAILS, "27× the error", error_ratio_median=27.0,
+                             highest_repeats_spread=1.1),
+                     planted("precision.faster[precision=default]", HOLDS, "faster", **timed(0.45, 0.44, 0.46))]
+    advice = advise(inexact + less_accurate, None)
+    assert chosen(advice, "inner_steps").value == 1 and chosen(advice, "precision").value == "highest"
+    reasons = {c.option: c.reason for c in advice.rejected}
+    assert all(c.status == REJECTED for c in advice.rejected)
+    assert "not the same numbers as 1: inner_steps=10 departs from the reference" in reasons["inner_steps"]
+    assert "precision='default': 2.22× faster (2.17–2.27), but 27× the error of 'highest'" in reasons["precision"]
+    assert advice.overrides() == []
+
+
+def test_an_inconclusive_option_stays_at_its_default_and_the_advice_says_so():
+    advice = advise(fused(10, INCONCLUSIVE, HOLDS, 0.97, 0.9, 1.05) + PRECISION_ALIKE, None)
+    steps, precision = chosen(advice, "inner_steps"), chosen(advice, "precision")
+    assert (steps.value, steps.status, precision.value, precision.status) == (1, KEPT, "highest", KEPT)
+    assert "inner_steps=10: inconclusive, not advised (1.03× faster (0.952–1.11))" in steps.reason
+    assert "'default' is inconclusive here: " + CPU_ALIKE in precision.reason
+    assert advice.overrides() == [] and advice.rejected == ()
+
+
+def test_an_inconclusive_setting_beside_an_advised_one_is_listed_as_not_advised():
+    advice = advise(fused(10, HOLDS, HOLDS, 0.5, 0.48, 0.52) + fused(100, HOLDS, INCONCLUSIVE, 0.1, 0.09, 0.11), None)
+    assert chosen(advice, "inner_steps").value == 10
+    assert [(c.value, c.status) for c in advice.rejected] == [(100, KEPT)]
+    assert "identity planted identity" in advice.rejected[0].reason
+
+
+def test_default_precision_is_advised_only_where_it_is_shown_faster_and_as_accurate():
+    both = [planted("precision.accuracy[precision=default]", HOLDS, "as accurate", error_ratio_median=1.02,
+                    highest_repeats_spread=1.3),
+            planted("precision.faster[precision=default]", HOLDS, "faster", **timed(0.45, 0.44, 0.46))]
+    advice = advise(both, None)
+    assert (chosen(advice, "precision").value, chosen(advice, "precision").status) == ("default", ADVISED)
+    assert advice.overrides() == ["solver.precision=default"]
+    assert "1.02× the error of 'highest' on this problem (round-off alone moves it 1.3×)" in \
+        chosen(advice, "precision").reason
+    both[1] = planted("precision.faster[precision=default]", INCONCLUSIVE, "undecided", **timed(0.9, 0.8, 1.01))
+    assert chosen(advise(both, None), "precision").value == "highest"
+
+
+MEMORY = [planted("checkpoint.same_numbers[checkpoint]", HOLDS, "bit-identical", **SAME_BITS),
+          planted("checkpoint.saves_memory[checkpoint]", HOLDS, "saves", temp_bytes_plain=900.0,
+                  temp_bytes_checkpointed=500.0, ratio=500 / 900),
+          planted("checkpoint.time_cost[checkpoint]", HOLDS, "~30%", **timed(1.3, 1.28, 1.32)),
+          planted("offload.same_numbers[offload_b8]", HOLDS, "bit-identical", **SAME_BITS),
+          planted("offload.moves_data[offload_b8]", HOLDS, "moves", argument_bytes_on_device=100.0,
+                  argument_bytes_offloaded=30.0),
+          planted("accumulation.effective_batch[b8_acc4]", HOLDS, "4×8 follows one batch of 32"),
+          planted("accumulation.memory[b8_acc4]", HOLDS, "less", temp_bytes_NxB=40.0, temp_bytes_N_times_B=120.0,
+                  temp_bytes_B=40.0)]
+
+
+def memory_choices(budget):
+    advice = advise(MEMORY, budget)
+    return {c.option: (c.value, c.status) for c in advice.choices if c.option in
+            ("batchsize", "checkpoint_gradients", "offload_data")}, advice
+
+
+@pytest.mark.parametrize("budget", [None, 1000, 10 ** 9])
+def test_memory_options_stay_off_where_the_full_batch_fits_or_no_budget_is_known(budget):
+    choices, advice = memory_choices(budget)
+    assert choices == {"batchsize": (None, KEPT), "checkpoint_gradients": (False, KEPT), "offload_data": (False, KEPT)}
+    reason = chosen(advice, "checkpoint_gradients").reason
+    assert ("--memory-budget BYTES" in reason) == (budget is None)
+    assert budget is None or "not needed, the full batch's update needs about 1,000 bytes" in reason
+
+
+def test_checkpointing_is_advised_where_it_makes_the_full_batch_fit_and_gives_the_same_numbers():
+    choices, advice = memory_choices(700)
+    assert choices["checkpoint_gradients"] == (True, ADVISED) and choices["batchsize"] == (None, KEPT)
+    assert advice.overrides() == ["memory.checkpoint_gradients=true"]
+    assert "checkpointed about 600 bytes fits, same numbers bit for bit, at 1.3× the time (1.28–1.32)" in \
+        chosen(advice, "checkpoint_gradients").reason
+    inexact = [dict(v, verdict=FAILS) if v["id"].startswith("checkpoint.same_numbers") else v for v in MEMORY]
+    advice = advise(inexact, 700)
+    assert chosen(advice, "checkpoint_gradients").value is False
+    assert [c.option for c in advice.rejected] == ["checkpoint_gradients"]
+
+
+def test_mini_batches_are_advised_where_nothing_else_fits_and_offloading_where_the_points_do_not():
+    choices, advice = memory_choices(300)
+    assert choices == {"batchsize": (32, ADVISED), "checkpoint_gradients": (False, KEPT),
+                       "offload_data": (False, KEPT)}
+    assert "accumulation_steps=N makes an effective batch of N×32" in chosen(advice, "batchsize").reason
+    choices, advice = memory_choices(90)
+    assert choices == {"batchsize": (8, ADVISED), "checkpoint_gradients": (False, KEPT),
+                       "offload_data": (True, ADVISED)}
+    assert advice.solve_call() == "solver.solve(epochs, batchsize=8, offload_data=True)"
+
+
+def test_no_verdicts_advise_the_defaults():
+    advice = advise([], None)
+    assert {c.option: c.value for c in advice.choices} == DEFAULTS
+    assert all(c.status == KEPT for c in advice.choices) and advice.overrides() == []
+
+
+@pytest.mark.parametrize("overrides", [["memory.batchsize=8"], ["memory=b8"], ["+timing.budget_seconds=5"],
+                                       ["solver.inner_steps=5"], ["solver.epochs=25"]])
+def test_crux_advise_refuses_what_it_sets_itself_before_anything_runs(overrides, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit:
+        command.main(["problem=heat1d", *overrides])
+    assert exit.value.code == 2
+    said = capsys.readouterr().err
+    assert overrides[0] in said and ("multiple of 10" in said or "sets the solve() options" in said)
+    assert list(tmp_path.iterdir()) == []  # no store, no Hydra folder
+
+
+def test_the_advise_sweep_pairs_every_option_with_the_defaults_and_times_what_it_judges_by_speed():
+    composed = {cfg.variant: cfg for cfg in jobs("advise", "solver.epochs=30")}
+    assert set(composed) == {"full", "K=10", "K=30", "precision=default", "checkpoint", "b8", "offload_b8", "b32",
+                             "b8_acc4"}
+    groups = {group_of(cfg) for cfg in composed.values()}
+    assert len(groups) == 1  # every setting pairs with every other: they differ only in the options and timing
+    timed = {variant: dict(cfg.timing.against) for variant, cfg in composed.items() if cfg.timing.against}
+    assert timed == {"K=10": {"inner_steps": 1}, "K=30": {"inner_steps": 1},
+                     "precision=default": {"precision": "highest"}, "checkpoint": {"checkpoint_gradients": False}}
+    assert command.timed_runs() == 2 * len(timed)  # two repeats of each
+
+
+@pytest.mark.integration
+def test_crux_advise_on_a_small_problem_advises_only_what_its_verdicts_show(tmp_path):
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    done = subprocess.run([sys.executable, "-m", "cruxlab.commands.advise", "--budget", "16", "--out",
+                           str(tmp_path / "advice"), "solver.epochs=20", "model.width=8", "model.depth=1",
+                           "problem.n_interior=64"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    verdicts = json.loads((tmp_path / "advice" / "verdicts.json").read_text())
+    by_id = {v["id"]: v for v in verdicts}
+    assert {"inner_steps.faster[K=10]", "inner_steps.identical[K=20]", "precision.accuracy[precision=default]",
+            "checkpoint.saves_memory[checkpoint]", "offload.moves_data[offload_b8]",
+            "accumulation.effective_batch[b8_acc4]"} <= set(by_id)
+    written = json.loads((tmp_path / "advice" / "advice.json").read_text())
+    assert written == json.loads(json.dumps(advise(verdicts, None).as_dict()))  # the pure function, on a CPU
+    for choice in written["choices"]:
+        if choice["status"] == ADVISED:
+            assert all(by_id[i]["verdict"] == HOLDS for i in choice["verdicts"]), choice
+        else:
+            assert choice["value"] == choice["default"], choice
+    precision = next(c for c in written["choices"] if c["option"] == "precision")
+    if by_id["precision.accuracy[precision=default]"]["verdict"] == INCONCLUSIVE:
+        assert precision["value"] == "highest" and "inconclusive" in precision["reason"]
+    assert written["solve"] in done.stdout and "measured in" in done.stdout
+    client, roles = runs_by_role(tmp_path, "advise")
+    (parent,) = roles["parent"]
+    assert len(roles["child"]) == 18 and parent.info.status == contract.FINISHED
+    logged = client.download_artifacts(parent.info.run_id, "advice.json", str(tmp_path))
+    assert json.loads(open(logged).read()) == written
