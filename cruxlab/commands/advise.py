@@ -89,11 +89,12 @@ def record(uri: str | None, parent: str, advice_md: str, advice_json: str) -> No
     from mlflow.exceptions import MlflowException
 
     from cruxlab.report.sweep_reader import StoreError, open_client
+    from cruxlab.store.contract import ADVICE, ADVICE_DOCUMENT
 
     try:
         client, _ = open_client(uri)
-        client.log_text(parent, advice_md, "advice.md")
-        client.log_text(parent, advice_json, "advice.json")
+        client.log_text(parent, advice_md, ADVICE_DOCUMENT)
+        client.log_text(parent, advice_json, ADVICE)
     except (MlflowException, StoreError, OSError) as error:
         print(f"crux-advise: could not add the advice to parent run {parent}: {error}", file=sys.stderr)
 
@@ -158,17 +159,18 @@ def main(argv: list[str] | None = None) -> int:
               f"what lacks runs stays at its default", file=sys.stderr)
     from cruxlab.report.advice import advise
     from cruxlab.report.cli import main as report
+    from cruxlab.store.contract import ADVICE, ADVICE_DOCUMENT
 
     if report(["advise", "--run", parent, "--out", str(out), *(["--tracking-uri", uri] if uri else [])]) == 2:
         return 1  # crux-report said why it could not read the sweep
     verdicts = json.loads((out / "verdicts.json").read_text(encoding="utf-8"))
     advice = advise(verdicts, memory_budget(args.memory_budget))
     advice_json = json.dumps(advice.as_dict(), indent=2, sort_keys=True) + "\n"
-    (out / "advice.md").write_text(advice.markdown(), encoding="utf-8")
-    (out / "advice.json").write_text(advice_json, encoding="utf-8")
+    (out / ADVICE_DOCUMENT).write_text(advice.markdown(), encoding="utf-8")
+    (out / ADVICE).write_text(advice_json, encoding="utf-8")
     record(uri, parent, advice.markdown(), advice_json)
     print("\n" + "\n".join(advice.lines()))
-    print(f"\nadvice: {out / 'advice.md'} (sweep {parent}); measured in {time.monotonic() - started:.0f} s, "
+    print(f"\nadvice: {out / ADVICE_DOCUMENT} (sweep {parent}); measured in {time.monotonic() - started:.0f} s, "
           f"budget {args.budget:g} s")
     return 0
 

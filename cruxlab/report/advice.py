@@ -121,7 +121,8 @@ def _inner_steps(verdicts: Verdicts) -> tuple[Choice, list[Choice]]:
         elif speed["verdict"] == HOLDS and same is not None and same["verdict"] == HOLDS:
             shown.append((float(speed["evidence"]["time_ratio"]), k, speed, same, ids))
         else:
-            undecided.append(Choice("inner_steps", k, KEPT, f"inner_steps={k}: inconclusive, not advised "
+            word = speed["verdict"] if speed["verdict"] != HOLDS else same["verdict"] if same else "not judged"
+            undecided.append(Choice("inner_steps", k, KEPT, f"inner_steps={k}: {word}, not advised "
                                     f"({_undecided(speed, same)})", ids))
     if not shown:
         why = "; ".join(c.reason for c in undecided) or "no fused setting was shown faster with the same numbers"

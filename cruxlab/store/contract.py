@@ -86,6 +86,9 @@ MODEL_LOADER = "cruxlab.trained"
 """The module that loads :data:`MODEL` (MLflow's ``loader_module``)."""
 CAPACITY_SIZES = "capacity.json"
 """A capacity job's sizes tried (:class:`cruxlab.capacity_search.Attempt`, one object each) and its option's run."""
+ADVICE, ADVICE_DOCUMENT = "advice.json", "advice.md"
+"""What crux-advise adds to the parent run of the sweep it ran: :meth:`cruxlab.report.advice.Advice.as_dict` and its
+markdown."""
 INITIAL, FINAL = "initial", "final"
 
 # -- params -----------------------------------------------------------------------------------------------
