@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra._internal.config_repository import ConfigRepository
 from hydra._internal.utils import create_config_search_path
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -134,3 +135,56 @@ def test_every_job_of_a_built_in_sweep_is_hydras_composition_and_value_siblings_
     groups = {tuple(o for o in job if o.split("=")[0] in config.hydra.runtime.choices or "@" in o) for job in jobs}
     if name in ("accumulation", "checkpoint"):  # jobs that differ only in `repeat`: one composition a memory
         assert composed == len(groups) < len(jobs)
+
+
+AS_TYPED = [
+    ["hydra.sweep.subdir=${hydra.job.override_dirname}", "solver.epochs=10,20"],
+    ["solver.inner_steps=${solver.epochs}", "solver.epochs=10,20"],
+    ["tracking.experiment='my sweep, quoted'", "claim='a \\'quoted\\' claim'", "solver.seed=0,1"],
+    ["solver.substeps=[[0],[1]],[[1],[0]]"],
+    ["phases=lbfgs", "~phases.lbfgs", "solver.seed=0,1"],
+    ["+hydra.job.env_set.MY_VARIABLE=1", "++problem.laplacian_mode=forward", "++solver.seed=3", "memory=b8,b32"],
+    ["++tracking.experiment=x", "solver.seed=range(0,2)", "memory=glob(b8*)"],
+    ["solver.seed=choice(1,2)", "schedule.value=1e-3,${solver.epochs}"],
+]
+"""Command lines whose overrides Hydra's basic sweeper takes as typed: interpolations (resolved by each job,
+also where the value holds a ``=``), quoted strings, lists, deletions, additions, sweeps of every form."""
+
+
+@pytest.mark.parametrize("command_line", AS_TYPED, ids=[" ".join(line) for line in AS_TYPED])
+def test_crux_plans_and_composes_every_job_as_hydras_basic_sweeper_does(command_line, tmp_path):
+    loader = plain_loader()
+    config = loader.load_configuration("config", overrides=[f"hydra.sweep.dir={tmp_path}", *command_line],
+                                       run_mode=RunMode.MULTIRUN)
+    parser = OverridesParser.create(config_loader=loader)
+    typed = OmegaConf.to_container(config.hydra.overrides.task)  # the basic sweeper's arguments
+    expected = [list(job) for batch in BasicSweeper.split_arguments(parser.parse_overrides(typed), None)
+                for job in batch]
+    jobs = planned_jobs(config, parser)
+    assert jobs == expected and len(jobs) >= 2
+    compose, plain = compose_once(loader), plain_loader()
+    for job in jobs:
+        made, hydras = compose(config, job), plain.load_sweep_config(config, job)
+        assert OmegaConf.to_container(made) == OmegaConf.to_container(hydras), job
+        assert made.hydra.job.override_dirname == hydras.hydra.job.override_dirname  # a sweep.subdir may name it
+        made_job = {key: made[key] for key in made if key != "hydra"}
+        assert OmegaConf.to_container(OmegaConf.create(made_job), resolve=True) == OmegaConf.to_container(
+            OmegaConf.create({key: hydras[key] for key in hydras if key != "hydra"}), resolve=True)
+
+
+@pytest.mark.integration
+def test_a_sweep_names_its_job_folders_by_their_overrides_and_resolves_interpolations_per_job(store):
+    """Hydra's documented pattern, on crux's sweeper: each job's folder named by its overrides, and an override
+    that refers to a swept key taking each job's value."""
+    from crux_testing import launch, runs_by_role
+
+    done = launch(store, "cruxlab.commands.experiment", "-m", "hydra.sweep.subdir=${hydra.job.override_dirname}",
+                  "solver.inner_steps=${solver.epochs}", "solver.epochs=4,8", "model.width=4", "model.depth=1",
+                  "problem.n_interior=16")
+    assert done.returncode == 0, done.stderr[-3000:]
+    folders = sorted(path.name for path in (store / "multirun").iterdir() if path.is_dir())
+    assert folders == [f"model.depth=1,model.width=4,problem.n_interior=16,solver.epochs={epochs},"
+                       r"solver.inner_steps=$\{solver.epochs\}" for epochs in (4, 8)]  # Hydra's escaping
+    _, roles = runs_by_role(store, "crux")
+    ran = sorted((run.data.params["solver.epochs"], run.data.params["solver.inner_steps"]) for run in roles["child"])
+    assert ran == [("4", "4"), ("8", "8")]

@@ -23,7 +23,16 @@ from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_d
 from hydra._internal.config_repository import ConfigRepository
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, OverrideType
-from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict, read_write
+
+
+def override_lines(overrides: ListConfig) -> list[str]:
+    """A config's overrides (``hydra.overrides.task`` or ``.hydra``) as they were typed, as Hydra reads them: an
+    interpolation in one (``hydra.sweep.subdir=${hydra.job.override_dirname}``, ``solver.inner_steps=${solver.epochs}``)
+    is left for each job to resolve. Iterating over the list would resolve it against the config at hand (the
+    multirun's, not the job's; or fail there), giving a line that another job's value, or a value with a ``=``,
+    makes wrong or unparsable."""
+    return OmegaConf.to_container(overrides)
 
 
 class ComposedOnce:
@@ -35,7 +44,7 @@ class ComposedOnce:
 
     def __call__(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
         """The job's config as ``loader.load_sweep_config`` composes it."""
-        hydra_overrides = list(master_config.hydra.overrides.hydra)
+        hydra_overrides = override_lines(master_config.hydra.overrides.hydra)
         kept = self._composed.pop(tuple(sweep_overrides), None)
         added = _added_values(kept[0], hydra_overrides) if kept is not None else None
         if added is None:

@@ -52,6 +52,7 @@ from crux.params_file import save_params
 from crux.problems import Problem
 from crux.stats import Statistics
 from cruxlab.config import effective_settings
+from cruxlab.runtime.composed import override_lines
 from cruxlab.runtime.environment import environment
 from cruxlab.runtime.handover import Results, hand_over
 from cruxlab.runtime.interrupt import deferred, signal_name
@@ -280,7 +281,7 @@ class JobRun:
             client = PatientClient(writable_store(uri))
             name = experiment_name(cfg.tracking.experiment, hydra.runtime.choices)
             where = Destination(uri, ensure_experiment(client, name, uri, cfg.claim), None, name, cfg.claim)
-        variant = cfg.variant or variant_name(list(hydra.overrides.task), where.swept, set(hydra.runtime.choices),
+        variant = cfg.variant or variant_name(override_lines(hydra.overrides.task), where.swept, set(hydra.runtime.choices),
                                              cfg)
         tags = {SWEEP: where.sweep, CLAIM: cfg.claim, VARIANT: variant,
                 JOB: str(hydra.job.num if multirun else 0), REPEAT: str(cfg.repeat),

@@ -23,6 +23,7 @@ from typing import Any, Callable
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from cruxlab.runtime.composed import override_lines
 from cruxlab.runtime.handover import say_ended
 from cruxlab.runtime.liveness import end_with_parent, follow_sweep
 from cruxlab.runtime.writer import process_writer
@@ -67,7 +68,7 @@ class InOwnProcess:
             why = _how_it_ended(pid, status)
             if HydraConfig.initialized():  # the sweep's driver closes the job's run and says why at once
                 hydra = HydraConfig.get()
-                say_ended(Path(hydra.sweep.dir), hydra.job.num, why, list(hydra.overrides.task))
+                say_ended(Path(hydra.sweep.dir), hydra.job.num, why, override_lines(hydra.overrides.task))
             raise JobProcessKilled(why)
         returned, value = pickle.loads(outcome)
         if returned:

@@ -55,6 +55,7 @@ from cruxlab.config import effective_settings, overrides_without
 from cruxlab.config.keys import refused_override
 from cruxlab.config.refusals import config_refusals, refusals as job_refusals
 from cruxlab.runtime.compilation_cache import use_compilation_cache
+from cruxlab.runtime.composed import override_lines
 from cruxlab.runtime.handover import ARTIFACTS, Pickup, read_results
 from cruxlab.runtime.interrupt import deferred, exit_status, interruptible, signal_name
 from cruxlab.runtime.job import JobRun, finished_jobs, unwritten_jobs
@@ -111,7 +112,7 @@ class Refused(Exception):
 def _sweep_overrides(config: DictConfig) -> list[str]:
     """What the sweeper expands: ``hydra.sweeper.params``, then the command line (which wins)."""
     params = OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}
-    return [f"{key}={value}" for key, value in params.items()] + list(config.hydra.overrides.task)
+    return [f"{key}={value}" for key, value in params.items()] + override_lines(config.hydra.overrides.task)
 
 
 def swept_keys(config: DictConfig) -> list[str]:
@@ -260,7 +261,7 @@ class Multirun:
             tags = {SWEEP: self.name, CLAIM: self.config.claim,
                     CLAIMS: json.dumps(list(self.config.claims)), ROLE: PARENT,
                     BACKEND: self.config.backend.name, SWEEP_DIR: str(sweep_dir),
-                    OVERRIDES: " ".join(self.config.hydra.overrides.task),
+                    OVERRIDES: " ".join(override_lines(self.config.hydra.overrides.task)),
                     COMMAND: self.command, WORKING_DIR: os.getcwd(), NOTE: sweep_description(self.command), PLANNED_JOB_COUNT: str(len(jobs)),
                     SWEPT: json.dumps(swept_keys(self.config)), **process_tags()}
             run = client.create_run(experiment_id, run_name=f"{self.name} {time.strftime('%Y-%m-%d %H:%M:%S')}",
@@ -341,7 +342,7 @@ class Multirun:
             raise Refused(f"the newest sweep of {self.name!r} (parent run {parent_id}) recorded no plan of its jobs, "
                           f"so what it lacks is not known: run it again without --resume")
         recorded = tags.get(OVERRIDES, "").split()
-        extra = [o for o in " ".join(self.config.hydra.overrides.task).split() if o not in recorded
+        extra = [o for o in " ".join(override_lines(self.config.hydra.overrides.task)).split() if o not in recorded
                  and not o.lstrip("+~").startswith(UNCOMPARED)]  # the store moved, its budget changed: not the jobs
         if extra:
             raise Refused(f"--resume runs the jobs sweep {parent_id} planned, with the overrides it ran with "

@@ -26,6 +26,7 @@ from urllib.parse import unquote, urlsplit
 
 from hydra.core.hydra_config import HydraConfig
 
+from cruxlab.runtime.composed import override_lines
 from cruxlab.store.secrets import masked, overrides_without_credentials
 
 PACKAGES = ("crux/", "cruxlab/", "hydra_plugins/")
@@ -130,4 +131,4 @@ def invocation() -> dict[str, Any]:
         return {}
     hydra = HydraConfig.get()
     command = hydra.sweeper.get("command") or shlex.join(["crux-run", *sys.argv[1:]])
-    return {"command": masked(command), "overrides": overrides_without_credentials(list(hydra.overrides.task))}
+    return {"command": masked(command), "overrides": overrides_without_credentials(override_lines(hydra.overrides.task))}
