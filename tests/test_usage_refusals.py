@@ -46,9 +46,9 @@ EXAMPLES: dict[str, tuple[str, list[str], dict[str, str]]] = {
         ("run", ["memory.batchsize=abc"], {}),
     "crux-run: solver.precision=bfloat16: must be one of default, high, highest (did you mean default?)":
         ("run", ["solver.precision=bfloat16"], {}),
-    "crux-sweep: unknown sweep 'accumulaton' (did you mean accumulation?); choose one of accumulation, capacity, "
-    "checkpoint, devices, inner_steps, offload, phases, precision, resume, substeps (see --list), or give a sweep "
-    "file's path (my_sweep.yaml)":
+    "crux-sweep: unknown sweep 'accumulaton' (did you mean accumulation?); choose one of accumulation, advise, "
+    "capacity, checkpoint, devices, inner_steps, offload, phases, precision, resume, substeps (see --list), or give "
+    "a sweep file's path (my_sweep.yaml)":
         ("sweep", ["accumulaton"], {}),
     "crux-run: solver.epoch: not a key of solver; did you mean solver.epochs? write solver.epochs=100":
         ("run", ["solver.epoch=100"], {}),
