@@ -127,6 +127,16 @@ def test_fused_steps_are_faster_only_beyond_the_noise_threshold(ratio, noise, ou
     assert words in verdict.summary
 
 
+@pytest.mark.parametrize("verdict_of", [fused_verdict, checkpoint_verdict])
+def test_a_timing_of_too_few_pairs_says_so_rather_than_that_its_interval_straddles_the_band(verdict_of):
+    """Four pairs whose interval lies wholly beyond the band: inconclusive for their number alone, and the
+    finding says that, not that the interval takes in both sides."""
+    verdict = verdict_of(synthetic(0.1 if verdict_of is fused_verdict else 2.0, pairs=4))
+    assert verdict.verdict == INCONCLUSIVE
+    assert "undecided: too few pairs to judge (ratio" in verdict.summary and "takes in" not in verdict.summary
+    assert "fewer than the 8 per build a verdict needs" in verdict.summary
+
+
 def test_a_fused_run_that_does_not_train_as_one_update_a_call_is_not_judged_faster():
     """Twice the speed per epoch from a fused run whose parameters end elsewhere than K=1's (fewer updates than
     epochs, as jNO makes over micro-batches) is less work, not a speed-up."""

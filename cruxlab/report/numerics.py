@@ -439,6 +439,13 @@ class PairedTiming:
                 f"{len(self.runs)} run{'s' * (len(self.runs) != 1)}"
                 f"{f' of {self.builds_per_run} builds' if self.builds_per_run > 1 else ''})")
 
+    def undecided(self, straddled: str) -> str:
+        """Why an inconclusive timing decided nothing: too few pairs (whatever the interval), or an interval that
+        takes in ``straddled`` (``"a speed-up and none"``); the ratio described either way."""
+        if self.too_few:
+            return f"undecided: too few pairs to judge ({self.described()})"
+        return f"undecided: {self.described()} takes in {straddled}"
+
     def warning(self, verdict: str) -> str:
         """On too few pairs, a sentence saying so; on a busy machine, one saying that the budget did not decide, or
         that the ratio it decided on was measured under contention, which moves it; else empty."""

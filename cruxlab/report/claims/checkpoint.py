@@ -137,7 +137,7 @@ def _time(label: str, on: list[RunRecord], off: list[RunRecord]) -> Verdict:
     cost = f"{fmt(abs(timing.interval.estimate - 1) * 100)}% {'more' if timing.interval.estimate >= 1 else 'less'}"
     summary = {HOLDS: f"{cost} time per update, {timing.described()}",
                FAILS: f"{cost} time per update, not ~30%: {timing.described()}",
-               INCONCLUSIVE: f"undecided: {timing.described()} takes in ~30% and costs other than it"}[verdict]
+               INCONCLUSIVE: timing.undecided("~30% and costs other than it")}[verdict]
     thresholds = {"time_ratio": Threshold(CLAIMED_COST.low, f"95% interval within [{CLAIMED_COST.low}, "
                                           f"{CLAIMED_COST.high})", COST_ORIGIN + "; " + TIMING_RULE + "; " +
                                           TIMING_ORIGIN)}

@@ -88,8 +88,7 @@ def _faster(fused: list[RunRecord], reference: list[RunRecord], same_work: bool 
     summary = {HOLDS: f"faster on {timing.device} by {fmt(speedup)}×: {timing.described()}",
                FAILS: f"not faster on {timing.device} by more than {fmt(NOISE_THRESHOLD * 100)}% "
                       f"({fmt(speedup)}×): {timing.described()}",
-               INCONCLUSIVE: f"undecided on {timing.device}: {timing.described()} takes in both a speed-up and "
-                             f"none"}[verdict]
+               INCONCLUSIVE: f"on {timing.device}, {timing.undecided('both a speed-up and none')}"}[verdict]
     if not same_work:
         verdict = INCONCLUSIVE
         summary = (f"not judged: the fused runs do not make K=1's updates (inner_steps.identical fails), so "

@@ -124,6 +124,6 @@ def _time(label: str, fast: list[RunRecord], full: list[RunRecord], same: str | 
             f"chunks ({timing.clock}) on {timing.device}: the ratio's 95% interval against 1")
     verdict = timing.judge(UNCLAIMED_BAND)
     summary = {HOLDS: f"faster: {timing.described()}", FAILS: f"not faster: {timing.described()}",
-               INCONCLUSIVE: f"undecided: {timing.described()} takes in 1"}[verdict]
+               INCONCLUSIVE: timing.undecided("1")}[verdict]
     thresholds = {"time_ratio": Threshold(1.0, "95% interval below 1", TIMING_RULE + "; " + TIMING_ORIGIN)}
     return FASTER.verdict(name, test, verdict, summary + timing.warning(verdict), timing.evidence(), thresholds, runs)
