@@ -8,7 +8,8 @@
 #   OUT=/tmp/x bash scripts/device_check.sh --dry-run [STEP ...]   # the same path on a CPU with tiny settings
 #
 # Steps: the claim sweeps (accumulation inner_steps checkpoint offload substeps phases resume precision devices),
-# each followed by its report; functions (scripts/function_accuracy.py: the float32 accuracy of the activations and
+# each followed by its report; advise (crux-advise: the options to use on poisson1d on this machine, with
+# $ARGS_advise appended, e.g. "--budget 300 problem=heat1d"; its report and advice in reports/advise); functions (scripts/function_accuracy.py: the float32 accuracy of the activations and
 # of matrix products, on the accelerator and on the CPU); bench (crux-bench, with $BENCH_ARGS appended; with
 # BENCH_JNO=1, after `--prepare --jno`, jNO's rows of the standard problem too, its time to a first update among them);
 # anatomy (scripts/step_anatomy.py --profile: the device's time per instruction of a fused update, crux beside
@@ -65,7 +66,7 @@ python="$(cd "$(dirname "$python")" && pwd)/$(basename "$python")"  # absolute (
 sweeps=(accumulation inner_steps checkpoint offload substeps phases resume precision devices)
 jno_steps=(accumulation-jno inner_steps-jno checkpoint-jno offload-jno substeps-jno phases-jno resume-jno
            precision-jno fused)  # devices: the jNO backend trains on one device
-every_step=("${sweeps[@]}" functions bench anatomy capacity scale compile cache)
+every_step=("${sweeps[@]}" advise functions bench anatomy capacity scale compile cache)
 platform_flags=(--only-binary=:all: --python-version 3.11 --implementation cp --platform any)
 for tag in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 manylinux_2_17_x86_64 \
            manylinux2014_x86_64 manylinux1_x86_64; do
@@ -319,6 +320,11 @@ sweep() {
 }
 for name in "${chosen[@]}"; do
     case $name in
+        advise)
+            # shellcheck disable=SC2086
+            step advise 60 0 "$python" -m cruxlab.commands.advise --out "$work/reports/advise" \
+                $( ((dry)) && echo "--budget 16 solver.epochs=20 model.width=8 model.depth=1" ) ${ARGS_advise:-} \
+                "hydra.sweep.dir=$work/multirun/advise" ;;
         functions)
             step functions 20 120 "$python" "$root/scripts/function_accuracy.py" --out "$work/function_accuracy.json" \
                 $( ((dry)) && echo "--points 1001" ) ;;
