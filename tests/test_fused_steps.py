@@ -13,19 +13,25 @@ from crux.solver import Machinery
 from crux_testing import EPS32, CompileStages, poisson, relative, train
 
 EPOCHS = 40
-# Fusing changes which program runs the arithmetic, not the arithmetic: XLA may fuse the loop body a little
-# differently, a few ulp per update. Over 40 Adam updates relative to the distance travelled that stays
-# within ~10 eps; 100 eps is the bound (measured: 0 to 2 eps).
+# Fusing changes which program runs the arithmetic, not the arithmetic. On a full batch XLA may fuse the loop
+# body a little differently, a few ulp per update: over 40 Adam updates, relative to the distance travelled,
+# that stays within ~10 eps; 100 eps is the bound (measured: 0.87 eps on a CPU). On mini-batches, whose points
+# are gathered inside the update, the fused and the single updates are the same program: bit for bit.
 ROUND_OFF = 100 * EPS32
 
 
 @pytest.mark.parametrize("options", [{}, {"batchsize": 8, "accumulation_steps": 4}, {"batchsize": 16}],
                          ids=["full-batch", "accumulation", "mini-batch"])
 def test_inner_steps_equal_single_steps(options):
+    """docs/api.md's promise: bit for bit on mini-batches, to round-off on the full batch."""
     initial, single, stats_1 = train(poisson(optax.adam), EPOCHS, inner_steps=1, **options)
     _, fused, stats_10 = train(poisson(optax.adam), EPOCHS, inner_steps=10, **options)
     assert len(stats_10.total_loss) == len(stats_1.total_loss) == EPOCHS
     np.testing.assert_array_equal(stats_10.epoch, np.arange(EPOCHS))
+    if options.get("batchsize"):
+        np.testing.assert_array_equal(stats_10.losses, stats_1.losses)
+        np.testing.assert_array_equal(fused, single)
+        return
     np.testing.assert_allclose(stats_10.losses, stats_1.losses, rtol=ROUND_OFF)
     assert relative(fused, single, np.linalg.norm(single - initial)) < ROUND_OFF
 

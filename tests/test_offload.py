@@ -10,10 +10,11 @@ import pytest
 import crux
 from crux import batching
 
-from crux_testing import EPS32, poisson, relative, train
+from crux_testing import EPS32, poisson, train
 
-# The host gathers exactly the points the device would (same indices, same float32 values): the only
-# difference is the compiled program around them, a few ulp per update (measured: 0).
+# The host gathers exactly the points the device would (same indices, same float32 values), and the update
+# computes on them what it computes on the device's: the same numbers, bit for bit (docs/api.md). A later
+# solve() that changes how the batches come (test_a_later_offloaded_solve_...) is held to round-off: 100 eps.
 ROUND_OFF = 100 * EPS32
 
 
@@ -25,10 +26,10 @@ def test_offload_equals_device_batching_and_puts_no_more_arguments_on_the_device
     """The interior's 256 points: streamed in batches of 16, 4 × 8 and 5 updates of 16 a call; fused 10 updates of
     4 × 8 a call (320 points) they travel whole and the call draws from them. The boundary's 2 points, in every
     micro-batch, always travel whole."""
-    initial, device, stats_device = train(poisson(optax.adam), 30, **options)
+    _, device, stats_device = train(poisson(optax.adam), 30, **options)
     _, host, stats_host = train(poisson(optax.adam), 30, offload_data=True, **options)
-    np.testing.assert_allclose(stats_host.losses, stats_device.losses, rtol=ROUND_OFF)
-    assert relative(host, device, np.linalg.norm(device - initial)) < ROUND_OFF
+    np.testing.assert_array_equal(stats_host.losses, stats_device.losses)
+    np.testing.assert_array_equal(host, device)
     assert stats_host.memory["argument_bytes"] <= stats_device.memory["argument_bytes"]
 
 
