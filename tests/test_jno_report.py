@@ -107,18 +107,19 @@ def test_one_parent_run_is_reported_alone(store, tmp_path, monkeypatch):
 
 
 def test_crux_against_jno_compares_the_claims_both_judge(store, tmp_path):
-    """crux-report NAME --against URI#jno: crux's newest sweep against jNO's in the same store, claim by claim."""
+    """crux-report NAME --against URI#jno: crux's newest sweep against jNO's in the same store, claim by claim, jNO's
+    (the --against side) first."""
     uri, _ = store
     assert main(["accumulation", "--tracking-uri", uri, "--against", f"{uri}#jno", "--out", str(tmp_path)]) == 0
     comparison = json.loads((tmp_path / "comparison.json").read_text())
-    assert (comparison["sides"]["this"]["library"], comparison["sides"]["other"]["library"]) == ("crux", "jno")
+    assert (comparison["sides"]["before"]["library"], comparison["sides"]["after"]["library"]) == ("jno", "crux")
     rows = {row["id"]: row for row in comparison["rows"]}
     noise = rows["accumulation.noise[b8_acc4]"]
-    assert noise["compared"] and noise["this"]["verdict"] == noise["other"]["verdict"] == HOLDS
+    assert noise["compared"] and noise["before"]["verdict"] == noise["after"]["verdict"] == HOLDS
     assert not rows["accumulation.effective_batch[b8_acc4]"]["compared"]  # judged on crux's point stream alone
     assert [test["test"] for test in noise["tests"]] == ["verdict", "standard errors"]
     memory = rows["accumulation.memory[b8_acc4]"]  # jNO reports no compiled memory: nothing to judge it by
-    assert memory["changed"] and (memory["this"]["verdict"], memory["other"]["verdict"]) == (HOLDS, "inconclusive")
+    assert memory["changed"] and (memory["before"]["verdict"], memory["after"]["verdict"]) == ("inconclusive", HOLDS)
 
 
 def test_the_results_table_has_a_row_per_library(store):

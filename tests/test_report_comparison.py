@@ -69,7 +69,7 @@ def test_two_sweeps_of_the_same_runs_never_change(honest):
     comparison = compare(sweep("p1", honest), sweep("p2", again))
     assert not comparison.changed
     effective = row(comparison, "accumulation.effective_batch")
-    assert effective.this.verdict == effective.other.verdict == HOLDS
+    assert effective.before.verdict == effective.after.verdict == HOLDS
     assert {t.rule for t in effective.tests} == {VERDICT, OWN_BOUNDS}
     assert len(effective.tests) == 5  # the verdict, and both distances and histories against one bound each
     memory = row(comparison, "accumulation.memory")
@@ -81,7 +81,7 @@ def test_accumulation_that_keeps_only_the_last_micro_batch_flips_the_effective_b
     broken = accumulation_runs(Machinery(primitives=Primitives(accumulate=lambda total, new: new)))
     comparison = compare(sweep("honest", honest), sweep("broken", broken))
     effective = row(comparison, "accumulation.effective_batch")
-    assert (effective.this.verdict, effective.other.verdict) == (HOLDS, FAILS)
+    assert (effective.before.verdict, effective.after.verdict) == (HOLDS, FAILS)
     assert effective.changed and effective.flipped
     moved = {t.figure: t for t in effective.tests if t.changed}
     assert set(moved) >= {"verdict", "vs_NxB_batch_parameter_distance"}  # it left the big batch's trajectory
@@ -109,7 +109,7 @@ def test_a_timing_changed_only_where_the_two_intervals_do_not_overlap(other_low,
                      "time_ratio_high": other_high}, {"time_ratio": 0.95})
     (_, test) = changes_between(this, other)
     assert (test.rule, test.figure, test.changed) == (INTERVALS, "time_ratio", changed)
-    assert test.this == "0.6 (0.5–0.7)"
+    assert test.before == "0.6 (0.5–0.7)"
 
 
 def test_a_ratio_of_sampled_variances_is_held_to_three_standard_errors_of_its_log():
@@ -140,13 +140,13 @@ def test_compiled_bytes_change_by_a_single_byte():
     this = verdict({"temp_bytes_NxB": 7568.0}, {"temp_bytes_NxB": 18688.0})
     assert not changes_between(this, verdict({"temp_bytes_NxB": 7568.0}, {"temp_bytes_NxB": 18688.0}))[1].changed
     test = changes_between(this, verdict({"temp_bytes_NxB": 7569.0}, {"temp_bytes_NxB": 18688.0}))[1]
-    assert (test.rule, test.changed, test.other) == (EXACT, True, "7,569 bytes (bound 18,688 bytes)")
+    assert (test.rule, test.changed, test.after) == (EXACT, True, "7,569 bytes (bound 18,688 bytes)")
 
 
 def test_a_verdict_without_figures_on_one_side_is_tested_by_its_verdict_alone():
     this = verdict({"parameter_distance": 1e-8}, {"parameter_distance": 1e-4})
     lacking = verdict({}, outcome=INCONCLUSIVE)
-    assert [(t.rule, t.this, t.other, t.changed) for t in changes_between(this, lacking)] == [
+    assert [(t.rule, t.before, t.after, t.changed) for t in changes_between(this, lacking)] == [
         (VERDICT, HOLDS, INCONCLUSIVE, True)]
 
 
@@ -170,7 +170,7 @@ def test_a_fused_loop_that_got_slower_changes_the_speed_claim_and_nothing_else()
     comparison = compare(fused_sweep("before", 0.5), fused_sweep("after", 0.8))
     assert [r.id for r in comparison.changed] == ["inner_steps.faster[K=10]"]
     faster = comparison.changed[0]
-    assert (faster.this.verdict, faster.other.verdict) == (HOLDS, HOLDS)  # faster both times, not as fast
+    assert (faster.before.verdict, faster.after.verdict) == (HOLDS, HOLDS)  # faster both times, not as fast
     (moved,) = [t for t in faster.tests if t.changed]
     assert (moved.rule, moved.figure, moved.detail) == (INTERVALS, "time_ratio", "the intervals do not overlap")
     text = comparison_markdown(comparison, [])
@@ -181,12 +181,13 @@ def test_a_fused_loop_that_got_slower_changes_the_speed_claim_and_nothing_else()
 
 
 def test_sweeps_of_different_claims_or_of_no_common_variant_are_refused(honest):
-    with pytest.raises(Refused, match=r"^the sweeps judge different claims \(this: accumulation; other: "
+    with pytest.raises(Refused, match=r"^the sweeps judge different claims \(parent run a: accumulation; parent run b: "
                                       r"inner_steps\): .* --claim$"):
         compare(sweep("a", honest), sweep("b", honest, ["inner_steps"]))
     assert compare(sweep("a", honest), sweep("b", honest, ["inner_steps"]), ["accumulation"]).claims == (
         "accumulation",)
-    with pytest.raises(Refused, match=r"^no variant is in both sweeps \(this: b4_acc4, b16, b4; other: full K=10\)"):
+    with pytest.raises(Refused, match=r"^no variant is in both sweeps \(an unrecorded device: b4_acc4, b16, b4; "
+                                      r"cpu \(Test CPU\): full K=10\)"):
         compare(sweep("a", honest), sweep("b", [timed("k10", 0.5, 10)]))
     with pytest.raises(Refused, match="both sides are the sweep of parent run a"):
         compare(sweep("a", honest), sweep("a", honest))
@@ -199,10 +200,10 @@ def test_a_jno_verdict_on_points_sits_in_cruxs_row(honest):
     comparison = compare(sweep("crux", honest), sweep("jno", jno, backend="jno"))
     assert comparison.common_variants == ["b4_acc4", "b16", "b4"]
     memory = row(comparison, "accumulation.memory[b4_acc4]")
-    assert memory.other is not None and memory.other.id == "accumulation.memory[b4_acc4,batching=points]"
+    assert memory.after is not None and memory.after.id == "accumulation.memory[b4_acc4,batching=points]"
     # the effective batch needs crux's point stream: judged on crux's side alone, not compared
     effective = row(comparison, "accumulation.effective_batch")
-    assert effective.other is None and effective.tests == () and not effective.changed
+    assert effective.after is None and effective.tests == () and not effective.changed
 
 
 def test_the_results_table_gives_each_machines_verdicts_and_what_changed(honest):
@@ -210,7 +211,7 @@ def test_the_results_table_gives_each_machines_verdicts_and_what_changed(honest)
 
     broken = accumulation_runs(Machinery(primitives=Primitives(accumulate=lambda total, new: new)))
     comparison = compare(sweep("cpu", honest), sweep("tpu", broken), roles=("CPU", "TPU"))
-    rows = [SweepRow("accumulation", (comparison.this, comparison.other), (comparison,))]
+    rows = [SweepRow("accumulation", (comparison.before, comparison.after), (comparison,))]
     lines = table(rows, [Column("CPU", ("cpu.db.gz",)), Column("TPU", ("tpu.db.gz",))], {("accumulation", 1): "c.md"},
                   "python -m cruxlab.report.results CPU=cpu.db.gz TPU=tpu.db.gz")
     assert lines[0].startswith("<!-- verdicts table") and lines[-1] == "<!-- end of verdicts table -->"
@@ -218,7 +219,7 @@ def test_the_results_table_gives_each_machines_verdicts_and_what_changed(honest)
     (line,) = [l for l in lines if l.startswith("| accumulation |")]
     cells = [c.strip() for c in line.strip("|").split(" | ")]
     assert cells[:2] == ["accumulation", "3"]
-    assert cells[2] == cell(comparison.this.verdicts) == "effective_batch **holds**; memory **holds**; noise " \
+    assert cells[2] == cell(comparison.before.verdicts) == "effective_batch **holds**; memory **holds**; noise " \
                                                           "**inconclusive**"
     assert cells[3].startswith("effective_batch **fails**")
     assert cells[4].startswith("effective_batch[b4_acc4]: verdict holds → fails;") and cells[4].endswith("([comparison](c.md))")
@@ -237,7 +238,7 @@ def test_a_columns_note_names_its_software_once_and_counts_its_crux_builds(hones
 
     default, highest = sweep("a", ran(honest, "default", "aaa")), sweep("b", ran(honest, "highest", "bbb"))
     comparison = compare(default, highest, roles=("x", "y"))
-    rows = [SweepRow("accumulation", (comparison.this,), ()), SweepRow("precision", (comparison.other,), ())]
+    rows = [SweepRow("accumulation", (comparison.before,), ()), SweepRow("precision", (comparison.after,), ())]
     (note,) = [line for line in table(rows, [Column("TPU", ("t1.db.xz", "t2.db.xz"))]) if line.startswith("- **TPU**")]
     assert note.startswith("- **TPU** (`t1.db.xz`, `t2.db.xz`): tpu (TPU v5 lite); jax 0.10.2, jaxlib 0.10.2, optax 0.2.8 "
                            "on tpu (TPU v5 lite); crux in 2 builds (each sweep's report names its own")
@@ -249,7 +250,7 @@ def test_a_results_cell_says_how_many_jobs_of_an_incomplete_sweep_finished(hones
     from cruxlab.report.results import side_cell
 
     comparison = compare(sweep("cpu", honest), sweep("tpu", honest), roles=("CPU", "TPU"))
-    complete = comparison.other
+    complete = comparison.after
     assert side_cell(complete) == cell(complete.verdicts) and side_cell(None) == "not run"
     killed = JobAccount("KILLED", planned=5, plan_recorded=True,
                         finished={r.run_id: r.label for r in honest},
@@ -268,4 +269,64 @@ def test_the_side_table_puts_each_sweeps_machine_under_its_own_role(honest):
 
     comparison = compare(sweep("cpu", on("cpu", "cpu")), sweep("tpu", on("tpu", "TPU v5 lite")), roles=("CPU", "TPU"))
     lines = comparison_markdown(comparison, []).splitlines()
-    assert "| | CPU | TPU |" in lines and "| device | cpu | tpu (TPU v5 lite) |" in lines
+    assert "| | before: CPU | after: TPU |" in lines and "| device | cpu | tpu (TPU v5 lite) |" in lines
+
+
+def test_against_reads_the_other_sweep_as_before_so_that_a_regression_reads_holds_then_fails(honest, monkeypatch,
+                                                                                            tmp_path):
+    """The before-and-after-a-commit recipe: the older sweep held, the newer one (micro-batch gradients that
+    replace their sum) fails, and `crux-report NAME --against OLDER` says holds → fails, the older sweep first in
+    every table, the terminal's, the report's and the figure's legend, each side named by the crux that ran."""
+    from cruxlab.report import against, comparison_figures
+    from cruxlab.report.comparison_document import comparison_table
+
+    def built(records, commit):
+        return [dataclasses.replace(r, environment={**r.environment, "crux_commit": commit}) for r in records]
+
+    broken = accumulation_runs(Machinery(primitives=Primitives(accumulate=lambda total, new: new)))
+    older, newer = sweep("older", built(honest, "1a2b3c4d5e6f")), sweep("newer", built(broken, "5d6e7f8a9b0c"))
+    monkeypatch.setattr(against, "this_sweep", lambda name, parent, uri: newer)
+    monkeypatch.setattr(against, "load_sweep", lambda name, parent, uri, backend: older)
+    comparison = against.compare_against("accumulation", None, None, "sqlite:///older.db#older")
+    assert (comparison.before.sweep, comparison.after.sweep) == (older, newer)
+    assert (comparison.before.role, comparison.after.role) == ("crux 1a2b3c4d5e", "crux 5d6e7f8a9b")
+    effective = row(comparison, "accumulation.effective_batch")
+    assert (effective.before.verdict, effective.after.verdict) == (HOLDS, FAILS)
+    assert effective.why.startswith("verdict holds → fails")
+    table_lines = comparison_table(comparison).splitlines()
+    assert table_lines[:2] == ["before: crux 1a2b3c4d5e", "after:  crux 5d6e7f8a9b"]
+    (line,) = [l for l in table_lines if l.startswith("accumulation.effective_batch")]
+    assert line.split()[1:3] == [HOLDS, FAILS]
+    text = comparison_markdown(comparison, [])
+    assert text.startswith("# crux comparison: accumulation, crux 1a2b3c4d5e → crux 5d6e7f8a9b\n")
+    assert "| claim | before: crux 1a2b3c4d5e | after: crux 5d6e7f8a9b | changed | what moved (before → after) |" in text
+    assert "| accumulation.effective_batch[b4_acc4] | **holds** | **fails** | **changed** | verdict holds → fails" in text
+    document = json.loads(comparison_json(comparison))
+    assert (document["sides"]["before"]["parent_run"], document["sides"]["after"]["parent_run"]) == ("older", "newer")
+    drawn = []
+    monkeypatch.setattr(comparison_figures, "save_figure", lambda fig, out, name: drawn.append(fig) or f"{name}.png")
+    comparison_figures.histories_figure(comparison, tmp_path)
+    (figure,) = drawn
+    assert [t.get_text() for t in figure.axes[0].get_legend().get_texts()] == ["before: crux 1a2b3c4d5e",
+                                                                               "after: crux 5d6e7f8a9b"]
+
+
+@pytest.mark.parametrize("change, names", [
+    ({"device_kind": "TPU v5 lite", "backend": "tpu"}, ("cpu", "tpu (TPU v5 lite)")),
+    ({"crux_files_sha256": "bbbbbbbbbbbbbbbb"}, ("crux 0.1.0 sha256 aaaaaaaaaa", "crux 0.1.0 sha256 bbbbbbbbbb")),
+])
+def test_each_side_is_named_by_what_differs_between_the_two(honest, change, names):
+    alike = {"backend": "cpu", "device_kind": "cpu", "crux_version": "0.1.0", "crux_files_sha256": "aaaaaaaaaaaaaaaa"}
+
+    def ran(parent, environment, overrides="memory=b4 hydra.sweep.dir=/tmp/x"):
+        records = [dataclasses.replace(r, environment=environment) for r in honest]
+        tags = {contract.CLAIMS: json.dumps(["accumulation"]), contract.OVERRIDES: overrides}
+        return Sweep("accumulation", "sqlite:///x.db", "1", parent, tags, records)
+
+    comparison = compare(ran("p1", alike), ran("p2", {**alike, **change}))
+    assert (comparison.before.role, comparison.after.role) == names
+    # overrides: only those one side ran with, never where the output went
+    other = compare(ran("p1", alike), ran("p2", alike, "memory=b4 repeat=1 hydra.sweep.dir=/tmp/y"))
+    assert (other.before.role, other.after.role) == ("without repeat=1", "repeat=1")
+    same = compare(ran("p1", alike), ran("p2", alike))
+    assert (same.before.role, same.after.role) == ("parent run p1", "parent run p2")

@@ -103,8 +103,9 @@ def test_two_runs_of_one_sweep_are_never_changed(packed, tmp_path):
     found = rows(comparison)
     assert set(found) == {"accumulation.effective_batch[b8_acc4]", "accumulation.memory[b8_acc4]",
                           "accumulation.noise[b8_acc4]"}
-    assert all(row["compared"] and not row["changed"] and row["this"]["verdict"] == HOLDS for row in found.values())
-    assert (comparison["sides"]["this"]["parent_run"], comparison["sides"]["other"]["parent_run"]) == (second, first)
+    assert all(row["compared"] and not row["changed"] and row["after"]["verdict"] == HOLDS for row in found.values())
+    # --against names the earlier sweep: it is read first
+    assert (comparison["sides"]["before"]["parent_run"], comparison["sides"]["after"]["parent_run"]) == (first, second)
     text = (tmp_path / "report.md").read_text()
     assert "**3 claim(s) compared: none changed.**" in text and "![" in text
     assert (tmp_path / "histories.png").stat().st_size > 10_000
@@ -117,8 +118,9 @@ def test_sweeps_without_a_common_variant_are_refused_in_one_line(packed, tmp_pat
                           capture_output=True, text=True, timeout=600, env={**os.environ, "TMPDIR": str(tmp_path)})
     assert done.returncode == 2
     (line,) = done.stderr.splitlines()
-    assert line == ("crux-report: no variant is in both sweeps (this: b32, b8, b8_acc4; other: default): they ran "
-                    "different settings")
+    assert line == ("crux-report: no variant is in both sweeps (solver.epochs=5 memory=full gradient_draws=0: default; "
+                    "solver.epochs=20 memory=b8,b32,b8_acc4 gradient_draws=16: b32, b8, b8_acc4): they ran different "
+                    "settings")
     assert not (tmp_path / "r").exists()
 
 
@@ -129,18 +131,19 @@ def tracking_server(tmp_path, empty_store) -> Iterator[str]:
 
 
 def test_broken_accumulation_on_a_server_flips_the_effective_batch(packed, tracking_server, tmp_path):
-    """The other side is a sweep whose micro-batch gradients replace their sum, logged through a tracking server."""
+    """A sweep whose micro-batch gradients replace their sum, logged through a tracking server, against the honest
+    one: read before → after, holds → fails."""
     store, (first, _, _), _ = packed
     broken = sweep(tmp_path, tracking_server, "accumulation", ACCUMULATION, "broken_accumulation")
-    code, comparison = report("accumulation", "--tracking-uri", store, "--run", first, "--against",
-                              tracking_server, "--strict", "--out", str(tmp_path / "strict"))
+    code, comparison = report("accumulation", "--tracking-uri", tracking_server, "--against", f"{store}#{first}",
+                              "--strict", "--out", str(tmp_path / "strict"))
     assert code == 1
     effective = rows(comparison)["accumulation.effective_batch[b8_acc4]"]
-    assert (effective["this"]["verdict"], effective["other"]["verdict"]) == (HOLDS, FAILS)
+    assert (effective["before"]["verdict"], effective["after"]["verdict"]) == (HOLDS, FAILS)
     assert effective["changed"] and effective["flipped"]
-    assert comparison["sides"]["other"]["parent_run"] == broken
-    assert comparison["sides"]["other"]["store"] == tracking_server
-    assert main(["accumulation", "--tracking-uri", store, "--run", first, "--against", tracking_server, "--out",
+    assert comparison["sides"]["after"]["parent_run"] == broken
+    assert comparison["sides"]["after"]["store"] == tracking_server
+    assert main(["accumulation", "--tracking-uri", tracking_server, "--against", f"{store}#{first}", "--out",
                  str(tmp_path / "plain")]) == 0  # without --strict a change is a finding, not a failure
 
 
@@ -155,7 +158,7 @@ def fused(tmp_path_factory) -> tuple[Path, Path]:
 
 def test_a_slowed_fused_loop_is_caught_by_strict(fused, tmp_path):
     honest, slowed = (f"sqlite:///{folder / 'mlflow.db'}" for folder in fused)
-    code, comparison = report("inner_steps", "--tracking-uri", honest, "--against", slowed, "--strict", "--out",
+    code, comparison = report("inner_steps", "--tracking-uri", slowed, "--against", honest, "--strict", "--out",
                               str(tmp_path))
     assert code == 1
     found = rows(comparison)
@@ -163,8 +166,8 @@ def test_a_slowed_fused_loop_is_caught_by_strict(fused, tmp_path):
     faster = found["inner_steps.faster[K=10]"]
     (timing,) = [test for test in faster["tests"] if test["figure"] == "time_ratio"]
     assert (timing["test"], timing["changed"], timing["detail"]) == (INTERVALS, True, "the intervals do not overlap")
-    this, other = (faster[side]["figures"]["time_ratio"] for side in ("this", "other"))
-    assert this["high"] < other["low"]  # slower: the whole interval moved up
+    before, after = (faster[side]["figures"]["time_ratio"] for side in ("before", "after"))
+    assert before["high"] < after["low"]  # slower: the whole interval moved up
     assert (tmp_path / "timing.png").stat().st_size > 5_000
     assert [t["test"] for t in faster["tests"]][0] == VERDICT
 

@@ -5,6 +5,9 @@ newest), of crux's own sweeps where the experiment has sweeps of several librari
 ``NAME`` at ``URI``: the parent run after ``#``, or the newest complete sweep of the library named after ``#``
 (``#jno``), else the newest complete sweep of this side's library. ``URI`` is any store crux-report reads, a
 store packed as files included (:mod:`cruxlab.report.packed`).
+
+The other side is read as *before* and this one as *after*: ``--against`` names what a sweep is held against,
+the older sweep of a commit's before-and-after, the other machine, the other library.
 """
 from __future__ import annotations
 
@@ -40,10 +43,10 @@ def this_sweep(name: str, parent: str | None, uri: str | None) -> Sweep:
 
 def compare_against(name: str, parent: str | None, uri: str | None, against: str,
                     claims: Sequence[str] | None = None) -> Comparison:
-    """This store's sweep of ``name`` against the one ``against`` names, judged on ``claims`` (default: the
-    claims the sweeps name). Raises StoreError where a store, sweep or run cannot be read, and
+    """The sweep ``against`` names (before) and this store's sweep of ``name`` (after), judged on ``claims``
+    (default: the claims the sweeps name). Raises StoreError where a store, sweep or run cannot be read, and
     :class:`cruxlab.report.comparison.Refused` where the two cannot be compared."""
     other_uri, other_parent, backend = split_against(against)
     this = this_sweep(name, parent, uri)
     other = load_sweep(name, other_parent, other_uri, None if other_parent else backend or this.backend)
-    return compare(this, other, claims)
+    return compare(other, this, claims)

@@ -120,54 +120,54 @@ def key_figures(verdict: Verdict) -> dict[str, Figure]:
 
 @dataclass(frozen=True)
 class FigureTest:
-    """One test between the two sides, of the verdict or of one key figure: what each side reported, and what
-    the test made of the two (``detail``)."""
+    """One test between the two sides, of the verdict or of one key figure: what each side reported (the earlier
+    side ``before``), and what the test made of the two (``detail``)."""
 
     figure: str
     rule: str  # a key of RULES
-    this: str
-    other: str
+    before: str
+    after: str
     changed: bool
     detail: str = ""
 
     def as_dict(self) -> dict[str, str | bool]:
-        return {"figure": self.figure, "test": self.rule, "this": self.this, "other": self.other,
+        return {"figure": self.figure, "test": self.rule, "before": self.before, "after": self.after,
                 "changed": self.changed, "detail": self.detail}
 
 
-def figure_test(this: Figure, other: Figure) -> FigureTest | None:
+def figure_test(before: Figure, after: Figure) -> FigureTest | None:
     """The test between one figure on both sides, by its kind (None where it cannot be tested: a number that
     is not one, or a figure the two sides report differently)."""
-    if math.isnan(this.value) or math.isnan(other.value):
+    if math.isnan(before.value) or math.isnan(after.value):
         return None
-    mine, theirs = this.described(), other.described()
-    if None not in (this.low, this.high, other.low, other.high):
-        apart = this.high < other.low or other.high < this.low
-        return FigureTest(this.name, INTERVALS, mine, theirs, apart,
+    earlier, later = before.described(), after.described()
+    if None not in (before.low, before.high, after.low, after.high):
+        apart = before.high < after.low or after.high < before.low
+        return FigureTest(before.name, INTERVALS, earlier, later, apart,
                     "the intervals do not overlap" if apart else "the intervals overlap")
-    if this.log_error is not None and other.log_error is not None:
-        if min(this.value, other.value) <= 0:
+    if before.log_error is not None and after.log_error is not None:
+        if min(before.value, after.value) <= 0:
             return None
-        allowed = STANDARD_ERRORS * math.hypot(this.log_error, other.log_error)
-        distance = abs(math.log(this.value) - math.log(other.value))
-        return FigureTest(this.name, STANDARD_ERRORS_APART, mine, theirs, distance > allowed,
+        allowed = STANDARD_ERRORS * math.hypot(before.log_error, after.log_error)
+        distance = abs(math.log(before.value) - math.log(after.value))
+        return FigureTest(before.name, STANDARD_ERRORS_APART, earlier, later, distance > allowed,
                     f"|Δ log| {fmt(distance)} {'>' if distance > allowed else '≤'} {fmt(allowed)}")
-    if this.exact and other.exact:
-        differ = (this.value, this.bound) != (other.value, other.bound)
-        return FigureTest(this.name, EXACT, mine, theirs, differ, "they differ" if differ else "the same bytes")
-    if this.within is not None and other.within is not None:
-        sides = f"{'within' if this.within else 'beyond'} and {'within' if other.within else 'beyond'}"
-        return FigureTest(this.name, OWN_BOUNDS, mine, theirs, this.within != other.within, sides)
+    if before.exact and after.exact:
+        differ = (before.value, before.bound) != (after.value, after.bound)
+        return FigureTest(before.name, EXACT, earlier, later, differ, "they differ" if differ else "the same bytes")
+    if before.within is not None and after.within is not None:
+        sides = f"{'within' if before.within else 'beyond'} and {'within' if after.within else 'beyond'}"
+        return FigureTest(before.name, OWN_BOUNDS, earlier, later, before.within != after.within, sides)
     return None
 
 
-def changes_between(this: Verdict, other: Verdict) -> list[FigureTest]:
+def changes_between(before: Verdict, after: Verdict) -> list[FigureTest]:
     """The verdict's test, then one per key figure both sides report, in the figures' order."""
-    flipped = this.verdict != other.verdict
-    tests = [FigureTest("verdict", VERDICT, this.verdict, other.verdict, flipped, "flipped" if flipped else "")]
-    mine, theirs = key_figures(this), key_figures(other)
-    for name, figure in mine.items():
-        if name in theirs and (test := figure_test(figure, theirs[name])) is not None:
+    flipped = before.verdict != after.verdict
+    tests = [FigureTest("verdict", VERDICT, before.verdict, after.verdict, flipped, "flipped" if flipped else "")]
+    earlier, later = key_figures(before), key_figures(after)
+    for name, figure in earlier.items():
+        if name in later and (test := figure_test(figure, later[name])) is not None:
             tests.append(test)
     return tests
 

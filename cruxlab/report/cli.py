@@ -14,7 +14,9 @@ Writes report.md, verdicts.json and the figures into DIR (default
 reports/<sweep>/<UTC time>/ in the working directory), prints the verdicts and
 adds them to the description of the sweep's parent run in MLflow. With
 --against, writes the two sweeps' verdicts side by side instead, claim by claim,
-with whether each changed: report.md, comparison.json and the figures.
+with whether each changed: report.md, comparison.json and the figures. The
+--against sweep is read as before and this one as after (holds → fails is a
+regression), each side named by what differs between them.
 """
 from __future__ import annotations
 
@@ -97,8 +99,8 @@ def report_against(args: argparse.Namespace) -> int:
         return UNREAD
     out = args.out or default_out(args.name)
     write_comparison(out, comparison)
-    for side in (comparison.this, comparison.other):
-        print(f"{side.role}: sweep {side.sweep.name} at {masked(side.sweep.uri)}, parent run {side.sweep.parent_id}: "
+    for when, side in (("before", comparison.before), ("after", comparison.after)):
+        print(f"{when}: sweep {side.sweep.name} at {masked(side.sweep.uri)}, parent run {side.sweep.parent_id}: "
               f"{completeness(side.sweep)}")
     print(comparison_table(comparison))
     print(f"\nreport: {out / 'report.md'}")

@@ -1,5 +1,5 @@
 """A comparison's ``report.md`` and ``comparison.json``: written from the two sweeps' runs alone, so the same
-two sweeps give the same bytes."""
+two sweeps give the same bytes; the earlier side first, in every table, as ``before → after``."""
 from __future__ import annotations
 
 import json
@@ -19,14 +19,14 @@ def _verdict(verdict: Verdict | None) -> str:
 
 
 def _changed(row: Row) -> str:
-    if row.this is None or row.other is None:
+    if row.before is None or row.after is None:
         return "not compared: one side only"
     return "**changed**" if row.changed else "no"
 
 
 def changed_line(comparison: Comparison) -> str:
     """``3 claims compared: none changed`` or ``1 of 3 claims changed: …``."""
-    compared = [row for row in comparison.rows if row.this is not None and row.other is not None]
+    compared = [row for row in comparison.rows if row.before is not None and row.after is not None]
     changed = comparison.changed
     if not changed:
         return f"{len(compared)} claim(s) compared: none changed."
@@ -35,23 +35,30 @@ def changed_line(comparison: Comparison) -> str:
 
 
 def comparison_table(comparison: Comparison) -> str:
-    """Plain-text table for the terminal: per claim, both verdicts and whether it changed."""
-    this, other = comparison.this.role, comparison.other.role
+    """Plain-text table for the terminal: per claim, both verdicts (before, after) and whether it changed; the
+    sides' names above it."""
     width = max((len(row.id) for row in comparison.rows), default=5)
-    lines = [f"{'claim':<{width}}  {this:<13} {other:<13} changed", f"{'-' * width}  {'-' * 13} {'-' * 13} -------"]
+    lines = [f"before: {comparison.before.role}", f"after:  {comparison.after.role}", "",
+             f"{'claim':<{width}}  {'before':<13} {'after':<13} changed",
+             f"{'-' * width}  {'-' * 13} {'-' * 13} -------"]
     for row in comparison.rows:
-        mine, theirs = (v.verdict if v is not None else "–" for v in (row.this, row.other))
-        lines.append(f"{row.id:<{width}}  {mine:<13} {theirs:<13} {_changed(row).strip('*')}"
+        earlier, later = (v.verdict if v is not None else "–" for v in (row.before, row.after))
+        lines.append(f"{row.id:<{width}}  {earlier:<13} {later:<13} {_changed(row).strip('*')}"
                      + (f": {row.why}" if row.changed else ""))
     return "\n".join(lines + ["", changed_line(comparison)])
 
 
+def _header(comparison: Comparison) -> str:
+    """The two sides' columns: ``| | before: crux 1a2b3c4 | after: crux 5d6e7f8 |``."""
+    return f"| | before: {table_cell(comparison.before.role)} | after: {table_cell(comparison.after.role)} |"
+
+
 def _sides(comparison: Comparison) -> list[str]:
-    this, other = comparison.this, comparison.other
-    mine, theirs = this.ran_on(), other.ran_on()
-    lines = [f"| | {this.role} | {other.role} |", "|---|---|---|"]
-    lines += [f"| {key} | {table_cell(mine[key])} | {table_cell(theirs[key])} |" for key in mine]
-    lines.append(f"| variants | {table_cell(', '.join(this.variants))} | {table_cell(', '.join(other.variants))} |")
+    before, after = comparison.before, comparison.after
+    earlier, later = before.ran_on(), after.ran_on()
+    lines = [_header(comparison), "|---|---|---|"]
+    lines += [f"| {key} | {table_cell(earlier[key])} | {table_cell(later[key])} |" for key in earlier]
+    lines.append(f"| variants | {table_cell(', '.join(before.variants))} | {table_cell(', '.join(after.variants))} |")
     return lines
 
 
@@ -59,22 +66,22 @@ def _rules() -> list[str]:
     return [f"- **{name}**: {rule}" for name, rule in RULES.items()]
 
 
-def _row_section(row: Row, this: Side, other: Side) -> list[str]:
-    first = row.this or row.other
+def _row_section(row: Row, comparison: Comparison) -> list[str]:
+    first = row.before or row.after
     lines = [f"### {row.id}: {_changed(row)}", "", f"> {first.claim}", "", f"Quoted from {first.source}.", "",
-             f"| | {this.role} | {other.role} |", "|---|---|---|",
-             f"| verdict | {_verdict(row.this)} | {_verdict(row.other)} |",
-             f"| runs | {len(row.this.runs) if row.this else '–'} | {len(row.other.runs) if row.other else '–'} |",
-             f"| finding | {table_cell(row.this.summary) if row.this else '–'} | "
-             f"{table_cell(row.other.summary) if row.other else '–'} |"]
-    mine = key_figures(row.this) if row.this else {}
-    theirs = key_figures(row.other) if row.other else {}
-    for name in dict.fromkeys([*mine, *theirs]):
-        lines.append(f"| {table_cell(name)} | {table_cell(mine[name].described()) if name in mine else '–'} | "
-                     f"{table_cell(theirs[name].described()) if name in theirs else '–'} |")
+             _header(comparison), "|---|---|---|",
+             f"| verdict | {_verdict(row.before)} | {_verdict(row.after)} |",
+             f"| runs | {len(row.before.runs) if row.before else '–'} | {len(row.after.runs) if row.after else '–'} |",
+             f"| finding | {table_cell(row.before.summary) if row.before else '–'} | "
+             f"{table_cell(row.after.summary) if row.after else '–'} |"]
+    earlier = key_figures(row.before) if row.before else {}
+    later = key_figures(row.after) if row.after else {}
+    for name in dict.fromkeys([*earlier, *later]):
+        lines.append(f"| {table_cell(name)} | {table_cell(earlier[name].described()) if name in earlier else '–'} | "
+                     f"{table_cell(later[name].described()) if name in later else '–'} |")
     lines.append("")
     if row.tests:
-        lines += ["| test | figure | result |", "|---|---|---|"]
+        lines += ["| test | figure | result (before → after) |", "|---|---|---|"]
         lines += [f"| {test.rule} | {table_cell(test.figure)} | {'**changed**' if test.changed else 'same'}"
                   f"{': ' + table_cell(test.detail) if test.detail else ''} |" for test in row.tests]
         lines.append("")
@@ -83,29 +90,32 @@ def _row_section(row: Row, this: Side, other: Side) -> list[str]:
 
 def comparison_markdown(comparison: Comparison, figures: Sequence[Figure]) -> str:
     """The whole ``report.md`` of ``comparison``."""
-    this, other = comparison.this, comparison.other
-    lines = [f"# crux comparison: {comparison.name}, {this.role} against {other.role}", "",
-             f"Claims judged on both: {', '.join(comparison.claims)}. Each side is judged on its own runs, as "
+    before, after = comparison.before, comparison.after
+    lines = [f"# crux comparison: {comparison.name}, {before.role} → {after.role}", "",
+             f"Before: {before.role}; after: {after.role}; every table gives the earlier side first, and a change "
+             f"reads before → after. Claims judged on both: {', '.join(comparison.claims)}. Each side is judged on "
+             f"its own runs, as "
              f"`crux-report {comparison.name}` judges it; verdicts are matched by claim and setting "
              f"(`{SAME_AS_CRUX_BATCHING}`, jNO's form that batches as crux does, left out).", "",
              f"**{changed_line(comparison)}**", ""]
     lines += _sides(comparison) + [""]
-    lines += ["## Verdicts", "", f"| claim | {this.role} | {other.role} | changed | what moved |", "|---|---|---|---|---|"]
-    lines += [f"| {table_cell(row.id)} | {_verdict(row.this)} | {_verdict(row.other)} | {_changed(row)} | "
+    lines += ["## Verdicts", "", f"| claim | before: {table_cell(before.role)} | after: {table_cell(after.role)} | changed | "
+                                 f"what moved (before → after) |", "|---|---|---|---|---|"]
+    lines += [f"| {table_cell(row.id)} | {_verdict(row.before)} | {_verdict(row.after)} | {_changed(row)} | "
               f"{table_cell(row.why)} |" for row in comparison.rows]
     lines += ["", "## How a claim is tested for a change", "",
               "A claim changed when its verdict flipped, or when a key figure moved further than both sides' own "
               "spreads allow; the test depends on the figure:", ""] + _rules() + [""]
     lines += ["## Claims", ""]
     for row in comparison.rows:
-        lines += _row_section(row, this, other)
+        lines += _row_section(row, comparison)
     if figures:
         lines += ["## Figures", ""]
         lines += [line for figure in figures for line in (f"![{figure.caption}]({figure.file})", "",
                                                           f"*{figure.caption}.*", "")]
     lines += ["## Each side's own report", "", "```sh"]
     lines += [f"MLFLOW_TRACKING_URI={side.ran_on()['store']} crux-report {comparison.name} --run "
-              f"{side.sweep.parent_id}" for side in (this, other)]
+              f"{side.sweep.parent_id}" for side in (before, after)]
     lines += ["```", ""]
     return "\n".join(lines).rstrip() + "\n"
 
@@ -123,15 +133,15 @@ def _verdict_json(verdict: Verdict | None) -> dict | None:
 
 
 def comparison_json(comparison: Comparison) -> str:
-    """The ``comparison.json`` text: the sides, the tests' rules, and per claim both verdicts, their key
-    figures, the tests and ``changed``."""
+    """The ``comparison.json`` text: the sides (``before``, ``after``), the tests' rules, and per claim both
+    verdicts, their key figures, the tests and ``changed``."""
     entries = [{"id": row.id, "changed": row.changed, "flipped": row.flipped,
-                "compared": row.this is not None and row.other is not None,
-                "this": _verdict_json(row.this), "other": _verdict_json(row.other),
+                "compared": row.before is not None and row.after is not None,
+                "before": _verdict_json(row.before), "after": _verdict_json(row.after),
                 "tests": [test.as_dict() for test in row.tests]} for row in comparison.rows]
     document = {"name": comparison.name, "claims": list(comparison.claims),
-                "changed": bool(comparison.changed), "sides": {"this": _side_json(comparison.this),
-                                                              "other": _side_json(comparison.other)},
+                "changed": bool(comparison.changed), "sides": {"before": _side_json(comparison.before),
+                                                              "after": _side_json(comparison.after)},
                 "rules": RULES, "rows": entries}
     return json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 

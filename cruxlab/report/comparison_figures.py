@@ -1,5 +1,5 @@
 """The figures of a comparison: each variant's loss history on both sides overlaid, and each timing ratio with
-both sides' intervals."""
+both sides' intervals; each side named as the report names it, before first."""
 from __future__ import annotations
 
 import math
@@ -27,9 +27,9 @@ def first_runs(side: Side) -> dict[str, RunRecord]:
 def histories_figure(comparison: Comparison, out: Path) -> Figure | None:
     """One panel per variant both sides ran: loss/total of its first repeat on each side (None where no
     variant has a history on both)."""
-    mine, theirs = first_runs(comparison.this), first_runs(comparison.other)
+    earlier, later = first_runs(comparison.before), first_runs(comparison.after)
     variants = [v for v in comparison.common_variants
-                if "loss/total" in mine[v].histories and "loss/total" in theirs[v].histories]
+                if "loss/total" in earlier[v].histories and "loss/total" in later[v].histories]
     if not variants:
         return None
     plt = pyplot()
@@ -37,9 +37,11 @@ def histories_figure(comparison: Comparison, out: Path) -> Figure | None:
     columns = min(len(variants), COLUMNS)
     fig, axes = plt.subplots(rows, columns, figsize=(4.6 * columns, 3.3 * rows), squeeze=False)
     for ax, variant in zip(axes.flat, variants):
-        for side, run, style in ((comparison.this, mine[variant], "-"), (comparison.other, theirs[variant], "--")):
+        for when, side, run, style in (("before", comparison.before, earlier[variant], "--"),
+                                       ("after", comparison.after, later[variant], "-")):
             loss = np.asarray(run.histories["loss/total"], np.float64)
-            ax.semilogy(np.flatnonzero(np.isfinite(loss)), loss[np.isfinite(loss)], style, lw=1.2, label=side.role)
+            ax.semilogy(np.flatnonzero(np.isfinite(loss)), loss[np.isfinite(loss)], style, lw=1.2,
+                        label=f"{when}: {side.role}")
         ax.set_title(variant, fontsize=10)
         ax.set_xlabel("epoch")
         ax.set_ylabel("loss/total")
@@ -47,8 +49,8 @@ def histories_figure(comparison: Comparison, out: Path) -> Figure | None:
     for ax in list(axes.flat)[len(variants):]:
         ax.set_visible(False)
     file = save_figure(fig, out, "histories")
-    return Figure(file, f"loss/total of each variant's first repeat, {comparison.this.role} (solid) and "
-                        f"{comparison.other.role} (dashed)", comparison.name)
+    return Figure(file, f"loss/total of each variant's first repeat, before ({comparison.before.role}) dashed and "
+                        f"after ({comparison.after.role}) solid", comparison.name)
 
 
 def timing_figure(comparison: Comparison, out: Path) -> Figure | None:
@@ -56,9 +58,9 @@ def timing_figure(comparison: Comparison, out: Path) -> Figure | None:
     (None where no row has a timing on both sides)."""
     timed = []
     for row in comparison.rows:
-        if row.this is None or row.other is None:
+        if row.before is None or row.after is None:
             continue
-        pair = key_figures(row.this).get(TIMING), key_figures(row.other).get(TIMING)
+        pair = key_figures(row.before).get(TIMING), key_figures(row.after).get(TIMING)
         if None not in pair and all(f.low is not None and f.high is not None for f in pair):
             timed.append((row.id, pair))
     if not timed:
@@ -66,10 +68,10 @@ def timing_figure(comparison: Comparison, out: Path) -> Figure | None:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 0.9 + 0.7 * len(timed)))
     for i, (id, pair) in enumerate(timed):
-        for offset, side, figure, color in ((-0.15, comparison.this, pair[0], "C0"),
-                                            (0.15, comparison.other, pair[1], "C1")):
+        for offset, when, side, figure, color in ((-0.15, "before", comparison.before, pair[0], "C0"),
+                                                  (0.15, "after", comparison.after, pair[1], "C1")):
             ax.errorbar([figure.value], [i + offset], xerr=[[figure.value - figure.low], [figure.high - figure.value]],
-                        fmt="o", color=color, capsize=3, label=side.role if i == 0 else None)
+                        fmt="o", color=color, capsize=3, label=f"{when}: {side.role}" if i == 0 else None)
         if pair[0].bound is not None:
             ax.plot([pair[0].bound] * 2, [i - 0.4, i + 0.4], "k:", lw=1, label="bound" if i == 0 else None)
     ax.set_yticks(range(len(timed)), [id for id, _ in timed], fontsize=8)
@@ -78,8 +80,9 @@ def timing_figure(comparison: Comparison, out: Path) -> Figure | None:
     ax.set_xlabel("time ratio (candidate / reference), 95% interval")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     file = save_figure(fig, out, "timing")
-    return Figure(file, f"each paired timing's ratio and 95% interval, {comparison.this.role} and "
-                        f"{comparison.other.role}, with the bound its verdict holds it to (dotted)", comparison.name)
+    return Figure(file, f"each paired timing's ratio and 95% interval, before ({comparison.before.role}, above) and "
+                        f"after ({comparison.after.role}, below), with the bound its verdict holds it to (dotted)",
+                  comparison.name)
 
 
 def draw_comparison(comparison: Comparison, out: Path) -> list[Figure]:

@@ -140,9 +140,9 @@ def _judged(index: int, comparisons: Sequence[Comparison | str | None]) -> Side 
     """Column ``index``'s side as a comparison judged it, where one did: the first column's is judged alike by
     every comparison, each other column's by its own."""
     if index == 0:
-        return next((c.this for c in comparisons if isinstance(c, Comparison)), None)
+        return next((c.before for c in comparisons if isinstance(c, Comparison)), None)
     comparison = comparisons[index - 1]
-    return comparison.other if isinstance(comparison, Comparison) else None
+    return comparison.after if isinstance(comparison, Comparison) else None
 
 
 def kind(verdict: Verdict) -> tuple[str, str]:
