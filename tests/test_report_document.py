@@ -1,6 +1,7 @@
 """report.md and verdicts.json from records alone: missing jobs, non-finite evidence, the verdict table."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -131,3 +132,35 @@ def test_each_variant_shows_its_first_jobs_compile_beside_the_later_ones_and_the
     assert text[table + 2:table + 4] == ["| full | 2 | 3 | 0.1 | 1 | 75% |", "| full K=5 | 2 | 6 | 0.3 | 2 | 75% |"]
     assert ("The first jobs spent 75% of their compile and training seconds compiling (9 of 12 s); the later jobs "
             "12% (0.4 of 3.4 s).") in text
+
+
+def test_a_report_reads_verdicts_first_and_gives_the_environment_and_config_once_with_each_runs_own():
+    """Two variants of two repeats each, alike but for their options, their repeat and the overrides that chose
+    them: the verdicts come first, every heading is unique, the environment and the config are printed once, and
+    per run only what sets it apart (one run that lacks an entry the others have says so)."""
+    def ran(run_id, repeat, **options):
+        r = record(run_id, 10, 1.0, **options)
+        k = options.get("inner_steps", 1)
+        environment = {"backend": "cpu", "versions": {"jax": "0.10.2"}, "overrides": [f"solver.inner_steps={k}",
+                                                                                      f"repeat={repeat}"]}
+        if run_id == "k5-b":
+            environment["cpu_count"] = 2
+        config = f"solver:\n  inner_steps: {k}\n  epochs: 10\nrepeat: {repeat}\nmodel:\n  width: 8\n"
+        return dataclasses.replace(r, repeat=repeat, environment=environment, config=config)
+
+    records = [ran("k1-a", 0), ran("k1-b", 1), ran("k5-a", 0, inner_steps=5), ran("k5-b", 1, inner_steps=5)]
+    text = report_markdown(sweep(records), judge(records, ["inner_steps"]), [], ["inner_steps"])
+    headings = [line for line in text.splitlines() if line.startswith("#")]
+    assert len(headings) == len(set(headings)), headings
+    assert headings[:2] == ["# crux claim report: inner_steps", "## Verdicts"]
+    assert text.count("```json") == 1 and text.count("```yaml") == 1
+    environment = text.split("## Environment")[1].split("## Resolved config")[0]
+    assert json.loads(environment.split("```json\n")[1].split("```")[0]) == {"backend": "cpu",
+                                                                              "versions": {"jax": "0.10.2"}}
+    assert ('| `k5-b` | full K=5 | 1 | `overrides` = ["solver.inner_steps=5", "repeat=1"]; `cpu_count` = 2 |'
+            in environment)
+    assert '| `k1-a` | full | 0 | `overrides` = ["solver.inner_steps=1", "repeat=0"]; `cpu_count` = (absent) |' \
+        in environment
+    config = text.split("## Resolved config")[1]
+    assert config.split("```yaml\n")[1].split("```")[0] == "solver:\n  epochs: 10\nmodel:\n  width: 8\n"
+    assert "| `k5-a` | full K=5 | 0 | `solver.inner_steps` = 5; `repeat` = 0 |" in config

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
+import yaml
 
 from cruxlab.report.figures import Figure
 from cruxlab.report.run_records import RunRecord, describe
@@ -149,15 +150,67 @@ def _time_rows(records: Sequence[RunRecord]) -> list[str]:
     return lines
 
 
+ABSENT = "(absent)"
+"""How a run's entry reads where the run did not record it."""
+
+
+def _flat(tree: Mapping, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], object]:
+    """``tree``'s leaves by their path (a mapping that holds nothing is a leaf, lists are leaves)."""
+    leaves: dict[tuple[str, ...], object] = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping) and value:
+            leaves.update(_flat(value, (*prefix, str(key))))
+        else:
+            leaves[(*prefix, str(key))] = value
+    return leaves
+
+
+def _nested(leaves: Mapping[tuple[str, ...], object]) -> dict:
+    tree: dict = {}
+    for path, value in leaves.items():
+        node = tree
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = value
+    return tree
+
+
+def shared_and_own(trees: Sequence[Mapping]) -> tuple[dict, list[dict[str, object]]]:
+    """What every tree holds alike (nested, in the first tree's order), and per tree the entries it does not
+    share, by dotted path (``ABSENT`` where it lacks one that another has)."""
+    flats = [_flat(tree) for tree in trees]
+    paths = list(dict.fromkeys(path for flat in flats for path in flat))
+    alike = {path: flats[0][path] for path in paths
+             if all(path in flat and flat[path] == flats[0][path] for flat in flats)}
+    own = [{".".join(path): flat.get(path, ABSENT) for path in paths if path not in alike} for flat in flats]
+    return _nested(alike), own
+
+
+def _value(value: object) -> str:
+    return value if value is ABSENT else json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _own_rows(records: Sequence[RunRecord], own: Sequence[Mapping[str, object]], what: str) -> list[str]:
+    """Per run, what it recorded apart from what all share: a table, or a line saying that all are alike."""
+    if not any(own):
+        return [f"Every run recorded this {what}.", ""]
+    lines = [f"Per run, what differs from the {what} above:", "", "| run | variant | repeat | its own |",
+             "|---|---|---|---|"]
+    lines += [f"| `{r.run_id}` | {table_cell(r.label)} | {r.repeat} | "
+              + table_cell("; ".join(f"`{key}` = {_value(value)}" for key, value in entries.items())) + " |"
+              for r, entries in zip(records, own)]
+    return lines + [""]
+
+
 def _environments(records: Sequence[RunRecord]) -> list[str]:
-    """Each distinct environment.json with the runs that recorded it (timings hold for that environment)."""
-    seen: dict[str, list[str]] = {}
-    for r in records:
-        seen.setdefault(json.dumps(dict(r.environment), indent=1, sort_keys=True), []).append(r.label)
-    lines = []
-    for text, labels in sorted(seen.items()):
-        lines += [f"Runs {', '.join(sorted(set(labels)))}:", "", "```json", text, "```", ""]
-    return lines
+    """The environment.json every run recorded alike, once, and per run what differs from it (timings hold for
+    the environment they were taken in)."""
+    if not records:
+        return []
+    alike, own = shared_and_own([r.environment for r in records])
+    return (["The entries of environment.json that every run recorded alike:", "", "```json",
+             json.dumps(alike, indent=1, sort_keys=True, ensure_ascii=False), "```", ""]
+            + _own_rows(records, own, "environment"))
 
 
 def _distinct(records: Sequence[RunRecord], *keys: str) -> list[tuple]:
@@ -249,16 +302,27 @@ def _reproduce(sweep: Sweep, overrides: str) -> list[str]:
     return lines
 
 
+def _parsed(config: str) -> Mapping:
+    """A run's config.yaml as a mapping (the whole text under one key, should it not be one)."""
+    try:
+        tree = yaml.safe_load(config)
+    except yaml.YAMLError:
+        tree = None
+    return tree if isinstance(tree, Mapping) else {"config.yaml": config}
+
+
 def _configs(records: Sequence[RunRecord]) -> list[str]:
-    seen: dict[str, list[str]] = {}
-    for r in records:
-        if r.config:  # empty where config.yaml could not be read
-            seen.setdefault(r.config, []).append(r.label)
-    lines = []
-    for text, labels in sorted(seen.items(), key=lambda item: sorted(item[1])):
-        lines += [f"<details><summary>{', '.join(sorted(set(labels)))}</summary>", "", "```yaml", text.rstrip(),
-                  "```", "", "</details>", ""]
-    return lines
+    """The resolved config every run ran alike, once, and per run what differs from it; runs whose config.yaml
+    could not be read are named."""
+    read = [r for r in records if r.config]
+    if not read:
+        return []
+    alike, own = shared_and_own([_parsed(r.config) for r in read])
+    lines = ["The entries of config.yaml that every run resolved alike:", "", "```yaml",
+             yaml.safe_dump(alike, sort_keys=False, allow_unicode=True).rstrip(), "```", ""]
+    lines += _own_rows(read, own, "config")
+    unread = [f"`{r.run_id}` ({r.label})" for r in records if not r.config]
+    return lines + ([f"No config.yaml could be read of {', '.join(unread)}.", ""] if unread else [])
 
 
 def completeness(sweep: Sweep) -> str:
@@ -302,13 +366,11 @@ def report_markdown(sweep: Sweep, verdicts: Sequence[Verdict], figures: Sequence
     """The whole ``report.md``."""
     overrides = " ".join(sweep.overrides)
     lines = [f"# crux claim report: {sweep.name}", ""] + _sweep_status(sweep)
-    lines += [f"Claims judged: {', '.join(claims)}.", ""]
-    if sweep.statement:
-        lines += [f"The sweep set out to check: *{sweep.statement.strip()}*", ""]
-    lines += trained_with(sweep.records)
     lines += ["## Verdicts", "", "| claim | verdict | finding |", "|---|---|---|"]
     lines += [f"| {table_cell(v.id)} | **{v.verdict}** | {table_cell(v.summary)} |" for v in verdicts]
-    lines.append("")
+    lines += ["", f"Claims judged: {', '.join(claims)}."
+              + (f" The sweep set out to check: *{sweep.statement.strip()}*" if sweep.statement else ""), ""]
+    lines += trained_with(sweep.records)
     for claim in claims:
         lines += [f"## {claim}", ""]
         for v in verdicts:
@@ -321,7 +383,7 @@ def report_markdown(sweep: Sweep, verdicts: Sequence[Verdict], figures: Sequence
     lines += ["## Runs", ""] + _runs_table(sweep.records) + [""]
     lines += _reproduce(sweep, overrides)
     lines += ["## Environment", ""] + _environments(sweep.records)
-    lines += ["## Resolved configs", ""] + _configs(sweep.records)
+    lines += ["## Resolved config", ""] + _configs(sweep.records)
     return "\n".join(lines).rstrip() + "\n"
 
 
