@@ -213,6 +213,9 @@ class HostLoop:
                            compile_seconds=compile_seconds + self.replay_compile_seconds,
                            run_seconds=self.run_seconds, run_cpu_seconds=self.run_cpu_seconds,
                            step_seconds=np.asarray(self._step_seconds[:windows]),
+                           window_ends=np.minimum(self.first_epoch + np.cumsum([len(r) for r in self._rows[:windows]],
+                                                                               dtype=np.int64),
+                                                  self.first_epoch + len(losses)),
                            memory=memory, phases=[self.first_epoch], precision=[plan.precision])
         return stats, error
 

@@ -120,6 +120,9 @@ class Statistics:
         run_cpu_seconds: the process's CPU seconds (all its threads) over the same span as ``run_seconds``, which
             other processes sharing the cores do not lengthen.
         step_seconds: the time per update, measured over each synchronisation window.
+        window_ends: ``(windows,)``: the epoch counter after each synchronisation window, so that window i's
+            time per update covers the epochs from ``window_ends[i - 1]`` (the first row's epoch for the first)
+            up to ``window_ends[i]`` (empty where not recorded: its windows are then spread evenly over the epochs).
         memory: the compiled update's ``temp_bytes``, ``argument_bytes``, ``output_bytes``, ``peak_bytes`` (the
             update's own peak, :mod:`crux.device_memory`) and, with ``checkpoint_gradients``,
             ``checkpoint_used`` (:mod:`crux.remat`).
@@ -140,6 +143,7 @@ class Statistics:
     run_seconds: float = 0.0
     run_cpu_seconds: float = 0.0
     step_seconds: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    window_ends: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     memory: dict[str, int] = field(default_factory=dict)
     phases: list[int] = field(default_factory=list)
     fingerprints: list[tuple[float, float]] = _Fingerprints()  # type: ignore[assignment]
@@ -210,6 +214,7 @@ class Statistics:
             run_seconds=float(sum(p.run_seconds for p in parts)),
             run_cpu_seconds=float(sum(p.run_cpu_seconds for p in parts)),
             step_seconds=np.concatenate([p.step_seconds for p in parts]),
+            window_ends=np.concatenate([p.window_ends for p in parts]),
             memory=memory,
             phases=[e for p in parts for e in p.phases],
             fingerprints=[f for p in parts for f in p.fingerprints],
@@ -229,7 +234,7 @@ class Statistics:
             self.
         """
         arrays = {"losses": self.losses, "epoch": self.epoch, "step_seconds": self.step_seconds,
-                  "total_loss": self.total_loss}
+                  "window_ends": self.window_ends, "total_loss": self.total_loss}
         arrays.update({f"lr/{m}": v for m, v in self.lr.items()})
         meta = {"names": self.names, "compile_seconds": self.compile_seconds, "run_seconds": self.run_seconds,
                 "run_cpu_seconds": self.run_cpu_seconds, "memory": self.memory, "phases": self.phases,
@@ -254,7 +259,9 @@ class Statistics:
             return Statistics(names=meta["names"], losses=data["losses"], epoch=data["epoch"], lr=lr,
                               compile_seconds=meta["compile_seconds"], run_seconds=meta["run_seconds"],
                               run_cpu_seconds=meta.get("run_cpu_seconds", 0.0),
-                              step_seconds=data["step_seconds"], memory=meta["memory"], phases=meta["phases"],
+                              step_seconds=data["step_seconds"],
+                              window_ends=data["window_ends"] if "window_ends" in data.files else np.zeros(0, np.int64),
+                              memory=meta["memory"], phases=meta["phases"],
                               fingerprints=[tuple(f) for f in meta.get("fingerprints", [])],
                               precision=meta.get("precision", []),
                               options=[SolveOptions(**o) for o in meta.get("options", [])])
@@ -274,8 +281,10 @@ class Statistics:
 
     def figure(self) -> Any:
         """Losses per constraint (log scale), learning rates (log scale where the positive ones span a decade or
-        more: Adam at 1e-3 beside L-BFGS at 1.0 would be a flat zero on a linear axis), time per update; every
-        phase after the first starts at a dashed line, numbered on the learning-rate panel.
+        more: Adam at 1e-3 beside L-BFGS at 1.0 would be a flat zero on a linear axis), and the time per update
+        of each synchronisation window over the epochs it covered (log scale, so that one slow window leaves the
+        others readable; the median dotted); every phase after the first starts at a dashed line on every panel,
+        numbered above the learning-rate panel, clear of its legend.
 
         Drawn on a bare figure (no pyplot state, no backend choice) with fixed margins, plain ``1e-04`` labels and
         no minor ticks on the log axes, as a job draws it once: ``tight_layout`` draws the figure twice, mathtext
@@ -289,7 +298,7 @@ class Statistics:
 
         fig = Figure(figsize=(8, 9))
         ax_loss, ax_lr, ax_time = fig.subplots(3, 1)
-        fig.subplots_adjust(left=0.14, right=0.97, bottom=0.06, top=0.97, hspace=0.35)
+        fig.subplots_adjust(left=0.14, right=0.97, bottom=0.06, top=0.97, hspace=0.42)
         reported = np.isfinite(self.total_loss)  # rows of epochs with a recorded loss, joined by the lines
         ax_loss.semilogy(self.epoch[reported], self.total_loss[reported], color="k", lw=1.5, label="total")
         for j, name in enumerate(self.names):
@@ -303,24 +312,38 @@ class Statistics:
             ax_lr.legend(loc="upper right", fontsize=8)
         rates = np.concatenate([values[values > 0] for values in self.lr.values()] or [np.zeros(0)])
         log_axes = [ax_loss] + ([ax_lr] if rates.size and rates.max() >= 10 * rates.min() else [])
+        if self.step_seconds.size:
+            edges = self._window_edges()
+            ax_time.stairs(self.step_seconds * 1e3, edges, baseline=None, color="C0", lw=1.2)
+            median = self.median_step_seconds * 1e3
+            ax_time.axhline(median, color="k", ls=":", lw=0.8)
+            ax_time.text(edges[-1], median, f"median {median:.3g} ms ", ha="right", va="bottom", fontsize=8)
+            if (self.step_seconds > 0).all():
+                log_axes.append(ax_time)
         for ax in log_axes:
             ax.set_yscale("log", nonpositive="mask")  # a warm-up's first rate, 0, is left out, not clipped
             ax.yaxis.set_major_formatter(LogFormatter())
             ax.yaxis.set_minor_locator(NullLocator())
-        for ax in (ax_loss, ax_lr):
+        for ax in (ax_loss, ax_lr, ax_time):
             ax.set_xlabel("epoch")
             for start in self.phases[1:]:
                 ax.axvline(start, color="grey", ls="--", lw=0.8)
-        if len(self.phases) > 1:
+        if len(self.phases) > 1:  # above the panel: a legend inside it would hide the label under it
             for number, start in enumerate(self.phases, 1):
-                ax_lr.text(start, 0.97, f" phase {number}", transform=ax_lr.get_xaxis_transform(), va="top",
+                ax_lr.text(start, 1.01, f" phase {number}", transform=ax_lr.get_xaxis_transform(), va="bottom",
                            fontsize=8, color="grey")
-        if self.step_seconds.size:
-            ax_time.plot(np.arange(self.step_seconds.size), self.step_seconds * 1e3, ".-", lw=0.8)
-        ax_time.set_xlabel("synchronisation window")
         ax_time.set_ylabel("ms per update")
-        ax_time.set_title(f"compile {self.compile_seconds:.2f} s, run {self.run_seconds:.2f} s", fontsize=9)
+        ax_time.set_title(f"time per update, each synchronisation window over its epochs; compile "
+                          f"{self.compile_seconds:.2f} s, run {self.run_seconds:.2f} s", fontsize=9)
         return fig
+
+    def _window_edges(self) -> np.ndarray:
+        """The epochs that bound the synchronisation windows: where each started, then where the last ended;
+        spread evenly over the rows where the windows' ends were not recorded."""
+        first = float(self.epoch[0]) if self.epoch.size else 0.0
+        if self.window_ends.size == self.step_seconds.size:
+            return np.concatenate([[first], self.window_ends]).astype(np.float64)
+        return np.linspace(first, first + max(self.steps, 1), self.step_seconds.size + 1)
 
 
 def _row_sums(losses: np.ndarray) -> np.ndarray:

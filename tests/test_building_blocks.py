@@ -1,4 +1,5 @@
 """Derivatives, schedules, models and statistics: the pieces residuals and reports are built from."""
+import dataclasses
 import math
 
 import jax
@@ -183,6 +184,10 @@ def test_statistics_save_load_round_trip_and_plot(tmp_path):
         crux.SolveOptions(2, batchsize=256, substeps=[[0], ([1], 2)])]
     reread = crux.Statistics.load(solver.history.save(tmp_path / "again.npz") and tmp_path / "again.npz")
     assert reread.options == solver.history.options and reread.options[2].substeps == (((0,), 1), ((1,), 2))
+    # each synchronisation window's end, on the epoch counter across both calls; read back as written
+    assert history.window_ends.size == history.step_seconds.size and history.window_ends[-1] == 10
+    assert (np.diff(history.window_ends) > 0).all() and 6 in history.window_ends  # a call ends its last window
+    np.testing.assert_array_equal(loaded.window_ends, history.window_ends)
     assert history.plot(tmp_path / contract.HISTORY_PLOT) is history
     assert (tmp_path / contract.HISTORY_PLOT).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -201,6 +206,35 @@ def test_the_history_figure_draws_learning_rates_that_span_decades_on_a_log_axis
     _, ax_lr, _ = steady.figure().axes
     assert ax_lr.get_yscale() == "linear" and not ax_lr.texts and not [line for line in ax_lr.lines
                                                                          if line.get_linestyle() == "--"]
+
+
+def test_the_history_figure_draws_each_windows_time_over_its_epochs_on_a_log_axis_and_no_legend_hides_a_phase():
+    """Ten windows of 10 epochs, the first 500 times slower than the rest (the cold start of a call): on a log
+    axis over the epochs each covered, the phases marked on the time panel too; the label of a phase that starts
+    near the right edge is not under the learning rates' legend."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    lr = np.r_[np.full(90, 1e-3), np.ones(10)].astype(np.float32)
+    losses = np.geomspace(1.0, 1e-4, 100, dtype=np.float32)[:, None]
+    seconds = np.r_[0.5, np.full(9, 1e-3)]
+    stats = crux.Statistics(names=["pde"], losses=losses, epoch=np.arange(100), lr={"u": lr}, phases=[0, 90],
+                            step_seconds=seconds, window_ends=np.arange(10, 101, 10))
+    figure = stats.figure()
+    _, ax_lr, ax_time = figure.axes
+    assert ax_time.get_yscale() == "log" and ax_time.get_xlabel() == "epoch"
+    (windows,) = ax_time.patches
+    values, edges, _ = windows.get_data()
+    np.testing.assert_array_equal(edges, np.arange(0, 101, 10))
+    np.testing.assert_allclose(values, seconds * 1e3)
+    assert [line.get_xdata()[0] for line in ax_time.lines if line.get_linestyle() == "--"] == [90]
+    FigureCanvasAgg(figure).draw()
+    renderer = figure.canvas.get_renderer()
+    legend = ax_lr.get_legend().get_window_extent(renderer)
+    labels = [text for text in ax_lr.texts if text.get_text().strip() == "phase 2"]
+    assert labels and not labels[0].get_window_extent(renderer).overlaps(legend)
+    # windows whose ends were not recorded (a statistics file from before) are spread evenly over the epochs
+    older = dataclasses.replace(stats, window_ends=np.zeros(0, np.int64))
+    np.testing.assert_allclose(older._window_edges(), np.linspace(0, 100, 11))
 
 
 def test_a_solves_fingerprints_are_taken_once_each_while_the_next_solve_runs_or_when_read(monkeypatch):

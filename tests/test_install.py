@@ -339,4 +339,4 @@ def test_a_new_user_installs_the_wheel_writes_a_problem_sweeps_it_reports_and_re
         read = subprocess.run([installed.venv / "bin" / "python", "-c", AXES, str(artifacts / contract.STATS)],
                               capture_output=True, text=True, cwd=work, check=True).stdout.splitlines()
         # Adam's warm-up and cosine from 1e-3, L-BFGS at 1.0, SOAP at 1e-5: the learning rates on a log axis
-        assert read == ["log log linear", "phase 1|phase 2|phase 3"]
+        assert read == ["log log log", "phase 1|phase 2|phase 3"]

@@ -17,11 +17,17 @@ from cruxlab.report.claims.offload import offload_pairs
 from cruxlab.report.claims.phases import expected_lr, phase_bounds, phased_runs
 from cruxlab.report.claims.resume import resumed_pairs
 from cruxlab.report.claims.substeps import reached_models, substep_runs
-from cruxlab.report.numerics import (STEP_TIME, TWIN_FACTOR, agreement, parameter_bound, relative_differences,
-                                     twin_comparison)
+from crux.timing.interval import Band
+from cruxlab.bands import CLAIMED_COST, FASTER_BAND
+from cruxlab.report.numerics import (STEP_TIME, TWIN_FACTOR, agreement, paired_timing, parameter_bound,
+                                     relative_differences, twin_comparison)
 from cruxlab.report.pairing import first, reference_and_twins
 from cruxlab.report.run_records import RunRecord, UnreadableArtifact
 from cruxlab.report.verdict import fmt
+
+
+LABEL_BOX = {"facecolor": "white", "alpha": 0.8, "edgecolor": "none", "pad": 1}
+"""Behind a label written over data: the label stays readable."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,37 @@ def _bars(ax, labels: Sequence[str], values: Sequence[float], ylabel: str, log: 
     ax.set_ylabel(ylabel)
 
 
+def _distances(ax, labels: Sequence[str], distances: Sequence[float], bounds: Sequence[float | None],
+               identical: Sequence[bool], ylabel: str, travel: float | None = None) -> None:
+    """Final-parameter distances as points on a log axis, each with its value; each one's round-off bound as a red
+    segment labelled with its value; a bit-identical pair written ``bit for bit`` where its point would be (a log
+    axis has no 0), a distance of exactly 0 otherwise ``0``; the reference's travel, where given, as a grey line
+    for scale."""
+    shown = [v for v in (*distances, *(b for b in bounds if b), travel or 0) if v > 0 and np.isfinite(v)]
+    low, high = (min(shown) / 30, max(shown) * 30) if shown else (1e-8, 1.0)
+    ax.set_yscale("log")
+    ax.set_ylim(low, high)
+    for i, (distance, bound, same) in enumerate(zip(distances, bounds, identical)):
+        if bound:
+            ax.plot([i - 0.35, i + 0.35], [bound] * 2, "r--", lw=1.2)
+            ax.annotate(f"round-off bound {fmt(bound)}", (i, bound), xytext=(0, 3), textcoords="offset points",
+                        ha="center", va="bottom", fontsize=7, color="r")
+        if distance > 0 and np.isfinite(distance):
+            ax.plot([i], [distance], "o", color=f"C{i}", ms=7)
+            ax.annotate(fmt(distance), (i, distance), xytext=(6, 0), textcoords="offset points", va="center",
+                        fontsize=8)
+        else:
+            ax.text(i, low * 3, "bit for bit" if same else fmt(distance), ha="center", va="bottom", fontsize=9,
+                    fontweight="bold", bbox=LABEL_BOX)
+    if travel:
+        ax.axhline(travel, color="grey", ls=":", lw=1)
+        ax.annotate(f"travel |θ_end − θ_start| {fmt(travel)}", (len(distances) - 0.5, travel), xytext=(0, 3),
+                    textcoords="offset points", ha="right", va="bottom", fontsize=7, color="grey")
+    ax.set_xlim(-0.6, len(distances) - 0.4)
+    ax.set_xticks(range(len(distances)), labels, fontsize=8)
+    ax.set_ylabel(ylabel)
+
+
 def accumulation_figures(records: list[RunRecord], out: Path) -> list[Figure]:
     figures = []
     for s in accumulation_sets(records):
@@ -100,16 +137,16 @@ def _one_batch_figure(runs: list[tuple[str, RunRecord | None]], out: Path, name:
     ax_loss.set_title("loss curves overlaid")
     if big_run is not None and plain_run is not None:
         big, plain = agreement(big_run, mine), agreement(plain_run, mine)
-        _bars(ax_dist, [f"|{mine_label} − {big_label}|", f"|{mine_label} − {plain_label}|", "round-off bound",
-                        "travel"],
-              [big.distance, plain.distance, big.parameter_bound, big.travel], "L2 distance of final parameters",
-              log=True)
+        _distances(ax_dist, [f"|{mine_label} − {big_label}|", f"|{mine_label} − {plain_label}|"],
+                   [big.distance, plain.distance], [big.parameter_bound, None],
+                   [big.bit_identical, plain.bit_identical], "L2 distance of final parameters", big.travel)
         ax_dist.set_title("parameter differences")
     memory = [r.metrics.get("memory/temp_bytes", np.nan) if r is not None else np.nan for _, r in runs]
     _bars(ax_mem, [f"batch {label}" for label, _ in runs], memory, "compiled temp bytes")
     ax_mem.set_title("memory of the update")
-    return Figure(save_figure(fig, out, name), f"{what}: loss curves, distances of the final parameters (log scale, zero "
-                                         f"not drawn), compiled temporary memory", claim)
+    return Figure(save_figure(fig, out, name), f"{what}: loss curves, distances of the final parameters against the "
+                                         f"round-off bound (red) and the travel of one batch of {big_label} (grey), "
+                                         f"compiled temporary memory", claim)
 
 
 def inner_steps_figures(records: list[RunRecord], out: Path) -> list[Figure]:
@@ -121,41 +158,75 @@ def inner_steps_figures(records: list[RunRecord], out: Path) -> list[Figure]:
 
 
 def _inner_steps_figure(name: str, pairs: list, out: Path) -> Figure:
+    """The paired timing each speed verdict judges (every pair's ratio, their median and its 95% interval against
+    the noise threshold), compile times, and each K's final-parameter distance to K=1 against its bound."""
     plt = pyplot()
     fig, (ax_time, ax_compile, ax_dist) = plt.subplots(1, 3, figsize=(14, 4))
-    reference = pairs[0][1]
-    columns = [("K=1", reference)] + [(f"K={runs[0].options.inner_steps}", runs) for runs, _ in pairs]
+    fused = [(f"K={runs[0].options.inner_steps}", runs) for runs, _ in pairs]
+    _paired_ratios(ax_time, fused, FASTER_BAND, "K=1")
+    columns = [("K=1", pairs[0][1])] + fused
     for i, (label, runs) in enumerate(columns):
-        times = [r.metrics[STEP_TIME] * 1e3 for r in runs if STEP_TIME in r.metrics]
         compiles = [r.metrics["compile_seconds"] for r in runs if "compile_seconds" in r.metrics]
-        ax_time.plot([i] * len(times), times, "o", color="C0", alpha=0.6)
-        if times:
-            ax_time.plot([i - 0.2, i + 0.2], [np.median(times)] * 2, "k-")
         ax_compile.plot([i] * len(compiles), compiles, "o", color="C1", alpha=0.6)
-    for ax, ylabel, title in ((ax_time, "ms per update", "steady-state step time (repeats, median bar)"),
-                              (ax_compile, "seconds", "compile time (repeats may hit the compilation cache)")):
-        ax.set_xticks(range(len(columns)), [label for label, _ in columns])
-        ax.set_ylabel(ylabel)
-        ax.set_title(title, fontsize=10)
-    distances, bounds = [], []
-    for runs, ref in pairs:
+    ax_compile.set_xticks(range(len(columns)), [label for label, _ in columns])
+    ax_compile.set_ylabel("seconds")
+    ax_compile.set_title("compile time (repeats may hit the compilation cache)", fontsize=10)
+    labels, distances, bounds, identical = [], [], [], []
+    for (label, runs), (_, ref) in zip(fused, pairs):
         partner, twins = reference_and_twins(ref, runs[0])
         if partner is not None:
-            distances.append(agreement(runs[0], partner).distance)
+            found = agreement(runs[0], partner)
+            labels.append(label)
+            distances.append(found.distance)
             bounds.append(parameter_bound(runs[0], partner, twins))
-    _bars(ax_dist, [label for label, _ in columns[1:1 + len(distances)]], distances,
-          "|θ_K − θ_1| (final parameters)", log=True)
-    for i, bound in enumerate(bounds):
-        ax_dist.plot([i - 0.4, i + 0.4], [bound] * 2, "r--", lw=1)
-    ax_dist.set_title("distance to K=1 (red: round-off bound; 0 not drawn)", fontsize=10)
+            identical.append(found.bit_identical)
+    _distances(ax_dist, labels, distances, bounds, identical, "|θ_K − θ_1| (final parameters)")
+    ax_dist.set_title("distance to K=1 against its round-off bound", fontsize=10)
     file = save_figure(fig, out, f"inner_steps_{name}")
-    return Figure(file, f"inner_steps, {name}, on {pairs[0][0][0].device}: time per update over repeats, compile "
-                        f"time, and the final-parameter distance to K=1 against its round-off bound", "inner_steps")
+    return Figure(file, f"inner_steps, {name}, on {pairs[0][0][0].device}: the paired timing the speed verdicts "
+                        f"judge (each pair's ratio of K to K=1, their median and its 95% interval, below "
+                        f"{FASTER_BAND.high} is faster), compile time, and the final-parameter distance to K=1 "
+                        f"against its round-off bound", "inner_steps")
+
+
+def _paired_ratios(ax, settings: Sequence[tuple[str, Sequence[RunRecord]]], band: Band, reference: str) -> None:
+    """Per setting, each pair of timed chunks' ratio (candidate over ``reference``, as dots), their median with its
+    95% interval (black, with its values), and the band the verdict places that interval in (red, shaded): what
+    the timing verdicts judge. A log axis where the ratios span a decade."""
+    drawn = []
+    for i, (label, runs) in enumerate(settings):
+        timing = paired_timing(runs)
+        if timing is None:
+            ax.annotate("not timed", (i, 0.5), xycoords=("data", "axes fraction"), ha="center", fontsize=8)
+            continue
+        ratios = timing.candidate / timing.reference
+        ax.plot(i + np.linspace(-0.2, 0.2, len(ratios)), ratios, ".", color="C0", alpha=0.35, ms=4)
+        interval = timing.interval
+        ax.errorbar([i], [interval.estimate], yerr=[[interval.estimate - interval.low],
+                                                    [interval.high - interval.estimate]],
+                    fmt="o", color="k", capsize=5, ms=5)
+        ax.annotate(f"{fmt(interval.estimate)}\n({fmt(interval.low)}–{fmt(interval.high)})", (i, interval.high),
+                    xytext=(8, 0), textcoords="offset points", fontsize=7, va="bottom", bbox=LABEL_BOX)
+        drawn += [float(ratios.min()), float(ratios.max())]
+    if drawn and max(drawn) >= 10 * min(drawn) > 0:
+        ax.set_yscale("log")
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.axhspan(band.low, band.high, color="r", alpha=0.07, lw=0)
+    for edge in (band.low, band.high):
+        if edge > 0:
+            ax.axhline(edge, color="r", ls="--", lw=1)
+    ax.annotate(f"the verdict's band [{fmt(band.low)}, {fmt(band.high)})", (1, band.high),
+                xycoords=("axes fraction", "data"), xytext=(-2, -2), textcoords="offset points", ha="right",
+                va="top", fontsize=7, color="r", bbox=LABEL_BOX)
+    ax.set_xlim(-0.6, len(settings) - 0.4)
+    ax.set_xticks(range(len(settings)), [label for label, _ in settings])
+    ax.set_ylabel(f"time ratio to {reference}, paired chunks")
+    ax.set_title("paired timing: each pair, median, 95% interval", fontsize=10)
 
 
 def checkpoint_figures(records: list[RunRecord], out: Path) -> list[Figure]:
     return _paired_figures(checkpoint_pairs(records), out, "checkpoint", "memory/temp_bytes",
-                           ("checkpointed", "plain"), "compiled temp bytes")
+                           ("checkpointed", "plain"), "compiled temp bytes", CLAIMED_COST)
 
 
 def offload_figures(records: list[RunRecord], out: Path) -> list[Figure]:
@@ -163,8 +234,10 @@ def offload_figures(records: list[RunRecord], out: Path) -> list[Figure]:
                            ("offloaded", "on device"), "device-resident argument bytes")
 
 
-def _paired_figures(pairs, out: Path, claim: str, memory_key: str, names: tuple[str, str], ylabel: str
-                    ) -> list[Figure]:
+def _paired_figures(pairs, out: Path, claim: str, memory_key: str, names: tuple[str, str], ylabel: str,
+                    band: Band | None = None) -> list[Figure]:
+    """Per paired setting: its memory, its time (the paired timing its verdict judges against ``band`` where the
+    runs timed one, else each repeat's own time per update), and its loss drift from the reference."""
     plt = pyplot()
     figures = []
     for on, off in pairs:
@@ -172,16 +245,20 @@ def _paired_figures(pairs, out: Path, claim: str, memory_key: str, names: tuple[
         partner = first(off)
         _bars(ax_mem, list(names), [on[0].metrics.get(memory_key, np.nan),
                                     partner.metrics.get(memory_key, np.nan) if partner else np.nan], ylabel)
-        for i, runs in enumerate((on, off)):
-            times = [r.metrics[STEP_TIME] * 1e3 for r in runs if STEP_TIME in r.metrics]
-            ax_time.plot([i] * len(times), times, "o", alpha=0.6)
-        ax_time.set_xticks([0, 1], list(names))
-        ax_time.set_ylabel("ms per update (repeats)")
+        if band is not None and paired_timing(on) is not None:
+            _paired_ratios(ax_time, [(names[0], on)], band, names[1])
+        else:
+            for i, runs in enumerate((on, off)):
+                times = [r.metrics[STEP_TIME] * 1e3 for r in runs if STEP_TIME in r.metrics]
+                ax_time.plot([i] * len(times), times, "o", alpha=0.6)
+            ax_time.set_xticks([0, 1], list(names))
+            ax_time.set_ylabel("ms per update (each repeat, its own job)")
         reference, twins = reference_and_twins(off, on[0])
         if reference is not None:
             _drift(ax_drift, on[0], reference, twins, names)
         file = save_figure(fig, out, f"{claim}_{on[0].label}")
-        figures.append(Figure(file, f"{claim} ({on[0].label}): {ylabel}, time per update over repeats, on "
+        figures.append(Figure(file, f"{claim} ({on[0].label}): {ylabel}, time (the paired timing its verdict judges, "
+                                    f"where the runs timed one), on "
                                     f"{on[0].device}, and how far the loss history drifts from the {names[1]} run's, "
                                     f"against round-off twins of it", claim))
     return figures
@@ -198,13 +275,19 @@ def _drift(ax, run: RunRecord, reference: RunRecord, twins: Sequence[RunRecord],
     if twin is not None:
         ax.semilogy(np.where(twin.twin_drift > 0, twin.twin_drift, np.nan), "k-", lw=1,
                     label="round-off twins (running max)")
-        ax.semilogy(TWIN_FACTOR * twin.allowance, "r--", lw=1, label=f"bound: {fmt(TWIN_FACTOR)}× max(twins, eps)")
+        bound = TWIN_FACTOR * twin.allowance
+        ax.semilogy(bound, "r--", lw=1, label=f"bound: {fmt(TWIN_FACTOR)}× max(twins, eps), {fmt(bound[-1])} at "
+                                              f"the end")
     else:
-        ax.axhline(agreement(run, reference).history_bound, color="r", ls="--", lw=1, label="assumed round-off bound")
+        bound = agreement(run, reference).history_bound
+        ax.axhline(bound, color="r", ls="--", lw=1, label=f"assumed round-off bound {fmt(bound)}")
     ax.set_xlabel("epoch")
     ax.set_ylabel("|ΔL| / L (loss/total)")
     ax.legend(fontsize=7)
     identical = drift is not None and not drift.any()
+    if identical:  # nothing to draw on a log axis: say so where the line would be
+        ax.text(0.5, 0.5, f"bit for bit:\nevery epoch's loss of {names[0]}\nequals {names[1]}'s", ha="center",
+                va="center", transform=ax.transAxes, fontsize=10, fontweight="bold", bbox=LABEL_BOX)
     ax.set_title("loss histories bit-identical" if identical else "drift from the reference", fontsize=10)
 
 
