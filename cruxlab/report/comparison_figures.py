@@ -3,6 +3,7 @@ both sides' intervals; each side named as the report names it, before first."""
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,12 @@ from cruxlab.report.figures import Figure, pyplot, save_figure
 from cruxlab.report.run_records import RunRecord
 
 COLUMNS = 3
+LEGEND_WIDTH = 40  # characters a line of a legend's label
+
+
+def legend_label(when: str, side: Side) -> str:
+    """``before: crux 1a2b3c4`` in a legend, a long name (overrides, a store's path) wrapped to fit beside a panel."""
+    return textwrap.fill(f"{when}: {side.role}", LEGEND_WIDTH)
 
 
 def first_runs(side: Side) -> dict[str, RunRecord]:
@@ -41,7 +48,7 @@ def histories_figure(comparison: Comparison, out: Path) -> Figure | None:
                                        ("after", comparison.after, later[variant], "-")):
             loss = np.asarray(run.histories["loss/total"], np.float64)
             ax.semilogy(np.flatnonzero(np.isfinite(loss)), loss[np.isfinite(loss)], style, lw=1.2,
-                        label=f"{when}: {side.role}")
+                        label=legend_label(when, side))
         ax.set_title(variant, fontsize=10)
         ax.set_xlabel("epoch")
         ax.set_ylabel("loss/total")
@@ -71,7 +78,7 @@ def timing_figure(comparison: Comparison, out: Path) -> Figure | None:
         for offset, when, side, figure, color in ((-0.15, "before", comparison.before, pair[0], "C0"),
                                                   (0.15, "after", comparison.after, pair[1], "C1")):
             ax.errorbar([figure.value], [i + offset], xerr=[[figure.value - figure.low], [figure.high - figure.value]],
-                        fmt="o", color=color, capsize=3, label=f"{when}: {side.role}" if i == 0 else None)
+                        fmt="o", color=color, capsize=3, label=legend_label(when, side) if i == 0 else None)
         if pair[0].bound is not None:
             ax.plot([pair[0].bound] * 2, [i - 0.4, i + 0.4], "k:", lw=1, label="bound" if i == 0 else None)
     ax.set_yticks(range(len(timed)), [id for id, _ in timed], fontsize=8)
