@@ -90,6 +90,8 @@ def test_an_explicit_optimizer_or_schedule_replaces_every_networks_with_a_line_e
                                                                      "w": "sgd at constant(0.003)"}
     assert plan.replaced == ("network w: the problem's adam at constant(0.003) replaced by the config's optimizer "
                              "(optimizer=sgd): it trains with sgd at constant(0.003)",)
+    assert plan.tags() == {contract.CHOSEN: "optimizer: optimizer=sgd"}
+    assert training_plan(two_networks(), phases, {}).tags() == {}
     problem = two_networks()
     plan = training_plan(problem, phases, {"schedule": "schedule.value=0.02"})
     assert plan.phases[0]["w"].words == "adam at constant(0.02)"
@@ -179,7 +181,8 @@ def test_crux_run_trains_each_network_with_its_problems_own_rate_and_records_it(
     assert (params["network.w.optimizer"], params["network.w.schedule"]) == ("adam", "constant(0.003)")
     assert (params["network.u.optimizer"], params["network.u.schedule"]) == ("adam", "constant(0.001)")
     assert params["network.w.phases.lbfgs.optimizer"] == "lbfgs" and params["problem.lr_w"] == "0.003"
-    assert contract.ADJUSTED not in run.data.tags and "replaced" not in done.stderr
+    assert contract.ADJUSTED not in run.data.tags and contract.CHOSEN not in run.data.tags
+    assert "replaced" not in done.stderr
 
 
 @pytest.mark.integration
@@ -192,7 +195,8 @@ def test_a_sweep_file_that_sets_the_optimizer_replaces_it_under_the_joblib_launc
     (run,) = roles[contract.CHILD]
     line = ("network w: the problem's adam at constant(0.003) replaced by the config's optimizer (the sweep file "
             "accumulation sets optimizer): it trains with sgd at constant(0.003)")
-    assert run.data.tags[contract.ADJUSTED] == line
+    assert run.data.tags[contract.ADJUSTED] == line and line in done.stdout + done.stderr, done.stdout[-3000:]
+    assert run.data.tags[contract.CHOSEN] == "optimizer: the sweep file accumulation sets optimizer"
     assert (run.data.params["network.w.optimizer"], run.data.params["network.u.optimizer"]) == ("sgd", "sgd")
     np.testing.assert_allclose(lr_history(client, run, "w"), [3e-3] * 4, rtol=1e-6)
 
@@ -207,11 +211,13 @@ def test_the_report_says_once_what_each_network_trained_with_and_what_the_config
                   "network.w.optimizer": w_optimizer, "network.w.schedule": "constant(0.003)",
                   "network.w.phases.lbfgs.optimizer": "lbfgs", "memory.batchsize": "8"}
         return RunRecord(variant, SolveOptions(epochs=4), {}, {}, {}, variant=variant, params=params,
-                         tags={contract.ADJUSTED: f"memory.batchsize=8 is at least the points of bc; {line}"})
+                         tags={contract.ADJUSTED: f"memory.batchsize=8 is at least the points of bc; {line}",
+                               contract.CHOSEN: "optimizer: the sweep file accumulation sets optimizer"})
 
     assert trained_with([record("b8", "sgd"), record("b32", "sgd")]) == [
-        f"Each network trained with (first phase): u sgd at constant(0.001); w sgd at constant(0.003). The config "
-        f"replaced a problem's own: {line}.", ""]
+        f"Each network trained with (first phase): u sgd at constant(0.001); w sgd at constant(0.003). Chosen for "
+        f"every network: optimizer: the sweep file accumulation sets optimizer. The config replaced a problem's own: "
+        f"{line}.", ""]
     assert trained_with([record("b8", "sgd"), record("b32", "adam")])[0].startswith(
         "Each network trained with (first phase): u sgd at constant(0.001); w adam at constant(0.003) (b32) or sgd at "
         "constant(0.003) (b8).")

@@ -137,8 +137,7 @@ def train_job(cfg: DictConfig, run: JobRun, problem: Problem | None = None) -> f
         run.log_config(cfg)  # the failed run keeps what it was asked to run
         raise
     plan = job_plan(problem, phases, cfg)
-    applied, adjustments = ran
-    run.log_config(cfg, applied, adjustments + list(plan.replaced), plan.params())
+    run.log_config(cfg, *ran, plan)
     run.check_room(problem, sum(phase.epochs for phase in phases), len(phases))
     run.trains()
     if backends.draws_wanted(cfg):

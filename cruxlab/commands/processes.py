@@ -54,7 +54,7 @@ class Unrecorded:
     def __exit__(self, *error) -> bool:
         return False
 
-    def log_config(self, cfg: DictConfig, applied=None, adjustments=()) -> None:
+    def log_config(self, cfg: DictConfig, applied=None, adjustments=(), trained_with=None) -> None:
         """Nothing: process 0 logs the job's config (and the settings as they applied)."""
 
     def log_metrics(self, values) -> None:

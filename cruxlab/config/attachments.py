@@ -11,7 +11,7 @@ schedule to every network, or, where they equal the previous phase's, every netw
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from omegaconf import DictConfig
@@ -21,7 +21,7 @@ from crux.problems import Problem
 from crux.schedules import Schedule
 from cruxlab.config.building import Phase
 from cruxlab.config.schema import OptimizerConfig
-from cruxlab.store.contract import NETWORK_PARAMS
+from cruxlab.store.contract import CHOSEN, NETWORK_PARAMS
 
 CHOICES = ("optimizer", "schedule")
 """The config groups a problem's own attachments meet."""
@@ -107,6 +107,7 @@ class TrainingPlan:
     phases: tuple[Mapping[str, Attached], ...]
     replaced: tuple[str, ...]
     names: tuple[str, ...] = ()
+    explicit: Mapping[str, str] = field(default_factory=dict)
 
     def attach(self, number: int, models: Mapping[str, Model]) -> None:
         """Give each of ``models`` what phase ``number`` (0: the first) trains it with."""
@@ -123,6 +124,10 @@ class TrainingPlan:
                 params[f"{NETWORK_PARAMS}{network}.{where}optimizer"] = attached.optimizer
                 params[f"{NETWORK_PARAMS}{network}.{where}schedule"] = attached.schedule
         return params
+
+    def tags(self) -> dict[str, str]:
+        """The tag saying which of the config's choices went to every network, and why (:data:`CHOSEN`)."""
+        return {CHOSEN: "; ".join(f"{kind}: {why}" for kind, why in self.explicit.items())} if self.explicit else {}
 
 
 def first_phase(problem: Problem, phase: Phase, explicit: Mapping[str, str]) -> tuple[dict[str, Attached], list[str]]:
@@ -174,7 +179,7 @@ def training_plan(problem: Problem, phases: Sequence[Phase], explicit: Mapping[s
         words = (config_words(phase.optimizer), schedule_words(schedule))
         plan.append({name: Attached(*words, functools.partial(_attach_configured, phase.optimizer, schedule))
                      for name in problem.models})
-    return TrainingPlan(tuple(plan), tuple(replaced), tuple(names))
+    return TrainingPlan(tuple(plan), tuple(replaced), tuple(names), dict(explicit))
 
 
 def job_plan(problem: Problem, phases: Sequence[Phase], cfg: DictConfig) -> TrainingPlan:

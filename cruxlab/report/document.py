@@ -21,7 +21,7 @@ from cruxlab.report.figures import Figure
 from cruxlab.report.run_records import RunRecord, describe
 from cruxlab.report.sweep_reader import DEFAULT_BACKEND, Sweep
 from cruxlab.report.verdict import Verdict, fmt
-from cruxlab.store.contract import ADJUSTED, BACKEND, COMMAND, FINISHED, JOB, NETWORK_PARAMS, WORKING_DIR
+from cruxlab.store.contract import ADJUSTED, BACKEND, CHOSEN, COMMAND, FINISHED, JOB, NETWORK_PARAMS, WORKING_DIR
 
 SUMMARY_METRICS = ("final_loss", "median_step_seconds", "compile_seconds", "run_seconds", "memory/temp_bytes",
                    "memory/argument_bytes")
@@ -86,8 +86,10 @@ def _runs_table(records: Sequence[RunRecord]) -> list[str]:
 
 def trained_with(records: Sequence[RunRecord]) -> list[str]:
     """What each network trained with in the runs' first phase (their ``network.<name>.optimizer`` and
-    ``.schedule`` params), one line naming the runs where they differ, and each line a job said on replacing a
-    problem's own optimizer or schedule; nothing for runs that recorded none (another backend, older runs)."""
+    ``.schedule`` params), one line naming the runs where they differ, which of the config's choices went to every
+    network (``crux.chosen_for_every_network``: a sweep whose claim needs one optimizer sets it so) and each line a
+    job said on replacing a problem's own optimizer or schedule; nothing for runs that recorded none (another
+    backend, older runs)."""
     networks: dict[str, dict[str, list[str]]] = {}
     for r in records:
         for key, optimizer in r.params.items():
@@ -101,7 +103,9 @@ def trained_with(records: Sequence[RunRecord]) -> list[str]:
                         for words, labels in sorted(networks[name].items())) for name in sorted(networks)]
     replaced = sorted({line for r in records for line in r.tags.get(ADJUSTED, "").split("; ")
                        if line.startswith("network ")})
+    chosen = sorted({r.tags[CHOSEN] for r in records if CHOSEN in r.tags})
     return ([f"Each network trained with (first phase): {'; '.join(f'{n} {w}' for n, w in zip(sorted(networks), said))}"
+             + (f". Chosen for every network: {' or '.join(chosen)}" if chosen else "")
              + (f". The config replaced a problem's own: {'; '.join(replaced)}" if replaced else "") + ".", ""])
 
 

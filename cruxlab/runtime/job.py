@@ -52,6 +52,7 @@ from crux.params_file import save_params
 from crux.problems import Problem
 from crux.stats import Statistics
 from cruxlab.config import effective_settings
+from cruxlab.config.attachments import TrainingPlan
 from cruxlab.runtime.composed import override_lines
 from cruxlab.runtime.environment import environment
 from cruxlab.runtime.handover import Results, hand_over
@@ -379,13 +380,16 @@ class JobRun:
 
     # -- what is logged, in the writer's order --------------------------------------------------
     def log_config(self, cfg: DictConfig, applied: Mapping[str, Any] | None = None,
-                   adjustments: Sequence[str] = (), trained_with: Mapping[str, str] | None = None) -> None:
+                   adjustments: Sequence[str] = (), trained_with: TrainingPlan | None = None) -> None:
         """``config.yaml`` (resolved), ``environment.json`` (of the working directory), then the params: the
         settings the job runs with and its ``variant``. ``applied``: settings (dotted keys) that ran otherwise
         than the config asked, logged as they ran, the request kept as ``<key>_requested``; ``adjustments``:
-        lines saying what ran otherwise, in the tag ``crux.adjusted`` and the job's log; ``trained_with``: params
-        of what each network trains with (:meth:`cruxlab.config.attachments.TrainingPlan.params`). Raises for a
-        malformed later phase, the config kept."""
+        lines saying what ran otherwise, in the tag ``crux.adjusted`` and the job's log; ``trained_with``: what
+        each network trains with, its params and tags (:class:`cruxlab.config.attachments.TrainingPlan`), the
+        lines saying what it replaced of a problem's own with the adjustments. Raises for a malformed later
+        phase, the config kept."""
+        if trained_with is not None:
+            adjustments = [*adjustments, *trained_with.replaced]
         # resolved here, dumped to YAML by the writer: the dump costs ten times the resolving
         resolved = OmegaConf.to_container(cfg, resolve=True)
         self._stage(CONFIG, lambda: (self._staged / CONFIG).write_text(OmegaConf.to_yaml(resolved)))
@@ -397,10 +401,13 @@ class JobRun:
         self._stage(ENVIRONMENT, lambda: (self._staged / ENVIRONMENT).write_text(
             json.dumps({**environment(folder, resolved["problem"].get("_target_"), job),
                         "matmul_precision": precision}, indent=1)))
-        params = {**flatten(effective_settings(cfg, resolved)), **(trained_with or {}), VARIANT_PARAM: self.variant}
+        params = {**flatten(effective_settings(cfg, resolved)), **(trained_with.params() if trained_with else {}),
+                  VARIANT_PARAM: self.variant}
         for key, value in (applied or {}).items():
             params[f"{key}{REQUESTED}"], params[key] = params[key], str(value)
         tags = [RunTag(ADJUSTED, "; ".join(adjustments)[:MESSAGE_CHARS])] if adjustments else []
+        chosen = trained_with.tags() if trained_with is not None else {}
+        tags += [RunTag(key, value[:MESSAGE_CHARS]) for key, value in chosen.items()]
         self._logged.params.update(params)
         self._logged.logged_tags.update({tag.key: tag.value for tag in tags})
         self._write("the params", lambda: self.client.log_batch(
