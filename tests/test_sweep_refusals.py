@@ -102,3 +102,38 @@ def test_a_key_the_schema_lacks_is_refused_in_every_spelling_before_any_run_exis
         "(++memory.batchsze=8)); memory.batchsze: not a key of memory; did you mean memory.batchsize? write "
         "memory.batchsize=16 (in job 1 (++memory.batchsze=16)); nothing was run"]
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "multirun").exists()  # no run, no job
+
+
+def test_a_warm_up_as_long_as_its_phase_is_refused_before_any_run_with_the_fix(tmp_path):
+    """``schedule=warmup_cosine`` ships a 300-step warm-up: a phase of 300 epochs or fewer cannot hold it, and
+    neither can a later phase's own schedule; the sweep says so for the jobs it concerns, naming the fix."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    done = run(tmp_path, "cruxlab.commands.experiment", "-m", "schedule=warmup_cosine", "solver.epochs=300,301",
+               "model.width=8", "problem.n_interior=64", "phases=lbfgs", "phases.lbfgs.epochs=5",
+               "phases.lbfgs.schedule.name=warmup_cosine", "~phases.lbfgs.schedule.value",
+               "+phases.lbfgs.schedule.warmup=5", "+phases.lbfgs.schedule.peak=1.0",
+               "+phases.lbfgs.schedule.end=0.1", uri=uri)
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "crux-run: schedule.warmup=300 must be below the steps the schedule spans, the phase's solver.epochs=300 "
+        "(schedule.total=null spans the phase): set schedule.warmup=30 (a tenth of them), or solver.epochs above "
+        "300 (in job 0 (solver.epochs=300)); phases.lbfgs.schedule.warmup=5 must be below the "
+        "steps the schedule spans, the phase's phases.lbfgs.epochs=5 (phases.lbfgs.schedule.total=null spans the "
+        "phase): set phases.lbfgs.schedule.warmup=0 (a tenth of them), or phases.lbfgs.epochs above 5 "
+        "(in every job); nothing was run"]
+    assert not (tmp_path / "mlflow.db").exists()
+    done = run(tmp_path, "cruxlab.commands.experiment", "schedule=warmup_cosine", "solver.epochs=200",
+               "schedule.total=250", "model.width=8", uri=uri)  # a single run: its own check, the same words
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "crux-run: schedule.warmup=300 must be below the steps the schedule spans, schedule.total=250: set "
+        "schedule.warmup=25 (a tenth of them), or schedule.total above 300"]
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "outputs").exists()
+    done = run(tmp_path, "cruxlab.commands.experiment", "--cfg", "job", "schedule=warmup_cosine", "solver.epochs=200",
+               "schedule.total=250", uri=uri)  # the config shown, and that it would be refused
+    assert done.returncode == 0 and "warmup: 300" in done.stdout
+    assert done.stderr.splitlines() == [
+        "crux-run: this config would be refused: schedule.warmup=300 must be below the steps the schedule spans, "
+        "schedule.total=250: set schedule.warmup=25 (a tenth of them), or schedule.total above 300"]
+    done = run(tmp_path, "cruxlab.commands.experiment", "--cfg", "job", "schedule=warmup_cosine", uri=uri)
+    assert done.returncode == 0 and "warmup: 300" in done.stdout and done.stderr == ""

@@ -10,6 +10,7 @@ under the working directory unless configured (docs/usage.md).
 """
 from __future__ import annotations
 
+import argparse
 import functools
 import logging
 import os
@@ -29,7 +30,7 @@ with heap.lasting():  # Hydra's and MLflow's modules, kept to the process's end:
     from hydra.core.plugins import Plugins
     from hydra.errors import ConfigCompositionException
     from hydra.types import RunMode
-    from omegaconf import DictConfig
+    from omegaconf import DictConfig, open_dict, read_write
     from omegaconf.errors import OmegaConfBaseException
 
     from hydra_plugins.crux_sweeper.config import SweeperConfig
@@ -226,15 +227,35 @@ def reported(error: Exception) -> str | None:
     if not isinstance(error, ConfigCompositionException):
         return None
     arguments = get_args_parser().parse_args()
+
+    return refused_override(error, lambda key: composed(arguments, config.overrides_without(arguments.overrides,
+                                                                                            key)))
+
+
+def composed(arguments: argparse.Namespace, overrides: list[str], mode: RunMode = RunMode.MULTIRUN) -> DictConfig:
+    """The config the command line's ``arguments`` (its ``--config-dir``) and ``overrides`` compose, as Hydra
+    composes it in ``mode`` (sweeps not expanded)."""
     search = [f"hydra.searchpath=[file://{Path(arguments.config_dir).resolve()}]"] if arguments.config_dir else []
+    with initialize_config_module(CONFIG_PACKAGE, version_base="1.3"):
+        return GlobalHydra.instance().config_loader().load_configuration("config", search + overrides, mode,
+                                                                         validate_sweep_overrides=False)
 
-    def composed_without(key: str) -> DictConfig:
-        with initialize_config_module(CONFIG_PACKAGE, version_base="1.3"):
-            return GlobalHydra.instance().config_loader().load_configuration(
-                "config", search + config.overrides_without(arguments.overrides, key), RunMode.MULTIRUN,
-                validate_sweep_overrides=False)
 
-    return refused_override(error, composed_without)
+def shown_refusals(program: str) -> None:
+    """After ``--cfg job`` (or ``all``) has shown a single run's config: what in it ``program`` would refuse, one
+    line on stderr, so that the config shown is not taken for one that runs."""
+    arguments = get_args_parser().parse_args()
+    if arguments.cfg not in ("job", "all") or arguments.multirun:
+        return
+    try:
+        cfg = composed(arguments, arguments.overrides, RunMode.RUN)
+        with read_write(cfg), open_dict(cfg):
+            del cfg["hydra"]
+        refused = config_refusals(cfg)
+    except (ConfigCompositionException, OmegaConfBaseException, ValueError) as error:
+        refused = [reported(error) or str(error).splitlines()[0]]
+    if refused:
+        print(f"{program}: this config would be refused: {'; '.join(refused)}", file=sys.stderr)
 
 
 def main(program: str = "crux-run") -> None:
@@ -259,6 +280,7 @@ def main(program: str = "crux-run") -> None:
         if line is None:
             run_and_report(functools.partial(raise_again, error))  # Hydra's report; it exits with status 1
         raise SystemExit(f"{program}: {line}") from None
+    shown_refusals(program)
     heap.exit_without_teardown()
 
 

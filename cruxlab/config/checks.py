@@ -50,7 +50,8 @@ def out_of_range(cfg: DictConfig) -> list[str]:
     """Every value of a job's config that its run could not use, in the command line's terms
     (``solver.epochs=-1: must be >= 1``): the ranges and choices of the schema's fields (:mod:`cruxlab.config.ranges`),
     then, once every value is in its range, what depends on several of them: crux's refusals of each phase's
-    ``solve()`` options (:func:`option_refusals`), accumulation with nothing to accumulate by crux's rule
+    ``solve()`` options (:func:`option_refusals`), each phase's schedule against its epochs
+    (:func:`schedule_refusals`), accumulation with nothing to accumulate by crux's rule
     (:func:`accumulation_refusals`; jNO's own fallback is judged "not supported"),
     and the processes a job's devices are split over. What needs the problem's points, such as a batch size
     below the largest constraint's, is its solver's to refuse when the job starts.
@@ -63,7 +64,7 @@ def out_of_range(cfg: DictConfig) -> list[str]:
         found += range_refusals(phase.optimizer, f"phases.{name}.optimizer.")
         found += range_refusals(phase.schedule, f"phases.{name}.schedule.")
     if not found:
-        found = option_refusals(cfg)
+        found = option_refusals(cfg) + schedule_refusals(cfg)
     if cfg.backend.name == "crux":
         found += accumulation_refusals(cfg)
     processes, devices = cfg.jax.processes, cfg.solver.devices
@@ -84,6 +85,17 @@ def accumulation_refusals(cfg: DictConfig) -> list[str]:
     except (TypeError, ValueError):  # options refused as such (option_refusals)
         return []
     return [] if unused is None else [in_config_terms(unused)]
+
+
+def schedule_refusals(cfg: DictConfig) -> list[str]:
+    """What keeps each phase's learning-rate schedule from spanning that phase's epochs (a warm-up as long as the
+    phase), in the command line's terms (:meth:`cruxlab.config.schema.ScheduleConfig.refusals`): the schedule is
+    built only when its phase starts, after the phases before it trained."""
+    first, *later = training_phases(cfg)
+    found = first.schedule.refusals(first.epochs, "schedule", "solver.epochs")
+    for name, phase in zip(cfg.phases, later):
+        found += phase.schedule.refusals(phase.epochs, f"phases.{name}.schedule", f"phases.{name}.epochs")
+    return found
 
 
 def option_refusals(cfg: DictConfig) -> list[str]:

@@ -169,6 +169,11 @@ class ScheduleConfig:
         """``name`` and every field, as the schedule of a phase of ``epochs`` epochs uses them."""
         return dataclasses.asdict(self)
 
+    def refusals(self, epochs: int, key: str, epochs_key: str) -> list[str]:
+        """What keeps this schedule (at config key ``key``) from spanning a phase of ``epochs`` epochs (set at
+        ``epochs_key``), in the command line's terms; each field's own range is :mod:`cruxlab.config.ranges`'."""
+        return []
+
 
 @dataclass
 class ConstantConfig(ScheduleConfig):
@@ -181,7 +186,9 @@ class ConstantConfig(ScheduleConfig):
 
 @dataclass
 class WarmupCosineConfig(ScheduleConfig):
-    """``total=None`` spans the phase's epochs."""
+    """``total=None`` spans the phase's epochs. ``warmup`` must be below the steps the schedule spans: with the
+    300 shipped, a phase of 300 epochs or fewer needs a shorter one (``schedule.warmup=30``), or the job is refused
+    before any run."""
 
     name: str = "warmup_cosine"
     total: Optional[int] = checked(AT_LEAST_ONE, None)
@@ -194,6 +201,16 @@ class WarmupCosineConfig(ScheduleConfig):
 
     def settings(self, epochs: int) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "total": self.total or epochs}
+
+    def refusals(self, epochs: int, key: str, epochs_key: str) -> list[str]:
+        """The warm-up must end before the schedule's last step (``lrs.warmup_cosine``: ``warmup < total``)."""
+        total = self.total or epochs
+        if self.warmup < total:
+            return []
+        spans, longer = ((f"{key}.total={self.total}", f"{key}.total") if self.total else
+                         (f"the phase's {epochs_key}={epochs} ({key}.total=null spans the phase)", epochs_key))
+        return [f"{key}.warmup={self.warmup} must be below the steps the schedule spans, {spans}: set "
+                f"{key}.warmup={total // 10} (a tenth of them), or {longer} above {self.warmup}"]
 
 
 @dataclass
@@ -346,7 +363,10 @@ class PhaseConfig:
 @dataclass
 class Config:
     """One job. Training runs (optimizer, schedule, solver.epochs), then each of ``phases`` on the same solver,
-    in the order written.
+    in the order written. ``repeat`` repeats a job to time it again, with the same seed: ``repeat=range(0,3)``
+    gives three runs of the same numbers whose timings differ (sweeps that compare numbers set ``roundoff_twin:
+    ${repeat}``, which moves the later repeats' start by one ulp). ``solver.seed=range(0,3)`` draws new seeds
+    instead: the points, the initial parameters and the point stream.
 
     ``gradient_draws=S > 0`` first measures the gradient of S first updates from the initial parameters, each
     drawing its own mini-batches (the black-box accumulation check reads their spread; 0: none); a sweep's
@@ -354,7 +374,7 @@ class Config:
     ``claim`` is what a sweep sets out to check, in words, and ``claims`` the
     checks (keys of ``cruxlab.report.CHECKS``) its report runs; both describe the
     sweep, not the job (:data:`SWEEP_KEYS`). ``repeat`` only tells repeated
-    jobs apart (for timing); ``variant`` names the job in MLflow (``None``: the
+    jobs apart; ``variant`` names the job in MLflow (``None``: the
     swept overrides of this job, e.g. ``b8_acc4``). ``roundoff_twin=k > 0`` moves
     every initial parameter one ulp up or down (:func:`roundoff_twin`, directions
     drawn with seed k): a *round-off twin* of the job, which shows how far its
