@@ -38,6 +38,11 @@ def disk_full() -> None:
     raise OSError("No space left on device")
 
 
+def refused() -> None:
+    """A request the store refuses for what it asks (not a store that fails: :mod:`cruxlab.store.faults`)."""
+    raise ValueError("the request was refused")
+
+
 def store_away() -> None:
     raise StoreFault("log_artifacts failed for 10 s (tracking.retry_seconds): connection refused")
 
@@ -94,21 +99,21 @@ def test_a_run_queued_behind_written_results_is_created_once_they_are(store, tmp
 def test_a_failed_background_write_closes_the_run_failed_with_the_reason(store):
     client, run_id = store
     writer = Writer()
-    with JobRun(Upload(client, disk_full), run_id, "default", 0, overlap=True, writer=writer) as run:
+    with JobRun(Upload(client, refused), run_id, "default", 0, overlap=True, writer=writer) as run:
         finish_a_job(run)
     writer.drain()
     run = client.get_run(run_id)
     assert run.info.status == "FAILED"
-    assert run.data.tags["crux.error_type"] == "OSError"
+    assert run.data.tags["crux.error_type"] == "ValueError"
     assert run.data.tags["crux.error_message"].startswith(  # then where it was raised (here: the test's code)
-        "writing the artifacts failed: OSError: No space left on device")
+        "writing the artifacts failed: ValueError: the request was refused")
     assert len(client.get_metric_history(run_id, "loss/total")) == EPOCHS  # the writes before it are kept
 
 
 def test_a_job_that_waits_for_its_writes_fails_when_one_fails(store):
     client, run_id = store
-    with pytest.raises(WriteFailed, match="writing the artifacts failed: OSError: No space left on device"):
-        with JobRun(Upload(client, disk_full), run_id, "default", 0, writer=Writer()) as run:
+    with pytest.raises(WriteFailed, match="writing the artifacts failed: ValueError: the request was refused"):
+        with JobRun(Upload(client, refused), run_id, "default", 0, writer=Writer()) as run:
             finish_a_job(run)
     assert client.get_run(run_id).info.status == "FAILED"  # closed before the error went on
 
@@ -330,11 +335,27 @@ def test_a_job_that_hands_its_results_over_is_closed_finished_by_the_driver_with
 def test_a_write_that_fails_in_the_driver_closes_the_run_failed_and_the_job_unfinished(store, tmp_path):
     client, run_id = store
     hand_over_a_job(client, run_id, tmp_path)
-    take_over(Upload(client, disk_full), tmp_path)
+    take_over(Upload(client, refused), tmp_path)
     run = client.get_run(run_id)
     assert run.info.status == "FAILED"
     assert run.data.tags["crux.error_message"].startswith(
-        "writing the artifacts failed: OSError: No space left on device")
+        "writing the artifacts failed: ValueError: the request was refused")
+    assert unwritten_jobs(tmp_path) == {3}
+
+
+def test_an_artifact_store_that_fails_in_the_driver_keeps_the_results_for_resume(store, tmp_path):
+    """The artifact store's disk is full when the driver uploads a handed-over job's artifacts: a store fault
+    naming the artifact store, recorded for the sweep with the run left open (closed by the sweep's end), the
+    results kept in the sweep's folder, the job not counted as finished."""
+    client, run_id = store
+    hand_over_a_job(client, run_id, tmp_path)
+    take_over(Upload(client, disk_full), tmp_path)
+    assert client.get_run(run_id).info.status == contract.RUNNING
+    fault = recorded_fault(tmp_path)
+    location = client.get_experiment_by_name("e").artifact_location
+    assert fault["store"] == f"the artifact store at {location}" and list(fault["runs"]) == [run_id]
+    assert fault["message"] == f"writing the artifacts of run {run_id} failed: OSError: No space left on device"
+    assert {path.name for path in (tmp_path / "kept" / "3" / "artifacts").iterdir()} == ARTIFACTS
     assert unwritten_jobs(tmp_path) == {3}
 
 

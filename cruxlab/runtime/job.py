@@ -69,8 +69,9 @@ from cruxlab.store.contract import (ADJUSTED, BACKEND, CHILD, CLAIM, CONFIG, ENV
                                     NOTE, PARAMS, PARENT_ID, REPEAT, REQUESTED, ROLE, SINGLE, STATS, SWEEP, VARIANT,
                                     VARIANT_PARAM)
 from cruxlab.store.descriptions import job_description
+from cruxlab.store.artifacts import check_artifact_folder, write_artifacts
 from cruxlab.store.faults import (PatientClient, StoreFault, patiently, reach, record_fault, recorded_fault,
-                                  set_retry_budget, store_retrying)
+                                  set_retry_budget, store_named, store_retrying)
 from cruxlab.store.history import history_series, log_history, thinned
 from cruxlab.store.model import write_model
 from cruxlab.store.params import flatten, variant_name
@@ -163,6 +164,16 @@ def _wait_for_store(uri: str, sweep_dir: Path) -> None:
     except StoreFault as away:
         record_fault(sweep_dir, None, str(away))
         raise StoreFault(f"not started: {away}") from None
+
+
+def _check_artifact_store(location: str, uri: str, sweep_dir: Path) -> None:
+    """Before a sweep's job trains: StoreFault, recorded in ``sweep_dir``, where its artifact folder takes no file
+    (:func:`cruxlab.store.artifacts.check_artifact_folder`)."""
+    try:
+        check_artifact_folder(location, uri)
+    except StoreFault as fault:
+        record_fault(sweep_dir, None, fault)
+        raise StoreFault(f"not started: {fault}", fault.store) from None
 
 
 class OpenedOnFirstUse:
@@ -282,6 +293,8 @@ class JobRun:
             client = PatientClient(writable_store(uri))
             name = experiment_name(cfg.tracking.experiment, hydra.runtime.choices)
             where = Destination(uri, ensure_experiment(client, name, uri, cfg.claim), None, name, cfg.claim)
+        if parent:
+            _check_artifact_store(where.artifact_location, where.uri, sweep_dir)
         variant = cfg.variant or variant_name(override_lines(hydra.overrides.task), where.swept, set(hydra.runtime.choices),
                                              cfg)
         tags = {SWEEP: where.sweep, CLAIM: cfg.claim, VARIANT: variant,
@@ -317,10 +330,11 @@ class JobRun:
                  traceback: TracebackType | None) -> bool:
         no_room = isinstance(error, NoRoom)  # the store is there: this run closes FAILED with the reason
         if isinstance(error, StoreFault) and not no_room and self.sweep_dir is not None:  # the sweep stops its jobs
-            record_fault(self.sweep_dir, self._run_id, str(error))
+            record_fault(self.sweep_dir, self._run_id, error)
         if isinstance(error, StoreFault) and not no_room:  # the store is away: closed later
-            log.error("the tracking store failed: %s; run %s stays open until the next crux-sweep --resume or "
-                      "crux-report closes it", error, self._run_id or "(not created)")
+            log.error("%s failed: %s; run %s stays open until the next crux-sweep --resume or "
+                      "crux-report closes it", store_named(error, self.client.tracking_uri), error,
+                      self._run_id or "(not created)")
             self._writer.submit(lambda: self._forget(str(error)))
             self._say_outcome()
             return False
@@ -597,7 +611,7 @@ class JobRun:
         except Exception as error:  # noqa: BLE001 - the run closes FAILED with it
             self._failure = self._failure or (what, error)
             if isinstance(error, StoreFault) and self.sweep_dir is not None:
-                record_fault(self.sweep_dir, self._run_id, str(error))
+                record_fault(self.sweep_dir, self._run_id, error)
 
     def _create(self, create: Callable[[], str]) -> None:
         """Create the run, unless the store failed before (its job then goes unrecorded, and is run again by
@@ -622,7 +636,7 @@ class JobRun:
             self._heartbeat.stop()
         try:
             if any(self._staged.iterdir()):
-                self._attempt("the artifacts", lambda: self.client.log_artifacts(self.run_id, str(self._staged)))
+                self._attempt("the artifacts", lambda: write_artifacts(self.client, self.run_id, self._staged))
             if self._failure is not None:
                 what, failure = self._failure
                 log.error("run %s: writing %s failed: %s", self._run_id or "(not created)", what,
@@ -631,7 +645,7 @@ class JobRun:
                     _unwritten_jobs.setdefault(self.sweep_dir, set()).add(self.job)
                 if isinstance(failure, StoreFault) or self._run_id is None:
                     if self.sweep_dir is not None and isinstance(failure, StoreFault):
-                        record_fault(self.sweep_dir, self._run_id, str(failure))
+                        record_fault(self.sweep_dir, self._run_id, failure)
                     self._keep(ended)
                     return  # the store is away: closed later, as for a job's own store fault
                 if status == FINISHED:
@@ -649,7 +663,7 @@ class JobRun:
                      time.perf_counter() - start)
         except Exception as error:  # noqa: BLE001 - said; crux-report or a resumed sweep closes it later
             if isinstance(error, StoreFault) and self.sweep_dir is not None:
-                record_fault(self.sweep_dir, self._run_id, str(error))  # no job starts, no write waits, after it
+                record_fault(self.sweep_dir, self._run_id, error)  # no job starts, no write waits, after it
             if isinstance(error, StoreFault):
                 self._keep(ended)
             if self.job is not None and self.sweep_dir is not None and status == FINISHED:

@@ -64,6 +64,7 @@ from cruxlab.runtime.liveness import (GONE, STORE_FAULT, SWEEP_PID, Heartbeat, c
 from cruxlab.runtime.space import StoreReserve
 from cruxlab.runtime.tracebacks import tracebacks_shown
 from cruxlab.runtime.writer import process_writer
+from cruxlab.store.artifacts import write_artifacts
 from cruxlab.store.connection import (DESTINATION, PARENT_RUN, TRACKING_URI, WRITING, Destination, StoreError, brief,
                                       child_runs, ensure_experiment, experiment_name, move_store_credentials,
                                       store_error_types, store_errors, tracking_uri, writable_store)
@@ -73,7 +74,7 @@ from cruxlab.store.contract import (BACKEND, CLAIM, CLAIMS, COMMAND, ERROR_MESSA
                                     tag_filter)
 from cruxlab.store.descriptions import runs_page, sweep_description
 from cruxlab.store.faults import (PatientClient, StoreFault, is_store_fault, record_fault, recorded_fault,
-                                  reserve_fault_record, set_retry_budget)
+                                  reserve_fault_record, set_retry_budget, store_named)
 from cruxlab.store.params import as_requested, flatten
 from cruxlab.store.secrets import PASSWORD_VARIABLE, credential_variables, masked
 
@@ -210,7 +211,8 @@ class Multirun:
                     return []
                 return self._launch(opened)
             except (Refused, StoreError, StoreFault) as error:
-                raise SystemExit(f"{self.program}: {masked(str(error))}") from None
+                store = f"{error.store} failed: " if getattr(error, "store", None) else ""
+                raise SystemExit(f"{self.program}: {store}{masked(str(error))}") from None
             finally:
                 self.reserve.release()
 
@@ -266,7 +268,13 @@ class Multirun:
                     SWEPT: json.dumps(swept_keys(self.config)), **process_tags()}
             run = client.create_run(experiment_id, run_name=f"{self.name} {time.strftime('%Y-%m-%d %H:%M:%S')}",
                                     tags=tags)
-            self._log_plan(client, run.info.run_id, jobs)
+            try:
+                self._log_plan(client, run.info.run_id, jobs)
+            except StoreFault as fault:  # the artifact store refused it: the sweep ends before any job
+                client.log_batch(run.info.run_id, tags=[RunTag(ERROR_TYPE, type(fault).__name__),
+                                                        RunTag(ERROR_MESSAGE, str(fault))])
+                client.set_terminated(run.info.run_id, FAILED)
+                raise
         log.info("MLflow: experiment %r, parent run %s at %s", self.name, run.info.run_id, masked(self.uri))
         return Opened(client, self.uri, experiment_id, run.info.run_id, jobs, list(range(len(jobs))))
 
@@ -379,12 +387,13 @@ class Multirun:
 
     @staticmethod
     def _log_plan(client: MlflowClient, run_id: str, jobs: list[list[str]]) -> None:
-        """``planned_jobs.json``: ``[{"job": number, "overrides": [...]}, ...]``, the number being ``crux.job``."""
+        """``planned_jobs.json``: ``[{"job": number, "overrides": [...]}, ...]``, the number being ``crux.job``;
+        StoreFault naming the artifact store where it refuses it."""
         with tempfile.TemporaryDirectory(prefix="crux-plan-") as folder:
             path = Path(folder) / PLANNED_JOBS
             path.write_text(json.dumps([{"job": n, "overrides": overrides} for n, overrides in enumerate(jobs)],
                                        indent=1))
-            client.log_artifact(run_id, str(path))
+            write_artifacts(client, run_id, Path(folder))
 
     # -- the jobs ------------------------------------------------------------------------------
     def _launch(self, opened: Opened) -> list[Sequence[JobReturn]]:
@@ -501,7 +510,9 @@ class Multirun:
                             opened.parent_id, opened.jobs, opened.todo)
             self.reserve.release()  # a full disk: the room held for closing the runs
         try:
-            closed = self._close(opened, stopped, unreadable, (fault or {}).get("runs", {}))
+            closed = self._close(opened, stopped, unreadable, {
+                run: f"{store_named(fault, self.uri)} failed ({message})"
+                for run, message in (fault or {}).get("runs", {}).items()})
         except (StoreFault, *store_error_types()) as error:
             fault = fault or {"message": f"closing the sweep failed: {error}"}
             record_fault(sweep_dir, opened.parent_id, fault["message"])
@@ -517,7 +528,7 @@ class Multirun:
         said = (f"; the results that job{'s' if len(kept) > 1 else ''} {', '.join(map(str, sorted(kept)))} trained "
                 f"are kept in {where}" if kept else "")
         raise SystemExit(
-            f"{self.program}: the tracking store at {masked(self.uri)} failed: {masked(fault['message'])}; "
+            f"{self.program}: {store_named(fault, self.uri)} failed: {masked(fault['message'])}; "
             f"{len(completed)} of the {len(opened.todo)} jobs run finished{finished}, none started after it{said}; "
             + (f"parent run {opened.parent_id} closed {closed[0]}" if closed else
                f"the runs left open (parent run {opened.parent_id}) are closed by the next `crux-sweep --resume` "
@@ -530,7 +541,7 @@ class Multirun:
                faulted: dict[str, str]) -> tuple[str, list[int], list[Run]]:
         """Close the parent with the truth read from the store, after closing the runs of its jobs still RUNNING
         with their cause (:func:`closing_cause`; ``unreadable``: job -> why its handed-over results could not be
-        read, ``faulted``: run -> the store fault that left it open); its status, the planned jobs with no
+        read, ``faulted``: run -> the store fault that left it open, in words); its status, the planned jobs with no
         FINISHED run, and the jobs' runs as the store now has them (read once more only where some were closed
         here)."""
         client = opened.client
@@ -564,14 +575,15 @@ def closing_cause(run: Run, stopped: KeyboardInterrupt | None, unreadable: dict[
                   now: float) -> tuple[str, str, str]:
     """Status, ``crux.error_type`` and message for a job's run still RUNNING when its sweep closes: FAILED where
     the results its job handed over could not be read (``unreadable``, by job number), else KILLED: by the store
-    fault that left it open (``faulted``, by run), by the signal that stopped the sweep, by the end of its process
-    (:func:`cruxlab.runtime.liveness.is_gone`: killed, out of memory), else by the end of its sweep."""
+    fault that left it open (``faulted``: which store failed and how, by run), by the signal that stopped the
+    sweep, by the end of its process (:func:`cruxlab.runtime.liveness.is_gone`: killed, out of memory), else by
+    the end of its sweep."""
     tags = run.data.tags
     job = tags.get(JOB, "")
     if job in unreadable:
         return FAILED, "ResultsUnreadable", f"the results its job handed over could not be read ({unreadable[job]})"
     if run.info.run_id in faulted:
-        return KILLED, STORE_FAULT, f"the tracking store failed ({faulted[run.info.run_id]})"
+        return KILLED, STORE_FAULT, faulted[run.info.run_id]
     if stopped is not None:
         return KILLED, "SweepStopped", f"its sweep was stopped by {signal_name(stopped)} while it ran"
     if is_gone(tags, now):

@@ -38,6 +38,7 @@ from requests.exceptions import ConnectionError as RequestsConnectionError
 from requests.exceptions import Timeout
 
 from cruxlab.store.connection import HTTP_LIMITS, SQLITE, brief
+from cruxlab.store.secrets import masked
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +66,20 @@ _recording = threading.Lock()  # a job and the process's writer may record a fau
 
 
 class StoreFault(Exception):
-    """The tracking store stayed unreachable, full or refusing writes for the whole retry budget; the message is
-    one line saying what failed."""
+    """A store stayed unreachable, full or refusing writes for the whole retry budget; the message is one line
+    saying what failed. ``store`` names the store where it is not the tracking store (the artifact store:
+    :mod:`cruxlab.store.artifacts`)."""
+
+    def __init__(self, message: str, store: str | None = None):
+        super().__init__(message)
+        self.store = store
+
+
+def store_named(fault: BaseException | dict | None, tracking_uri: str) -> str:
+    """The store a fault (a :class:`StoreFault`, or its record: :func:`recorded_fault`) met, in words: the
+    artifact store it names, else the tracking store at ``tracking_uri`` (masked)."""
+    store = fault.get("store") if isinstance(fault, dict) else getattr(fault, "store", None)
+    return store or f"the tracking store at {masked(tracking_uri)}"
 
 
 def retry_budget() -> float:
@@ -204,11 +217,13 @@ class PatientClient:
         return call
 
 
-def record_fault(folder: Path, run_id: str | None, message: str) -> None:
-    """Write into the sweep's ``folder`` that the store failed (``message``), with the run it left open: into the
-    room reserved for it (:func:`reserve_fault_record`), in place, which a full disk takes, where it fits."""
+def record_fault(folder: Path, run_id: str | None, fault: str | StoreFault) -> None:
+    """Write into the sweep's ``folder`` that a store failed (``fault``: its message, or the StoreFault, which may
+    name the store), with the run it left open: into the room reserved for it (:func:`reserve_fault_record`), in
+    place, which a full disk takes, where it fits. The first fault recorded is the sweep's."""
+    message, store = str(fault), getattr(fault, "store", None)
     with _recording:
-        recorded = recorded_fault(folder) or {"message": message, "runs": {}}
+        recorded = recorded_fault(folder) or {"message": message, "runs": {}, **({"store": store} if store else {})}
         if run_id:
             recorded["runs"][run_id] = message
         _write_record(folder, recorded)
