@@ -411,6 +411,23 @@ def test_phases_resume_move_and_switch_optimizer():
         assert only(verdicts, name).verdict == HOLDS, only(verdicts, name).summary
 
 
+@pytest.mark.parametrize("recorded, outcome", [("constant(0.003)", HOLDS), ("constant(0.01)", FAILS)])
+def test_a_first_phase_on_a_networks_own_schedule_is_not_held_to_the_configured_one(recorded, outcome):
+    """q trained its first phase at its problem's own 3e-3, as its network.q.schedule param records: nothing
+    configured to compare with, so phase 0 of lr/q is left out, said so, and the SGD phase is judged. A run that
+    records the configured schedule for q is held to it: its 3e-3 is a learning rate the plan did not ask for."""
+    record = two_phases("own")
+    lr_q = np.array(record.histories["lr/q"])
+    lr_q[:20] = 3e-3
+    record = replace(record, histories={**record.histories, "lr/q": lr_q},
+                     params={"network.q.schedule": recorded, "network.u.schedule": "constant(0.01)"})
+    verdict = only(check_phases([record]), "phases.fresh_optimizer")
+    assert verdict.verdict == outcome, verdict.summary
+    assert ("not judged, trained with the problem's own schedule: full lr/q phase 0 (constant(0.003))" in
+            verdict.summary) == (outcome == HOLDS)
+    assert "full/lr/q/phase1/relative_difference" in verdict.evidence
+
+
 @pytest.mark.parametrize("second_lr, outcome", [(1e-3, HOLDS), (0.0, FAILS)])
 def test_mini_batch_phases_are_judged_from_their_parameter_snapshots(second_lr, outcome):
     """A mini-batch loss changes from batch to batch whether a phase trains or not; the snapshots tell. SGD at

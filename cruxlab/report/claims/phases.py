@@ -27,7 +27,7 @@ from cruxlab.report.numerics import EPS, ROUNDOFF_ALLOWANCE, history_difference
 from cruxlab.report.pairing import first, run_ids, settings
 from cruxlab.report.run_records import RunRecord, UnreadableArtifact
 from cruxlab.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt, not_in_sweep
-from cruxlab.store.contract import PARAMS
+from cruxlab.store.contract import NETWORK_PARAMS, PARAMS
 
 RESUMES = Claim("Call solve() multiple times with different optimisers or schedules. The solver resumes from where it "
                 "left off", "phases-resume")
@@ -265,12 +265,19 @@ def expected_lr(run: RunRecord) -> np.ndarray | None:
     return np.concatenate(values)
 
 
+def own_schedule(run: RunRecord, model: str) -> str | None:
+    """The schedule network ``model`` kept of its problem's own in the run's first phase (its recorded
+    ``network.<model>.schedule`` where that is not the configured one), else None."""
+    recorded = run.params.get(f"{NETWORK_PARAMS}{model}.schedule")
+    return recorded if recorded is not None and run.phases and recorded != repr(run.phases[0].schedule) else None
+
+
 def _fresh_optimizer(runs: list[RunRecord]) -> Verdict:
     test = ("per phase and model: recorded lr/<model> against the configured schedule, counted from 0 where the "
             "phase sets an optimizer or schedule and continued otherwise")
     bound = ROUNDOFF_ALLOWANCE * EPS
     threshold = {"lr_relative_difference": Threshold(bound, "1e3 · eps", LR_ORIGIN)}
-    evidence, wrong, unplanned = {}, [], []
+    evidence, wrong, unplanned, kept = {}, [], [], []
     for run in runs:
         expected = expected_lr(run)
         if expected is None:
@@ -278,7 +285,11 @@ def _fresh_optimizer(runs: list[RunRecord]) -> Verdict:
             continue
         for key in sorted(k for k in run.histories if k.startswith("lr/")):
             recorded = np.asarray(run.histories[key], np.float64)
+            own = own_schedule(run, key[len("lr/"):])
             for k, (start, end) in enumerate(phase_bounds(run)):
+                if own is not None and not any(plan.fresh for plan in run.phases[1:k + 1]):
+                    kept.append(f"{run.label} {key} phase {k} ({own})")  # its problem's own: no configured one
+                    continue
                 difference = history_difference(recorded[start:end], expected[start:end])
                 evidence[f"{run.label}/{key}/phase{k}/relative_difference"] = difference
                 if not difference <= bound:
@@ -287,8 +298,12 @@ def _fresh_optimizer(runs: list[RunRecord]) -> Verdict:
     if wrong:
         verdict, summary = FAILS, "the learning rate does not follow the configured phases: " + "; ".join(wrong)
     elif unplanned or not evidence:
-        verdict, summary = INCONCLUSIVE, f"no phase plan recorded for {', '.join(unplanned) or 'any run'}"
+        verdict, summary = INCONCLUSIVE, (f"no phase plan recorded for {', '.join(unplanned) or 'any run'}" if
+                                          unplanned or not kept else "every phase trained with its problem's own "
+                                          "schedule: nothing configured to compare with (set schedule= to judge it)")
     else:
         verdict, summary = HOLDS, "every phase trains with the schedule it configured, from its step 0 when set"
+    if kept and verdict != INCONCLUSIVE:
+        summary += f"; not judged, trained with the problem's own schedule: {', '.join(kept)}"
     return FRESH_OPTIMIZER.verdict("phases.fresh_optimizer", test, verdict, summary, evidence, threshold,
                                    run_ids(runs))
