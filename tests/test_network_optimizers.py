@@ -16,7 +16,7 @@ import crux
 from crux.optim import soap
 from crux.problems import Problem
 from cruxlab import config
-from cruxlab.commands.sweep import available, register
+from cruxlab.commands.sweep import available, find_sweep, register
 from cruxlab.config.attachments import call_words, explicit_choices, training_plan
 from cruxlab.report import RunRecord, SolveOptions
 from cruxlab.report.document import trained_with
@@ -110,7 +110,7 @@ def test_an_own_optimizer_is_named_with_its_bound_arguments_and_keeps_its_factor
     assert call_words(problem.models["w"].attached_optimizer) == "adamw(weight_decay=0.0001)"
     assert call_words(soap(1)) == "an optax transform"
     plan = training_plan(problem, phases_of([]), {})
-    assert plan.phases[0]["w"].words == "adamw(weight_decay=0.0001) at its factory's default learning rate"
+    assert plan.phases[0]["w"].words == "adamw(weight_decay=0.0001) at the optimizer's own learning rate"
     # the config's optimizer, explicit, needs a schedule: the config's, where the network had none of its own
     plan = training_plan(problem, phases_of(["optimizer=sgd"]), {"optimizer": "optimizer=sgd"})
     assert plan.phases[0]["w"].words == "sgd at constant(0.001)"
@@ -147,6 +147,19 @@ def test_what_is_explicit_is_told_from_the_jobs_overrides_and_its_sweep_file(hyd
     assert explicit("+sweeps=resume") == {"schedule": "the sweep file resume sets schedule"}
     assert explicit("+sweeps=precision") == {}  # its L-BFGS phase is a later phase: the first keeps the problem's
     assert explicit("+sweeps=accumulation", "optimizer=adam") == {"optimizer": "optimizer=adam"}
+
+
+def test_a_sweeps_own_group_file_that_sets_a_schedule_makes_it_explicit(hydra_configs, tmp_path):
+    """A sweep file's sub-folder is a group of its own (sweeps/rates), chosen per job with @_global_."""
+    (tmp_path / "rates").mkdir()
+    (tmp_path / "rates" / "slow.yaml").write_text("# @package _global_\nschedule:\n  value: 1.0e-5\n")
+    (tmp_path / "rates" / "plain.yaml").write_text("# @package _global_\nsolver:\n  epochs: 7\n")
+    (tmp_path / "mine.yaml").write_text("claim: mine\n")
+    register(find_sweep(str(tmp_path / "mine.yaml")), "crux-sweep mine.yaml")
+    for option, expected in (("slow", {"schedule": "the sweep file slow sets schedule"}), ("plain", {})):
+        cfg = compose("config", overrides=["+sweeps=mine", f"+sweeps/rates@_global_={option}"],
+                      return_hydra_config=True)
+        assert explicit_choices(cfg.hydra) == expected
 
 
 def test_the_recorded_networks_are_no_setting_of_the_config_read_back(hydra_configs):

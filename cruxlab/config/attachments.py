@@ -43,7 +43,8 @@ def explicit_choices(hydra_cfg: DictConfig | None) -> dict[str, str]:
         group = override.key_or_group.split(".", 1)[0].split("@", 1)[0]
         if group in CHOICES:
             found.setdefault(group, override.input_line)
-    for group, option in hydra_cfg.runtime.choices.items():
+    for chosen, option in hydra_cfg.runtime.choices.items():
+        group = chosen.split("@", 1)[0]  # sweeps/resume_calls@_global_: the group sweeps/resume_calls
         if option is not None and (group == SWEEP_GROUP or group.startswith(f"{SWEEP_GROUP}/")):
             for choice in sorted(set(CHOICES) - set(found) & set(sweep_sets(group, option))):
                 found[choice] = f"the sweep file {option} sets {choice}"
@@ -54,10 +55,11 @@ def sweep_sets(group: str, option: str) -> list[str]:
     """The groups of :data:`CHOICES` that the sweep file registered as ``group=option`` sets: in its defaults list
     (``override /optimizer: sgd``) or as a node of its own (``schedule: {value: 1e-5}``)."""
     from hydra.core.config_store import ConfigStore
+    from hydra.plugins.config_source import ConfigLoadError
 
     try:
         node = ConfigStore.instance().load(f"{group}/{option}.yaml").node
-    except Exception:  # noqa: BLE001 - not a file crux-sweep registered: it sets nothing of these
+    except ConfigLoadError:  # not a file crux-sweep registered: it sets nothing of these
         return []
     entries = node.get("defaults") or []
     named = [str(next(iter(entry))) if isinstance(entry, Mapping) else str(entry).split(":")[0] for entry in entries]
@@ -81,8 +83,9 @@ def config_words(optimizer: OptimizerConfig) -> str:
 
 
 def schedule_words(schedule: Schedule | None) -> str:
-    """A schedule in words (``constant(0.001)``); None: the optimizer factory's own default learning rate."""
-    return repr(schedule) if schedule is not None else "its factory's default learning rate"
+    """A schedule in words (``constant(0.001)``); None (no ``.scale()``): the optimizer's own learning rate (a
+    factory's default one, a ready transform's unscaled steps)."""
+    return repr(schedule) if schedule is not None else "the optimizer's own learning rate"
 
 
 @dataclass(frozen=True)
