@@ -117,7 +117,7 @@ def test_a_run_records_the_options_and_the_report_reads_them_back(hydra_configs)
     options = solve_options(cfg)
     assert {key: params[key] for key in OPTION_KEYS.values()} == {
         "solver.epochs": str(options.epochs), "memory.batchsize": "8", "memory.accumulation_steps": "1",
-        "memory.checkpoint_gradients": "False", "memory.offload_data": "False", "solver.inner_steps": "1",
+        "memory.checkpoint_gradients": "false", "memory.offload_data": "false", "solver.inner_steps": "1",
         "solver.substeps": "[[0], [[1, 2], 3]]", "solver.devices": "1", "solver.precision": "high"}
     assert solve_options(config_from_params(params)) == options
 

@@ -49,6 +49,7 @@ with heap.lasting():  # Hydra's and MLflow's modules, kept to the process's end:
     from cruxlab.runtime.compilation_cache import use_compilation_cache
     from cruxlab.runtime.interrupt import exit_status, interruptible, signal_name
     from cruxlab.runtime.liveness import SWEEP_PID
+    from cruxlab.runtime.objective import objective_value
     from cruxlab.runtime.paired_timing import time_against
     from cruxlab.runtime.tracebacks import errors_raised_by_hydra, job_failed, tracebacks_shown
     from cruxlab.store.connection import StoreError
@@ -121,7 +122,7 @@ def train(problem: Problem, phases: list[Phase], cfg: DictConfig, phase_ends: li
 def train_job(cfg: DictConfig, run: JobRun, problem: Problem | None = None) -> float:
     """The job's work once its run is open: problem built (unless given, built before the run), config logged
     (with the options as the problem's solver runs them, :meth:`crux.Crux.resolve`), phases trained, results
-    logged; the final total loss."""
+    logged; what ``objective`` names (:mod:`cruxlab.runtime.objective`; the final total loss by default)."""
     if cfg.backend.name != "crux":
         run.log_config(cfg)
         run.trains()
@@ -154,12 +155,13 @@ def train_job(cfg: DictConfig, run: JobRun, problem: Problem | None = None) -> f
             run.log_results(problem, history, initial, phase_ends)
     if processes.is_recording_process():  # one process of several times nothing: its timing would share the cores
         time_against(cfg, run)
-    return history.final_loss
+    return objective_value(cfg.objective, history, problem.relative_l2() if cfg.objective == "error" else {})
 
 
 @hydra.main(version_base="1.3", config_path=f"pkg://{CONFIG_PACKAGE}", config_name="config")
 def run_job(cfg: DictConfig) -> float:
-    """One job; returns the final total loss (what a Hydra sweeper would minimise). Stopped by SIGINT or
+    """One job; returns what ``objective`` names, the final total loss by default (what a searching Hydra sweeper,
+    Optuna's, minimises). Stopped by SIGINT or
     SIGTERM, it closes its run KILLED with the history so far and raises KeyboardInterrupt. A job that fails
     closes its run FAILED and raises :class:`JobFailed` (a single run: exits), one line, its traceback in the
     job's log file."""
@@ -214,7 +216,7 @@ def remove_output_dir(hydra_cfg: DictConfig) -> None:
     if written - HYDRA_FILES - {log} or ((folder / log).is_file() and (folder / log).stat().st_size):
         return
     shutil.rmtree(folder)
-    here = Path.cwd()
+    here = Path(hydra_cfg.runtime.cwd)  # the command's folder, also where Hydra ran the job in its own
     for parent in folder.parents:
         if parent == here or not parent.is_relative_to(here) or any(parent.iterdir()):
             break

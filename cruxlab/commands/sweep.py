@@ -171,6 +171,18 @@ def register(sweep: SweepFile, command: str) -> None:
                             node=OmegaConf.create(option.read_text()), provider="crux-sweep")
 
 
+def refuse_other_sweepers(overrides: list[str]) -> None:
+    """Raise ValueError, in one line saying what works, for an override that chooses another Hydra sweeper: a
+    claim's sweep is the jobs its file lists, which crux's sweeper runs under one parent run and the report
+    judges; a search (Optuna's) runs under ``crux-run -m``."""
+    for override in overrides:
+        key, _, choice = override.lstrip("+~").partition("=")
+        if key == "hydra/sweeper" and choice != "crux":
+            raise ValueError(f"{override}: crux-sweep runs a claim's sweep with crux's own sweeper; to search with "
+                             f"another sweeper run `crux-run -m {override} ...`, each job returning what "
+                             f"objective=final_loss|error|run_seconds names (docs/usage.md)")
+
+
 def main(argv: list[str] | None = None) -> None:
     """The console script; ``argv`` defaults to the command line. Hands the multirun to ``crux-run``'s main."""
     parser = argparse.ArgumentParser(prog="crux-sweep", description="Run a sweep as a Hydra multirun logged to "
@@ -202,6 +214,7 @@ def main(argv: list[str] | None = None) -> None:
             return
         if args.sweep is None:
             parser.error("name a sweep (see --list) or give a sweep file's path")
+        refuse_other_sweepers(args.overrides)
         sweep = find_sweep(args.sweep, args.sweeps_dir)
         if args.config_dir is not None and not args.config_dir.is_dir():
             raise ValueError(f"--config-dir {args.config_dir}: no such folder")

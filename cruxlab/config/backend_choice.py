@@ -52,6 +52,10 @@ def check_backend(cfg: DictConfig) -> None:
         raise ValueError(f"backend.batching={backend.batching}: a jNO problem of your own is batched over its "
                          f"points; write backend.batching=points (in the accumulation sweep "
                          f"backend.batching_forms=points)")
+    hidden = cfg.model.get("hidden")
+    if hidden is not None and len(set(hidden)) > 1:
+        raise ValueError(f"model.hidden=[{','.join(map(str, hidden))}]: the jNO backend builds hidden layers of one "
+                         f"width (foundax.mlp); write model.width and model.depth, or choose backend=crux")
     if backend.samples < 1:
         raise ValueError(f"backend.samples={backend.samples}: must be >= 1")
     if cfg.solver.get("devices", 1) != 1:

@@ -63,6 +63,9 @@ def effective_settings(cfg: DictConfig, resolved: dict[str, Any] | None = None) 
         settings.pop(key, None)
     if settings.get("capacity", {}).get("option") is None:  # a training job: no capacity settings to record
         settings.pop("capacity", None)
+    if settings.get("model", {}).get("hidden") is not None:  # the layers it lists, not width x depth, ran
+        settings["model"].pop("width", None)
+        settings["model"].pop("depth", None)
     return settings
 
 
@@ -75,7 +78,8 @@ def import_from_working_directory() -> None:
 
 
 PROBLEM_ARGUMENTS = ("hidden", "activation", "seed")
-"""What a problem's function receives besides its own fields: ``hidden=(model.width,) * model.depth``,
+"""What a problem's function receives besides its own fields: ``hidden=model.hidden`` (else ``(model.width,) *
+model.depth``),
 ``activation=model.activation``, ``seed=solver.seed``."""
 
 
@@ -167,7 +171,7 @@ def problem_call(node: DictConfig, model: ModelConfig, seed: int) -> tuple[Calla
         raise ValueError(f"problem.{taken[0]}: set by model.width/depth/activation and solver.seed, not by the "
                          f"problem config; remove it there")
     function = problem_function(target)
-    arguments = {**fields, "hidden": (model.width,) * model.depth, "activation": model.activation, "seed": seed}
+    arguments = {**fields, "hidden": model.layers(), "activation": model.activation, "seed": seed}
     signature = inspect.signature(function)
     if not any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
         lacking = [name for name in PROBLEM_ARGUMENTS if name not in signature.parameters]

@@ -157,12 +157,16 @@ def built_problem(cfg: DictConfig) -> Problem:
     """The job's problem (:func:`cruxlab.config.problem`), each residual traced once at one point with its
     models, as ``solve()`` does first, without compiling or computing anything: points that are not finite or not
     ``(N, d)``, a point of another dimension than a model takes, a residual that raises or returns another shape
-    fail here. Raises :class:`UnbuiltProblem`."""
+    fail here, and so does ``objective=error`` for a problem without an exact solution. Raises
+    :class:`UnbuiltProblem`."""
     try:
         built = problem(cfg)
         built.solver().reach  # noqa: B018 - traces every residual, checking its shape
     except Exception as error:  # noqa: BLE001 - the user's code: whatever it raises is said in one line
         raise UnbuiltProblem(f"problem._target_={cfg.problem._target_}: {failure_line(error)}") from error
+    if cfg.get("objective") == "error" and not built.exact:
+        raise UnbuiltProblem(f"objective=error: problem {built.name} has no exact solution to measure an error "
+                             f"against; choose objective=final_loss or objective=run_seconds")
     return built
 
 

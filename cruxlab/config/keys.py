@@ -93,6 +93,27 @@ NOT_IN_SCHEMA = re.compile(r"In '([^']+)':.*?Key '[^']+' not in '([^']+)'\s+full
 """omegaconf's refusal of a key that a config group file sets and its schema (named) lacks."""
 
 
+NOT_DELETABLE = re.compile(r"Could not delete from config\. '([^']+)' does not exist|"
+                           r"does not support deletion\s+full_key: (\S+)")
+"""Hydra's refusal of ``~key`` for a key of a schema: one whose value is null, which it takes for a key the config
+lacks, or omegaconf's (a schema's field cannot be deleted)."""
+
+
+def kept_key(path: str, compose_without: Callable[[str], DictConfig]) -> str | None:
+    """The refusal of ``~path`` (Hydra's :data:`NOT_DELETABLE`) for a key of crux's schema, which every job's config
+    keeps: how to give it its default instead. None for a key the schema lacks (Hydra's message holds)."""
+    parent, _, key = path.rpartition(".")
+    try:
+        cfg = compose_without(path)
+        fields = schema_fields(OmegaConf.select(cfg, parent) if parent else cfg, parent)
+    except Exception:  # noqa: BLE001 - another fault of the config: Hydra's own message says it
+        return None
+    if fields is None or key not in fields:
+        return None
+    return (f"~{path}: {path} is a key of crux's schema, which every job's config keeps (null where the library's "
+            f"default applies); write {path}=null for its default, or {path}=VALUE")
+
+
 MERGING = re.compile(r"Error merging override (\S+)")
 """Hydra's refusal of an override that the config cannot take; omegaconf's error, its cause, says why."""
 TYPE_WORDS = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
@@ -197,6 +218,9 @@ def refused_override(error: Exception, compose_without: Callable[[str], DictConf
         return mistyped
     message = str(error)
     override, in_file = COULD_NOT_OVERRIDE.search(message), NOT_IN_SCHEMA.search(message)
+    removed = NOT_DELETABLE.search(f"{message} {error.__cause__ or ''}")
+    if removed is not None:
+        return kept_key(removed.group(1) or removed.group(2), compose_without)
     if in_file is not None:
         written, schema, path = in_file.group(1), getattr(config, in_file.group(2), None), in_file.group(3)
         if not dataclasses.is_dataclass(schema):

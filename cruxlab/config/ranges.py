@@ -65,6 +65,18 @@ class Choice:
         return f"must be one of {', '.join(self.options)}" + (f" (did you mean {guess}?)" if guess else "")
 
 
+@dataclass(frozen=True)
+class Widths:
+    """A list of at least one width, each >= 1: a network's hidden layers (``model.hidden=[64,32]``)."""
+
+    accepted: str = "a list of widths >= 1, one per hidden layer"
+
+    def refusal(self, value: Any) -> str | None:
+        if len(value) and all(isinstance(width, int) and width >= 1 for width in value):
+            return None
+        return "must list one width >= 1 per hidden layer, e.g. [64,32]"
+
+
 def _number(x: float) -> str:
     """``x`` as a user types it: ``0``, ``0.5``, ``4294967296`` (not ``4.29497e+09``)."""
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
@@ -115,7 +127,7 @@ def allowed(field: dataclasses.Field, quote: str = "`") -> str:
     check = field.metadata.get(CHECK)
     if isinstance(check, Choice):
         return "one of " + ", ".join(f"{quote}{option}{quote}" for option in check.options)
-    if isinstance(check, Range):
+    if isinstance(check, (Range, Widths)):
         return check.accepted
     return "-"
 

@@ -29,7 +29,7 @@ from hydra_plugins.crux_sweeper.config import SweeperConfig
 DOCUMENT = Path(__file__).resolve().parents[2] / "docs" / "config.md"
 NODES = (("jax", config.JaxConfig), ("timing", config.TimingConfig), ("capacity", config.CapacityConfig))
 """The config's nodes that are no group (no options to choose), each with its schema."""
-TOP_LEVEL = ("claim", "claims", "gradient_draws", "repeat", "variant", "roundoff_twin")
+TOP_LEVEL = ("claim", "claims", "gradient_draws", "repeat", "variant", "roundoff_twin", "objective")
 """The keys of :class:`cruxlab.config.Config` that are no group."""
 GROUPS: tuple[tuple[str, dict[str, type]], ...] = (
     ("problem", config.PROBLEMS),

@@ -34,7 +34,7 @@ from crux.optim import soap
 from crux.options import SolveOptions
 from crux.schedules import Schedule, lrs
 from cruxlab import capacity_search
-from cruxlab.config.ranges import AT_LEAST_ONE, FRACTION, NOT_NEGATIVE, POSITIVE, SEED, Choice, checked
+from cruxlab.config.ranges import AT_LEAST_ONE, FRACTION, NOT_NEGATIVE, POSITIVE, SEED, Choice, Widths, checked
 
 CONFIG_PACKAGE = "crux.conf"
 """The package that holds the config groups (the repository's ``conf/``)."""
@@ -253,11 +253,18 @@ class JnoBackendConfig(BackendConfig):
 # -- the single-schema groups ------------------------------------------------------------------
 @dataclass
 class ModelConfig:
-    """An MLP of ``depth`` hidden layers of ``width``, for every model of the problem."""
+    """An MLP of ``depth`` hidden layers of ``width``, or of the widths ``hidden`` lists (``model.hidden=[64,32]``,
+    one per layer, as ``crux.mlp`` takes them; set, it replaces ``width`` and ``depth``), for every model of the
+    problem."""
 
     width: int = checked(AT_LEAST_ONE)
     depth: int = checked(AT_LEAST_ONE)
     activation: str = checked(Choice(tuple(ACTIVATIONS)))
+    hidden: Optional[List[int]] = checked(Widths(), None)
+
+    def layers(self) -> tuple[int, ...]:
+        """The widths of the hidden layers: ``hidden``, else ``depth`` layers of ``width``."""
+        return tuple(self.hidden) if self.hidden is not None else (self.width,) * self.depth
 
 
 @dataclass
@@ -360,6 +367,12 @@ class PhaseConfig:
     epochs: int = checked(AT_LEAST_ONE)
 
 
+OBJECTIVES = ("final_loss", "error", "run_seconds")
+"""What a job returns to a searching Hydra sweeper (``hydra/sweeper=optuna``) to minimise
+(:mod:`cruxlab.runtime.objective`): the final total loss, the largest relative L2 error against the exact
+solution, the training time."""
+
+
 @dataclass
 class Config:
     """One job. Training runs (optimizer, schedule, solver.epochs), then each of ``phases`` on the same solver,
@@ -381,7 +394,8 @@ class Config:
     training carries a difference of the kind float32 round-off makes (sweeps that
     compare numbers set ``roundoff_twin: ${repeat}``, so the repeats after the
     first are twins). ``capacity.option`` set makes the job a capacity job
-    (:class:`CapacityConfig`) instead of a training one.
+    (:class:`CapacityConfig`) instead of a training one. ``objective`` is what the job returns to a Hydra sweeper
+    that searches (:data:`OBJECTIVES`).
     """
 
     problem: Any = MISSING
@@ -402,10 +416,13 @@ class Config:
     roundoff_twin: int = checked(NOT_NEGATIVE, 0)
     timing: TimingConfig = field(default_factory=TimingConfig)
     capacity: CapacityConfig = field(default_factory=CapacityConfig)
+    objective: str = checked(Choice(OBJECTIVES), "final_loss")
 
 
-SWEEP_KEYS = ("claim", "claims")
-"""Keys that describe the sweep a job belongs to rather than the job: tags and descriptions, not params."""
+
+SWEEP_KEYS = ("claim", "claims", "objective")
+"""Keys that describe the sweep a job belongs to rather than the job (and what it returns to the sweep's
+sweeper): tags and descriptions, not params."""
 TRACKING_KEYS = ("tracking",)
 """Keys that say where and how a job is logged rather than what it trains: not params (the run's tags say what
 its tracking did, e.g. ``crux.history_points``)."""

@@ -1,6 +1,7 @@
 """What a timing or memory figure depends on, recorded beside it (``environment.json``)."""
 from __future__ import annotations
 
+import json
 import os
 import platform
 from importlib.metadata import PackageNotFoundError, version
@@ -10,6 +11,7 @@ from typing import Any
 import jax
 
 from cruxlab.runtime.provenance import checkout, installed_crux, invocation, problem_code
+from cruxlab.store.contract import GIT_COMMIT
 
 PACKAGES = ("crux", "jax", "jaxlib", "optax", "numpy", "mlflow", "hydra-core", "omegaconf", "jax-numerical-operators")
 
@@ -61,3 +63,13 @@ def environment(folder: Path, problem_target: str | None = None, job: dict[str, 
         **problem_code(problem_target),
         **(invocation() if job is None else job),
     }
+
+
+def written_environment(path: Path, folder: Path, problem_target: str | None, job: dict[str, Any],
+                        precision: str | None) -> dict[str, str]:
+    """Write ``environment.json`` at ``path``: :func:`environment` and the job's matmul ``precision``
+    (``matmul_precision``); its commit as the tag ``mlflow.start_run`` gives it (``mlflow.source.git.commit``), none
+    outside a git checkout."""
+    found = {**environment(folder, problem_target, job), "matmul_precision": precision}
+    path.write_text(json.dumps(found, indent=1))
+    return {GIT_COMMIT: found["git_commit"]} if found["git_commit"] else {}

@@ -27,7 +27,6 @@ each step costs a job is measured by scripts/measure_tracking.py
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -53,28 +52,28 @@ from crux.problems import Problem
 from crux.stats import Statistics
 from cruxlab.config import effective_settings
 from cruxlab.config.attachments import TrainingPlan
-from cruxlab.runtime.composed import override_lines
-from cruxlab.runtime.environment import environment
+from cruxlab.runtime.environment import written_environment
 from cruxlab.runtime.handover import Results, hand_over
 from cruxlab.runtime.interrupt import deferred, signal_name
 from cruxlab.runtime.kept import keep
 from cruxlab.runtime.liveness import Heartbeat, follow_sweep, process_tags
-from cruxlab.runtime.provenance import invocation
+from cruxlab.runtime.provenance import invocation, invocation_tags, launch_folder
 from cruxlab.runtime.space import NoRoom, check_room
+from cruxlab.runtime.system_metrics import SystemMetrics
 from cruxlab.runtime.writer import Beside, Writer, process_writer
 from cruxlab.store.connection import (DESTINATION, PARENT_RUN, TRACKING_URI, Destination, ensure_experiment,
                                       experiment_name, move_store_credentials, tracking_uri, writable_store)
 from cruxlab.store.contract import (ADJUSTED, BACKEND, CHILD, CLAIM, CONFIG, ENVIRONMENT, ERROR_MESSAGE, ERROR_TYPE,
-                                    FAILED, FINAL, FINISHED, HISTORY_PLOT, HISTORY_POINTS, INITIAL, JOB, KILLED, MODEL,
-                                    NOTE, PARAMS, PARENT_ID, REPEAT, REQUESTED, ROLE, SINGLE, STATS, SWEEP, VARIANT,
-                                    VARIANT_PARAM)
+                                    FAILED, FINAL, FINISHED, GIT_COMMIT, HISTORY_PLOT, HISTORY_POINTS, INITIAL, JOB,
+                                    KILLED, MODEL, NOTE, PARAMS, PARENT_ID, REPEAT, REQUESTED, ROLE, SINGLE, STATS,
+                                    SWEEP, VARIANT, VARIANT_PARAM)
 from cruxlab.store.descriptions import job_description
 from cruxlab.store.artifacts import check_artifact_folder, write_artifacts
 from cruxlab.store.faults import (PatientClient, StoreFault, patiently, reach, record_fault, recorded_fault,
                                   set_retry_budget, store_named, store_retrying)
 from cruxlab.store.history import history_series, log_history, thinned
 from cruxlab.store.model import write_model
-from cruxlab.store.params import flatten, variant_name
+from cruxlab.store.params import changed_keys, flatten, variant_name
 from cruxlab.store.secrets import masked
 
 log = logging.getLogger(__name__)
@@ -250,6 +249,7 @@ class JobRun:
         self._run_id: str | None = None
         self.closed: str | None = None  # the status this process closed the run with
         self._heartbeat: Heartbeat | None = None
+        self._system = SystemMetrics()  # MLflow's system metrics, while the job trains, where asked for
         self._created = threading.Event()
         self._figure: Beside | None = None  # history.png, drawn beside the histories' request where it may
         if callable(run) and overlap:
@@ -289,21 +289,21 @@ class JobRun:
             where = _sweep_destination(client, os.environ[TRACKING_URI], parent)
         else:  # a plain crux-run, or a multirun of another sweeper
             move_store_credentials(cfg.tracking.uri)
-            uri = tracking_uri(cfg.tracking.uri)
+            uri = tracking_uri(cfg.tracking.uri, launch_folder())  # not Hydra's output folder (hydra.job.chdir)
             client = PatientClient(writable_store(uri))
             name = experiment_name(cfg.tracking.experiment, hydra.runtime.choices)
             where = Destination(uri, ensure_experiment(client, name, uri, cfg.claim), None, name, cfg.claim)
         if parent:
             _check_artifact_store(where.artifact_location, where.uri, sweep_dir)
-        variant = cfg.variant or variant_name(override_lines(hydra.overrides.task), where.swept, set(hydra.runtime.choices),
-                                             cfg)
+        invoked = invocation()  # named by what its sweep varies, else by what its overrides change
+        named = where.swept if where.parent_run_id is not None else changed_keys(invoked["overrides"])
+        variant = cfg.variant or variant_name(invoked["overrides"], named, set(hydra.runtime.choices), cfg)
         tags = {SWEEP: where.sweep, CLAIM: cfg.claim, VARIANT: variant,
-                JOB: str(hydra.job.num if multirun else 0), REPEAT: str(cfg.repeat),
-                BACKEND: cfg.backend.name,
-                ROLE: SINGLE if where.parent_run_id is None else CHILD, **process_tags()}
+                JOB: str(hydra.job.num if multirun else 0), REPEAT: str(cfg.repeat), BACKEND: cfg.backend.name,
+                ROLE: SINGLE if where.parent_run_id is None else CHILD, **process_tags(), **invocation_tags(invoked)}
         if where.parent_run_id is not None:
             tags[PARENT_ID] = where.parent_run_id
-        name = f"{variant} r{cfg.repeat}" if "repeat" in where.swept else variant
+        name = f"{variant} r{cfg.repeat}" if "repeat" in named else variant
         started = int(time.time() * 1000)  # the job's start, also where the writer creates the run later
         opening = {"experiment_id": where.experiment_id, "start_time": started, "tags": tags, "run_name": name}
         with deferred():
@@ -370,9 +370,10 @@ class JobRun:
         return False
 
     def trains(self) -> None:
-        """The job's training starts: the writer, held since the previous job of the process ended
-        (:mod:`cruxlab.runtime.writer`), writes that job's results meanwhile."""
+        """The job's training starts: the writer, held since the previous job of the process ended, writes that
+        job's results meanwhile, then starts this run's system metrics (:mod:`cruxlab.runtime.system_metrics`)."""
         self._writer.go_on()
+        self._writer.submit(lambda: self._system.start(self._run_id, self.client.tracking_uri))
 
     def check_room(self, problem: Problem, epochs: int, phases: int) -> None:
         """Raise :class:`cruxlab.runtime.space.NoRoom` where this machine's store or artifact folder lacks room for
@@ -407,14 +408,13 @@ class JobRun:
         # resolved here, dumped to YAML by the writer: the dump costs ten times the resolving
         resolved = OmegaConf.to_container(cfg, resolve=True)
         self._stage(CONFIG, lambda: (self._staged / CONFIG).write_text(OmegaConf.to_yaml(resolved)))
-        folder = Path.cwd()
+        folder = launch_folder()
         precision = resolved["solver"].get("precision")  # the job's updates' matmul precision (crux.precision)
         # the command and overrides read now: the writer writes this file while the next job of the sweep, whose
         # Hydra config is then the current one, sets up
         job = invocation()
-        self._stage(ENVIRONMENT, lambda: (self._staged / ENVIRONMENT).write_text(
-            json.dumps({**environment(folder, resolved["problem"].get("_target_"), job),
-                        "matmul_precision": precision}, indent=1)))
+        self._stage(ENVIRONMENT, lambda: self._logged.logged_tags.update(written_environment(  # its commit, a tag
+            self._staged / ENVIRONMENT, folder, resolved["problem"].get("_target_"), job, precision)))
         params = {**flatten(effective_settings(cfg, resolved)), **(trained_with.params() if trained_with else {}),
                   VARIANT_PARAM: self.variant}
         for key, value in (applied or {}).items():
@@ -424,8 +424,9 @@ class JobRun:
         tags += [RunTag(key, value[:MESSAGE_CHARS]) for key, value in chosen.items()]
         self._logged.params.update(params)
         self._logged.logged_tags.update({tag.key: tag.value for tag in tags})
-        self._write("the params", lambda: self.client.log_batch(
-            self.run_id, params=[Param(k, v) for k, v in params.items()], tags=tags))
+        self._write("the params", lambda: self.client.log_batch(  # with environment.json's commit, once written
+            self.run_id, params=[Param(k, v) for k, v in params.items()],
+            tags=tags + [RunTag(k, v) for k, v in self._logged.logged_tags.items() if k == GIT_COMMIT]))
         for line in adjustments:
             log.info("%s", line)
 
@@ -516,6 +517,7 @@ class JobRun:
             self._staged.mkdir(exist_ok=True)
             self._write_outcome(stats, results.summary, results.tags, results.logged_at, lambda: results.outcome)
             return False
+        self._system.stop()
         if self._heartbeat is not None:
             self._heartbeat.stop()  # the driver beats for the run from now on
         self._files.cleanup()
@@ -632,6 +634,7 @@ class JobRun:
         reason where a write failed, at ``ended`` (ms; None: now). A store fault leaves the run open, as a
         job's does."""
         start = time.perf_counter()
+        self._system.stop()
         if self._heartbeat is not None:
             self._heartbeat.stop()
         try:
@@ -675,6 +678,7 @@ class JobRun:
     def _forget(self, fault: str) -> None:
         """After a store fault (``fault``): the run stays open, recorded as such in the sweep's folder; the
         job's results, where it trained, are kept; its other files go."""
+        self._system.stop()
         if self._heartbeat is not None:
             self._heartbeat.stop()
         if self._run_id is not None and self.sweep_dir is not None:

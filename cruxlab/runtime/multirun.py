@@ -61,6 +61,7 @@ from cruxlab.runtime.interrupt import deferred, exit_status, interruptible, sign
 from cruxlab.runtime.job import JobRun, finished_jobs, unwritten_jobs
 from cruxlab.runtime.kept import kept_folder, kept_results
 from cruxlab.runtime.liveness import (GONE, STORE_FAULT, SWEEP_PID, Heartbeat, close_orphans, is_gone, process_tags)
+from cruxlab.runtime.provenance import checkout, mlflow_source
 from cruxlab.runtime.space import StoreReserve
 from cruxlab.runtime.tracebacks import tracebacks_shown
 from cruxlab.runtime.writer import process_writer
@@ -265,7 +266,8 @@ class Multirun:
                     BACKEND: self.config.backend.name, SWEEP_DIR: str(sweep_dir),
                     OVERRIDES: " ".join(override_lines(self.config.hydra.overrides.task)),
                     COMMAND: self.command, WORKING_DIR: os.getcwd(), NOTE: sweep_description(self.command), PLANNED_JOB_COUNT: str(len(jobs)),
-                    SWEPT: json.dumps(swept_keys(self.config)), **process_tags()}
+                    SWEPT: json.dumps(swept_keys(self.config)), **process_tags(),
+                    **mlflow_source(self.program, checkout(Path.cwd())["commit"])}
             run = client.create_run(experiment_id, run_name=f"{self.name} {time.strftime('%Y-%m-%d %H:%M:%S')}",
                                     tags=tags)
             try:

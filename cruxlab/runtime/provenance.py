@@ -13,6 +13,7 @@ job by its command line and overrides.
 from __future__ import annotations
 
 import base64
+import getpass
 import hashlib
 import importlib.util
 import json
@@ -25,8 +26,10 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from hydra.core.hydra_config import HydraConfig
+from mlflow.utils.credentials import read_mlflow_creds
 
 from cruxlab.runtime.composed import override_lines
+from cruxlab.store.contract import CONFIG_NAME, GIT_COMMIT, OVERRIDES, SOURCE_NAME, SOURCE_TYPE, USER
 from cruxlab.store.secrets import masked, overrides_without_credentials
 
 PACKAGES = ("crux/", "cruxlab/", "hydra_plugins/")
@@ -124,6 +127,12 @@ def problem_code(target: str | None) -> dict[str, Any]:
             "problem_sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
 
 
+def launch_folder() -> Path:
+    """The folder the command was typed in: where a job's relative paths start, even where Hydra runs the job in
+    another (``hydra.job.chdir=True``: its output folder)."""
+    return Path(HydraConfig.get().runtime.cwd) if HydraConfig.initialized() else Path.cwd()
+
+
 def invocation() -> dict[str, Any]:
     """The command line that ran the job (a sweep's, for its jobs) and the job's own overrides; empty outside
     a Hydra job."""
@@ -132,3 +141,26 @@ def invocation() -> dict[str, Any]:
     hydra = HydraConfig.get()
     command = hydra.sweeper.get("command") or shlex.join(["crux-run", *sys.argv[1:]])
     return {"command": masked(command), "overrides": overrides_without_credentials(override_lines(hydra.overrides.task))}
+
+
+def invocation_tags(invoked: dict[str, Any]) -> dict[str, str]:
+    """A job's tags that say how it was run (``invoked``: :func:`invocation`'s): its own overrides
+    (``crux.overrides``, credentials left out), the primary config it was composed from (``crux.config_name``) and
+    MLflow's own (:func:`mlflow_source`)."""
+    return {OVERRIDES: " ".join(invoked["overrides"]), CONFIG_NAME: HydraConfig.get().job.config_name,
+            **mlflow_source(invoked["command"].split()[0])}
+
+
+def mlflow_source(program: str, commit: str | None = None) -> dict[str, str]:
+    """The tags ``mlflow.start_run`` gives a run it creates (MLflow's default and git run contexts), for the runs
+    crux creates with ``MlflowClient.create_run``: ``mlflow.user``, the store's user name where credentials give one
+    (as MLflow takes it), else the login name; ``mlflow.source.name``, the program that ran (``crux-run``,
+    ``crux-sweep``), by its path where this process is the one that was typed (MLflow's ``sys.argv[0]``);
+    ``mlflow.source.type`` ``LOCAL``; ``mlflow.source.git.commit``, ``commit`` where given (a job's is
+    ``environment.json``'s ``git_commit``, the checkout of the folder the command was typed in)."""
+    try:
+        user = read_mlflow_creds().username or getpass.getuser()
+    except (ImportError, KeyError, OSError):  # no login name: a container's user without a passwd entry
+        user = "unknown"
+    typed = sys.argv[0] if sys.argv and Path(sys.argv[0]).name == program else program
+    return {USER: user, SOURCE_NAME: typed, SOURCE_TYPE: "LOCAL", **({GIT_COMMIT: commit} if commit else {})}

@@ -98,16 +98,17 @@ WRITING = Access("written", "tracking.uri=", "a store this command can write (sq
                                              "http://HOST:PORT)", restore=False, permission="EDIT")
 
 
-def tracking_uri(configured: str | None) -> str:
+def tracking_uri(configured: str | None, folder: Path | None = None) -> str:
     """The store's URI: ``configured``, else ``$MLFLOW_TRACKING_URI``, else ``mlflow.db`` in the working directory.
 
-    A relative SQLite path is made absolute against the working directory of the command that was typed, and
-    credentials are left out (:func:`cruxlab.store.secrets.without_credentials`): they reach the store's client by
-    the environment, where :func:`move_store_credentials` puts them. Nothing is written.
+    A relative SQLite path is made absolute against ``folder``, the folder of the command that was typed (default:
+    the working directory; a job that Hydra runs in its output folder passes the command's), and credentials are
+    left out (:func:`cruxlab.store.secrets.without_credentials`): they reach the store's client by the environment,
+    where :func:`move_store_credentials` puts them. Nothing is written.
     """
     uri = without_credentials(configured or os.environ.get("MLFLOW_TRACKING_URI") or f"{SQLITE}mlflow.db")
     if uri.startswith(SQLITE):
-        return f"{SQLITE}{Path(uri[len(SQLITE):]).resolve()}"
+        return f"{SQLITE}{((folder or Path.cwd()) / uri[len(SQLITE):]).resolve()}"
     return uri
 
 

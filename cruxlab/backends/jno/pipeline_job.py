@@ -37,6 +37,7 @@ from cruxlab.config import Phase
 from cruxlab.config.backend_choice import builtin_problem
 from cruxlab.config.settings import solve_options
 from cruxlab.runtime import JobRun, ParameterLeaves
+from cruxlab.runtime.objective import objective_value
 from cruxlab.runtime.paired_timing import time_against
 from cruxlab.store.contract import UNSUPPORTED
 
@@ -99,8 +100,8 @@ def _train(problem: Any, phases: list[Phase], options: dict[str, Any], log: Any
 
 
 def train_and_log(cfg: DictConfig, run: JobRun) -> float:
-    """Train the configured job on jNO and log it into ``run``; returns the final total loss (NaN when jNO
-    refused)."""
+    """Train the configured job on jNO and log it into ``run``; returns what ``objective`` names (the final total
+    loss by default; NaN when jNO refused)."""
     folder = Path(HydraConfig.get().runtime.output_dir) if HydraConfig.initialized() else run.folder
     _environment(cfg, folder)  # jNO's own log and files go into the job's Hydra folder, beside the job's log
     import jno  # after _environment: jNO configures its compilation cache at import
@@ -156,4 +157,4 @@ def train_and_log(cfg: DictConfig, run: JobRun) -> float:
         return Side(training.Timed(copy, batching.form), options.keywords())
 
     time_against(cfg, run, timed, WALL_TIME)
-    return stats.final_loss
+    return objective_value(cfg.objective, stats, errors)

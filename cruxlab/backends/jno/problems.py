@@ -59,10 +59,11 @@ class JnoProblem:
 
 
 def network(model: ModelConfig, seed: int, twin: int) -> Any:
-    """``jno.nn`` around a foundax MLP (1 -> ``depth`` x ``width`` -> 1), initialised from ``seed`` and moved to
-    round-off twin ``twin`` (0: as initialised) before jNO reads it."""
-    mlp = foundax.mlp(in_features=1, output_dim=1, activation=ACTIVATIONS[model.activation], hidden_dims=model.width,
-                      num_layers=model.depth, key=jax.random.PRNGKey(seed))
+    """``jno.nn`` around a foundax MLP (1 -> the model's hidden layers, of one width -> 1), initialised from
+    ``seed`` and moved to round-off twin ``twin`` (0: as initialised) before jNO reads it."""
+    layers = model.layers()
+    mlp = foundax.mlp(in_features=1, output_dim=1, activation=ACTIVATIONS[model.activation], hidden_dims=layers[0],
+                      num_layers=len(layers), key=jax.random.PRNGKey(seed))
     arrays, rest = eqx.partition(mlp, eqx.is_array)
     return jno.nn(eqx.combine(roundoff_twin(arrays, twin), rest))
 
