@@ -82,25 +82,27 @@ def module_failing_on_import(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
 
 
-def test_a_dependency_missing_inside_the_users_module_is_named_with_the_line_that_imports_it(tmp_path,
-                                                                                            monkeypatch):
-    (tmp_path / "crux_problem_needs_more.py").write_text("import math\n\nimport crux_no_such_dependency\n")
+@pytest.mark.parametrize("module, source, said", [
+    ("crux_problem_needs_more", "import math\n\nimport crux_no_such_dependency\n",
+     "at crux_problem_needs_more.py:3 (`import crux_no_such_dependency`): no module named 'crux_no_such_dependency' is "
+     "installed here: fix the import there, or install crux_no_such_dependency where crux runs"),
+    # a misspelt import: the installed module it most likely meant, not "install it"
+    ("crux_problem_misspelt", "import math\nimport nmupy as np\n",
+     "at crux_problem_misspelt.py:2 (`import nmupy as np`): no module named 'nmupy' is installed; did you mean "
+     "numpy? fix the import there"),
+], ids=["missing", "misspelt"])
+def test_a_failed_import_inside_the_users_module_is_said_to_be_there_with_its_line(tmp_path, monkeypatch, module,
+                                                                                     source, said):
+    (tmp_path / f"{module}.py").write_text(source)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError) as refused:
-        config.problem_function("crux_problem_needs_more.heat")
-    assert str(refused.value) == (
-        "problem._target_=crux_problem_needs_more.heat: crux_problem_needs_more was found, but the error is inside it, "
-        "at crux_problem_needs_more.py:3 (`import crux_no_such_dependency`): no module named 'crux_no_such_dependency' "
-        "is installed here: fix the import there, or install crux_no_such_dependency where crux runs")
-    # a misspelt import is one: the installed module it most likely meant, not "install it"
-    (tmp_path / "crux_problem_misspelt.py").write_text("import math\nimport nmupy as np\n")
-    with pytest.raises(ValueError) as refused:
-        config.problem_function("crux_problem_misspelt.heat")
-    assert str(refused.value) == (
-        "problem._target_=crux_problem_misspelt.heat: crux_problem_misspelt was found, but the error is inside it, at "
-        "crux_problem_misspelt.py:2 (`import nmupy as np`): no module named 'nmupy' is installed; did you mean numpy? "
-        "fix the import there")
+        config.problem_function(f"{module}.heat")
+    assert str(refused.value) == (f"problem._target_={module}.heat: {module} was found, but the error is inside "
+                                  f"it, {said}")
+
+
+def test_a_problem_module_that_is_not_there_is_said_to_be_missing():
     with pytest.raises(ValueError, match=r"^problem._target_=crux_problem_not_here.heat: No module named "
                                          r"'crux_problem_not_here'; a problem's module is imported from the working"):
         config.problem_function("crux_problem_not_here.heat")  # the module itself: not found, said as such
