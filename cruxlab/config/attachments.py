@@ -29,6 +29,7 @@ CHOICES = ("optimizer", "schedule")
 SWEEP_GROUP = "sweeps"
 """The config group crux-sweep registers a sweep file in (``+sweeps=NAME``), with its sub-folders' groups."""
 
+
 def explicit_choices(hydra_cfg: DictConfig | None) -> dict[str, str]:
     """Which of :data:`CHOICES` the job's config was given explicitly rather than by crux's defaults, each with
     where: an override of the job (typed on the command line or swept: ``optimizer=sgd``, ``schedule.value=1e-5``)
@@ -160,10 +161,12 @@ def first_phase(problem: Problem, phase: Phase, explicit: Mapping[str, str]) -> 
 
 
 def _attach_configured(optimizer: OptimizerConfig, schedule: Schedule, model: Model) -> None:
+    """A fresh ``optimizer`` of the config's on ``model``, at ``schedule``."""
     optimizer.attach(model, schedule)
 
 
 def _scale(schedule: Schedule, model: Model) -> None:
+    """``model``'s own optimizer kept, at ``schedule``: a fresh state."""
     model.scale(schedule)
 
 
