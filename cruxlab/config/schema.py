@@ -92,7 +92,8 @@ class MixedPoisson1dConfig:
 @dataclass
 class OptimizerConfig:
     """An optax factory (or crux's SOAP) whose learning rate is the phase's schedule; a field left null takes
-    the factory's own default (the run's params show it)."""
+    the factory's own default (the run's params show it). The first phase's goes to the networks the problem
+    attached no optimizer to, or to every network when chosen explicitly (docs/usage.md)."""
 
     name: str = MISSING
     factory: ClassVar[Callable[..., optax.GradientTransformation]]
@@ -157,7 +158,9 @@ class SoapConfig(OptimizerConfig):
 # -- schedule ----------------------------------------------------------------------------------
 @dataclass
 class ScheduleConfig:
-    """A learning-rate schedule of ``crux.lrs`` for a phase (its learning rate at every update)."""
+    """A learning-rate schedule of ``crux.lrs`` for a phase (its learning rate at every update). The first phase's
+    goes with the config's optimizer to the networks the problem attached none to, or to every network when chosen
+    explicitly."""
 
     name: str = MISSING
 
