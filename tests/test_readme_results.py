@@ -33,3 +33,29 @@ def test_the_readme_table_is_the_one_its_command_makes_from_the_kept_stores(tmp_
     normalise = lambda text: re.sub(r"Written by `[^`]+`| \(\[comparison\]\([^)]+\)\)", "",
                                     text[slice(*results._bounds(text, copy))])
     assert normalise(made) == normalise(readme)
+
+
+NUMBER = r"([0-9.]+(?:e[+-]?[0-9]+)?)"
+
+
+@pytest.mark.parametrize("machine", ["cpu", "tpu"])
+def test_the_kept_fused_findings_never_contradict_themselves(machine):
+    """Every speed finding kept in docs/ reads back consistent: the fused update's cost is the ratio it states
+    times the unfused one's, and the ceiling no K passes is at least the speed-up it states (each number printed to
+    3 significant digits, so off by at most 0.5% of itself)."""
+    import json
+
+    findings = [v["summary"] for path in sorted((ROOT / "docs" / machine / "reports").glob("inner_steps*/verdicts.json"))
+                for v in json.loads(path.read_text()) if v["id"].startswith("inner_steps.faster")
+                and "no K gains more than" in v["summary"]]
+    assert findings
+    for summary in findings:
+        ratio = float(re.search(rf"ratio {NUMBER} \(", summary).group(1))
+        unfused, fused = map(float, re.search(rf"an unfused update takes {NUMBER} ms here[^,]*? and a fused one "
+                                              rf"{NUMBER} ms", summary).groups())
+        ceiling = float(re.search(rf"no K gains more than {NUMBER}×", summary).group(1))
+        assert fused == pytest.approx(ratio * unfused, rel=3 * 5e-3), summary
+        assert ceiling >= 1 / ratio * (1 - 2 * 5e-3), summary
+        stated = re.search(rf"faster on .+? by {NUMBER}×", summary)
+        if stated:  # both rounded from numbers of which the ceiling is never the smaller
+            assert ceiling >= float(stated.group(1)), summary
