@@ -3,17 +3,19 @@ option is not advised, an inexact one is rejected however fast, an inconclusive 
 advice says so; a memory option is advised only where the full batch does not fit the budget and it makes it fit."""
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 from cruxlab.commands import advise as command
 from cruxlab.config.settings import group_of
 from cruxlab.store import contract
-from crux_testing import runs_by_role
+from crux_testing import run_opened, runs_by_role
 from test_sweeps import jobs
-from cruxlab.report.advice import ADVISED, DEFAULTS, KEPT, REJECTED, advise
+from cruxlab.report.advice import ADVISED, DEFAULTS, KEPT, REJECTED, advise, side_by_side
 from cruxlab.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Verdict
 
 
@@ -157,6 +159,18 @@ def test_mini_batches_are_advised_where_nothing_else_fits_and_offloading_where_t
     assert advice.solve_call() == "solver.solve(epochs, batchsize=8, offload_data=True)"
 
 
+def test_two_recorded_advices_side_by_side_name_what_changed_with_both_sides_evidence():
+    cpu = advise(fused(10, HOLDS, HOLDS, 0.9, 0.86, 0.93) + PRECISION_ALIKE, None).as_dict()
+    chip = advise(fused(10, HOLDS, HOLDS, 0.15, 0.14, 0.16) + fused(200, HOLDS, HOLDS, 0.137, 0.136, 0.141), 2 ** 34)
+    lines = side_by_side(cpu, chip.as_dict())
+    rows = {line.split()[0]: line.split()[1:] for line in lines[2:7]}
+    assert rows["inner_steps"] == ["10", "200", "yes"] and rows["precision"] == ["'highest'", "'highest'", "no"]
+    assert "after:  solver.solve(epochs, inner_steps=200)" in lines
+    assert any(line.startswith("inner_steps, before: inner_steps=10: 1.11× faster") for line in lines)
+    assert any(line.startswith("inner_steps, after: inner_steps=200: 7.3× faster") for line in lines)
+    assert not any(line.startswith("precision, ") for line in lines)  # unchanged: no evidence lines
+
+
 def test_no_verdicts_advise_the_defaults():
     advice = advise([], None)
     assert {c.option: c.value for c in advice.choices} == DEFAULTS
@@ -216,3 +230,34 @@ def test_crux_advise_on_a_small_problem_advises_only_what_its_verdicts_show(tmp_
     assert len(roles["child"]) == 18 and parent.info.status == contract.FINISHED
     logged = client.download_artifacts(parent.info.run_id, "advice.json", str(tmp_path))
     assert json.loads(open(logged).read()) == written
+    # the advice recorded there, against itself: every option on both sides, nothing changed
+    compared = subprocess.run([sys.executable, "-m", "cruxlab.commands.advise", "--against",
+                               f"sqlite:///{tmp_path / 'mlflow.db'}#{parent.info.run_id}"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=600)
+    assert compared.returncode == 0, compared.stderr[-3000:]
+    table = compared.stdout.split("option")[1].splitlines()[2:7]
+    assert [row.split()[0] for row in table] == list(DEFAULTS) and all(row.endswith(" no") for row in table)
+
+
+@pytest.mark.integration
+def test_crux_advise_stopped_by_sigterm_stops_its_sweep_which_closes_every_run(tmp_path):
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    log = tmp_path / "advise.log"
+    with open(log, "w") as out:
+        advising = subprocess.Popen([sys.executable, "-m", "cruxlab.commands.advise", "--budget", "16",
+                                     "solver.epochs=2000", "model.width=8", "model.depth=1", "problem.n_interior=64"],
+                                    cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 600
+        while not run_opened(env["MLFLOW_TRACKING_URI"], "advise", "1"):  # the sweep's second job has its run
+            assert advising.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.05)
+        advising.send_signal(signal.SIGTERM)
+        status = advising.wait(timeout=600)
+    said = log.read_text()
+    assert status == 128 + signal.SIGTERM, said[-3000:]
+    assert "crux-advise: the sweep was stopped (status 143): no advice" in said
+    _, roles = runs_by_role(tmp_path, "advise")
+    (parent,) = roles["parent"]
+    assert parent.info.status == contract.KILLED
+    assert all(run.info.status != contract.RUNNING for run in roles["child"])
+    assert not list(tmp_path.glob("reports/advise/*/advice.json"))

@@ -4,6 +4,7 @@
     crux-advise problem=heat1d model.width=32 --budget 120
     crux-advise --config-dir conf problem=unit_square       # a problem of one's own
     crux-advise --memory-budget 2000000000                  # weigh the memory options on a CPU (2 GB)
+    crux-advise --against sqlite:////other/mlflow.db         # that store's recorded advice beside this one's
 
 It runs the built-in sweep ``advise`` (sweeps/advise.yaml: each option beside the defaults, two repeats, the
 second a round-off twin) on the problem and model the overrides choose, with the paired timings sized to the
@@ -17,14 +18,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from cruxlab.commands import sweep as sweeps
+from cruxlab.store.secrets import masked
 
 SWEEP = "advise"
 JOBS_GROUP = "advise_jobs"  # the sweep's own group: one option per setting (sweeps/advise_jobs/)
@@ -62,21 +66,33 @@ def timed_runs() -> int:
 
 
 def run_sweep(args: argparse.Namespace, sweep_dir: Path, timing_seconds: float) -> int:
-    """crux-sweep advise in a process of its own (it owns the device while it runs); its exit status."""
+    """crux-sweep advise in a process of its own (it owns the device while it runs); its exit status. SIGINT and
+    SIGTERM are passed on to it and waited for, so that it closes its runs with the truth (crux-sweep ignores a
+    second signal while it closes them)."""
     config_dir = ["--config-dir", str(args.config_dir.resolve())] if args.config_dir else []
     overrides = [o for o in args.overrides if _key(o) != "hydra.sweep.dir"]
     command = [sys.executable, "-m", "cruxlab.commands.sweep", SWEEP, *config_dir, *overrides,
                f"timing.budget_seconds={timing_seconds:g}", f"hydra.sweep.dir={sweep_dir}"]
-    return subprocess.run(command, check=False).returncode
+    process = subprocess.Popen(command)
+    passed_on = {number: signal.signal(number, lambda received, _: process.send_signal(received))
+                 for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return process.wait()
+    finally:
+        for number, handler in passed_on.items():
+            signal.signal(number, handler)
 
 
 def parent_run(uri: str | None, sweep_dir: Path) -> str | None:
     """The parent run of the sweep that ran in ``sweep_dir``; None where it opened none (refused)."""
-    from cruxlab.report.sweep_reader import open_client
+    from cruxlab.report.sweep_reader import StoreError, open_client
     from cruxlab.store.contract import PARENT, ROLE, SWEEP_DIR
 
-    client, _ = open_client(uri)
-    experiment = client.get_experiment_by_name(SWEEP)
+    try:
+        client, _ = open_client(uri)
+        experiment = client.get_experiment_by_name(SWEEP)
+    except StoreError:  # no store: the sweep was refused before it made one
+        return None
     if experiment is None:
         return None
     runs = client.search_runs([experiment.experiment_id], filter_string=f"tags.`{ROLE}` = '{PARENT}'")
@@ -99,6 +115,46 @@ def record(uri: str | None, parent: str, advice_md: str, advice_json: str) -> No
         print(f"crux-advise: could not add the advice to parent run {parent}: {error}", file=sys.stderr)
 
 
+def recorded(uri: str | None, parent: str | None) -> tuple[str, dict]:
+    """The advice crux-advise recorded on an advise sweep's parent run (``parent``, else the newest complete sweep
+    at ``uri``), and that run's id. Raises StoreError naming what could not be read."""
+    from mlflow.exceptions import MlflowException
+
+    from cruxlab.report.sweep_reader import StoreError, load_sweep, open_client
+    from cruxlab.store.contract import ADVICE
+
+    sweep = load_sweep(SWEEP, parent, uri)
+    client, resolved = open_client(uri)
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            path = client.download_artifacts(sweep.parent_id, ADVICE, folder)
+        except (MlflowException, OSError) as error:
+            raise StoreError(f"sweep {sweep.parent_id} at {masked(resolved)} holds no {ADVICE} ({error}): it was run "
+                             f"by crux-sweep, not crux-advise; `crux-report advise --against` compares its "
+                             f"verdicts") from None
+        return sweep.parent_id, json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def against(uri: str | None, parent: str | None, other: str) -> int:
+    """``--against URI[#RUN]``: the advice recorded there (before) beside this store's (after); 2 when either
+    cannot be read."""
+    from cruxlab.report.advice import side_by_side
+    from cruxlab.report.against import split_against
+    from cruxlab.report.sweep_reader import StoreError
+
+    try:
+        other_uri, other_parent, _ = split_against(other)
+        before_run, before = recorded(other_uri, other_parent)
+        after_run, after = recorded(uri, parent)
+    except StoreError as error:
+        print(f"crux-advise: {error}", file=sys.stderr)
+        return 2
+    print(f"before: sweep {before_run} at {masked(other_uri)}\nafter:  sweep {after_run}\n")
+    print("\n".join(side_by_side(before, after)))
+    print(f"\nthe evidence, claim by claim: crux-report advise --against '{masked(other)}'")
+    return 0
+
+
 def memory_budget(declared: int | None) -> int | None:
     """``declared``, else the device's own memory (None on a CPU, which reports none)."""
     from cruxlab.capacity_search import budget
@@ -108,7 +164,8 @@ def memory_budget(declared: int | None) -> int | None:
 
 def main(argv: list[str] | None = None) -> int:
     """The console script: 0 with the advice printed, 1 when the sweep ran no run to advise from, 2 on bad
-    arguments (refused before anything runs)."""
+    arguments (refused before anything runs) or a store --against cannot read, 130 or 143 when SIGINT or SIGTERM
+    stopped the sweep (its runs closed KILLED)."""
     parser = argparse.ArgumentParser(prog="crux-advise", description=__doc__.split("\n")[0],
                                      epilog="Results go under the working directory: the runs in mlflow.db "
                                             "(MLFLOW_TRACKING_URI or tracking.uri= elsewhere), the report and the "
@@ -122,9 +179,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config-dir", "-cd", type=Path, metavar="DIR",
                         help="a folder of config groups of one's own, e.g. problem/mine.yaml: problem=mine")
     parser.add_argument("--out", type=Path, help="the report's folder (default reports/advise/<UTC time>/)")
+    parser.add_argument("--against", metavar="URI[#PARENT_RUN]",
+                        help="run nothing: set the advice recorded in another store (its newest complete advise "
+                             "sweep, or the parent run after '#') beside this store's, option by option")
+    parser.add_argument("--run", dest="parent", metavar="PARENT_RUN",
+                        help="with --against: this store's advise sweep to compare (default: the newest complete)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every job: the problem, the model, "
                                                      "the optimizer, solver.epochs, tracking.uri")
     args = parser.parse_intermixed_args(sys.argv[1:] if argv is None else argv)
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per artifact read drowns the advice
     if args.budget <= 0:
         parser.error(f"--budget {args.budget:g}: must be > 0 seconds, e.g. --budget 180")
     if args.memory_budget is not None and args.memory_budget < 1:
@@ -139,6 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     if refused:
         parser.error(f"{' '.join(refused)}: crux-advise sets the solve() options and their timings itself (each "
                      f"beside the defaults); give the problem, model, optimizer or solver.epochs instead")
+    uri = _last(args.overrides, "tracking.uri")
+    if args.against:
+        return against(uri, args.parent, args.against)
+    if args.parent:
+        parser.error("--run chooses the sweep --against compares; without --against crux-advise runs a new sweep")
     started = time.monotonic()
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     given = _last(args.overrides, "hydra.sweep.dir")
@@ -149,7 +217,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"crux-advise: budget {args.budget:g} s: the sweep {SWEEP} (each option beside the defaults), its "
           f"{timed} paired timings up to {timing_seconds:.3g} s each; then its report and the advice", flush=True)
     status = run_sweep(args, sweep_dir, timing_seconds)
-    uri = _last(args.overrides, "tracking.uri")
+    if status in (128 + signal.SIGINT, 128 + signal.SIGTERM):
+        print(f"crux-advise: the sweep was stopped (status {status}): no advice; run crux-advise again",
+              file=sys.stderr)
+        return status
     parent = parent_run(uri, sweep_dir)
     if parent is None:
         print(f"crux-advise: the sweep opened no run (status {status}): nothing to advise from", file=sys.stderr)

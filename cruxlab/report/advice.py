@@ -305,3 +305,21 @@ def _undecided(speed: Mapping[str, Any], same: Mapping[str, Any] | None) -> str:
 
 def _override_value(value: Any) -> str:
     return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def side_by_side(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
+    """Two recorded advices (``advice.json``: another machine's *before*, this one's *after*) option by option:
+    each value on both, and for an option whose value changed the evidence on each side."""
+    values = [{c["option"]: c for c in advice["choices"]} for advice in (before, after)]
+    width = max(map(len, DEFAULTS))
+    lines = [f"{'option':<{width}}  {'before':<10} {'after':<10} changed", f"{'-' * width}  {'-' * 10} {'-' * 10} -------"]
+    changed = []
+    for option in DEFAULTS:
+        was, now = (side.get(option) for side in values)
+        shown = [repr(c["value"]) if c is not None else "-" for c in (was, now)]
+        moved = shown[0] != shown[1]
+        lines.append(f"{option:<{width}}  {shown[0]:<10} {shown[1]:<10} {'yes' if moved else 'no'}")
+        if moved:
+            changed += [f"{option}, before: {was['reason'] if was else 'not advised on'}",
+                        f"{option}, after: {now['reason'] if now else 'not advised on'}"]
+    return lines + ["", f"before: {before['solve']}", f"after:  {after['solve']}"] + (["", *changed] if changed else [])
