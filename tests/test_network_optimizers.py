@@ -66,6 +66,8 @@ def test_a_problem_says_which_models_it_gave_the_default_optimizer():
     assert problem.defaulted == {"u"}
     assert problem.models["u"].attached_optimizer is optax.adam and problem.models["u"].schedule.value == 1e-3
     assert problem.models["w"].schedule.value == 3e-3
+    problem.models["u"].scale(crux.lrs(2e-3))  # set by the problem's function after it built the Problem: its own
+    assert problem.defaulted == frozenset()
 
 
 def test_by_default_each_network_keeps_its_problems_own_and_the_config_fills_the_others(hydra_configs):

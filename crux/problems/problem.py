@@ -62,17 +62,24 @@ class Problem:
     description: str = ""
     seed: int = 0
     _solver: Crux | None = field(default=None, repr=False)
-    defaulted: frozenset[str] = field(init=False, default=frozenset())
-    """The models that came without an optimizer and were given Adam at a constant 1e-3: whoever trains the
-    problem may attach its own to them, while the others keep the optimizer the problem chose."""
+    _defaults: dict[str, int] = field(init=False, default_factory=dict, repr=False)
 
     def __post_init__(self):
         faults = exact_solution_faults(self.predict, self.exact, self.test_points)
         if faults:
             raise ValueError(f"Problem {self.name!r}: {faults[0]}")
-        self.defaulted = frozenset(name for name, model in self.models.items() if not model.has_optimizer)
-        for name in self.defaulted:
-            self.models[name].optimizer(optax.adam).scale(lrs(1e-3))
+        for name, model in self.models.items():
+            if not model.has_optimizer:
+                model.optimizer(optax.adam).scale(lrs(1e-3))
+                self._defaults[name] = model.optimizer_version
+
+    @property
+    def defaulted(self) -> frozenset[str]:
+        """The models that came without an optimizer and still train with the Adam at a constant 1e-3 they were
+        given: whoever trains the problem may attach its own to them, while the others keep the optimizer the
+        problem chose (one set with ``.optimizer()``/``.scale()`` after the problem was built is the problem's)."""
+        return frozenset(name for name, version in self._defaults.items()
+                         if self.models[name].optimizer_version == version)
 
     def solver(self) -> Crux:
         """The solver of this problem (built once, so repeated calls resume it)."""
