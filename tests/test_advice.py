@@ -85,7 +85,8 @@ def test_an_inconclusive_option_stays_at_its_default_and_the_advice_says_so():
     steps, precision = chosen(advice, "inner_steps"), chosen(advice, "precision")
     assert (steps.value, steps.status, precision.value, precision.status) == (1, KEPT, "highest", KEPT)
     assert "inner_steps=10: inconclusive, not advised (1.03× faster (0.952–1.11))" in steps.reason
-    assert "'default' is inconclusive here: " + CPU_ALIKE in precision.reason
+    assert "'default' is not shown both faster and as accurate here: accuracy inconclusive and speed inconclusive: " \
+        + CPU_ALIKE in precision.reason
     assert advice.overrides() == [] and advice.rejected == ()
 
 
@@ -106,7 +107,9 @@ def test_default_precision_is_advised_only_where_it_is_shown_faster_and_as_accur
     assert "1.02× the error of 'highest' on this problem (round-off alone moves it 1.3×)" in \
         chosen(advice, "precision").reason
     both[1] = planted("precision.faster[precision=default]", INCONCLUSIVE, "undecided", **timed(0.9, 0.8, 1.01))
-    assert chosen(advise(both, None), "precision").value == "highest"
+    kept = chosen(advise(both, None), "precision")
+    assert (kept.value, kept.status) == ("highest", KEPT)
+    assert kept.reason.endswith("here: accuracy holds: as accurate; speed inconclusive: undecided")
 
 
 MEMORY = [planted("checkpoint.same_numbers[checkpoint]", HOLDS, "bit-identical", **SAME_BITS),
