@@ -109,7 +109,7 @@ def test_each_job_of_hydras_basic_sweeper_is_named_by_its_overrides_and_returns_
     runs = {run.info.run_name: run for run in client.search_runs([client.get_experiment_by_name("crux").experiment_id])}
     assert set(runs) == {f"objective={name},epochs=5,n_interior=64" for name in ("final_loss", "error", "run_seconds")}
     for run in runs.values():
-        assert run.data.tags[contract.OVERRIDES].startswith("objective=")
+        assert run.info.status == contract.FINISHED and run.data.tags[contract.OVERRIDES].startswith("objective=")
     metric = {"final_loss": "final_loss", "error": "error/u", "run_seconds": "run_seconds"}
     for line in returned.read_text().splitlines():
         job = json.loads(line)
