@@ -81,10 +81,13 @@ def test_a_planted_inexact_option_is_rejected_however_fast():
 
 
 def test_an_inconclusive_option_stays_at_its_default_and_the_advice_says_so():
-    advice = advise(fused(10, INCONCLUSIVE, HOLDS, 0.97, 0.9, 1.05) + PRECISION_ALIKE, None)
+    undecided = fused(10, INCONCLUSIVE, HOLDS, 0.97, 0.9, 1.05)
+    undecided[1]["summary"] = "undecided on cpu: ratio 0.97 (95% interval 0.9–1.05) takes in both; what decides it: …"
+    advice = advise(undecided + PRECISION_ALIKE, None)
     steps, precision = chosen(advice, "inner_steps"), chosen(advice, "precision")
     assert (steps.value, steps.status, precision.value, precision.status) == (1, KEPT, "highest", KEPT)
-    assert "inner_steps=10: inconclusive, not advised (1.03× faster (0.952–1.11))" in steps.reason
+    assert ("inner_steps=1 (the default): inner_steps=10: inconclusive, not advised (undecided on cpu: ratio 0.97 "
+            "(95% interval 0.9–1.05) takes in both)") == steps.reason
     assert "'default' is not shown both faster and as accurate here: accuracy inconclusive and speed inconclusive: " \
         + CPU_ALIKE in precision.reason
     assert advice.overrides() == [] and advice.rejected == ()

@@ -302,9 +302,11 @@ def _error(verdict: Mapping[str, Any]) -> str:
 
 
 def _undecided(speed: Mapping[str, Any], same: Mapping[str, Any] | None) -> str:
+    """Why a fused setting is not decided: the speed verdict's finding (its first clause: the ratio, its interval
+    and what kept it open), else the identity verdict's."""
     if speed["verdict"] != HOLDS:
-        return _speed(speed) if "time_ratio" in speed["evidence"] else speed["summary"]
-    return "identity " + (same["summary"] if same is not None else "not judged")
+        return speed["summary"].split(";")[0]
+    return "identity " + (same["summary"].split(";")[0] if same is not None else "not judged")
 
 
 def _override_value(value: Any) -> str:
