@@ -7,6 +7,10 @@
 #   bash scripts/mlflow_server.sh user DIR NAME                     # --auth: a new user, its password in DIR/users/NAME
 #   bash scripts/mlflow_server.sh grant DIR NAME EXPERIMENT READ|EDIT|MANAGE   # --auth: NAME's permission on it
 #   bash scripts/mlflow_server.sh stop DIR
+#   bash scripts/mlflow_server.sh restart DIR   # stopped (or died): started again on its port, store and artifacts
+#
+# `restart` brings a server back as `start` made it, on the same port, backend, artifact root, workers and --auth
+# (kept in DIR/arguments and DIR/url), so that the runs' URIs and a sweep's printed `crux-sweep … --resume` hold.
 #
 # BACKEND_URI is the store of the runs: `$(cat PGDIR/uri)` from scripts/postgres.sh for a team, or
 # sqlite:///path.db. Artifacts go to DIR/artifacts through the server (clients need no access to DIR).
@@ -28,7 +32,7 @@ set -euo pipefail
 
 # shellcheck source=scripts/services.sh
 source "$(dirname "$0")/services.sh"
-service_arguments "start DIR BACKEND_URI [WORKERS] [--auth] | user DIR NAME | grant DIR NAME EXPERIMENT PERMISSION | stop DIR" "$@"
+service_arguments "start DIR BACKEND_URI [WORKERS] [--auth] | user DIR NAME | grant DIR NAME EXPERIMENT PERMISSION | stop DIR | restart DIR" "$@"
 
 python=${PYTHON:-python3}
 
@@ -44,9 +48,11 @@ auth_files() {  # the admin password, the session key and the configuration, mad
     )
 }
 
-start() {
+start() {  # start BACKEND_URI [WORKERS] [--auth], on port $PORT where set (restart), else a free one
     [[ $# -ge 1 ]] || usage
     local backend=$1 workers=4 auth="" host=${HOST:-127.0.0.1} port url
+    mkdir -p "$dir"
+    printf '%s\n' "$host" "$@" >"$dir/arguments"
     shift
     for argument in "$@"; do
         case $argument in
@@ -58,7 +64,7 @@ start() {
         echo "mlflow_server.sh: HOST=$host lets others reach the server: add --auth, so that it asks who they are" >&2
         exit 2
     fi
-    port=$(free_port)
+    port=${PORT:-$(free_port)}
     url=http://$host:$port
     mkdir -p "$dir/artifacts"
     : >"$dir/server.log"
@@ -112,10 +118,20 @@ admin.grant_user_permission(sys.argv[1], 'experiment', experiment.experiment_id,
     echo "user $1 may now $3 experiment $2"
 }
 
+restart() {  # restart: stop what is left of the server, then start it as it was started, on its own port
+    [[ -s $dir/arguments && -s $dir/url ]] || { echo "mlflow_server.sh: $dir holds no server started before" >&2; exit 1; }
+    local url arguments
+    url=$(<"$dir/url")
+    mapfile -t arguments <"$dir/arguments"
+    stop
+    HOST=${arguments[0]} PORT=${url##*:} start "${arguments[@]:1}"
+}
+
 case $action in
     start) shift 2; start "$@" ;;
     user) shift 2; user "$@" ;;
     grant) shift 2; grant "$@" ;;
     stop) stop ;;
+    restart) restart ;;
     *) usage ;;
 esac

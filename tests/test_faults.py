@@ -9,10 +9,11 @@ import pytest
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import PERMISSION_DENIED, RESOURCE_DOES_NOT_EXIST, TEMPORARILY_UNAVAILABLE
 from requests.exceptions import ConnectionError as RequestsConnectionError
+from requests.exceptions import Timeout
 from sqlalchemy import exc as sql
 
 from cruxlab.store import faults
-from cruxlab.store.connection import HTTP_LIMITS, bounded_http
+from cruxlab.store.connection import HTTP_LIMITS, bounded_http, request_deadline
 from cruxlab.store.faults import (RETRY_SECONDS, PatientClient, StoreFault, is_store_fault, patiently, record_fault,
                                   recorded_fault)
 
@@ -78,8 +79,32 @@ def test_the_pauses_double_up_to_their_cap_and_the_last_ends_at_the_budget(monke
 
 def test_past_the_budget_it_is_a_store_fault_naming_what_failed(monkeypatch):
     monkeypatch.setenv(RETRY_SECONDS, "0")
-    with pytest.raises(StoreFault, match=r"^log_batch failed for 0 s \(tracking.retry_seconds\): .*refused"):
+    with pytest.raises(StoreFault, match=r"^log_batch failed for 0 s \(tracking.retry_seconds 0 s, each try given "
+                                         r"up after [\d.]+ s at most\): .*refused"):
         patiently(Flaky(RequestsConnectionError("[Errno 111] Connection refused"), failures=10), "log_batch")
+
+
+def test_a_store_that_does_not_answer_is_a_fault_within_the_budget_plus_one_request(monkeypatch):
+    """Each try waits a request's whole deadline for an answer that does not come (a server whose processes are
+    stopped): the budget counts from the start of the first, so the fault comes at most one deadline past it,
+    stating how long it waited."""
+    clock = Clock()
+    monkeypatch.setattr(faults, "time", clock)
+    monkeypatch.setenv(RETRY_SECONDS, "30")
+    for key, value in {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                       "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}.items():
+        monkeypatch.setenv(key, value)
+    assert request_deadline() == 3 * 10 + 2  # three tries of 10 s; no pause before the first retry, 2 s before the next
+
+    def unanswered() -> None:
+        clock.now += request_deadline()
+        raise Timeout("HTTPConnectionPool(host='h', port=1): Read timed out. (read timeout=10)")
+
+    with pytest.raises(StoreFault) as fault:
+        patiently(unanswered, "log_batch")
+    assert 30 <= clock.now <= 30 + request_deadline()
+    assert str(fault.value) == (f"log_batch failed for {clock.now:.0f} s (tracking.retry_seconds 30 s, each try "
+                                f"given up after 32 s at most): no answer within 10 s")
 
 
 def test_any_other_error_is_raised_at_once(monkeypatch):

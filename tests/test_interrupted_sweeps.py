@@ -239,7 +239,7 @@ def test_one_killed_joblib_job_costs_that_job_only(store):
     assert failed[0].endswith(f") failed: its process (pid {pid}) was killed by SIGKILL, as the "
                               f"kernel's out-of-memory killer does; the jobs of the other workers go on")
     last = output.strip().splitlines()[-1]
-    assert last.startswith("crux-sweep: 1 of the 4 jobs did not finish (jobs 0); parent run ") and last.endswith(
+    assert last.startswith("crux-sweep: 1 of the 4 jobs did not finish (job 0); parent run ") and last.endswith(
         "--resume` runs them again")
 
 
@@ -267,5 +267,6 @@ def test_a_killed_joblib_worker_ends_its_launch_in_one_line_and_the_jobs_not_sta
     stopped = [run for run in runs if run.info.status != contract.FINISHED]  # job 0's, and the other worker's job
     assert {run.data.tags[contract.ERROR_TYPE] for run in stopped} == {"ProcessGone"}
     last = output.strip().splitlines()[-1]
-    assert last.startswith(f"crux-sweep: {len(stopped)} of the 4 jobs did not finish (jobs 0") and last.endswith(
+    jobs = "jobs" if len(stopped) > 1 else "job"
+    assert last.startswith(f"crux-sweep: {len(stopped)} of the 4 jobs did not finish ({jobs} 0") and last.endswith(
         "--resume` runs them again")

@@ -140,7 +140,7 @@ def test_a_job_stopped_at_its_time_limit_closes_killed_with_the_reason_and_resum
     pytest.importorskip("submitit", reason='submitit: pip install -e ".[slurm]"')
     monkeypatch.setattr(__import__(__name__), "at_time_limit", {TIME_LIMIT_AT})
     launched, failed = sweep(store, f"solver.epochs=20,{TIME_LIMIT_AT}")
-    assert isinstance(failed, SystemExit) and "1 of the 2 jobs did not finish (jobs 1)" in failed.code
+    assert isinstance(failed, SystemExit) and "1 of the 2 jobs did not finish (job 1)" in failed.code
     client, parent, children = runs(store)
     assert parent.info.status == contract.FAILED
     assert [(c.data.tags[contract.JOB], c.info.status) for c in children] == [("0", contract.FINISHED), ("1", contract.KILLED)]
@@ -250,7 +250,7 @@ def test_the_job_table_shows_a_run_as_the_sweep_closed_it(store, monkeypatch, ca
 
     monkeypatch.setattr(MlflowClient, "set_terminated", first_closing_lost)
     launched, ended = sweep(store, "solver.epochs=20,21")
-    assert isinstance(ended, SystemExit) and "1 of the 2 jobs did not finish (jobs 0)" in ended.code
+    assert isinstance(ended, SystemExit) and "1 of the 2 jobs did not finish (job 0)" in ended.code
     header, *rows = capsys.readouterr().out.strip().splitlines()[-3:]
     assert header.split()[:3] == ["job", "variant", "status"]
     assert [(row.split()[0], row.split()[-3]) for row in rows] == [("0", contract.KILLED), ("1", contract.FINISHED)]

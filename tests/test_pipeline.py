@@ -122,7 +122,7 @@ def test_a_diverging_job_is_failed_with_its_history_and_the_others_complete(stor
     done = launch(store, "cruxlab.commands.experiment", "--multirun", *TINY, "optimizer=sgd",
                   "schedule.value=1e-3,1e12")
     assert done.returncode == 1
-    assert "1 of the 2 jobs did not finish (jobs 1)" in done.stderr.splitlines()[-1]
+    assert "1 of the 2 jobs did not finish (job 1)" in done.stderr.splitlines()[-1]
 
     client, roles = runs_by_role(store, "crux")
     (parent,) = roles[contract.PARENT]

@@ -62,6 +62,14 @@ def server_folder(empty_store) -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def restart(folder: Path) -> str:
+    """``bash scripts/mlflow_server.sh restart folder``: the server's URL."""
+    done = subprocess.run(["bash", str(SCRIPTS / "mlflow_server.sh"), "restart", str(folder)], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHON": sys.executable})
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
 def server_stopped_once_opened(process: subprocess.Popen, seen: list[str], server_folder: Path, url: str,
                                job: str) -> None:
     """Stop the server once the run of ``job`` is open, then read the sweep's output to its end into ``seen``; the
@@ -95,13 +103,15 @@ def test_a_server_gone_for_good_ends_the_sweep_in_one_line_and_resume_completes_
             .lstrip("s ").split(", ")]
     assert kept in ([1], [1, 2]), last
     assert last.endswith("--resume` writes the kept results into their runs and runs the others"), last
+    assert ("; a server that scripts/mlflow_server.sh started comes back on its own port, store and artifact root "
+            "with `bash scripts/mlflow_server.sh restart DIR`; ") in last
     # no job after the one that met the fault waited for the store: each was refused at once
     assert output.count("the tracking store did not take") == 1
     trained_before = MlflowClient(backend).search_runs(
         [MlflowClient(backend).get_experiment_by_name("accumulation").experiment_id],
         contract.tag_filter(contract.JOB, "1"))
 
-    url = start("mlflow_server.sh", server_folder / "server", backend, "1")
+    assert restart(server_folder / "server") == url  # the printed --resume works as printed
     process, seen = sweep(tmp_path, url, "--resume"), []
     assert finish(process, seen) == 0, "".join(seen)[-4000:]
     assert "".join(seen).count(TRAINING) == 3 - 1 - len(kept)  # job 2 where it was not kept: no job trains again
@@ -466,3 +476,37 @@ def test_a_store_whose_disk_is_all_but_full_is_refused_in_seconds_before_any_run
     assert seen[-1].startswith(f"crux-sweep: the filesystem of {small_disk} has ") and " bytes free" in seen[-1]
     assert MlflowClient(f"sqlite:///{small_disk / 'mlflow.db'}").search_experiments()[0].name == "Default"
     assert len(MlflowClient(f"sqlite:///{small_disk / 'mlflow.db'}").search_experiments()) == 1
+
+
+def test_a_server_that_stops_answering_is_a_fault_within_the_budget_plus_one_request(server_folder, tmp_path):
+    """The server's processes are stopped (SIGSTOP: connections still taken, no answer) while job 0 trains: job 1
+    does not start (the server must answer before a job trains), job 0's writes are given up after one request's
+    deadline, which the last line states, its results are kept, and once the server goes on, ``--resume`` as
+    printed writes them and trains jobs 1 and 2 only."""
+    import signal
+
+    url = start("mlflow_server.sh", server_folder / "server", f"sqlite:///{server_folder / 'runs.db'}", "1")
+    server = int((server_folder / "server" / "server.pid").read_text())
+    process, seen = sweep(tmp_path, url), []
+    read_until(process, seen, TRAINING)
+    while not run_opened(url, "accumulation", "0"):
+        assert process.poll() is None, "".join(seen)[-4000:]
+        time.sleep(0.05)
+    os.killpg(server, signal.SIGSTOP)
+    try:
+        status = finish(process, seen)
+    finally:
+        os.killpg(server, signal.SIGCONT)
+    output, last = "".join(seen), seen[-1].strip()
+    assert status != 0 and "Traceback" not in output, output[-4000:]
+    assert output.count(TRAINING) == 1, output[-4000:]  # job 0 only
+    assert last.startswith(f"crux-sweep: the tracking store at {url} failed: "), last
+    assert "(tracking.retry_seconds 10 s, each try given up after 32 s at most): no answer within 10 s; " in last
+    assert "; 0 of the 3 jobs run finished, none started after it; the results that job 0 trained are kept" in last
+    command = last.split("; once the store is back, `")[1].split("` ")[0]
+    assert command == f"crux-sweep accumulation {' '.join(JOBS)} --resume"
+
+    process, resumed = sweep(tmp_path, url, "--resume"), []
+    assert finish(process, resumed) == 0, "".join(resumed)[-4000:]
+    assert "".join(resumed).count(TRAINING) == 2  # jobs 1 and 2: job 0's kept results are written
+    assert "View run" not in "".join(resumed)  # MLflow's own line for each run a server closes: the sweep says once

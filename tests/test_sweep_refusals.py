@@ -79,7 +79,8 @@ def test_a_value_of_the_wrong_type_is_one_line_naming_its_type_and_an_example_an
                                                              "memory.accumulation_steps takes an integer >= 1; write "
                                                              "e.g. memory.accumulation_steps=2")):
         done = run(tmp_path, module, *sweep, *TINY, override, uri=uri)
-        assert (done.returncode, done.stderr.splitlines()) == (1, [f"{program}: {line}"])
+        every_job = " (in every job); nothing was run" if sweep else ""  # as a sweep's own refusals end
+        assert (done.returncode, done.stderr.splitlines()) == (1, [f"{program}: {line}{every_job}"])
         assert "HYDRA_FULL_ERROR" not in done.stdout + done.stderr
     assert list(tmp_path.iterdir()) == []  # no store, no outputs/<date>/<time>/, no multirun/
 
@@ -102,6 +103,24 @@ def test_a_key_the_schema_lacks_is_refused_in_every_spelling_before_any_run_exis
         "(++memory.batchsze=8)); memory.batchsze: not a key of memory; did you mean memory.batchsize? write "
         "memory.batchsize=16 (in job 1 (++memory.batchsze=16)); nothing was run"]
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "multirun").exists()  # no run, no job
+
+
+def test_a_sweeps_refusal_by_hydra_ends_as_its_own_do_and_a_key_added_twice_is_one_line(tmp_path):
+    """A key the schema lacks, spelt without ``+`` (refused by Hydra before crux's sweeper sees the jobs), ends as
+    with ``+`` (crux's check of every job): "(in every job); nothing was run"; ``+key=`` for a key the config has
+    (Hydra's several lines and its HYDRA_FULL_ERROR advice) is one line with the spelling to write."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    for override in ("solver.epoch=10", "+solver.epoch=10"):
+        done = run(tmp_path, "cruxlab.commands.sweep", "accumulation", *TINY, override, uri=uri)
+        assert (done.returncode, done.stderr.splitlines()) == (1, [
+            "crux-sweep: solver.epoch: not a key of solver; did you mean solver.epochs? write solver.epochs=10 "
+            "(in every job); nothing was run"])
+    done = run(tmp_path, "cruxlab.commands.sweep", "accumulation", *TINY, "+solver.epochs=10", uri=uri)
+    assert (done.returncode, done.stderr.splitlines()) == (1, [
+        "crux-sweep: +solver.epochs=10: solver.epochs is in the config already, and + adds a key: write "
+        "solver.epochs=10 (in every job); nothing was run"])
+    assert "HYDRA_FULL_ERROR" not in done.stdout
+    assert list(tmp_path.iterdir()) == []  # no store, no multirun/
 
 
 def test_a_warm_up_as_long_as_its_phase_is_refused_before_any_run_with_the_fix(tmp_path):

@@ -14,6 +14,7 @@ import argparse
 import functools
 import logging
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -223,15 +224,26 @@ def remove_output_dir(hydra_cfg: DictConfig) -> None:
         parent.rmdir()
 
 
+ALREADY_THERE = re.compile(r"Could not append to config\. An item is already at '([^']+)'")
+"""Hydra's refusal of ``+key=value`` for a key the config has: ``+`` adds a key."""
+
+
 def reported(error: Exception) -> str | None:
-    """A key crux's schema or the problem's function lacks (Hydra's "Could not override 'solver.X'"), or a value
-    of the wrong type for its key, in one line; None for any other error, which Hydra reports."""
+    """A key crux's schema or the problem's function lacks (Hydra's "Could not override 'solver.X'"), a key
+    added with ``+`` that the config has already, or a value of the wrong type for its key, in one line, said
+    for every job of a multirun; None for any other error, which Hydra reports."""
     if not isinstance(error, ConfigCompositionException):
         return None
     arguments = get_args_parser().parse_args()
-
-    return refused_override(error, lambda key: composed(arguments, config.overrides_without(arguments.overrides,
-                                                                                            key)))
+    every_job = " (in every job); nothing was run" if arguments.multirun else ""
+    there = ALREADY_THERE.search(str(error))
+    if there is not None:
+        key = there[1]
+        written = next((o for o in arguments.overrides if o.startswith(f"+{key}=")), f"+{key}=...")
+        return f"{written}: {key} is in the config already, and + adds a key: write {written[1:]}{every_job}"
+    line = refused_override(error, lambda key: composed(arguments, config.overrides_without(arguments.overrides,
+                                                                                          key)))
+    return line + every_job if line is not None else None
 
 
 def composed(arguments: argparse.Namespace, overrides: list[str], mode: RunMode = RunMode.MULTIRUN) -> DictConfig:

@@ -66,15 +66,15 @@ from cruxlab.runtime.space import StoreReserve
 from cruxlab.runtime.tracebacks import tracebacks_shown
 from cruxlab.runtime.writer import process_writer
 from cruxlab.store.artifacts import write_artifacts
-from cruxlab.store.connection import (DESTINATION, PARENT_RUN, TRACKING_URI, WRITING, Destination, StoreError, brief,
-                                      child_runs, ensure_experiment, experiment_name, move_store_credentials,
+from cruxlab.store.connection import (DESTINATION, PARENT_RUN, SERVERS, TRACKING_URI, WRITING, Destination, StoreError,
+                                      brief, child_runs, ensure_experiment, experiment_name, move_store_credentials,
                                       store_error_types, store_errors, tracking_uri, writable_store)
 from cruxlab.store.contract import (BACKEND, CLAIM, CLAIMS, COMMAND, ERROR_MESSAGE, ERROR_TYPE, FAILED, FINISHED, HOST,
                                     JOB, KILLED, NOTE, OVERRIDES, PARENT, PID, PLANNED_JOBS, PLANNED_JOB_COUNT, RESUMES,
                                     ROLE, RUNNING, SWEEP, SWEEP_DIR, SWEPT, VARIANT, VARIANT_PARAM, WORKING_DIR,
                                     tag_filter)
 from cruxlab.store.descriptions import runs_page, sweep_description
-from cruxlab.store.faults import (PatientClient, StoreFault, is_store_fault, record_fault, recorded_fault,
+from cruxlab.store.faults import (PatientClient, StoreFault, is_store_fault, reach, record_fault, recorded_fault,
                                   reserve_fault_record, set_retry_budget, store_named)
 from cruxlab.store.params import as_requested, flatten
 from cruxlab.store.secrets import PASSWORD_VARIABLE, credential_variables, masked
@@ -196,6 +196,9 @@ class Multirun:
         """Check, open, launch, close; raises SystemExit with one line when refused, with the shell's status of
         the signal when stopped, and with a summary when jobs failed."""
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar for a one-file download
+        # MLflow's "View run … / View experiment …" lines for each run a server closes: the sweep says where its
+        # runs are once, at its end
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
         logging.raiseExceptions = False  # a log file on a full disk: its lines still reach the console, untraced
         # a killed worker leaves its semaphores to the pool's resource tracker, which frees them and would warn
         # after the sweep's last line; the tracker, started later, takes its warnings' filters from here
@@ -462,8 +465,8 @@ class Multirun:
             log.error("job %s (%s) failed: %s", result.hydra_cfg.hydra.job.num, " ".join(result.overrides),
                       _one_line(error), exc_info=error if tracebacks_shown() else None)
         if missing:
-            raise SystemExit(f"{self.program}: {len(missing)} of the {len(opened.jobs)} jobs did not finish (jobs "
-                             f"{', '.join(map(str, missing))}); parent run {opened.parent_id} closed {status}; "
+            raise SystemExit(f"{self.program}: {len(missing)} of the {len(opened.jobs)} jobs did not finish "
+                             f"(job{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}); parent run {opened.parent_id} closed {status}; "
                              f"{self.resume_advice} runs them again")
         return returns
 
@@ -512,10 +515,12 @@ class Multirun:
                             opened.parent_id, opened.jobs, opened.todo)
             self.reserve.release()  # a full disk: the room held for closing the runs
         try:
+            if fault is not None:
+                reach(self.uri)  # a server that does not answer would hold each closing request its whole deadline
             closed = self._close(opened, stopped, unreadable, {
                 run: f"{store_named(fault, self.uri)} failed ({message})"
                 for run, message in (fault or {}).get("runs", {}).items()})
-        except (StoreFault, *store_error_types()) as error:
+        except (StoreFault, OSError, *store_error_types()) as error:
             fault = fault or {"message": f"closing the sweep failed: {error}"}
             record_fault(sweep_dir, opened.parent_id, fault["message"])
             closed = None
@@ -535,6 +540,9 @@ class Multirun:
             + (f"parent run {opened.parent_id} closed {closed[0]}" if closed else
                f"the runs left open (parent run {opened.parent_id}) are closed by the next `crux-sweep --resume` "
                f"or `crux-report`")
+            + (f"; a server that scripts/mlflow_server.sh started comes back on its own port, store and artifact root "
+               f"with `bash scripts/mlflow_server.sh restart DIR`" if self.uri.startswith(SERVERS) and
+               not fault.get("store") else "")
             + f"; once the store is back, {self.resume_advice} "
             + ("writes the kept results into their runs and runs the others" if kept else "runs the others"))
 

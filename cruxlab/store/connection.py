@@ -57,11 +57,24 @@ that has it reads nothing from the store before it trains."""
 SERVERS = ("http://", "https://")
 # Values the user set in the environment win.
 HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-               "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
+               "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+"""MLflow's own retries of one request and the seconds it waits for each answer (MLflow's defaults: 7 retries
+doubling from 2 s, 120 s per answer, about 4 minutes against a server that is down)."""
 POSTGRESQL_SECONDS = 10
 """How long the check of a PostgreSQL store (:func:`check_postgresql`) waits for its server to answer."""
 CLIENT_ERRORS = (MlflowException, RequestException, sqlite3.Error)
 PROBLEM_CHARS = 300
+
+
+def request_deadline() -> float:
+    """The longest one request to a tracking server takes before MLflow gives it up, in seconds: every try waits
+    its timeout for an answer, with MLflow's backoff (urllib3's: none before the first retry, then the factor
+    doubling) between tries (:data:`HTTP_LIMITS`, or what the environment sets)."""
+    def setting(key: str) -> float:
+        return float(os.environ.get(key, HTTP_LIMITS[key]))
+    retries = int(setting("MLFLOW_HTTP_REQUEST_MAX_RETRIES"))
+    backoff = sum(setting("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR") * 2 ** (retry - 1) for retry in range(2, retries + 1))
+    return (retries + 1) * setting("MLFLOW_HTTP_REQUEST_TIMEOUT") + backoff
 
 
 def store_error_types() -> tuple[type[BaseException], ...]:
@@ -176,9 +189,13 @@ def refused(error: BaseException, uri: str, access: Access, experiment: str) -> 
 
 
 def brief(error: BaseException) -> str:
-    """An exception in a few words: its innermost OS reason (``[Errno 111] Connection refused``) where it has
-    one, else its type and the first sentence of its message."""
+    """An exception in a few words: a request a server did not answer in time (``no answer within 10 s``), its
+    innermost OS reason (``[Errno 111] Connection refused``) where it has one, else its type and the first
+    sentence of its message."""
     text = str(error)
+    waited = re.search(r"Read timed out\. \(read timeout=([\d.]+)\)", text)
+    if waited:
+        return f"no answer within {float(waited[1]):g} s"
     reasons = re.findall(r"\[Errno -?\d+\] [^'\")]+", text)
     if reasons:
         return reasons[-1].strip()

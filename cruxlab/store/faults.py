@@ -29,6 +29,8 @@ import sqlite3
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 from urllib.parse import urlsplit
@@ -37,7 +39,7 @@ from mlflow.exceptions import MlflowException
 from requests.exceptions import ConnectionError as RequestsConnectionError
 from requests.exceptions import Timeout
 
-from cruxlab.store.connection import HTTP_LIMITS, SQLITE, brief
+from cruxlab.store.connection import HTTP_LIMITS, SQLITE, brief, request_deadline
 from cruxlab.store.secrets import masked
 
 log = logging.getLogger(__name__)
@@ -156,11 +158,15 @@ def full_disk(error: BaseException, uri: str | None = None) -> str:
 
 def patiently(call: Callable[[], T], what: str, uri: str | None = None) -> T:
     """``call()``, tried again while it fails with a store fault, for up to :func:`retry_budget` seconds from the
-    first failure; past that StoreFault naming ``what`` and the last error. A full disk (:func:`is_disk_full`)
-    is not waited for: StoreFault at once, naming the disk (``uri``: the store's, where it is a file)."""
-    deadline, pause = None, 0.5
+    start of the first try that failed; past that StoreFault naming ``what``, the seconds waited and the last
+    error. A try that the store does not answer is given up by MLflow's HTTP client (:func:`request_deadline`),
+    so that a store that does not answer is a fault within the budget plus one request's deadline. A full disk
+    (:func:`is_disk_full`) is not waited for: StoreFault at once, naming the disk (``uri``: the store's, where it
+    is a file)."""
+    deadline, pause, first = None, 0.5, 0.0
     try:
         while True:
+            tried = time.monotonic()
             try:
                 return call()
             except Exception as error:
@@ -170,13 +176,15 @@ def patiently(call: Callable[[], T], what: str, uri: str | None = None) -> T:
                     raise StoreFault(f"{what} failed: {full_disk(error, uri)}") from error
                 now = time.monotonic()
                 if deadline is None:
-                    deadline = now + retry_budget()
+                    first, deadline = tried, tried + retry_budget()
                     _count_retrying(1)
-                    log.warning("the tracking store did not take %s (%s): trying again for up to %g s", what,
-                                brief(error), retry_budget())
+                    if now < deadline:  # else its one try took the whole budget: the fault is said below
+                        log.warning("the tracking store did not take %s (%s): trying again for up to %.0f s", what,
+                                    brief(error), deadline - now)
                 if now >= deadline:
-                    raise StoreFault(f"{what} failed for {retry_budget():g} s (tracking.retry_seconds): "
-                                     f"{brief(error)}") from error
+                    raise StoreFault(f"{what} failed for {now - first:.0f} s (tracking.retry_seconds "
+                                     f"{retry_budget():g} s, each try given up after {request_deadline():g} s "
+                                     f"at most): {brief(error)}") from error
                 time.sleep(min(pause, deadline - now))
                 pause = min(2 * pause, LONGEST_PAUSE)
     finally:
@@ -185,19 +193,32 @@ def patiently(call: Callable[[], T], what: str, uri: str | None = None) -> T:
 
 
 REACH_SECONDS = 5.0
-"""How long :func:`reach` waits for a store's server to take a connection."""
+"""How long :func:`reach` waits for a store's server to take a connection, and a tracking server to answer."""
 
 
 def reach(uri: str) -> None:
-    """Open and close a connection to the server of ``uri`` (a tracking server, a PostgreSQL server on a host):
-    ConnectionError or TimeoutError, store faults, where none is taken within :data:`REACH_SECONDS`. A store
-    without a server (SQLite) is not checked here: its writes say whether its disk takes them."""
+    """Open and close a connection to the server of ``uri`` (a tracking server, a PostgreSQL server on a host),
+    and have a tracking server over plain HTTP answer ``GET /health`` (a server whose processes are stopped still
+    takes connections): ConnectionError or TimeoutError, store faults, where none is taken or answered within
+    :data:`REACH_SECONDS`. A store without a server (SQLite) is not checked here: its writes say whether its disk
+    takes them."""
     parts = urlsplit(uri)
     ports = {"http": 80, "https": 443}
     if not parts.hostname or not (parts.scheme in ports or parts.scheme.startswith("postgres")):
         return
     with socket.create_connection((parts.hostname, parts.port or ports.get(parts.scheme, 5432)), REACH_SECONDS):
         pass
+    if parts.scheme == "http":
+        try:
+            urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=REACH_SECONDS).close()
+        except urllib.error.HTTPError as answered:  # it answers; only an error of its own is its fault
+            if answered.code >= 500:
+                raise ConnectionError(f"the server answered {answered.code} to GET /health") from None
+        except (urllib.error.URLError, TimeoutError) as error:
+            reason = getattr(error, "reason", error)
+            if isinstance(reason, TimeoutError):
+                raise TimeoutError(f"the server did not answer GET /health within {REACH_SECONDS:g} s") from None
+            raise ConnectionError(f"GET /health: {reason}") from None
 
 
 class PatientClient:
