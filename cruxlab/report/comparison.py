@@ -180,9 +180,10 @@ def side_names(before: Sweep, after: Sweep) -> tuple[str, str]:
                   "store": masked(s.uri)} for s, t in ((before, after), (after, before))]
     differing = [key for key in described[0] if described[0][key] != described[1][key]]
     if differing:
-        return tuple(", ".join(d[key] for key in differing if d[key]) for d in described)  # type: ignore[return-value]
-    first, second = (f"parent run {s.parent_id[:10]}" + (f", started {s.started}" if s.started else "")
-                     for s in (before, after))
+        first, second = (", ".join(d[key] for key in differing if d[key]) for d in described)
+    else:
+        first, second = (f"parent run {s.parent_id[:10]}" + (f", started {s.started}" if s.started else "")
+                         for s in (before, after))
     return first, second
 
 
