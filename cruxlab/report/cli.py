@@ -11,8 +11,11 @@ crux-sweep NAME) is reported side by side: the latest sweep of each, judged on i
 own runs, in DIR/<backend>/, and their verdicts and speeds in DIR/report.md.
 
 Writes report.md, verdicts.json and the figures into DIR (default
-reports/<sweep>/<UTC time>/ in the working directory), prints the verdicts and
-adds them to the description of the sweep's parent run in MLflow. With
+reports/<sweep>/<UTC time>/ in the working directory), prints the verdicts and,
+for a sweep that names its claims (crux-sweep's), adds them to the description of
+the sweep's parent run in MLflow (--describe / --no-describe decide otherwise). A
+sweep that names none (crux-run -m) is judged on the checks its settings concern,
+every check otherwise being inconclusive for want of a run to judge. With
 --against, writes the two sweeps' verdicts side by side instead, claim by claim,
 with whether each changed: report.md, comparison.json and the figures. The
 --against sweep is read as before and this one as after (holds → fails is a
@@ -34,8 +37,8 @@ from cruxlab.report.backends import load_sweeps
 from cruxlab.report.claims import CHECKS
 from cruxlab.report.comparison import Refused
 from cruxlab.report.comparison_document import comparison_table, write_comparison
-from cruxlab.report.coverage import claims_of, judge_sound
-from cruxlab.report.document import (completeness, side_by_side_table, verdict_table, write_report, write_side_by_side)
+from cruxlab.report.coverage import judged as judged_verdicts, names_claims
+from cruxlab.report.document import (NO_CHECK, completeness, side_by_side_table, verdict_table, write_report, write_side_by_side)
 from cruxlab.report.figures import draw
 from cruxlab.report.sweep_reader import StoreError, Sweep, open_client
 from cruxlab.report.verdict import Verdict
@@ -127,6 +130,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="compare with the sweep of NAME in another store (a SQLite file, a server, PostgreSQL, "
                              "a packed mlflow.db.gz or .xz): its newest complete sweep, or the parent run after '#' (#jno: "
                              "its newest complete jNO sweep)")
+    parser.add_argument("--describe", action=argparse.BooleanOptionalAction,
+                        help="write the verdicts into the description of the sweep's parent run in MLflow (default: "
+                             "for a sweep that names its claims, as crux-sweep's do; a crux-run -m sweep's "
+                             "description is left as it is)")
     parser.add_argument("--strict", action="store_true", help=f"with --against: exit {CHANGED} when any claim "
                                                               f"changed")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
@@ -141,13 +148,12 @@ def main(argv: list[str] | None = None) -> int:
     except StoreError as error:
         print(f"crux-report: {error}", file=sys.stderr)
         return UNREAD
-    claims = args.claim or claims_of(next(iter(sweeps.values())))
     out = args.out or default_out(args.name)
     judged = {}
     for backend, sweep in sweeps.items():  # one library's runs at a time: never paired across libraries
         folder = out / backend if len(sweeps) > 1 else out
         folder.mkdir(parents=True, exist_ok=True)
-        verdicts = judge_sound(sweep, claims)
+        claims, verdicts = judged_verdicts(sweep, args.claim or ())
         figures = draw(claims, [r for r in sweep.records if not r.unsupported], folder)
         write_report(folder, sweep, verdicts, figures, claims)
         judged[backend] = (sweep, verdicts)
@@ -156,9 +162,10 @@ def main(argv: list[str] | None = None) -> int:
         write_side_by_side(out, args.name, judged)
         print(side_by_side_table(judged))
     else:
-        print(verdict_table(verdicts))
+        print(verdict_table(verdicts) if verdicts else f"Claims judged: {NO_CHECK}.")
     print(f"\nreport: {out / 'report.md'}")
     for backend, (sweep, verdicts) in judged.items():
-        folder = out / backend if len(sweeps) > 1 else out
-        describe_verdicts(sweep, verdicts, folder.resolve() / "report.md")
+        if args.describe or (args.describe is None and names_claims(sweep)):
+            folder = out / backend if len(sweeps) > 1 else out
+            describe_verdicts(sweep, verdicts, folder.resolve() / "report.md")
     return COMPLETE if all(sweep.sound for sweep, _ in judged.values()) else INCOMPLETE

@@ -35,6 +35,24 @@ def claims_of(sweep: Sweep) -> list[str]:
     return named or ([sweep.name] if sweep.name in CHECKS else list(CHECKS))
 
 
+def names_claims(sweep: Sweep) -> bool:
+    """Whether the sweep sets out to judge claims: it names checks (a sweep file's ``claims``) or is named after
+    one. A sweep that names none (``crux-run -m``) is judged on every check its runs speak to."""
+    return bool(json.loads(sweep.parent_tags.get(CLAIMS) or "[]")) or sweep.name in CHECKS
+
+
+def judged(sweep: Sweep, asked: Sequence[str] = ()) -> tuple[list[str], list[Verdict]]:
+    """The checks judged and their verdicts on sound data (:func:`judge_sound`): the checks ``asked``, else
+    :func:`claims_of`; of a sweep that names no claim and was asked for none, only the checks with a verdict about
+    a setting it ran (``Verdict.concerns_sweep``), and those verdicts."""
+    claims = list(asked) or claims_of(sweep)
+    verdicts = judge_sound(sweep, claims)
+    if asked or names_claims(sweep):
+        return claims, verdicts
+    kept = [verdict for verdict in verdicts if verdict.concerns_sweep]
+    return [claim for claim in claims if any(v.id.split(".")[0] == claim for v in kept)], kept
+
+
 def judge_sound(sweep: Sweep, claims: Sequence[str]) -> list[Verdict]:
     """:func:`cruxlab.report.claims.judge` over the sweep's records, each verdict that rests on a gap of the sweep
     made inconclusive, naming it."""

@@ -23,6 +23,9 @@ from cruxlab.report.sweep_reader import DEFAULT_BACKEND, Sweep
 from cruxlab.report.verdict import Verdict, fmt
 from cruxlab.store.contract import ADJUSTED, BACKEND, CHOSEN, COMMAND, FINISHED, JOB, NETWORK_PARAMS, WORKING_DIR
 
+NO_CHECK = ("none: no claim's check concerns the settings this sweep ran (crux-report NAME --claim CHECK judges "
+            "one all the same)")
+"""What a report says of a sweep that names no claim (``crux-run -m``) and ran no setting any check is about."""
 SUMMARY_METRICS = ("final_loss", "median_step_seconds", "compile_seconds", "run_seconds", "memory/temp_bytes",
                    "memory/argument_bytes")
 
@@ -372,7 +375,7 @@ def report_markdown(sweep: Sweep, verdicts: Sequence[Verdict], figures: Sequence
     lines = [f"# crux claim report: {sweep.name}", ""] + _sweep_status(sweep)
     lines += ["## Verdicts", "", "| claim | verdict | finding |", "|---|---|---|"]
     lines += [f"| {table_cell(v.id)} | **{v.verdict}** | {table_cell(v.summary)} |" for v in verdicts]
-    lines += ["", f"Claims judged: {', '.join(claims)}."
+    lines += ["", f"Claims judged: {', '.join(claims) or NO_CHECK}."
               + (f" The sweep set out to check: *{sweep.statement.strip()}*" if sweep.statement else ""), ""]
     lines += trained_with(sweep.records)
     for claim in claims:

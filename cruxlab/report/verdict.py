@@ -3,7 +3,7 @@ origin."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "fails", "inconclusive"
@@ -55,7 +55,9 @@ class Verdict:
 
     ``claim`` is quoted from ``source`` (a section of ``docs/claims.md``); ``test`` says what was compared;
     ``summary`` is the one-line finding; ``evidence`` holds the numbers and
-    ``thresholds`` the bounds they were held to; ``runs`` the run ids used.
+    ``thresholds`` the bounds they were held to; ``runs`` the run ids used. ``concerns_sweep`` is False where
+    the sweep ran no setting the claim is about (:func:`not_in_sweep`): a sweep that names no claim leaves such
+    verdicts out of its report.
     """
 
     id: str
@@ -67,6 +69,7 @@ class Verdict:
     evidence: dict[str, float] = field(default_factory=dict)
     thresholds: dict[str, Threshold] = field(default_factory=dict)
     runs: tuple[str, ...] = ()
+    concerns_sweep: bool = True
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
@@ -83,7 +86,8 @@ class Verdict:
 
 def not_in_sweep(claim_id: str, claim: Claim, needs: str, what: str, run_ids: tuple[str, ...]) -> Verdict:
     """``inconclusive``: the sweep ran no setting the claim is about (``needs`` one; it has no ``what`` run)."""
-    return claim.verdict(claim_id, f"needs {needs}", INCONCLUSIVE, f"the sweep has no {what} run", runs=run_ids)
+    return replace(claim.verdict(claim_id, f"needs {needs}", INCONCLUSIVE, f"the sweep has no {what} run",
+                                 runs=run_ids), concerns_sweep=False)
 
 
 def cannot_judge(claim_id: str, claim: Claim, test: str, error: LookupError, run_ids: tuple[str, ...]) -> Verdict:

@@ -65,7 +65,7 @@ def _reached_only(records: list[RunRecord]) -> Verdict:
                                     run_ids(runs or records))
 
     if not runs:
-        return verdict(INCONCLUSIVE, "the sweep has no run with substeps")
+        return replace(verdict(INCONCLUSIVE, "the sweep has no run with substeps"), concerns_sweep=False)
     evidence: dict[str, float] = {}
     moved_unreached, still_reached, judged, unjudged = [], [], 0, []
     for run in runs:
