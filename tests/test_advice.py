@@ -267,3 +267,14 @@ def test_crux_advise_stopped_by_sigterm_stops_its_sweep_which_closes_every_run(t
     assert parent.info.status == contract.KILLED
     assert all(run.info.status != contract.RUNNING for run in roles["child"])
     assert not list(tmp_path.glob("reports/advise/*/advice.json"))
+
+
+@pytest.mark.integration
+def test_a_sweep_refused_before_it_runs_leaves_no_advice_and_says_why(tmp_path):
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    done = subprocess.run([sys.executable, "-m", "cruxlab.commands.advise", "problem.n_interor=64"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1
+    assert "write problem.n_interior=64" in done.stderr  # the sweep's own refusal, with the fix
+    assert "crux-advise: the sweep opened no run (status 1): nothing to advise from" in done.stderr
+    assert not (tmp_path / "reports").exists()
