@@ -145,6 +145,17 @@ def test_the_accuracy_verdict_is_inconclusive_where_repeats_straddle_the_spread(
     assert accuracy(sweep((1.0e-4, 2.0e-4, 3.0e-4))).verdict == INCONCLUSIVE
 
 
+def test_the_accuracy_verdict_holds_nothing_where_full_float32_did_not_train():
+    """The loss at highest stays where it started and every error is about 1, alike at both precisions: a ratio of
+    1 there says nothing about accuracy."""
+    records = [dataclasses.replace(r, histories={"loss/total": np.full(50, 4e4 * (1 + 0.01 * (k >= 3)))},
+                                   metrics={"error/u": e})
+               for k, (r, e) in enumerate(zip(sweep((1.0, 1.0, 1.0)), (1.0, 1.01, 0.99, 1.0, 1.0, 1.0)))]
+    verdict = accuracy(records)
+    assert verdict.verdict == INCONCLUSIVE, verdict.summary
+    assert "did not train" in verdict.summary and "solver.epochs" in verdict.summary
+
+
 def test_both_verdicts_say_so_where_the_settings_computed_the_same_numbers():
     verdicts = check_precision(sweep(FULL_ERRORS, same_numbers=True))
     assert [v.verdict for v in verdicts] == [INCONCLUSIVE, INCONCLUSIVE]

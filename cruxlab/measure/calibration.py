@@ -250,11 +250,13 @@ def beyond_roundoff(broken: RunRecord, real: RunRecord) -> bool:
     return not agreement(broken, real).within_roundoff
 
 
-def accumulation_runs(case: Case) -> tuple[RunRecord, RunRecord, RunRecord]:
-    """N×B, one batch of N·B, plain B: what the accumulation sweep runs."""
+def accumulation_runs(case: Case) -> tuple[RunRecord, RunRecord, RunRecord, RunRecord]:
+    """N×B, one batch of N·B, plain B, and a round-off twin of one batch of N·B: what the accumulation sweep
+    runs."""
     a, b = case.accumulation, case.batchsize
     return (record("acc", case, honest, {"batchsize": b, "accumulation_steps": a}),
-            record("big", case, honest, {"batchsize": a * b}), record("plain", case, honest, {"batchsize": b}))
+            record("big", case, honest, {"batchsize": a * b}), record("plain", case, honest, {"batchsize": b}),
+            record("big, twin", case, honest, {"batchsize": a * b}, twin=1))
 
 
 def frozen_point_stream(case: Case, acc: RunRecord) -> RunRecord:
@@ -279,13 +281,13 @@ ACCUMULATION_DEFECTS = {"repeated micro-batches": trained_by(repeated_micro_batc
 
 def calibrate_effective_batch(case: Case, tallies: dict[str, Tally]) -> None:
     """accumulation.effective_batch on the real code and the four defects."""
-    acc, big, plain = accumulation_runs(case)
+    acc, big, plain, twin = accumulation_runs(case)
     effective = tallies["accumulation.effective_batch"]
-    effective.real(only(check_accumulation([acc, big, plain]), "accumulation.effective_batch"), case)
+    effective.real(only(check_accumulation([acc, big, plain, twin]), "accumulation.effective_batch"), case)
     defects = {name: plant(case, acc) for name, plant in ACCUMULATION_DEFECTS.items()}
     for name, broken in defects.items():
-        effective.defect(name, only(check_accumulation([broken, big, plain]), "accumulation.effective_batch"), case,
-                         beyond_roundoff(broken, acc))
+        effective.defect(name, only(check_accumulation([broken, big, plain, twin]), "accumulation.effective_batch"),
+                         case, beyond_roundoff(broken, acc))
 
 
 def item_variances(case: Case) -> tuple[float, ...]:

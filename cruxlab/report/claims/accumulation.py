@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from cruxlab.report.claims.split_batch import SplitBatch, split_batch_verdict
-from cruxlab.report.pairing import first, repeats, run_ids, settings
+from cruxlab.report.pairing import reference_and_twins, repeats, run_ids, settings
 from cruxlab.report.run_records import RunRecord
 from cruxlab.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt, fmt_bytes, not_in_sweep
 
@@ -27,11 +27,13 @@ MEMORY_ORIGIN = ("compiled memory_analysis() of the update is exact and determin
 
 @dataclass(frozen=True)
 class AccumulationSet:
-    """The three runs claim 1 compares: N×B, one batch of N·B, plain B (None where the sweep lacks one)."""
+    """The three runs claim 1 compares: N×B, one batch of N·B, plain B (None where the sweep lacks one), all three
+    started alike, and the round-off twins of one batch of N·B (its repeats that started one ulp away)."""
 
     accumulated: RunRecord
     big_batch: RunRecord | None
     plain: RunRecord | None
+    twins: tuple[RunRecord, ...] = ()
 
     @property
     def n(self) -> int:
@@ -43,13 +45,14 @@ class AccumulationSet:
 
 
 def accumulation_sets(records: list[RunRecord]) -> list[AccumulationSet]:
-    """One set per accumulated setting of the sweep (first repeat of each run)."""
+    """One set per accumulated setting of the sweep (its first repeat, and the partners that started as it did)."""
     found = []
     for (group, options), runs in settings(records, lambda o: o.accumulation_steps > 1 and o.batchsize).items():
         n, b = options.accumulation_steps, options.batchsize
-        big = first(repeats(records, group, replace(options, batchsize=n * b, accumulation_steps=1)))
-        plain = first(repeats(records, group, replace(options, accumulation_steps=1)))
-        found.append(AccumulationSet(runs[0], big, plain))
+        big, twins = reference_and_twins(repeats(records, group, replace(options, batchsize=n * b,
+                                                                         accumulation_steps=1)), runs[0])
+        plain, _ = reference_and_twins(repeats(records, group, replace(options, accumulation_steps=1)), runs[0])
+        found.append(AccumulationSet(runs[0], big, plain, tuple(twins)))
     return found
 
 
@@ -71,10 +74,10 @@ def _effective_batch(s: AccumulationSet) -> Verdict:
     name = f"accumulation.effective_batch[{s.accumulated.label}]"
     test = (f"final parameters and loss/total history of {n}×{b} against one batch of {n * b} (must agree to "
             f"round-off) and against plain batch {b} (must differ beyond round-off)")
-    runs = run_ids(s.accumulated, s.big_batch, s.plain)
+    runs = run_ids(s.accumulated, s.big_batch, s.plain, s.twins)
     split = SplitBatch(s.accumulated, s.big_batch, s.plain, n, "N", f"{n}×{b}", f"one batch of {n * b}",
                        f"batchsize={n * b} (accumulation_steps=1)", f"batch {b}",
-                       f"batchsize={b} (accumulation_steps=1)", "micro-batches identical", "vs_NxB_batch_")
+                       f"batchsize={b} (accumulation_steps=1)", "micro-batches identical", "vs_NxB_batch_", s.twins)
     return split_batch_verdict(EFFECTIVE_BATCH, name, test, split, runs)
 
 

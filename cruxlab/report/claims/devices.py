@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from cruxlab.report.claims.split_batch import SplitBatch, split_batch_verdict
 from cruxlab.report.numerics import STEP_TIME, paired_timing, ratio_range, spread
-from cruxlab.report.pairing import first, repeats, run_ids, settings
+from cruxlab.report.pairing import reference_and_twins, repeats, run_ids, settings
 from cruxlab.report.run_records import RunRecord
 from cruxlab.report.verdict import Claim, Verdict, fmt, not_in_sweep
 
@@ -25,7 +25,7 @@ ONE_BATCH = Claim("solve(devices=D) splits each update's batch over D devices an
 
 @dataclass(frozen=True)
 class DeviceSet:
-    """What the claim compares: the repeats on D devices × B, of one device with D·B, the first of plain B."""
+    """What the claim compares: the repeats on D devices × B, of one device with D·B, and plain B started alike."""
 
     split: list[RunRecord]
     big_batch: list[RunRecord]
@@ -45,7 +45,8 @@ def device_sets(records: list[RunRecord]) -> list[DeviceSet]:
     found = []
     for (group, options), runs in settings(records, lambda o: o.devices > 1 and o.batchsize is not None).items():
         big = repeats(records, group, replace(options, batchsize=options.devices * options.batchsize, devices=1))
-        found.append(DeviceSet(runs, big, first(repeats(records, group, replace(options, devices=1)))))
+        plain, _ = reference_and_twins(repeats(records, group, replace(options, devices=1)), runs[0])
+        found.append(DeviceSet(runs, big, plain))
     return found
 
 
@@ -64,9 +65,11 @@ def _one_batch(s: DeviceSet) -> Verdict:
     test = (f"final parameters and loss/total history of {d} devices × {b} against one device with batch {d * b} "
             f"(must agree to round-off) and against plain batch {b} (must differ beyond round-off)")
     runs = run_ids(s.split, s.big_batch, s.plain)
-    split = SplitBatch(s.split[0], first(s.big_batch), s.plain, d, "D", f"{d}×{b} on {d} devices",
+    whole, twins = reference_and_twins(s.big_batch, s.split[0])
+    split = SplitBatch(s.split[0], whole, s.plain, d, "D", f"{d}×{b} on {d} devices",
                        f"one device with batch {d * b}", f"batchsize={d * b} on one device", f"batch {b}",
-                       f"batchsize={b} on one device", "the update saw one device's points", "vs_one_device_DB_")
+                       f"batchsize={b} on one device", "the update saw one device's points", "vs_one_device_DB_",
+                       twins)
     verdict = split_batch_verdict(ONE_BATCH, name, test, split, runs)
     # the time per update beside a comparison that was made (evidence), not beside a missing or unreadable run
     speed = _speed(s.split, s.big_batch) if verdict.evidence else None

@@ -6,7 +6,10 @@ where the sweep has round-off twins of the reference (its repeats that started
 one ulp per parameter away, ``roundoff_twin``): in a chaotic run two histories
 that differ by one ulp agree to 1e-7 for a while and then drift to percents, so
 the drift is judged against the twins', epoch by epoch. Without twins the bound
-is the assumed ``1e3 · eps · sqrt(T) · travel``.
+is the assumed ``1e3 · eps · sqrt(T) · travel``, which decides only where the
+reference trained (:mod:`cruxlab.report.problem_calibration`): on a problem that
+does not, training may amplify round-off beyond that bound, and no twin shows
+whether it does.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from cruxlab.report.numerics import (HISTORY_RULE, ROUNDOFF_ORIGIN, ROUNDOFF_RUL
                                      TWIN_ORIGIN, TWIN_PARAMETER_RULE, TwinComparison, agreement, departures,
                                      history_departure, twin_comparison)
 from cruxlab.report.pairing import run_ids
+from cruxlab.report.problem_calibration import calibrate, calibrated
 from cruxlab.report.run_records import RunRecord, UnreadableArtifact
 from cruxlab.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, cannot_judge, fmt
 
@@ -31,6 +35,7 @@ def same_numbers(name: str, claim: Claim, run: RunRecord, reference: RunRecord |
                              f"the sweep has no run without {option} and the same other options", runs=run_ids(run))
     try:
         a, twin = agreement(run, reference), twin_comparison(run, reference, twins)
+        calibration = calibrate(reference, twins)
     except UnreadableArtifact as error:
         found = history_departure(run, reference, twins)
         if not found:
@@ -51,15 +56,19 @@ def same_numbers(name: str, claim: Claim, run: RunRecord, reference: RunRecord |
     elif a.bit_identical:
         verdict, summary = HOLDS, f"{option} is bit-identical to the reference ({a.updates} updates)"
     elif twin is not None:
+        # judged against the twins' own drift, so amplified round-off is the yardstick, not a false departure
         verdict, summary = _against_twins(option, twin, evidence)
-    elif a.within_roundoff:
-        verdict, summary = HOLDS, (f"{option} agrees with the reference to round-off ({fmt(a.in_eps_units)} in "
-                                   f"units of eps·sqrt(T)·travel, bound 1e3; no round-off twin in the sweep to "
-                                   f"measure the amplification)")
     else:
-        verdict, summary = FAILS, (f"{option} departs from the reference: parameters {fmt(a.in_eps_units)} in units "
-                                   f"of eps·sqrt(T)·travel (bound 1e3), history up to "
-                                   f"{fmt(a.history_difference)} relative")
+        if a.within_roundoff:
+            verdict, summary = HOLDS, (f"{option} agrees with the reference to round-off ({fmt(a.in_eps_units)} in "
+                                       f"units of eps·sqrt(T)·travel, bound 1e3; no round-off twin in the sweep to "
+                                       f"measure the amplification)")
+        else:
+            verdict, summary = FAILS, (f"{option} departs from the reference: parameters {fmt(a.in_eps_units)} in "
+                                       f"units of eps·sqrt(T)·travel (bound 1e3), history up to "
+                                       f"{fmt(a.history_difference)} relative")
+        verdict, summary = calibrated(verdict, summary, calibration)
+    evidence.update(calibration.evidence())
     return claim.verdict(name, test, verdict, summary, evidence, thresholds, run_ids(run, reference, twins))
 
 

@@ -14,6 +14,7 @@ import numpy as np
 from cruxlab.bands import UNCLAIMED_BAND
 from cruxlab.report.numerics import TIMING_ORIGIN, TIMING_RULE, paired_timing
 from cruxlab.report.pairing import Pair, paired_settings, run_ids
+from cruxlab.report.problem_calibration import not_trained
 from cruxlab.report.run_records import RunRecord
 from cruxlab.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt, not_in_sweep
 
@@ -79,6 +80,11 @@ def _accuracy(label: str, fast: list[RunRecord], full: list[RunRecord], same: st
     runs = run_ids(fast, full)
     if same:
         return ACCURATE.verdict(name, test, INCONCLUSIVE, same, runs=runs)
+    untrained = [reason for reason in map(not_trained, full) if reason]
+    if untrained:  # errors that training did not reduce are alike at any precision: no accuracy to compare
+        return ACCURATE.verdict(name, test, INCONCLUSIVE, f"{untrained[0]} (at precision=highest), so its error says "
+                                f"nothing about accuracy; train until the loss falls (a larger solver.epochs, another "
+                                f"schedule.value)", runs=runs)
     fast_errors, full_errors = relative_errors(fast), relative_errors(full)
     fields = sorted({f for errors in full_errors.values() for f in errors})
     common = [t for t in fast_errors if t in full_errors]

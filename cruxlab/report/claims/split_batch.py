@@ -5,13 +5,20 @@ N devices (``devices``). crux draws the parts' points as those of one batch of
 N·B, so the split run follows that batch to round-off (only the order of the
 gradient's sum changes), while plain B follows another trajectory. A split run
 that follows plain B took one part's points N times, or one device's alone.
+
+The round-off bound decides only on a problem it holds on, which the sweep measures on the whole batch's own
+repeats (:mod:`cruxlab.report.problem_calibration`): its round-off twins must stay within the bound and its loss
+must fall. Where they do not, the verdict is ``inconclusive`` with the reason and the override that makes it
+decide, unless the split run departs from the whole batch further than the twins do (``fails`` on any problem).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from cruxlab.report.numerics import (HISTORY_RULE, ROUNDOFF_ALLOWANCE, ROUNDOFF_ORIGIN, ROUNDOFF_RULE, Agreement,
                                      agreement, history_departure, unmoved)
+from cruxlab.report.problem_calibration import beyond_twins, calibrate, calibrated
 from cruxlab.report.run_records import RunRecord, UnreadableArtifact
 from cruxlab.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, cannot_judge, fmt
 
@@ -23,7 +30,8 @@ class SplitBatch:
     ``split_name`` takes a verb in the singular (``4×8``, ``2×8 on 2 devices``); ``whole_name`` and
     ``plain_name`` complete "follows ..." (``one batch of 32``, ``batch 8``); ``whole_run`` and ``plain_run``
     say which setting the sweep lacks when a run is missing; ``degenerate`` what a split run that follows
-    plain B did; ``whole_key`` prefixes the evidence against the whole batch (``plain`` is ``vs_plain_B_``).
+    plain B did; ``whole_key`` prefixes the evidence against the whole batch (``plain`` is ``vs_plain_B_``);
+    ``twins`` are round-off twins of ``whole`` (its repeats that started one ulp away), which calibrate the bound.
     """
 
     split: RunRecord
@@ -38,6 +46,7 @@ class SplitBatch:
     plain_run: str
     degenerate: str
     whole_key: str
+    twins: Sequence[RunRecord] = ()
 
 
 def split_batch_verdict(claim: Claim, name: str, test: str, s: SplitBatch, runs: tuple[str, ...]) -> Verdict:
@@ -51,6 +60,8 @@ def split_batch_verdict(claim: Claim, name: str, test: str, s: SplitBatch, runs:
     try:
         whole = agreement(s.whole, s.split)
         plain = agreement(s.plain, s.split) if s.plain is not None else None
+        calibration = calibrate(s.whole, s.twins)
+        departs = beyond_twins(s.split, s.whole, s.twins)
     except UnreadableArtifact as error:
         found = history_departure(s.whole, s.split)
         if not found:
@@ -59,10 +70,15 @@ def split_batch_verdict(claim: Claim, name: str, test: str, s: SplitBatch, runs:
                                                 f"(parameters not compared: {error})", runs=runs)
     b = int(s.split.options.batchsize)
     evidence = {s.parts_key: s.parts, "B": b, "updates": whole.updates, "travel": whole.travel,
-                **whole.evidence(s.whole_key), **(plain.evidence("vs_plain_B_") if plain is not None else {})}
+                **whole.evidence(s.whole_key), **(plain.evidence("vs_plain_B_") if plain is not None else {}),
+                **calibration.evidence()}
     thresholds = {"parameter_distance": Threshold(whole.parameter_bound, ROUNDOFF_RULE, ROUNDOFF_ORIGIN),
                   "history_difference": Threshold(whole.history_bound, HISTORY_RULE, ROUNDOFF_ORIGIN)}
     verdict, summary = _judge(s, whole, plain)
+    # a split run within round-off of plain B (while not of the whole batch) does plain B's arithmetic: no
+    # amplified round-off makes two different trajectories agree that closely
+    follows_plain = plain is not None and plain.within_roundoff and not whole.within_roundoff
+    verdict, summary = calibrated(verdict, summary, calibration, departs, decisive_anyway=follows_plain)
     return claim.verdict(name, test, verdict, summary, evidence, thresholds, runs)
 
 
