@@ -61,8 +61,7 @@ def same_numbers(name: str, claim: Claim, run: RunRecord, reference: RunRecord |
     else:
         if a.within_roundoff:
             verdict, summary = HOLDS, (f"{option} agrees with the reference to round-off ({fmt(a.in_eps_units)} in "
-                                       f"units of eps·sqrt(T)·travel, bound 1e3; no round-off twin in the sweep to "
-                                       f"measure the amplification)")
+                                       f"units of eps·sqrt(T)·travel, bound 1e3)")
         else:
             verdict, summary = FAILS, (f"{option} departs from the reference: parameters {fmt(a.in_eps_units)} in "
                                        f"units of eps·sqrt(T)·travel (bound 1e3), history up to "
