@@ -165,6 +165,19 @@ def test_mini_batches_are_advised_where_nothing_else_fits_and_offloading_where_t
     assert advice.solve_call() == "solver.solve(epochs, batchsize=8, offload_data=True)"
 
 
+def test_offloading_that_changes_the_numbers_is_rejected_and_missing_figures_are_said_unknown():
+    inexact = [dict(v, verdict=FAILS) if v["id"].startswith("offload.same_numbers") else v for v in MEMORY]
+    advice = advise(inexact, 90)
+    assert chosen(advice, "offload_data").value is False
+    (offload,) = [c for c in advice.rejected if c.option == "offload_data"]
+    assert offload.status == REJECTED and "not shown to move them off with the same numbers" in offload.reason
+    assert chosen(advice, "batchsize").value is None  # the points stay on the device: no batch fits beside them
+    blind = [planted("accumulation.memory[b8_acc4]", INCONCLUSIVE, "temp bytes missing") if
+             v["id"].startswith("accumulation.memory") else v for v in MEMORY]
+    advice = advise(blind, 300)
+    assert chosen(advice, "batchsize").value is None and "(batch 8: about unknown)" in chosen(advice, "batchsize").reason
+
+
 def test_two_recorded_advices_side_by_side_name_what_changed_with_both_sides_evidence():
     cpu = advise(fused(10, HOLDS, HOLDS, 0.9, 0.86, 0.93) + PRECISION_ALIKE, None).as_dict()
     chip = advise(fused(10, HOLDS, HOLDS, 0.15, 0.14, 0.16) + fused(200, HOLDS, HOLDS, 0.137, 0.136, 0.141), 2 ** 34)

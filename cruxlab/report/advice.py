@@ -164,80 +164,126 @@ def _precision(verdicts: Verdicts) -> tuple[Choice, list[Choice]]:
                   f"both faster and as accurate here: {said}", ids), []
 
 
+@dataclass(frozen=True)
+class _Memory:
+    """The memory verdicts of an advise sweep and the figures advice weighs (NaN where a verdict lacks one)."""
+
+    saves: Mapping[str, Any] | None
+    same: Mapping[str, Any] | None
+    cost: Mapping[str, Any] | None
+    moves: Mapping[str, Any] | None
+    offload_same: Mapping[str, Any] | None
+    batch: Mapping[str, Any] | None
+    batch_memory: Mapping[str, Any] | None
+
+    @classmethod
+    def of(cls, verdicts: Verdicts) -> "_Memory":
+        return cls(*(_one(verdicts, f"{name}[") for name in (
+            "checkpoint.saves_memory", "checkpoint.same_numbers", "checkpoint.time_cost", "offload.moves_data",
+            "offload.same_numbers", "accumulation.effective_batch", "accumulation.memory")))
+
+    @property
+    def ids(self) -> dict[str, tuple[str, ...]]:
+        return {"checkpoint_gradients": _ids(self.saves, self.same, self.cost),
+                "offload_data": _ids(self.moves, self.offload_same), "batchsize": _ids(self.batch, self.batch_memory)}
+
+    @property
+    def arguments(self) -> float:
+        """The update's arguments with every point on the device (the mini-batch run's: the points, the state)."""
+        return _number(self.moves, "argument_bytes_on_device")
+
+    def full_batch(self) -> float:
+        return _number(self.saves, "temp_bytes_plain") + self.arguments
+
+    def checkpointed(self) -> float:
+        return _number(self.saves, "temp_bytes_checkpointed") + self.arguments
+
+    def time_cost(self) -> str:
+        timed = self.cost is not None and "time_ratio" in self.cost["evidence"]
+        return f", at {_speed(self.cost, 'the time')}" if timed else ""
+
+    def measured(self) -> str:
+        if not _holds(self.saves):
+            return "checkpointing saved no memory here"
+        return f"checkpointing needs {fmt(_number(self.saves, 'ratio'))}× the temporary memory{self.time_cost()}"
+
+
 def _memory(verdicts: Verdicts, budget: int | None) -> tuple[list[Choice], list[Choice]]:
     """batchsize, checkpoint_gradients, offload_data: the full batch, plain and on the device, unless its update
     does not fit ``budget``; then the option that makes it fit with the same numbers, else mini-batches."""
-    saves = _one(verdicts, "checkpoint.saves_memory[")
-    ckpt_same = _one(verdicts, "checkpoint.same_numbers[")
-    ckpt_time = _one(verdicts, "checkpoint.time_cost[")
-    moves = _one(verdicts, "offload.moves_data[")
-    offload_same = _one(verdicts, "offload.same_numbers[")
-    batch = _one(verdicts, "accumulation.effective_batch[")
-    batch_memory = _one(verdicts, "accumulation.memory[")
-    ckpt_ids = _ids(saves, ckpt_same, ckpt_time)
-    offload_ids = _ids(moves, offload_same)
-    batch_ids = _ids(batch, batch_memory)
-    temp = _number(saves, "temp_bytes_plain")
-    arguments = _number(moves, "argument_bytes_on_device")
-    cost = f", at {_speed(ckpt_time, 'the time')}" if ckpt_time and "time_ratio" in ckpt_time["evidence"] else ""
-    measured = (f"checkpointing needs {fmt(_number(saves, 'ratio'))}× the temporary memory{cost}"
-                if saves and saves["verdict"] == HOLDS else "checkpointing saved no memory here")
-    if budget is None or math.isnan(temp) or math.isnan(arguments):
+    m = _Memory.of(verdicts)
+    need = m.full_batch()
+    if budget is None or math.isnan(need):
         why = ("this device reports no memory limit (a CPU): give --memory-budget BYTES to weigh the memory options"
                if budget is None else "the sweep lacks the full batch's memory figures")
-        return [Choice("batchsize", None, KEPT, f"batchsize=None (the full batch): {why}", batch_ids),
-                Choice("checkpoint_gradients", False, KEPT, f"checkpoint_gradients=False: {why}; {measured}",
-                       ckpt_ids),
-                Choice("offload_data", False, KEPT, f"offload_data=False: {why}", offload_ids)], []
-    need = temp + arguments
-    share = f"about {fmt_bytes(need)} (temporary {fmt_bytes(temp)} + arguments {fmt_bytes(arguments)})"
+        return _kept(m, {"batchsize": why, "checkpoint_gradients": f"{why}; {m.measured()}", "offload_data": why}), []
+    share = (f"the full batch's update needs about {_bytes(need)} (temporary {_bytes(need - m.arguments)} + "
+             f"arguments {_bytes(m.arguments)})")
     if need <= budget:
-        fits = f"the full batch's update needs {share}, {fmt(100 * need / budget)}% of the {fmt_bytes(budget)} budget"
-        return [Choice("batchsize", None, KEPT, f"batchsize=None (the full batch): {fits}", batch_ids),
-                Choice("checkpoint_gradients", False, KEPT, f"checkpoint_gradients=False: not needed, {fits}; "
-                       f"{measured}", ckpt_ids),
-                Choice("offload_data", False, KEPT, f"offload_data=False: not needed, {fits}", offload_ids)], []
-    over = f"the full batch's update needs {share}, over the {fmt_bytes(budget)} budget"
-    rejected = []
-    checkpointed = _number(saves, "temp_bytes_checkpointed") + arguments
-    if saves and saves["verdict"] == HOLDS and _holds(ckpt_same) and checkpointed <= budget:
-        return [Choice("batchsize", None, KEPT, f"batchsize=None (the full batch): it fits checkpointed", batch_ids),
+        fits = f"{share}, {fmt(100 * need / budget)}% of the {_bytes(budget)} budget"
+        return _kept(m, {"batchsize": fits, "checkpoint_gradients": f"not needed, {fits}; {m.measured()}",
+                         "offload_data": f"not needed, {fits}"}), []
+    return _tight(m, budget, f"{share}, over the {_bytes(budget)} budget")
+
+
+def _tight(m: _Memory, budget: int, over: str) -> tuple[list[Choice], list[Choice]]:
+    """Where the full batch does not fit: checkpointing if it makes it fit with the same numbers, else the larger
+    measured mini-batch that fits (offloaded where the points alone do not fit)."""
+    checkpointed = m.checkpointed()
+    if _holds(m.saves) and _holds(m.same) and checkpointed <= budget:
+        return [Choice("batchsize", None, KEPT, "batchsize=None (the full batch): it fits checkpointed",
+                       m.ids["batchsize"]),
                 Choice("checkpoint_gradients", True, ADVISED, f"checkpoint_gradients=True: {over}; checkpointed "
-                       f"about {fmt_bytes(checkpointed)} fits, {_sameness(ckpt_same)}{cost}", ckpt_ids),
+                       f"about {_bytes(checkpointed)} fits, {_sameness(m.same)}{m.time_cost()}",
+                       m.ids["checkpoint_gradients"]),
                 Choice("offload_data", False, KEPT, "offload_data=False: not needed once checkpointed",
-                       offload_ids)], []
-    rejected.append(Choice("checkpoint_gradients", True, REJECTED, "checkpoint_gradients=True: " + (
-        f"about {fmt_bytes(checkpointed)} checkpointed, still over the budget" if _holds(ckpt_same) else
-        f"not the same numbers or not shown so: {(ckpt_same or {}).get('summary', 'no verdict')}"), ckpt_ids))
-    offload = (arguments > budget and moves is not None and moves["verdict"] == HOLDS and _holds(offload_same))
-    smallest = _number(batch_memory, "temp_bytes_B")
-    batches = [(b, _number(batch_memory, key)) for b, key in ((32, "temp_bytes_N_times_B"), (8, "temp_bytes_B"))]
-    resident = _number(moves, "argument_bytes_offloaded") if offload else arguments
-    fitting = [b for b, temp_b in batches if temp_b + resident <= budget]
+                       m.ids["offload_data"])], []
+    rejected = [Choice("checkpoint_gradients", True, REJECTED, "checkpoint_gradients=True: " + (
+        f"about {_bytes(checkpointed)} checkpointed, still over the budget" if _holds(m.same) else
+        f"not shown to give the same numbers: {(m.same or {}).get('summary', 'no verdict')}"),
+        m.ids["checkpoint_gradients"])]
+    offload = m.arguments > budget and _holds(m.moves) and _holds(m.offload_same)
+    if m.arguments > budget and not offload:
+        rejected.append(Choice("offload_data", True, REJECTED, f"offload_data=True: the points take "
+                               f"{_bytes(m.arguments)}, over the budget, but offloading was not shown to move them "
+                               f"off with the same numbers", m.ids["offload_data"]))
+    resident = _number(m.moves, "argument_bytes_offloaded") if offload else m.arguments
+    batches = {b: _number(m.batch_memory, key) + resident
+               for b, key in ((32, "temp_bytes_N_times_B"), (8, "temp_bytes_B"))}
+    fitting = [b for b, needs in batches.items() if needs <= budget]
     if not fitting:
-        return [Choice("batchsize", None, KEPT, f"batchsize=None (the full batch): {over}, and no measured "
-                       f"mini-batch fits either (batch 8: about {fmt_bytes(smallest + resident)}): a smaller "
-                       f"model or problem is needed", batch_ids),
-                Choice("checkpoint_gradients", False, KEPT, "checkpoint_gradients=False: it does not make the "
-                       "update fit", ckpt_ids),
-                Choice("offload_data", False, KEPT, "offload_data=False: no measured batch fits with it", offload_ids)
-                ], rejected
+        return _kept(m, {"batchsize": f"{over}, and no measured mini-batch fits either (batch 8: about "
+                                      f"{_bytes(batches[8])}): a smaller model or problem is needed",
+                         "checkpoint_gradients": "it does not make the update fit",
+                         "offload_data": "no measured batch fits with it"}), rejected
     b = fitting[0]
-    accumulate = (f"; accumulation_steps=N makes an effective batch of N×{b} at this memory ({batch['summary']})"
-                  if _holds(batch) else "")
-    choices = [Choice("batchsize", b, ADVISED, f"batchsize={b}: {over}; batches of {b} need about "
-                      f"{fmt_bytes(dict(batches)[b] + resident)} (mini-batches train otherwise than the full batch)"
-                      f"{accumulate}", batch_ids),
-               Choice("checkpoint_gradients", False, KEPT, "checkpoint_gradients=False: it does not make the full "
-                      "batch fit", ckpt_ids)]
+    accumulate = (f"; accumulation_steps=N makes an effective batch of N×{b} at this memory "
+                  f"({m.batch['summary'].split(';')[0]})" if _holds(m.batch) else "")
+    chosen = [Choice("batchsize", b, ADVISED, f"batchsize={b}: {over}; batches of {b} need about "
+                     f"{_bytes(batches[b])} (mini-batches train otherwise than the full batch){accumulate}",
+                     m.ids["batchsize"]),
+              Choice("checkpoint_gradients", False, KEPT, "checkpoint_gradients=False: it does not make the full "
+                     "batch fit", m.ids["checkpoint_gradients"])]
     if offload:
-        choices.append(Choice("offload_data", True, ADVISED, f"offload_data=True: the points alone take "
-                              f"{fmt_bytes(arguments)} on the device, over the budget; offloaded "
-                              f"{fmt_bytes(resident)}, {_sameness(offload_same)}", offload_ids))
+        chosen.append(Choice("offload_data", True, ADVISED, f"offload_data=True: the points alone take "
+                             f"{_bytes(m.arguments)} on the device, over the budget; offloaded {_bytes(resident)}, "
+                             f"{_sameness(m.offload_same)}", m.ids["offload_data"]))
     else:
-        choices.append(Choice("offload_data", False, KEPT, f"offload_data=False: the points take "
-                              f"{fmt_bytes(arguments)}, within the budget", offload_ids))
-    return choices, rejected
+        chosen.append(Choice("offload_data", False, KEPT, f"offload_data=False: the points take "
+                             f"{_bytes(m.arguments)}, within the budget", m.ids["offload_data"]))
+    return chosen, rejected
+
+
+def _kept(m: _Memory, why: Mapping[str, str]) -> list[Choice]:
+    """Every memory option at its default, each with ``why[option]``."""
+    return [Choice(option, DEFAULTS[option], KEPT, f"{option}={DEFAULTS[option]}"
+                   f"{' (the full batch)' if option == 'batchsize' else ''}: {why[option]}", m.ids[option])
+            for option in ("batchsize", "checkpoint_gradients", "offload_data")]
+
+
+def _bytes(value: float) -> str:
+    """A byte count as the report writes it; ``unknown`` where a verdict lacked the figure."""
+    return "unknown" if math.isnan(value) else fmt_bytes(value)
 
 
 def _prefixed(verdicts: Verdicts, prefix: str) -> list[Mapping[str, Any]]:
