@@ -80,6 +80,19 @@ def test_a_split_run_on_plain_batches_arithmetic_fails_on_a_problem_that_amplifi
     assert "degenerate" in verdict.summary
 
 
+def test_unreadable_parameters_leave_the_histories_held_to_the_twins_drift():
+    """4×4's params.npz is unreadable and its loss history parts from one batch of 16 by 20%, far beyond the
+    assumed bound but within what the twin drifted (60%): the history alone cannot call that a departure."""
+    unreadable = {"params.npz": "BadZipFile: File is not a zip file"}
+    acc = replace(run("acc", end=0.6, **ACC), unreadable=unreadable)
+    verdict = effective_batch(acc, run("big", **BIG), run("plain", final=2.0, **PLAIN),
+                              run("twin", twin=1, **CHAOTIC_TWIN, **BIG))
+    assert verdict.verdict == INCONCLUSIVE, verdict.summary
+    far = replace(run("acc", end=20.0, **ACC), unreadable=unreadable)
+    assert effective_batch(far, run("big", **BIG), run("plain", final=2.0, **PLAIN),
+                           run("twin", twin=1, **CHAOTIC_TWIN, **BIG)).verdict == FAILS
+
+
 @pytest.mark.parametrize("twins, outcome", [((), INCONCLUSIVE), ((run("twin", twin=1, end=1.0, **BIG),), FAILS)])
 def test_a_reference_that_did_not_train_decides_only_where_twins_show_the_bound_holds(twins, outcome):
     """The loss of one batch of 16 stays where it started: with no twin the bound is unproven on this problem

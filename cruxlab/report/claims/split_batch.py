@@ -63,7 +63,8 @@ def split_batch_verdict(claim: Claim, name: str, test: str, s: SplitBatch, runs:
         calibration = calibrate(s.whole, s.twins)
         departs = beyond_twins(s.split, s.whole, s.twins)
     except UnreadableArtifact as error:
-        found = history_departure(s.whole, s.split)
+        # the histories alone: held to how far the whole batch's twins drift where the sweep has them
+        found = history_departure(s.split, s.whole, s.twins) if s.twins else history_departure(s.whole, s.split)
         if not found:
             return cannot_judge(name, claim, test, error, runs)
         return claim.verdict(name, test, FAILS, f"{s.split_name} departs from {s.whole_name}: {found} "
