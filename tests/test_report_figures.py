@@ -98,3 +98,26 @@ def test_a_bit_identical_drift_panel_says_so_rather_than_stay_blank(drawn, tmp_p
     _, ax_time, ax_drift = drawn[0].axes
     assert any(text.get_text().startswith("bit for bit") for text in ax_drift.texts)
     assert [line.get_ydata()[0] for line in ax_time.lines if line.get_marker() == "o"] == [pytest.approx(1.3, rel=0.03)]
+
+
+def test_the_accumulation_figure_draws_the_big_batchs_round_off_twin_against_its_bound(drawn, tmp_path):
+    """The twin's distance from one batch of 32 is what tells whether the bound can decide on this problem: it is
+    drawn beside 4×8's and plain 8's, with its own bound."""
+    from dataclasses import replace
+
+    from cruxlab.report.figures import accumulation_figures
+
+    def accumulation_run(run_id, batchsize, steps=1, final=1.0, twin=0):
+        return replace(run(run_id, SolveOptions(epochs=10, batchsize=batchsize, accumulation_steps=steps), final),
+                       roundoff_twin=twin, repeat=int(twin != 0))
+
+    records = [accumulation_run("acc", 8, 4, 1.0), accumulation_run("big", 32), accumulation_run("plain", 8, final=2.0),
+               accumulation_run("twin", 32, final=1.0 + 1e-5, twin=1)]
+    accumulation_figures(records, tmp_path)
+    ax_dist = drawn[0].axes[1]
+    assert [tick.get_text() for tick in ax_dist.get_xticklabels()] == ["|4×8 − 32|", "|4×8 − 8|", "|twin − 32|"]
+    written = [text.get_text() for text in ax_dist.texts]
+    assert "bit for bit" in written  # 4×8 ended where one batch of 32 did
+    (twin,) = [line for line in ax_dist.lines if line.get_marker() == "o" and line.get_xdata()[0] == 2]
+    assert twin.get_ydata()[0] == pytest.approx(np.sqrt(2) * 1e-5, rel=1e-6)
+    assert sum(text.startswith("round-off bound") for text in written) == 2

@@ -8,6 +8,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from crux.timing.interval import Band
+from cruxlab.bands import CLAIMED_COST, FASTER_BAND
 from cruxlab.report.claims.accumulation import accumulation_sets
 from cruxlab.report.claims.checkpoint import checkpoint_pairs
 from cruxlab.report.claims.devices import device_sets
@@ -17,8 +19,6 @@ from cruxlab.report.claims.offload import offload_pairs
 from cruxlab.report.claims.phases import expected_lr, phase_bounds, phased_runs
 from cruxlab.report.claims.resume import resumed_pairs
 from cruxlab.report.claims.substeps import reached_models, substep_runs
-from crux.timing.interval import Band
-from cruxlab.bands import CLAIMED_COST, FASTER_BAND
 from cruxlab.report.numerics import (STEP_TIME, TWIN_FACTOR, agreement, paired_timing, parameter_bound,
                                      relative_differences, twin_comparison)
 from cruxlab.report.pairing import first, reference_and_twins
@@ -107,7 +107,7 @@ def accumulation_figures(records: list[RunRecord], out: Path) -> list[Figure]:
         n, b = s.n, s.b
         figures.append(_one_batch_figure([(f"{n}×{b}", s.accumulated), (f"{n * b}", s.big_batch), (f"{b}", s.plain)],
                                          out, f"accumulation_{s.accumulated.label}", "accumulation",
-                                         f"{n}×{b} against one batch of {n * b} and plain {b}"))
+                                         f"{n}×{b} against one batch of {n * b} and plain {b}", s.twins))
     return figures
 
 
@@ -115,16 +115,20 @@ def devices_figures(records: list[RunRecord], out: Path) -> list[Figure]:
     figures = []
     for s in device_sets(records):
         d, b = s.d, s.b
-        figures.append(_one_batch_figure([(f"{d} devices × {b}", s.split[0]), (f"{d * b}", first(s.big_batch)),
+        whole, twins = reference_and_twins(s.big_batch, s.split[0])
+        figures.append(_one_batch_figure([(f"{d} devices × {b}", s.split[0]), (f"{d * b}", whole),
                                           (f"{b}", s.plain)], out, f"devices_{s.split[0].label}", "devices",
-                                         f"{d} devices × {b} against one device's batch of {d * b} and plain {b}"))
+                                         f"{d} devices × {b} against one device's batch of {d * b} and plain {b}",
+                                         twins))
     return figures
 
 
 def _one_batch_figure(runs: list[tuple[str, RunRecord | None]], out: Path, name: str, claim: str,
-                      what: str) -> Figure:
+                      what: str, twins: Sequence[RunRecord] = ()) -> Figure:
     """Loss curves, final-parameter distances and compiled memory of a run that should train one big batch
-    (``runs[0]``) beside that batch (``runs[1]``) and the small batch it is made of (``runs[2]``)."""
+    (``runs[0]``) beside that batch (``runs[1]``) and the small batch it is made of (``runs[2]``); with the
+    farthest of the big batch's round-off ``twins`` from it, which shows whether the bound can decide on this
+    problem."""
     plt = pyplot()
     (mine_label, mine), (big_label, big_run), (plain_label, plain_run) = runs
     fig, (ax_loss, ax_dist, ax_mem) = plt.subplots(1, 3, figsize=(14, 4))
@@ -137,16 +141,23 @@ def _one_batch_figure(runs: list[tuple[str, RunRecord | None]], out: Path, name:
     ax_loss.set_title("loss curves overlaid")
     if big_run is not None and plain_run is not None:
         big, plain = agreement(big_run, mine), agreement(plain_run, mine)
-        _distances(ax_dist, [f"|{mine_label} − {big_label}|", f"|{mine_label} − {plain_label}|"],
-                   [big.distance, plain.distance], [big.parameter_bound, None],
-                   [big.bit_identical, plain.bit_identical], "L2 distance of final parameters", big.travel)
+        labels = [f"|{mine_label} − {big_label}|", f"|{mine_label} − {plain_label}|"]
+        compared = [(big.distance, big.parameter_bound, big.bit_identical), (plain.distance, None, plain.bit_identical)]
+        twin = max((agreement(t, big_run) for t in twins if len(t.histories["loss/total"]) == len(
+            big_run.histories["loss/total"])), key=lambda a: a.distance, default=None)
+        if twin is not None:
+            labels.append(f"|twin − {big_label}|")
+            compared.append((twin.distance, twin.parameter_bound, twin.bit_identical))
+        distances, bounds, identical = zip(*compared)
+        _distances(ax_dist, labels, distances, bounds, identical, "L2 distance of final parameters", big.travel)
         ax_dist.set_title("parameter differences")
     memory = [r.metrics.get("memory/temp_bytes", np.nan) if r is not None else np.nan for _, r in runs]
     _bars(ax_mem, [f"batch {label}" for label, _ in runs], memory, "compiled temp bytes")
     ax_mem.set_title("memory of the update")
-    return Figure(save_figure(fig, out, name), f"{what}: loss curves, distances of the final parameters against the "
-                                         f"round-off bound (red) and the travel of one batch of {big_label} (grey), "
-                                         f"compiled temporary memory", claim)
+    return Figure(save_figure(fig, out, name), f"{what}: loss curves, distances of the final parameters (and of the "
+                                         f"farthest round-off twin of {big_label}, where the sweep has one) against "
+                                         f"the round-off bound (red) and the travel of one batch of {big_label} "
+                                         f"(grey), compiled temporary memory", claim)
 
 
 def inner_steps_figures(records: list[RunRecord], out: Path) -> list[Figure]:
