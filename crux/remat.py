@@ -37,7 +37,8 @@ LAYERS = "layers"  # the model's own rematerialised apply (crux.mlp: a lax.scan 
 WHOLE = "whole"  # one checkpoint around the network's whole application
 UNROLLED = "unrolled"  # the model's own rematerialised segments applied one after another, no loop (crux.mlp)
 FORMS = (PLAIN, LAYERS, WHOLE, UNROLLED)
-"""The forms in order of preference on a tie; a form's index is what ``memory["checkpoint_used"]`` records."""
+"""The forms in order of preference on a tie. A solve records the form it ran by its name
+(``memory["checkpoint_form"]``), so reordering them changes no record."""
 
 
 def least_memory(temp_bytes: Mapping[str, float | None]) -> str:

@@ -363,7 +363,7 @@ class Crux:
         example = self._device_points(options.devices)
         return itertools.repeat(example, calls), example
 
-    def compiled_memory(self, options: SolveOptions | None = None, **keywords: Any) -> dict[str, int]:
+    def compiled_memory(self, options: SolveOptions | None = None, **keywords: Any) -> dict[str, int | str]:
         """What solve() with these options compiles its update to need on the device, without running an update:
         how a size that may not fit is tried. The constraints' points go to the device as solve() would send them
         (not with ``offload_data``), so a device without room for them refuses here (RESOURCE_EXHAUSTED).
@@ -374,7 +374,7 @@ class Crux:
 
         Returns:
             XLA's memory analysis of the update: ``temp_bytes``, ``argument_bytes``, ``output_bytes``;
-            ``checkpoint_used`` with ``checkpoint_gradients`` (the form of :mod:`crux.remat` chosen).
+            ``checkpoint_form`` with ``checkpoint_gradients`` (the name of the form of :mod:`crux.remat` chosen).
 
         Raises:
             TypeError, ValueError: as :meth:`resolve` does.
@@ -488,7 +488,7 @@ class Crux:
         :mod:`crux.remat` that a model has (:attr:`crux.Model.forms`: another form's program would be one of theirs
         again) is measured (``machinery.memory``: XLA's memory analysis, without the machine code where the backend
         allows) and the one of the fewest temporary bytes compiled (plain where no rematerialisation needs fewer),
-        its index in ``remat.FORMS`` recorded as ``memory["checkpoint_used"]``; the seconds from the first form
+        its name recorded as ``memory["checkpoint_form"]``; the seconds from the first form
         traced to the chosen one compiled count as compilation. The forms are traced in turn and measured side by
         side: one's compile runs while the next is traced."""
         if not options.checkpoint_gradients:
@@ -530,7 +530,7 @@ class Crux:
                  {name: f.get("temp_bytes") for name, f in figures.items()})
         self._chosen[key] = form
         self._compiled[key] = Compiled(compiled.call, time.perf_counter() - start,
-                                       {**compiled.memory, "checkpoint_used": remat.FORMS.index(form)})
+                                       {**compiled.memory, "checkpoint_form": form})
         return plans[form], self._compiled[key]
 
     def _static_key(self, plan: Plan) -> tuple:

@@ -106,7 +106,8 @@ class Statistics:
 
     Per-call fields (``phases``, ``fingerprints``, ``precision``, ``options``) hold one entry per solve() call,
     in order, and :meth:`concat` joins them by putting the calls' lists end to end; the rows of the histories
-    are joined likewise, the seconds added and the memory figures taken at their largest.
+    are joined likewise, the seconds added and the memory figures taken at their largest (the checkpoint form: the
+    last call's that has one).
 
     Attributes:
         names: the constraints' names, in the solver's order.
@@ -125,7 +126,7 @@ class Statistics:
             up to ``window_ends[i]`` (empty where not recorded: its windows are then spread evenly over the epochs).
         memory: the compiled update's ``temp_bytes``, ``argument_bytes``, ``output_bytes``, ``peak_bytes`` (the
             update's own peak, :mod:`crux.device_memory`) and, with ``checkpoint_gradients``,
-            ``checkpoint_used`` (:mod:`crux.remat`).
+            ``checkpoint_form``: the name of the form of :mod:`crux.remat` the update ran in.
         phases: the first epoch of each solve() call.
         fingerprints: per solve() call, the :func:`fingerprint` of the parameters its first update started from
             and of those it ended with (what the next call should start from), so that a call that starts
@@ -144,7 +145,7 @@ class Statistics:
     run_cpu_seconds: float = 0.0
     step_seconds: np.ndarray = field(default_factory=lambda: np.zeros(0))
     window_ends: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    memory: dict[str, int] = field(default_factory=dict)
+    memory: dict[str, int | str] = field(default_factory=dict)
     phases: list[int] = field(default_factory=list)
     fingerprints: list[tuple[float, float]] = _Fingerprints()  # type: ignore[assignment]
     precision: list[str] = field(default_factory=list)
@@ -190,7 +191,8 @@ class Statistics:
 
         Returns:
             Their rows one after another, each per-call list (``phases``, ``fingerprints``, ``precision``,
-            ``options``) the parts' end to end, the seconds summed, each memory figure the largest.
+            ``options``) the parts' end to end, the seconds summed, each memory figure the largest and the
+            checkpoint form the last part's that has one.
 
         Raises:
             ValueError: ``parts`` is empty.
@@ -201,10 +203,10 @@ class Statistics:
         models = sorted({m for p in parts for m in p.lr})
         lr = {m: np.concatenate([p.lr.get(m, np.full(p.steps, np.nan, np.float32)) for p in parts])
               for m in models}
-        memory = {}
+        memory: dict[str, int | str] = {}
         for p in parts:
             for k, v in p.memory.items():
-                memory[k] = max(memory.get(k, 0), v)
+                memory[k] = v if isinstance(v, str) else max(memory.get(k, 0), v)
         return Statistics(
             names=list(names),
             losses=np.concatenate([p.losses for p in parts]),

@@ -39,7 +39,7 @@ from typing import Any, Callable, Sequence
 import jax
 import optax
 
-from crux import device_memory, remat
+from crux import device_memory
 from crux.batching import MAX_POINTS
 from crux.problems import poisson1d, poisson_cube
 from crux.schedules import lrs
@@ -216,9 +216,7 @@ class Capacity:
                 "capacity/option_trained": float(self.trained),
                 "capacity/step_seconds": self.step_seconds if self.step_seconds is not None else nan,
                 "capacity/reference_step_seconds": (self.reference_step_seconds
-                                                    if self.reference_step_seconds is not None else nan),
-                "capacity/checkpoint_used": (float(remat.FORMS.index(self.form))
-                                             if self.form is not None else nan)}
+                                                    if self.reference_step_seconds is not None else nan)}
 
 
 def poisson_solver(points: int, hidden: Sequence[int], seed: int = 0, dims: int = 1) -> Crux:
@@ -358,7 +356,7 @@ def measure(option: str, budget: int, width: int = 64, start: int = 64, limit: i
 def train(solver: Crux, options: dict[str, Any], budget: int) -> dict[str, Any]:
     """:data:`UPDATES` updates of ``options`` by ``solver``, in two solve() calls: whether they trained within
     ``budget``, the larger of their peak bytes and, with ``checkpoint_gradients``, the form of :mod:`crux.remat`
-    the update was compiled in (``memory["checkpoint_used"]``). The seconds per update are the second's, as the
+    the update was compiled in (``memory["checkpoint_form"]``). The seconds per update are the second's, as the
     first compiles and sends the points to the device (on a TPU v5e 2^29 points of 4 coordinates, 8.6 GB: 8.6 s
     an update counted with them, docs/tpu/README.md#capacity)."""
     try:
@@ -369,7 +367,7 @@ def train(solver: Crux, options: dict[str, Any], budget: int) -> dict[str, Any]:
             raise
         return {"peak": None, "trained": False, "error": refused, "step_seconds": None, "form": None}
     peaks = [stats.memory.get("peak_bytes") for stats in runs]
-    form = recorded_form(runs[-1].memory.get("checkpoint_used"))
+    form = runs[-1].memory.get("checkpoint_form")
     peak = None if None in peaks else max(peaks)
     trained = peak is not None and peak <= budget  # a peak the device did not report is no evidence of fitting
     if peak is None:
@@ -378,15 +376,6 @@ def train(solver: Crux, options: dict[str, Any], budget: int) -> dict[str, Any]:
         error = None if trained else f"its peak, {peak} bytes, is over the budget of {budget} bytes"
     return {"peak": peak, "trained": trained, "error": error, "step_seconds": runs[-1].median_step_seconds,
             "form": form}
-
-
-def recorded_form(used: float | None) -> str | None:
-    """The form of :data:`crux.remat.FORMS` a recorded ``checkpoint_used`` names (a solve's ``memory``, a capacity
-    run's metric ``capacity/checkpoint_used``, a run's ``memory/checkpoint_used``); None where it names none
-    (absent, NaN, out of range)."""
-    if used is None or math.isnan(used) or not 0 <= used < len(remat.FORMS):
-        return None
-    return remat.FORMS[int(used)]
 
 
 def budget(declared: int | None = None, without_limit: int | None = None) -> int | None:

@@ -67,10 +67,9 @@ def first_solve(optimizer: str, setting: str) -> dict:
     solver = crux.Crux(problem.constraints, problem.models, machinery=machinery)
     start, cpu = time.perf_counter(), time.process_time()
     stats = solver.solve(EPOCHS, **options)
-    used = stats.memory.get("checkpoint_used")
     return {"compile_seconds": stats.compile_seconds, "solve_seconds": time.perf_counter() - start,
             "compile_cpu_seconds": time.process_time() - cpu - stats.run_cpu_seconds,
-            "form": None if used is None else crux.remat.FORMS[int(used)]}
+            "form": stats.memory.get("checkpoint_form")}
 
 
 def in_fresh_process(optimizer: str, setting: str) -> dict:

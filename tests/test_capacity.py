@@ -55,7 +55,7 @@ def test_checkpointing_that_saves_nothing_fails(monkeypatch):
     does not fit is what it runs, so it does not train within the budget."""
     monkeypatch.setattr(Model, "applied", lambda self, form="plain": self.apply)
     result = library.measure("checkpoint_gradients", 2 ** 20, width=16, depth_points=512)
-    verdict = capacity_verdict("checkpoint_gradients", result.metrics())
+    verdict = capacity_verdict("checkpoint_gradients", result.metrics(), form=result.form)
     assert verdict.verdict == "fails", verdict.summary
     assert result.peak > result.budget and "does not train within the budget" in verdict.summary
     assert result.form == remat.PLAIN  # no form needs less than the plain update: the tie goes to it
@@ -227,7 +227,7 @@ class Scripted:
         seconds, peak = next(self.made)
         return Statistics(names=["pde"], losses=np.zeros((epochs, 1)), epoch=np.arange(epochs),
                           step_seconds=np.array([seconds]),
-                          memory={"peak_bytes": peak, "checkpoint_used": remat.FORMS.index(remat.UNROLLED)})
+                          memory={"peak_bytes": peak, "checkpoint_form": remat.UNROLLED})
 
 
 def test_a_runs_seconds_per_update_are_its_second_solves_and_its_peak_the_larger(monkeypatch):

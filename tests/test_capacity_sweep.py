@@ -55,9 +55,9 @@ def test_every_option_is_shown_where_the_run_without_it_does_not_fit(tmp_path):
         assert run.data.metrics["capacity/needed_bytes"] > 2 ** 20 >= run.data.metrics["capacity/option_peak_bytes"]
         # only checkpointing's run records a form, and one that rematerialises: the plain update did not fit
         checkpointing = run.data.params[contract.CAPACITY_OPTION] == "checkpoint_gradients"
-        assert ("capacity/checkpoint_used" in run.data.metrics) == checkpointing
-        assert not checkpointing or run.data.metrics["capacity/checkpoint_used"] > 0
-        assert (sizes["form"] is not None) == checkpointing  # capacity.json names the same form
+        form = run.data.tags.get(contract.CHECKPOINT_FORM)
+        assert (form is not None) == checkpointing and form != "plain"
+        assert sizes["form"] == form  # capacity.json names the same form
     verdicts = report(tmp_path)
     assert {claim: v["verdict"] for claim, v in verdicts.items()} == {f"capacity.{o}": "holds" for o in OPTIONS}
 

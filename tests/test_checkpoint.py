@@ -16,7 +16,7 @@ from crux import engine, remat
 from crux.constraint import constraint_loss
 from crux.executables import ExecutableTable, compile_once, memory_of, memory_once, program_key
 from crux.solver import Machinery
-from cruxlab.capacity_search import recorded_form
+from cruxlab.store.contract import CHECKPOINT_FORM, memory_logged, recorded_form
 from crux_testing import EPS32, flat, poisson, relative, train
 
 # Rematerialisation recomputes the same forward ops; XLA may order the recomputed sums differently, a few
@@ -102,7 +102,7 @@ def test_checkpointing_never_needs_more_memory_than_the_plain_update(form):
 
     (plain, plain_params), (checkpointed, params) = solved(False), solved(True)
     assert checkpointed.memory["temp_bytes"] <= plain.memory["temp_bytes"]
-    used = remat.FORMS[checkpointed.memory["checkpoint_used"]]
+    used = checkpointed.memory["checkpoint_form"]
     if used == remat.PLAIN:  # the plain update's own program: the same numbers, bit for bit
         assert checkpointed.memory["temp_bytes"] == plain.memory["temp_bytes"]
         np.testing.assert_array_equal(params, plain_params)
@@ -152,7 +152,7 @@ def test_the_form_chosen_is_the_one_full_compiles_choose(case):
     for form, (measured, compiled) in figures.items():
         assert measured == compiled, form
     full_choice = remat.least_memory({form: compiled["temp_bytes"] for form, (_, compiled) in figures.items()})
-    assert remat.FORMS[memory["checkpoint_used"]] == full_choice
+    assert memory["checkpoint_form"] == full_choice
 
 
 @pytest.mark.parametrize("form", [f for f in remat.FORMS if f != remat.PLAIN])
@@ -200,7 +200,7 @@ def test_the_unrolled_segments_run_where_they_need_the_fewest_bytes_and_only_the
                         stating({form: 2000 for form in remat.FORMS} | {remat.UNROLLED: 1000}, measured, compiled),
                         checkpoint_gradients=True)
     assert sorted(measured) == sorted(remat.FORMS) and compiled == [remat.UNROLLED]
-    assert stats.memory["checkpoint_used"] == remat.FORMS.index(remat.UNROLLED) == 3
+    assert stats.memory["checkpoint_form"] == remat.UNROLLED
     assert stats.memory["temp_bytes"] == 1000 and stats.steps == 2
 
 
@@ -216,7 +216,7 @@ def test_where_the_measured_figure_is_not_the_compiled_one_every_form_is_compile
         _, _, stats = train(poisson(optax.adam, n=64, hidden=(8,) * 5), 2,
                             dataclasses.replace(machinery, memory=misread), checkpoint_gradients=True)
     assert compiled[0] == remat.WHOLE and sorted(set(compiled)) == sorted(remat.FORMS)
-    assert remat.FORMS[stats.memory["checkpoint_used"]] == remat.LAYERS and stats.memory["temp_bytes"] == 1500
+    assert stats.memory["checkpoint_form"] == remat.LAYERS and stats.memory["temp_bytes"] == 1500
     assert "every form compiled in full" in caplog.text
 
 
@@ -237,7 +237,7 @@ def test_a_model_compiles_only_the_forms_it_has_of_its_own(own, forms):
     solver = crux.Crux(poisson(n=64).constraints, {"u": model}, machinery=stating({}, measured))
     stats = solver.solve(1, checkpoint_gradients=True)
     assert sorted(measured) == sorted(forms)
-    assert remat.FORMS[stats.memory["checkpoint_used"]] in forms
+    assert stats.memory["checkpoint_form"] in forms
 
 
 def test_a_form_the_device_refuses_is_not_a_candidate():
@@ -258,13 +258,25 @@ def test_a_form_the_device_refuses_is_not_a_candidate():
 
     problem = poisson(optax.adam, n=64, hidden=(16,) * 4)
     _, _, stats = train(problem, 2, measure_unless({remat.PLAIN}), checkpoint_gradients=True)
-    assert remat.FORMS[stats.memory["checkpoint_used"]] != remat.PLAIN and stats.steps == 2
+    assert stats.memory["checkpoint_form"] != remat.PLAIN and stats.steps == 2
     # every form refused: the refusal raised is that of the form that needed the least, what the user must free
     with pytest.raises(RuntimeError, match=r"RESOURCE_EXHAUSTED.*\(18\.01G\)"):
         train(poisson(optax.adam, n=64, hidden=(16,) * 4), 2, measure_unless(set(remat.FORMS)),
               checkpoint_gradients=True)
 
 
-def test_a_recorded_form_is_read_back_only_where_it_names_one():
-    assert [recorded_form(float(i)) for i in range(len(remat.FORMS))] == list(remat.FORMS)
-    assert [recorded_form(used) for used in (None, math.nan, -1.0, float(len(remat.FORMS)))] == [None] * 4
+def test_a_recorded_form_is_read_back_by_name_and_an_older_runs_index_in_the_order_it_was_written():
+    """A run records the form by name; one made before that its index, counted in the order of then, whatever the
+    order of crux.remat.FORMS now."""
+    assert recorded_form({CHECKPOINT_FORM: remat.WHOLE}, {"memory/checkpoint_used": 0.0}) == remat.WHOLE
+    assert [recorded_form({}, {"memory/checkpoint_used": float(i)}) for i in range(4)] == [
+        "plain", "layers", "whole", "unrolled"]
+    assert recorded_form({}, {"capacity/checkpoint_used": 3.0}, "capacity/checkpoint_used") == "unrolled"
+    assert [recorded_form({}, {"memory/checkpoint_used": used}) for used in (math.nan, -1.0, 4.0)] == [None] * 3
+    assert recorded_form({}, {}) is None
+
+
+def test_a_run_records_the_form_by_name_as_a_tag_and_its_figures_as_metrics():
+    metrics, tags = memory_logged({"temp_bytes": 1000, "checkpoint_form": remat.UNROLLED})
+    assert metrics == {"memory/temp_bytes": 1000.0} and tags == {CHECKPOINT_FORM: remat.UNROLLED}
+    assert memory_logged({"temp_bytes": 1000}) == ({"memory/temp_bytes": 1000.0}, {})

@@ -211,7 +211,7 @@ def test_checkpointing_that_is_off_by_1e_5_fails_against_round_off_twins(form, b
     monkeypatch.setattr(model, "applied", lambda form=remat.PLAIN: lambda p, x: applied(form)(p, x) * (1 + 1e-5))
     broken = solve_record("ckpt-off", problem, batchsize=B, checkpoint_gradients=True)
     for run, outcome in ((honest, HOLDS), (broken, FAILS)):
-        assert run.metrics["memory/checkpoint_used"] == remat.FORMS.index(form)
+        assert run.tags[contract.CHECKPOINT_FORM] == form and "memory/checkpoint_used" not in run.metrics
         verdict = only(check_checkpoint([batches["plain"], twin, run]), "checkpoint.same_numbers")
         assert verdict.verdict == outcome, verdict.summary
     assert "beyond round-off" in verdict.summary and verdict.evidence["history_ratio_to_twins"] > 10
@@ -673,17 +673,20 @@ def test_the_devices_time_ratio_range_brackets_its_median():
 
 def test_checkpointing_memory_finding_says_which_form_crux_ran():
     """A run that records the form it ran: the finding names it, and a plain update that rematerialising could
-    not beat reads as the residual's, with the ratio 1.0 that fails the claim of a saving."""
+    not beat reads as the residual's, with the ratio 1.0 that fails the claim of a saving. A run records the form
+    by name (tag); one made before that, its index (metric), read as it was written."""
     def run(run_id, bytes_, used=None, **options):
-        memory = {"memory/temp_bytes": bytes_, **({} if used is None else {"memory/checkpoint_used": used})}
+        indexed = {"memory/checkpoint_used": used} if isinstance(used, int) else {}
+        memory = {"memory/temp_bytes": bytes_, **indexed}
         return RunRecord(run_id, SolveOptions(epochs=10, **options), {"loss/total": np.ones(10)}, memory,
                          {"initial/u/0": np.zeros(2), "final/u/0": np.ones(2)}, group=run_id[:2],
                          params={"model.depth": "8", "model.width": "64"},
-                         environment={"backend": "cpu", "device_kind": "cpu"})
+                         environment={"backend": "cpu", "device_kind": "cpu"},
+                         tags={contract.CHECKPOINT_FORM: used} if isinstance(used, str) else {})
 
     records = [run("g1", 1000), run("g1-ckpt", 690, 1, checkpoint_gradients=True),
-               run("g2", 1000), run("g2-ckpt", 1000, 0, checkpoint_gradients=True),
-               run("g3", 1000), run("g3-ckpt", 480, 3, checkpoint_gradients=True)]
+               run("g2", 1000), run("g2-ckpt", 1000, "plain", checkpoint_gradients=True),
+               run("g3", 1000), run("g3-ckpt", 480, "unrolled", checkpoint_gradients=True)]
     memory = {v.evidence["ratio"]: v for v in check_checkpoint(records) if v.id.startswith("checkpoint.saves")}
     assert memory[0.69].verdict == HOLDS and "ran the one of the fewest temporary bytes, 'layers'" in \
         memory[0.69].summary

@@ -75,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for option in options:
         result = capacity_search.measure(option, budget, width=width, start=start, offload_batch=batch,
                                   depth_points=depth_points, offload_dims=dims, compiled=compiled, tried=tried)
-        verdict = capacity_verdict(option, result.metrics())
+        verdict = capacity_verdict(option, result.metrics(), form=result.form)
         print(f"{result}; verdict {verdict.verdict}", flush=True)
         results.append({"option": option, **result.record(), "verdict": verdict.as_dict()})
         if args.out is not None:  # after each option: a run stopped at a time limit keeps those done

@@ -18,7 +18,7 @@ from crux.options import SolveOptions
 from crux.solver import Crux
 from crux.stats import Statistics
 from cruxlab.config.settings import PhaseCall
-from cruxlab.store.contract import BACKEND, ENVIRONMENT, PARAMS, UNSUPPORTED
+from cruxlab.store.contract import BACKEND, ENVIRONMENT, PARAMS, UNSUPPORTED, memory_logged
 
 class UnreadableArtifact(LookupError):
     """A check needs an artifact of a run that could not be read: the verdict it was building cannot be told."""
@@ -171,7 +171,7 @@ def summary_of(stats: Statistics) -> dict[str, float]:
     """The summary metrics the checks read that a Statistics object carries (timings, compiled memory)."""
     metrics = {"compile_seconds": float(stats.compile_seconds), "run_seconds": float(stats.run_seconds),
                "median_step_seconds": float(stats.median_step_seconds)}
-    metrics.update({f"memory/{key}": float(value) for key, value in stats.memory.items()})
+    metrics.update(memory_logged(stats.memory)[0])
     return metrics
 
 
@@ -190,4 +190,5 @@ def record_from_solve(run_id: str, solver: Crux, initial: Mapping[str, Any], sta
               **dict(snapshots or {})}
     return RunRecord(run_id=run_id, options=options, histories=histories_of(stats), metrics=summary_of(stats),
                      snapshots=arrays, stats=stats, reach=tuple(tuple(sorted(r)) for r in solver.reach),
-                     phases=tuple(phases), group=group, repeat=repeat, roundoff_twin=roundoff_twin)
+                     phases=tuple(phases), group=group, repeat=repeat, roundoff_twin=roundoff_twin,
+                     tags=memory_logged(stats.memory)[1])

@@ -1,5 +1,6 @@
 """A capacity job: one memory option shown at the size where the run without it does not fit
-(:mod:`cruxlab.capacity_search`), its numbers the run's metrics (``capacity/...``) and every size tried its artifact."""
+(:mod:`cruxlab.capacity_search`), its numbers the run's metrics (``capacity/...``), the checkpoint form it ran its tag
+and every size tried its artifact."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,7 +12,7 @@ from omegaconf import DictConfig
 
 from cruxlab import capacity_search
 from cruxlab.runtime.job import JobRun
-from cruxlab.store.contract import CAPACITY_SIZES
+from cruxlab.store.contract import CAPACITY_SIZES, CHECKPOINT_FORM
 
 log = logging.getLogger(__name__)
 
@@ -32,5 +33,7 @@ def run_capacity(cfg: DictConfig, run: JobRun) -> float:
                               tried=lambda attempt: log.info("capacity: %s", attempt))
     log.info("%s", result)
     run.log_metrics({key: value for key, value in result.metrics().items() if not math.isnan(value)})
+    if result.form is not None:
+        run.set_tags({CHECKPOINT_FORM: result.form})
     run.log_text(CAPACITY_SIZES, json.dumps({"budget_bytes": result.budget, **result.record()}, indent=1))
     return float(result.peak) if result.peak is not None else math.nan

@@ -66,7 +66,7 @@ from cruxlab.store.connection import (DESTINATION, PARENT_RUN, TRACKING_URI, Des
 from cruxlab.store.contract import (ADJUSTED, BACKEND, CHILD, CLAIM, CONFIG, ENVIRONMENT, ERROR_MESSAGE, ERROR_TYPE,
                                     FAILED, FINAL, FINISHED, GIT_COMMIT, HISTORY_PLOT, HISTORY_POINTS, INITIAL, JOB,
                                     KILLED, MODEL, NOTE, PARAMS, PARENT_ID, REPEAT, REQUESTED, ROLE, SINGLE, STATS,
-                                    SWEEP, VARIANT, VARIANT_PARAM)
+                                    SWEEP, VARIANT, VARIANT_PARAM, memory_logged)
 from cruxlab.store.descriptions import job_description
 from cruxlab.store.artifacts import check_artifact_folder, write_artifacts
 from cruxlab.store.faults import (PatientClient, StoreFault, patiently, reach, record_fault, recorded_fault,
@@ -451,7 +451,8 @@ class JobRun:
                    "median_step_seconds": stats.median_step_seconds,
                    "steps_per_second": stats.steps / stats.run_seconds if stats.run_seconds else float("nan"),
                    "final_loss": stats.final_loss}
-        summary.update({f"memory/{key}": value for key, value in stats.memory.items()})
+        memory, memory_tags = memory_logged(stats.memory)
+        summary.update(memory)
         summary.update({f"error/{field}": value for field, value in errors.items()})
         summary.update({f"param_distance/{name}": float(np.sqrt(sum(np.sum((f - i) ** 2)
                                                                     for f, i in zip(final[name], initial[name]))))
@@ -461,7 +462,7 @@ class JobRun:
                      FINAL: final}
         save_params(self._staged / PARAMS, snapshots)
         tags = {NOTE: job_description(self.variant, self.repeat, summary),
-                HISTORY_POINTS: f"{len(sent)} of {stats.steps}"}
+                HISTORY_POINTS: f"{len(sent)} of {stats.steps}", **memory_tags}
         self._stats, logged = stats, self._logged
         logged.logged_at, logged.summary, logged.tags, logged.errors = now, summary, tags, dict(errors)
         if self.hands_over:

@@ -4,6 +4,10 @@
 status through this module, so a misspelt name is an import error rather than a report that finds no runs.
 docs/CONTRACT.md describes what each one holds.
 """
+from __future__ import annotations
+
+import math
+from typing import Mapping
 
 # -- tags of every run ------------------------------------------------------------------------------------
 ROLE = "crux.role"
@@ -62,6 +66,12 @@ TIMING_CPU, TIMING_DEVICE, TIMING_AGAINST = "crux.timing.cpu", "crux.timing.devi
 """Where a paired timing ran (CPU model, device) and the settings it was timed against (JSON)."""
 TIMING_CLOCK = "crux.timing.clock"
 """Which clock timed the chunks: the process's CPU time on a CPU, wall time on an accelerator."""
+CHECKPOINT_FORM = "crux.checkpoint_form"
+"""With ``checkpoint_gradients``: the name of the form of :mod:`crux.remat` the update ran in (``memory`` of its
+solve). Runs made before it held metric ``memory/checkpoint_used`` (a capacity run ``capacity/checkpoint_used``):
+the form's index in :data:`INDEXED_FORMS`."""
+INDEXED_FORMS = ("plain", "layers", "whole", "unrolled")
+"""The forms in the order older runs' ``checkpoint_used`` indices count them, fixed whatever crux's order."""
 
 # -- MLflow's own tags ------------------------------------------------------------------------------------
 PARENT_ID = "mlflow.parentRunId"
@@ -113,6 +123,26 @@ NETWORK_PARAMS = "network."
 REQUESTED = "_requested"
 """The suffix of a param that keeps a setting as requested, beside the setting as it ran (``memory.batchsize``
 above every constraint's points: ``memory.batchsize_requested``)."""
+
+
+def memory_logged(memory: Mapping[str, int | str]) -> tuple[dict[str, float], dict[str, str]]:
+    """A solve's ``memory`` as a run records it: its figures as metrics ``memory/<key>``, the checkpoint form, a
+    name, as tag :data:`CHECKPOINT_FORM`."""
+    metrics = {f"memory/{key}": float(value) for key, value in memory.items() if not isinstance(value, str)}
+    return metrics, ({CHECKPOINT_FORM: str(memory["checkpoint_form"])} if "checkpoint_form" in memory else {})
+
+
+def recorded_form(tags: Mapping[str, str], metrics: Mapping[str, float], key: str = "memory/checkpoint_used"
+                  ) -> str | None:
+    """The form of :mod:`crux.remat` a run records: its tag :data:`CHECKPOINT_FORM`, or in a run made before it, the
+    index metric ``key`` (``memory/checkpoint_used``, a capacity run's ``capacity/checkpoint_used``) read in
+    :data:`INDEXED_FORMS`; None where it records none (no tag, an index absent, NaN or out of range)."""
+    if CHECKPOINT_FORM in tags:
+        return tags[CHECKPOINT_FORM]
+    used = metrics.get(key)
+    if used is None or math.isnan(used) or not 0 <= used < len(INDEXED_FORMS):
+        return None
+    return INDEXED_FORMS[int(used)]
 
 
 def tag_filter(tag: str, value: str) -> str:

@@ -13,11 +13,11 @@ import math
 from typing import Mapping
 
 from crux import remat
-from cruxlab.capacity_search import WITHOUT, Capacity, recorded_form, without_option
+from cruxlab.capacity_search import WITHOUT, Capacity, without_option
 from cruxlab.report.pairing import run_ids
 from cruxlab.report.run_records import RunRecord
 from cruxlab.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt_bytes, not_in_sweep
-from cruxlab.store.contract import CAPACITY_OPTION
+from cruxlab.store.contract import CAPACITY_OPTION, recorded_form
 
 OPTION = CAPACITY_OPTION  # the param that names a capacity run's option
 BATCHSIZE = Claim("batchsize=N — Mini-batch gradient estimation — Dataset doesn't fit in GPU memory",
@@ -42,12 +42,15 @@ def check_capacity(records: list[RunRecord]) -> list[Verdict]:
     if not runs:
         return [not_in_sweep("capacity.batchsize", CLAIMS["batchsize"], f"a run with param {OPTION}",
                              "capacity", run_ids(records))]
-    return [capacity_verdict(r.params[OPTION], r.metrics, (r.run_id,)) for r in runs]
+    return [capacity_verdict(r.params[OPTION], r.metrics, (r.run_id,),
+                             recorded_form(r.tags, r.metrics, "capacity/checkpoint_used")) for r in runs]
 
 
-def capacity_verdict(option: str, metrics: Mapping[str, float], runs: tuple[str, ...] = ()) -> Verdict:
+def capacity_verdict(option: str, metrics: Mapping[str, float], runs: tuple[str, ...] = (),
+                     form: str | None = None) -> Verdict:
     """Holds where the run without ``option`` does not fit at a size where the option's run trains within the
-    budget; fails where the option's run does not; inconclusive where no size tried failed to fit."""
+    budget; fails where the option's run does not; inconclusive where no size tried failed to fit. ``form``: the
+    form of :mod:`crux.remat` the option's run compiled, where it recorded one."""
     claim, name = CLAIMS[option], f"capacity.{option}"
     metrics = {**dict.fromkeys(METRICS, math.nan), **metrics}  # a store may keep no NaN: absent reads as NaN
     budget, points = metrics["capacity/budget_bytes"], metrics["capacity/points"]
@@ -73,7 +76,6 @@ def capacity_verdict(option: str, metrics: Mapping[str, float], runs: tuple[str,
     ran = (f"{option}'s run at that size trains at a peak of {fmt_bytes(peak)}" if trained else
            f"{option}'s run at that size does not train within the budget"
            + (f" (peak {fmt_bytes(peak)})" if not math.isnan(peak) else " (XLA refused it)"))
-    form = recorded_form(metrics.get("capacity/checkpoint_used"))
     if form is not None:  # what decided the memory checkpointing needed: the form crux kept
         ran += (f", in the {form} form" + (" (no rematerialising form needed fewer temporary bytes)"
                                           if form == remat.PLAIN else " (the fewest temporary bytes of its forms)"))

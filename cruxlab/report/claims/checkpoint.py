@@ -15,12 +15,12 @@ from dataclasses import replace
 
 from crux import remat
 from cruxlab.bands import CLAIMED_COST
-from cruxlab.capacity_search import recorded_form
 from cruxlab.report.claims.equivalence import same_numbers
 from cruxlab.report.numerics import TIMING_ORIGIN, TIMING_RULE, paired_timing
 from cruxlab.report.pairing import Pair, first, paired_settings, reference_and_twins, run_ids
 from cruxlab.report.run_records import RunRecord
 from cruxlab.report.verdict import (FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt, fmt_bytes, not_in_sweep)
+from cruxlab.store.contract import recorded_form
 
 SAVES_MEMORY = Claim("checkpoint_gradients=False, # True → gradient checkpointing (saves memory, ~30% slower)",
                      "checkpoint-saves-memory")
@@ -64,11 +64,9 @@ def _memory(label: str, on: RunRecord, off: RunRecord | None) -> Verdict:
     with_, without = on.metrics[key], off.metrics[key]
     ratio = with_ / without
     evidence = {"temp_bytes_checkpointed": with_, "temp_bytes_plain": without, "ratio": ratio, **model_shape(on)}
-    if "memory/checkpoint_used" in on.metrics:
-        evidence["checkpoint_used"] = on.metrics["memory/checkpoint_used"]
     threshold = {"temp_bytes_checkpointed": Threshold(without, "temp_bytes(on) < temp_bytes(off)", MEMORY_ORIGIN)}
     summary = (f"checkpointing needs {fmt(ratio)}× the temporary memory ({fmt_bytes(with_)} vs "
-               f"{fmt_bytes(without)}){_what_decides(evidence)}")
+               f"{fmt_bytes(without)}){_what_decides(evidence, recorded_form(on.tags, on.metrics))}")
     return SAVES_MEMORY.verdict(name, test, HOLDS if with_ < without else FAILS, summary, evidence, threshold,
                                 run_ids(on, off))
 
@@ -84,8 +82,8 @@ def model_shape(run: RunRecord) -> dict[str, float]:
     return shape
 
 
-def _what_decides(evidence: dict[str, float]) -> str:
-    """What decided the memory: the form crux chose (a run that records ``memory/checkpoint_used``: the update
+def _what_decides(evidence: dict[str, float], form: str | None) -> str:
+    """What decided the memory: the ``form`` crux chose (a run that records one, :func:`recorded_form`: the update
     compiled in each form of :mod:`crux.remat`, the one of the fewest temporary bytes run), on the model it was
     measured on; for a run without, the model alone: checkpointing keeps the inputs of segments of layers and
     recomputes the rest, so what it saves grows with the depth, and with the width each layer holds."""
@@ -93,7 +91,6 @@ def _what_decides(evidence: dict[str, float]) -> str:
     if "model_depth" in evidence:
         width = f", width {int(evidence['model_width'])}" if "model_width" in evidence else ""
         model = f" on a model of depth {int(evidence['model_depth'])}{width}"
-    form = recorded_form(evidence.get("checkpoint_used"))
     if form is not None:
         if form == remat.PLAIN:
             return (f": no rematerialisation (the model's own segments, scanned or unrolled, or the whole "
