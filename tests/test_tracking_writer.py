@@ -427,3 +427,17 @@ def test_a_damaged_stats_file_in_a_hand_over_costs_the_histories_only(store, tmp
     assert run.data.tags[contract.ERROR_MESSAGE].startswith(
         f"its {contract.STATS}, handed over in {handed_over(tmp_path) / '3'}, could not be read (")
     assert {artifact.path for artifact in client.list_artifacts(run_id)} == {contract.PARAMS, contract.STATS}
+
+
+def test_a_jobs_checkpoint_form_is_a_tag_by_name_and_its_memory_figures_are_metrics(store):
+    """The form a checkpointed update ran in is recorded by name, so no reordering of crux.remat.FORMS changes
+    what a run says; the bytes stay metrics."""
+    client, run_id = store
+    stats = Statistics(["pde"], np.ones((EPOCHS, 1), np.float32), np.arange(EPOCHS), run_seconds=1.0,
+                       memory={"temp_bytes": 1000, "checkpoint_form": "unrolled"})
+    leaves = {"u": [np.ones(3, np.float32)]}
+    with JobRun(client, run_id, "default", 0) as run:
+        run.log_outcome(stats, {}, leaves, [], leaves)
+    logged = client.get_run(run_id).data
+    assert logged.tags[contract.CHECKPOINT_FORM] == "unrolled" and logged.metrics["memory/temp_bytes"] == 1000
+    assert not [key for key in logged.metrics if "checkpoint" in key]
