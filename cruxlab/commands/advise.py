@@ -198,6 +198,10 @@ def main(argv: list[str] | None = None) -> int:
     if epochs is not None and epochs.isdigit() and int(epochs) % FUSED:
         parser.error(f"solver.epochs={epochs}: crux-advise times inner_steps={FUSED} against 1, which must divide the "
                      f"epochs: give a multiple of {FUSED}, e.g. solver.epochs={max(FUSED, int(epochs) // FUSED * FUSED)}")
+    backend = _last(args.overrides, "backend")
+    if backend not in (None, "crux"):
+        parser.error(f"backend={backend}: crux-advise advises crux's own solve(); to judge the options on {backend}, "
+                     f"run `crux-sweep advise backend={backend}` and `crux-report advise`")
     refused = refused_overrides(args.overrides)
     if refused:
         parser.error(f"{' '.join(refused)}: crux-advise sets the solve() options and their timings itself (each "
