@@ -10,6 +10,7 @@ import pytest
 
 from crux_testing import launch, runs_by_role
 from cruxlab.store import contract
+from cruxlab.store.faults import FAULT_FILE, RESERVE_FILE, RESERVED_BYTES
 
 pytestmark = pytest.mark.integration  # crux-run and crux-report in subprocesses
 
@@ -31,6 +32,8 @@ def description(folder) -> str:
 def test_a_command_line_sweep_is_judged_on_the_claims_its_settings_concern(store):
     done = launch(store, "cruxlab.commands.experiment", "-m", "memory=b32,b8_acc4", *TINY)
     assert done.returncode == 0, done.stderr[-3000:]
+    folder = store / "multirun"  # the sweep's folder: no fault, the room for one reserved
+    assert (folder / "multirun.yaml").is_file() and not (folder / FAULT_FILE).exists() and (folder / RESERVE_FILE).stat().st_size == RESERVED_BYTES
     written = description(store)
     assert written == "`crux-run -m memory=b32,b8_acc4 " + " ".join(TINY) + f" hydra.sweep.dir={store / 'multirun'} " \
         f"hydra.run.dir={store / 'outputs'}`"

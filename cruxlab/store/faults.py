@@ -50,8 +50,11 @@ RETRY_SECONDS = "CRUX_STORE_RETRY_SECONDS"
 DEFAULT_RETRY_SECONDS = 60.0
 LONGEST_PAUSE = 8.0
 FAULT_FILE = "store_fault.json"
-"""In the sweep's folder: the store fault a job met (``{"message": ..., "runs": {run id: message}}``), or blanks
-(room reserved, no fault)."""
+"""In the sweep's folder, once a job met a store fault: that fault (``{"message": ..., "runs": {run id:
+message}}``), padded with blanks (which JSON ignores) to the room reserved for it."""
+RESERVE_FILE = "store_fault.reserved"
+"""In the sweep's folder while no store fault was met: :data:`RESERVED_BYTES` of blanks, the room that the fault's
+record takes over (renamed, then written in place) when there is one."""
 RESERVED_BYTES = 64 * 1024
 """The room taken for the fault's record when a sweep starts: its message and a line per run left open."""
 UNAVAILABLE = ("TEMPORARILY_UNAVAILABLE",)
@@ -262,23 +265,39 @@ def record_kept(folder: Path, job: int, where: Path) -> None:
 def _write_record(folder: Path, recorded: dict) -> None:
     """``recorded`` as the sweep's fault record, in the reserved room where it fits."""
     text = json.dumps(recorded, indent=1).encode()
-    path = folder / FAULT_FILE
-    if path.is_file() and len(text) <= path.stat().st_size:
-        with open(path, "r+b") as file:
-            file.write(text.ljust(path.stat().st_size))  # JSON, then blanks, which JSON ignores
-            file.flush()
-            os.fsync(file.fileno())
-        return
-    written = folder / f"{FAULT_FILE}.part"  # whole or absent for a reader in another thread or process
-    written.write_bytes(text)
-    os.replace(written, path)
+    path, written = folder / FAULT_FILE, folder / f"{FAULT_FILE}.part"  # whole or absent for a reader elsewhere
+    if not path.is_file():
+        try:  # the reserved room becomes the record: renamed and written in place, it needs no free space
+            os.replace(folder / RESERVE_FILE, written)
+        except FileNotFoundError:  # none reserved, or another process took it first
+            pass
+        else:
+            if _filled(written, text):
+                os.replace(written, path)
+                return
+    if not (path.is_file() and _filled(path, text)):
+        written.write_bytes(text)
+        os.replace(written, path)
+
+
+def _filled(path: Path, text: bytes) -> bool:
+    """Write ``text`` over the file at ``path`` in place, padded with blanks (which JSON ignores) to its size, so
+    that a full disk takes it; False, nothing written, where it does not fit."""
+    size = path.stat().st_size
+    if len(text) > size:
+        return False
+    with open(path, "r+b") as file:
+        file.write(text.ljust(size))
+        file.flush()
+        os.fsync(file.fileno())
+    return True
 
 
 def reserve_fault_record(folder: Path) -> None:
-    """Take :data:`RESERVED_BYTES` in ``folder`` for the record of a store fault, forgetting one recorded there
-    before (a sweep resumed in the same folder)."""
-    path = folder / FAULT_FILE
-    with open(path, "wb") as file:
+    """Take :data:`RESERVED_BYTES` in ``folder`` (:data:`RESERVE_FILE`) for the record of a store fault,
+    forgetting one recorded there before (a sweep resumed in the same folder)."""
+    (folder / FAULT_FILE).unlink(missing_ok=True)
+    with open(folder / RESERVE_FILE, "wb") as file:
         file.write(b" " * RESERVED_BYTES)
         file.flush()
         os.fsync(file.fileno())
