@@ -55,6 +55,8 @@ def test_the_fastest_setting_shown_faster_with_the_same_numbers_is_advised_with_
     assert advice.overrides() == ["solver.inner_steps=100"]
     assert [(c.value, c.status) for c in advice.rejected] == [(10, REJECTED)]
     assert "less than inner_steps=100" in advice.rejected[0].reason
+    fewer_faster = advise(fused(10, HOLDS, HOLDS, 0.2, 0.19, 0.21) + fused(100, HOLDS, HOLDS, 0.4, 0.38, 0.42), None)
+    assert chosen(fewer_faster, "inner_steps").value == 10  # the fastest, not the largest K
 
 
 def test_a_planted_slow_option_is_not_advised():
@@ -113,6 +115,9 @@ def test_default_precision_is_advised_only_where_it_is_shown_faster_and_as_accur
     kept = chosen(advise(both, None), "precision")
     assert (kept.value, kept.status) == ("highest", KEPT)
     assert kept.reason.endswith("here: accuracy holds: as accurate; speed inconclusive: undecided")
+    fast_unknown_error = [planted("precision.accuracy[precision=default]", INCONCLUSIVE, "no exact solution"),
+                          planted("precision.faster[precision=default]", HOLDS, "faster", **timed(0.45, 0.44, 0.46))]
+    assert chosen(advise(fast_unknown_error, None), "precision").value == "highest"
 
 
 MEMORY = [planted("checkpoint.same_numbers[checkpoint]", HOLDS, "bit-identical", **SAME_BITS),
@@ -148,6 +153,9 @@ def test_checkpointing_is_advised_where_it_makes_the_full_batch_fit_and_gives_th
     assert advice.overrides() == ["memory.checkpoint_gradients=true"]
     assert "checkpointed about 600 bytes fits, same numbers bit for bit, at 1.3× the time (1.28–1.32)" in \
         chosen(advice, "checkpoint_gradients").reason
+    choices, advice = memory_choices(550)  # checkpointed (about 600 bytes) still over the budget
+    assert choices["checkpoint_gradients"] == (False, KEPT) and choices["batchsize"] == (32, ADVISED)
+    assert "about 600 bytes checkpointed, still over the budget" in advice.rejected[0].reason
     inexact = [dict(v, verdict=FAILS) if v["id"].startswith("checkpoint.same_numbers") else v for v in MEMORY]
     advice = advise(inexact, 700)
     assert chosen(advice, "checkpoint_gradients").value is False
