@@ -109,8 +109,9 @@ def test_a_module_not_found_is_one_line_and_nothing_runs(project):
     done = run(project, "cruxlab.commands.experiment", "--config-dir", "conf", "problem=needs", *TINY)
     assert done.returncode == 1
     assert done.stderr.splitlines() == [
-        "crux-run: problem._target_=needs.line: needs was found, but needs.py:2 imports nosuchdependency, which is "
-        "not installed here (No module named 'nosuchdependency'): install it where crux runs, or remove the import"]
+        "crux-run: problem._target_=needs.line: needs was found, but the error is inside it, at needs.py:2 (`import "
+        "nosuchdependency`): no module named 'nosuchdependency' is installed here: fix the import there, or install "
+        "nosuchdependency where crux runs"]
     assert not (project / "mlflow.db").exists()
 
 
