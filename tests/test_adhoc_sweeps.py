@@ -3,6 +3,7 @@ settings concern and leaves its parent run's description as the sweep wrote it u
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -61,3 +62,21 @@ def test_a_command_line_sweep_of_no_claims_setting_says_none_was_judged(store):
     assert done.returncode == 0, done.stderr
     assert "Claims judged: none: no claim's check concerns the settings this sweep ran" in done.stdout
     assert json.loads((store / "r" / "verdicts.json").read_text()) == []
+
+
+def test_help_and_completion_offer_each_groups_options_not_their_schemas(tmp_path):
+    """The schemas that type each option (``optimizer_adam_schema``) are configs of their own, outside the
+    groups: ``--help`` and bash completion list the options a user chooses from, and no schema."""
+    def crux_run(*args: str, **env: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "cruxlab.commands.experiment", *args], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300, env={**os.environ, **env})
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    groups = crux_run("--help").split("== Configuration groups ==")[1].split("== Config ==")[0]
+    assert "optimizer: adam, adamw, lbfgs, sgd, soap\n" in groups
+    assert "problem: heat1d, mixed_poisson1d, poisson1d\n" in groups
+    assert "schedule: constant, exponential, warmup_cosine\n" in groups and "backend: crux, jno\n" in groups
+    assert "schema" not in groups and "base_" not in groups
+    offered = crux_run("-sc", "query=bash", COMP_LINE="crux-run schedule=").split()
+    assert offered == ["schedule=constant", "schedule=exponential", "schedule=warmup_cosine"]

@@ -6,8 +6,9 @@ optimizer field left ``None`` takes optax's default, so no library default is co
 its range or choices (:mod:`cruxlab.config.ranges`).
 
 Groups whose options differ in shape (``problem``, ``optimizer``, ``schedule``) have one schema per option,
-pulled in by the option's yaml (``defaults: [base_adam]``); :func:`typed` checks a node against the schema its
-``name`` selects. Optimizers and schedules build what they configure (``attach``, ``build``).
+pulled in by the option's yaml (``defaults: [/optimizer_adam_schema@_here_]``: a config of its own, not an
+option of the group, so that ``--help`` and completion offer the options alone); :func:`typed` checks a node
+against the schema its ``name`` selects. Optimizers and schedules build what they configure (``attach``, ``build``).
 
 The configs ship inside the package: ``conf/`` as ``crux.conf`` (Hydra's ``pkg://crux.conf``) and ``sweeps/``
 as ``crux.sweeps``.
@@ -443,7 +444,13 @@ def _register() -> None:
     for group, schemas in (("problem", PROBLEMS), ("optimizer", OPTIMIZERS), ("schedule", SCHEDULES),
                            ("backend", BACKENDS)):
         for name, schema in schemas.items():
-            store.store(group=group, name=f"base_{name}", node=schema)
+            store.store(name=schema_name(group, name), node=schema)
+
+
+def schema_name(group: str, option: str) -> str:
+    """The name of the schema of ``group=option`` in Hydra's ConfigStore, which the option's yaml pulls in as
+    ``/<name>@_here_``: stored outside the group, it is no choice of the group's."""
+    return f"{group}_{option}_schema"
 
 
 _register()
