@@ -106,16 +106,35 @@ def test_each_job_of_hydras_basic_sweeper_is_named_by_its_overrides_and_returns_
                 f"+hydra.callbacks.returned.path={returned}")
     assert done.returncode == 0, done.stderr
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    runs = {run.info.run_name: run for run in client.search_runs([client.get_experiment_by_name("crux").experiment_id])}
+    (parent,), runs = search_runs(client)
     assert set(runs) == {f"objective={name},epochs=5,n_interior=64" for name in ("final_loss", "error", "run_seconds")}
     for run in runs.values():
         assert run.info.status == contract.FINISHED and run.data.tags[contract.OVERRIDES].startswith("objective=")
+        assert run.data.tags[contract.PARENT_ID] == parent.info.run_id
+    assert (parent.info.status, parent.data.metrics["jobs"], parent.data.metrics["failed_jobs"]) == (
+        contract.FINISHED, 3, 0)
     metric = {"final_loss": "final_loss", "error": "error/u", "run_seconds": "run_seconds"}
     for line in returned.read_text().splitlines():
         job = json.loads(line)
         objective = job["overrides"][0].split("=")[1]
         run = runs[f"objective={objective},epochs=5,n_interior=64"]
         assert job["returned"] == run.data.metrics[metric[objective]]
+
+
+def search_runs(client: MlflowClient) -> tuple[list, dict]:
+    """The parent runs of another sweeper's multiruns in experiment ``crux``, and its job runs by name."""
+    runs = client.search_runs([client.get_experiment_by_name("crux").experiment_id])
+    return ([run for run in runs if run.data.tags[contract.ROLE] == contract.SEARCH],
+            {run.info.run_name: run for run in runs if run.data.tags[contract.ROLE] == contract.SINGLE})
+
+
+def test_a_multirun_of_another_sweeper_whose_job_is_refused_closes_its_parent_failed(tmp_path):
+    done = crux(tmp_path, "cruxlab.commands.experiment", "-m", "hydra/sweeper=basic", "solver.epochs=5,0",
+                "problem.n_interior=64")
+    assert done.returncode == 1 and "crux-run: solver.epochs=0: must be >= 1" in done.stderr
+    (parent,), runs = search_runs(MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}"))
+    assert [(name, run.info.status) for name, run in runs.items()] == [("epochs=5,n_interior=64", contract.FINISHED)]
+    assert (parent.info.status, parent.data.metrics["jobs"]) == (contract.FAILED, 1)
 
 
 def test_crux_sweep_refuses_another_sweeper_in_one_line_saying_what_works(tmp_path):

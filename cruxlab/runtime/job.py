@@ -61,8 +61,9 @@ from cruxlab.runtime.provenance import invocation, invocation_tags, launch_folde
 from cruxlab.runtime.space import NoRoom, check_room
 from cruxlab.runtime.system_metrics import SystemMetrics
 from cruxlab.runtime.writer import Beside, Writer, process_writer
-from cruxlab.store.connection import (DESTINATION, PARENT_RUN, TRACKING_URI, Destination, ensure_experiment,
-                                      experiment_name, move_store_credentials, tracking_uri, writable_store)
+from cruxlab.store.connection import (DESTINATION, PARENT_RUN, SEARCH_PARENT, TRACKING_URI, Destination,
+                                      ensure_experiment, experiment_name, move_store_credentials, tracking_uri,
+                                      writable_store)
 from cruxlab.store.contract import (ADJUSTED, BACKEND, CHILD, CLAIM, CONFIG, ENVIRONMENT, ERROR_MESSAGE, ERROR_TYPE,
                                     FAILED, FINAL, FINISHED, GIT_COMMIT, HISTORY_PLOT, HISTORY_POINTS, INITIAL, JOB,
                                     KILLED, MODEL, NOTE, PARAMS, PARENT_ID, REPEAT, REQUESTED, ROLE, SINGLE, STATS,
@@ -298,11 +299,11 @@ class JobRun:
         invoked = invocation()  # named by what its sweep varies, else by what its overrides change
         named = where.swept if where.parent_run_id is not None else changed_keys(invoked["overrides"])
         variant = cfg.variant or variant_name(invoked["overrides"], named, set(hydra.runtime.choices), cfg)
+        parent_id = where.parent_run_id or (os.environ.get(SEARCH_PARENT) if multirun else None)  # or a search's
         tags = {SWEEP: where.sweep, CLAIM: cfg.claim, VARIANT: variant,
                 JOB: str(hydra.job.num if multirun else 0), REPEAT: str(cfg.repeat), BACKEND: cfg.backend.name,
-                ROLE: SINGLE if where.parent_run_id is None else CHILD, **process_tags(), **invocation_tags(invoked)}
-        if where.parent_run_id is not None:
-            tags[PARENT_ID] = where.parent_run_id
+                ROLE: SINGLE if where.parent_run_id is None else CHILD, **process_tags(), **invocation_tags(invoked),
+                **({PARENT_ID: parent_id} if parent_id is not None else {})}
         name = f"{variant} r{cfg.repeat}" if "repeat" in named else variant
         started = int(time.time() * 1000)  # the job's start, also where the writer creates the run later
         opening = {"experiment_id": where.experiment_id, "start_time": started, "tags": tags, "run_name": name}

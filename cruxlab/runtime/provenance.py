@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
 from mlflow.utils.credentials import read_mlflow_creds
 
 from cruxlab.runtime.composed import override_lines
@@ -133,12 +134,12 @@ def launch_folder() -> Path:
     return Path(HydraConfig.get().runtime.cwd) if HydraConfig.initialized() else Path.cwd()
 
 
-def invocation() -> dict[str, Any]:
-    """The command line that ran the job (a sweep's, for its jobs) and the job's own overrides; empty outside
-    a Hydra job."""
-    if not HydraConfig.initialized():
+def invocation(hydra: DictConfig | None = None) -> dict[str, Any]:
+    """The command line that ran the job (a sweep's, for its jobs) and the job's own overrides (``hydra``: a
+    config's ``hydra`` node; default: the job's, nothing outside a Hydra job)."""
+    if hydra is None and not HydraConfig.initialized():
         return {}
-    hydra = HydraConfig.get()
+    hydra = hydra or HydraConfig.get()
     command = hydra.sweeper.get("command") or shlex.join(["crux-run", *sys.argv[1:]])
     return {"command": masked(command), "overrides": overrides_without_credentials(override_lines(hydra.overrides.task))}
 

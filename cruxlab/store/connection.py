@@ -51,6 +51,9 @@ log = logging.getLogger(__name__)
 SQLITE = "sqlite:///"
 PARENT_RUN, TRACKING_URI = "CRUX_PARENT_RUN_ID", "CRUX_TRACKING_URI"
 """The environment variables that give each job of a sweep its parent run and its store."""
+SEARCH_PARENT = "CRUX_SEARCH_PARENT_RUN_ID"
+"""The environment variable that gives each job of another Hydra sweeper's multirun its parent run
+(:mod:`cruxlab.runtime.search`)."""
 DESTINATION = "CRUX_DESTINATION"
 """The environment variable that gives each job of a sweep where it logs (:meth:`Destination.handed_down`): a job
 that has it reads nothing from the store before it trains."""

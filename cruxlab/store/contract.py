@@ -12,8 +12,12 @@ from typing import Mapping
 # -- tags of every run ------------------------------------------------------------------------------------
 ROLE = "crux.role"
 """What the run is: :data:`PARENT` (a sweep), :data:`CHILD` (one job of it), :data:`SINGLE` (a ``crux-run``
-without a sweep) or :data:`BENCH` (a benchmark script's run)."""
+without a sweep, or a job of another sweeper), :data:`SEARCH` (another sweeper's multirun) or :data:`BENCH` (a
+benchmark script's run)."""
 PARENT, CHILD, SINGLE, BENCH = "parent", "child", "run", "bench"
+SEARCH = "search"
+"""The parent run of a multirun that another Hydra sweeper ran (Optuna's): its jobs' runs, ``crux.role=run``, nest
+under it."""
 SWEEP = "crux.sweep"
 """The sweep's name (the parent's) or the name of the sweep the job belongs to."""
 CLAIM = "crux.claim"
