@@ -21,6 +21,7 @@ Adam at 1e-3 throughout. jNO's arrays are read back after training, and the devi
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import platform
 import subprocess
@@ -41,6 +42,7 @@ from cruxlab.backends.jno import own
 from cruxlab.backends.jno.pipeline_job import jno_schedule
 from cruxlab.backends.jno.problems import JnoProblem
 from cruxlab.backends.jno.training import Timed
+from cruxlab.bench.interleaved import in_rounds
 from cruxlab.bench.jno_problems import jno_poisson
 from cruxlab.config import ModelConfig
 
@@ -123,9 +125,7 @@ def measure(name: str, ks: list[int], steps: int, repeats: int) -> dict:
             first[v.name] = v.solve(k)[0]
             variants.append(v)
             print(f"  {name}: built {v.name}, first solve() {first[v.name]:.2f} s", file=sys.stderr, flush=True)
-    for r in range(repeats):
-        for v in variants[r % len(variants):] + variants[:r % len(variants)]:
-            v.round(steps)
+    in_rounds({v.name: functools.partial(v.round, steps) for v in variants}, repeats)
     rate = {v.name: float(np.median(v.loop)) for v in variants}
     out = {"description": description, "steps": steps, "repeats": repeats, "precision": PRECISION,
            "jno_devices": devices_of(held[0]), "variants": {}, "ratios": {}}

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import os
 import sys
 import time
@@ -31,7 +32,7 @@ import crux.solver
 from crux import sharding
 from cruxlab.bench.hand_written import SAME_AS_CRUX
 from cruxlab.bench.host import environment
-from cruxlab.bench.interleaved import split_call
+from cruxlab.bench.interleaved import in_rounds, split_call
 from cruxlab.bench.reference_problems import interior, poisson_problem
 from cruxlab.bench.variants import CruxVariant, HandVariant
 
@@ -65,11 +66,7 @@ def per_call(k: int, rounds: int) -> dict[str, float]:
     runs = {**{f"hand scan {form}": hand.run for form, hand in hands.items()},
             "crux call, bare loop": bare_loop(solve, k), "crux call, bare loop, reverse": bare_loop(reverse, k),
             "solve()": solve.run}
-    times = {name: [] for name in runs}
-    for r in range(rounds):
-        names = list(runs)[r % len(runs):] + list(runs)[:r % len(runs)]
-        for name in names:
-            times[name].append(runs[name](STEPS))
+    times = in_rounds({name: functools.partial(run, STEPS) for name, run in runs.items()}, rounds)
     calls = STEPS // k
     hand_wall = np.array([w for w, _ in times[f"hand scan {SAME_AS_CRUX}"]])
     medians = {}
@@ -99,7 +96,7 @@ def fixed_parts(k: int, solves: int = 200) -> None:
     spent = collections.defaultdict(list)
     parts = [(crux.solver.Crux, "solve"), (crux.solver.Crux, "_resume_point"), (sharding, "put"),
              (crux.solver, "started"), (crux.loop.HostLoop, "run"), (crux.loop, "_read_window"),
-             (crux.solver, "fingerprint"),
+             (crux.solver.Crux, "_fingerprint"),
              (crux.loop.HostLoop, "statistics"), (crux.solver.Crux, "_commit")]
     originals = []
     for owner, name in parts:

@@ -25,6 +25,7 @@ Each line also names the form checkpoint_gradients kept, which must be the same 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -32,6 +33,8 @@ import sys
 import time
 
 import numpy as np
+
+from cruxlab.bench.interleaved import in_rounds
 
 EVERY_OPTION = {"batchsize": 64, "accumulation_steps": 4, "inner_steps": 50, "checkpoint_gradients": True,
                 "offload_data": True}
@@ -92,10 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     names = [name for name, (_, every_form) in SETTINGS.items() if not (args.as_chosen and every_form)]
     for optimizer in args.optimizers.split(","):
-        rounds: dict[str, list[dict]] = {name: [] for name in names}
-        for r in range(args.rounds):
-            for name in names[r % len(names):] + names[:r % len(names)]:
-                rounds[name].append(in_fresh_process(optimizer, name))
+        rounds = in_rounds({name: functools.partial(in_fresh_process, optimizer, name) for name in names}, args.rounds)
         column = lambda name, key: np.array([row[key] for row in rounds[name]])
         print(f"{optimizer}: first solve() of {EPOCHS} epochs, {args.rounds} rounds, load {os.getloadavg()[0]:.1f}")
         for name in names:

@@ -16,7 +16,7 @@ from cruxlab.bench.command_line import main
 from cruxlab.bench.flop_count import per_turn, throughput, work
 from cruxlab.bench.fusing import per_update_cost
 from cruxlab.bench.hand_written import FORMS, SAME_AS_CRUX, initial_layers, residual_loss
-from cruxlab.bench.interleaved import call_costs, duel, fused_depths
+from cruxlab.bench.interleaved import call_costs, duel, fused_depths, in_rounds
 from cruxlab.bench.jno_column import merge_jno
 from cruxlab.bench.loop_forms import LoopForm, crux_machinery, loop_forms
 from cruxlab.bench.reference_problems import grid2d, interior, laplacian2d_problem
@@ -381,3 +381,12 @@ def test_jnos_fused_calls_are_shorter_than_the_solve_their_steady_rate_is_set_ag
 
     for steps, depths in ((40, [1, 10]), (100, [1, 10]), (500, [1, 10, 100])):
         assert [v.options["inner_steps"] for v in fused_variants(64, 8, steps)] == depths, steps
+
+
+def test_rounds_rotate_which_run_goes_first_and_keep_what_each_returned_in_order():
+    """The one timing loop of the bench and its scripts: each run once a round, the order rotated by one a round."""
+    order: list[str] = []
+    runs = {name: (lambda name=name: order.append(name) or f"{name}{order.count(name)}") for name in "abc"}
+    returned = in_rounds(runs, 4)
+    assert "".join(order) == "abc" + "bca" + "cab" + "abc"
+    assert returned == {name: [f"{name}{i}" for i in range(1, 5)] for name in "abc"}

@@ -17,8 +17,9 @@ the range of its rounds, the figures of README.md's speed table. What the two sh
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, TypeVar
 
 import numpy as np
 
@@ -26,6 +27,7 @@ from crux.timing.pairs import in_turn
 from cruxlab.bench.loop_forms import LoopForm
 from cruxlab.bench.variants import CruxVariant, Variant
 
+T = TypeVar("T")
 FUSED_STEPS = (10, 100)  # inner_steps of the fused variants: the README's example and the long scan
 SCAN_STEPS = FUSED_STEPS[-1]
 DUEL_ROUNDS = 16  # back-to-back rounds of each crux variant against the fastest hand-written one
@@ -69,15 +71,23 @@ def in_rotation(variants: list, round_: int) -> list:
     return variants[round_ % len(variants):] + variants[:round_ % len(variants)]
 
 
+def in_rounds(runs: Mapping[str, Callable[[], T]], repeats: int) -> dict[str, list[T]]:
+    """Every one of ``runs`` called once a round for ``repeats`` rounds, in an order rotated by one each round
+    (:func:`in_rotation`), so that a load that drifts over the rounds falls on all of them alike: what each call
+    returned, by name, round by round. The one timing loop of the bench and the measurements beside it."""
+    returned: dict[str, list[T]] = {name: [] for name in runs}
+    for r in range(repeats):
+        for name in in_rotation(list(runs), r):
+            returned[name].append(runs[name]())
+    return returned
+
+
 def measure(variants: list[Variant], steps: int, repeats: int, log: Callable[[str], None]) -> dict[str, dict]:
-    """Build every variant, then time ``repeats`` rounds of ``steps`` updates, interleaved."""
+    """Build every variant, then time ``repeats`` rounds of ``steps`` updates, interleaved (:func:`in_rounds`)."""
     for variant in variants:
         variant.build()
         log(f"  built {variant.name:<34} compile {variant.compile_seconds:6.2f} s")
-    rounds: dict[str, list[tuple[float, float]]] = {v.name: [] for v in variants}
-    for r in range(repeats):
-        for variant in in_rotation(variants, r):
-            rounds[variant.name].append(variant.run(steps))
+    rounds = in_rounds({v.name: functools.partial(v.run, steps) for v in variants}, repeats)
     results = {}
     for variant in variants:
         wall = np.array([w for w, _ in rounds[variant.name]])

@@ -30,6 +30,7 @@ import platform
 import sys
 import time
 from importlib.metadata import version
+from typing import Callable
 
 import jax
 import jno
@@ -39,7 +40,7 @@ import optax
 import crux
 from cruxlab.backends.jno.pipeline_job import jno_schedule
 from cruxlab.backends.jno.problems import Batching, JnoProblem, build
-from cruxlab.bench.interleaved import in_rotation
+from cruxlab.bench.interleaved import in_rounds
 from cruxlab.config import ModelConfig
 
 
@@ -89,11 +90,13 @@ def measure(variants: list[Variant], steps: int, repeats: int) -> dict:
     for v in variants:
         v.build(v.options["inner_steps"])
         print(f"  built {v.name}: first solve {v.first_seconds:.2f} s", file=sys.stderr, flush=True)
-    rounds = {v.name: [] for v in variants}
-    for r in range(repeats):
-        for v in in_rotation(variants, r):
+    def a_round(v: Variant) -> Callable[[], tuple]:
+        """One call's solve(), then the long one whose further updates give the steady rate: (long, short)."""
+        def timed() -> tuple:
             short = v.run(v.options["inner_steps"])
-            rounds[v.name].append((v.run(steps), short))
+            return v.run(steps), short
+        return timed
+    rounds = in_rounds({v.name: a_round(v) for v in variants}, repeats)
     out = {}
     for v in variants:
         k = v.options["inner_steps"]
