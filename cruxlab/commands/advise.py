@@ -28,6 +28,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from cruxlab.commands import sweep as sweeps
+from cruxlab.store.contract import ADVICE, ADVICE_DOCUMENT
 from cruxlab.store.secrets import masked
 
 SWEEP = "advise"
@@ -105,7 +106,6 @@ def record(uri: str | None, parent: str, advice_md: str, advice_json: str) -> No
     from mlflow.exceptions import MlflowException
 
     from cruxlab.report.sweep_reader import StoreError, open_client
-    from cruxlab.store.contract import ADVICE, ADVICE_DOCUMENT
 
     try:
         client, _ = open_client(uri)
@@ -121,7 +121,6 @@ def recorded(uri: str | None, parent: str | None) -> tuple[str, dict]:
     from mlflow.exceptions import MlflowException
 
     from cruxlab.report.sweep_reader import StoreError, load_sweep, open_client
-    from cruxlab.store.contract import ADVICE
 
     sweep = load_sweep(SWEEP, parent, uri)
     client, resolved = open_client(uri)
@@ -155,11 +154,54 @@ def against(uri: str | None, parent: str | None, other: str) -> int:
     return 0
 
 
+def report_and_advise(parent: str, uri: str | None, out: Path, declared_budget: int | None) -> bool:
+    """crux-report advise on the sweep of ``parent`` into ``out``, then the advice from its verdicts: printed,
+    written beside the report and recorded on the parent run. False where crux-report could not read the sweep."""
+    from cruxlab.report.advice import advise
+    from cruxlab.report.cli import UNREAD, main as report
+
+    if report(["advise", "--run", parent, "--out", str(out), *(["--tracking-uri", uri] if uri else [])]) == UNREAD:
+        return False
+    verdicts = json.loads((out / "verdicts.json").read_text(encoding="utf-8"))
+    advice = advise(verdicts, memory_budget(declared_budget))
+    advice_json = json.dumps(advice.as_dict(), indent=2, sort_keys=True) + "\n"
+    (out / ADVICE_DOCUMENT).write_text(advice.markdown(), encoding="utf-8")
+    (out / ADVICE).write_text(advice_json, encoding="utf-8")
+    record(uri, parent, advice.markdown(), advice_json)
+    print("\n" + "\n".join(advice.lines()))
+    return True
+
+
 def memory_budget(declared: int | None) -> int | None:
     """``declared``, else the device's own memory (None on a CPU, which reports none)."""
     from cruxlab.capacity_search import budget
 
     return budget(declared)
+
+
+def refusal(args: argparse.Namespace) -> str | None:
+    """What keeps the command line from an advice, said with its fix, before anything runs; None where nothing does."""
+    if args.budget <= 0:
+        return f"--budget {args.budget:g}: must be > 0 seconds, e.g. --budget 180"
+    if args.memory_budget is not None and args.memory_budget < 1:
+        return f"--memory-budget {args.memory_budget}: must be >= 1 byte, e.g. --memory-budget 2000000000"
+    if args.config_dir is not None and not args.config_dir.is_dir():
+        return f"--config-dir {args.config_dir}: no such folder"
+    epochs = _last(args.overrides, "solver.epochs")
+    if epochs is not None and epochs.isdigit() and int(epochs) % FUSED:
+        return (f"solver.epochs={epochs}: crux-advise times inner_steps={FUSED} against 1, which must divide the "
+                f"epochs: give a multiple of {FUSED}, e.g. solver.epochs={max(FUSED, int(epochs) // FUSED * FUSED)}")
+    backend = _last(args.overrides, "backend")
+    if backend not in (None, "crux"):
+        return (f"backend={backend}: crux-advise advises crux's own solve(); to judge the options on {backend}, run "
+                f"`crux-sweep advise backend={backend}` and `crux-report advise`")
+    varied = refused_overrides(args.overrides)
+    if varied:
+        return (f"{' '.join(varied)}: crux-advise sets the solve() options and their timings itself (each beside the "
+                f"defaults); give the problem, model, optimizer or solver.epochs instead")
+    if args.parent and not args.against:
+        return "--run chooses the sweep --against compares; without --against crux-advise runs a new sweep"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,29 +230,12 @@ def main(argv: list[str] | None = None) -> int:
                                                      "the optimizer, solver.epochs, tracking.uri")
     args = parser.parse_intermixed_args(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per artifact read drowns the advice
-    if args.budget <= 0:
-        parser.error(f"--budget {args.budget:g}: must be > 0 seconds, e.g. --budget 180")
-    if args.memory_budget is not None and args.memory_budget < 1:
-        parser.error(f"--memory-budget {args.memory_budget}: must be >= 1 byte, e.g. --memory-budget 2000000000")
-    if args.config_dir is not None and not args.config_dir.is_dir():
-        parser.error(f"--config-dir {args.config_dir}: no such folder")
-    epochs = _last(args.overrides, "solver.epochs")
-    if epochs is not None and epochs.isdigit() and int(epochs) % FUSED:
-        parser.error(f"solver.epochs={epochs}: crux-advise times inner_steps={FUSED} against 1, which must divide the "
-                     f"epochs: give a multiple of {FUSED}, e.g. solver.epochs={max(FUSED, int(epochs) // FUSED * FUSED)}")
-    backend = _last(args.overrides, "backend")
-    if backend not in (None, "crux"):
-        parser.error(f"backend={backend}: crux-advise advises crux's own solve(); to judge the options on {backend}, "
-                     f"run `crux-sweep advise backend={backend}` and `crux-report advise`")
-    refused = refused_overrides(args.overrides)
+    refused = refusal(args)
     if refused:
-        parser.error(f"{' '.join(refused)}: crux-advise sets the solve() options and their timings itself (each "
-                     f"beside the defaults); give the problem, model, optimizer or solver.epochs instead")
+        parser.error(refused)
     uri = _last(args.overrides, "tracking.uri")
     if args.against:
         return against(uri, args.parent, args.against)
-    if args.parent:
-        parser.error("--run chooses the sweep --against compares; without --against crux-advise runs a new sweep")
     started = time.monotonic()
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     given = _last(args.overrides, "hydra.sweep.dir")
@@ -232,19 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     if status != 0:
         print(f"crux-advise: the sweep ended with status {status}: the advice rests on the runs that finished, and "
               f"what lacks runs stays at its default", file=sys.stderr)
-    from cruxlab.report.advice import advise
-    from cruxlab.report.cli import main as report
-    from cruxlab.store.contract import ADVICE, ADVICE_DOCUMENT
-
-    if report(["advise", "--run", parent, "--out", str(out), *(["--tracking-uri", uri] if uri else [])]) == 2:
+    if not report_and_advise(parent, uri, out, args.memory_budget):
         return 1  # crux-report said why it could not read the sweep
-    verdicts = json.loads((out / "verdicts.json").read_text(encoding="utf-8"))
-    advice = advise(verdicts, memory_budget(args.memory_budget))
-    advice_json = json.dumps(advice.as_dict(), indent=2, sort_keys=True) + "\n"
-    (out / ADVICE_DOCUMENT).write_text(advice.markdown(), encoding="utf-8")
-    (out / ADVICE).write_text(advice_json, encoding="utf-8")
-    record(uri, parent, advice.markdown(), advice_json)
-    print("\n" + "\n".join(advice.lines()))
     print(f"\nadvice: {out / ADVICE_DOCUMENT} (sweep {parent}); measured in {time.monotonic() - started:.0f} s, "
           f"budget {args.budget:g} s")
     return 0
