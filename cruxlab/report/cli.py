@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--against", metavar="URI[#PARENT_RUN]",
                         help="compare with the sweep of NAME in another store (a SQLite file, a server, PostgreSQL, "
                              "a packed mlflow.db.gz or .xz): its newest complete sweep, or the parent run after '#' (#jno: "
-                             "its newest complete jNO sweep)")
+                             "its newest complete jNO sweep), read as before and this sweep as after")
     parser.add_argument("--describe", action=argparse.BooleanOptionalAction,
                         help="write the verdicts into the description of the sweep's parent run in MLflow (default: "
                              "for a sweep that names its claims, as crux-sweep's do; a crux-run -m sweep's "
