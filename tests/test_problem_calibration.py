@@ -133,6 +133,18 @@ def test_the_end_loss_is_the_median_of_the_last_tenth_and_training_is_a_stated_f
     assert calibrate(reference, []).trained is (8.0 <= TRAINED_FRACTION * 10.0)
 
 
+def test_epochs_a_library_logged_no_loss_for_are_skipped_but_a_run_that_ends_on_nan_did_not_train():
+    """jNO logs one loss per fused call (NaN for the other epochs): its run trained if its logged losses fell;
+    a NaN at the last epoch is the loss it ended with."""
+    logged = np.full(100, np.nan)
+    logged[9::10] = np.geomspace(10.0, 0.1, 10)  # one loss per call of 10, falling a hundredfold
+    reference = RunRecord("jno", SolveOptions(epochs=100, inner_steps=10), {"loss/total": logged}, {}, {})
+    found = calibrate(reference, [])
+    assert found.trained and found.first_loss == 10.0 and found.end_loss == 0.1
+    diverged = np.r_[logged[:-1], np.nan]
+    assert not calibrate(replace(reference, histories={"loss/total": diverged}), []).trained
+
+
 def test_fused_steps_on_a_reference_that_did_not_train_are_not_failed_without_twins():
     """The same rule for the same-numbers claims: K=5 beyond the assumed bound of a K=1 run whose loss never fell,
     with no twin to show the bound holds there, is inconclusive, not a departure."""

@@ -39,18 +39,34 @@ LEARNING_RATE = "schedule.value"  # the config key of a constant schedule's lear
 LR_DIVISOR = 100  # the override offered on a problem that amplifies round-off: the learning rate this much smaller
 
 
-def end_loss(history: np.ndarray) -> float:
-    """The loss a run ended with: the median over the last tenth of its epochs (at least one), NaN if any is."""
+def logged_losses(history: np.ndarray) -> np.ndarray:
+    """The epochs' losses a run logged: a NaN before the last epoch is an epoch whose loss was not logged (jNO
+    logs one loss per fused call), not a loss; a NaN at the last epoch is kept, as the loss the run ended with."""
     values = np.asarray(history, np.float64)
+    if not values.size or math.isnan(values[-1]):
+        return values
+    return values[~np.isnan(values)]
+
+
+def first_loss(history: np.ndarray) -> float:
+    """The first loss a run logged; NaN where it logged none."""
+    values = logged_losses(history)
+    return float(values[0]) if values.size else math.nan
+
+
+def end_loss(history: np.ndarray) -> float:
+    """The loss a run ended with: the median over the last tenth of its logged epochs (at least one), NaN if any
+    is not finite."""
+    values = logged_losses(history)
     tail = values[-max(len(values) // 10, 1):]
     return float(np.median(tail)) if tail.size and np.all(np.isfinite(tail)) else math.nan
 
 
 def not_trained(record: RunRecord) -> str:
     """Why ``record`` did not train, in words ('' where it did): its loss/total at the end not at most
-    ``TRAINED_FRACTION`` of its first epoch's, or not finite."""
-    losses = np.asarray(record.histories.get("loss/total", ()), np.float64)
-    first, end = (float(losses[0]) if losses.size else math.nan), end_loss(losses)
+    ``TRAINED_FRACTION`` of its first logged epoch's, or not finite."""
+    losses = record.histories.get("loss/total", ())
+    first, end = first_loss(losses), end_loss(losses)
     return "" if _trained(first, end) else _untrained(record.label, first, end)
 
 
@@ -154,7 +170,7 @@ def calibrate(reference: RunRecord, twins: Sequence[RunRecord]) -> ProblemCalibr
     """The calibration of the problem on ``reference`` and its round-off ``twins``. Raises
     :class:`~cruxlab.report.run_records.UnreadableArtifact` where a parameter snapshot cannot be read."""
     losses = np.asarray(reference.histories["loss/total"], np.float64)
-    first = float(losses[0]) if losses.size else math.nan
+    first = first_loss(losses)
     epochs = len(losses)
     distances, ratios, within = [], [], epochs
     for twin in twins:
