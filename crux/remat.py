@@ -26,7 +26,7 @@ compiled, the plain update where no form needs fewer: ``checkpoint_gradients`` n
 plain update. XLA assigns a program's buffers before it generates its machine code, so a form is measured by a
 compile that spends little on the code (on a CPU: LLVM at its lowest level; :mod:`crux.executables`), the forms
 side by side, and only the form kept is compiled in full. What choosing costs on a first ``solve()`` (2-D Poisson,
-1,024 + 128 points, 6 × 64 tanh, a 2-core CPU) is in docs/BENCHMARK.md (``scripts/compile_cost.py``).
+1,024 + 128 points, 6 × 64 tanh, a 2-core CPU) is in docs/BENCHMARK.md (``crux-bench compile``).
 """
 from __future__ import annotations
 

@@ -12,18 +12,18 @@
 # $ARGS_advise appended, e.g. "--budget 300 problem=heat1d"; its report and advice in reports/advise); functions (scripts/function_accuracy.py: the float32 accuracy of the activations and
 # of matrix products, on the accelerator and on the CPU); bench (crux-bench, with $BENCH_ARGS appended; with
 # BENCH_JNO=1, after `--prepare --jno`, jNO's rows of the standard problem too, its time to a first update among them);
-# anatomy (scripts/step_anatomy.py --profile: the device's time per instruction of a fused update, crux beside
+# anatomy (crux-bench anatomy --profile: the device's time per instruction of a fused update, crux beside
 # the hand-written scans, on the problems of $ANATOMY_PROBLEMS, default small,standard; square is the 2-D one);
 # capacity (scripts/capacity.py, with $CAPACITY_ARGS appended; at most $CAPACITY_S
 # seconds, default 300); scale (scripts/memory_at_scale.py, with $SCALE_ARGS appended, at most $SCALE_S seconds,
-# default 300: checkpoint_gradients' forms and offload_data at the chip's sizes); compile (scripts/compile_cost.py
+# default 300: checkpoint_gradients' forms and offload_data at the chip's sizes); compile (crux-bench compile
 # --rounds $COMPILE_ROUNDS, default 1, and $COMPILE_ARGS: a first solve()'s compile with checkpoint_gradients and
 # with every memory option against the plain update's, Adam and L-BFGS, each in a fresh process); cache
 # (scripts/measure_sweep.py: the $CACHE_SWEEP sweep, default accumulation, run twice into a fresh compilation cache, each run's compile
 # seconds and its first jobs' compile share, the second run's compile over the first's; $CACHE_ARGS=--compile-log
 # adds where each run's compile seconds went); NAME-jno, any claim sweep with
 # backend=jno (precision-jno on jNO's built-in problems, poisson1d and mixed_poisson1d), and fused
-# (scripts/bench_fused.py: crux and jNO at K = 1, 10, 100, 1000 updates a call), both after `--prepare --jno`. A
+# (crux-bench fused: crux and jNO at K = 1, 10, 100, 1000 updates a call), both after `--prepare --jno`. A
 # sweep step takes more overrides from $ARGS_<step> (dashes as underscores: ARGS_inner_steps_jno="repeat=0,1").
 # The bench times the hand-written scans unrolled four to a turn too: on a TPU
 # that form is the fastest hand-written one, the baseline crux is held to. `devices` runs only where
@@ -343,11 +343,11 @@ for name in "${chosen[@]}"; do
                     --out "$OUT" "${jno_column[@]}" ${BENCH_ARGS:-}
             fi ;;
         anatomy)
-            step anatomy 60 240 "$python" "$root/scripts/step_anatomy.py" --quick --profile --repeats "$( ((dry)) \
+            step anatomy 60 240 "$python" -m cruxlab.bench anatomy --quick --profile --repeats "$( ((dry)) \
                 && echo 1 || echo 3)" --problems "${ANATOMY_PROBLEMS:-small,standard}" --out "$work/anatomy" ;;
         compile)
             # shellcheck disable=SC2086
-            step compile 60 0 "$python" "$root/scripts/compile_cost.py" --rounds "${COMPILE_ROUNDS:-1}" \
+            step compile 60 0 "$python" -m cruxlab.bench compile --rounds "${COMPILE_ROUNDS:-1}" \
                 $( ((dry)) && echo "--optimizers adam" ) ${COMPILE_ARGS:-} ;;
         cache)
             # shellcheck disable=SC2086
@@ -369,7 +369,7 @@ for name in "${chosen[@]}"; do
                 ${SCALE_ARGS:-} ;;
         fused)
             # shellcheck disable=SC2086
-            step fused 60 0 "$python" "$root/scripts/bench_fused.py" --out "$OUT" \
+            step fused 60 0 "$python" -m cruxlab.bench fused --out "$OUT" \
                 $( ((dry)) && echo "--quick --problems small,own --repeats 1" ) ${FUSED_ARGS:-} ;;
         *-jno)
             # shellcheck disable=SC2086

@@ -390,3 +390,12 @@ def test_rounds_rotate_which_run_goes_first_and_keep_what_each_returned_in_order
     returned = in_rounds(runs, 4)
     assert "".join(order) == "abc" + "bca" + "cab" + "abc"
     assert returned == {name: [f"{name}{i}" for i in range(1, 5)] for name in "abc"}
+
+
+@pytest.mark.parametrize("name, option", [("anatomy", "--problems"), ("calls", "--rounds"), ("compile", "--rounds")])
+def test_the_measurements_beside_the_tables_are_crux_bench_subcommands(name, option, capsys):
+    """``crux-bench NAME`` runs the measurement's own command line, which names itself so in its errors."""
+    with pytest.raises(SystemExit) as ended:
+        main([name, option])
+    assert ended.value.code == 2
+    assert f"crux-bench {name}: error: argument {option}: expected one argument" in capsys.readouterr().err

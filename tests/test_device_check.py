@@ -79,7 +79,7 @@ def test_the_dry_run_sweeps_reports_and_returns_the_store(tmp_path):
 @pytest.mark.slow
 def test_the_dry_run_sweeps_on_jno_times_its_fused_calls_and_sets_crux_beside_jno(tmp_path):
     """The jNO path: a sweep with backend=jno whose fused jobs time themselves, its report naming jNO, and
-    scripts/bench_fused.py's files among those that come back."""
+    crux-bench fused's files among those that come back."""
     pytest.importorskip("jno", reason='the jNO steps need the jno extra: pip install -e ".[jno]"')
     result = _run(tmp_path, "--dry-run", "inner_steps-jno", "fused")
     log = (tmp_path / "out" / "device_check.log").read_text()

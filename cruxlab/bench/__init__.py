@@ -7,6 +7,10 @@
     crux-bench --readme                                # README.md's speed table from this commit (~10 min)
     crux-bench --readme-from tpu/bench.json            # ... from a run elsewhere, in its device's column
     crux-bench --problems throughput --sizes 16384,65536 --widths 64,512 --peak-tflops 197
+    crux-bench anatomy --quick --profile --out DIR     # where a fused update's time goes (anatomy.md)
+    crux-bench calls                                   # what a fused call costs beyond its updates
+    crux-bench compile                                 # a first solve()'s compile per memory option
+    crux-bench fused --out DIR                         # crux and jNO at K = 1, 10, 100, 1000 (the jno extra)
 
 (``python -m cruxlab.bench`` is the same command.) Reference problems: -u'' = pi^2 sin(pi x) on [0, 1] with
 u = x(1-x) N(x), N a tanh MLP, Adam 1e-3.
@@ -37,5 +41,6 @@ first update (``first_update``), one module per problem (``standard``, ``micro_b
 ``scaling``, ``fusing``, ``throughput``, ``shapes``), jNO's figures (``jno_problems``, timed in a process of its
 own, and ``jno_column``), the targets (``targets``), bench.md (``tables``), README.md's speed table
 (``speed_table``), what the run ran on (``host``), the MLflow run (``mlflow_run``) and the command
-(``command_line``).
+(``command_line``); the measurements beside the tables, each a subcommand: ``anatomy``, ``call_cost`` (``calls``),
+``compile_cost`` (``compile``) and ``against_jno_fused`` (``fused``). Every one times in :func:`interleaved.in_rounds`.
 """

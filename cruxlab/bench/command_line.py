@@ -3,6 +3,7 @@ problem, its tables written after each (a run cut short by a time limit still le
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.util
 import json
 import subprocess
@@ -35,6 +36,12 @@ from cruxlab.runtime.provenance import checkout
 COMMAND = "crux-bench"
 PROBLEMS = ("standard", "small", "accumulation", "laplacian", "scaling", "fusing", "throughput", "shapes")
 QUICK_PROBLEMS = ("standard", "small", "accumulation")  # the rest compile too many programs for a minute
+SUBCOMMANDS = {  # crux-bench NAME ...: measurements beside the tables, each a module with main(argv)
+    "anatomy": "cruxlab.bench.anatomy",  # where a fused update's time goes, crux beside variants of it
+    "calls": "cruxlab.bench.call_cost",  # what a fused call costs beyond its updates
+    "compile": "cruxlab.bench.compile_cost",  # a first solve()'s compile per memory option, fresh processes
+    "fused": "cruxlab.bench.against_jno_fused",  # crux and jNO at K = 1, 10, 100, 1000 updates a call (jno extra)
+}
 
 
 def write(report: dict, out: Path | None, jno: Path | None, started: float, final: bool) -> str:
@@ -88,7 +95,9 @@ def _joined(values: tuple) -> str:
 def parser() -> argparse.ArgumentParser:
     """crux-bench's options."""
     parser = argparse.ArgumentParser(prog=COMMAND, description=cruxlab.bench.__doc__.split("\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=f"also: {COMMAND} {{{','.join(SUBCOMMANDS)}}} --help (measurements beside "
+                                            f"the tables)")
     parser.add_argument("--quick", action="store_true", help="few updates per round: a smoke run (< 1 min)")
     parser.add_argument("--problems", help=f"comma-separated, from {','.join(PROBLEMS)} (default: all; with "
                                            f"--quick: {','.join(QUICK_PROBLEMS)})")
@@ -162,6 +171,8 @@ def readme_from(parser: argparse.ArgumentParser, paths: list[Path]) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run crux-bench with the command line ``argv`` (default: this process's); 0 when it ran."""
     arguments = sys.argv[1:] if argv is None else argv
+    if arguments and arguments[0] in SUBCOMMANDS:
+        return importlib.import_module(SUBCOMMANDS[arguments[0]]).main(arguments[1:])
     options = parser()
     args = options.parse_args(arguments)
     if args.readme_from:

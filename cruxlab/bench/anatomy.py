@@ -1,10 +1,9 @@
-#!/usr/bin/env python
 """Where a fused update's time goes: kernels in the compiled loop body and steps/s, crux against variants.
 
-    python scripts/step_anatomy.py                      # small and standard, inner_steps=100
-    python scripts/step_anatomy.py --quick --out DIR    # fewer updates; also writes DIR/anatomy.md
-    python scripts/step_anatomy.py --quick --profile --out DIR   # and each variant's device time per op
-    python scripts/step_anatomy.py --problems square    # the 2-D problem on 256 points, 2 × 32
+    crux-bench anatomy                                  # small and standard, inner_steps=100
+    crux-bench anatomy --quick --out DIR                # fewer updates; also writes DIR/anatomy.md
+    crux-bench anatomy --quick --profile --out DIR      # and each variant's device time per op
+    crux-bench anatomy --problems square                # the 2-D problem on 256 points, 2 × 32
 
 With ``--profile`` each variant's rounds are traced once more (``jax.profiler``) and the device's own time per
 update is split by compiled instruction: what the device is busy with against the wall time of an update (the
@@ -263,8 +262,9 @@ def anatomy(name: str, problem: Problem, steps: int, repeats: int, k: int, log,
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    """Run ``crux-bench anatomy`` with the command line ``argv``; 0 when it ran."""
+    parser = argparse.ArgumentParser(prog="crux-bench anatomy", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer updates per round")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--profile", action="store_true",
@@ -274,7 +274,7 @@ def main() -> None:
     parser.add_argument("--problems", default="small,standard",
                         help=f"comma-separated, from {','.join(PROBLEMS)} (square: the 2-D problem on 256 points, "
                              f"2 × 32)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     names = [name.strip() for name in args.problems.split(",") if name.strip()]
     if not names or set(names) - set(PROBLEMS):
         parser.error(f"--problems {args.problems!r}: choose from {','.join(PROBLEMS)}")
@@ -290,7 +290,4 @@ def main() -> None:
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "anatomy.md").write_text("\n".join(text))
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -1,9 +1,8 @@
-#!/usr/bin/env python
 """What a first ``solve()`` compiles, option by option, against the plain update's compile.
 
-    python scripts/compile_cost.py                         # Adam and L-BFGS, 3 rounds (about 4 min on 2 cores)
-    python scripts/compile_cost.py --rounds 5 --optimizers adam
-    python scripts/compile_cost.py --optimizers lbfgs --as-chosen    # plain, checkpoint, every option
+    crux-bench compile                                     # Adam and L-BFGS, 3 rounds (about 4 min on 2 cores)
+    crux-bench compile --rounds 5 --optimizers adam
+    crux-bench compile --optimizers lbfgs --as-chosen      # plain, checkpoint, every option
 
 The problem is a user's first: the Poisson equation on the unit square, 1,024 interior and 128 edge points, a
 6 × 64 tanh network, 100 epochs. Each setting's first ``solve()`` runs in a fresh process (nothing compiled
@@ -77,13 +76,14 @@ def first_solve(optimizer: str, setting: str) -> dict:
 
 def in_fresh_process(optimizer: str, setting: str) -> dict:
     env = {**os.environ, "JAX_ENABLE_COMPILATION_CACHE": "false"}
-    out = subprocess.run([sys.executable, __file__, "--one", optimizer, setting], capture_output=True, text=True,
-                         env=env, check=True)
+    out = subprocess.run([sys.executable, "-m", "cruxlab.bench", "compile", "--one", optimizer, setting],
+                         capture_output=True, text=True, env=env, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    """Run ``crux-bench compile`` with the command line ``argv``; 0 when it ran."""
+    parser = argparse.ArgumentParser(prog="crux-bench compile", description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--optimizers", default="adam,lbfgs")
     parser.add_argument("--as-chosen", action="store_true", help="leave out the settings whose form is chosen from "
@@ -106,7 +106,3 @@ def main(argv: list[str] | None = None) -> int:
                   f"{np.median(column(name, 'compile_cpu_seconds')):6.2f} s ×plain {np.median(cpu):5.2f} "
                   f"[{cpu.min():.2f}-{cpu.max():.2f}]; form {', '.join(forms)}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

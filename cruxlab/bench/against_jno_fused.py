@@ -1,8 +1,7 @@
-#!/usr/bin/env python
 """crux and jNO fusing K = 1, 10, 100, 1000 updates into a call, on the same problems, timed in one process.
 
-    python scripts/bench_fused.py --out DIR                 # fused.json and fused.md in DIR
-    python scripts/bench_fused.py --out DIR --quick         # a smoke run: fewer updates, K up to 100
+    crux-bench fused --out DIR                              # fused.json and fused.md in DIR
+    crux-bench fused --out DIR --quick                      # a smoke run: fewer updates, K up to 100
 
 Needs the jno extra. Every variant is one library at one K on one problem: crux's ``solve(steps, inner_steps=K)``
 or jNO's ``core.solve(steps, inner_steps=K)``, both at the device's default matmul precision (what jNO runs at
@@ -46,7 +45,7 @@ from cruxlab.bench.interleaved import in_rounds
 from cruxlab.bench.jno_problems import jno_poisson
 from cruxlab.config import ModelConfig
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: its examples/ and its commit
 EXAMPLE = ROOT / "examples" / "own_problem"
 PRECISION = "default"
 
@@ -165,13 +164,14 @@ def markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    """Run ``crux-bench fused`` with the command line ``argv``; 0 when it ran."""
+    parser = argparse.ArgumentParser(prog="crux-bench fused", description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for fused.json and fused.md")
     parser.add_argument("--quick", action="store_true", help="K up to 100, 200 updates a round: a smoke run")
     parser.add_argument("--problems", default=",".join(PROBLEMS), help=f"from {','.join(PROBLEMS)}")
     parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     wanted = args.problems.split(",")
     unknown = [p for p in wanted if p not in PROBLEMS]
     if unknown:
@@ -181,7 +181,7 @@ def main() -> int:
     device = jax.devices()[0]
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip() or "unknown"
-    report = {"command": " ".join(["python", "scripts/bench_fused.py", *sys.argv[1:]]),
+    report = {"command": " ".join(["crux-bench", "fused", *(sys.argv[1:] if argv is None else argv)]),
               "backend": jax.default_backend(), "device_kind": device.device_kind, "jax_version": jax.__version__,
               "jno_version": version("jax-numerical-operators"), "python": platform.python_version(),
               "summary": f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit}; jax "
@@ -195,7 +195,3 @@ def main() -> int:
     (args.out / "fused.md").write_text(text + "\n")
     print(text)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

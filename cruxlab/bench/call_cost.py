@@ -1,9 +1,8 @@
-#!/usr/bin/env python
 """What a fused ``solve()`` call costs beyond its compiled program, against crux-bench's hand-written scans.
 
-    python scripts/call_cost.py                      # small problem, inner_steps 10 and 100, 9 rounds (~4 min)
-    python scripts/call_cost.py --k 10 --rounds 15
-    taskset -c 0 python scripts/call_cost.py         # on one core: XLA runs the program's operations in turn
+    crux-bench calls                                 # small problem, inner_steps 10 and 100, 9 rounds (~4 min)
+    crux-bench calls --k 10 --rounds 15
+    taskset -c 0 crux-bench calls                    # on one core: XLA runs the program's operations in turn
 
 Ways to run the same ``2000`` updates of the small problem (64 points, 1-32-32-32-1), timed in interleaved
 rounds: the hand-written ``lax.scan`` of k updates a call, with the hand-derived Taylor u'' and with reverse
@@ -20,7 +19,6 @@ import argparse
 import collections
 import functools
 import os
-import sys
 import time
 
 import jax
@@ -120,11 +118,12 @@ def fixed_parts(k: int, solves: int = 200) -> None:
         print(f"k={k:4d} {label:32s} {len(values) / solves:4.1f} a solve, CPU {np.median(values) * 1e6:8.0f} us")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    """Run ``crux-bench calls`` with the command line ``argv``; 0 when it ran."""
+    parser = argparse.ArgumentParser(prog="crux-bench calls", description=__doc__.split("\n")[0])
     parser.add_argument("--k", default="10,100", help="inner_steps, comma-separated")
     parser.add_argument("--rounds", type=int, default=9)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     print(f"{environment()['summary']}; CPU affinity {sorted(os.sched_getaffinity(0))}")
     per_k = {}
     for k in (int(k) for k in args.k.split(",")):
@@ -133,7 +132,3 @@ def main() -> int:
     if len(per_k) > 1:
         split(per_k)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
