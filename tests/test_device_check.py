@@ -13,6 +13,7 @@ import tarfile
 
 import pytest
 
+from crux.timing.pairs import FIRST_LOOK
 from crux_testing import copy_of_checkout
 
 SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "device_check.sh"
@@ -91,7 +92,9 @@ def test_the_dry_run_sweeps_on_jno_times_its_fused_calls_and_sets_crux_beside_jn
         verdicts = json.load(archive.extractfile("./reports/inner_steps-jno/verdicts.json"))
     faster = [v for v in verdicts if v["id"].startswith("inner_steps.faster")]
     assert faster and {v["backend"] for v in verdicts} == {"jno"}
-    assert all(v["evidence"]["timed_pairs"] >= 8 for v in faster), [v["summary"] for v in faster]  # timed, not absent
+    for v in faster:  # timed, not absent: two pairs at least; fewer than a first look's say the budget was short
+        assert v["evidence"]["timed_pairs"] >= 2, v["summary"]
+        assert v["evidence"]["timed_pairs"] >= FIRST_LOOK or "raise timing.budget_seconds" in v["summary"], v["summary"]
     fused = json.loads((tmp_path / "out" / "fused.json").read_text())
     assert set(fused["problems"]) == {"small", "own"}
     for problem in fused["problems"].values():
