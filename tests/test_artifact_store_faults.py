@@ -14,7 +14,7 @@ from typing import Iterator
 import pytest
 
 from crux_testing import run_opened
-from scale_out import start, stop
+from scale_out import start
 from test_store_faults import TRAINING, finish, server_folder, sweep  # noqa: F401 - a fixture
 from cruxlab.store import contract
 

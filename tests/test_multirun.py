@@ -333,3 +333,36 @@ def test_damaged_results_left_by_a_job_are_named_for_its_runs_closing(tmp_path):
     pickup.stop()
     assert taken == [] and list(pickup.unreadable) == ["3"] and "Expecting" in pickup.unreadable["3"]
     assert not damaged.exists()
+
+
+def test_the_launchers_line_of_a_job_is_said_once_it_starts_and_never_for_one_a_store_fault_kept_from_starting(
+        tmp_path, caplog):
+    """Hydra's basic launcher says ``#N : overrides`` before starting job N: the line waits for the job to pass
+    its checks; one still waiting when the next comes is said then, unless a store fault is recorded (the job was
+    refused: it never started)."""
+    import logging
+
+    from cruxlab.runtime.multirun import LaunchLines
+    from cruxlab.runtime.readiness import job_starts, on_job_start
+    from cruxlab.store.faults import record_fault
+
+    launcher, lines = logging.getLogger(LaunchLines.LOGGER), LaunchLines(tmp_path)
+    launcher.addFilter(lines)
+    on_job_start(lines.release)
+    said = lambda: [record.getMessage() for record in caplog.records if record.name == LaunchLines.LOGGER]  # noqa: E731
+    try:
+        with caplog.at_level(logging.INFO):
+            launcher.info("Launching 4 jobs locally")
+            launcher.info("\t#0 : memory=b8")
+            assert said() == ["Launching 4 jobs locally"]
+            job_starts()
+            launcher.info("\t#1 : memory=b32")  # job 1 fails before its checks: said as job 2's line comes
+            launcher.info("\t#2 : memory=b64")
+            assert said()[1:] == ["\t#0 : memory=b8", "\t#1 : memory=b32"]
+            record_fault(tmp_path, None, "log_batch failed for 10 s")  # job 2 is refused
+            launcher.info("\t#3 : memory=full")
+            lines.release()  # the launch ends
+            assert said()[1:] == ["\t#0 : memory=b8", "\t#1 : memory=b32"]
+    finally:
+        on_job_start(None)
+        launcher.removeFilter(lines)

@@ -179,8 +179,8 @@ def test_no_job_starts_after_the_server_is_gone(server_folder, tmp_path):
     output = "".join(seen)
     assert output.count(TRAINING) == 1, output[-4000:]  # job 0 only
     assert "; 0 of the 3 jobs run finished, none started after it; " in seen[-1], seen[-1]
-    # the launcher names the jobs it started before the fault was recorded, not job 2, which never ran
-    assert "\t#1 : " in output and "\t#2 : " not in output, output[-4000:]
+    # the launcher's line is said for job 0 only: job 1 waited for the store and never started, job 2 never ran
+    assert "\t#0 : " in output and "\t#1 : " not in output and "\t#2 : " not in output, output[-4000:]
 
 
 def test_a_postgresql_restart_within_the_budget_under_a_direct_sweep_loses_no_job(postgres, postgres_store, tmp_path):
@@ -500,6 +500,7 @@ def test_a_server_that_stops_answering_is_a_fault_within_the_budget_plus_one_req
     output, last = "".join(seen), seen[-1].strip()
     assert status != 0 and "Traceback" not in output, output[-4000:]
     assert output.count(TRAINING) == 1, output[-4000:]  # job 0 only
+    assert "\t#0 : " in output and "\t#1 : " not in output, output[-4000:]  # no launch said for a job not started
     assert last.startswith(f"crux-sweep: the tracking store at {url} failed: "), last
     assert "(tracking.retry_seconds 10 s, each try given up after 32 s at most): no answer within 10 s; " in last
     assert "; 0 of the 3 jobs run finished, none started after it; the results that job 0 trained are kept" in last
@@ -510,3 +511,29 @@ def test_a_server_that_stops_answering_is_a_fault_within_the_budget_plus_one_req
     assert finish(process, resumed) == 0, "".join(resumed)[-4000:]
     assert "".join(resumed).count(TRAINING) == 2  # jobs 1 and 2: job 0's kept results are written
     assert "View run" not in "".join(resumed)  # MLflow's own line for each run a server closes: the sweep says once
+
+
+@pytest.mark.parametrize("small_disk", ["8m"], indirect=True)
+def test_a_sweep_folder_whose_disk_fills_up_is_named_with_its_free_bytes(small_disk, empty_store, tmp_path):
+    """The sweep's folder on a small disk, its store elsewhere: the disk fills while job 0 trains, and Hydra
+    cannot write job 1's folder. The last line names the sweep's folder, the disk and its free bytes, and the fix,
+    not the store (which took job 0) nor Hydra's bare ``[Errno 28]``; ``--resume`` with the disk freed runs the
+    jobs left."""
+    shutil.copy(empty_store, tmp_path / "mlflow.db")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    process, seen = sweep(small_disk, uri), []
+    read_until(process, seen, TRAINING)
+    while not run_opened(uri, "accumulation", "0"):
+        assert process.poll() is None, "".join(seen)[-4000:]
+        time.sleep(0.05)
+    fill(small_disk)
+    status = finish(process, seen)
+    output, last = "".join(seen), seen[-1].strip()
+    assert status != 0 and "Traceback" not in output, output[-4000:]
+    (folder,) = small_disk.glob("multirun/*/*")
+    assert last.startswith(f"crux-sweep: the sweep's folder {folder} failed: "), last
+    assert f"the disk holding {folder} is full (" in last and " bytes free): free some space there; " in last, last
+    assert "[Errno 28]" not in last
+    (small_disk / "filler").unlink()
+    process, resumed = sweep(small_disk, uri, "--resume"), []
+    assert finish(process, resumed) == 0, "".join(resumed)[-4000:]

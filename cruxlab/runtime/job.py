@@ -16,7 +16,7 @@ create its run and write its params while it trains, and hands the rest to the
 sweep's process (:mod:`cruxlab.runtime.handover`); any other job (a lone crux-run)
 waits for the writer before it returns. A sweep's job reads nothing from the
 store before it trains: the sweep hands its destination down (it opens a connection to the store's server,
-:func:`cruxlab.store.faults.reach`, so that no job trains for a store known to be gone). In a sweep of
+:mod:`cruxlab.runtime.readiness`, so that no job trains for a store known to be gone). In a sweep of
 the basic launcher the next run is created by the writer behind the previous
 job's writes: a write that meets a store fault records it in
 the sweep's folder, and no run is created, nor any write attempted, after it
@@ -58,6 +58,7 @@ from cruxlab.runtime.interrupt import deferred, signal_name
 from cruxlab.runtime.kept import keep
 from cruxlab.runtime.liveness import Heartbeat, follow_sweep, process_tags
 from cruxlab.runtime.provenance import invocation, invocation_tags, launch_folder
+from cruxlab.runtime.readiness import check_artifact_store, job_starts, wait_for_store
 from cruxlab.runtime.space import NoRoom, check_room
 from cruxlab.runtime.system_metrics import SystemMetrics
 from cruxlab.runtime.writer import Beside, Writer, process_writer
@@ -69,9 +70,9 @@ from cruxlab.store.contract import (ADJUSTED, BACKEND, CHILD, CLAIM, CONFIG, ENV
                                     KILLED, MODEL, NOTE, PARAMS, PARENT_ID, REPEAT, REQUESTED, ROLE, SINGLE, STATS,
                                     SWEEP, VARIANT, VARIANT_PARAM, memory_logged)
 from cruxlab.store.descriptions import job_description
-from cruxlab.store.artifacts import check_artifact_folder, write_artifacts
-from cruxlab.store.faults import (PatientClient, StoreFault, patiently, reach, record_fault, recorded_fault,
-                                  set_retry_budget, store_named, store_retrying)
+from cruxlab.store.artifacts import write_artifacts
+from cruxlab.store.faults import (PatientClient, StoreFault, record_fault, recorded_fault, set_retry_budget,
+                                  store_named, store_retrying)
 from cruxlab.store.history import history_series, log_history, thinned
 from cruxlab.store.model import write_model
 from cruxlab.store.params import changed_keys, flatten, variant_name
@@ -145,35 +146,6 @@ def _sweep_destination(client: MlflowClient, uri: str, parent_run_id: str) -> De
     if key not in _destinations:
         _destinations[key] = Destination.of_parent(client, uri, parent_run_id)
     return _destinations[key]
-
-
-def _wait_for_store(uri: str, sweep_dir: Path) -> None:
-    """Before a sweep's job trains: return once the store's server takes a connection (:func:`reach`); where it
-    does not, the writes handed over before this job are waited for (they meet the same store, and record its
-    fault), then the server, up to the retry budget; StoreFault, recorded in ``sweep_dir``, where it stays away."""
-    try:
-        reach(uri)
-        return
-    except OSError:
-        process_writer().drain()
-    fault = recorded_fault(sweep_dir)
-    if fault is not None:
-        raise StoreFault(f"not started: {fault['message']}")
-    try:
-        patiently(lambda: reach(uri), "a connection before the job starts")
-    except StoreFault as away:
-        record_fault(sweep_dir, None, str(away))
-        raise StoreFault(f"not started: {away}") from None
-
-
-def _check_artifact_store(location: str, uri: str, sweep_dir: Path) -> None:
-    """Before a sweep's job trains: StoreFault, recorded in ``sweep_dir``, where its artifact folder takes no file
-    (:func:`cruxlab.store.artifacts.check_artifact_folder`)."""
-    try:
-        check_artifact_folder(location, uri)
-    except StoreFault as fault:
-        record_fault(sweep_dir, None, fault)
-        raise StoreFault(f"not started: {fault}", fault.store) from None
 
 
 class OpenedOnFirstUse:
@@ -281,7 +253,7 @@ class JobRun:
         if fault is not None:  # an earlier job of the sweep waited for the store in vain: this one would too
             raise StoreFault(f"not started: {fault['message']}")
         if parent:
-            _wait_for_store(os.environ[TRACKING_URI], sweep_dir)
+            wait_for_store(os.environ[TRACKING_URI], sweep_dir)
         if parent and DESTINATION in os.environ:
             client = OpenedOnFirstUse(os.environ[TRACKING_URI])
             where = Destination.from_handed_down(os.environ[DESTINATION])
@@ -295,7 +267,8 @@ class JobRun:
             name = experiment_name(cfg.tracking.experiment, hydra.runtime.choices)
             where = Destination(uri, ensure_experiment(client, name, uri, cfg.claim), None, name, cfg.claim)
         if parent:
-            _check_artifact_store(where.artifact_location, where.uri, sweep_dir)
+            check_artifact_store(where.artifact_location, where.uri, sweep_dir)
+            job_starts()
         invoked = invocation()  # named by what its sweep varies, else by what its overrides change
         named = where.swept if where.parent_run_id is not None else changed_keys(invoked["overrides"])
         variant = cfg.variant or variant_name(invoked["overrides"], named, set(hydra.runtime.choices), cfg)

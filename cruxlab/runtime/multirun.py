@@ -61,6 +61,7 @@ from cruxlab.runtime.interrupt import deferred, exit_status, interruptible, sign
 from cruxlab.runtime.job import JobRun, finished_jobs, unwritten_jobs
 from cruxlab.runtime.kept import kept_folder, kept_results
 from cruxlab.runtime.liveness import (GONE, STORE_FAULT, SWEEP_PID, Heartbeat, close_orphans, is_gone, process_tags)
+from cruxlab.runtime.readiness import on_job_start
 from cruxlab.runtime.provenance import checkout, mlflow_source
 from cruxlab.runtime.space import StoreReserve
 from cruxlab.runtime.tracebacks import tracebacks_shown
@@ -74,8 +75,8 @@ from cruxlab.store.contract import (BACKEND, CLAIM, CLAIMS, COMMAND, ERROR_MESSA
                                     ROLE, RUNNING, SWEEP, SWEEP_DIR, SWEPT, VARIANT, VARIANT_PARAM, WORKING_DIR,
                                     tag_filter)
 from cruxlab.store.descriptions import runs_page, sweep_description
-from cruxlab.store.faults import (PatientClient, StoreFault, is_store_fault, reach, record_fault, recorded_fault,
-                                  reserve_fault_record, set_retry_budget, store_named)
+from cruxlab.store.faults import (PatientClient, StoreFault, full_disk, is_disk_full, is_store_fault, reach,
+                                  record_fault, recorded_fault, reserve_fault_record, set_retry_budget, store_named)
 from cruxlab.store.params import as_requested, flatten
 from cruxlab.store.secrets import PASSWORD_VARIABLE, credential_variables, masked
 
@@ -91,19 +92,34 @@ WORKER_KILLED = ("TerminatedWorkerError", "BrokenProcessPool")
 """What a launcher whose pool lost a worker process raises (joblib's loky, Python's process pools)."""
 
 
-class SilentAfterFault(logging.Filter):
-    """Drops the launcher's ``#N : overrides`` line of a job it starts once a store fault is recorded in
-    ``sweep_dir``: such a job ends at once without running (Hydra's basic launcher says the line of every job of
-    its batch before starting it), and the sweep's last line says which jobs ran."""
+class LaunchLines(logging.Filter):
+    """Holds the launcher's ``#N : overrides`` line of a job until the job starts
+    (:func:`cruxlab.runtime.readiness.on_job_start`): Hydra's basic launcher says the line of every job before
+    starting it, and a job refused for a store fault recorded in ``sweep_dir`` (the store away, its artifact
+    folder read-only) never started; the sweep's last line says which jobs ran. A line still held when the next comes, or when the launch ends, is
+    said then, unless a fault is recorded."""
 
     LOGGER = "hydra._internal.core_plugins.basic_launcher"
 
     def __init__(self, sweep_dir: Path):
         super().__init__()
         self.sweep_dir = sweep_dir
+        self._held: logging.LogRecord | None = None
+        self._saying: logging.LogRecord | None = None
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.getMessage().lstrip().startswith("#") and recorded_fault(self.sweep_dir) is not None)
+        if record is self._saying or not record.getMessage().lstrip().startswith("#"):
+            return True
+        self.release()
+        self._held = record
+        return False
+
+    def release(self) -> None:
+        """Say the line held, unless a store fault is recorded (its job did not start)."""
+        held, self._held = self._held, None
+        if held is not None and recorded_fault(self.sweep_dir) is None:
+            self._saying = held
+            logging.getLogger(self.LOGGER).handle(held)
 
 
 class Refused(Exception):
@@ -415,13 +431,14 @@ class Multirun:
         completed: list[int] = []
         stopped: KeyboardInterrupt | None = None
         sweep_dir = Path(self.config.hydra.sweep.dir)
-        launcher_log, silent = logging.getLogger(SilentAfterFault.LOGGER), SilentAfterFault(sweep_dir)
+        launcher_log, lines = logging.getLogger(LaunchLines.LOGGER), LaunchLines(sweep_dir)
         # jobs in processes of the launcher's leave their results here, written by this process's writer
         pickup = Pickup(sweep_dir, lambda results, artifacts: JobRun.taken_over(opened.client, sweep_dir, results,
                                                                                 artifacts),
                         lambda note: self._job_ended(opened, note)).start()
         try:
-            launcher_log.addFilter(silent)
+            launcher_log.addFilter(lines)
+            on_job_start(lines.release)
             sweep_dir.mkdir(parents=True, exist_ok=True)
             reserve_fault_record(sweep_dir)  # a fault of a resumed sweep in the same folder is over
             OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
@@ -436,7 +453,7 @@ class Multirun:
                 except Exception as error:  # noqa: BLE001 - a job the launcher lost (a Slurm job past its time
                     if is_store_fault(error) or recorded_fault(sweep_dir) is not None:  # a full disk: said at the end
                         if recorded_fault(sweep_dir) is None:
-                            record_fault(sweep_dir, None, f"the launcher could not start a job: {brief(error)}")
+                            record_fault(sweep_dir, None, launcher_fault(error, sweep_dir))
                         break
                     if type(error).__name__ in WORKER_KILLED:
                         batches[:0] = self._after_killed_worker(opened, batch, error)
@@ -445,7 +462,9 @@ class Multirun:
         except KeyboardInterrupt as error:
             stopped = error
         finally:
-            launcher_log.removeFilter(silent)
+            on_job_start(None)
+            lines.release()
+            launcher_log.removeFilter(lines)
             heartbeat.stop()
             with deferred():  # every job's last writes are this process's writer's: done before counting
                 pickup.stop()
@@ -600,6 +619,15 @@ def closing_cause(run: Run, stopped: KeyboardInterrupt | None, unreadable: dict[
         return KILLED, GONE, (f"its process (pid {tags.get(PID)} on {tags.get(HOST)}) ended without closing the run "
                               f"(killed: kill -9, out of memory)")
     return KILLED, "SweepEnded", "its sweep ended while it ran"
+
+
+def launcher_fault(error: BaseException, sweep_dir: Path) -> StoreFault:
+    """The store fault the launcher met starting a job: a full disk (Hydra writes each job's folder in the sweep's)
+    is the sweep's folder's, named with its free bytes; anything else the store's."""
+    if is_disk_full(error):
+        return StoreFault(f"the launcher could not start a job: {full_disk(error, folder=sweep_dir)}",
+                          store=f"the sweep's folder {sweep_dir}")
+    return StoreFault(f"the launcher could not start a job: {brief(error)}")
 
 
 JAX_VARIABLES = ("XLA_", "JAX_")

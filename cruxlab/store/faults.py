@@ -146,10 +146,15 @@ def is_disk_full(error: BaseException) -> bool:
     return False
 
 
-def full_disk(error: BaseException, uri: str | None = None) -> str:
+def full_disk(error: BaseException, uri: str | None = None, folder: Path | None = None) -> str:
     """A full disk in the user's words: which disk (the file that could not be written, else a SQLite store's
-    file) and how many bytes it has free; the store's own words where the disk is a server's."""
-    path = getattr(error, "filename", None) or (uri[len(SQLITE):] if uri and uri.startswith(SQLITE) else None)
+    file, else ``folder``, the one being written) and how many bytes it has free; the store's own words where the
+    disk is a server's."""
+    written = error
+    while written is not None and not getattr(written, "filename", None):
+        written = written.__cause__ or written.__context__
+    path = (getattr(written, "filename", None) or (uri[len(SQLITE):] if uri and uri.startswith(SQLITE) else None)
+            or folder)
     if not path:
         return f"the store's disk is full ({brief(error)}): free some space on the store's server"
     folder = Path(path).parent
