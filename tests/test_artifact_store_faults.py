@@ -203,3 +203,36 @@ def test_an_upload_to_a_read_only_folder_is_a_fault_of_the_artifact_store_at_onc
         check_artifact_folder(location, uri)
     assert fault.value.store == f"the artifact store at {location}"
     assert str(fault.value) == f"{artifact_folder} takes no file (Read-only file system: errno EROFS)"
+
+
+def test_an_artifact_folder_whose_disk_fills_up_is_the_artifact_stores_full_disk(empty_store, tmp_path):
+    """``mlartifacts/`` on a small disk of its own, the store elsewhere: the disk fills while job 0 trains. Job 0's
+    artifacts meet the full disk, which ends the sweep at once (a full disk is not waited for), naming the
+    artifact store, the disk and its free bytes; no other job trains; --resume writes job 0's results once the
+    disk has room."""
+    from test_store_faults import fill
+
+    folder = tmp_path / "mlartifacts"
+    folder.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(folder)], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        pytest.skip(f"a tmpfs could not be mounted here: {done.stderr.strip()}")
+    try:
+        shutil.copy(empty_store, tmp_path / "mlflow.db")
+        uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+        process, seen = sweep(tmp_path, uri), []
+        while not run_opened(uri, "accumulation", "0"):
+            assert process.poll() is None, "".join(seen)[-4000:]
+            time.sleep(0.05)
+        fill(folder)
+        status = finish(process, seen)
+        output, last = "".join(seen), seen[-1].strip()
+        assert status != 0 and "Traceback" not in output, output[-4000:]
+        assert last.startswith(f"crux-sweep: the artifact store at {(folder / 'accumulation').as_uri()} failed: "), last
+        assert f"the disk holding {folder / 'accumulation'}/" in last and " bytes free): free some space there" in last, last
+        assert output.count(TRAINING) == 1 and kept_jobs(last) == [0], output[-4000:]
+        (folder / "filler").unlink()
+        resumed_completely(tmp_path, uri, [0])
+    finally:
+        subprocess.run(["umount", "--lazy", str(folder)], check=True)

@@ -132,3 +132,13 @@ def test_mlflows_http_limits_are_bounded_only_where_the_user_set_none(monkeypatc
         assert os.environ[first] == "7"
         assert all(os.environ[key] == HTTP_LIMITS[key] for key in others)
     assert os.environ[first] == "7" and not any(key in os.environ for key in others)  # put back as found
+
+
+def test_a_full_disk_is_named_by_the_file_written_a_copys_target_not_its_source(tmp_path):
+    """A copy that meets a full disk (an artifact copied into its store) names the disk of the file it wrote, not
+    of the file it read; an error naming no file falls back to the folder being written."""
+    copied = OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "staged.npz"), None,
+                     str(tmp_path / "store" / "params.npz"))
+    assert faults.full_disk(copied).startswith(f"the disk holding {tmp_path / 'store' / 'params.npz'} is full (")
+    bare = OSError(errno.ENOSPC, "No space left on device")
+    assert faults.full_disk(bare, folder=tmp_path).startswith(f"the disk holding {tmp_path} is full (")

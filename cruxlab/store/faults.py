@@ -147,14 +147,14 @@ def is_disk_full(error: BaseException) -> bool:
 
 
 def full_disk(error: BaseException, uri: str | None = None, folder: Path | None = None) -> str:
-    """A full disk in the user's words: which disk (the file that could not be written, else a SQLite store's
-    file, else ``folder``, the one being written) and how many bytes it has free; the store's own words where the
-    disk is a server's."""
+    """A full disk in the user's words: which disk (the file that could not be written: a copy's destination,
+    else a SQLite store's file, else ``folder``, the one being written) and how many bytes it has free; the store's
+    own words where the disk is a server's."""
     written = error
     while written is not None and not getattr(written, "filename", None):
         written = written.__cause__ or written.__context__
-    path = (getattr(written, "filename", None) or (uri[len(SQLITE):] if uri and uri.startswith(SQLITE) else None)
-            or folder)
+    path = (getattr(written, "filename2", None) or getattr(written, "filename", None)  # a copy's: (source, target)
+            or (uri[len(SQLITE):] if uri and uri.startswith(SQLITE) else None) or folder)
     if not path:
         return f"the store's disk is full ({brief(error)}): free some space on the store's server"
     folder = Path(path).parent
