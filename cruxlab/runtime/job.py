@@ -57,25 +57,24 @@ from cruxlab.runtime.handover import Results, hand_over
 from cruxlab.runtime.interrupt import deferred, signal_name
 from cruxlab.runtime.kept import keep
 from cruxlab.runtime.liveness import Heartbeat, follow_sweep, process_tags
-from cruxlab.runtime.provenance import invocation, invocation_tags, launch_folder
+from cruxlab.runtime.naming import run_identity
+from cruxlab.runtime.provenance import invocation, launch_folder
 from cruxlab.runtime.readiness import check_artifact_store, job_starts, wait_for_store
 from cruxlab.runtime.space import NoRoom, check_room
 from cruxlab.runtime.system_metrics import SystemMetrics
 from cruxlab.runtime.writer import Beside, Writer, process_writer
-from cruxlab.store.connection import (DESTINATION, PARENT_RUN, SEARCH_PARENT, TRACKING_URI, Destination,
-                                      ensure_experiment, experiment_name, move_store_credentials, tracking_uri,
-                                      writable_store)
-from cruxlab.store.contract import (ADJUSTED, BACKEND, CHILD, CLAIM, CONFIG, ENVIRONMENT, ERROR_MESSAGE, ERROR_TYPE,
-                                    FAILED, FINAL, FINISHED, GIT_COMMIT, HISTORY_PLOT, HISTORY_POINTS, INITIAL, JOB,
-                                    KILLED, MODEL, NOTE, PARAMS, PARENT_ID, REPEAT, REQUESTED, ROLE, SINGLE, STATS,
-                                    SWEEP, VARIANT, VARIANT_PARAM, memory_logged)
+from cruxlab.store.connection import (DESTINATION, PARENT_RUN, TRACKING_URI, Destination, ensure_experiment,
+                                      experiment_name, move_store_credentials, tracking_uri, writable_store)
+from cruxlab.store.contract import (ADJUSTED, CONFIG, ENVIRONMENT, ERROR_MESSAGE, ERROR_TYPE, FAILED, FINAL, FINISHED,
+                                    GIT_COMMIT, HISTORY_PLOT, HISTORY_POINTS, INITIAL, KILLED, MODEL, NOTE, PARAMS,
+                                    REQUESTED, STATS, VARIANT_PARAM, memory_logged)
 from cruxlab.store.descriptions import job_description
 from cruxlab.store.artifacts import write_artifacts
 from cruxlab.store.faults import (PatientClient, StoreFault, record_fault, recorded_fault, set_retry_budget,
                                   store_named, store_retrying)
 from cruxlab.store.history import history_series, log_history, thinned
 from cruxlab.store.model import write_model
-from cruxlab.store.params import changed_keys, flatten, variant_name
+from cruxlab.store.params import flatten
 from cruxlab.store.secrets import masked
 
 log = logging.getLogger(__name__)
@@ -269,15 +268,7 @@ class JobRun:
         if parent:
             check_artifact_store(where.artifact_location, where.uri, sweep_dir)
             job_starts()
-        invoked = invocation()  # named by what its sweep varies, else by what its overrides change
-        named = where.swept if where.parent_run_id is not None else changed_keys(invoked["overrides"])
-        variant = cfg.variant or variant_name(invoked["overrides"], named, set(hydra.runtime.choices), cfg)
-        parent_id = where.parent_run_id or (os.environ.get(SEARCH_PARENT) if multirun else None)  # or a search's
-        tags = {SWEEP: where.sweep, CLAIM: cfg.claim, VARIANT: variant,
-                JOB: str(hydra.job.num if multirun else 0), REPEAT: str(cfg.repeat), BACKEND: cfg.backend.name,
-                ROLE: SINGLE if where.parent_run_id is None else CHILD, **process_tags(), **invocation_tags(invoked),
-                **({PARENT_ID: parent_id} if parent_id is not None else {})}
-        name = f"{variant} r{cfg.repeat}" if "repeat" in named else variant
+        variant, name, tags = run_identity(cfg, hydra, where)
         started = int(time.time() * 1000)  # the job's start, also where the writer creates the run later
         opening = {"experiment_id": where.experiment_id, "start_time": started, "tags": tags, "run_name": name}
         with deferred():
