@@ -6,6 +6,7 @@ temporary folder, with tiny networks and 20 epochs.
 """
 from __future__ import annotations
 
+import getpass
 import json
 from importlib.resources import files
 from pathlib import Path
@@ -95,6 +96,8 @@ def test_sweep_logs_one_closed_parent_and_a_complete_child_per_job(store):
     assert parent.info.status == contract.FINISHED and parent.data.tags[contract.CLAIM] == claim
     assert parent.data.metrics["jobs"] == 3 and parent.data.metrics["failed_jobs"] == 0
     assert parent.data.tags[contract.PLANNED_JOB_COUNT] == "3"
+    for run in (parent, *children):  # as mlflow.start_run tags its runs, in the jobs' own processes too
+        assert (run.data.tags[contract.USER], run.data.tags[contract.SOURCE_NAME]) == (getpass.getuser(), "crux-sweep")
     plan = json.loads((Path(client.download_artifacts(parent.info.run_id, contract.PLANNED_JOBS, str(store)))
                        ).read_text())
     assert [entry["job"] for entry in plan] == [0, 1, 2]
