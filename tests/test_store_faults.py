@@ -537,3 +537,34 @@ def test_a_sweep_folder_whose_disk_fills_up_is_named_with_its_free_bytes(small_d
     (small_disk / "filler").unlink()
     process, resumed = sweep(small_disk, uri, "--resume"), []
     assert finish(process, resumed) == 0, "".join(resumed)[-4000:]
+
+
+def test_a_server_killed_under_submitit_keeps_what_trained_and_the_printed_resume_completes_it(server_folder,
+                                                                                               tmp_path):
+    """submitit's launcher (the Slurm launcher's local twin: each job a process of its own, all three at once
+    here) with the server killed while job 0 trains: the results of every job that trained are kept (jobs 1 and 2
+    too where they started before the server went), nothing is left RUNNING once the server is restarted on its
+    port, and the printed ``--resume`` completes the sweep without training any of them again."""
+    from mlflow.tracking import MlflowClient
+
+    launcher = ["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10"]
+    url = start("mlflow_server.sh", server_folder / "server", f"sqlite:///{server_folder / 'runs.db'}", "1")
+    process, seen = sweep(tmp_path, url, *launcher), []
+    server_stopped_once_opened(process, seen, server_folder, url, "0")
+    last = seen[-1].strip()
+    assert last.startswith(f"crux-sweep: the tracking store at {url} failed: ") and "none started after it" in last
+    kept = sorted(path.name for path in tmp_path.glob("multirun/*/*/kept/*"))
+    assert kept[0] == "0" and f"; the results that job{'s' if len(kept) > 1 else ''} {', '.join(kept)} trained are " \
+                              f"kept in " in last, last
+    assert restart(server_folder / "server") == url
+    process, resumed = sweep(tmp_path, url, *launcher, "--resume"), []
+    assert finish(process, resumed) == 0, "".join(resumed)[-4000:]
+    written = [line.split("job ")[1].split(":")[0] for line in resumed if "the results it kept after the store" in line]
+    assert written == kept  # written into their runs, not trained again (the jobs' own output is submitit's)
+    client = MlflowClient(url)
+    runs = client.search_runs([client.get_experiment_by_name("accumulation").experiment_id])
+    assert sorted((run.data.tags.get(contract.JOB, "parent"), run.info.status) for run in runs) == [
+        ("0", contract.FINISHED), ("1", contract.FINISHED), ("2", contract.FINISHED), ("parent", contract.FINISHED)]
+    for run in runs:  # one run a job, each with its whole history
+        if run.data.tags.get(contract.JOB):
+            assert max(m.step for m in client.get_metric_history(run.info.run_id, "loss/total")) == 2999
