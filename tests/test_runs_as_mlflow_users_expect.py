@@ -166,3 +166,12 @@ def test_an_error_objective_for_a_problem_without_an_exact_solution_is_refused_b
         "crux-run: objective=error: problem unit_square has no exact solution to measure an error against; choose "
         "objective=final_loss or objective=run_seconds")
     assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_hidden_layers_of_several_widths_are_refused_on_jno_before_any_run(tmp_path):
+    done = crux(tmp_path, "cruxlab.commands.experiment", "backend=jno", "model.hidden=[8,4]")
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        "crux-run: model.hidden=[8,4]: the jNO backend builds hidden layers of one width (foundax.mlp); write "
+        "model.width and model.depth, or choose backend=crux")
+    assert not (tmp_path / "mlflow.db").exists()
