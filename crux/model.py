@@ -201,6 +201,13 @@ class Model:
         """The optax transform to train with; accepts ``value``/``grad``/``value_fn`` (used by L-BFGS).
 
         Built once per optimizer version (``optimizer()`` or ``scale()`` make a new one), not per solve().
+
+        Args:
+            name: the model's name in the solver, for the messages.
+
+        Raises:
+            ValueError: no optimizer attached; a factory without ``learning_rate``; a factory whose
+                ``learning_rate`` has no default, without :meth:`scale`.
         """
         if self._transform is None or self._transform[0] != self.optimizer_version:
             self._transform = (self.optimizer_version, self._build_transform(name))
@@ -249,7 +256,11 @@ class Model:
     def applied(self, form: str = remat.PLAIN) -> Apply:
         """The apply of a form of :mod:`crux.remat`: plain, the model's own rematerialised one (by default one
         checkpoint around the whole apply), one checkpoint around the whole apply, or the model's own segments
-        unrolled (by default its own rematerialised one)."""
+        unrolled (by default its own rematerialised one).
+
+        Raises:
+            ValueError: ``form`` is not one of :data:`crux.remat.FORMS`.
+        """
         if form not in remat.FORMS:
             raise ValueError(f"no rematerialisation form {form!r}; crux has {remat.FORMS}")
         return {remat.PLAIN: self.apply, remat.LAYERS: self.checkpointed_apply,
@@ -257,9 +268,20 @@ class Model:
                 remat.UNROLLED: self.unrolled_apply or self.checkpointed_apply}[form]
 
     def pointwise(self, params: Params, x: jax.Array, form: str = remat.PLAIN) -> jax.Array:
-        """One point, through the apply of ``form`` (:meth:`applied`): a scalar when ``out_dim == 1``, else
-        ``(out_dim,)``. Raises :class:`ShapeMismatch` (while tracing) where ``x`` is not ``(in_dim,)`` or
-        ``apply`` does not return ``(out_dim,)``."""
+        """The network at one point, through the apply of ``form`` (:meth:`applied`).
+
+        Args:
+            params: the parameters to apply (traced, in a residual).
+            x: one point, shape ``(in_dim,)``.
+            form: a form of :mod:`crux.remat`.
+
+        Returns:
+            A scalar when ``out_dim == 1``, else shape ``(out_dim,)``.
+
+        Raises:
+            ShapeMismatch: (while tracing) ``x`` is not ``(in_dim,)``, or ``apply`` does not return ``(out_dim,)``.
+            ValueError: an unknown ``form``.
+        """
         if jnp.shape(x) != (self.in_dim,):
             raise ShapeMismatch(f"takes one point of shape ({self.in_dim},), and the residual passed it shape "
                                 f"{jnp.shape(x)}")

@@ -19,7 +19,16 @@ Snapshot = Mapping[str, Sequence[np.ndarray]]
 
 
 def save_params(path: str | os.PathLike, snapshots: Mapping[str, Snapshot]) -> None:
-    """Write ``{when: {model: leaves}}`` to ``path`` (a ``.npz`` file), one array per leaf."""
+    """Write snapshots of models' parameters to a ``.npz`` file, one array per leaf (read by :func:`load_params`).
+
+    Args:
+        path: the file to write; numpy adds ``.npz`` where the name lacks it.
+        snapshots: ``{when: {model name: its leaves in jax.tree.leaves order}}``, ``when`` as ``final``,
+            ``initial`` or ``phase<k>``.
+
+    Raises:
+        OSError: the file cannot be written.
+    """
     np.savez(path, **{f"{when}/{name}/{i}": leaf for when, snapshot in snapshots.items()
                       for name, leaves in snapshot.items() for i, leaf in enumerate(leaves)})
 

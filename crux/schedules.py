@@ -33,6 +33,7 @@ class Schedule:
     value: float | None = None
 
     def __call__(self, step):
+        """The rate at ``step`` (an integer, or an array of them: a float32 array of its shape)."""
         return self.fn(step)
 
     def __repr__(self) -> str:
