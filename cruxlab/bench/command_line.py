@@ -169,7 +169,21 @@ def readme_from(parser: argparse.ArgumentParser, paths: list[Path]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run crux-bench with the command line ``argv`` (default: this process's); 0 when it ran."""
+    """The console script ``crux-bench``: measures the problems asked (or runs a subcommand of
+    :data:`SUBCOMMANDS`), printing the tables and writing them after each problem where ``--out`` is given.
+
+    Args:
+        argv: the command line without the program's name (None: ``sys.argv[1:]``).
+
+    Returns:
+        0 when it ran (a subcommand: the status its ``main`` returns).
+
+    Raises:
+        SystemExit: status 2 on bad options (an unknown problem or form, a precision that is none, ``--readme``
+            with a partial run, uncommitted changes or no checkout, a missing ``--jno`` or ``--readme-from``
+            file), before any compute.
+        subprocess.CalledProcessError: the jNO measurement of ``--readme`` failed in its own process.
+    """
     arguments = sys.argv[1:] if argv is None else argv
     if arguments and arguments[0] in SUBCOMMANDS:
         return importlib.import_module(SUBCOMMANDS[arguments[0]]).main(arguments[1:])

@@ -205,9 +205,22 @@ def refusal(args: argparse.Namespace) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The console script: 0 with the advice printed, 1 when the sweep ran no run to advise from, 2 on bad
-    arguments (refused before anything runs) or a store --against cannot read, 130 or 143 when SIGINT or SIGTERM
-    stopped the sweep (its runs closed KILLED)."""
+    """The console script ``crux-advise``: runs the advise sweep within a time budget, reports it and prints the
+    advice (or, with ``--against``, sets two stores' recorded advice side by side, running nothing).
+
+    Args:
+        argv: the command line without the program's name (None: ``sys.argv[1:]``).
+
+    Returns:
+        The exit status: 0 with the advice printed; 1 when the sweep opened no run or crux-report could not read
+        it; 2 when a store ``--against`` names cannot be read; 130 or 143 when SIGINT or SIGTERM stopped the sweep
+        (its runs closed KILLED).
+
+    Raises:
+        SystemExit: status 2 on bad arguments (a budget <= 0, a missing ``--config-dir``, epochs not a multiple of
+            the fused steps, another backend, an override of what the sweep sets itself: :data:`VARIED`, ``--run``
+            without ``--against``), before anything runs.
+    """
     parser = argparse.ArgumentParser(prog="crux-advise", description=__doc__.split("\n")[0],
                                      epilog="Results go under the working directory: the runs in mlflow.db "
                                             "(MLFLOW_TRACKING_URI or tracking.uri= elsewhere), the report and the "

@@ -184,7 +184,17 @@ def refuse_other_sweepers(overrides: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The console script; ``argv`` defaults to the command line. Hands the multirun to ``crux-run``'s main."""
+    """The console script ``crux-sweep``: checks the sweep and the overrides, then hands the multirun to
+    ``crux-run``'s main (:func:`cruxlab.commands.experiment.main`), which ends the process.
+
+    Args:
+        argv: the command line without the program's name (None: ``sys.argv[1:]``).
+
+    Raises:
+        SystemExit: status 2, in one line, where no sweep is named or found, another ``hydra/sweeper`` is chosen,
+            ``--config-dir`` is no folder, or the sweep names a claim crux-report has no check for; before
+            anything runs. Otherwise as ``crux-run`` exits.
+    """
     parser = argparse.ArgumentParser(prog="crux-sweep", description="Run a sweep as a Hydra multirun logged to "
                                      "MLflow; the overrides apply to every job.",
                                      epilog="Results go under the working directory: the MLflow store mlflow.db "

@@ -94,7 +94,14 @@ def say_which(sweep: Sweep, backend: str | None, chosen: bool) -> None:
 
 
 def report_against(args: argparse.Namespace) -> int:
-    """``--against``: the comparison's report, its table printed; its exit code."""
+    """``--against``: writes the comparison's report and prints its table.
+
+    Args:
+        args: ``main``'s parsed command line.
+
+    Returns:
+        The exit status, as :func:`main` says it.
+    """
     try:
         comparison = compare_against(args.name, args.parent, args.tracking_uri, args.against, args.claim)
     except (StoreError, Refused) as error:
@@ -113,8 +120,21 @@ def report_against(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The console script: 0 when the report of a complete sweep was written (whatever the verdicts), 2 when
-    nothing could be read, 3 when the report was written from an incomplete sweep or unreadable artifacts."""
+    """The console script ``crux-report``: judges a sweep's claims from its runs and writes the report (with
+    ``--against``, two sweeps' verdicts side by side).
+
+    Args:
+        argv: the command line without the program's name (None: ``sys.argv[1:]``).
+
+    Returns:
+        The exit status (:data:`EXIT_CODES`): 0 when the report of a complete sweep was written, whatever the
+        verdicts; 1 with ``--against --strict`` when a claim changed; 2 when nothing could be read (the store, the
+        sweep, the run) or the two sweeps cannot be compared; 3 when the report was written from an incomplete
+        sweep or with unreadable artifacts.
+
+    Raises:
+        SystemExit: status 2 on bad arguments (an unknown ``--claim``, ``--strict`` without ``--against``).
+    """
     parser = argparse.ArgumentParser(prog="crux-report", description=__doc__.split("\n")[0], epilog=EXIT_CODES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("name", help="the sweep (= MLflow experiment) name, e.g. accumulation")
