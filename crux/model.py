@@ -205,6 +205,9 @@ class Model:
         Args:
             name: the model's name in the solver, for the messages.
 
+        Returns:
+            The transform, a factory's with its ``learning_rate`` the schedule, a ready one's updates times it.
+
         Raises:
             ValueError: no optimizer attached; a factory without ``learning_rate``; a factory whose
                 ``learning_rate`` has no default, without :meth:`scale`.

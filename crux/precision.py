@@ -41,8 +41,19 @@ def meant(value: Any) -> str | None:
 
 
 def checked(value: Any, option: str = "precision") -> str:
-    """``value``, one of :data:`NAMES`; else ValueError naming ``option`` (as the caller spelt it), the name it most
-    likely meant (:func:`meant`) and the three."""
+    """A matmul precision checked before anything is traced.
+
+    Args:
+        value: the precision given, meant as one of :data:`NAMES`.
+        option: the option's name as the caller spelt it (``precision``, ``--precision``), for the message.
+
+    Returns:
+        ``value``, one of :data:`NAMES`.
+
+    Raises:
+        ValueError: ``value`` is none of them; the message names ``option``, the name it most likely meant
+            (:func:`meant`) and the three.
+    """
     if value in NAMES:
         return value
     guess = meant(value)
