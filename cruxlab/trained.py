@@ -90,8 +90,18 @@ def _why_none(client: mlflow.MlflowClient, run_id: str) -> str:
 
 
 def trained_problem(folder: Path, when: str = FINAL) -> Problem:
-    """The problem of ``folder/config.yaml`` (a job's resolved config), its models set to snapshot ``when`` of
-    ``folder/params.npz``; raises as :func:`load_run` does."""
+    """The problem a job's folder holds, built as the job built it.
+
+    Args:
+        folder: a folder holding a job's resolved ``config.yaml`` and its ``params.npz``.
+        when: the snapshot, as :func:`load_run` takes it.
+
+    Returns:
+        The problem of ``config.yaml``, its models set to snapshot ``when`` of ``params.npz``.
+
+    Raises:
+        ValueError: a file missing, a run trained on another library, or as :func:`crux.load_params` raises.
+    """
     for name in (CONFIG, PARAMS):
         if not (folder / name).is_file():
             raise ValueError(f"load_run: {folder} holds no {name}; a run's folder holds its config.yaml and "

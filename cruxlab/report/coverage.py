@@ -55,7 +55,18 @@ def judged(sweep: Sweep, asked: Sequence[str] = ()) -> tuple[list[str], list[Ver
 
 def judge_sound(sweep: Sweep, claims: Sequence[str]) -> list[Verdict]:
     """:func:`cruxlab.report.claims.judge` over the sweep's records, each verdict that rests on a gap of the sweep
-    made inconclusive, naming it."""
+    made inconclusive, naming it.
+
+    Args:
+        sweep: the sweep read back (:func:`cruxlab.report.load_sweep`).
+        claims: keys of :data:`cruxlab.report.CHECKS`.
+
+    Returns:
+        The verdicts; a claim whose check met an unreadable artifact gives one inconclusive verdict saying so.
+
+    Raises:
+        ValueError: a claim without a check.
+    """
     found = []
     for claim in claims:
         try:

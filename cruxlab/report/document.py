@@ -31,8 +31,15 @@ SUMMARY_METRICS = ("final_loss", "median_step_seconds", "compile_seconds", "run_
 
 
 def verdicts_json(verdicts: Sequence[Verdict], backend: str | None = None) -> str:
-    """The ``verdicts.json`` text: a list of objects with claim, verdict, evidence, threshold, runs (and more),
-    each with its ``backend`` where one is named (the library that trained the runs)."""
+    """The ``verdicts.json`` text.
+
+    Args:
+        verdicts: the verdicts, in the order to write.
+        backend: the library that trained the runs, added to each entry; None: none added (crux's own).
+
+    Returns:
+        A JSON list of objects with claim, verdict, evidence, threshold, runs (and more), keys sorted.
+    """
     return _json([{**v.as_dict(), "backend": backend} if backend else v.as_dict() for v in verdicts])
 
 
@@ -370,7 +377,17 @@ def _sweep_status(sweep: Sweep) -> list[str]:
 
 def report_markdown(sweep: Sweep, verdicts: Sequence[Verdict], figures: Sequence[Figure], claims: Sequence[str]
                     ) -> str:
-    """The whole ``report.md``."""
+    """The whole ``report.md``.
+
+    Args:
+        sweep: the sweep judged.
+        verdicts: its verdicts.
+        figures: the figures drawn beside it, each shown in its claim's section.
+        claims: the claims judged, one section each.
+
+    Returns:
+        The Markdown text.
+    """
     overrides = " ".join(sweep.overrides)
     lines = [f"# crux claim report: {sweep.name}", ""] + _sweep_status(sweep)
     lines += ["## Verdicts", "", "| claim | verdict | finding |", "|---|---|---|"]
@@ -397,7 +414,18 @@ def report_markdown(sweep: Sweep, verdicts: Sequence[Verdict], figures: Sequence
 def write_report(out: Path, sweep: Sweep, verdicts: Sequence[Verdict], figures: Sequence[Figure],
                  claims: Sequence[str]) -> None:
     """Write ``report.md`` and ``verdicts.json`` into ``out`` (the figures are already there); the verdicts of a
-    sweep that another library than crux trained (``backend=jno``) name it."""
+    sweep that another library than crux trained (``backend=jno``) name it.
+
+    Args:
+        out: the folder, made where missing.
+        sweep: the sweep judged.
+        verdicts: its verdicts.
+        figures: the figures already drawn into ``out``.
+        claims: the claims judged.
+
+    Raises:
+        OSError: ``out`` cannot be written.
+    """
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.md").write_text(report_markdown(sweep, verdicts, figures, claims), encoding="utf-8")
     backend = sweep.parent_tags.get(BACKEND, DEFAULT_BACKEND)

@@ -179,12 +179,25 @@ def record_from_solve(run_id: str, solver: Crux, initial: Mapping[str, Any], sta
                       options: SolveOptions, phases: Sequence[PhaseCall] = (),
                       snapshots: Mapping[str, Any] | None = None, repeat: int = 0, group: str = "",
                       roundoff_twin: int = 0) -> RunRecord:
-    """A record of a solve done in this process, as the pipeline would have logged it.
+    """A record of a solve done in this process, as the pipeline would have logged it, for the checks to judge
+    without a store.
 
-    ``initial`` are the parameters before the first solve() (copy them before
-    solving: the solver donates its buffers); ``stats`` covers every phase
-    (``solver.history``); ``snapshots`` adds per-phase ones (``phase<k>/...``);
-    ``roundoff_twin`` is nonzero if it started as a round-off twin.
+    Args:
+        run_id: the id the verdicts name the run by.
+        solver: the solver after its solves: its final parameters and the models each constraint reaches.
+        initial: ``{model: params}`` before the first solve() (copy them before solving: the solver donates its
+            buffers).
+        stats: the statistics of every phase (``solver.history``).
+        options: the :class:`crux.SolveOptions` the run is recorded with (``stats.options`` holds those it ran).
+        phases: the solve() calls of each phase, as a multi-phase job records them.
+        snapshots: more parameter snapshots, as ``phase<k>/...`` arrays.
+        repeat: the repeat's index among the runs of one setting.
+        group: what the run shares with its partners beyond the options (problem, model, optimizer): runs of
+            different groups are never compared.
+        roundoff_twin: nonzero if it started as a round-off twin.
+
+    Returns:
+        The :class:`RunRecord`.
     """
     arrays = {**snapshot_arrays(initial, "initial"), **snapshot_arrays(solver.params, "final"),
               **dict(snapshots or {})}

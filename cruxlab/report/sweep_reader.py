@@ -183,10 +183,20 @@ def open_client(uri: str | None = None) -> tuple[MlflowClient, str]:
 
 def load_sweep(name: str, parent_run_id: str | None = None, uri: str | None = None,
                backend: str | None = None) -> Sweep:
-    """Sweep ``name``: the sweep of parent run ``parent_run_id``, else its newest complete sweep, else its newest
-    (of those run on ``backend``, the parent's tag ``crux.backend``, when one is given).
+    """A sweep read back from the store, its finished runs as records. Runs left RUNNING by processes that are
+    gone are closed first (where the store may be written).
 
-    Raises StoreError naming what could not be read (store, experiment, run).
+    Args:
+        name: the sweep's name (its MLflow experiment).
+        parent_run_id: the sweep's parent run; None: the newest complete sweep of ``name``, else its newest.
+        uri: the store; None: ``$MLFLOW_TRACKING_URI``, else ``mlflow.db`` in the working directory.
+        backend: only sweeps run on this library (the parent's tag ``crux.backend``); None: any.
+
+    Returns:
+        The :class:`Sweep`, with what it lacks (jobs that did not finish, unreadable artifacts).
+
+    Raises:
+        StoreError: naming what could not be read (the store, the experiment, the run).
     """
     with bounded_http():
         client, resolved = open_client(uri)

@@ -40,7 +40,19 @@ CHECKS: dict[str, Callable[[list[RunRecord]], list[Verdict]]] = {
 
 
 def judge(records: Sequence[RunRecord], claims: Sequence[str]) -> list[Verdict]:
-    """Run the checks of ``claims`` (keys of ``CHECKS``) over ``records``, in the order given."""
+    """Run the checks of ``claims`` over ``records``, in the order given.
+
+    Args:
+        records: the runs to judge; those a backend could not train (``unsupported``) are judged by no check.
+        claims: keys of :data:`CHECKS`.
+
+    Returns:
+        The checks' verdicts, claim by claim, then one ``not supported`` verdict per claim and unsupported run.
+
+    Raises:
+        ValueError: a claim without a check, before any check runs.
+        UnreadableArtifact: a check needed an artifact of a run that could not be read.
+    """
     unknown = [c for c in claims if c not in CHECKS]
     if unknown:
         raise ValueError(f"no check for claim(s) {unknown}; known claims: {sorted(CHECKS)}")
