@@ -273,9 +273,18 @@ def shown_refusals(program: str) -> None:
 
 
 def main(program: str = "crux-run") -> None:
-    """The console script: Hydra reads the command line. ``program`` names the command in its messages. Once the
-    run or sweep is done the process ends here, its exit handlers run but not the interpreter's teardown
-    (:func:`cruxlab.commands.heap.exit_without_teardown`)."""
+    """The console script ``crux-run`` (and the multirun of ``crux-sweep``): Hydra reads the command line. Once the
+    run or sweep is done the process ends here with status 0, its exit handlers run but not the interpreter's
+    teardown (:func:`cruxlab.commands.heap.exit_without_teardown`).
+
+    Args:
+        program: the command named in its messages (``crux-run`` or ``crux-sweep``).
+
+    Raises:
+        SystemExit: status 130 or 143 when SIGINT or SIGTERM stopped it (the run closed KILLED); status 1 with one
+            line for an override that names no key, adds a key the config has or gives a value of the wrong type
+            (every other error as Hydra reports it, also status 1; with ``HYDRA_FULL_ERROR=1``, the exception).
+    """
     config.import_from_working_directory()
     quiet_platform_probe()
     Plugins.instance().register(CruxSweeper)  # Hydra's scan misses it in an editable install
