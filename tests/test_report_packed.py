@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from cruxlab.report.packed import made_in, packed_path, unpack
+from cruxlab.report.packed import made_in, unpack
 from cruxlab.report.results import sweep_names
 from cruxlab.report.sweep_reader import open_client
 from cruxlab.store.connection import StoreError
+from cruxlab.store.kinds import packed_path
 from crux_testing import pack
 
 

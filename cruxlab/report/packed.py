@@ -26,21 +26,15 @@ import tempfile
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from cruxlab.store.connection import SQLITE, StoreError
+from cruxlab.store.connection import StoreError
+from cruxlab.store.kinds import PACKED_SUFFIXES, sqlite_uri
 
-OPENERS = {".gz": gzip.open, ".xz": lzma.open}
+OPENERS = dict(zip(PACKED_SUFFIXES, (gzip.open, lzma.open)))
 """How a packed store's file is read, by its suffix."""
 STORE_FILE = "mlflow.db"
 ARTIFACTS = "mlartifacts"
 ARCHIVES = ("mlartifacts.tar.xz", "mlartifacts.tgz", "reports.tgz")
 """The artifacts' archive beside a packed store, by the names it is looked for under, in this order."""
-
-
-def packed_path(uri: str) -> Path | None:
-    """The file of a packed store (``sqlite:///PATH.gz`` or a path ending in ``.gz`` or ``.xz``); None for any
-    other URI."""
-    path = uri[len(SQLITE):] if uri.startswith(SQLITE) else uri
-    return Path(path) if "://" not in path and path.endswith(tuple(OPENERS)) else None
 
 
 def _digest(path: Path) -> str:
@@ -93,7 +87,7 @@ def unpack(packed: Path) -> str:
     archive = next((packed.parent / name for name in ARCHIVES if (packed.parent / name).is_file()), None)
     if archive is not None:
         extract_artifacts(archive, made_in(store))
-    return f"{SQLITE}{store}"
+    return sqlite_uri(store)
 
 
 def extract_artifacts(archive: Path, folder: Path) -> None:

@@ -30,9 +30,9 @@ from cruxlab.report.comparison_document import write_comparison
 from cruxlab.report.coverage import claims_of, judge_sound
 from cruxlab.report.document import row_name, write_report
 from cruxlab.report.figures import draw
-from cruxlab.report.packed import packed_path
 from cruxlab.report.sweep_reader import DEFAULT_BACKEND, StoreError, Sweep, load_sweep, open_client
 from cruxlab.report.verdict import Verdict
+from cruxlab.store.kinds import store_file
 from cruxlab.store.connection import READING, bounded_http, store_errors
 
 LIBRARIES = {"jno": "jNO"}
@@ -61,8 +61,7 @@ class Column:
     def folder(self) -> Path | None:
         """The folder its reports go in: the one holding its stores where they are files (packed, or SQLite);
         None where one is a server."""
-        paths = [packed_path(uri) or (Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None)
-                 for uri in self.uris]
+        paths = [store_file(uri) for uri in self.uris]
         if None in paths:
             return None
         return Path(os.path.commonpath([path.resolve().parent for path in paths]))

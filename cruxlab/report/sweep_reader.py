@@ -43,17 +43,17 @@ from crux.stats import Statistics
 from cruxlab import config as crux_config
 from cruxlab.config.settings import configuration
 from cruxlab.report.jobs import JobAccount, MissingJob, account, plan_from_artifact
-from cruxlab.report.packed import packed_path, unpack
+from cruxlab.report.packed import unpack
 from cruxlab.report.run_records import RunRecord
 from cruxlab.runtime.liveness import close_orphans
-from cruxlab.store.connection import (READING, SQLITE, StoreError, bounded_http, brief, check_postgresql, check_sqlite,
+from cruxlab.store.connection import (READING, StoreError, bounded_http, brief, check_postgresql, check_sqlite,
                                       child_runs, move_store_credentials, store_error_types, store_errors, tracking_uri)
 from cruxlab.store.contract import (BACKEND, CAPACITY_OPTION, CAPACITY_SIZES, CLAIM, CONFIG, ENVIRONMENT, OVERRIDES,
                                     PARAMS, PARENT, PARENT_ID, PLANNED_JOBS, PLANNED_JOB_COUNT, REPEAT, ROLE, STATS,
                                     VARIANT, tag_filter)
 from cruxlab.store.history import history_series
 from cruxlab.store.params import as_requested
-from cruxlab.store.secrets import POSTGRESQL
+from cruxlab.store.kinds import is_postgresql, packed_path, sqlite_file, sqlite_uri
 
 log = logging.getLogger(__name__)
 
@@ -166,16 +166,15 @@ def open_client(uri: str | None = None) -> tuple[MlflowClient, str]:
     resolved = tracking_uri(uri)
     if (packed := packed_path(resolved)) is not None:
         unpacked = unpack(packed)
-        check_sqlite(Path(unpacked[len(SQLITE):]), resolved, READING)
+        check_sqlite(sqlite_file(unpacked), resolved, READING)
         with store_errors(resolved, READING):
-            return MlflowClient(unpacked), f"{SQLITE}{packed.resolve()}"
-    if resolved.startswith(SQLITE):
-        path = Path(resolved[len(SQLITE):])
+            return MlflowClient(unpacked), sqlite_uri(packed.resolve())
+    if (path := sqlite_file(resolved)) is not None:
         if not path.is_file():
             raise StoreError(f"no tracking store at {resolved}: run a sweep first (crux-sweep NAME), or point "
                              f"MLFLOW_TRACKING_URI / --tracking-uri at the store that holds it")
         check_sqlite(path, resolved, READING)
-    if resolved.startswith(POSTGRESQL):
+    if is_postgresql(resolved):
         check_postgresql(resolved, READING)
     with store_errors(resolved, READING):  # MLflow opens the store here
         return MlflowClient(resolved), resolved

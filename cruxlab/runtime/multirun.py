@@ -67,7 +67,7 @@ from cruxlab.runtime.space import StoreReserve
 from cruxlab.runtime.tracebacks import tracebacks_shown
 from cruxlab.runtime.writer import process_writer
 from cruxlab.store.artifacts import write_artifacts
-from cruxlab.store.connection import (DESTINATION, PARENT_RUN, SERVERS, TRACKING_URI, WRITING, Destination, StoreError,
+from cruxlab.store.connection import (DESTINATION, PARENT_RUN, TRACKING_URI, WRITING, Destination, StoreError,
                                       brief, child_runs, ensure_experiment, experiment_name, move_store_credentials,
                                       store_error_types, store_errors, tracking_uri, writable_store)
 from cruxlab.store.contract import (BACKEND, CLAIM, CLAIMS, COMMAND, ERROR_MESSAGE, ERROR_TYPE, FAILED, FINISHED, HOST,
@@ -77,6 +77,7 @@ from cruxlab.store.contract import (BACKEND, CLAIM, CLAIMS, COMMAND, ERROR_MESSA
 from cruxlab.store.descriptions import runs_page, sweep_description
 from cruxlab.store.faults import (PatientClient, StoreFault, full_disk, is_disk_full, is_store_fault, reach,
                                   record_fault, recorded_fault, reserve_fault_record, set_retry_budget, store_named)
+from cruxlab.store.kinds import is_tracking_server
 from cruxlab.store.params import as_requested, flatten
 from cruxlab.store.secrets import PASSWORD_VARIABLE, credential_variables, masked
 
@@ -560,7 +561,7 @@ class Multirun:
                f"the runs left open (parent run {opened.parent_id}) are closed by the next `crux-sweep --resume` "
                f"or `crux-report`")
             + (f"; a server that scripts/mlflow_server.sh started comes back on its own port, store and artifact root "
-               f"with `bash scripts/mlflow_server.sh restart DIR`" if self.uri.startswith(SERVERS) and
+               f"with `bash scripts/mlflow_server.sh restart DIR`" if is_tracking_server(self.uri) and
                not fault.get("store") else "")
             + f"; once the store is back, {self.resume_advice} "
             + ("writes the kept results into their runs and runs the others" if kept else "runs the others"))
@@ -592,7 +593,7 @@ class Multirun:
         client.log_batch(opened.parent_id, metrics=[Metric("jobs", len(opened.jobs), now, 0),
                                                     Metric("failed_jobs", len(missing), now, 0)])
         client.set_terminated(opened.parent_id, status)
-        served = opened.uri.startswith(("http://", "https://"))
+        served = is_tracking_server(opened.uri)
         log.info("MLflow: the sweep's runs at %s%s", masked(runs_page(opened.uri, opened.experiment_id)),
                  "" if served else f" once `mlflow ui --backend-store-uri {masked(opened.uri)}` serves them")
         if open_runs:

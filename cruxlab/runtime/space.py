@@ -20,7 +20,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from cruxlab.runtime.liveness import process_exists
-from cruxlab.store.connection import SQLITE
+from cruxlab.store.kinds import sqlite_file, store_folder
 from cruxlab.store.faults import StoreFault
 
 BYTES_PER_STORED_VALUE = 250
@@ -35,8 +35,8 @@ class NoRoom(StoreFault):
 
 def local_folder(uri: str) -> Path | None:
     """The folder of this machine that ``uri`` (a store or an artifact location) writes into; None elsewhere."""
-    if uri.startswith(SQLITE):
-        return Path(uri[len(SQLITE):]).parent
+    if (folder := store_folder(uri)) is not None:
+        return folder
     parsed = urlparse(uri)
     if parsed.scheme == "file" or (parsed.scheme == "" and uri.startswith("/")):
         return Path(unquote(parsed.path))
@@ -87,7 +87,7 @@ class StoreReserve:
     a process that no longer runs (``kill -9``) are removed by the next :meth:`take`."""
 
     def __init__(self, uri: str):
-        store = Path(uri[len(SQLITE):]) if uri.startswith(SQLITE) else None
+        store = sqlite_file(uri)
         self.path = store.parent / f"{RESERVE_PREFIX}{store.name}-{os.getpid()}" if store else None
         self.held = False
 

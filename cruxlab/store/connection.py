@@ -44,11 +44,11 @@ from requests.exceptions import RequestException
 
 from cruxlab.store.contract import CLAIM, PARENT_ID, SWEEP, SWEPT
 from cruxlab.store.descriptions import experiment_tags
-from cruxlab.store.secrets import PASSWORD_VARIABLE, POSTGRESQL, masked, move_credentials, without_credentials
+from cruxlab.store.kinds import is_postgresql, is_tracking_server, sqlite_file, sqlite_uri, store_folder
+from cruxlab.store.secrets import PASSWORD_VARIABLE, masked, move_credentials, without_credentials
 
 log = logging.getLogger(__name__)
 
-SQLITE = "sqlite:///"
 PARENT_RUN, TRACKING_URI = "CRUX_PARENT_RUN_ID", "CRUX_TRACKING_URI"
 """The environment variables that give each job of a sweep its parent run and its store."""
 SEARCH_PARENT = "CRUX_SEARCH_PARENT_RUN_ID"
@@ -57,7 +57,6 @@ SEARCH_PARENT = "CRUX_SEARCH_PARENT_RUN_ID"
 DESTINATION = "CRUX_DESTINATION"
 """The environment variable that gives each job of a sweep where it logs (:meth:`Destination.handed_down`): a job
 that has it reads nothing from the store before it trains."""
-SERVERS = ("http://", "https://")
 # Values the user set in the environment win.
 HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
                "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
@@ -122,10 +121,9 @@ def tracking_uri(configured: str | None, folder: Path | None = None) -> str:
     left out (:func:`cruxlab.store.secrets.without_credentials`): they reach the store's client by the environment,
     where :func:`move_store_credentials` puts them. Nothing is written.
     """
-    uri = without_credentials(configured or os.environ.get("MLFLOW_TRACKING_URI") or f"{SQLITE}mlflow.db")
-    if uri.startswith(SQLITE):
-        return f"{SQLITE}{((folder or Path.cwd()) / uri[len(SQLITE):]).resolve()}"
-    return uri
+    uri = without_credentials(configured or os.environ.get("MLFLOW_TRACKING_URI") or sqlite_uri("mlflow.db"))
+    path = sqlite_file(uri)
+    return sqlite_uri(((folder or Path.cwd()) / path).resolve()) if path is not None else uri
 
 
 def move_store_credentials(configured: str | None) -> None:
@@ -168,7 +166,7 @@ def store_errors(uri: str, access: Access, experiment: str = "") -> Iterator[Non
         if refusal:
             raise StoreError(refusal) from None
         where = f"MLFLOW_TRACKING_URI / {access.setting}"
-        if uri.startswith(SERVERS):
+        if is_tracking_server(uri):
             raise StoreError(f"the tracking server at {uri} did not answer ({brief(error)}): start it, or point "
                              f"{where} at a running one") from None
         raise StoreError(f"the tracking store at {uri} could not be {access.does} ({brief(error)}): point {where} "
@@ -246,8 +244,8 @@ def writable_store(uri: str) -> MlflowClient:
     """A client on ``uri`` once the store is known to take a command's runs: a SQLite store's folder exists
     and may be written, its file (if any) is an MLflow store, and its tables exist (created now, under the
     folder's lock, for a new one); any other store answers a query. Raises StoreError otherwise."""
-    if uri.startswith(SQLITE):
-        path = Path(uri[len(SQLITE):])
+    path = sqlite_file(uri)
+    if path is not None:
         folder = path.parent
         problem = (f"its folder {folder} does not exist" if not folder.exists() else
                    f"{folder} is not a folder" if not folder.is_dir() else
@@ -261,7 +259,7 @@ def writable_store(uri: str) -> MlflowClient:
                 if not _looks_complete(path, uri):
                     _has_tables(path, uri)  # a file that is no MLflow store is refused here
                     return _open(uri)  # MLflow creates (or completes) the tables under the lock
-    if uri.startswith(POSTGRESQL):
+    if is_postgresql(uri):
         check_postgresql(uri, WRITING)
     return _open(uri)
 
@@ -350,9 +348,8 @@ def ensure_experiment(client: MlflowClient, name: str, uri: str, claim: str = ""
         found = None
     tags = experiment_tags(claim)
     if found is None:
-        location = None
-        if uri.startswith(SQLITE):
-            location = (Path(uri[len(SQLITE):]).parent / "mlartifacts" / name).as_uri()
+        folder = store_folder(uri)
+        location = (folder / "mlartifacts" / name).as_uri() if folder is not None else None
         try:
             return client.create_experiment(name, artifact_location=location, tags=tags)
         except MlflowException:

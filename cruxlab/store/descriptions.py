@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 from cruxlab.store.contract import EXPERIMENT_KIND, NOTE
+from cruxlab.store.kinds import is_tracking_server
 
 MODEL_TRAINING = "custom_model_development"
 
@@ -28,7 +29,7 @@ def experiment_tags(claim: str) -> dict[str, str]:
 def runs_page(uri: str, experiment_id: str) -> str:
     """The address of the experiment's runs in MLflow's UI: on the tracking server ``uri`` is, else where
     ``mlflow ui`` serves by default."""
-    server = uri if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
+    server = uri if is_tracking_server(uri) else "http://127.0.0.1:5000"
     return f"{server.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
 
 

@@ -39,7 +39,8 @@ from mlflow.exceptions import MlflowException
 from requests.exceptions import ConnectionError as RequestsConnectionError
 from requests.exceptions import Timeout
 
-from cruxlab.store.connection import HTTP_LIMITS, SQLITE, brief, request_deadline
+from cruxlab.store.connection import HTTP_LIMITS, brief, request_deadline
+from cruxlab.store.kinds import kind_of, sqlite_file
 from cruxlab.store.secrets import masked
 
 log = logging.getLogger(__name__)
@@ -154,7 +155,7 @@ def full_disk(error: BaseException, uri: str | None = None, folder: Path | None 
     while written is not None and not getattr(written, "filename", None):
         written = written.__cause__ or written.__context__
     path = (getattr(written, "filename2", None) or getattr(written, "filename", None)  # a copy's: (source, target)
-            or (uri[len(SQLITE):] if uri and uri.startswith(SQLITE) else None) or folder)
+            or (uri and sqlite_file(uri)) or folder)
     if not path:
         return f"the store's disk is full ({brief(error)}): free some space on the store's server"
     folder = Path(path).parent
@@ -210,11 +211,10 @@ def reach(uri: str) -> None:
     takes connections): ConnectionError or TimeoutError, store faults, where none is taken or answered within
     :data:`REACH_SECONDS`. A store without a server (SQLite) is not checked here: its writes say whether its disk
     takes them."""
-    parts = urlsplit(uri)
-    ports = {"http": 80, "https": 443}
-    if not parts.hostname or not (parts.scheme in ports or parts.scheme.startswith("postgres")):
+    parts, kind = urlsplit(uri), kind_of(uri)
+    if not parts.hostname or kind is None or not kind.server:
         return
-    with socket.create_connection((parts.hostname, parts.port or ports.get(parts.scheme, 5432)), REACH_SECONDS):
+    with socket.create_connection((parts.hostname, kind.port(uri)), REACH_SECONDS):
         pass
     if parts.scheme == "http":
         try:

@@ -21,13 +21,15 @@ import re
 from typing import Callable
 from urllib.parse import unquote
 
-PASSWORD_VARIABLE = "PGPASSWORD"
+from cruxlab.store.kinds import KINDS, POSTGRESQL, TRACKING_SERVER, kind_of
+
+PASSWORD_VARIABLE = POSTGRESQL.password_variable
 """Where PostgreSQL's client library (libpq, under psycopg) takes a password that its URI leaves out."""
-SERVER_VARIABLES = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
+SERVER_VARIABLES = (TRACKING_SERVER.user_variable, TRACKING_SERVER.password_variable)
 """Where MLflow's client takes the user and password of a tracking server (HTTP basic authentication)."""
-SECRET_VARIABLES = ("MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN", PASSWORD_VARIABLE)
-POSTGRESQL = ("postgresql://", "postgresql+psycopg://", "postgresql+psycopg2://", "postgres://")
-SERVERS = ("http://", "https://")
+SECRET_VARIABLES = tuple(dict.fromkeys(name for kind in KINDS
+                                       for name in (kind.password_variable, *kind.token_variables) if name))
+"""Every store kind's password and token variables: their values are masked wherever they show."""
 MASK = "***"
 SHORTEST_SECRET = 4
 """Values of :data:`SECRET_VARIABLES` shorter than this are not searched for: masking ``a`` would garble the text."""
@@ -63,15 +65,15 @@ def move_credentials(uri: str) -> str:
 
 def _credentials(uri: str) -> tuple[str, dict[str, str]]:
     """``uri`` without its credentials, and the environment variables that take them (none where it has none)."""
-    found = _PASSWORD.match(uri)
-    if found is None or not uri.startswith(POSTGRESQL + SERVERS):
+    found, kind = _PASSWORD.match(uri), kind_of(uri)
+    if found is None or kind is None or kind.password_variable is None:
         return uri, {}
     user_part = found.group("head")
     password = unquote(uri[len(user_part):found.end() - 1])
-    if uri.startswith(POSTGRESQL):
-        return user_part[:-1] + "@" + uri[found.end():], {PASSWORD_VARIABLE: password}
+    if kind.user_variable is None:
+        return user_part[:-1] + "@" + uri[found.end():], {kind.password_variable: password}
     scheme, user = user_part[:-1].split("://", 1)
-    return f"{scheme}://{uri[found.end():]}", dict(zip(SERVER_VARIABLES, (unquote(user), password)))
+    return f"{scheme}://{uri[found.end():]}", {kind.user_variable: unquote(user), kind.password_variable: password}
 
 
 def move_override_credentials(arguments: list[str]) -> list[str]:
@@ -101,6 +103,5 @@ def credential_variables(uri: str) -> list[str]:
     """The environment variables, set in this process, that hold the credentials the store of ``uri`` is reached
     with: what a command printed for the user to run again needs set in the user's shell (its values are never
     shown)."""
-    names = ([PASSWORD_VARIABLE] if uri.startswith(POSTGRESQL) else
-             [*SERVER_VARIABLES, "MLFLOW_TRACKING_TOKEN"] if uri.startswith(SERVERS) else [])
-    return [name for name in names if os.environ.get(name)]
+    kind = kind_of(uri)
+    return [name for name in (kind.credential_variables if kind else ()) if os.environ.get(name)]
