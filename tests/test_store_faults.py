@@ -568,3 +568,28 @@ def test_a_server_killed_under_submitit_keeps_what_trained_and_the_printed_resum
     for run in runs:  # one run a job, each with its whole history
         if run.data.tags.get(contract.JOB):
             assert max(m.step for m in client.get_metric_history(run.info.run_id, "loss/total")) == 2999
+
+
+@pytest.mark.parametrize("small_disk", ["8m"], indirect=True)
+def test_a_servers_own_disk_that_fills_up_ends_the_sweep_in_one_line_sending_to_its_log(small_disk, empty_store,
+                                                                                         tmp_path):
+    """A tracking server whose store lies on a small disk, filled while job 0 trains: the server answers 503
+    (MLflow's client keeps no more of it), waited for up to tracking.retry_seconds as a server restarting would
+    be; the sweep ends in one line sending the user to the server's log, the results of the jobs that trained
+    kept."""
+    shutil.copy(empty_store, small_disk / "runs.db")
+    url = start("mlflow_server.sh", tmp_path / "server", f"sqlite:///{small_disk / 'runs.db'}", "1")
+    try:
+        process, seen = sweep(tmp_path, url), []
+        while not run_opened(url, "accumulation", "0"):
+            assert process.poll() is None, "".join(seen)[-4000:]
+            time.sleep(0.05)
+        fill(small_disk)
+        status = finish(process, seen)
+    finally:
+        stop("mlflow_server.sh", tmp_path / "server")
+    output, last = "".join(seen), seen[-1].strip()
+    assert status != 0 and "Traceback" not in output, output[-4000:]
+    assert last.startswith(f"crux-sweep: the tracking store at {url} failed: "), last
+    assert ": the server answered 503 (Service Unavailable): its log says why; " in last, last
+    assert "; the results that job 0 trained are kept in " in last or "; the results that jobs 0" in last, last

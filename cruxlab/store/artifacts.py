@@ -13,7 +13,6 @@ fault of the tracking store. Before a sweep's job trains, a folder on this machi
 from __future__ import annotations
 
 import errno
-import re
 import tempfile
 from http import HTTPStatus
 from pathlib import Path
@@ -23,16 +22,13 @@ from urllib.parse import unquote, urlsplit
 from mlflow.exceptions import MlflowException
 from requests.exceptions import RequestException
 
-from cruxlab.store.connection import brief
+from cruxlab.store.connection import ANSWERED, brief
 from cruxlab.store.faults import StoreFault, is_disk_full, retry_budget
 from cruxlab.store.secrets import masked
 
 SERVED = "mlflow-artifacts:"
 """The scheme of artifacts a tracking server keeps itself (``mlflow server --artifacts-destination``)."""
 ARTIFACT_ERRORS = (OSError, MlflowException, RequestException)
-ANSWERED = re.compile(r"too many (\d+) error responses")
-"""What MLflow's client says of a server that answered a request with an error status (500: its artifact root
-cannot be written) rather than not at all; the status."""
 
 
 def artifact_store(location: str, tracking_uri: str) -> str:

@@ -33,6 +33,7 @@ import sqlite3
 import sys
 from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass, field
+from http import HTTPStatus
 from pathlib import Path
 from typing import Iterator, Mapping
 
@@ -62,6 +63,9 @@ HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACK
                "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 """MLflow's own retries of one request and the seconds it waits for each answer (MLflow's defaults: 7 retries
 doubling from 2 s, 120 s per answer, about 4 minutes against a server that is down)."""
+ANSWERED = re.compile(r"too many (\d+) error responses")
+"""What MLflow's client says of a server that answered a request with an error status (500, 503: its store or
+artifact root cannot be written) rather than not at all; the status."""
 POSTGRESQL_SECONDS = 10
 """How long the check of a PostgreSQL store (:func:`check_postgresql`) waits for its server to answer."""
 CLIENT_ERRORS = (MlflowException, RequestException, sqlite3.Error)
@@ -190,10 +194,14 @@ def refused(error: BaseException, uri: str, access: Access, experiment: str) -> 
 
 
 def brief(error: BaseException) -> str:
-    """An exception in a few words: a request a server did not answer in time (``no answer within 10 s``), its
+    """An exception in a few words: a server's error status (``the server answered 503 (Service Unavailable)``:
+    MLflow's client keeps no more of it), a request a server did not answer in time (``no answer within 10 s``), its
     innermost OS reason (``[Errno 111] Connection refused``) where it has one, else its type and the first
     sentence of its message."""
     text = str(error)
+    answered = ANSWERED.search(text)
+    if answered:
+        return f"the server answered {answered[1]} ({HTTPStatus(int(answered[1])).phrase}): its log says why"
     waited = re.search(r"Read timed out\. \(read timeout=([\d.]+)\)", text)
     if waited:
         return f"no answer within {float(waited[1]):g} s"
