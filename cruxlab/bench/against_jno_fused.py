@@ -165,7 +165,18 @@ def markdown(report: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run ``crux-bench fused`` with the command line ``argv``; 0 when it ran."""
+    """Run ``crux-bench fused``: crux beside jNO at each number of updates a call, printed and written into ``--out``
+    (``fused.json``, ``fused.md``).
+
+    Args:
+        argv: the command line after ``crux-bench fused`` (None: ``sys.argv[1:]``).
+
+    Returns:
+        0 when it ran.
+
+    Raises:
+        SystemExit: status 2 without ``--out`` or for a problem ``--problems`` does not know, before any compute.
+    """
     parser = argparse.ArgumentParser(prog="crux-bench fused", description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for fused.json and fused.md")
     parser.add_argument("--quick", action="store_true", help="K up to 100, 200 updates a round: a smoke run")

@@ -263,7 +263,18 @@ def anatomy(name: str, problem: Problem, steps: int, repeats: int, k: int, log,
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run ``crux-bench anatomy`` with the command line ``argv``; 0 when it ran."""
+    """Run ``crux-bench anatomy``: print where each problem's fused update spends its time (with ``--out``, also
+    into ``anatomy.md``).
+
+    Args:
+        argv: the command line after ``crux-bench anatomy`` (None: ``sys.argv[1:]``).
+
+    Returns:
+        0 when it ran.
+
+    Raises:
+        SystemExit: status 2 where ``--problems`` names none or one it does not know, before any compute.
+    """
     parser = argparse.ArgumentParser(prog="crux-bench anatomy", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer updates per round")
     parser.add_argument("--repeats", type=int, default=3)

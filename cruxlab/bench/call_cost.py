@@ -119,7 +119,17 @@ def fixed_parts(k: int, solves: int = 200) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run ``crux-bench calls`` with the command line ``argv``; 0 when it ran."""
+    """Run ``crux-bench calls``: print what a fused call costs beyond its updates, for each ``--k``.
+
+    Args:
+        argv: the command line after ``crux-bench calls`` (None: ``sys.argv[1:]``).
+
+    Returns:
+        0 when it ran.
+
+    Raises:
+        ValueError: a ``--k`` value that is not an integer.
+    """
     parser = argparse.ArgumentParser(prog="crux-bench calls", description=__doc__.split("\n")[0])
     parser.add_argument("--k", default="10,100", help="inner_steps, comma-separated")
     parser.add_argument("--rounds", type=int, default=9)

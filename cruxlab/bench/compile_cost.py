@@ -82,7 +82,15 @@ def in_fresh_process(optimizer: str, setting: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run ``crux-bench compile`` with the command line ``argv``; 0 when it ran."""
+    """Run ``crux-bench compile``: print each optimizer's first-solve() compile time per memory setting, each in
+    fresh processes, beside the plain setting's.
+
+    Args:
+        argv: the command line after ``crux-bench compile`` (None: ``sys.argv[1:]``).
+
+    Returns:
+        0 when it ran.
+    """
     parser = argparse.ArgumentParser(prog="crux-bench compile", description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--optimizers", default="adam,lbfgs")
