@@ -197,10 +197,8 @@ class Crux:
         An epoch is one update of every reached model on every constraint (with ``substeps``, one pass over the
         entries). The options are ``options`` with ``epochs`` and each keyword argument in its place:
         ``solve(1000, batchsize=8)`` is ``solve(options=crux.SolveOptions(1000, batchsize=8))``. They run as
-        :meth:`resolve` gives them, and every option is checked before anything is traced or compiled.
-
-        Calling solve() again resumes: the parameters, the update counter (so the point stream) and, for models
-        whose optimizer was not changed since, the optimizer state and the schedule's position carry over.
+        :meth:`resolve` gives them, and every option is checked before anything is traced or compiled. Calling it
+        again resumes where the last call ended (what carries over: :class:`Crux`).
 
         Args:
             epochs: the number of epochs, in place of ``options.epochs``.
