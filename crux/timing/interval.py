@@ -28,8 +28,15 @@ class Band:
             raise ValueError(f"a band of time ratios needs 0 <= low < high, got [{self.low}, {self.high})")
 
     def place(self, interval: "RatioInterval") -> str:
-        """``within`` when the whole interval lies in the band, ``outside`` when none of it does, else
-        ``undecided``."""
+        """Where ``interval`` lies against the band.
+
+        Args:
+            interval: a ratio's interval (:func:`ratio_interval`).
+
+        Returns:
+            ``within`` when the whole interval lies in the band, ``outside`` when none of it does, else
+            ``undecided``.
+        """
         if self.low <= interval.low and interval.high < self.high:
             return WITHIN
         if interval.high < self.low or interval.low >= self.high:
@@ -58,6 +65,20 @@ def ratio_interval(candidate: np.ndarray, reference: np.ndarray, confidence: flo
     groups with replacement and then the pairs of each drawn group, so that the interval also holds how much
     the ratio moved between groups (between builds, and between runs at their moments of a shared machine),
     not only within them.
+
+    Args:
+        candidate: the candidate's seconds per epoch, one per pair.
+        reference: the reference's, pair by pair: same length as ``candidate``, at least 2.
+        confidence: the interval's coverage, e.g. 0.95.
+        resamples: the bootstrap's resamples.
+        seed: the resampling's seed.
+        groups: one label per pair (None: one group).
+
+    Returns:
+        The median ratio and its interval, over ``len(candidate)`` pairs.
+
+    Raises:
+        ValueError: the two series are not 1-D, equally long, of at least 2 pairs.
     """
     candidate, reference = np.asarray(candidate, np.float64), np.asarray(reference, np.float64)
     if candidate.shape != reference.shape or candidate.ndim != 1 or len(candidate) < 2:

@@ -28,6 +28,7 @@ class Machine:
 
     @staticmethod
     def here() -> "Machine":
+        """This process's machine: the CPU's model and logical cores, JAX's first device's kind."""
         return Machine(cpu_model(), os.cpu_count() or 1, jax.devices()[0].device_kind)
 
 

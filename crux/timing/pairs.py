@@ -54,6 +54,7 @@ class Stopwatch:
         self.started, self.compile_seconds = perf_counter(), 0.0
 
     def spent(self) -> float:
+        """Seconds since it was made, less the compiling it was given."""
         return perf_counter() - self.started - self.compile_seconds
 
 
@@ -72,11 +73,20 @@ class Side:
 
     @property
     def inner_steps(self) -> int:
+        """The updates a call of this side fuses (its ``inner_steps`` option, 1 without it)."""
         return int(self.options.get("inner_steps", 1))
 
     def chunk(self, epochs: int, clock: str = WALL_TIME, watch: Stopwatch | None = None) -> float:
-        """Seconds per epoch of ``epochs`` epochs of training on ``clock`` (the solve loop's time: its planning
-        and compiling are left out); the compiling goes to ``watch``."""
+        """Train ``epochs`` epochs and time them.
+
+        Args:
+            epochs: the chunk's epochs, a multiple of :attr:`inner_steps`.
+            clock: :data:`~crux.timing.machine.WALL_TIME` or :data:`~crux.timing.machine.CPU_TIME`.
+            watch: the timing's stopwatch, which the solve's compiling goes to (None: none).
+
+        Returns:
+            Seconds per epoch on ``clock``: the solve loop's time, its planning and compiling left out.
+        """
         stats = self.solver.solve(epochs, **self.options)
         if watch is not None:
             watch.compile_seconds += float(getattr(stats, "compile_seconds", 0.0))
@@ -107,9 +117,11 @@ class PairedTimes:
 
     @property
     def builds(self) -> int:
+        """How many builds of each side the pairs ran on."""
         return len(set(self.build))
 
     def interval(self) -> RatioInterval:
+        """The candidate-over-reference ratio's interval, the pairs grouped by build (:func:`ratio_interval`)."""
         return ratio_interval(np.array(self.candidate), np.array(self.reference), groups=np.array(self.build))
 
 
@@ -121,7 +133,19 @@ def chunk_epochs(candidate: Side, reference: Side, min_seconds: float = MIN_CHUN
     chunks of minutes). Each look multiplies the length by the power of two its chunks ask for (at most
     ``MAX_GROWTH``), not by two: every look costs both sides a ``solve()``, whose fixed cost (a library that warms
     its loop up at each call pays seconds) would otherwise be paid a dozen times before the first pair. The
-    chunks run here also warm both sides up (their first compiles, which go to ``watch``)."""
+    chunks run here also warm both sides up (their first compiles, which go to ``watch``).
+
+    Args:
+        candidate: the setting timed.
+        reference: the setting it is compared with.
+        min_seconds: the least seconds a chunk of the faster side takes.
+        clock: :data:`~crux.timing.machine.WALL_TIME` or :data:`~crux.timing.machine.CPU_TIME`.
+        watch: the timing's stopwatch (None: none).
+        max_seconds: the most seconds a chunk of the slower side may take; it wins over ``min_seconds``.
+
+    Returns:
+        The chunk's epochs.
+    """
     epochs = math.lcm(candidate.inner_steps, reference.inner_steps)
     for side in (candidate, reference):  # compile and warm up
         side.chunk(epochs, clock, watch)
@@ -143,7 +167,23 @@ def time_paired(candidate: Side | Sequence[Side], reference: Side | Sequence[Sid
     start, the solves' compiling left out); at least one pair per build, and two. ``candidate`` and
     ``reference`` are one side each or equally many builds of each (``candidate[b]`` is timed against
     ``reference[b]``, pair i on build i mod B). ``clock``: what a chunk's seconds are, by default the one for JAX's
-    device (:func:`clock_here`)."""
+    device (:func:`clock_here`).
+
+    Args:
+        candidate: the setting timed, one side or several builds of it.
+        reference: the setting it is compared with, as many builds as ``candidate``.
+        band: the ratios the claim allows; the timing stops once the interval is placed in or out of it.
+        budget_seconds: the wall-clock seconds the timing may spend, compiling left out, > 0.
+        min_chunk_seconds: the least seconds a chunk of the faster side takes.
+        clock: :data:`~crux.timing.machine.WALL_TIME` or :data:`~crux.timing.machine.CPU_TIME` (None:
+            :func:`clock_here`).
+
+    Returns:
+        The pairs' times, the chunk length, the load, the machine and what the timing spent.
+
+    Raises:
+        ValueError: ``budget_seconds <= 0``, or not as many builds of each side (at least one).
+    """
     if budget_seconds <= 0:
         raise ValueError(f"the timing budget must be positive, got {budget_seconds} s")
     candidates = [candidate] if isinstance(candidate, Side) else list(candidate)
