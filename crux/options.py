@@ -171,9 +171,22 @@ class SolveOptions:
 
 def requested(epochs: Any = None, options: SolveOptions | None = None, keywords: dict[str, Any] | None = None,
               call: str = "solve") -> SolveOptions:
-    """The options ``call(epochs, options, **keywords)`` asks for: ``options`` (None: the defaults) with ``epochs``
-    (where given) and each keyword in its place. Raises TypeError for an unknown keyword or an ``options`` that
-    is not a SolveOptions, and as :class:`SolveOptions` does."""
+    """The options ``call(epochs, options, **keywords)`` asks for, before the solver resolves them (:func:`resolved`).
+
+    Args:
+        epochs: the epochs, in place of ``options.epochs`` (None: as ``options`` has them).
+        options: the options given (None: the defaults).
+        keywords: fields of :class:`SolveOptions`, each in place of its field of ``options``.
+        call: the method asking (``solve``, ``resolve``), named in the messages.
+
+    Returns:
+        ``options`` with ``epochs`` and each keyword in its place.
+
+    Raises:
+        TypeError: an unknown keyword, an ``options`` that is not a :class:`SolveOptions`, or as
+            :class:`SolveOptions` raises for a value.
+        ValueError: as :class:`SolveOptions` raises for a value.
+    """
     keywords = dict(keywords or {})
     names = [f.name for f in dataclasses.fields(SolveOptions)]
     for key in keywords:
@@ -192,8 +205,19 @@ def requested(epochs: Any = None, options: SolveOptions | None = None, keywords:
 
 
 def one_call(options: SolveOptions | None, keywords: dict[str, Any], call: str) -> SolveOptions:
-    """The options of one compiled call of ``solve()`` (``call``: the method asking), taken as :func:`requested`
-    takes them, ``epochs`` the call's ``inner_steps``."""
+    """The options of one compiled call of ``solve()``: its epochs are the call's ``inner_steps``.
+
+    Args:
+        options: the options given (None: the defaults).
+        keywords: fields of :class:`SolveOptions`, each in place of its field of ``options``.
+        call: the method asking, named in the messages.
+
+    Returns:
+        The options, as :func:`requested` gives them, ``epochs`` set to ``inner_steps``.
+
+    Raises:
+        TypeError, ValueError: as :func:`requested` raises them.
+    """
     inner_steps = keywords.get("inner_steps", 1 if options is None else options.inner_steps)
     return requested(inner_steps, options, keywords, call)
 
@@ -276,7 +300,14 @@ def unused_accumulation(options: SolveOptions, largest: int | None = None) -> Op
 
 
 def divisors(epochs: int) -> list[int]:
-    """The values of ``inner_steps`` that divide ``epochs``, in order."""
+    """The values of ``inner_steps`` a run of ``epochs`` epochs can take.
+
+    Args:
+        epochs: a positive number of epochs.
+
+    Returns:
+        The divisors of ``epochs``, ascending.
+    """
     small = [k for k in range(1, math.isqrt(epochs) + 1) if epochs % k == 0]
     return small + [epochs // k for k in reversed(small) if k * k != epochs]
 

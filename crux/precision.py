@@ -31,8 +31,14 @@ setting is read, and suggested by crux's name where one is given instead of it."
 
 
 def meant(value: Any) -> str | None:
-    """The name of :data:`NAMES` that ``value`` most likely meant: the setting JAX calls so, else the closest
-    spelling; None when none is close."""
+    """The name of :data:`NAMES` that ``value`` most likely meant.
+
+    Args:
+        value: a precision as a user wrote it.
+
+    Returns:
+        The setting JAX calls so (``float32`` -> ``highest``), else the closest spelling; None when none is close.
+    """
     text = str(value).strip().lower()
     if text in JAX_NAMES:
         return JAX_NAMES[text]
@@ -64,7 +70,15 @@ def checked(value: Any, option: str = "precision") -> str:
 
 
 def applied(precision: str, function: Callable) -> Callable:
-    """``function`` traced at ``precision``: every matrix product in its program carries the setting."""
+    """``function`` traced at ``precision``: every matrix product in its program carries the setting.
+
+    Args:
+        precision: one of :data:`NAMES` (checked by :func:`checked`).
+        function: the function to trace.
+
+    Returns:
+        The function, wrapped: called (or traced) under ``jax.default_matmul_precision(precision)``.
+    """
     @functools.wraps(function)
     def at_precision(*args: Any, **kwargs: Any) -> Any:
         with jax.default_matmul_precision(precision):

@@ -42,9 +42,16 @@ FORMS = (PLAIN, LAYERS, WHOLE, UNROLLED)
 
 
 def least_memory(temp_bytes: Mapping[str, float | None]) -> str:
-    """The form of the fewest temporary bytes among those given (``temp_bytes``: per form of :data:`FORMS`
-    compiled, None where the backend gives no memory analysis), the earlier form on a tie; the first
-    rematerialising form given where no figure can decide, as that is what the option asks for."""
+    """The form a solve() with ``checkpoint_gradients`` runs, from the forms it compiled.
+
+    Args:
+        temp_bytes: ``{form of FORMS: its temporary bytes}`` per form compiled, None where the backend gives no
+            memory analysis; at least one form.
+
+    Returns:
+        The form of the fewest temporary bytes, the earlier of :data:`FORMS` on a tie; where a figure is missing,
+        the first rematerialising form given (what the option asks for), else the one form given.
+    """
     compiled = [form for form in FORMS if form in temp_bytes]
     if any(temp_bytes[form] is None for form in compiled):
         return next((form for form in compiled if form != PLAIN), compiled[0])

@@ -16,8 +16,17 @@ def roundoff_twin(params: Any, twin: int) -> Any:
     About eps relative per entry, in no common direction: moving every entry away
     from zero instead would rescale each layer by 1 + eps, a coherent change that
     moves the loss several times more than round-off does. Zeros stay zero (one ulp
-    of zero is a subnormal number, which some CPUs compute slowly). ``twin=0`` is
-    ``params`` unchanged; raises ValueError for ``twin < 0``.
+    of zero is a subnormal number, which some CPUs compute slowly).
+
+    Args:
+        params: a pytree of float arrays.
+        twin: the twin's number: the seed of the directions; 0 leaves ``params`` as they are.
+
+    Returns:
+        ``params`` moved (``params`` itself for ``twin=0``), each leaf a JAX array of its dtype.
+
+    Raises:
+        ValueError: ``twin < 0``.
     """
     if twin < 0:
         raise ValueError(f"roundoff_twin must be >= 0, got {twin}")

@@ -23,6 +23,12 @@ def fingerprint(params: Any) -> float:
     differ give another value except by a coincidence of their norms. Finite parameters of float32 (or of a
     narrower float, which float32 holds exactly) are summed in integers, by binary exponent, with a few array
     operations; others by ``math.fsum`` of their squares in float64 (each rounded once).
+
+    Args:
+        params: any pytree of arrays (host or device); an empty one gives 0.0.
+
+    Returns:
+        The sum of squares, a float64 rounded once (inf or NaN where an entry is).
     """
     leaves = [np.asarray(leaf) for leaf in jax.tree.leaves(params)]
     if not leaves:

@@ -61,7 +61,15 @@ def _accurate_tanh_jvp(primals, tangents):
 
 def tanh(x: jax.Array) -> jax.Array:
     """``jnp.tanh`` where it is accurate or where the fastest arithmetic was asked for; else :func:`accurate_tanh`
-    (chosen while the program is traced: part of what it is)."""
+    (chosen while the program is traced: part of what it is).
+
+    Args:
+        x: an array.
+
+    Returns:
+        tanh of ``x``, elementwise: ``jnp.tanh`` off a TPU or at matmul precision ``default``, else
+        :func:`accurate_tanh`.
+    """
     traced_at = jax.config.jax_default_matmul_precision
     if jax.default_backend() != "tpu" or matmul.JAX_NAMES.get(traced_at, traced_at) == "default":
         return jnp.tanh(x)

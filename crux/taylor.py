@@ -38,7 +38,20 @@ class Taylor(NamedTuple):
 
 
 def forward_laplacian(f: Callable[[jax.Array], jax.Array]) -> Callable[[jax.Array], jax.Array]:
-    """Laplacian of ``f: (d,) -> array`` (elementwise for non-scalar outputs), raising ``Unsupported`` at trace time."""
+    """The Laplacian in Taylor mode: value, first derivatives and the summed second derivative pushed through
+    ``f`` in one forward pass.
+
+    Args:
+        f: a pointwise function ``(d,) -> array``; the Laplacian of each component for a non-scalar one.
+
+    Returns:
+        The pointwise function of the Laplacian, of ``f``'s shape.
+
+    Raises:
+        Unsupported: (when traced) the point is not a float vector, ``f`` needs the point's value to trace, does
+            not return one float array, or uses a primitive without a Taylor rule; :func:`crux.laplacian` then
+            falls back to forward over forward.
+    """
     def lap(x):
         x = jnp.asarray(x)
         if x.ndim != 1 or not jnp.issubdtype(x.dtype, jnp.floating):
