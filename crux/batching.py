@@ -152,7 +152,15 @@ class PointStream:
         return np.where(np.arange(g * b) < n, np.float32(g / n), np.float32(0)).astype(np.float32).reshape(g, b)
 
     def indices(self, key: jax.Array, step: jax.Array) -> tuple[jax.Array, ...]:
-        """Per constraint, int32 indices of shape ``(G, B_c)`` for update ``step`` (``key``: a threefry key)."""
+        """Which points each micro-batch of update ``step`` takes.
+
+        Args:
+            key: the stream's Threefry key.
+            step: the update's index (a traced integer in a compiled call).
+
+        Returns:
+            Per constraint, int32 indices into its points, shape ``(G, B_c)``.
+        """
         drawn = [c for c in range(len(self.sizes)) if self.draws(c)]
         if drawn:
             pairs = ROUNDS // 2 * len(drawn)  # each counter (t, j) gives two words
@@ -172,8 +180,16 @@ class PointStream:
 
     def gather(self, points: tuple[jax.Array | None, ...], key: jax.Array, step: jax.Array
                ) -> tuple[jax.Array | None, ...]:
-        """On the device: per constraint, the points ``(G, B_c, d)`` of update ``step`` (None where ``points``
-        holds None for it)."""
+        """On the device: the micro-batches of update ``step``.
+
+        Args:
+            points: per constraint, its points ``(N_c, d)``, or None for one whose batches come otherwise.
+            key: the stream's Threefry key.
+            step: the update's index.
+
+        Returns:
+            Per constraint, the points ``(G, B_c, d)`` (None where ``points`` holds None).
+        """
         indices = self.indices(key, step)
         return tuple(None if p is None else p[i] if self.samples(c) else
                      jnp.broadcast_to(p, (self.micro_batches, *p.shape))

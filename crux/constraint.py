@@ -129,12 +129,21 @@ class Nets:
 
 def constraint_loss(constraint: Constraint, models: dict[str, Model], params: dict[str, Any],
                     points: jax.Array, form: str = remat.PLAIN, slot_weights: jax.Array | None = None) -> jax.Array:
-    """``weight * mean(residual**2)`` over ``points (B, d)``, with each model's parameters from ``params``, its
-    networks applied in rematerialisation ``form`` (:mod:`crux.remat`).
+    """A constraint's loss on a batch: ``weight * mean(residual**2)``.
 
-    With ``slot_weights`` (shape ``(B,)``) the mean over the points becomes the sum of each point's mean
-    squared residual times its slot's weight (a micro-batch whose slots repeat points, see
-    :meth:`crux.batching.PointStream.slot_weights`)."""
+    Args:
+        constraint: the constraint, its residual and weight.
+        models: ``{name: crux.Model}``, the networks the residual calls.
+        params: ``{name: parameters}``, the parameters to apply (traced, in a compiled update).
+        points: the batch, shape ``(B, d)``.
+        form: the rematerialisation form the networks are applied in (:mod:`crux.remat`).
+        slot_weights: shape ``(B,)``, for a micro-batch whose slots repeat points
+            (:meth:`crux.batching.PointStream.slot_weights`): the mean over the points becomes the sum of each
+            point's mean squared residual times its slot's weight. None: the plain mean.
+
+    Returns:
+        The loss, a scalar.
+    """
     net = Nets(models, params, form)
     squares = jnp.square(jax.vmap(lambda x: constraint.residual(net, x))(points))
     if slot_weights is None:
@@ -159,10 +168,23 @@ class _NotAValue(Exception):
 
 def checked_reach(constraint: Constraint, models: dict[str, Model], params: dict[str, Any]) -> set[str]:
     """The models whose parameters enter ``constraint``'s residual, from one trace of it at one point (no
-    compute). Raises ValueError when the residual returns anything but one real floating-point array, a scalar
-    or a vector of 1 to :data:`RESIDUAL_COMPONENTS` components (naming its function and what it returned), or
-    evaluates a model at a point, or gets a value from it, of another shape than the model's ``in_dim`` and
-    ``out_dim``; the TypeError or ValueError of a residual that fails when traced, with the constraint named."""
+    compute).
+
+    Args:
+        constraint: the constraint whose residual is traced.
+        models: ``{name: crux.Model}``.
+        params: ``{name: parameters}`` of every model.
+
+    Returns:
+        The names of the models the residual reaches.
+
+    Raises:
+        ValueError: the residual returns anything but one real floating-point array, a scalar or a vector of 1
+            to :data:`RESIDUAL_COMPONENTS` components (naming its function and what it returned), or evaluates a
+            model at a point, or gets a value from it, of another shape than the model's ``in_dim`` and
+            ``out_dim``.
+        TypeError, ValueError: the residual's own, where it fails when traced, with the constraint named.
+    """
     names = sorted(params)  # make_jaxpr flattens the dict in sorted-key order
     code = getattr(constraint.residual, "__code__", None)
     where = f" ({shown_path(code.co_filename)}:{code.co_firstlineno})" if code else ""

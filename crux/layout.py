@@ -66,11 +66,14 @@ class Layout:
 
     @classmethod
     def of(cls, params: Any, flat: bool) -> "Layout":
+        """The layout of ``params`` (a pytree of arrays): one flat vector where ``flat``, else the tree as it is."""
         leaves, treedef = jax.tree.flatten(params)
         return cls(flat, (treedef, tuple((jnp.shape(leaf), jnp.result_type(leaf)) for leaf in leaves)))
 
     def pack(self, params: Any) -> Any:
+        """``params`` (of this layout's tree and leaves) packed: one 1-D vector where flat, else as they are."""
         return _ravel(params) if self.flat else params
 
     def unpack(self, packed: Any) -> Any:
+        """The parameters' tree back from what :meth:`pack` gave."""
         return _unravel(packed, self.spec) if self.flat else packed

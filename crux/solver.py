@@ -56,8 +56,16 @@ def _strongly_typed(tree: Any) -> Any:
 
 
 def models_reached(reach: Sequence[set[str]], models: Sequence[str]) -> tuple[str, ...]:
-    """The models an entry trains: those its constraints reach (``reach``: one set per constraint), so that a
-    model no constraint of the entry reaches keeps its parameters bit for bit."""
+    """The models an entry trains: those its constraints reach, so that a model no constraint of the entry
+    reaches keeps its parameters bit for bit.
+
+    Args:
+        reach: the models each of the entry's constraints reaches, one set per constraint.
+        models: the solver's model names (unused by this rule; a test's planted variant may train others).
+
+    Returns:
+        The names, sorted.
+    """
     return tuple(sorted(set().union(*reach)))
 
 
