@@ -60,8 +60,7 @@ def noise_record(run_id: str, draws: GradientDraws, initial, **options) -> RunRe
 def measured(n_interior: int = 64, **options) -> tuple[GradientDraws, dict]:
     problem = poisson(optax.sgd, n=n_interior, hidden=(8, 8))
     initial = jax.tree.map(np.array, {name: m.params for name, m in problem.models.items()})
-    draws = crux_gradient_draws(problem, DRAWS, options.get("batchsize"), options.get("accumulation_steps", 1),
-                                seed=0)
+    draws = crux_gradient_draws(problem, DRAWS, SolveOptions(DRAWS, **options), seed=0)
     return draws, initial
 
 
@@ -74,7 +73,7 @@ def test_the_draws_are_the_gradients_of_one_update_solves_from_the_same_paramete
     2^-24 |g|). A stream that stopped moving or a wrong average would be off by the gradient's own size."""
     draws = 12
     problem = poisson(optax.sgd, n=64, hidden=(8, 8))
-    measured = crux_gradient_draws(problem, draws, options["batchsize"], options.get("accumulation_steps", 1), 3)
+    measured = crux_gradient_draws(problem, draws, SolveOptions(draws, **options), 3)
     reference = poisson(optax.sgd, lr=1.0, n=64, hidden=(8, 8))
     model = reference.models["u"]
     start = model.params

@@ -280,7 +280,9 @@ def logged_params(store: Path, cfg) -> tuple[dict[str, str], dict[str, str]]:
     client = MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
     run_id = client.create_run(client.create_experiment("e")).info.run_id
     with JobRun(client, run_id, "default", 0) as run:
-        run.log_config(cfg, *settings.as_run(cfg, config.problem(cfg).solver()))
+        solver = config.problem(cfg).solver()
+        run.log_config(cfg, *settings.ran_otherwise(*settings.job_options(cfg, solver),
+                                                    {c.name: c.size for c in solver.constraints}))
     logged = client.get_run(run_id).data
     return logged.params, logged.tags
 
@@ -331,7 +333,7 @@ def test_the_params_record_the_options_as_the_library_resolves_them(store, hydra
 def test_what_the_solver_refuses_a_job_says_in_the_command_lines_terms(hydra_configs, overrides, refusal):
     cfg = compose("config", overrides=overrides + ["model.width=4"])
     with pytest.raises(ValueError) as refused:
-        settings.as_run(cfg, config.problem(cfg).solver())
+        settings.job_options(cfg, config.problem(cfg).solver())
     assert str(refused.value) == refusal
 
 

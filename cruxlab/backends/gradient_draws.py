@@ -8,6 +8,7 @@ its standard error, not the gradients.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import Mapping, NamedTuple
@@ -19,6 +20,7 @@ import optax
 from omegaconf import DictConfig
 
 import crux
+from crux.options import SolveOptions
 from crux.problems import Problem
 
 
@@ -68,20 +70,36 @@ class GradientDraws:
                    if seconds is not None}}
 
 
+ONE_CALL = {"devices": 1, "offload_data": False, "substeps": None}
+"""What the draws change of a job's options, besides ``inner_steps=draws`` (all in one compiled call): one device, as
+the noise claim counts a batch of ``accumulation_steps`` micro-batches of ``batchsize`` (``devices=D`` would make it
+``D`` times as many, :mod:`cruxlab.report.claims.gradient_noise`); the points on it (offloading would stream all the
+draws' batches at once); no substeps (which take no ``inner_steps``, and would update some constraints' models
+alone)."""
+
+
 def draws_wanted(cfg: DictConfig) -> int:
     """How many draws this job measures: ``gradient_draws`` in a sweep's first repeat, none in the others (the
     draws depend on the seed and the options, not on the repeat, and the check reads the first repeat)."""
     return int(cfg.gradient_draws) if cfg.repeat == 0 else 0
 
 
-def crux_gradient_draws(problem: Problem, draws: int, batchsize: int | None, accumulation_steps: int,
-                        seed: int) -> GradientDraws:
+def crux_gradient_draws(problem: Problem, draws: int, options: SolveOptions, seed: int) -> GradientDraws:
     """``draws`` first updates of ``problem`` on crux, in one ``solve(draws, inner_steps=draws)`` on a solver of
     its own seed ``seed``: each model's optimizer keeps the gradient it is handed and returns a zero update,
     so every update starts from the current parameters while the update counter, and with it the point
     stream, moves on by one. The gradients are the library's own (its batching, accumulation and stream),
     all from one compiled call. The models end where they started, with the recorder attached (attach the
-    training's optimizer after)."""
+    training's optimizer after).
+
+    Args:
+        problem: the problem whose first updates are drawn.
+        draws: how many.
+        options: the job's options (its ``epochs`` unused): the draws compute each gradient as the job's update
+            does (``batchsize``, ``accumulation_steps``, ``precision``, ``checkpoint_gradients``), on one device
+            with the points on it and every constraint in each update (:data:`ONE_CALL`).
+        seed: the solver's seed, which keys the point stream.
+    """
     models = problem.models
     start = {name: model.params for name, model in models.items()}
     for model in models.values():
@@ -91,7 +109,7 @@ def crux_gradient_draws(problem: Problem, draws: int, batchsize: int | None, acc
     level = solver_log.level
     solver_log.setLevel(logging.WARNING)  # not the accumulation notice
     try:
-        stats = solver.solve(draws, batchsize=batchsize, accumulation_steps=accumulation_steps, inner_steps=draws)
+        stats = solver.solve(options=dataclasses.replace(options, epochs=draws, inner_steps=draws, **ONE_CALL))
     finally:
         solver_log.setLevel(level)
         for name, model in models.items():

@@ -37,6 +37,7 @@ with heap.lasting():  # Hydra's and MLflow's modules, kept to the process's end:
     from hydra_plugins.crux_sweeper.config import SweeperConfig
     from hydra_plugins.crux_sweeper.crux_sweeper import CruxSweeper
 
+    from crux.options import SolveOptions
     from crux.problems import Problem
     from cruxlab import backends, config
     from cruxlab.commands import processes
@@ -44,7 +45,7 @@ with heap.lasting():  # Hydra's and MLflow's modules, kept to the process's end:
     from cruxlab.config.attachments import TrainingPlan, job_plan
     from cruxlab.config.keys import refused_override
     from cruxlab.config.refusals import config_refusals
-    from cruxlab.config.settings import as_run, solve_options
+    from cruxlab.config.settings import job_options, ran_otherwise
     from cruxlab.runtime import JobRun, ParameterLeaves, parameter_leaves
     from cruxlab.runtime.capacity_job import run_capacity
     from cruxlab.runtime.compilation_cache import use_compilation_cache
@@ -100,9 +101,10 @@ def checked_by_the_sweep(hydra_cfg: DictConfig) -> bool:
 
 
 def train(problem: Problem, phases: list[Phase], cfg: DictConfig, phase_ends: list[ParameterLeaves],
-          plan: TrainingPlan | None = None) -> None:
-    """Run the phases on the problem's one solver, appending every model's parameters to ``phase_ends`` after
-    each phase (so those of the phases before a failure are kept).
+          plan: TrainingPlan | None = None, options: SolveOptions | None = None) -> None:
+    """Run the phases on the problem's one solver with ``options`` (default: the job's as its solver runs them,
+    :func:`cruxlab.config.settings.job_options`), each phase at its own epochs, appending every model's parameters
+    to ``phase_ends`` after each phase (so those of the phases before a failure are kept).
 
     Each network trains in each phase with what ``plan`` says (default: :func:`cruxlab.config.attachments.job_plan`):
     in the first, its problem's own optimizer and schedule, or the config's where it has none or they were chosen
@@ -111,7 +113,7 @@ def train(problem: Problem, phases: list[Phase], cfg: DictConfig, phase_ends: li
     """
     plan = plan if plan is not None else job_plan(problem, phases, cfg)
     solver = problem.solver()
-    options = solve_options(cfg)
+    options = options if options is not None else job_options(cfg, solver)[1]
     for number, phase in enumerate(phases, 1):
         log.info("training phase %d of %d: %d epochs, %s", number, len(phases), phase.epochs,
                  ", ".join(f"{name} {attached.words}" for name, attached in plan.phases[number - 1].items()))
@@ -135,7 +137,9 @@ def train_job(cfg: DictConfig, run: JobRun, problem: Problem | None = None) -> f
     phases = config.training_phases(cfg)
     try:
         problem = problem if problem is not None else config.problem(cfg)
-        ran = as_run(cfg, problem.solver())
+        solver = problem.solver()
+        requested, options = job_options(cfg, solver)  # the one value training, the draws and the timing take
+        ran = ran_otherwise(requested, options, {c.name: c.size for c in solver.constraints})
     except Exception:
         run.log_config(cfg)  # the failed run keeps what it was asked to run
         raise
@@ -144,18 +148,18 @@ def train_job(cfg: DictConfig, run: JobRun, problem: Problem | None = None) -> f
     run.check_room(problem, sum(phase.epochs for phase in phases), len(phases))
     run.trains()
     if backends.draws_wanted(cfg):
-        run.log_metrics(backends.crux_gradient_draws(problem, backends.draws_wanted(cfg), cfg.memory.batchsize,
-                                                     cfg.memory.accumulation_steps, cfg.solver.seed).metrics())
+        run.log_metrics(backends.crux_gradient_draws(problem, backends.draws_wanted(cfg), options,
+                                                     cfg.solver.seed).metrics())
     initial = parameter_leaves(problem.models)
     phase_ends: list[ParameterLeaves] = []
     try:
-        train(problem, phases, cfg, phase_ends, plan)
+        train(problem, phases, cfg, phase_ends, plan, options)
     finally:  # a failed or stopped phase keeps the history and the parameter snapshots up to it
         history = problem.solver().history
         if history is not None:
             run.log_results(problem, history, initial, phase_ends)
     if processes.is_recording_process():  # one process of several times nothing: its timing would share the cores
-        time_against(cfg, run)
+        time_against(cfg, run, requested=requested, applied=options)
     return objective_value(cfg.objective, history, problem.relative_l2() if cfg.objective == "error" else {})
 
 

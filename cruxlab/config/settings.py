@@ -114,23 +114,22 @@ def config_literal(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def as_run(cfg: DictConfig, solver: Crux) -> tuple[dict[str, Any], list[str]]:
-    """What of the job's options ``solver`` runs otherwise than its config asks: :func:`ran_otherwise` of the
-    first phase's options and of :meth:`crux.Crux.resolve` of them, what ``solve()`` applies (the later phases
-    differ in their epochs only). Raises ValueError with crux's refusal in the command line's terms
-    (:func:`in_config_terms`)."""
+def job_options(cfg: DictConfig, solver: Crux) -> tuple[SolveOptions, SolveOptions]:
+    """A crux job's options, built once for the whole job: the first phase's as its config asks them
+    (:func:`solve_options`) and as ``solver`` runs them (:meth:`crux.Crux.resolve`, what ``solve()`` applies); the
+    later phases differ in their epochs only, which ``solve(phase.epochs, options)`` sets. Raises ValueError with
+    crux's refusal in the command line's terms (:func:`in_config_terms`)."""
     requested = solve_options(cfg)
     try:
-        applied = solver.resolve(options=requested)
+        return requested, solver.resolve(options=requested)
     except OptionError as refused:
         raise ValueError(in_config_terms(refused)) from refused
-    return ran_otherwise(requested, applied, {c.name: c.size for c in solver.constraints})
 
 
 def ran_otherwise(requested: SolveOptions, applied: SolveOptions,
                   sizes: dict[str, int]) -> tuple[dict[str, Any], list[str]]:
     """What of a job's options ran otherwise than its config asked, ``applied`` being ``requested`` as its solver
-    resolved them (:func:`as_run`) for constraints of ``sizes`` points (name -> points).
+    resolved them (:func:`job_options`) for constraints of ``sizes`` points (name -> points).
 
     Returns:
         The settings to record as they ran, by config key (``{"memory.batchsize": 1024}``: the params keep the

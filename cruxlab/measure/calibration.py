@@ -234,7 +234,8 @@ def record(run_id: str, case: Case, train: Train, options: dict, calls: Sequence
 
 
 def draws_of(case: Case, batchsize: int, accumulation: int, seed: int) -> GradientDraws:
-    return crux_gradient_draws(problem(case), case.draws, batchsize, accumulation, seed)
+    options = SolveOptions(case.draws, batchsize=batchsize, accumulation_steps=accumulation)
+    return crux_gradient_draws(problem(case), case.draws, options, seed)
 
 
 def only(verdicts: list[Verdict], prefix: str) -> Verdict:

@@ -36,21 +36,27 @@ log = logging.getLogger(__name__)
 PREFIX = "timing/"
 
 
-def reference_options(cfg: DictConfig) -> SolveOptions | None:
-    """The options the job is timed against; None when ``timing.against`` changes none of its own."""
-    own = solve_options(cfg)
+def reference_options(cfg: DictConfig, own: SolveOptions | None = None) -> SolveOptions | None:
+    """The options the job is timed against: ``own``, the job's as its config asks them (default:
+    :func:`cruxlab.config.settings.solve_options`), changed by ``timing.against``; None when it changes none."""
+    own = own if own is not None else solve_options(cfg)
     other = dataclasses.replace(own, **OmegaConf.to_container(cfg.timing.against))
     return None if other == own else other
 
 
 def time_against(cfg: DictConfig, run: JobRun, side: Callable[[SolveOptions], Side] | None = None,
-                 clock: str | None = None) -> PairedTimes | None:
+                 clock: str | None = None, requested: SolveOptions | None = None,
+                 applied: SolveOptions | None = None) -> PairedTimes | None:
     """Time the job's options against ``timing.against`` on fresh copies of its problem and log the chunks;
     None (and nothing logged) where there is nothing to time against. ``side(options)`` builds one copy
     trained with ``options`` (by default crux's solver of the configured problem, each network with what the job's
     first phase trains it with, :func:`cruxlab.config.attachments.job_plan`; another backend passes its own);
-    ``clock``: as :func:`crux.timing.pairs.time_paired` takes it."""
-    other = reference_options(cfg)
+    ``clock``: as :func:`crux.timing.pairs.time_paired` takes it. ``requested``: the job's options as its config
+    asks them (default: :func:`cruxlab.config.settings.solve_options`); ``applied``: as its solver ran them
+    (:func:`cruxlab.config.settings.job_options`; default: ``requested``), what the candidate trains with."""
+    requested = requested if requested is not None else solve_options(cfg)
+    # the reference changes the request, as its config would: solve() resolves it as it resolved the job's
+    other = reference_options(cfg, requested)
     if other is None:
         return None
     first = config.training_phases(cfg)[0]
@@ -62,7 +68,8 @@ def time_against(cfg: DictConfig, run: JobRun, side: Callable[[SolveOptions], Si
 
     build = side or crux_side
     builds = range(cfg.timing.builds)
-    candidates, references = [build(solve_options(cfg)) for _ in builds], [build(other) for _ in builds]
+    own = applied if applied is not None else requested
+    candidates, references = [build(own) for _ in builds], [build(other) for _ in builds]
     band = timing_band(cfg.timing.against)
     log.info("paired timing against %s on %d build(s) of each: until the ratio's interval is in or out of "
              "[%g, %g) or %g s are spent", dict(cfg.timing.against), cfg.timing.builds, band.low, band.high,

@@ -124,7 +124,8 @@ def train_and_log(cfg: DictConfig, run: JobRun) -> float:
             return problems.build(name, crux_problem, fields, model, cfg.solver.seed, cfg.roundoff_twin, batching)
 
     problem = build()
-    options = training.solve_keywords(solve_options(cfg), batching.form)
+    requested = solve_options(cfg)
+    options = training.solve_keywords(requested, batching.form)
     initial = _leaves(problem.networks)
     with jax.default_matmul_precision(cfg.solver.precision):  # what crux's own update is compiled at
         parts, phase_ends, unsupported = _train(problem, config.training_phases(cfg), options, log)
@@ -156,5 +157,5 @@ def train_and_log(cfg: DictConfig, run: JobRun) -> float:
             first.optimizer.attach(net, jno_schedule(first.schedule.build(first.epochs)))
         return Side(training.Timed(copy, batching.form), options.keywords())
 
-    time_against(cfg, run, timed, WALL_TIME)
+    time_against(cfg, run, timed, WALL_TIME, requested=requested)
     return objective_value(cfg.objective, stats, errors)
