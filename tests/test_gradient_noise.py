@@ -89,6 +89,18 @@ def test_the_draws_are_the_gradients_of_one_update_solves_from_the_same_paramete
     assert flat(problem.models["u"].params).tobytes() == before.tobytes()  # the model ends where it started
 
 
+
+@pytest.mark.parametrize("job", [SolveOptions(10, batchsize=B, inner_steps=5),
+                                 SolveOptions(10, batchsize=B, substeps=[[0], [1]])])
+def test_the_draws_take_a_jobs_batching_whatever_its_epochs_inner_steps_and_substeps(job):
+    """The draws are one call of ``S`` updates of every constraint: a job's epochs and inner steps (which need not
+    divide ``S``) and its substeps (which take no inner steps) leave them bit for bit as plain options draw them."""
+    plain, _ = measured(batchsize=B)
+    problem = poisson(optax.sgd, n=64, hidden=(8, 8))
+    drawn = crux_gradient_draws(problem, DRAWS, job, seed=0)
+    assert drawn.gradients.tobytes() == plain.gradients.tobytes()
+
+
 def sweep_records(n_interior: int = 64) -> list[RunRecord]:
     settings = {"b8": dict(batchsize=B), "b32": dict(batchsize=A * B), "b8_acc4": dict(batchsize=B,
                                                                                         accumulation_steps=A)}
