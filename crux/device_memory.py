@@ -39,25 +39,55 @@ def _stats(device: jax.Device) -> dict | None:
 
 
 def before(device: jax.Device) -> Before:
-    """What ``device`` holds now, to be read before the update runs."""
+    """What ``device`` holds now, to be read before the update runs.
+
+    Args:
+        device: a JAX device.
+
+    Returns:
+        Its bytes in use and high-water mark, each None where the backend does not say (a CPU).
+    """
     stats = _stats(device) or {}
     return Before(stats.get("bytes_in_use"), stats.get("peak_bytes_in_use"))
 
 
 def limit(device: jax.Device) -> int | None:
-    """The bytes ``device`` lets programs use (None where it does not say, as a CPU)."""
+    """The bytes ``device`` lets programs use.
+
+    Args:
+        device: a JAX device.
+
+    Returns:
+        The limit, None where the device does not say (a CPU).
+    """
     value = (_stats(device) or {}).get("bytes_limit")
     return int(value) if value else None
 
 
 def compiled_bytes(memory: Mapping[str, int]) -> int | None:
-    """Temporaries, arguments and outputs of the compiled update (None where the backend gave no analysis)."""
+    """The compiled update's bytes: temporaries, arguments and outputs.
+
+    Args:
+        memory: the update's memory analysis, by figure (:func:`crux.executables.memory_of`).
+
+    Returns:
+        Their sum, None where a figure is missing (a backend without the analysis).
+    """
     return sum(int(memory[key]) for key in COMPILED) if all(key in memory for key in COMPILED) else None
 
 
 def update_peak(memory: Mapping[str, int], start: Before, device: jax.Device) -> int | None:
     """The update's own peak on ``device``: the larger of its compiled bytes and the rise of the device's
-    high-water mark over the bytes in use at ``start``, where the mark rose since then."""
+    high-water mark over the bytes in use at ``start``, where the mark rose since then.
+
+    Args:
+        memory: the update's memory analysis, by figure.
+        start: what :func:`before` read before the update ran.
+        device: the device it ran on.
+
+    Returns:
+        The peak in bytes, None where neither figure is known.
+    """
     candidates = [compiled_bytes(memory)]
     high_water = (_stats(device) or {}).get("peak_bytes_in_use")
     if high_water is not None and start.in_use is not None and high_water > (start.high_water or 0):
@@ -67,13 +97,27 @@ def update_peak(memory: Mapping[str, int], start: Before, device: jax.Device) ->
 
 
 def refusal(error: BaseException) -> str | None:
-    """XLA's out-of-memory message (its first line), where ``error`` is one; None for any other error. XLA's
-    error type differs between versions, its status code does not."""
+    """XLA's out-of-memory message, told by the status :data:`REFUSED` in its text (XLA's error type differs
+    between versions, its status code does not).
+
+    Args:
+        error: an error a compile or a call raised.
+
+    Returns:
+        The message's first line (at most 300 characters) where ``error`` is an out-of-memory one, else None.
+    """
     text = str(error)
     return text.strip().splitlines()[0][:300] if REFUSED in text else None
 
 
 def refused_bytes(message: str) -> int | None:
-    """The bytes XLA's refusal says the program needed (to its two decimals of its unit), None where it names none."""
+    """The bytes XLA's refusal says the program needed.
+
+    Args:
+        message: XLA's out-of-memory message (:func:`refusal`).
+
+    Returns:
+        The bytes, to the two decimals of the message's unit; None where it names none.
+    """
     match = _REQUIRED.search(message)
     return round(float(match.group(1)) * _UNITS[match.group(2)]) if match else None

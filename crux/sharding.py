@@ -14,25 +14,55 @@ AXIS = "devices"  # the mesh axis the micro-batches are split over
 
 
 def mesh(count: int) -> Mesh:
-    """The first ``count`` devices as a one-axis mesh."""
+    """The first ``count`` devices as a one-axis mesh.
+
+    Args:
+        count: the devices, at most ``len(jax.devices())``.
+
+    Returns:
+        The mesh, its axis :data:`AXIS`.
+    """
     return Mesh(jax.devices()[:count], (AXIS,))
 
 
 def placement(count: int) -> jax.sharding.Sharding:
-    """Where a call's state and points live: on the first device, or whole on each of the first ``count``."""
+    """Where a call's state and points live.
+
+    Args:
+        count: the devices the solve() runs on.
+
+    Returns:
+        The first local device for 1, else whole copies on each of the first ``count`` devices.
+    """
     if count == 1:
         return SingleDeviceSharding(jax.local_devices()[0])
     return NamedSharding(mesh(count), PartitionSpec())
 
 
 def split(count: int, axis: int) -> NamedSharding:
-    """Arrays split along ``axis`` over the first ``count`` devices (a stream of offloaded batches)."""
+    """How a stream of offloaded batches is split over the devices.
+
+    Args:
+        count: the devices.
+        axis: the arrays' axis to split.
+
+    Returns:
+        Arrays split along ``axis`` over the first ``count`` devices.
+    """
     return NamedSharding(mesh(count), PartitionSpec(*([None] * axis), AXIS))
 
 
 def put(tree, target: jax.sharding.Sharding):
-    """``tree`` on ``target``. Where ``target`` spans devices of other processes (``jax.distributed``), every
-    process passes the same values and each places its own devices' part."""
+    """``tree`` on ``target``, in one transfer of the leaves not there already.
+
+    Args:
+        tree: a pytree of arrays (PRNG keys too).
+        target: where to place them; where it spans devices of other processes (``jax.distributed``), every
+            process passes the same values and each places its own devices' part.
+
+    Returns:
+        The tree, its leaves on ``target``.
+    """
     if target.is_fully_addressable:  # one transfer of what is elsewhere; what is already there stays as it is
         leaves, treedef = jax.tree.flatten(tree)
         moving = [i for i, leaf in enumerate(leaves)
@@ -51,8 +81,14 @@ def put(tree, target: jax.sharding.Sharding):
 
 
 def local(tree):
-    """``tree`` with every array that spans several processes replaced by this process's copy (the arrays a
-    solve() keeps are whole on every device)."""
+    """This process's copy of ``tree``.
+
+    Args:
+        tree: a pytree; arrays that span several processes are whole on every device, as a solve() keeps them.
+
+    Returns:
+        The tree, each such array replaced by the copy on this process's first device of it.
+    """
     if jax.process_count() == 1:
         return tree
     return jax.tree.map(lambda x: x.addressable_data(0) if isinstance(x, jax.Array) and not x.is_fully_addressable
