@@ -21,8 +21,16 @@ LIBRARY_FOLDERS = tuple(Path(sysconfig.get_paths()[key]).resolve() for key in ("
 
 
 def is_users(filename: str, module: str = "") -> bool:
-    """Whether ``filename`` (of ``module``) is the user's code: a real file of a module not crux's, outside the
-    installed libraries and Python."""
+    """Whether a frame's file is the user's code: a real file of a module not crux's, outside the installed
+    libraries and Python.
+
+    Args:
+        filename: the frame's file.
+        module: the frame's module (``__name__``), "" where unknown.
+
+    Returns:
+        True for the user's code.
+    """
     if module.partition(".")[0] in OWN_PACKAGES[:2] or module.startswith(OWN_PACKAGES[2]):
         return False
     path = Path(filename)
@@ -33,14 +41,28 @@ def is_users(filename: str, module: str = "") -> bool:
 
 
 def shown_path(filename: str) -> str:
-    """``filename`` relative to the working directory when it lies below it, else as it is."""
+    """A file as messages show it.
+
+    Args:
+        filename: a file's path.
+
+    Returns:
+        Its resolved path, relative to the working directory when it lies below it.
+    """
     path = Path(filename).resolve()
     return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else os.fspath(path)
 
 
 def raised_at(error: BaseException) -> str | None:
-    """``file:line`` of the innermost frame of ``error``'s traceback that is the user's code, or None when it
-    passed through none (crux refused something on its own)."""
+    """Where the user's code raised ``error``.
+
+    Args:
+        error: a raised exception.
+
+    Returns:
+        ``file:line`` of the innermost frame of its traceback that is the user's code (a user's file's
+        ``SyntaxError``: its line), or None when it passed through none (crux refused something on its own).
+    """
     frames = [(frame.f_code.co_filename, line) for frame, line in traceback.walk_tb(error.__traceback__)
               if is_users(frame.f_code.co_filename, frame.f_globals.get("__name__", ""))]
     if not frames and isinstance(error, SyntaxError) and error.filename and is_users(error.filename):
@@ -49,8 +71,15 @@ def raised_at(error: BaseException) -> str | None:
 
 
 def failure_line(error: BaseException) -> str:
-    """``error`` in one line: its message, and where the user's code raised it with the error's type
-    (``ZeroDivisionError: division by zero (heat2d.py:12)``); crux's own refusals are their message alone."""
+    """``error`` in one line, for a run's record.
+
+    Args:
+        error: a raised exception.
+
+    Returns:
+        Its message, and where the user's code raised it with the error's type
+        (``ZeroDivisionError: division by zero (heat2d.py:12)``); crux's own refusals are their message alone.
+    """
     text = " ".join(str(error).split()) or type(error).__name__
     where = raised_at(error)
     return f"{type(error).__name__}: {text} ({where})" if where else text

@@ -16,8 +16,17 @@ Field = Callable[[dict[str, Model], np.ndarray], np.ndarray]
 
 
 def exact_solution_faults(predict: dict, exact: dict, test_points: np.ndarray | None) -> list[str]:
-    """What keeps an exact solution from being compared with the model's: a field without ``predict``, no
-    ``test_points``."""
+    """What keeps an exact solution from being compared with the model's.
+
+    Args:
+        predict: ``{field: function}`` of the model's prediction.
+        exact: ``{field: function}`` of the exact solution.
+        test_points: the points to compare on, or None.
+
+    Returns:
+        One line per fault (an exact field without ``predict``, an exact solution without ``test_points``);
+        empty where there is none.
+    """
     unpredicted = sorted(set(exact) - set(predict))
     faults = [f"exact solution for {unpredicted} without predict[...] to compare it with"] if unpredicted else []
     return faults + (["an exact solution needs test_points to compare on"] if exact and test_points is None else [])
