@@ -73,14 +73,21 @@ class Traced:
 
     @property
     def lowered(self) -> Any:
+        """The traced function lowered, once."""
         if self._lowered is None:
             self._lowered = self.traced.lower()
         return self._lowered
 
 
 def memory_of(compiled: Any) -> dict[str, int]:
-    """XLA's memory analysis of a compiled program: ``temp_bytes``, ``argument_bytes``, ``output_bytes`` (empty
-    where the backend gives none)."""
+    """XLA's memory analysis of a compiled program.
+
+    Args:
+        compiled: a compiled JAX executable.
+
+    Returns:
+        ``{"temp_bytes", "argument_bytes", "output_bytes": bytes}``; empty where the backend gives no analysis.
+    """
     analysis = compiled.memory_analysis()
     if analysis is None:
         return {}
@@ -155,7 +162,17 @@ class ExecutableTable:
 
     def compile_once(self, fun: Callable, *args: Any, donate_argnums: int | tuple[int, ...] = ()) -> Any:
         """``jax.jit(fun, donate_argnums=...).lower(*args).compile()``, or the executable of an earlier call
-        that traced to the same program."""
+        that traced to the same program.
+
+        Args:
+            fun: the function to compile.
+            *args: its arguments (arrays or shapes), which the program is traced for.
+            donate_argnums: the arguments whose buffers the executable may reuse.
+
+        Returns:
+            The compiled executable, shared with the earlier calls of the same program (compiled anew where the
+            program key does not cover this JAX version).
+        """
         traced = self._trace(fun, args, donate_argnums, keep=False)
         if traced.key is None:
             return traced.lowered.compile()
@@ -173,7 +190,16 @@ class ExecutableTable:
         executable where there is one, else from a compile under the backend's ``MEMORY_ONLY`` options (a full
         compile, kept as the shared executable, where it has none); the figures are kept by program, and the
         traced program for the ``compile_once`` of ``fun`` that follows. A program that another thread is
-        measuring is measured once: this call waits for its figures."""
+        measuring is measured once: this call waits for its figures.
+
+        Args:
+            fun: the function whose program is measured.
+            *args: its arguments (arrays or shapes).
+            donate_argnums: as :meth:`compile_once` takes them.
+
+        Returns:
+            The program's figures, as :func:`memory_of` gives them.
+        """
         traced = self._trace(fun, args, donate_argnums, keep=True)
         if traced.key is None:
             return self._measure(traced)
@@ -262,7 +288,14 @@ compile_once, memory_once = SHARED.compile_once, SHARED.memory_once
 
 
 def program_key(jaxpr: Any) -> tuple:
-    """A hashable value equal for two (closed) jaxprs exactly when they compute the same thing."""
+    """The key executables are shared by.
+
+    Args:
+        jaxpr: a (closed) jaxpr.
+
+    Returns:
+        A hashable value, equal for two jaxprs exactly when they compute the same thing.
+    """
     return _Program().jaxpr(jaxpr)
 
 
