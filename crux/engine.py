@@ -49,12 +49,15 @@ class Columns:
 
     @classmethod
     def of(cls, n_constraints: int, entries: Sequence[Entry]) -> "Columns":
+        """The columns of ``n_constraints`` losses, a learning rate per model the ``entries`` train (sorted by
+        name) and the finite flag."""
         trained = sorted({name for e in entries for name in e.models})
         return cls(slice(0, n_constraints), {name: n_constraints + i for i, name in enumerate(trained)},
                    n_constraints + len(trained))
 
     @property
     def width(self) -> int:
+        """The columns of a row."""
         return self.finite + 1
 
 
@@ -89,8 +92,18 @@ class State(NamedTuple):
 
 
 def repeat(body: Callable, carry: Any, xs: Any, length: int, unroll: int = 1) -> tuple[Any, Any]:
-    """``lax.scan`` that skips the loop for a single iteration (outputs still get the leading axis), ``unroll``
-    iterations to a turn of the loop."""
+    """``lax.scan`` that skips the loop for a single iteration (outputs still get the leading axis).
+
+    Args:
+        body: ``body(carry, x) -> (carry, out)``.
+        carry: the loop's starting carry.
+        xs: the per-iteration inputs, each leaf of leading axis ``length``, or None.
+        length: the iterations.
+        unroll: iterations to a turn of the loop.
+
+    Returns:
+        ``(carry, outs)``, each leaf of ``outs`` of leading axis ``length``.
+    """
     if length == 1:
         carry, out = body(carry, None if xs is None else jax.tree.map(lambda a: a[0], xs))
         return carry, jax.tree.map(lambda a: a[None], out)
@@ -137,10 +150,12 @@ class Plan:
 
     @property
     def steps_per_epoch(self) -> int:
+        """The updates of one epoch: each entry's steps, summed."""
         return sum(e.steps for e in self.entries)
 
     @property
     def columns(self) -> Columns:
+        """Where an epoch's figures sit in its row of the record."""
         return Columns.of(len(self.constraints), self.entries)
 
     @property
@@ -154,7 +169,18 @@ def started(params: dict[str, Any], opt: tuple[dict[str, OptimizerState], ...], 
     """The state a solve()'s first call takes, made on ``target`` in one dispatch: copies of the parameters, the
     optimizer states and the update counter (a call donates what it takes; these stay whole, to start a replay
     or to be kept should the first calls fail), no failed update, and an empty record buffer. Nothing travels
-    from the host where they are on ``target`` already."""
+    from the host where they are on ``target`` already.
+
+    Args:
+        params: each model's packed parameters.
+        opt: per entry, each trained model's optimizer state.
+        step: the update counter.
+        record_shape: the record buffer's shape (:attr:`Plan.record_shape`).
+        target: where the state lives (:func:`crux.sharding.placement`).
+
+    Returns:
+        The starting :class:`State`.
+    """
     return _starter(record_shape, target)(params, opt, step)
 
 
@@ -178,6 +204,12 @@ def make_call(plan: Plan) -> Callable[[State, Data], State]:
     learning rate, and 1.0 if the epoch was finite, 0.0 if it met a non-finite loss or update (which was not
     applied). ``data`` is :class:`DevicePoints` (batches drawn inside the call) or, with ``offload_data``,
     :class:`StreamedBatches`.
+
+    Args:
+        plan: what the call is traced from.
+
+    Returns:
+        The call, to be compiled (it traces at ``plan.precision``).
     """
     return matmul.applied(plan.precision, lambda state, data: _call(plan, state, data))
 

@@ -77,12 +77,28 @@ UNROLL_MEMORY_SHARE = 1 / 16  # the unrolled program's temporaries, at most, as 
 
 
 def unrolled(inner_steps: int, backend: str) -> int:
-    """Epochs per turn of the loop of a call of ``inner_steps`` epochs compiled for ``backend``."""
+    """How many epochs a turn of a call's loop runs.
+
+    Args:
+        inner_steps: the call's epochs.
+        backend: the backend it is compiled for (``jax.default_backend()``).
+
+    Returns:
+        :data:`UNROLL`'s figure for ``backend`` from :data:`UNROLL_FROM` epochs a call, else 1.
+    """
     return UNROLL.get(backend, 1) if inner_steps >= UNROLL_FROM else 1
 
 
 def record_slots(inner_steps: int, record_rows: int) -> int:
-    """Calls whose records the device holds between two syncs."""
+    """How many calls' records the device holds between two syncs.
+
+    Args:
+        inner_steps: the epochs of a call.
+        record_rows: the epochs' records the device may hold.
+
+    Returns:
+        ``record_rows // inner_steps``, at least 1.
+    """
     return max(record_rows // inner_steps, 1)
 
 
@@ -182,8 +198,15 @@ class HostLoop:
         return jax.block_until_ready(state) if self._one_call_at_a_time else state
 
     def statistics(self, compile_seconds: float, memory: dict[str, int]) -> tuple[Statistics, str | None]:
-        """The synchronised epochs' Statistics, cut after the first non-finite one, and the error that
-        names it (None if every epoch was finite)."""
+        """The synchronised epochs' Statistics, cut after the first non-finite one.
+
+        Args:
+            compile_seconds: the solve()'s compile time, recorded with them.
+            memory: the compiled update's memory figures, recorded with them and its measured peak.
+
+        Returns:
+            The statistics, and the error that names the first non-finite epoch (None if every one was finite).
+        """
         plan, columns = self.plan, self.plan.columns
         rows, windows, _ = self._synced
         table = np.concatenate(self._rows[:rows]) if rows else np.zeros((0, columns.width), np.float32)
