@@ -30,7 +30,15 @@ SCALAR = (int, float, bool, type(None))
 
 
 def layout_free(optimizer: Any) -> bool:
-    """True for a layout-free optax factory, also behind ``functools.partial`` with scalar keywords only."""
+    """Whether an optimizer trains the same on one flat vector as on the parameters' tree.
+
+    Args:
+        optimizer: what :meth:`crux.Model.optimizer` was given.
+
+    Returns:
+        True for a factory of :data:`LAYOUT_FREE_FACTORIES`, also behind ``functools.partial`` with scalar keywords
+        only; False for anything else (a ready transform).
+    """
     if isinstance(optimizer, functools.partial):
         if optimizer.args or not all(isinstance(v, SCALAR) for v in optimizer.keywords.values()):
             return False

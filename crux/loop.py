@@ -129,14 +129,21 @@ class HostLoop:
     def run(self, compiled: Executable, state: State, begin: Callable[[], State], feed: Iterator[Data], calls: int,
             checked: Callable[[State], tuple[Executable, float]] | None = None,
             meanwhile: Callable[[], Any] | None = None) -> None:
-        """Run ``calls`` calls of ``compiled`` from ``state`` (the first call donates it), one per item of ``feed``;
-        ``begin()`` gives another copy of that starting state, should the first window be replayed.
+        """Run the calls of one solve(), waiting for the device about every ``sync_seconds``. The loop stops after
+        a non-finite window; what it synchronised is :attr:`state` and :meth:`statistics`.
 
-        ``checked``, for calls that check only their loss and final parameters, gives the program that checks
-        every update (and the seconds it took to get) for a state like its argument: a window whose records are
-        non-finite is run again with it from a copy of the state at the window's start, to find the update that
-        failed. The loop stops after a non-finite window. ``meanwhile`` is called once, when the first calls are
-        dispatched and before the loop first waits for them: host work that then takes none of the loop's time.
+        Args:
+            compiled: the call.
+            state: the starting state, which the first call donates.
+            begin: gives another copy of that starting state, should the first window be replayed.
+            feed: one item of data per call.
+            calls: the calls to run.
+            checked: for calls that check only their loss and final parameters, gives the program that checks
+                every update (and the seconds it took to get) for a state like its argument: a window whose
+                records are non-finite is run again with it from a copy of the state at the window's start, to
+                find the update that failed. None: the calls check every update.
+            meanwhile: called once, when the first calls are dispatched and before the loop first waits for them:
+                host work that then takes none of the loop's time.
         """
         columns, epochs_per_call = self.plan.columns, self.plan.inner_steps
         updates_per_call = epochs_per_call * self.plan.steps_per_epoch

@@ -107,17 +107,36 @@ class Model:
     def hold_packed(self, packed: Any, layout: Layout) -> None:
         """Keep the parameters as a solve() left them, packed by ``layout``: unpacked when first read, and given
         to the next solve() as they are where nobody read or set them in between (saving a solve() an unpack and
-        a pack, a dispatch each, which on a TPU cost more than a short call's updates)."""
+        a pack, a dispatch each, which on a TPU cost more than a short call's updates).
+
+        Args:
+            packed: the parameters as the solve() left them, packed.
+            layout: the packing (:class:`crux.layout.Layout`).
+        """
         self._params, self._packed = None, (packed, layout)
 
     def layout(self, flat: bool) -> Layout:
-        """How a solve() packs the parameters (see :mod:`crux.layout`): the held packing where it is the one asked."""
+        """How a solve() packs the parameters (see :mod:`crux.layout`).
+
+        Args:
+            flat: whether the optimizer sees one flat vector.
+
+        Returns:
+            The held packing where it is the one asked, else the parameters' own.
+        """
         if self._packed is not None and self._packed[1].flat == flat:
             return self._packed[1]
         return Layout.of(self._unpacked(), flat)
 
     def packed(self, layout: Layout) -> Any:
-        """The parameters packed by ``layout``: the held vector where it is packed so, else packed now."""
+        """The parameters packed by ``layout``.
+
+        Args:
+            layout: a packing of these parameters (:meth:`layout`).
+
+        Returns:
+            The held vector where it is packed so, else the parameters packed now.
+        """
         if self._packed is not None and self._packed[1] == layout:
             return self._packed[0]
         return layout.pack(self._unpacked())
@@ -260,6 +279,12 @@ class Model:
         """The apply of a form of :mod:`crux.remat`: plain, the model's own rematerialised one (by default one
         checkpoint around the whole apply), one checkpoint around the whole apply, or the model's own segments
         unrolled (by default its own rematerialised one).
+
+        Args:
+            form: one of :data:`crux.remat.FORMS`.
+
+        Returns:
+            The apply, ``apply(params, x) -> (out_dim,)``.
 
         Raises:
             ValueError: ``form`` is not one of :data:`crux.remat.FORMS`.

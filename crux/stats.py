@@ -54,6 +54,7 @@ class PendingFingerprint:
         self._params, self._value = params, math.nan
 
     def value(self) -> float:
+        """The fingerprint, taken at the first call."""
         if self._params is not None:
             self._value, self._params = fingerprint(self._params), None
         return self._value

@@ -42,8 +42,14 @@ CHUNKS_IN_BUDGET = 4  # a chunk of the slower side takes at most a quarter of th
 
 
 def in_turn(pair: int) -> tuple[int, int]:
-    """The order the two sides run in the ``pair``-th pair: ``(0, 1)``, then ``(1, 0)``, flipped every pair, so
-    neither side always runs first."""
+    """The order the two sides run in, flipped every pair so that neither side always runs first.
+
+    Args:
+        pair: the pair's index, from 0.
+
+    Returns:
+        ``(0, 1)`` for an even pair, ``(1, 0)`` for an odd one (0: the candidate, 1: the reference).
+    """
     return (0, 1) if pair % 2 == 0 else (1, 0)
 
 
