@@ -52,10 +52,12 @@ class SweepFile:
 
     @property
     def claim(self) -> str:
+        """The claim the sweep sets out to check, in words ("" where it states none)."""
         return str(self.config.get("claim", "")).strip()
 
     @property
     def claims(self) -> list[str]:
+        """The checks of crux-report that judge it (empty: its name's check where there is one, else every check)."""
         return list(self.config.get("claims", []))
 
     @property
@@ -69,8 +71,16 @@ class SweepFile:
 
 
 def problem_note(sweep: SweepFile, overrides: list[str]) -> str | None:
-    """What the sweep changes of a problem chosen on the command line (``problem=mine``): the fields it sets
-    over the problem's own values, and how to keep them; None when no problem is chosen or it sets none."""
+    """What the sweep changes of a problem chosen on the command line (``problem=mine``).
+
+    Args:
+        sweep: the sweep.
+        overrides: the command line's overrides.
+
+    Returns:
+        The fields it sets over the problem's own values (those not given on the command line), and how to
+        choose others; None when no problem is chosen or the sweep sets none.
+    """
     chosen = [o.split("=", 1)[1] for o in overrides if o.startswith("problem=")]
     typed = {o.split("=", 1)[0].lstrip("+") for o in overrides if o.lstrip("+").startswith("problem.")}
     fields = {key: value for key, value in sweep.problem_fields.items() if key not in typed}
@@ -82,8 +92,20 @@ def problem_note(sweep: SweepFile, overrides: list[str]) -> str | None:
 
 
 def read_sweep(name: str, source: str, text: str, folder: Traversable) -> SweepFile:
-    """The sweep file ``source`` holding ``text``; raises ValueError naming the file for anything but a YAML
-    mapping whose ``claims`` is a list of names."""
+    """A sweep file, read.
+
+    Args:
+        name: the sweep's name (the file's stem).
+        source: where it was read, named in the messages.
+        text: the file's text.
+        folder: the folder it lives in.
+
+    Returns:
+        The sweep.
+
+    Raises:
+        ValueError: naming the file, for anything but a YAML mapping whose ``claims`` is a list.
+    """
     try:
         config = OmegaConf.create(text)
     except Exception as error:  # omegaconf reports YAML errors as several exception types
@@ -97,7 +119,17 @@ def read_sweep(name: str, source: str, text: str, folder: Traversable) -> SweepF
 
 
 def sweeps_in(folder: Path) -> dict[str, SweepFile]:
-    """The sweep files of ``folder``, by name; raises ValueError when there is no such folder."""
+    """The sweep files of a folder.
+
+    Args:
+        folder: a ``--sweeps-dir``.
+
+    Returns:
+        ``{name: sweep}`` of its ``.yaml``/``.yml`` files.
+
+    Raises:
+        ValueError: no such folder, or a file :func:`read_sweep` refuses.
+    """
     if not folder.is_dir():
         raise ValueError(f"--sweeps-dir {folder}: no such folder")
     return {path.stem: read_sweep(path.stem, str(path), path.read_text(), folder)
@@ -114,7 +146,17 @@ def builtin_sweeps() -> dict[str, SweepFile]:
 
 
 def available(folders: list[Path] | tuple[Path, ...] = ()) -> dict[str, SweepFile]:
-    """Sweep name -> sweep: the built-in ones, then those of each folder (a later one wins on a name)."""
+    """The sweeps a name can choose.
+
+    Args:
+        folders: the ``--sweeps-dir`` folders, in order.
+
+    Returns:
+        ``{name: sweep}``: the built-in ones, then those of each folder (a later one wins on a name).
+
+    Raises:
+        ValueError: as :func:`sweeps_in` raises it.
+    """
     sweeps = builtin_sweeps()
     for folder in folders:
         sweeps.update(sweeps_in(folder))
@@ -122,8 +164,18 @@ def available(folders: list[Path] | tuple[Path, ...] = ()) -> dict[str, SweepFil
 
 
 def find_sweep(spec: str, folders: list[Path] | tuple[Path, ...] = ()) -> SweepFile:
-    """A sweep file's path (it ends ``.yaml`` or ``.yml``), else a sweep's name; raises ValueError saying what
-    there is to choose from."""
+    """The sweep the command line names.
+
+    Args:
+        spec: a sweep file's path (it ends ``.yaml`` or ``.yml``), else a sweep's name.
+        folders: the ``--sweeps-dir`` folders, searched after the built-in sweeps.
+
+    Returns:
+        The sweep.
+
+    Raises:
+        ValueError: no such file or sweep, saying what there is to choose from; as :func:`read_sweep` raises it.
+    """
     if spec.endswith(SUFFIXES):
         path = Path(spec)
         if not path.is_file():
@@ -137,13 +189,28 @@ def find_sweep(spec: str, folders: list[Path] | tuple[Path, ...] = ()) -> SweepF
 
 
 def did_you_mean(name: str, names: Iterable[str]) -> str:
-    """`` (did you mean accumulation?)`` for the one of ``names`` closest to a misspelt ``name``, else nothing."""
+    """A hint for a misspelt name.
+
+    Args:
+        name: the name given.
+        names: the names there are.
+
+    Returns:
+        `` (did you mean accumulation?)`` for the one of ``names`` closest to ``name``, else "".
+    """
     closest = difflib.get_close_matches(name, list(names), n=1)
     return f" (did you mean {closest[0]}?)" if closest else ""
 
 
 def check_claims(sweep: SweepFile) -> None:
-    """Raises ValueError when ``claims`` names a check crux-report does not have."""
+    """Refuse a sweep whose ``claims`` crux-report cannot judge, before any job runs.
+
+    Args:
+        sweep: the sweep.
+
+    Raises:
+        ValueError: ``claims`` names a check crux-report does not have.
+    """
     from cruxlab.report.claims import CHECKS  # imports JAX: only for a sweep that names checks
 
     unknown = [claim for claim in sweep.claims if claim not in CHECKS]
@@ -155,7 +222,12 @@ def check_claims(sweep: SweepFile) -> None:
 def register(sweep: SweepFile, command: str) -> None:
     """Make ``sweep`` Hydra's option ``sweeps=<name>``, with ``command`` (the command line that runs it) for
     the parent run's description, and every file of a sub-folder ``G`` of its folder option ``sweeps/G=<stem>``
-    (a sweep's own group, chosen in its defaults list or swept: ``sweeps/G@_global_: a,b``)."""
+    (a sweep's own group, chosen in its defaults list or swept: ``sweeps/G@_global_: a,b``).
+
+    Args:
+        sweep: the sweep.
+        command: the command line that runs it, credentials left out.
+    """
     from hydra.core.config_store import ConfigStore
 
     store = ConfigStore.instance()
@@ -174,7 +246,14 @@ def register(sweep: SweepFile, command: str) -> None:
 def refuse_other_sweepers(overrides: list[str]) -> None:
     """Raise ValueError, in one line saying what works, for an override that chooses another Hydra sweeper: a
     claim's sweep is the jobs its file lists, which crux's sweeper runs under one parent run and the report
-    judges; a search (Optuna's) runs under ``crux-run -m``."""
+    judges; a search (Optuna's) runs under ``crux-run -m``.
+
+    Args:
+        overrides: the command line's overrides.
+
+    Raises:
+        ValueError: an override ``hydra/sweeper=`` other than ``crux``.
+    """
     for override in overrides:
         key, _, choice = override.lstrip("+~").partition("=")
         if key == "hydra/sweeper" and choice != "crux":
