@@ -51,7 +51,14 @@ def _last(overrides: list[str], key: str) -> str | None:
 
 
 def refused_overrides(overrides: list[str]) -> list[str]:
-    """The overrides that set what the sweep varies (``memory.batchsize=8``), which no advice could rest on."""
+    """The overrides that set what the sweep varies (``memory.batchsize=8``), which no advice could rest on.
+
+    Args:
+        overrides: the command line's overrides.
+
+    Returns:
+        Those that set a key of :data:`VARIED` or below it, as given.
+    """
     keys = [(o, _key(o)) for o in overrides]
     return [o for o, key in keys if any(key == v or key.startswith(v + ".") or key.startswith(v + "/") or
                                         key.startswith(v + "@") for v in VARIED)]
@@ -69,7 +76,16 @@ def timed_runs() -> int:
 def run_sweep(args: argparse.Namespace, sweep_dir: Path, timing_seconds: float) -> int:
     """crux-sweep advise in a process of its own (it owns the device while it runs); its exit status. SIGINT and
     SIGTERM are passed on to it and waited for, so that it closes its runs with the truth (crux-sweep ignores a
-    second signal while it closes them)."""
+    second signal while it closes them).
+
+    Args:
+        args: the parsed command line (its ``--config-dir`` and overrides).
+        sweep_dir: the sweep's Hydra folder, which tells its parent run.
+        timing_seconds: each paired timing's budget.
+
+    Returns:
+        crux-sweep's exit status.
+    """
     config_dir = ["--config-dir", str(args.config_dir.resolve())] if args.config_dir else []
     overrides = [o for o in args.overrides if _key(o) != "hydra.sweep.dir"]
     command = [sys.executable, "-m", "cruxlab.commands.sweep", SWEEP, *config_dir, *overrides,
@@ -85,7 +101,15 @@ def run_sweep(args: argparse.Namespace, sweep_dir: Path, timing_seconds: float) 
 
 
 def parent_run(uri: str | None, sweep_dir: Path) -> str | None:
-    """The parent run of the sweep that ran in ``sweep_dir``; None where it opened none (refused)."""
+    """The parent run of the sweep that ran in ``sweep_dir``.
+
+    Args:
+        uri: the store (None: as crux-sweep finds it).
+        sweep_dir: the sweep's Hydra folder.
+
+    Returns:
+        The run's id; None where the sweep opened none (refused, or no store).
+    """
     from cruxlab.report.sweep_reader import StoreError, open_client
     from cruxlab.store.contract import PARENT, ROLE, SWEEP_DIR
 
@@ -102,7 +126,14 @@ def parent_run(uri: str | None, sweep_dir: Path) -> str | None:
 
 
 def record(uri: str | None, parent: str, advice_md: str, advice_json: str) -> None:
-    """advice.md and advice.json on the sweep's parent run; a store that refuses is said in one line."""
+    """Record the advice on the sweep's parent run; a store that refuses is said in one line on stderr.
+
+    Args:
+        uri: the store (None: as crux-sweep finds it).
+        parent: the sweep's parent run.
+        advice_md: the text of advice.md.
+        advice_json: the text of advice.json.
+    """
     from mlflow.exceptions import MlflowException
 
     from cruxlab.report.sweep_reader import StoreError, open_client
@@ -116,8 +147,18 @@ def record(uri: str | None, parent: str, advice_md: str, advice_json: str) -> No
 
 
 def recorded(uri: str | None, parent: str | None) -> tuple[str, dict]:
-    """The advice crux-advise recorded on an advise sweep's parent run (``parent``, else the newest complete sweep
-    at ``uri``), and that run's id. Raises StoreError naming what could not be read."""
+    """The advice crux-advise recorded on an advise sweep's parent run.
+
+    Args:
+        uri: the store (None: as crux-sweep finds it).
+        parent: the sweep's parent run (None: the newest complete advise sweep there).
+
+    Returns:
+        The run's id and its advice.json.
+
+    Raises:
+        StoreError: naming what could not be read (the store, the sweep, its advice).
+    """
     from mlflow.exceptions import MlflowException
 
     from cruxlab.report.sweep_reader import StoreError, load_sweep, open_client
@@ -135,8 +176,16 @@ def recorded(uri: str | None, parent: str | None) -> tuple[str, dict]:
 
 
 def against(uri: str | None, parent: str | None, other: str) -> int:
-    """``--against URI[#RUN]``: the advice recorded there (before) beside this store's (after); 2 when either
-    cannot be read."""
+    """``--against URI[#RUN]``: prints the advice recorded there (before) beside this store's (after).
+
+    Args:
+        uri: this store (None: as crux-sweep finds it).
+        parent: this store's advise sweep (None: its newest complete).
+        other: ``URI[#PARENT_RUN]`` of the other store.
+
+    Returns:
+        0; 2 when either advice cannot be read.
+    """
     from cruxlab.report.advice import side_by_side
     from cruxlab.report.against import split_against
     from cruxlab.report.sweep_reader import StoreError
@@ -156,7 +205,17 @@ def against(uri: str | None, parent: str | None, other: str) -> int:
 
 def report_and_advise(parent: str, uri: str | None, out: Path, declared_budget: int | None) -> bool:
     """crux-report advise on the sweep of ``parent`` into ``out``, then the advice from its verdicts: printed,
-    written beside the report and recorded on the parent run. False where crux-report could not read the sweep."""
+    written beside the report and recorded on the parent run.
+
+    Args:
+        parent: the sweep's parent run.
+        uri: the store (None: as crux-sweep finds it).
+        out: the report's folder.
+        declared_budget: ``--memory-budget`` (None: the device's own).
+
+    Returns:
+        True; False where crux-report could not read the sweep.
+    """
     from cruxlab.report.advice import advise
     from cruxlab.report.cli import UNREAD, main as report
 
@@ -173,14 +232,28 @@ def report_and_advise(parent: str, uri: str | None, out: Path, declared_budget: 
 
 
 def memory_budget(declared: int | None) -> int | None:
-    """``declared``, else the device's own memory (None on a CPU, which reports none)."""
+    """The memory the update may take.
+
+    Args:
+        declared: ``--memory-budget`` in bytes, or None.
+
+    Returns:
+        ``declared``, else the device's own memory (None on a CPU, which reports none).
+    """
     from cruxlab.capacity_search import budget
 
     return budget(declared)
 
 
 def refusal(args: argparse.Namespace) -> str | None:
-    """What keeps the command line from an advice, said with its fix, before anything runs; None where nothing does."""
+    """What keeps the command line from an advice, before anything runs.
+
+    Args:
+        args: the parsed command line.
+
+    Returns:
+        The refusal, said with its fix; None where nothing does.
+    """
     if args.budget <= 0:
         return f"--budget {args.budget:g}: must be > 0 seconds, e.g. --budget 180"
     if args.memory_budget is not None and args.memory_budget < 1:

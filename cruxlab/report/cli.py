@@ -63,13 +63,26 @@ take precedence)."""
 
 
 def default_out(sweep: str) -> Path:
-    """``reports/<sweep>/<UTC time>/`` in the working directory: a new folder per report, never overwritten."""
+    """Where a report goes without ``--out``: a new folder per report, never overwritten.
+
+    Args:
+        sweep: the sweep's name.
+
+    Returns:
+        ``reports/<sweep>/<UTC time>/`` in the working directory.
+    """
     return Path.cwd() / "reports" / sweep / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
 
 
 def describe_verdicts(sweep: Sweep, verdicts: list[Verdict], report: Path) -> None:
     """Add the verdicts and the report's path to the description of the sweep's parent run, after the
-    command that ran it; a store that refuses is reported, not fatal (the report is written)."""
+    command that ran it; a store that refuses is reported, not fatal (the report is written).
+
+    Args:
+        sweep: the sweep judged.
+        verdicts: its verdicts.
+        report: the report's path, as the description names it.
+    """
     text = sweep_description(sweep.parent_tags.get(COMMAND, ""), [(v.verdict, v.id, v.summary) for v in verdicts],
                              str(report))
     try:
@@ -80,7 +93,13 @@ def describe_verdicts(sweep: Sweep, verdicts: list[Verdict], report: Path) -> No
 
 def say_which(sweep: Sweep, backend: str | None, chosen: bool) -> None:
     """Print which sweep was judged (of ``backend``, when the report sets several side by side), how complete
-    it is, and what it passed over or could not read."""
+    it is, and what it passed over or could not read.
+
+    Args:
+        sweep: the sweep judged.
+        backend: its library where the report sets several side by side, else None.
+        chosen: whether ``--run`` chose it (newer sweeps are then named, not passed over).
+    """
     of = f" ({backend})" if backend else ""
     print(f"sweep {sweep.name}{of}, parent run {sweep.parent_id} (started {sweep.started}): {completeness(sweep)}")
     if sweep.newer:
