@@ -124,9 +124,16 @@ class TrainedModel:
         self.problem = problem
 
     def predict(self, model_input: Any, params: dict[str, Any] | None = None) -> pd.DataFrame:
-        """The problem's fields at the points ``model_input`` (an array, list or table of ``(N, in_dim)``
-        coordinates): a column per field (``u``; a problem without ``predict`` fields: a column per model
-        output, ``<model>`` or ``<model>[j]``), one row per point."""
+        """The problem's fields at some points.
+
+        Args:
+            model_input: the points: an array, list or table of ``(N, in_dim)`` coordinates.
+            params: MLflow's inference parameters (unused).
+
+        Returns:
+            A table of one row per point and a column per field (``u``; a problem without ``predict`` fields: a
+            column per model output, ``<model>`` or ``<model>[j]``).
+        """
         points = np.asarray(model_input.to_numpy() if isinstance(model_input, pd.DataFrame) else model_input,
                             np.float32)
         if self.problem.predict:

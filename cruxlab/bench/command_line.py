@@ -45,7 +45,18 @@ SUBCOMMANDS = {  # crux-bench NAME ...: measurements beside the tables, each a m
 
 
 def write(report: dict, out: Path | None, jno: Path | None, started: float, final: bool) -> str:
-    """Merge the jNO column, judge the targets, and write bench.md/bench.json (and scaling.png) to ``out``."""
+    """Merge the jNO column, judge the targets, and write bench.md/bench.json (and scaling.png) to ``out``.
+
+    Args:
+        report: the run's report so far; its targets, seconds and completeness are set here.
+        out: the folder to write (None: nothing written).
+        jno: a jNO measurement (``bench_jno.sh``'s JSON) to merge, or None.
+        started: ``time.perf_counter()`` at the run's start.
+        final: whether every problem asked for was measured.
+
+    Returns:
+        The tables, as bench.md holds them.
+    """
     if jno:
         merge_jno(report, jno)
     report["targets"] = targets(report)
@@ -146,7 +157,19 @@ def _readme_here(parser: argparse.ArgumentParser, option: str) -> None:
 
 
 def readme_from(parser: argparse.ArgumentParser, paths: list[Path]) -> int:
-    """``--readme-from``: README.md's speed table from the bench.json of runs made elsewhere; measures nothing."""
+    """``--readme-from``: README.md's speed table from the bench.json of runs made elsewhere; measures nothing.
+
+    Args:
+        parser: the command line's parser, which refuses.
+        paths: the runs' bench.json files.
+
+    Returns:
+        0 once the table is written.
+
+    Raises:
+        SystemExit: status 2 for a missing or unmergeable file, runs of none of the table's problems, or no
+            checkout to write.
+    """
     absent = [str(path) for path in paths if not path.exists()]
     if absent:
         parser.error(f"--readme-from {' '.join(absent)}: no such file (write it with --out FOLDER: "

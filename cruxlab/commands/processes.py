@@ -18,9 +18,17 @@ log = logging.getLogger(__name__)
 
 
 def join(settings: DictConfig, devices: int) -> None:
-    """Join the job's other processes when ``settings.processes > 1`` (``settings``: the config's ``jax``
-    node), then check that the first ``devices`` devices include one of this process's. Raises ValueError,
-    naming the option, where they cannot train together."""
+    """Join the job's other processes when ``settings.processes > 1``, then check that the first ``devices``
+    devices include one of this process's.
+
+    Args:
+        settings: the config's ``jax`` node (``processes``, ``coordinator``, ``process_id``).
+        devices: ``solver.devices``.
+
+    Raises:
+        ValueError: naming the option, where no coordinator is given or found, or the first ``devices`` devices
+            hold none of this process's.
+    """
     if settings.processes == 1:
         return
     # JAX's CPU client has no collectives between processes unless told which to use; GPUs use NCCL.
