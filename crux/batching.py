@@ -121,21 +121,37 @@ class PointStream:
         return self.accumulation_steps * self.devices
 
     def points_per_batch(self, c: int) -> int:
-        """``B_c``: the slots constraint ``c`` has in each micro-batch (all its points when ``N_c <= B``)."""
+        """``B_c``: the slots constraint ``c`` has in each micro-batch.
+
+        Args:
+            c: the constraint's index.
+
+        Returns:
+            ``B`` where the constraint has more points, else all its points ``N_c``; with ``batchsize=None``,
+            ``ceil(N_c / devices)``.
+        """
         n = self.sizes[c]
         if self.batchsize is None:
             return -(-n // self.devices)
         return n if n <= self.batchsize else self.batchsize
 
     def samples(self, c: int) -> bool:
-        """Whether constraint ``c``'s micro-batches hold parts of its points (else each holds all of them)."""
+        """Whether constraint ``c``'s micro-batches hold parts of its points (else each holds all of them).
+
+        Args:
+            c: the constraint's index.
+        """
         return self.points_per_batch(c) < self.sizes[c]
 
     def draws(self, c: int) -> bool:
         """Whether constraint ``c`` draws a random subset: more points than the update's ``G*B`` slots. A
         constraint with ``B < N_c <= G*B`` is sampled by each micro-batch but not by the update, whose
         effective batch is all its points: it takes them in their order, and draws no round keys, so that
-        the other constraints' keys are those of one batch of ``G*B`` (where it is not sampled either)."""
+        the other constraints' keys are those of one batch of ``G*B`` (where it is not sampled either).
+
+        Args:
+            c: the constraint's index.
+        """
         return (self.batchsize is not None and self.samples(c)
                 and self.sizes[c] > self.micro_batches * self.points_per_batch(c))
 
@@ -145,7 +161,11 @@ class PointStream:
         for the first ``N_c`` slots, which hold every point once, 0 for the repeats after them, so that the
         mean of the ``G`` micro-batch losses is the mean over the ``N_c`` points. ``None`` where each
         micro-batch's loss is its plain mean (every slot a distinct point of the effective batch, or every
-        micro-batch all the points)."""
+        micro-batch all the points).
+
+        Args:
+            c: the constraint's index.
+        """
         g, b, n = self.micro_batches, self.points_per_batch(c), self.sizes[c]
         if not self.samples(c) or g * b <= n:
             return None
@@ -199,7 +219,12 @@ class PointStream:
         """Whether ``offload_data`` streams constraint ``c``'s batches to a call of ``updates`` updates: only where
         they hold fewer points than the constraint has; else its points travel whole, once, and the call draws
         from them as on-device batching does (the same indices, so the same numbers), so that offloading never
-        puts more on the device than keeping the points there."""
+        puts more on the device than keeping the points there.
+
+        Args:
+            c: the constraint's index.
+            updates: the updates of one call.
+        """
         return updates * self.micro_batches * self.points_per_batch(c) < self.sizes[c]
 
 
