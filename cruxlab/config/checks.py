@@ -16,7 +16,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from crux.failures import failure_line
-from crux.options import OptionError, unused_accumulation
+from crux.options import OptionError, SolveOptions, unused_accumulation
 from crux.problems import Problem
 from cruxlab import capacity_search
 from cruxlab.config.building import problem, problem_call, training_phases
@@ -25,16 +25,15 @@ from cruxlab.config.schema import TIMED_OPTIONS
 from cruxlab.config.settings import in_config_terms, solve_options
 
 
-def timing_refusals(cfg: DictConfig) -> list[str]:
+def timing_refusals(cfg: DictConfig, own: SolveOptions | None = None) -> list[str]:
     """What in ``cfg.timing`` a timing could not use, in the command line's terms: a key that is not an option it
-    may change, and options that crux refuses once ``timing.against`` changes the job's (said as
-    :func:`in_config_terms` says them; the job's own are :func:`option_refusals`')."""
+    may change, and options that crux refuses once ``timing.against`` changes the job's, ``own`` (default: built
+    from ``cfg``; said as :func:`in_config_terms` says them; the job's own are :func:`option_refusals`')."""
     against = OmegaConf.to_container(cfg.timing.against)
     found = [f"timing.against.{key}: not a solve() option the timing can change; choose among "
              f"{', '.join(TIMED_OPTIONS)}" for key in sorted(set(against) - set(TIMED_OPTIONS))]
-    try:
-        own = solve_options(cfg)
-    except (TypeError, ValueError):  # the job's own options, refused as such
+    own = own if own is not None else _requested(cfg)
+    if own is None:  # the job's own options, refused as such
         return found
     if not found:
         try:
@@ -63,27 +62,34 @@ def out_of_range(cfg: DictConfig) -> list[str]:
     for name, phase in zip(cfg.phases, later):
         found += range_refusals(phase.optimizer, f"phases.{name}.optimizer.")
         found += range_refusals(phase.schedule, f"phases.{name}.schedule.")
+    own = _requested(cfg)  # the first phase's, which the later checks share
     if not found:
         found = option_refusals(cfg) + schedule_refusals(cfg)
-    if cfg.backend.name == "crux":
-        found += accumulation_refusals(cfg)
+    if cfg.backend.name == "crux" and own is not None:
+        found += accumulation_refusals(own)
     processes, devices = cfg.jax.processes, cfg.solver.devices
     if processes > 1 and devices % processes:
         found.append(f"jax.processes={processes} train one job together, so each must hold devices of it: "
                      f"solver.devices={devices} must be a multiple of {processes} (solver.devices={processes} "
                      f"with one device a process)")
-    return found + timing_refusals(cfg) + capacity_refusals(cfg)
+    return found + timing_refusals(cfg, own) + capacity_refusals(cfg)
 
 
-def accumulation_refusals(cfg: DictConfig) -> list[str]:
-    """A job whose ``memory.accumulation_steps`` has nothing to accumulate by crux's rule
+def _requested(cfg: DictConfig) -> SolveOptions | None:
+    """The job's options as its config asks them (:func:`solve_options`), None where crux refuses them
+    (:func:`option_refusals` says why)."""
+    try:
+        return solve_options(cfg)
+    except (TypeError, ValueError):
+        return None
+
+
+def accumulation_refusals(own: SolveOptions) -> list[str]:
+    """A job whose options ``own`` accumulate nothing by crux's rule
     (:func:`crux.options.unused_accumulation`: no batch size, every update sees every point), refused in the command
     line's terms: crux's solve() would warn and train on the whole set, a job that asks for nothing the sweep
     compares. (The rule needs no problem's points here; a batch size above them is its solver's to say.)"""
-    try:
-        unused = unused_accumulation(solve_options(cfg))
-    except (TypeError, ValueError):  # options refused as such (option_refusals)
-        return []
+    unused = unused_accumulation(own)
     return [] if unused is None else [in_config_terms(unused)]
 
 
