@@ -434,6 +434,7 @@ its tracking did, e.g. ``crux.history_points``)."""
 PROBLEMS = {"poisson1d": Poisson1dConfig, "heat1d": Heat1dConfig, "mixed_poisson1d": MixedPoisson1dConfig}
 OPTIMIZERS = {c.name: c for c in (AdamConfig, AdamWConfig, SGDConfig, LBFGSConfig, SoapConfig)}
 SCHEDULES = {c.name: c for c in (ConstantConfig, WarmupCosineConfig, ExponentialConfig)}
+CRUX_SWEEPER = SweeperConfig._target_  # hydra.sweeper._target_ of crux's own sweeper, hydra/sweeper=crux
 BACKENDS = {"crux": BackendConfig, "jno": JnoBackendConfig}
 
 

@@ -22,8 +22,7 @@ from hydra.experimental.callback import Callback
 from mlflow.entities import Metric
 from omegaconf import DictConfig
 
-from hydra_plugins.crux_sweeper.config import SweeperConfig
-
+from cruxlab.config.schema import CRUX_SWEEPER
 from cruxlab.runtime.liveness import Heartbeat, process_tags
 from cruxlab.runtime.provenance import checkout, invocation, mlflow_source
 from cruxlab.runtime.writer import process_writer
@@ -45,7 +44,7 @@ class SearchParent(Callback):
         self.ended = False  # Hydra called on_multirun_end: no job raised out of its launcher
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if config.hydra.sweeper._target_ == SweeperConfig._target_:
+        if config.hydra.sweeper._target_ == CRUX_SWEEPER:
             return  # crux's sweeper opens its own
         set_retry_budget(config.tracking.retry_seconds)
         move_store_credentials(config.tracking.uri)
