@@ -46,14 +46,14 @@ from cruxlab.report.jobs import JobAccount, MissingJob, account, plan_from_artif
 from cruxlab.report.packed import unpack
 from cruxlab.report.run_records import RunRecord
 from cruxlab.runtime.liveness import close_orphans
-from cruxlab.store.connection import (READING, StoreError, bounded_http, brief, check_postgresql, check_sqlite,
+from cruxlab.store.connection import (READING, StoreError, bounded_http, brief, check_server, check_sqlite,
                                       child_runs, move_store_credentials, store_error_types, store_errors, tracking_uri)
 from cruxlab.store.contract import (BACKEND, CAPACITY_OPTION, CAPACITY_SIZES, CLAIM, CONFIG, ENVIRONMENT, OVERRIDES,
                                     PARAMS, PARENT, PARENT_ID, PLANNED_JOBS, PLANNED_JOB_COUNT, REPEAT, ROLE, STATS,
                                     VARIANT, tag_filter)
 from cruxlab.store.history import history_series
 from cruxlab.store.params import as_requested
-from cruxlab.store.kinds import is_postgresql, packed_path, sqlite_file, sqlite_uri
+from cruxlab.store.kinds import packed_path, sqlite_file, sqlite_uri
 
 log = logging.getLogger(__name__)
 
@@ -174,8 +174,7 @@ def open_client(uri: str | None = None) -> tuple[MlflowClient, str]:
             raise StoreError(f"no tracking store at {resolved}: run a sweep first (crux-sweep NAME), or point "
                              f"MLFLOW_TRACKING_URI / --tracking-uri at the store that holds it")
         check_sqlite(path, resolved, READING)
-    if is_postgresql(resolved):
-        check_postgresql(resolved, READING)
+    check_server(resolved, READING)
     with store_errors(resolved, READING):  # MLflow opens the store here
         return MlflowClient(resolved), resolved
 

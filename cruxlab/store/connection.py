@@ -35,7 +35,7 @@ from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass, field
 from http import HTTPStatus
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
@@ -45,7 +45,7 @@ from requests.exceptions import RequestException
 
 from cruxlab.store.contract import CLAIM, PARENT_ID, SWEEP, SWEPT
 from cruxlab.store.descriptions import experiment_tags
-from cruxlab.store.kinds import is_postgresql, is_tracking_server, sqlite_file, sqlite_uri, store_folder
+from cruxlab.store.kinds import POSTGRESQL, StoreKind, is_tracking_server, kind_of, sqlite_file, sqlite_uri, store_folder
 from cruxlab.store.secrets import PASSWORD_VARIABLE, masked, move_credentials, without_credentials
 
 log = logging.getLogger(__name__)
@@ -248,6 +248,19 @@ def check_postgresql(uri: str, access: Access) -> None:
                          f"MLFLOW_TRACKING_URI / {access.setting} at a running one") from None
 
 
+SERVER_CHECKS: dict[StoreKind, Callable[[str, Access], None]] = {POSTGRESQL: check_postgresql}
+"""How the server of each store kind that has a check of its own is asked to take the user before MLflow opens it
+(MLflow's own retries take minutes); a tracking server is asked by the first query, within :data:`HTTP_LIMITS`."""
+
+
+def check_server(uri: str, access: Access) -> None:
+    """Ask the server of ``uri`` its kind's check (:data:`SERVER_CHECKS`); StoreError in one line where it fails.
+    Nothing for a store whose kind has none."""
+    check = SERVER_CHECKS.get(kind_of(uri))
+    if check is not None:
+        check(uri, access)
+
+
 def writable_store(uri: str) -> MlflowClient:
     """A client on ``uri`` once the store is known to take a command's runs: a SQLite store's folder exists
     and may be written, its file (if any) is an MLflow store, and its tables exist (created now, under the
@@ -267,8 +280,7 @@ def writable_store(uri: str) -> MlflowClient:
                 if not _looks_complete(path, uri):
                     _has_tables(path, uri)  # a file that is no MLflow store is refused here
                     return _open(uri)  # MLflow creates (or completes) the tables under the lock
-    if is_postgresql(uri):
-        check_postgresql(uri, WRITING)
+    check_server(uri, WRITING)
     return _open(uri)
 
 

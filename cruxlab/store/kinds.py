@@ -72,11 +72,6 @@ def is_tracking_server(uri: str) -> bool:
     return TRACKING_SERVER.recognises(uri)
 
 
-def is_postgresql(uri: str) -> bool:
-    """Whether ``uri`` is a PostgreSQL store's."""
-    return POSTGRESQL.recognises(uri)
-
-
 def sqlite_uri(path: Path | str) -> str:
     """The URI of the SQLite store in the file ``path``."""
     return f"{SQLITE.prefixes[0]}{path}"
