@@ -83,6 +83,13 @@ def train(problem: crux.problems.Problem, epochs: int, machinery: Machinery = Ma
     return initial, flat(solver.params), stats
 
 
+def only(verdicts, prefix: str):
+    """The one verdict whose id starts with ``prefix``."""
+    found = [v for v in verdicts if v.id.startswith(prefix)]
+    assert len(found) == 1, [v.id for v in verdicts]
+    return found[0]
+
+
 def relative(a: np.ndarray, b: np.ndarray, scale: float) -> float:
     return float(np.linalg.norm(a - b) / scale)
 

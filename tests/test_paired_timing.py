@@ -31,7 +31,7 @@ from cruxlab.report import FAILS, HOLDS, INCONCLUSIVE, RunRecord, SolveOptions
 from cruxlab.report.claims import check_checkpoint, check_devices, check_inner_steps
 from cruxlab.report.numerics import paired_timing
 from cruxlab.runtime.paired_timing import logged, reference_options
-from crux_testing import poisson
+from crux_testing import only, poisson
 
 MACHINE = Machine("Test CPU", 2, "cpu")
 
@@ -63,12 +63,6 @@ def synthetic(ratio: float, pairs: int = 32, noise: float = 0.01, load: float = 
               clock: str = WALL_TIME) -> PairedTimes:
     candidate, reference = chunks(ratio, pairs, noise, seed)
     return PairedTimes(tuple(candidate), tuple(reference), 10, (load,) * pairs, 20.0, 20.0, MACHINE, clock)
-
-
-def only(verdicts, prefix: str):
-    found = [v for v in verdicts if v.id.startswith(prefix)]
-    assert len(found) == 1, [v.id for v in verdicts]
-    return found[0]
 
 
 def checkpoint_verdict(*timings: PairedTimes):
