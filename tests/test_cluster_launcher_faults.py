@@ -1,0 +1,63 @@
+"""A tracking server that dies while a cluster launcher's jobs train (cruxlab.store.faults). Under Slurm (a real
+one-node cluster of scripts/slurm.sh, the jobs submitted by submitit, each a process of the cluster's): the results
+of every job that trained are kept in the sweep's folder, the sweep ends in one line within tracking.retry_seconds,
+no job is left on the cluster, and once the server is restarted on its port the ``--resume`` command the line
+prints, pasted as it is, writes the kept results into their runs without training them again, runs the rest, and
+leaves nothing RUNNING."""
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from scale_out import start
+from test_store_faults import restart, server_folder, server_stopped_once_opened, sweep  # noqa: F401 - a fixture
+from cruxlab.store import contract
+
+pytestmark = pytest.mark.integration  # a Slurm cluster, an MLflow server, sweeps in subprocesses
+
+
+def resume_command(last: str) -> list[str]:
+    """The arguments of the ``crux-sweep … --resume`` command that the sweep's last line prints."""
+    words = shlex.split(last.split("; once the store is back, `")[1].split("` ")[0])
+    assert words[0] == "crux-sweep" and words[-1] == "--resume", last
+    return words[1:]
+
+
+def test_a_server_killed_under_slurm_keeps_what_trained_and_the_printed_resume_completes_it(slurm, server_folder,
+                                                                                            tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    for name, value in slurm.items():  # sbatch, squeue and the jobs find the cluster through SLURM_CONF
+        monkeypatch.setenv(name, value)
+    url = start("mlflow_server.sh", server_folder / "server", f"sqlite:///{server_folder / 'runs.db'}", "1")
+    process, seen = sweep(tmp_path, url, "hydra/launcher=submitit_slurm", "hydra.launcher.timeout_min=10"), []
+    server_stopped_once_opened(process, seen, server_folder, url, "0")
+    last = seen[-1].strip()
+    assert last.startswith(f"crux-sweep: the tracking store at {url} failed: ") and "none started after it" in last
+    assert "(tracking.retry_seconds 10 s, " in last, last
+    kept = sorted(path.name for path in tmp_path.glob("multirun/*/*/kept/*"))
+    assert kept and kept[0] == "0", "".join(seen)[-4000:]  # job 0's, and those of jobs that trained beside it
+    assert f"; the results that job{'s' if len(kept) > 1 else ''} {', '.join(kept)} trained are kept in " in last
+    queue = subprocess.run(["squeue", "--noheader"], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert queue.strip() == "", queue  # no job of the sweep's pending or running on the cluster
+
+    assert restart(server_folder / "server") == url
+    resumed = subprocess.run([sys.executable, "-m", "cruxlab.commands.sweep", *resume_command(last)], cwd=tmp_path,
+                             env={**os.environ, "MLFLOW_TRACKING_URI": url}, capture_output=True, text=True,
+                             timeout=900)
+    output = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, output[-4000:]
+    written = [line.split("job ")[1].split(":")[0] for line in output.splitlines()
+               if "the results it kept after the store" in line]
+    assert written == kept  # written into their runs, not trained again
+    client = MlflowClient(url)
+    runs = client.search_runs([client.get_experiment_by_name("accumulation").experiment_id])
+    assert sorted((run.data.tags.get(contract.JOB, "parent"), run.info.status) for run in runs) == [
+        ("0", contract.FINISHED), ("1", contract.FINISHED), ("2", contract.FINISHED), ("parent", contract.FINISHED)]
+    for run in runs:  # one run a job, each with its whole history
+        if run.data.tags.get(contract.JOB):
+            assert max(m.step for m in client.get_metric_history(run.info.run_id, "loss/total")) == 2999
