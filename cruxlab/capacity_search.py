@@ -232,14 +232,51 @@ def attempt(points: int, hidden: Sequence[int], options: dict[str, Any], grows: 
             dims: int = 1) -> Attempt:
     """The update of ``options`` over ``points`` points (of ``dims`` coordinates), compiled and not run: what it
     needs, or the refusal."""
+    needed, refused = compiled_need(poisson_solver(points, hidden, dims=dims), options)
+    return Attempt(points, len(hidden), needed, refused, grows, dims)
+
+
+def compiled_need(solver: Crux, options: dict[str, Any]) -> tuple[int | None, str | None]:
+    """The bytes ``solver``'s update of ``options`` compiles to need, and None; or, where XLA refuses it, XLA's
+    figure (None where it names none) and its refusal."""
     try:
-        memory = poisson_solver(points, hidden, dims=dims).compiled_memory(**options)
+        memory = solver.compiled_memory(**options)
     except Exception as error:  # XLA's own error type differs between versions; its message does not
         refused = device_memory.refusal(error)
         if refused is None:
             raise
-        return Attempt(points, len(hidden), device_memory.refused_bytes(str(error)), refused, grows, dims)
-    return Attempt(points, len(hidden), device_memory.compiled_bytes(memory), grows=grows, dims=dims)
+        return device_memory.refused_bytes(str(error)), refused
+    return device_memory.compiled_bytes(memory), None
+
+
+SETTING_OPTIONS = {"plain": {}, "checkpoint_gradients": {"checkpoint_gradients": True},
+                   "offload_data": {"offload_data": True}}
+"""The memory options a user's own setting is searched with (:func:`largest_batches`), and without (``plain``)."""
+
+
+def largest_batches(solver: Crux, budget: int) -> dict[str, Any]:
+    """The batches (points per constraint) of ``solver``'s own problem tried against ``budget`` bytes without a
+    memory option and with each of :data:`SETTING_OPTIONS`: from the full batch (its largest constraint's points)
+    halving until one fits, then bisected to within an eighth (:func:`smallest_not_fitting`); offload_data streams
+    mini-batches, so its batches start one point short of the full batch. Compiled, not run.
+
+    Returns:
+        ``{"budget_bytes", "full_batch", "tried": {label: [{"batch", "needed", "refused"}, ...]}}``, what
+        :func:`cruxlab.report.advice.advise` weighs.
+    """
+    full = max(c.size for c in solver.constraints)
+    tried: dict[str, list[dict[str, Any]]] = {}
+    for label, options in SETTING_OPTIONS.items():
+        streamed = bool(options.get("offload_data"))
+        start = limit = full - 1 if streamed else full
+
+        def try_batch(batch: int, options: dict[str, Any] = options) -> Attempt:
+            needed, refused = compiled_need(solver, {**options, "batchsize": batch if batch < full else None})
+            return Attempt(batch, 0, needed, refused)
+
+        found = smallest_not_fitting(budget, try_batch, start, limit, refine=True) if start >= 1 else []
+        tried[label] = [{"batch": a.points, "needed": a.needed, "refused": a.refused} for a in found]
+    return {"budget_bytes": budget, "full_batch": full, "tried": tried}
 
 
 def _factor(tried: Attempt, budget: int, growth: int) -> int:

@@ -206,7 +206,7 @@ def test_no_verdicts_advise_the_defaults():
 
 @pytest.mark.parametrize("overrides", [["memory.batchsize=8"], ["memory=b8"], ["+timing.budget_seconds=5"],
                                        ["solver.inner_steps=5"], ["solver.epochs=25"], ["backend=jno"],
-                                       ["--run", "0123abc"]])
+                                       ["--run", "0123abc"], ["--capacity", "--against", "sqlite:///x.db"]])
 def test_crux_advise_refuses_what_it_sets_itself_before_anything_runs(overrides, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit:
@@ -215,7 +215,8 @@ def test_crux_advise_refuses_what_it_sets_itself_before_anything_runs(overrides,
     said = capsys.readouterr().err
     assert overrides[0] in said and any(fix in said for fix in ("multiple of 10", "sets the solve() options",
                                                                  "crux-sweep advise backend=jno",
-                                                                 "chooses the sweep --against compares"))
+                                                                 "chooses the sweep --against compares",
+                                                                 "give one of them"))
     assert list(tmp_path.iterdir()) == []  # no store, no Hydra folder
 
 
@@ -302,3 +303,96 @@ def test_a_sweep_refused_before_it_runs_leaves_no_advice_and_says_why(tmp_path):
     assert "write problem.n_interior=64" in done.stderr  # the sweep's own refusal, with the fix
     assert "crux-advise: the sweep opened no run (status 1): nothing to advise from" in done.stderr
     assert not (tmp_path / "reports").exists()
+
+
+def searched(full: int, budget: int, **largest: int | None) -> dict:
+    """Planted largest_batches records: for each label (plain, checkpoint_gradients, offload_data) a batch that fits
+    at ``largest[label]`` (None: none fits) and one that does not at twice it (or at the full batch)."""
+    tried = {}
+    for label in ("plain", "checkpoint_gradients", "offload_data"):
+        fits = largest.get(label)
+        over = min(2 * fits, full) if fits is not None else full
+        tried[label] = ([{"batch": fits, "needed": budget, "refused": None}] if fits is not None else []) + \
+            ([{"batch": over, "needed": budget + 1, "refused": None}] if over != fits else [])
+    return {"budget_bytes": budget, "full_batch": full, "tried": tried}
+
+
+def capacity_choices(capacity: dict, verdicts: list[dict] = MEMORY):
+    advice = advise(verdicts, capacity["budget_bytes"], capacity)
+    return {c.option: (c.value, c.status) for c in advice.choices if c.option in
+            ("batchsize", "checkpoint_gradients", "offload_data")}, advice
+
+
+def test_a_memory_option_that_does_not_make_the_setting_fit_is_not_advised():
+    choices, advice = capacity_choices(searched(1024, 5000, plain=256, checkpoint_gradients=512, offload_data=256))
+    assert choices == {"batchsize": (256, ADVISED), "checkpoint_gradients": (False, KEPT),
+                       "offload_data": (False, KEPT)}
+    (checkpoint,) = advice.rejected
+    assert checkpoint.reason == ("checkpoint_gradients=True: it does not make the full batch fit: the largest batch "
+                                 "that fits 5,000 bytes: 256 points a constraint without an option, 512 points with "
+                                 "checkpoint_gradients, 256 points with offload_data (compiled; the full batch: "
+                                 "1,024 points)")
+    assert "it lets no larger batch fit" in chosen(advice, "offload_data").reason
+    assert advice.as_dict()["capacity"]["full_batch"] == 1024
+
+
+def test_a_memory_option_that_makes_the_setting_fit_is_advised_with_its_evidence():
+    choices, advice = capacity_choices(searched(1024, 5000, plain=512, checkpoint_gradients=1024, offload_data=512))
+    assert choices == {"batchsize": (None, KEPT), "checkpoint_gradients": (True, ADVISED),
+                       "offload_data": (False, KEPT)}
+    assert chosen(advice, "checkpoint_gradients").reason == (
+        "checkpoint_gradients=True: the full batch fits only with it: the largest batch that fits 5,000 bytes: 512 "
+        "points a constraint without an option, 1,024 points with checkpoint_gradients, 512 points with offload_data "
+        "(compiled; the full batch: 1,024 points); same numbers bit for bit, at 1.3× the time (1.28–1.32)")
+    inexact = [dict(v, verdict=FAILS) if v["id"].startswith("checkpoint.same_numbers") else v for v in MEMORY]
+    choices, advice = capacity_choices(searched(1024, 5000, plain=512, checkpoint_gradients=1024), inexact)
+    assert choices["checkpoint_gradients"] == (False, KEPT) and choices["batchsize"] == (512, ADVISED)
+    assert "not shown to give the same numbers" in advice.rejected[0].reason
+
+
+def test_offloading_is_advised_only_where_it_lets_a_larger_batch_fit():
+    choices, advice = capacity_choices(searched(1024, 5000, plain=None, checkpoint_gradients=None, offload_data=128))
+    assert choices == {"batchsize": (128, ADVISED), "checkpoint_gradients": (False, KEPT),
+                       "offload_data": (True, ADVISED)}
+    assert advice.solve_call() == "solver.solve(epochs, batchsize=128, offload_data=True)"
+    assert "offload_data=True: it lets batches of 128 points fit, no batch without it" in \
+        chosen(advice, "offload_data").reason
+    inexact = [dict(v, verdict=FAILS) if v["id"].startswith("offload.same_numbers") else v for v in MEMORY]
+    choices, advice = capacity_choices(searched(1024, 5000, offload_data=128), inexact)
+    assert choices["offload_data"] == (False, KEPT) and choices["batchsize"] == (None, KEPT)
+    assert [c.option for c in advice.rejected] == ["checkpoint_gradients", "offload_data"]
+
+
+def test_where_the_full_batch_fits_plain_no_memory_option_is_advised():
+    choices, advice = capacity_choices(searched(1024, 5000, plain=1024, checkpoint_gradients=1024, offload_data=512))
+    assert choices == {"batchsize": (None, KEPT), "checkpoint_gradients": (False, KEPT), "offload_data": (False, KEPT)}
+    assert "not needed: the largest batch that fits 5,000 bytes: 1,024 points" in \
+        chosen(advice, "checkpoint_gradients").reason
+
+
+def test_memory_is_tight_only_where_the_full_batch_is_over_the_budget():
+    from cruxlab.report.advice import memory_is_tight
+
+    assert [memory_is_tight(MEMORY, budget) for budget in (None, 999, 1000)] == [False, True, False]
+
+
+@pytest.mark.slow  # about 25 s of compiling on a CPU
+def test_the_largest_batches_of_a_users_setting_are_searched_on_its_own_compiled_update():
+    """On the configured problem (64 points): a budget one byte short of its full batch's plain update leaves a
+    smaller batch as the largest that fits plain, and checkpointing makes the full batch fit exactly where its own
+    compiled update needs no more than the budget."""
+    import argparse
+
+    from cruxlab.report.advice import largest_fitting
+
+    args = argparse.Namespace(config_dir=None, overrides=["problem.n_interior=64", "model.width=8"])
+    probe = command.setting_capacity(args, 10 ** 12)
+    assert probe["full_batch"] == 64 and largest_fitting(probe, "plain") == 64
+    (full_plain,) = probe["tried"]["plain"]
+    budget = full_plain["needed"] - 1
+    capacity = command.setting_capacity(args, budget)
+    plain = largest_fitting(capacity, "plain")
+    assert plain is not None and 64 - 64 // 8 <= plain < 64  # bisected to within an eighth of the full batch
+    (checkpointed,) = capacity["tried"]["checkpoint_gradients"][:1]
+    assert (largest_fitting(capacity, "checkpoint_gradients") == 64) == (checkpointed["needed"] <= budget)
+    assert all(t["batch"] < 64 for t in capacity["tried"]["offload_data"])

@@ -4,11 +4,14 @@
     crux-advise problem=heat1d model.width=32 --budget 120
     crux-advise --config-dir conf problem=unit_square       # a problem of one's own
     crux-advise --memory-budget 2000000000                  # weigh the memory options on a CPU (2 GB)
+    crux-advise --capacity                                  # the largest batches that fit, with and without each
     crux-advise --against sqlite:////other/mlflow.db         # that store's recorded advice beside this one's
 
 It runs the built-in sweep ``advise`` (sweeps/advise.yaml: each option beside the defaults, two repeats, the
 second a round-off twin) on the problem and model the overrides choose, with the paired timings sized to the
-budget; then ``crux-report advise`` on that sweep; then :func:`cruxlab.report.advice.advise` on its verdicts. It
+budget; then ``crux-report advise`` on that sweep; then :func:`cruxlab.report.advice.advise` on its verdicts,
+with the memory options weighed by the largest batches of the configured setting that fit the memory budget without
+an option and with each (:func:`setting_capacity`) where the full batch does not fit or ``--capacity`` asks. It
 prints the solve() call and the pipeline's overrides, each choice with its evidence, and what was rejected, and
 writes ``advice.md`` and ``advice.json`` beside the report (and on the sweep's parent run), so that
 ``crux-report advise --against URI`` compares the evidence of two machines.
@@ -203,32 +206,67 @@ def against(uri: str | None, parent: str | None, other: str) -> int:
     return 0
 
 
-def report_and_advise(parent: str, uri: str | None, out: Path, declared_budget: int | None) -> bool:
-    """crux-report advise on the sweep of ``parent`` into ``out``, then the advice from its verdicts: printed,
-    written beside the report and recorded on the parent run.
+def report_and_advise(parent: str, uri: str | None, out: Path, args: argparse.Namespace) -> bool:
+    """crux-report advise on the sweep of ``parent`` into ``out``, then the advice from its verdicts (and, where
+    memory is tight or ``--capacity`` asks, the largest batches of the setting that fit, :func:`setting_capacity`):
+    printed, written beside the report and recorded on the parent run.
 
     Args:
         parent: the sweep's parent run.
         uri: the store (None: as crux-sweep finds it).
         out: the report's folder.
-        declared_budget: ``--memory-budget`` (None: the device's own).
+        args: the parsed command line (``--memory-budget``, None: the device's own; ``--capacity``; the overrides).
 
     Returns:
         True; False where crux-report could not read the sweep.
     """
-    from cruxlab.report.advice import advise
+    from cruxlab.report.advice import advise, memory_is_tight
     from cruxlab.report.cli import UNREAD, main as report
 
     if report(["advise", "--run", parent, "--out", str(out), *(["--tracking-uri", uri] if uri else [])]) == UNREAD:
         return False
     verdicts = json.loads((out / "verdicts.json").read_text(encoding="utf-8"))
-    advice = advise(verdicts, memory_budget(declared_budget))
+    budget = memory_budget(args.memory_budget)
+    capacity = None
+    if budget is None and args.capacity:
+        print("crux-advise: --capacity: this device reports no memory limit (a CPU): give --memory-budget BYTES to "
+              "search the largest batches that fit", file=sys.stderr)
+    elif budget is not None and (args.capacity or memory_is_tight(verdicts, budget)):
+        print(f"crux-advise: the largest batches that fit {budget:,} bytes, without a memory option and with each "
+              f"(compiled, not run)", flush=True)
+        capacity = setting_capacity(args, budget)
+    advice = advise(verdicts, budget, capacity)
     advice_json = json.dumps(advice.as_dict(), indent=2, sort_keys=True) + "\n"
     (out / ADVICE_DOCUMENT).write_text(advice.markdown(), encoding="utf-8")
     (out / ADVICE).write_text(advice_json, encoding="utf-8")
     record(uri, parent, advice.markdown(), advice_json)
     print("\n" + "\n".join(advice.lines()))
     return True
+
+
+def setting_capacity(args: argparse.Namespace, budget: int) -> dict:
+    """:func:`cruxlab.capacity_search.largest_batches` on the problem and model the command line's overrides
+    configure, each network with what its first phase trains it with.
+
+    Args:
+        args: the parsed command line (its ``--config-dir`` and overrides).
+        budget: the bytes the update may take.
+
+    Returns:
+        The batches tried and the full batch, as :func:`cruxlab.report.advice.advise` weighs them.
+    """
+    from hydra.types import RunMode
+
+    from cruxlab import config
+    from cruxlab.capacity_search import largest_batches
+    from cruxlab.commands.experiment import composed
+    from cruxlab.config.attachments import job_plan
+
+    config.import_from_working_directory()  # a problem of one's own, as the sweep's jobs import it
+    cfg = composed(args, [o for o in args.overrides if _key(o) != "hydra.sweep.dir"], RunMode.RUN)
+    problem = config.problem(cfg)
+    job_plan(problem, config.training_phases(cfg)[:1], cfg).attach(0, problem.models)
+    return largest_batches(problem.solver(), budget)
 
 
 def memory_budget(declared: int | None) -> int | None:
@@ -272,6 +310,8 @@ def refusal(args: argparse.Namespace) -> str | None:
     if varied:
         return (f"{' '.join(varied)}: crux-advise sets the solve() options and their timings itself (each beside the "
                 f"defaults); give the problem, model, optimizer or solver.epochs instead")
+    if args.capacity and args.against:
+        return "--capacity searches the batches that fit, and --against runs nothing: give one of them"
     if args.parent and not args.against:
         return "--run chooses the sweep --against compares; without --against crux-advise runs a new sweep"
     return None
@@ -304,6 +344,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-budget", type=int, metavar="BYTES",
                         help="the memory the update may take (default: the device's own; a CPU reports none, and "
                              "the memory options then stay off)")
+    parser.add_argument("--capacity", action="store_true",
+                        help="search the largest batches of the setting that fit the memory budget, without a memory "
+                             "option and with each, even where the full batch fits (done anyway where it does not)")
     parser.add_argument("--config-dir", "-cd", type=Path, metavar="DIR",
                         help="a folder of config groups of one's own, e.g. problem/mine.yaml: problem=mine")
     parser.add_argument("--out", type=Path, help="the report's folder (default reports/advise/<UTC time>/)")
@@ -343,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     if status != 0:
         print(f"crux-advise: the sweep ended with status {status}: the advice rests on the runs that finished, and "
               f"what lacks runs stays at its default", file=sys.stderr)
-    if not report_and_advise(parent, uri, out, args.memory_budget):
+    if not report_and_advise(parent, uri, out, args):
         return 1  # crux-report said why it could not read the sweep
     print(f"\nadvice: {out / ADVICE_DOCUMENT} (sweep {parent}); measured in {time.monotonic() - started:.0f} s, "
           f"budget {args.budget:g} s")

@@ -53,6 +53,7 @@ class Advice:
     choices: tuple[Choice, ...]
     rejected: tuple[Choice, ...]
     budget_bytes: int | None
+    capacity: Mapping[str, Any] | None = None  # the largest batches that fit, where they were searched
 
     def solve_call(self) -> str:
         """``solver.solve(epochs, inner_steps=100)``: the options that differ from solve()'s defaults."""
@@ -85,22 +86,27 @@ class Advice:
 
     def as_dict(self) -> dict[str, Any]:
         return {"solve": self.solve_call(), "overrides": self.overrides(), "budget_bytes": self.budget_bytes,
+                "capacity": self.capacity,
                 "choices": [c.as_dict() for c in self.choices], "rejected": [c.as_dict() for c in self.rejected]}
 
 
-def advise(verdicts: Verdicts, budget_bytes: int | None) -> Advice:
+def advise(verdicts: Verdicts, budget_bytes: int | None, capacity: Mapping[str, Any] | None = None) -> Advice:
     """The advice the ``verdicts.json`` entries support on a device of ``budget_bytes`` of memory (None: it
-    reports none, as a CPU does)."""
+    reports none, as a CPU does). ``capacity``: the largest batches of the user's own setting that fit, without a
+    memory option and with each (:func:`cruxlab.capacity_search.largest_batches`); where given, the memory
+    options are decided from it."""
     chosen, rejected = [], []
     for decide in (_inner_steps, _precision):
         choice, others = decide(verdicts)
         chosen.append(choice)
         rejected += others
-    memory, others = _memory(verdicts, budget_bytes)
+    memory, others = (_memory(verdicts, budget_bytes) if capacity is None else
+                      _by_capacity(_Memory.of(verdicts), capacity))
     chosen += memory
     rejected += others
     order = list(DEFAULTS)
-    return Advice(tuple(sorted(chosen, key=lambda c: order.index(c.option))), tuple(rejected), budget_bytes)
+    return Advice(tuple(sorted(chosen, key=lambda c: order.index(c.option))), tuple(rejected), budget_bytes,
+                  capacity)
 
 
 def _inner_steps(verdicts: Verdicts) -> tuple[Choice, list[Choice]]:
@@ -271,6 +277,65 @@ def _tight(m: _Memory, budget: int, over: str) -> tuple[list[Choice], list[Choic
     else:
         chosen.append(Choice("offload_data", False, KEPT, f"offload_data=False: the points take "
                              f"{_bytes(m.arguments)}, within the budget", m.ids["offload_data"]))
+    return chosen, rejected
+
+
+def memory_is_tight(verdicts: Verdicts, budget: int | None) -> bool:
+    """Whether the full batch's update, as the advise sweep compiled it, needs more than ``budget`` bytes."""
+    return budget is not None and _Memory.of(verdicts).full_batch() > budget
+
+
+def largest_fitting(capacity: Mapping[str, Any], label: str) -> int | None:
+    """The largest batch searched with ``label`` (``plain``, or a memory option) that fits the search's budget;
+    None where none did."""
+    budget = capacity["budget_bytes"]
+    fitting = [t["batch"] for t in capacity["tried"].get(label, ())
+               if t["refused"] is None and t["needed"] is not None and t["needed"] <= budget]
+    return max(fitting) if fitting else None
+
+
+def _by_capacity(m: _Memory, capacity: Mapping[str, Any]) -> tuple[list[Choice], list[Choice]]:
+    """The memory options from the largest batches that fit, with and without each: the full batch where it fits
+    plain; checkpoint_gradients where it makes the full batch fit (with the same numbers); else the largest
+    mini-batch that fits, offloaded only where offloading lets a larger batch fit than on the device."""
+    full, budget = capacity["full_batch"], capacity["budget_bytes"]
+    plain, checkpointed, offloaded = (largest_fitting(capacity, label)
+                                      for label in ("plain", "checkpoint_gradients", "offload_data"))
+    said = lambda n: "no batch" if n is None else f"{n:,} points"  # noqa: E731
+    found = (f"the largest batch that fits {_bytes(budget)}: {said(plain)} a constraint without an option, "
+             f"{said(checkpointed)} with checkpoint_gradients, {said(offloaded)} with offload_data (compiled; the "
+             f"full batch: {full:,} points)")
+    if plain == full:
+        return _kept(m, {"batchsize": found, "checkpoint_gradients": f"not needed: {found}",
+                         "offload_data": f"not needed: {found}"}), []
+    if checkpointed == full and _holds(m.same):
+        return [Choice("batchsize", None, KEPT, "batchsize=None (the full batch): it fits checkpointed",
+                       m.ids["batchsize"]),
+                Choice("checkpoint_gradients", True, ADVISED, f"checkpoint_gradients=True: the full batch fits only "
+                       f"with it: {found}; {_sameness(m.same)}{m.time_cost()}", m.ids["checkpoint_gradients"]),
+                Choice("offload_data", False, KEPT, "offload_data=False: not needed once checkpointed",
+                       m.ids["offload_data"])], []
+    rejected = [Choice("checkpoint_gradients", True, REJECTED, "checkpoint_gradients=True: " + (
+        f"it does not make the full batch fit: {found}" if checkpointed != full else
+        f"not shown to give the same numbers: {(m.same or {}).get('summary', 'no verdict')}"),
+        m.ids["checkpoint_gradients"])]
+    offload = offloaded is not None and offloaded > (plain or 0) and _holds(m.offload_same)
+    if offloaded is not None and offloaded > (plain or 0) and not offload:
+        rejected.append(Choice("offload_data", True, REJECTED, f"offload_data=True: a larger batch fits with it, but "
+                               f"it was not shown to give the same numbers: {found}", m.ids["offload_data"]))
+    batch = offloaded if offload else plain
+    if batch is None:
+        return _kept(m, {"batchsize": f"no batch fits: {found}: a smaller model or problem is needed",
+                         "checkpoint_gradients": "it does not make the update fit",
+                         "offload_data": "no batch fits with it"}), rejected
+    chosen = [Choice("batchsize", batch, ADVISED, f"batchsize={batch}: the largest batch that fits (mini-batches "
+                     f"train otherwise than the full batch): {found}", m.ids["batchsize"]),
+              Choice("checkpoint_gradients", False, KEPT, "checkpoint_gradients=False: it does not make the full "
+                     "batch fit", m.ids["checkpoint_gradients"])]
+    chosen.append(Choice("offload_data", True, ADVISED, f"offload_data=True: it lets batches of {batch:,} points "
+                         f"fit, {said(plain)} without it; {_sameness(m.offload_same)}", m.ids["offload_data"]) if offload
+                  else Choice("offload_data", False, KEPT, f"offload_data=False: it lets no larger batch fit: "
+                              f"{found}", m.ids["offload_data"]))
     return chosen, rejected
 
 
