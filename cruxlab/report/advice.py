@@ -328,8 +328,8 @@ def _by_capacity(m: _Memory, capacity: Mapping[str, Any]) -> tuple[list[Choice],
         return _kept(m, {"batchsize": f"no batch fits: {found}: a smaller model or problem is needed",
                          "checkpoint_gradients": "it does not make the update fit",
                          "offload_data": "no batch fits with it"}), rejected
-    chosen = [Choice("batchsize", batch, ADVISED, f"batchsize={batch}: the largest batch that fits (mini-batches "
-                     f"train otherwise than the full batch): {found}", m.ids["batchsize"]),
+    chosen = [Choice("batchsize", batch, ADVISED, f"batchsize={batch}: mini-batches, which train otherwise than the "
+                     f"full batch: {found}", m.ids["batchsize"]),
               Choice("checkpoint_gradients", False, KEPT, "checkpoint_gradients=False: it does not make the full "
                      "batch fit", m.ids["checkpoint_gradients"])]
     chosen.append(Choice("offload_data", True, ADVISED, f"offload_data=True: it lets batches of {batch:,} points "
