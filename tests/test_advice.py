@@ -376,7 +376,6 @@ def test_memory_is_tight_only_where_the_full_batch_is_over_the_budget():
     assert [memory_is_tight(MEMORY, budget) for budget in (None, 999, 1000)] == [False, True, False]
 
 
-@pytest.mark.slow  # about 25 s of compiling on a CPU
 def test_the_largest_batches_of_a_users_setting_are_searched_on_its_own_compiled_update():
     """On the configured problem (64 points): a budget one byte short of its full batch's plain update leaves a
     smaller batch as the largest that fits plain, and checkpointing makes the full batch fit exactly where its own
