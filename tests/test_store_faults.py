@@ -27,9 +27,9 @@ TRAINING = "training phase 1 of 1"
 CLOSED = f"closed {contract.FINISHED}"  # a job's run, once the writer has written its results
 
 
-def sweep(folder: Path, uri: str, *extra: str) -> subprocess.Popen:
+def sweep(folder: Path, uri: str, *extra: str, python: str = sys.executable) -> subprocess.Popen:
     env = {key: value for key, value in os.environ.items() if not key.startswith("MLFLOW_HTTP_REQUEST_")}
-    return subprocess.Popen([sys.executable, "-m", "cruxlab.commands.sweep", "accumulation", *JOBS, *extra], cwd=folder,
+    return subprocess.Popen([python, "-m", "cruxlab.commands.sweep", "accumulation", *JOBS, *extra], cwd=folder,
                             env={**env, "MLFLOW_TRACKING_URI": uri}, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
 
