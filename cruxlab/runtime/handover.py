@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import sys
 import tempfile
 import threading
 from dataclasses import asdict, dataclass, field
@@ -38,6 +39,15 @@ ENDED = ".ended.json"
 """A file ``<job>.ended.json`` in the hand-over folder: the job's process ended before its job returned
 (:func:`say_ended`)."""
 POLL_SECONDS = 0.2
+
+
+def workers_output_ended() -> None:
+    """Disconnect this process from the Ray cluster that the Ray launcher connected it to, if any. Ray prints what
+    its workers log as its log monitor forwards it, up to seconds late: a job's warnings would otherwise come after
+    the sweep's last line. Lines not forwarded yet stay in each job's log file in the sweep's folder."""
+    ray = sys.modules.get("ray")  # imported by the Ray launcher only
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
 """How often the driver looks for results: a job's results wait at most this long before being written."""
 
 

@@ -56,7 +56,7 @@ from cruxlab.config.keys import refused_override
 from cruxlab.config.refusals import config_refusals, refusals as job_refusals
 from cruxlab.runtime.compilation_cache import use_compilation_cache
 from cruxlab.runtime.composed import override_lines
-from cruxlab.runtime.handover import ARTIFACTS, Pickup, read_results
+from cruxlab.runtime.handover import ARTIFACTS, Pickup, read_results, workers_output_ended
 from cruxlab.runtime.interrupt import deferred, exit_status, interruptible, signal_name
 from cruxlab.runtime.job import JobRun, finished_jobs, unwritten_jobs
 from cruxlab.runtime.kept import kept_folder, kept_results
@@ -463,6 +463,7 @@ class Multirun:
         except KeyboardInterrupt as error:
             stopped = error
         finally:
+            workers_output_ended()
             on_job_start(None)
             lines.release()
             launcher_log.removeFilter(lines)
