@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -298,6 +299,20 @@ def test_a_damaged_artifact_makes_only_the_verdicts_that_need_it_inconclusive(
             assert f"{artifact} of run `{runs[run]}` ({run}" in verdict["summary"] and problem in verdict["summary"]
         else:
             assert verdict == clean[claim_id]
+
+
+def test_a_finished_run_whose_artifacts_are_all_gone_is_said_to_have_them_elsewhere(writer, tmp_path, monkeypatch):
+    """A FINISHED run wrote its artifacts before closing: none of them in its artifact store is not "not logged"
+    but an artifact store that lost them or a server that keeps another artifact root now (restarted with one)."""
+    _, runs = complete_sweep(writer)
+    shutil.rmtree(writer.artifact(runs["b32"], contract.CONFIG).parent)
+    code, text, _ = report(writer, tmp_path / "r", monkeypatch)
+    assert code == 3
+    (named,) = [line for line in text.splitlines() if line.startswith(f"- {contract.CONFIG} of run `{runs['b32']}` ")]
+    assert named.endswith(f": not at {writer.client.get_run(runs['b32']).info.artifact_uri}, nor any of the run's "
+                          f"artifacts, though it closed FINISHED after writing them: the artifact store lost them, or "
+                          f"its server keeps another artifact root now"), named
+    assert "not logged" not in text
 
 
 def test_a_run_neither_config_nor_params_describe_is_left_out_and_named(writer, tmp_path, monkeypatch):

@@ -48,9 +48,10 @@ from cruxlab.report.run_records import RunRecord
 from cruxlab.runtime.liveness import close_orphans
 from cruxlab.store.connection import (READING, StoreError, bounded_http, brief, check_server, check_sqlite,
                                       child_runs, move_store_credentials, store_error_types, store_errors, tracking_uri)
-from cruxlab.store.contract import (BACKEND, CAPACITY_OPTION, CAPACITY_SIZES, CLAIM, CONFIG, ENVIRONMENT, OVERRIDES,
-                                    PARAMS, PARENT, PARENT_ID, PLANNED_JOBS, PLANNED_JOB_COUNT, REPEAT, ROLE, STATS,
-                                    VARIANT, tag_filter)
+from cruxlab.store.contract import (BACKEND, CAPACITY_OPTION, CAPACITY_SIZES, CLAIM, CONFIG, ENVIRONMENT, FINISHED,
+                                    OVERRIDES, PARAMS, PARENT, PARENT_ID, PLANNED_JOBS, PLANNED_JOB_COUNT, REPEAT, ROLE,
+                                    STATS, VARIANT, tag_filter)
+from cruxlab.store.secrets import masked
 from cruxlab.store.history import history_series
 from cruxlab.store.params import as_requested
 from cruxlab.store.kinds import packed_path, sqlite_file, sqlite_uri
@@ -353,7 +354,11 @@ def load_record(client: MlflowClient, run: Run, folder: Path, unreadable: list[U
     label = tags.get(VARIANT, "") + (f" r{tags[REPEAT]}" if REPEAT in tags else "")
     present = {a.path for a in client.list_artifacts(run_id)}
     expected = CAPACITY_ARTIFACTS if run.data.params.get(CAPACITY_OPTION, "None") != "None" else ARTIFACTS
-    problems = {artifact: "not logged" for artifact in expected if artifact not in present}
+    # a run closes FINISHED only once its artifacts are written: none there means they are elsewhere now
+    absent = "not logged" if present or run.info.status != FINISHED else (
+        f"not at {masked(run.info.artifact_uri)}, nor any of the run's artifacts, though it closed FINISHED after "
+        f"writing them: the artifact store lost them, or its server keeps another artifact root now")
+    problems = {artifact: absent for artifact in expected if artifact not in present}
 
     def read(artifact: str, parse: Callable[[Path], T]) -> T | None:
         return _read_artifact(client, run_id, artifact, folder, parse, problems) if artifact in present else None
