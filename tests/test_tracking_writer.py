@@ -16,9 +16,10 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from crux.stats import Statistics
-from cruxlab.runtime import job as job_module
+from cruxlab.runtime import run_writes
 from cruxlab.runtime.handover import RESULTS, Pickup, handed_over
-from cruxlab.runtime.job import JobRun, OpenedOnFirstUse, WriteFailed, unwritten_jobs
+from cruxlab.runtime.job import JobRun, OpenedOnFirstUse, WriteFailed
+from cruxlab.runtime.run_writes import unwritten_jobs
 from cruxlab.runtime.space import NoRoom
 from cruxlab.runtime.writer import Writer
 from cruxlab.store import contract
@@ -173,14 +174,14 @@ def test_while_the_process_waits_for_the_writer_a_jobs_figure_is_drawn_as_its_hi
                                                                                                 monkeypatch):
     client, run_id = store
     drawn, seen = threading.Event(), []
-    plot, log_history = Statistics.plot, job_module.log_history
+    plot, log_history = Statistics.plot, run_writes.log_history
     monkeypatch.setattr(Statistics, "plot", lambda self, path: (plot(self, path), drawn.set()))
 
     def histories(*args):
         seen.append(drawn.wait(60))  # the figure is drawn meanwhile, in a thread of its own
         log_history(*args)
 
-    monkeypatch.setattr(job_module, "log_history", histories)
+    monkeypatch.setattr(run_writes, "log_history", histories)
     writer = Writer()
     writer.hold()  # as a sweep's writer is while its next job sets up
     with JobRun(client, run_id, "default", 0, overlap=True, writer=writer) as run:
@@ -194,10 +195,10 @@ def test_while_the_process_waits_for_the_writer_a_jobs_figure_is_drawn_as_its_hi
 def test_a_jobs_figure_is_drawn_after_its_histories_while_the_next_job_trains(store, monkeypatch):
     client, run_id = store
     events: list[tuple[str, str]] = []
-    plot, log_history = Statistics.plot, job_module.log_history
+    plot, log_history = Statistics.plot, run_writes.log_history
     monkeypatch.setattr(Statistics, "plot", lambda self, path: (
         plot(self, path), events.append(("figure", threading.current_thread().name))))
-    monkeypatch.setattr(job_module, "log_history", lambda *args: (
+    monkeypatch.setattr(run_writes, "log_history", lambda *args: (
         events.append(("histories", threading.current_thread().name)), log_history(*args)))
     writer, uploading = Writer(), threading.Event()
     with JobRun(Upload(client, uploading.set), run_id, "default", 0, overlap=True, writer=writer) as run:

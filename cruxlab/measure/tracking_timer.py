@@ -40,10 +40,10 @@ def _parts() -> dict[str, tuple[Any, str]]:
     """Label -> (owner, attribute) of every timed tracking call (imports crux's pipeline: in a job's process)."""
     import cruxlab.commands.experiment
     from crux.stats import Statistics
-    from cruxlab.runtime import job, writer
+    from cruxlab.runtime import job, run_writes, writer
 
     return {"run create": (job.JobRun, "start"), ENVIRONMENT: (job, "environment"),
-            "history": (job, "log_history"), HISTORY_PLOT: (Statistics, "plot"),
+            "history": (run_writes, "log_history"), HISTORY_PLOT: (Statistics, "plot"),
             STATS: (Statistics, "save"), PARAMS: (np, "savez"),
             "artifacts": (MlflowClient, "log_artifacts"), "artifact": (MlflowClient, "log_artifact"),
             "run close": (MlflowClient, "set_terminated"),

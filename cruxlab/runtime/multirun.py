@@ -58,10 +58,11 @@ from cruxlab.runtime.compilation_cache import use_compilation_cache
 from cruxlab.runtime.composed import override_lines
 from cruxlab.runtime.handover import ARTIFACTS, Pickup, read_results, workers_output_ended
 from cruxlab.runtime.interrupt import deferred, exit_status, interruptible, signal_name
-from cruxlab.runtime.job import JobRun, finished_jobs, unwritten_jobs
+from cruxlab.runtime.job import JobRun
 from cruxlab.runtime.kept import kept_folder, kept_results
 from cruxlab.runtime.liveness import (GONE, STORE_FAULT, SWEEP_PID, Heartbeat, close_orphans, is_gone, process_tags)
 from cruxlab.runtime.readiness import on_job_start
+from cruxlab.runtime.run_writes import finished_jobs, unwritten_jobs
 from cruxlab.runtime.provenance import checkout, mlflow_source
 from cruxlab.runtime.space import StoreReserve
 from cruxlab.runtime.tracebacks import tracebacks_shown
