@@ -42,7 +42,7 @@ def _parts() -> dict[str, tuple[Any, str]]:
     from crux.stats import Statistics
     from cruxlab.runtime import job, run_writes, writer
 
-    return {"run create": (job.JobRun, "start"), ENVIRONMENT: (job, "environment"),
+    return {"run create": (job.JobRun, "start"), ENVIRONMENT: (job, "written_environment"),
             "history": (run_writes, "log_history"), HISTORY_PLOT: (Statistics, "plot"),
             STATS: (Statistics, "save"), PARAMS: (np, "savez"),
             "artifacts": (MlflowClient, "log_artifacts"), "artifact": (MlflowClient, "log_artifact"),

@@ -39,6 +39,7 @@ ENDED = ".ended.json"
 """A file ``<job>.ended.json`` in the hand-over folder: the job's process ended before its job returned
 (:func:`say_ended`)."""
 POLL_SECONDS = 0.2
+"""How often the driver looks for results: a job's results wait at most this long before being written."""
 
 
 def workers_output_ended() -> None:
@@ -48,7 +49,6 @@ def workers_output_ended() -> None:
     ray = sys.modules.get("ray")  # imported by the Ray launcher only
     if ray is not None and ray.is_initialized():
         ray.shutdown()
-"""How often the driver looks for results: a job's results wait at most this long before being written."""
 
 
 @dataclass
