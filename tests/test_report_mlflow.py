@@ -90,7 +90,9 @@ def test_report_lists_environment_commit_configs_and_commands(store, tmp_path, m
     assert f"matmul precision {environment['matmul_precision']}" in text
     assert "crux-sweep accumulation " + " ".join(SWEEP_OVERRIDES) in text
     assert f"crux-report accumulation --run {sweep.parent_id}" in text
-    assert "accumulation_steps: 4" in text and "batchsize: 32" in text  # the resolved configs
+    # the resolved config once, and what each run set apart from it
+    assert "The entries of config.yaml that every run resolved alike:" in text and "  n_interior: 64\n" in text
+    assert "`memory.accumulation_steps` = 4" in text and "`memory.batchsize` = 32" in text
 
 
 def test_report_of_an_unknown_sweep_exits_with_a_message(store, monkeypatch, capsys, tmp_path):
