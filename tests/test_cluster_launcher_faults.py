@@ -73,7 +73,7 @@ def test_a_server_killed_under_slurm_keeps_what_trained_and_the_printed_resume_c
                                                                                             tmp_path, monkeypatch):
     for name, value in slurm.items():  # sbatch, squeue and the jobs find the cluster through SLURM_CONF
         monkeypatch.setenv(name, value)
-    killed_while_job_0_trains_then_resumed(
+    assert "0" in killed_while_job_0_trains_then_resumed(  # job 0's results kept, and written on resuming
         server_folder, tmp_path, ["hydra/launcher=submitit_slurm", "hydra.launcher.timeout_min=10"],
         queued=lambda: subprocess.run(["squeue", "--noheader"], capture_output=True, text=True, timeout=60,
                                       check=True).stdout.strip())
@@ -84,5 +84,5 @@ def test_a_server_killed_under_ray_keeps_what_trained_and_the_printed_resume_com
                                                                                           monkeypatch):
     for name, value in ray_cluster.items():  # the launcher's ray.init() connects to $RAY_ADDRESS
         monkeypatch.setenv(name, value)
-    killed_while_job_0_trains_then_resumed(server_folder, tmp_path, [
+    assert "0" in killed_while_job_0_trains_then_resumed(server_folder, tmp_path, [  # job 0's results kept, written
         "hydra/launcher=ray", "+hydra.launcher.ray.init.object_store_memory=null"], ray_python)
