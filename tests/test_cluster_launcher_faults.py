@@ -16,8 +16,8 @@ from typing import Callable
 import pytest
 
 from scale_out import start
-from test_store_faults import restart, server_folder, server_stopped_once_opened, sweep  # noqa: F401 - a fixture
-from cruxlab.store import contract
+from test_store_faults import (every_job_finished_whole, restart, server_folder,  # noqa: F401 - a fixture
+                               server_stopped_once_opened, sweep)
 
 pytestmark = pytest.mark.integration  # a Slurm cluster, an MLflow server, sweeps in subprocesses
 
@@ -37,8 +37,6 @@ def killed_while_job_0_trains_then_resumed(server_folder: Path, folder: Path, la
     holds), restart the server on its port, run the ``--resume`` command that line
     prints, as printed, and check that it writes the kept results without training them again and leaves every
     run FINISHED with its whole history. The jobs whose results were kept."""
-    from mlflow.tracking import MlflowClient
-
     url = start("mlflow_server.sh", server_folder / "server", f"sqlite:///{server_folder / 'runs.db'}", "1")
     process, seen = sweep(folder, url, *launcher, python=python), []
     server_stopped_once_opened(process, seen, server_folder, url, "0")
@@ -59,13 +57,7 @@ def killed_while_job_0_trains_then_resumed(server_folder: Path, folder: Path, la
     written = [line.split("job ")[1].split(":")[0] for line in output.splitlines()
                if "the results it kept after the store" in line]
     assert written == kept  # written into their runs, not trained again
-    client = MlflowClient(url)
-    runs = client.search_runs([client.get_experiment_by_name("accumulation").experiment_id])
-    assert sorted((run.data.tags.get(contract.JOB, "parent"), run.info.status) for run in runs) == [
-        ("0", contract.FINISHED), ("1", contract.FINISHED), ("2", contract.FINISHED), ("parent", contract.FINISHED)]
-    for run in runs:  # one run a job, each with its whole history
-        if run.data.tags.get(contract.JOB):
-            assert max(m.step for m in client.get_metric_history(run.info.run_id, "loss/total")) == 2999
+    every_job_finished_whole(url)
     return kept
 
 

@@ -539,6 +539,18 @@ def test_a_sweep_folder_whose_disk_fills_up_is_named_with_its_free_bytes(small_d
     assert finish(process, resumed) == 0, "".join(resumed)[-4000:]
 
 
+def every_job_finished_whole(url: str) -> None:
+    """The three-job accumulation sweep at ``url`` complete: its parent and one run a job FINISHED, each job's run
+    with its whole history of 3000 epochs."""
+    client = MlflowClient(url)
+    runs = client.search_runs([client.get_experiment_by_name("accumulation").experiment_id])
+    assert sorted((run.data.tags.get(contract.JOB, "parent"), run.info.status) for run in runs) == [
+        ("0", contract.FINISHED), ("1", contract.FINISHED), ("2", contract.FINISHED), ("parent", contract.FINISHED)]
+    for run in runs:  # one run a job, each with its whole history
+        if run.data.tags.get(contract.JOB):
+            assert max(m.step for m in client.get_metric_history(run.info.run_id, "loss/total")) == 2999
+
+
 def test_a_server_killed_under_submitit_keeps_what_trained_and_the_printed_resume_completes_it(server_folder,
                                                                                                tmp_path):
     """submitit's launcher (the Slurm launcher's local twin: each job a process of its own, all three at once
@@ -561,13 +573,7 @@ def test_a_server_killed_under_submitit_keeps_what_trained_and_the_printed_resum
     assert finish(process, resumed) == 0, "".join(resumed)[-4000:]
     written = [line.split("job ")[1].split(":")[0] for line in resumed if "the results it kept after the store" in line]
     assert written == kept  # written into their runs, not trained again (the jobs' own output is submitit's)
-    client = MlflowClient(url)
-    runs = client.search_runs([client.get_experiment_by_name("accumulation").experiment_id])
-    assert sorted((run.data.tags.get(contract.JOB, "parent"), run.info.status) for run in runs) == [
-        ("0", contract.FINISHED), ("1", contract.FINISHED), ("2", contract.FINISHED), ("parent", contract.FINISHED)]
-    for run in runs:  # one run a job, each with its whole history
-        if run.data.tags.get(contract.JOB):
-            assert max(m.step for m in client.get_metric_history(run.info.run_id, "loss/total")) == 2999
+    every_job_finished_whole(url)
 
 
 @pytest.mark.parametrize("small_disk", ["8m"], indirect=True)
