@@ -542,6 +542,8 @@ def test_a_sweep_folder_whose_disk_fills_up_is_named_with_its_free_bytes(small_d
 def every_job_finished_whole(url: str) -> None:
     """The three-job accumulation sweep at ``url`` complete: its parent and one run a job FINISHED, each job's run
     with its whole history of 3000 epochs."""
+    from mlflow.tracking import MlflowClient
+
     client = MlflowClient(url)
     runs = client.search_runs([client.get_experiment_by_name("accumulation").experiment_id])
     assert sorted((run.data.tags.get(contract.JOB, "parent"), run.info.status) for run in runs) == [
