@@ -392,7 +392,8 @@ def test_rounds_rotate_which_run_goes_first_and_keep_what_each_returned_in_order
     assert returned == {name: [f"{name}{i}" for i in range(1, 5)] for name in "abc"}
 
 
-@pytest.mark.parametrize("name, option", [("anatomy", "--problems"), ("calls", "--rounds"), ("compile", "--rounds")])
+@pytest.mark.parametrize("name, option", [("anatomy", "--problems"), ("calls", "--rounds"), ("compile", "--rounds"),
+                                          ("command", "--repeats")])
 def test_the_measurements_beside_the_tables_are_crux_bench_subcommands(name, option, capsys):
     """``crux-bench NAME`` runs the measurement's own command line, which names itself so in its errors."""
     with pytest.raises(SystemExit) as ended:

@@ -11,6 +11,7 @@
     crux-bench calls                                   # what a fused call costs beyond its updates
     crux-bench compile                                 # a first solve()'s compile per memory option
     crux-bench fused --out DIR                         # crux and jNO at K = 1, 10, 100, 1000 (the jno extra)
+    crux-bench command crux-sweep accumulation solver.epochs=10   # a sweep command's time outside its training
 
 (``python -m cruxlab.bench`` is the same command.) Reference problems: -u'' = pi^2 sin(pi x) on [0, 1] with
 u = x(1-x) N(x), N a tanh MLP, Adam 1e-3.
@@ -42,5 +43,6 @@ first update (``first_update``), one module per problem (``standard``, ``micro_b
 own, and ``jno_column``), the targets (``targets``), bench.md (``tables``), README.md's speed table
 (``speed_table``), what the run ran on (``host``), the MLflow run (``mlflow_run``) and the command
 (``command_line``); the measurements beside the tables, each a subcommand: ``anatomy``, ``call_cost`` (``calls``),
-``compile_cost`` (``compile``) and ``against_jno_fused`` (``fused``). Every one times in :func:`interleaved.in_rounds`.
+``compile_cost`` (``compile``) and ``against_jno_fused`` (``fused``), each timed in :func:`interleaved.in_rounds`,
+and ``command_time`` (``command``), a sweep command's time outside its jobs' training, from its store.
 """

@@ -39,6 +39,7 @@ QUICK_PROBLEMS = ("standard", "small", "accumulation")  # the rest compile too m
 SUBCOMMANDS = {  # crux-bench NAME ...: measurements beside the tables, each a module with main(argv)
     "anatomy": "cruxlab.bench.anatomy",  # where a fused update's time goes, crux beside variants of it
     "calls": "cruxlab.bench.call_cost",  # what a fused call costs beyond its updates
+    "command": "cruxlab.bench.command_time",  # where a sweep command's time goes outside its training
     "compile": "cruxlab.bench.compile_cost",  # a first solve()'s compile per memory option, fresh processes
     "fused": "cruxlab.bench.against_jno_fused",  # crux and jNO at K = 1, 10, 100, 1000 updates a call (jno extra)
 }

@@ -1,0 +1,29 @@
+"""``crux-bench command``: a sweep command's time split by its parent run and its jobs' runs."""
+import pytest
+
+from cruxlab.bench.command_time import command_parts, main, solver_seconds
+
+
+def test_a_commands_parts_add_up_to_its_wall_time_and_its_share_is_what_its_jobs_did_not_train():
+    """Process from 100 to 130 s, parent run 104-128 s, two jobs of 10 s (105-115, 116-126) that trained and
+    compiled 9 and 8 s: 4 s before the parent, 2 after, 4 in the parent outside the jobs."""
+    sweep = {"start": 104.0, "end": 128.0, "jobs": [{"seconds": 10.0, "solver": 9.0}, {"seconds": 10.0, "solver": 8.0}]}
+    parts = command_parts(100.0, 130.0, sweep)
+    assert parts["before parent"] + parts["parent"] + parts["after parent"] == pytest.approx(parts["wall"]) == 30
+    assert (parts["before parent"], parts["parent"], parts["after parent"]) == (4, 24, 2)
+    assert parts["parent outside jobs"] == 4 and parts["outside runs"] == 10
+    assert (parts["job beyond, median"], parts["job beyond, largest"]) == (1.5, 2)
+    assert parts["own share"] == pytest.approx(13 / 30)
+
+
+def test_a_jobs_solver_seconds_count_its_gradient_draws_and_nothing_else():
+    metrics = {"run_seconds": 2.0, "compile_seconds": 1.0, "gradient_noise/run_seconds": 0.5,
+               "gradient_noise/compile_seconds": 0.25, "final_loss": 100.0}
+    assert solver_seconds(metrics) == 3.75
+
+
+def test_the_command_is_asked_for_before_anything_runs(capsys):
+    with pytest.raises(SystemExit) as ended:
+        main(["--repeats", "2"])
+    assert ended.value.code == 2
+    assert "give the command to measure, e.g. crux-bench command crux-sweep" in capsys.readouterr().err
