@@ -5,7 +5,7 @@
     solver = crux.Crux([crux.Constraint("pde", pde, points=x)], models={"u": u})
     solver.solve(epochs=5000, batchsize=128).plot("history.png")
 """
-from crux import problems
+from crux import compilation_cache, problems
 from crux.constraint import Constraint
 from crux.derivatives import grad, hessian, laplacian, partial
 from crux.model import Model, mlp
@@ -18,3 +18,5 @@ from crux.stats import Statistics
 __all__ = ["Constraint", "Crux", "Model", "Schedule", "SolveOptions", "Statistics", "grad", "hessian", "laplacian", "load_params", "lrs",
            "mlp", "partial", "problems", "save_params"]
 __version__ = "0.1.0"
+
+compilation_cache.use_default_cache()  # before anything of crux compiles: a model's initialisation, a solve()

@@ -6,6 +6,10 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
+# The processes the tests start keep what crux compiles nowhere, as they did before crux turned JAX's persistent cache
+# on by default (the test of that default gives its processes a folder of their own): none writes into the home folder.
+os.environ.setdefault("CRUX_COMPILATION_CACHE", "off")
+
 import jax
 import pytest
 
