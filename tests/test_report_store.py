@@ -301,18 +301,28 @@ def test_a_damaged_artifact_makes_only_the_verdicts_that_need_it_inconclusive(
             assert verdict == clean[claim_id]
 
 
-def test_a_finished_run_whose_artifacts_are_all_gone_is_said_to_have_them_elsewhere(writer, tmp_path, monkeypatch):
+def test_finished_runs_whose_artifacts_are_all_gone_are_said_elsewhere_once_for_the_sweep(writer, tmp_path, monkeypatch,
+                                                                                            capsys):
     """A FINISHED run wrote its artifacts before closing: none of them in its artifact store is not "not logged"
-    but an artifact store that lost them or a server that keeps another artifact root now (restarted with one)."""
+    but an artifact store that lost them or a server that keeps another artifact root now (restarted with one).
+    Said in one line for the sweep (how many runs, the root their URIs lie under, what to do), in the report and
+    on the console, not once per run and artifact."""
     _, runs = complete_sweep(writer)
-    shutil.rmtree(writer.artifact(runs["b32"], contract.CONFIG).parent)
-    code, text, _ = report(writer, tmp_path / "r", monkeypatch)
+    for run in runs.values():
+        shutil.rmtree(writer.artifact(run, contract.CONFIG).parent)
+    code, text, verdicts = report(writer, tmp_path / "r", monkeypatch)
     assert code == 3
-    (named,) = [line for line in text.splitlines() if line.startswith(f"- {contract.CONFIG} of run `{runs['b32']}` ")]
-    assert named.endswith(f": not at {writer.client.get_run(runs['b32']).info.artifact_uri}, nor any of the run's "
-                          f"artifacts, though it closed FINISHED after writing them: the artifact store lost them, or "
-                          f"its server keeps another artifact root now"), named
-    assert "not logged" not in text
+    root = (writer.folder / "mlartifacts").as_uri()
+    said = [line for line in text.splitlines() if "artifact root" in line]
+    assert said == [f"**5 finished runs of the sweep wrote their artifacts before closing, but none of them is under "
+                    f"{root} now: the artifact store lost them, or its server keeps another artifact root now (started "
+                    f"again with another --artifacts-destination); verdicts that need them are inconclusive. Serve "
+                    f"the root they were written to again (`bash scripts/mlflow_server.sh restart DIR` restarts a "
+                    f"server on its own root) and run crux-report again.**"], text[:3000]
+    assert "could not be read" not in text and "not logged" not in text
+    printed = capsys.readouterr().out
+    assert [line for line in printed.splitlines() if "artifact root" in line] == [said[0].strip("*.")], printed
+    assert {v["verdict"] for v in verdicts.values()} == {INCONCLUSIVE}
 
 
 def test_a_run_neither_config_nor_params_describe_is_left_out_and_named(writer, tmp_path, monkeypatch):

@@ -108,6 +108,8 @@ def say_which(sweep: Sweep, backend: str | None, chosen: bool) -> None:
               + ", ".join(s.parent_id for s in sweep.newer))
     if sweep.none_complete:
         print(f"no sweep of {sweep.name}{of} is complete: judged the newest")
+    if sweep.elsewhere:
+        print(sweep.artifacts_elsewhere)
     if sweep.unreadable:
         print(f"{len(sweep.unreadable)} artifact(s) could not be read: the report's top names them")
 

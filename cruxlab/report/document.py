@@ -367,6 +367,8 @@ def _sweep_status(sweep: Sweep) -> list[str]:
         lines += [f"| {table_cell(j.name)} | {j.status} | {table_cell(j.reason)} | "
                   f"{f'`{j.run_id}`' if j.run_id else ''} |" for j in sweep.missing]
         lines.append("")
+    if sweep.elsewhere:
+        lines += [f"**{sweep.artifacts_elsewhere}.**", ""]
     if sweep.unreadable:
         lines += ["Artifacts that could not be read (verdicts that need them are inconclusive):", ""]
         lines += [f"- {u.artifact} of run `{u.run_id}` ({u.label}): {table_cell(u.problem)}"

@@ -102,7 +102,8 @@ class Sweep:
     ``newer`` lists the sweeps of the same name started after this one (by default
     crux-report judges the newest complete sweep, so these are the incomplete ones it
     passed over), ``none_complete`` that the default choice found no complete sweep;
-    ``unreadable`` lists the artifacts of finished runs that could not be read.
+    ``unreadable`` lists the artifacts of finished runs that could not be read, but for those of ``elsewhere``:
+    the artifact URIs of the finished runs none of whose artifacts is there (:attr:`artifacts_elsewhere`).
     """
 
     name: str
@@ -116,6 +117,23 @@ class Sweep:
     newer: tuple[OtherSweep, ...] = ()
     none_complete: bool = False
     unreadable: tuple[Unreadable, ...] = ()
+    elsewhere: tuple[str, ...] = ()
+
+    @property
+    def artifacts_elsewhere(self) -> str:
+        """One line for the finished runs none of whose artifacts is where the store says (a server restarted with
+        another artifact root, an artifact store that lost them): how many, the root their URIs lie under, what to
+        do; empty where there are none."""
+        if not self.elsewhere:
+            return ""
+        roots = sorted({masked(uri.rsplit("/", 2)[0]) for uri in self.elsewhere})  # less <run id>/artifacts
+        count = len(self.elsewhere)
+        return (f"{count} finished run{'s' if count > 1 else ''} of the sweep wrote {'their' if count > 1 else 'its'} "
+                f"artifacts before closing, but none of them is under {' or '.join(roots)} now: the artifact store "
+                f"lost them, or its server keeps another artifact root now (started again with another "
+                f"--artifacts-destination); verdicts that need them are inconclusive. Serve the root they were "
+                f"written to again (`bash scripts/mlflow_server.sh restart DIR` restarts a server on its own root) "
+                f"and run crux-report again")
 
     @property
     def statement(self) -> str:
@@ -152,7 +170,7 @@ class Sweep:
     @property
     def sound(self) -> bool:
         """Complete, and every artifact of every finished run was read."""
-        return self.complete and not self.unreadable
+        return self.complete and not self.unreadable and not self.elsewhere
 
 
 def open_client(uri: str | None = None) -> tuple[MlflowClient, str]:
@@ -299,19 +317,20 @@ def started(run: Run) -> str:
 def _read_sweep(client: MlflowClient, name: str, uri: str, experiment_id: str, parent: Run, children: list[Run],
                 newer: tuple[OtherSweep, ...], none_complete: bool) -> Sweep:
     unreadable: list[Unreadable] = []
+    elsewhere: list[str] = []
     records: list[RunRecord] = []
     with tempfile.TemporaryDirectory(prefix="crux-report-") as scratch:
         plan = _read_plan(client, parent, Path(scratch) / "plan", unreadable)
         jobs = account(parent, children, _planned_count(parent), plan)
         for run in children:
             if run.info.run_id in jobs.finished:
-                record = load_record(client, run, Path(scratch) / run.info.run_id, unreadable)
+                record = load_record(client, run, Path(scratch) / run.info.run_id, unreadable, elsewhere)
                 if record is not None:
                     records.append(record)
     records.sort(key=lambda r: (r.label, r.repeat, r.run_id))
     unreadable.sort(key=lambda u: (u.label, u.run_id, u.artifact))
     return Sweep(name, uri, experiment_id, parent.info.run_id, dict(parent.data.tags), records, jobs,
-                 started(parent), newer, none_complete, tuple(unreadable))
+                 started(parent), newer, none_complete, tuple(unreadable), tuple(sorted(elsewhere)))
 
 
 def _read_plan(client: MlflowClient, parent: Run, folder: Path, unreadable: list[Unreadable]
@@ -344,20 +363,23 @@ def _read_artifact(client: MlflowClient, run_id: str, artifact: str, folder: Pat
     return None
 
 
-def load_record(client: MlflowClient, run: Run, folder: Path, unreadable: list[Unreadable]) -> RunRecord | None:
+def load_record(client: MlflowClient, run: Run, folder: Path, unreadable: list[Unreadable],
+                elsewhere: list[str]) -> RunRecord | None:
     """One finished child run as a record: histories from the metric store, arrays from its artifacts.
 
-    Each artifact that cannot be read is added to ``unreadable`` and to the record's own ``unreadable``;
-    None when not even the run's configuration can be told (neither ``config.yaml`` nor its params).
+    Each artifact that cannot be read is added to ``unreadable`` and to the record's own ``unreadable``; a FINISHED
+    run none of whose artifacts is there adds its artifact URI to ``elsewhere`` instead (said once for the sweep:
+    :attr:`Sweep.artifacts_elsewhere`). None when not even the run's configuration can be told (neither
+    ``config.yaml`` nor its params).
     """
     run_id, tags = run.info.run_id, dict(run.data.tags)
     label = tags.get(VARIANT, "") + (f" r{tags[REPEAT]}" if REPEAT in tags else "")
     present = {a.path for a in client.list_artifacts(run_id)}
     expected = CAPACITY_ARTIFACTS if run.data.params.get(CAPACITY_OPTION, "None") != "None" else ARTIFACTS
     # a run closes FINISHED only once its artifacts are written: none there means they are elsewhere now
-    absent = "not logged" if present or run.info.status != FINISHED else (
-        f"not at {masked(run.info.artifact_uri)}, nor any of the run's artifacts, though it closed FINISHED after "
-        f"writing them: the artifact store lost them, or its server keeps another artifact root now")
+    gone = not present and run.info.status == FINISHED
+    absent = "not in the artifact store, nor any of the run's artifacts: the report's top says why" if gone \
+        else "not logged"
     problems = {artifact: absent for artifact in expected if artifact not in present}
 
     def read(artifact: str, parse: Callable[[Path], T]) -> T | None:
@@ -381,7 +403,10 @@ def load_record(client: MlflowClient, run: Run, folder: Path, unreadable: list[U
     snapshots = read(PARAMS, _arrays) or {}
     stats = read(STATS, Statistics.load)
     environment = read(ENVIRONMENT, lambda path: dict(json.loads(path.read_text()))) or {}
-    unreadable.extend(Unreadable(run_id, label, artifact, problem) for artifact, problem in sorted(problems.items()))
+    if gone:
+        elsewhere.append(run.info.artifact_uri)
+    else:
+        unreadable.extend(Unreadable(run_id, label, artifact, problem) for artifact, problem in sorted(problems.items()))
     histories = _histories(client, run, stats)
     return RunRecord(run_id=run_id, histories=histories, metrics=dict(run.data.metrics), snapshots=snapshots,
                      stats=stats, repeat=int(tags.get(REPEAT, 0)), variant=tags.get(VARIANT, ""),
