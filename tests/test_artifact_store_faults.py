@@ -101,12 +101,15 @@ def test_an_artifact_folder_turned_read_only_keeps_what_trained_and_resume_write
         artifact_folder, empty_store, tmp_path, launcher, training):
     """``mlartifacts/`` turns read-only while the first jobs train (job 0 under the basic launcher, jobs 0 and 1 in
     two joblib workers): their artifacts cannot be written, which ends the sweep as a store fault; no job starts
-    after it (the folder is checked before a job trains); the last line names the artifact folder and the
+    after it (the folder is checked before a job trains), and the launcher's ``#N : overrides`` line is said once
+    for each job that started, never for one that did not; the last line names the artifact folder and the
     read-only file system; the results of the jobs that trained are kept, and ``--resume`` writes them once the
     folder is writable again, without training them again."""
     shutil.copy(empty_store, tmp_path / "mlflow.db")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     output, last = read_only_once_opened(tmp_path, uri, artifact_folder, training, *launcher)
+    assert [output.count(f"\t#{job} : ") for job in range(3)] == [int(str(job) in training) for job in range(3)], \
+        output[-4000:]
     assert last.startswith(f"crux-sweep: the artifact store at {(artifact_folder / 'accumulation').as_uri()} "
                            "failed: "), last
     assert "Read-only file system" in last and "0 of the 3 jobs run finished, none started after it" in last, last

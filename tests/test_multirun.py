@@ -342,20 +342,18 @@ def test_the_launchers_line_of_a_job_is_said_once_it_starts_and_never_for_one_a_
     refused: it never started)."""
     import logging
 
-    from cruxlab.runtime.multirun import LaunchLines
-    from cruxlab.runtime.readiness import job_starts, on_job_start
+    from cruxlab.runtime.launch_lines import LaunchLines, job_starts
     from cruxlab.store.faults import record_fault
 
-    launcher, lines = logging.getLogger(LaunchLines.LOGGER), LaunchLines(tmp_path)
-    launcher.addFilter(lines)
-    on_job_start(lines.release)
-    said = lambda: [record.getMessage() for record in caplog.records if record.name == LaunchLines.LOGGER]  # noqa: E731
+    launcher, lines = logging.getLogger(LaunchLines.ONE_AT_A_TIME), LaunchLines(tmp_path).start()
+    said = lambda: [record.getMessage() for record in caplog.records if record.name == launcher.name]  # noqa: E731
     try:
         with caplog.at_level(logging.INFO):
+            lines.expect([0, 1, 2, 3])
             launcher.info("Launching 4 jobs locally")
             launcher.info("\t#0 : memory=b8")
             assert said() == ["Launching 4 jobs locally"]
-            job_starts()
+            job_starts(tmp_path, 0)
             launcher.info("\t#1 : memory=b32")  # job 1 fails before its checks: said as job 2's line comes
             launcher.info("\t#2 : memory=b64")
             assert said()[1:] == ["\t#0 : memory=b8", "\t#1 : memory=b32"]
@@ -364,5 +362,40 @@ def test_the_launchers_line_of_a_job_is_said_once_it_starts_and_never_for_one_a_
             lines.release()  # the launch ends
             assert said()[1:] == ["\t#0 : memory=b8", "\t#1 : memory=b32"]
     finally:
-        on_job_start(None)
-        launcher.removeFilter(lines)
+        lines.stop()
+
+
+def test_joblibs_lines_said_up_front_are_each_said_once_its_job_starts_in_a_worker(tmp_path, caplog):
+    """joblib's launcher says the ``#N : overrides`` lines of a whole launch before its workers start any job: each
+    waits for its job to pass its checks in a worker's process, which leaves a note in the sweep's folder that the
+    sweep's pickup hands on; a job a store fault kept from starting is never said, nor is any line said twice."""
+    import logging
+
+    from cruxlab.runtime.handover import Pickup
+    from cruxlab.runtime.launch_lines import LaunchLines, job_starts, on_job_start
+    from cruxlab.store.faults import record_fault
+
+    launcher = logging.getLogger(LaunchLines.LOGGERS[1])
+    lines = LaunchLines(tmp_path).start()
+    pickup = Pickup(tmp_path, lambda results, artifacts: None, started=lines.started)
+    said = lambda: [record.getMessage() for record in caplog.records if record.name == launcher.name]  # noqa: E731
+    try:
+        with caplog.at_level(logging.INFO):
+            lines.expect([3, 4, 5])  # a resumed sweep's jobs: joblib numbers them 0, 1, 2 in its launch
+            for number, memory in enumerate(["b8", "b32", "b64"]):
+                launcher.info(f"\t#{number} : memory={memory}")
+            assert said() == []
+            on_job_start(None)  # as in a worker's process: the job's start is noted in the sweep's folder
+            job_starts(tmp_path, 4)
+            pickup.take_now()
+            assert said() == ["\t#1 : memory=b32"]
+            job_starts(tmp_path, 3)
+            record_fault(tmp_path, None, "the artifact store failed")  # job 5 is refused
+            pickup.take_now()
+            lines.release()  # the launch returns
+            assert said() == ["\t#1 : memory=b32", "\t#0 : memory=b8"]
+            pickup.take_now()
+            assert not list(tmp_path.glob("**/*.started"))  # each note taken once
+    finally:
+        lines.stop()
+    assert said() == ["\t#1 : memory=b32", "\t#0 : memory=b8"]

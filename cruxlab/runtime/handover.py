@@ -38,6 +38,8 @@ ARTIFACTS = "artifacts"
 ENDED = ".ended.json"
 """A file ``<job>.ended.json`` in the hand-over folder: the job's process ended before its job returned
 (:func:`say_ended`)."""
+STARTED = ".started"
+"""A file ``<job>.started`` in the hand-over folder: the job passed its checks and trains (:func:`say_started`)."""
 POLL_SECONDS = 0.2
 """How often the driver looks for results: a job's results wait at most this long before being written."""
 
@@ -125,6 +127,14 @@ def say_ended(sweep_dir: Path, job: int, why: str, overrides: list[str]) -> None
     partial.rename(folder / f"{job}{ENDED}")
 
 
+def say_started(sweep_dir: Path, job: int) -> None:
+    """Tell the sweep's driver that job ``job`` passed its checks and trains (it says the launcher's line about it:
+    :mod:`cruxlab.runtime.launch_lines`)."""
+    folder = handed_over(sweep_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{job}{STARTED}").touch()
+
+
 def read_results(entry: Path) -> Results:
     """The results left in ``entry`` (:func:`leave`); OSError, ValueError or TypeError where they cannot be read."""
     return Results(**json.loads((entry / RESULTS).read_text()))
@@ -133,14 +143,16 @@ def read_results(entry: Path) -> Results:
 class Pickup:
     """The driver's thread that hands every job's results left in ``sweep_dir`` to ``take`` (the results and
     their artifacts' folder, whose files ``take`` moves away: the folder goes when it returns), in the order they
-    appear, until :meth:`stop`. ``unreadable``: job number (as its run's ``crux.job`` tag) -> why its results
-    could not be read or taken over, for the closing of its run."""
+    appear, until :meth:`stop`; the number of each job said to start to ``started``, and the note of each job
+    whose process ended to ``ended``. ``unreadable``: job number (as its run's ``crux.job`` tag) -> why its
+    results could not be read or taken over, for the closing of its run."""
 
     def __init__(self, sweep_dir: Path, take: Callable[[Results, Path], None],
-                 ended: Callable[[dict], None] | None = None):
-        self._folder, self._take, self._ended = handed_over(sweep_dir), take, ended
+                 ended: Callable[[dict], None] | None = None, started: Callable[[int], None] | None = None):
+        self._folder, self._take, self._ended, self._started = handed_over(sweep_dir), take, ended, started
         self.unreadable: dict[str, str] = {}
         self._stopped = threading.Event()
+        self._scanning = threading.Lock()
         self._thread = threading.Thread(target=self._watch, name="crux-results-pickup", daemon=True)
 
     def start(self) -> "Pickup":
@@ -152,10 +164,15 @@ class Pickup:
         self._stopped.set()
         self._thread.join()
 
+    def take_now(self) -> None:
+        """Take what was left so far now, in the calling thread: a launch returned, and what its jobs left counts."""
+        with self._scanning:
+            self._scan()
+
     def _watch(self) -> None:
         while True:
             stopping = self._stopped.wait(POLL_SECONDS)
-            self._scan()
+            self.take_now()
             if stopping:
                 return
 
@@ -167,6 +184,11 @@ class Pickup:
                 continue  # still being written
             if entry.name.endswith(ENDED):
                 self._job_ended(entry)
+                continue
+            if entry.name.endswith(STARTED):
+                if self._started is not None:
+                    self._started(int(entry.name.removesuffix(STARTED)))
+                entry.unlink(missing_ok=True)
                 continue
             try:
                 results = read_results(entry)

@@ -43,7 +43,8 @@ from cruxlab.runtime.interrupt import deferred, signal_name
 from cruxlab.runtime.liveness import follow_sweep
 from cruxlab.runtime.naming import run_identity
 from cruxlab.runtime.provenance import invocation, launch_folder
-from cruxlab.runtime.readiness import check_artifact_store, job_starts, wait_for_store
+from cruxlab.runtime.launch_lines import job_starts
+from cruxlab.runtime.readiness import check_artifact_store, wait_for_store
 from cruxlab.runtime.run_writes import MESSAGE_CHARS, RunWrites, open_run, outcome_line
 from cruxlab.runtime.space import NoRoom, check_room
 from cruxlab.runtime.writer import process_writer
@@ -173,7 +174,7 @@ class JobRun(RunWrites):
             where = Destination(uri, ensure_experiment(client, name, uri, cfg.claim), None, name, cfg.claim)
         if parent:
             check_artifact_store(where.artifact_location, where.uri, sweep_dir)
-            job_starts()
+            job_starts(sweep_dir, hydra.job.num)
         variant, name, tags = run_identity(cfg, hydra, where)
         started = int(time.time() * 1000)  # the job's start, also where the writer creates the run later
         opening = {"experiment_id": where.experiment_id, "start_time": started, "tags": tags, "run_name": name}

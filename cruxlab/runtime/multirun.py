@@ -60,8 +60,8 @@ from cruxlab.runtime.handover import ARTIFACTS, Pickup, read_results, workers_ou
 from cruxlab.runtime.interrupt import deferred, exit_status, interruptible, signal_name
 from cruxlab.runtime.job import JobRun
 from cruxlab.runtime.kept import kept_folder, kept_results
+from cruxlab.runtime.launch_lines import LaunchLines
 from cruxlab.runtime.liveness import (GONE, STORE_FAULT, SWEEP_PID, Heartbeat, close_orphans, is_gone, process_tags)
-from cruxlab.runtime.readiness import on_job_start
 from cruxlab.runtime.run_writes import finished_jobs, unwritten_jobs
 from cruxlab.runtime.provenance import checkout, mlflow_source
 from cruxlab.runtime.space import StoreReserve
@@ -92,36 +92,6 @@ TRACKER_WARNING = "ignore:resource_tracker:UserWarning"
 """A ``PYTHONWARNINGS`` filter for the warning of a process pool's resource tracker about what it frees."""
 WORKER_KILLED = ("TerminatedWorkerError", "BrokenProcessPool")
 """What a launcher whose pool lost a worker process raises (joblib's loky, Python's process pools)."""
-
-
-class LaunchLines(logging.Filter):
-    """Holds the launcher's ``#N : overrides`` line of a job until the job starts
-    (:func:`cruxlab.runtime.readiness.on_job_start`): Hydra's basic launcher says the line of every job before
-    starting it, and a job refused for a store fault recorded in ``sweep_dir`` (the store away, its artifact
-    folder read-only) never started; the sweep's last line says which jobs ran. A line still held when the next comes, or when the launch ends, is
-    said then, unless a fault is recorded."""
-
-    LOGGER = "hydra._internal.core_plugins.basic_launcher"
-
-    def __init__(self, sweep_dir: Path):
-        super().__init__()
-        self.sweep_dir = sweep_dir
-        self._held: logging.LogRecord | None = None
-        self._saying: logging.LogRecord | None = None
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record is self._saying or not record.getMessage().lstrip().startswith("#"):
-            return True
-        self.release()
-        self._held = record
-        return False
-
-    def release(self) -> None:
-        """Say the line held, unless a store fault is recorded (its job did not start)."""
-        held, self._held = self._held, None
-        if held is not None and recorded_fault(self.sweep_dir) is None:
-            self._saying = held
-            logging.getLogger(self.LOGGER).handle(held)
 
 
 class Refused(Exception):
@@ -433,14 +403,12 @@ class Multirun:
         completed: list[int] = []
         stopped: KeyboardInterrupt | None = None
         sweep_dir = Path(self.config.hydra.sweep.dir)
-        launcher_log, lines = logging.getLogger(LaunchLines.LOGGER), LaunchLines(sweep_dir)
+        lines = LaunchLines(sweep_dir).start()
         # jobs in processes of the launcher's leave their results here, written by this process's writer
         pickup = Pickup(sweep_dir, lambda results, artifacts: JobRun.taken_over(opened.client, sweep_dir, results,
                                                                                 artifacts),
-                        lambda note: self._job_ended(opened, note)).start()
+                        lambda note: self._job_ended(opened, note), lines.started).start()
         try:
-            launcher_log.addFilter(lines)
-            on_job_start(lines.release)
             sweep_dir.mkdir(parents=True, exist_ok=True)
             reserve_fault_record(sweep_dir)  # a fault of a resumed sweep in the same folder is over
             OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
@@ -450,6 +418,7 @@ class Multirun:
                 if recorded_fault(sweep_dir) is not None:
                     break  # the store is away: the jobs left would wait for it in vain
                 try:
+                    lines.expect(batch)
                     returns.append(self.launcher.launch([opened.jobs[n] for n in batch], initial_job_idx=batch[0]))
                     completed += [n for n, result in zip(batch, returns[-1]) if result.status == JobStatus.COMPLETED]
                 except Exception as error:  # noqa: BLE001 - a job the launcher lost (a Slurm job past its time
@@ -461,13 +430,14 @@ class Multirun:
                         batches[:0] = self._after_killed_worker(opened, batch, error)
                         continue
                     log.error("the launcher failed on jobs %s", batch, exc_info=error)  # limit): the others go on
+                finally:  # the lines of the jobs that started are said; the others' too, unless a fault kept them
+                    pickup.take_now()
+                    lines.release()
         except KeyboardInterrupt as error:
             stopped = error
         finally:
             workers_output_ended()
-            on_job_start(None)
-            lines.release()
-            launcher_log.removeFilter(lines)
+            lines.stop()
             heartbeat.stop()
             with deferred():  # every job's last writes are this process's writer's: done before counting
                 pickup.stop()

@@ -5,33 +5,14 @@ server killed or stopped between two jobs, an artifact folder turned read-only) 
 sweep's job first has the tracking store's server answer (:func:`wait_for_store`, up to
 ``tracking.retry_seconds``) and its artifact folder take a file (:func:`check_artifact_store`); a refusal is a
 store fault recorded in the sweep's folder (:mod:`cruxlab.store.faults`), and no job starts after it. Only a
-job that passes is said to start (:func:`on_job_start`: the launcher's line about it, held until then by
-:mod:`cruxlab.runtime.multirun`).
+job that passes is said to start (:mod:`cruxlab.runtime.launch_lines`: the launcher's line about it).
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
-
 from cruxlab.runtime.writer import process_writer
 from cruxlab.store.artifacts import check_artifact_folder
 from cruxlab.store.faults import StoreFault, patiently, reach, record_fault, recorded_fault
-
-_job_starts: Callable[[], None] | None = None
-
-
-def on_job_start(call: Callable[[], None] | None) -> None:
-    """Have ``call`` called as each job of a sweep run in this process passes the checks before it trains
-    (:func:`job_starts`); None: no longer."""
-    global _job_starts
-    _job_starts = call
-
-
-def job_starts() -> None:
-    """A job of a sweep passed its checks and starts: say so to whoever asked (:func:`on_job_start`)."""
-    if _job_starts is not None:
-        _job_starts()
-
 
 def wait_for_store(uri: str, sweep_dir: Path) -> None:
     """Return once the store's server answers (:func:`cruxlab.store.faults.reach`); where it does not, the writes
