@@ -18,7 +18,8 @@
 # seconds, default 300); scale (scripts/memory_at_scale.py, with $SCALE_ARGS appended, at most $SCALE_S seconds,
 # default 300: checkpoint_gradients' forms and offload_data at the chip's sizes); compile (crux-bench compile
 # --rounds $COMPILE_ROUNDS, default 1, and $COMPILE_ARGS: a first solve()'s compile with checkpoint_gradients and
-# with every memory option against the plain update's, Adam and L-BFGS, each in a fresh process); cache
+# with every memory option against the plain update's, Adam and L-BFGS, each in a fresh process); suite (crux-bench
+# suite with $SUITE_ARGS: crux against the hand-written scan on the suite's shapes, compile and speed; suite.json); cache
 # (scripts/measure_sweep.py: the $CACHE_SWEEP sweep, default accumulation, run twice into a fresh compilation cache, each run's compile
 # seconds and its first jobs' compile share, the second run's compile over the first's; $CACHE_ARGS=--compile-log
 # adds where each run's compile seconds went); NAME-jno, any claim sweep with
@@ -66,7 +67,7 @@ python="$(cd "$(dirname "$python")" && pwd)/$(basename "$python")"  # absolute (
 sweeps=(accumulation inner_steps checkpoint offload substeps phases resume precision devices)
 jno_steps=(accumulation-jno inner_steps-jno checkpoint-jno offload-jno substeps-jno phases-jno resume-jno
            precision-jno fused)  # devices: the jNO backend trains on one device
-every_step=("${sweeps[@]}" advise functions bench anatomy capacity scale compile cache)
+every_step=("${sweeps[@]}" advise functions bench anatomy capacity scale compile suite cache)
 platform_flags=(--only-binary=:all: --python-version 3.11 --implementation cp --platform any)
 for tag in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 manylinux_2_17_x86_64 \
            manylinux2014_x86_64 manylinux1_x86_64; do
@@ -349,6 +350,11 @@ for name in "${chosen[@]}"; do
             # shellcheck disable=SC2086
             step compile 60 0 "$python" -m cruxlab.bench compile --rounds "${COMPILE_ROUNDS:-1}" \
                 $( ((dry)) && echo "--optimizers adam" ) ${COMPILE_ARGS:-} ;;
+        suite)
+            # shellcheck disable=SC2086
+            step suite 60 0 "$python" -m cruxlab.bench suite --out "$OUT" \
+                $( ((dry)) && echo "--shapes square --optimizers adam --rounds 1 --depths 10 --steps 20 --precisions highest" ) \
+                ${SUITE_ARGS:-} ;;
         cache)
             # shellcheck disable=SC2086
             step cache 60 0 "$python" "$root/scripts/measure_sweep.py" --uri "$MLFLOW_TRACKING_URI" --sweeps 2 ${CACHE_ARGS:-} \

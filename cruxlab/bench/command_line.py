@@ -41,7 +41,8 @@ SUBCOMMANDS = {  # crux-bench NAME ...: measurements beside the tables, each a m
     "calls": "cruxlab.bench.call_cost",  # what a fused call costs beyond its updates
     "command": "cruxlab.bench.command_time",  # where a sweep command's time goes outside its training
     "compile": "cruxlab.bench.compile_cost",  # a first solve()'s compile per memory option, fresh processes
-    "fused": "cruxlab.bench.against_jno_fused",  # crux and jNO at K = 1, 10, 100, 1000 updates a call (jno extra)
+    "fused": "cruxlab.bench.against_jno_fused",
+    "suite": "cruxlab.bench.suite",  # crux against the hand-written scan on a suite of shapes: compile and speed  # crux and jNO at K = 1, 10, 100, 1000 updates a call (jno extra)
 }
 
 
