@@ -222,7 +222,7 @@ def _call(plan: Plan, state: State, data: Data) -> State:
     train, rows = plan.primitives.repeat(functools.partial(_epoch, plan, data), state.train, xs, plan.inner_steps,
                                          **unrolled)
     if not plan.check_updates:  # the parameters left behind: a non-finite update marks the call's last epoch
-        rows = rows.at[-1, -1].multiply(_all_finite(train.params).astype(rows.dtype))
+        rows = rows.at[-1, -1].multiply(all_finite(train.params).astype(rows.dtype))
     records = state.records
     return State(train, Records(jax.lax.dynamic_update_index_in_dim(records.rows, rows, records.slot, 0),
                                 (records.slot + 1) % records.rows.shape[0]))
@@ -276,7 +276,7 @@ def _update(plan: Plan, index: int, data: Data, state: TrainState, step_batches:
     # A non-finite loss or update leaves parameters and optimizer state as they were; the caller stops.
     finite = jnp.isfinite(value)
     if plan.check_updates:
-        finite = finite & _all_finite({m: new_params[m] for m in entry.models})
+        finite = finite & all_finite({m: new_params[m] for m in entry.models})
     # After one, nothing more is applied, so the caller gets the parameters from before it.
     apply = finite & ~state.failed
     keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(apply, a, b), new, old)
@@ -342,5 +342,13 @@ def _mean_loss(plan: Plan, entry: Entry, trainable: dict, params: dict, batches:
     return jnp.mean(values)
 
 
-def _all_finite(tree: Any) -> jax.Array:
+def all_finite(tree: Any) -> jax.Array:
+    """Whether an update's parameters are all finite (the engine's guard, and the hand-written loops' alike).
+
+    Args:
+        tree: a pytree of arrays.
+
+    Returns:
+        A boolean scalar array: True where every element of every leaf is finite.
+    """
     return jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves(tree)]))

@@ -5,7 +5,7 @@ The claims' table says when to reach for each memory option: ``batchsize`` when 
 ``offload_data`` for very large datasets. Each is shown where it matters: sizes grow, from ``start``, until
 the run without the option does not fit the budget (its compiled update needs more bytes than the budget, or
 XLA refuses it with RESOURCE_EXHAUSTED); that size is evidence, recorded in one line. Then the option's run at
-that size trains a couple of updates (:func:`train`), and its peak (``memory["peak_bytes"]``, :mod:`crux.device_memory`) is
+that size trains a couple of updates (:func:`train_updates`), and its peak (``memory["peak_bytes"]``, :mod:`crux.device_memory`) is
 held to the budget.
 
 Sizes are points of the 1-D Poisson problem (``crux.problems.poisson1d``) on a network of three hidden layers, or,
@@ -334,10 +334,10 @@ def host_points_limit(dims: int) -> int:
     return max(min(MAX_POINTS, available // (HOST_COPIES * 4 * dims)), 1)
 
 
-def measure(option: str, budget: int, width: int = 64, start: int = 64, limit: int | None = None,
-            offload_batch: int = 256, depth_points: int = 256, offload_dims: int = 1,
-            compiled: dict[tuple, Attempt] | None = None,
-            tried: Callable[[Attempt], None] | None = None) -> Capacity:
+def measure_capacity(option: str, budget: int, width: int = 64, start: int = 64, limit: int | None = None,
+                     offload_batch: int = 256, depth_points: int = 256, offload_dims: int = 1,
+                     compiled: dict[tuple, Attempt] | None = None,
+                     tried: Callable[[Attempt], None] | None = None) -> Capacity:
     """Show ``option`` (one of :data:`OPTIONS`) at the smallest size that does not fit ``budget`` bytes without it.
 
     Points grow from ``start`` up to ``limit`` (default: :func:`host_points_limit`) on networks of :data:`SHALLOW`
@@ -380,17 +380,17 @@ def measure(option: str, budget: int, width: int = 64, start: int = 64, limit: i
     if failing is None or largest is None:  # every size fitted, or not even the first did: nothing to show
         return capacity
     options = setup.with_option(failing.size, largest.size)
-    run = train(poisson_solver(failing.points, (width,) * failing.layers, dims=dims), options, budget)
+    run = train_updates(poisson_solver(failing.points, (width,) * failing.layers, dims=dims), options, budget)
     reference = None
     if option == "offload_data" and run["trained"]:
         gc.collect()
-        reference = train(poisson_solver(largest.points, (width,) * largest.layers, dims=dims),
-                          setup.without(largest.size), budget)["step_seconds"]
+        reference = train_updates(poisson_solver(largest.points, (width,) * largest.layers, dims=dims),
+                                  setup.without(largest.size), budget)["step_seconds"]
     return Capacity(option, budget, tuple(attempts), options, run["peak"], run["trained"], run["error"],
                     run["step_seconds"], reference, run["form"])
 
 
-def train(solver: Crux, options: dict[str, Any], budget: int) -> dict[str, Any]:
+def train_updates(solver: Crux, options: dict[str, Any], budget: int) -> dict[str, Any]:
     """:data:`UPDATES` updates of ``options`` by ``solver``, in two solve() calls: whether they trained within
     ``budget``, the larger of their peak bytes and, with ``checkpoint_gradients``, the form of :mod:`crux.remat`
     the update was compiled in (``memory["checkpoint_form"]``). The seconds per update are the second's, as the

@@ -179,7 +179,7 @@ def sweep_and_report(folder: Path, uri: str, launcher: str, env: dict[str, str] 
 
     spec = load_test.SweepSpec(launcher=launcher, python=python, **SMALL)
     experiment = f"accumulation-{launcher}"
-    outcome = load_test.run([spec], uri, experiment, folder, timeout=900, env=env)
+    outcome = load_test.run_at_once([spec], uri, experiment, folder, timeout=900, env=env)
     assert outcome.returncodes == [0], outcome.logs[0][-3000:]
     counts = load_test.count([spec], uri, experiment, outcome.folders)
     assert not counts.problems, counts.problems

@@ -6,5 +6,5 @@ from cruxlab.measure import poisson_accuracy as accuracy
 
 @pytest.mark.slow
 def test_poisson_reaches_relative_l2_below_1e_3_in_5000_adam_epochs():
-    result, _ = accuracy.run(epochs=5000, batchsize=None, seed=0, hard_boundary=False)
+    result, _ = accuracy.train_poisson(epochs=5000, batchsize=None, seed=0, hard_boundary=False)
     assert result["relative_l2"] <= 1e-3

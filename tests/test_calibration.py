@@ -21,8 +21,8 @@ NOISE_CASES = (1, 4)  # with 16 draws a run: every draw is a solve() call
 @pytest.fixture(scope="module")
 def tallies() -> dict[str, "calibrate.Tally"]:
     """Every case judged by the calls family (resume, phases), a few by the accumulation checks."""
-    return {**calibrate.run(CASES, ["calls"]), **calibrate.run(EFFECTIVE_BATCH_CASES, ["accumulation"]),
-            **calibrate.run(NOISE_CASES, ["noise"], draws=(16,))}
+    return {**calibrate.run_checks(CASES, ["calls"]), **calibrate.run_checks(EFFECTIVE_BATCH_CASES, ["accumulation"]),
+            **calibrate.run_checks(NOISE_CASES, ["noise"], draws=(16,))}
 
 
 def test_no_check_fails_the_real_code(tallies):

@@ -54,7 +54,7 @@ def test_checkpointing_that_saves_nothing_fails(monkeypatch):
     """Checkpointing planted as a no-op (every form applies the plain network): the plain update of the depth that
     does not fit is what it runs, so it does not train within the budget."""
     monkeypatch.setattr(Model, "applied", lambda self, form="plain": self.apply)
-    result = library.measure("checkpoint_gradients", 2 ** 20, width=16, depth_points=512)
+    result = library.measure_capacity("checkpoint_gradients", 2 ** 20, width=16, depth_points=512)
     verdict = capacity_verdict("checkpoint_gradients", result.metrics(), form=result.form)
     assert verdict.verdict == "fails", verdict.summary
     assert result.peak > result.budget and "does not train within the budget" in verdict.summary
@@ -160,7 +160,7 @@ def test_a_point_set_the_device_refuses_is_recorded_and_offloading_must_train(mo
     assert offload["device_refused"] and device["compiled"]["bytes"] == round(16.02 * 2 ** 30)
     assert not device["trained"] and device["peak"] is None and streamed["trained"] and offload["never_more"]
     assert "the point set does not fit on the device (refused: needs 16.02 GiB" in capsys.readouterr().out
-    monkeypatch.setattr(library, "train", lambda solver, options, budget: {
+    monkeypatch.setattr(library, "train_updates", lambda solver, options, budget: {
         "peak": None, "trained": False, "error": "planted", "step_seconds": None})
     assert memory_at_scale.main(["--checkpoint", "", "--offload", "1024:64:4:2"]) == 1
 
@@ -201,7 +201,7 @@ def test_the_points_grow_no_further_than_the_host_holds(monkeypatch):
     """The host holds (planted) 4,096 points: the search stops there, every size fitting, and says so."""
     asked = []
     monkeypatch.setattr(library, "host_points_limit", lambda dims: asked.append(dims) or 4096)
-    result = library.measure("offload_data", 2 ** 30, width=16, start=256, offload_batch=64, offload_dims=2)
+    result = library.measure_capacity("offload_data", 2 ** 30, width=16, start=256, offload_batch=64, offload_dims=2)
     assert asked == [2] and max(a.points for a in result.attempts) <= 4096
     assert result.does_not_fit is None
     assert capacity_verdict("offload_data", result.metrics()).verdict == "inconclusive"
@@ -232,12 +232,12 @@ class Scripted:
 
 def test_a_runs_seconds_per_update_are_its_second_solves_and_its_peak_the_larger(monkeypatch):
     """The first solve() compiles and sends the points to the device: its seconds per update are not the run's."""
-    run = library.train(Scripted((9.0, 100), (0.5, 120)), {"checkpoint_gradients": True}, budget=110)
+    run = library.train_updates(Scripted((9.0, 100), (0.5, 120)), {"checkpoint_gradients": True}, budget=110)
     assert (run["step_seconds"], run["peak"], run["trained"], run["form"]) == (0.5, 120, False, remat.UNROLLED)
     assert "120 bytes, is over the budget of 110" in run["error"]
 
 
 def test_a_run_whose_peak_the_device_did_not_report_is_not_taken_as_fitting():
-    run = library.train(Scripted((9.0, 100), (0.5, None)), {"checkpoint_gradients": True}, budget=110)
+    run = library.train_updates(Scripted((9.0, 100), (0.5, None)), {"checkpoint_gradients": True}, budget=110)
     assert (run["peak"], run["trained"]) == (None, False)
     assert run["error"] == "the device reported no peak memory for it, so whether it fits the budget is not known"

@@ -81,7 +81,7 @@ def test_a_misspelt_field_stops_the_sweep_in_one_line_before_any_run(tmp_path, m
 
 def test_the_example_builds_a_core_on_the_crux_problems_points_and_moves_a_twin_by_one_ulp(example):
     model, node = ModelConfig(width=4, depth=1, activation="tanh"), composed(*JNO_PROBLEM).problem
-    built, twin = own.build(node, model, 3, 0), own.build(node, model, 3, 1)
+    built, twin = own.build_own(node, model, 3, 0), own.build_own(node, model, 3, 1)
     assert built.names == ["pde", "edge"] and set(built.networks) == {"u"}
     assert built.population == 256 and built.exact == {} and built.predict == {}  # no exact solution
     crux_points = config.problem(composed("problem=unit_square", "solver.seed=3", *TINY)).constraints[0].points
@@ -95,16 +95,16 @@ def test_the_example_builds_a_core_on_the_crux_problems_points_and_moves_a_twin_
 def test_a_crux_problem_under_backend_jno_is_one_line_saying_what_to_write(example):
     node = composed("backend=jno", "problem=unit_square").problem
     with pytest.raises(TypeError, match=r"^problem: nonlinear_poisson.unit_square returned Problem, not a "
-                                        r"cruxlab.backends.jno.Problem: backend=jno trains a problem written in jNO's "
-                                        r"terms .*; choose backend=crux for this one$"):
-        own.build(node, ModelConfig(width=4, depth=1, activation="tanh"), 0, 0)
+                                        r"cruxlab.backends.jno.OwnProblem: backend=jno trains a problem written in "
+                                        r"jNO's terms .*; choose backend=crux for this one$"):
+        own.build_own(node, ModelConfig(width=4, depth=1, activation="tanh"), 0, 0)
 
 
 def test_an_exact_solution_needs_its_prediction_and_test_points():
     with pytest.raises(ValueError, match=r"jNO problem: exact solution for \['u'\] without predict"):
-        own.Problem({"pde": object()}, {"u": object()}, exact={"u": np.sin}, test_points=np.zeros((2, 1)))
+        own.OwnProblem({"pde": object()}, {"u": object()}, exact={"u": np.sin}, test_points=np.zeros((2, 1)))
     with pytest.raises(ValueError, match="needs at least one constraint"):
-        own.Problem({}, {"u": object()})
+        own.OwnProblem({}, {"u": object()})
 
 
 SWEEP = ["memory=b8,b8_acc4", "solver.epochs=10", "gradient_draws=8", *TINY]

@@ -125,7 +125,7 @@ def test_crux_against_jno_compares_the_claims_both_judge(store, tmp_path):
 def test_the_results_table_has_a_row_per_library(store):
     """python -m cruxlab.report.results: crux's sweep and jNO's of one name are rows of their own."""
     uri, _ = store
-    present = [[results.sweeps_in(uri)]]
+    present = [[results.sweeps_in_store(uri)]]
     assert present == [[{"accumulation": ["crux", "jno"]}]]
     column = results.Column("CPU", (uri,))
     rows = [results.sweep_row("accumulation", backend, [column], present) for backend in ("crux", "jno")]

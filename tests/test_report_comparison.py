@@ -21,7 +21,7 @@ from crux.timing.pairs import PairedTimes
 from cruxlab.report import FAILS, HOLDS, INCONCLUSIVE, RunRecord, SolveOptions, Sweep, record_from_solve
 from cruxlab.report.changes import EXACT, INTERVALS, OWN_BOUNDS, STANDARD_ERRORS_APART, VERDICT, key_figures, changes_between
 from cruxlab.report.claims.gradient_noise import STANDARD_ERRORS
-from cruxlab.report.comparison import Refused, compare
+from cruxlab.report.comparison import Incomparable, compare
 from cruxlab.report.comparison_document import comparison_json, comparison_markdown
 from cruxlab.report.results import SweepRow, cell, table
 from cruxlab.report.verdict import Threshold, Verdict
@@ -181,15 +181,15 @@ def test_a_fused_loop_that_got_slower_changes_the_speed_claim_and_nothing_else()
 
 
 def test_sweeps_of_different_claims_or_of_no_common_variant_are_refused(honest):
-    with pytest.raises(Refused, match=r"^the sweeps judge different claims \(parent run a: accumulation; parent run b: "
-                                      r"inner_steps\): .* --claim$"):
+    with pytest.raises(Incomparable, match=r"^the sweeps judge different claims \(parent run a: accumulation; "
+                                           r"parent run b: inner_steps\): .* --claim$"):
         compare(sweep("a", honest), sweep("b", honest, ["inner_steps"]))
     assert compare(sweep("a", honest), sweep("b", honest, ["inner_steps"]), ["accumulation"]).claims == (
         "accumulation",)
-    with pytest.raises(Refused, match=r"^no variant is in both sweeps \(an unrecorded device: b4_acc4, b16, b4; "
+    with pytest.raises(Incomparable, match=r"^no variant is in both sweeps \(an unrecorded device: b4_acc4, b16, b4; "
                                       r"cpu \(Test CPU\): full K=10\)"):
         compare(sweep("a", honest), sweep("b", [timed("k10", 0.5, 10)]))
-    with pytest.raises(Refused, match="both sides are the sweep of parent run a"):
+    with pytest.raises(Incomparable, match="both sides are the sweep of parent run a"):
         compare(sweep("a", honest), sweep("a", honest))
 
 

@@ -52,7 +52,7 @@ def test_sweeps_at_once_on_joblib_and_ray_into_the_server_lose_nothing(team_serv
     small = dict(repeats=1, epochs=30, memory=("b8", "b8_acc4"), extra=("model.width=8", "problem.n_interior=64"))
     sweeps = [load_test.SweepSpec("joblib", parallel=2, **small), load_test.SweepSpec("joblib", parallel=2, **small),
               load_test.SweepSpec("ray", python=ray_python, **small)]
-    outcome = load_test.run(sweeps, team_server, "load", tmp_path, timeout=1500, env=ray_cluster)
+    outcome = load_test.run_at_once(sweeps, team_server, "load", tmp_path, timeout=1500, env=ray_cluster)
     assert outcome.returncodes == [0, 0, 0], [log[-2000:] for log in outcome.logs]
     counts = load_test.count(sweeps, team_server, "load", outcome.folders)
     assert counts.problems == []

@@ -72,7 +72,7 @@ def crux_own(width: int) -> Any:
 def jno_own(width: int) -> JnoProblem:
     node = OmegaConf.create({"_target_": "nonlinear_poisson_jno.unit_square", "n_interior": 256, "n_edge": 64,
                              "source": 1.0})
-    problem = own.build(node, ModelConfig(width=width, depth=3, activation="tanh"), seed=0, twin=0)
+    problem = own.build_own(node, ModelConfig(width=width, depth=3, activation="tanh"), seed=0, twin=0)
     for net in problem.networks.values():
         net.optimizer(optax.adam).scale(jno_schedule(crux.lrs(1e-3)))
     return problem
@@ -93,7 +93,7 @@ def devices_of(problem: JnoProblem) -> list[str]:
     return sorted({str(device) for leaf in leaves for device in leaf.devices()})
 
 
-class Variant:
+class FusedVariant:
     """One library at one K: ``trainee.solve(epochs, inner_steps=K, precision=...)`` (crux's solver, or jNO's
     core through :class:`cruxlab.backends.jno.training.Timed`, which takes crux's keywords)."""
 
@@ -114,13 +114,13 @@ class Variant:
         self.whole.append(steps / wall)
 
 
-def measure(name: str, ks: list[int], steps: int, repeats: int) -> dict:
+def measure_fused(name: str, ks: list[int], steps: int, repeats: int) -> dict:
     description, crux_trainee, jno_problem = PROBLEMS[name]
     variants, first, held = [], {}, []
     for k in ks:
         problem = jno_problem()
         held.append(problem)
-        for v in (Variant("crux", k, crux_trainee()), Variant("jNO", k, Timed(problem, "points"))):
+        for v in (FusedVariant("crux", k, crux_trainee()), FusedVariant("jNO", k, Timed(problem, "points"))):
             first[v.name] = v.solve(k)[0]
             variants.append(v)
             print(f"  {name}: built {v.name}, first solve() {first[v.name]:.2f} s", file=sys.stderr, flush=True)
@@ -148,7 +148,7 @@ def measure(name: str, ks: list[int], steps: int, repeats: int) -> dict:
     return out
 
 
-def markdown(report: dict) -> str:
+def fused_markdown(report: dict) -> str:
     lines = ["# crux and jNO, K updates a call", "", f"`{report['command']}`  ", report["summary"], ""]
     for name, p in report["problems"].items():
         ks = sorted({v["inner_steps"] for v in p["variants"].values()})
@@ -199,10 +199,10 @@ def main(argv: list[str] | None = None) -> int:
                          f"{jax.__version__}, jNO {version('jax-numerical-operators')} on {device.device_kind}",
               "problems": {}}
     for name in wanted:
-        report["problems"][name] = measure(name, ks, steps, args.repeats)
+        report["problems"][name] = measure_fused(name, ks, steps, args.repeats)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "fused.json").write_text(json.dumps(report, indent=1))
-    text = markdown(report)
+    text = fused_markdown(report)
     (args.out / "fused.md").write_text(text + "\n")
     print(text)
     return 0

@@ -58,7 +58,7 @@ import crux.model
 import crux.problems.poisson
 import crux.solver
 from cruxlab.bench.hand_written import SAME_AS_CRUX, initial_layers
-from cruxlab.bench.interleaved import SCAN_STEPS, measure
+from cruxlab.bench.interleaved import SCAN_STEPS, measure_interleaved
 from cruxlab.bench.loop_forms import LoopForm
 from cruxlab.bench.reference_problems import grid2d, interior, laplacian2d_problem, poisson_problem
 from cruxlab.bench.variants import CruxVariant, HandVariant, Variant
@@ -214,7 +214,7 @@ def body_of(variant: Variant) -> collections.Counter:
     return loop_body_ops(hlo_of(variant))
 
 
-class Problem(NamedTuple):
+class DissectedProblem(NamedTuple):
     """A problem to dissect: its crux problem, its points and hidden widths, and updates per round."""
 
     make: Callable
@@ -224,13 +224,13 @@ class Problem(NamedTuple):
 
 
 PROBLEMS = {
-    "small": Problem(poisson_problem(64, (32, 32, 32)), interior(64), (32, 32, 32), 2000),
-    "standard": Problem(poisson_problem(1024, (64, 64, 64)), interior(1024), (64, 64, 64), 500),
-    "square": Problem(laplacian2d_problem(grid2d(256), (32, 32)), grid2d(256), (32, 32), 2000),
+    "small": DissectedProblem(poisson_problem(64, (32, 32, 32)), interior(64), (32, 32, 32), 2000),
+    "standard": DissectedProblem(poisson_problem(1024, (64, 64, 64)), interior(1024), (64, 64, 64), 500),
+    "square": DissectedProblem(laplacian2d_problem(grid2d(256), (32, 32)), grid2d(256), (32, 32), 2000),
 }
 
 
-def anatomy(name: str, problem: Problem, steps: int, repeats: int, k: int, log,
+def anatomy(name: str, problem: DissectedProblem, steps: int, repeats: int, k: int, log,
             traced: Path | None | bool = False) -> str:
     """The variants' table for one problem; with ``traced`` (a folder for the HLO, or None) their profile too."""
     make, points, hidden = problem.make, problem.points, problem.hidden
@@ -244,7 +244,7 @@ def anatomy(name: str, problem: Problem, steps: int, repeats: int, k: int, log,
                 HandVariant(f"hand scan {SAME_AS_CRUX}", SAME_AS_CRUX, points, widths, k),
                 HandVariant(f"hand scan {SAME_AS_CRUX}, unrolled 4x", SAME_AS_CRUX, points, widths, k,
                             loop=LoopForm(unroll=4))]
-    results = measure(variants, steps, repeats, log)
+    results = measure_interleaved(variants, steps, repeats, log)
     lines = [f"## {name}: {len(points)} points, {'-'.join(map(str, widths))}, inner_steps={k}, {steps} updates "
              f"per round, {repeats} rounds", "",
              "| variant | steps/s (median) | min-max | fixed ms/solve | body instructions | fusions | library calls "

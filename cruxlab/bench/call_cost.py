@@ -29,7 +29,7 @@ import crux.loop
 import crux.solver
 from crux import sharding
 from cruxlab.bench.hand_written import SAME_AS_CRUX
-from cruxlab.bench.host import environment
+from cruxlab.bench.host import bench_environment
 from cruxlab.bench.interleaved import in_rounds, split_call
 from cruxlab.bench.reference_problems import interior, poisson_problem
 from cruxlab.bench.variants import CruxVariant, HandVariant
@@ -78,7 +78,7 @@ def per_call(k: int, rounds: int) -> dict[str, float]:
     return medians
 
 
-def split(per_k: dict[int, dict[str, float]]) -> None:
+def split_call_time(per_k: dict[int, dict[str, float]]) -> None:
     """Each way's time per call as ``per_call + k * per_update`` (crux-bench's ``split_call``)."""
     k1, k2 = min(per_k), max(per_k)
     for name in per_k[k1]:
@@ -134,11 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--k", default="10,100", help="inner_steps, comma-separated")
     parser.add_argument("--rounds", type=int, default=9)
     args = parser.parse_args(argv)
-    print(f"{environment()['summary']}; CPU affinity {sorted(os.sched_getaffinity(0))}")
+    print(f"{bench_environment()['summary']}; CPU affinity {sorted(os.sched_getaffinity(0))}")
     per_k = {}
     for k in (int(k) for k in args.k.split(",")):
         per_k[k] = per_call(k, args.rounds)
         fixed_parts(k)
     if len(per_k) > 1:
-        split(per_k)
+        split_call_time(per_k)
     return 0

@@ -19,7 +19,7 @@ from cruxlab.bench import speed_table
 from cruxlab.bench.first_update import first_update, first_updates
 from cruxlab.bench.fusing import bench_fusing
 from cruxlab.bench.hand_written import FORMS, SAME_AS_CRUX
-from cruxlab.bench.host import CHECKOUT, environment
+from cruxlab.bench.host import CHECKOUT, bench_environment
 from cruxlab.bench.interleaved import PRECISIONS, Rounds
 from cruxlab.bench.jno_column import merge_jno
 from cruxlab.bench.laplacian_2d import bench_laplacian
@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     rounds = lambda repeats: Rounds(args.quick, repeats, precision, tuple(args.loop_forms))
     # before this process opens the device: an accelerator takes one process at a time
     first = first_updates(1 if args.quick else slow_repeats, precision, log) if "standard" in problems else None
-    env = environment()
+    env = bench_environment()
 
     started = time.perf_counter()
     report: dict[str, Any] = {"command": " ".join([COMMAND, *arguments]), "quick": args.quick, "environment": env,

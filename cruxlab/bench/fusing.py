@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from cruxlab.bench.interleaved import Rounds, measure, paired_ratio, rate
+from cruxlab.bench.interleaved import Rounds, measure_interleaved, paired_ratio, rate
 from cruxlab.bench.reference_problems import burgers_problem
 from cruxlab.bench.variants import CruxVariant, Variant
 
@@ -36,7 +36,7 @@ def bench_fusing(rounds: Rounds, log: Callable[[str], None]) -> dict:
     names = {k: f"crux inner_steps={k}" for k in depths}
     variants: list[Variant] = [CruxVariant(names[k], burgers_problem(n, hidden), k, steps, batchsize=batch,
                                            accumulation_steps=micro, precision=rounds.precision) for k in depths]
-    results = measure(variants, steps, rounds.repeats, log)
+    results = measure_interleaved(variants, steps, rounds.repeats, log)
     rows = per_update_cost(results, names)
     for row in rows:
         log(f"  K={row['k']:<5d} {row['us_per_update']:9.1f} µs/update, {row['over_k1']:.3f}x K=1's "

@@ -13,7 +13,7 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 writes; where crux is installed from a wheel, the folder it is installed in (no commit, no README)."""
 
 
-def environment() -> dict:
+def bench_environment() -> dict:
     """A job's environment (:func:`cruxlab.runtime.environment.environment` of :data:`CHECKOUT`: versions, device,
     CPU, commit) with the device, the cores, the load average at the start and ``summary``, the line that says
     all of it."""

@@ -2,7 +2,7 @@
 
 Every variant of a problem is built first, then the variants are timed in turns, ``repeats`` rounds of ``steps``
 updates each, in a rotating order, so that the load of a shared machine falls on all of them alike
-(:func:`measure`). Reported: updates per second (median of the rounds, and min-max), CPU milliseconds per update
+(:func:`measure_interleaved`). Reported: updates per second (median of the rounds, and min-max), CPU milliseconds per update
 (all threads of the process: less sensitive to other processes than wall time, a proxy for work), and ratios
 against the baselines: of the medians, and round by round (:func:`paired_ratio`: two variants in the same round
 meet the same load; the median of those ratios moves less on a shared machine). Then each crux variant meets the
@@ -82,7 +82,8 @@ def in_rounds(runs: Mapping[str, Callable[[], T]], repeats: int) -> dict[str, li
     return returned
 
 
-def measure(variants: list[Variant], steps: int, repeats: int, log: Callable[[str], None]) -> dict[str, dict]:
+def measure_interleaved(variants: list[Variant], steps: int, repeats: int, log: Callable[[str], None]
+                        ) -> dict[str, dict]:
     """Build every variant, then time ``repeats`` rounds of ``steps`` updates, interleaved (:func:`in_rounds`)."""
     for variant in variants:
         variant.build()

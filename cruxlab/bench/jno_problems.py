@@ -39,7 +39,7 @@ import optax
 
 import crux
 from cruxlab.backends.jno.pipeline_job import jno_schedule
-from cruxlab.backends.jno.problems import Batching, JnoProblem, build
+from cruxlab.backends.jno.problems import Batching, JnoProblem, build_built_in
 from cruxlab.bench.interleaved import in_rounds
 from cruxlab.config import ModelConfig
 
@@ -49,7 +49,7 @@ def jno_poisson(n: int, width: int) -> JnoProblem:
     model = ModelConfig(width=width, depth=3, activation="tanh")
     fields = {"n_interior": n, "hard_boundary": True, "bc_weight": 1.0}
     reference = crux.problems.poisson1d(n_interior=n, hidden=(width,) * 3, hard_boundary=True)
-    problem = build("poisson1d", reference, fields, model, seed=0, twin=0, batching=Batching("points", 1))
+    problem = build_built_in("poisson1d", reference, fields, model, seed=0, twin=0, batching=Batching("points", 1))
     problem.networks["u"].optimizer(optax.adam).scale(jno_schedule(crux.lrs(1e-3)))
     return problem
 
@@ -58,7 +58,7 @@ def make_core(n: int, width: int):
     return jno_poisson(n, width).core
 
 
-class Variant:
+class JnoVariant:
     def __init__(self, name: str, n: int, width: int, inner_steps: int = 1, points: int | None = None,
                  accumulation_steps: int = 1):
         self.name, self.n, self.width = name, n, width
@@ -79,18 +79,18 @@ class Variant:
         return time.perf_counter() - wall, time.process_time() - cpu
 
 
-def fused_variants(n: int, width: int, steps: int) -> list[Variant]:
+def fused_variants(n: int, width: int, steps: int) -> list[JnoVariant]:
     """One update a call and the fused calls of crux-bench (inner_steps 10 and 100, those fewer than ``steps``: the
     steady rate is taken from a solve() of ``steps`` updates against one of ``inner_steps``)."""
     ks = [1, *(k for k in (10, 100) if k < steps)]
-    return [Variant(f"jNO inner_steps={k}", n, width, inner_steps=k) for k in ks]
+    return [JnoVariant(f"jNO inner_steps={k}", n, width, inner_steps=k) for k in ks]
 
 
-def measure(variants: list[Variant], steps: int, repeats: int) -> dict:
+def measure_jno_variants(variants: list[JnoVariant], steps: int, repeats: int) -> dict:
     for v in variants:
         v.build(v.options["inner_steps"])
         print(f"  built {v.name}: first solve {v.first_seconds:.2f} s", file=sys.stderr, flush=True)
-    def a_round(v: Variant) -> Callable[[], tuple]:
+    def a_round(v: JnoVariant) -> Callable[[], tuple]:
         """One call's solve(), then the long one whose further updates give the steady rate: (long, short)."""
         def timed() -> tuple:
             short = v.run(v.options["inner_steps"])
@@ -134,17 +134,18 @@ def main() -> int:
     wanted = args.problems.split(",")
     if "standard" in wanted:
         steps = 40 if quick else 500
-        problems["standard"] = {"variants": measure(fused_variants(1024, 64, steps), steps, args.repeats or 3)}
+        problems["standard"] = {"variants": measure_jno_variants(fused_variants(1024, 64, steps), steps,
+                                                              args.repeats or 3)}
     if "small" in wanted:
         steps = 200 if quick else 2000
-        problems["small"] = {"variants": measure(fused_variants(64, 32, steps), steps,
-                                                 args.repeats or (3 if quick else 5))}
+        problems["small"] = {"variants": measure_jno_variants(fused_variants(64, 32, steps), steps,
+                                                              args.repeats or (3 if quick else 5))}
     if "accumulation" in wanted:
         steps = 100 if quick else 1000
-        problems["accumulation"] = {"variants": measure(
-            [Variant("jNO b8 inner_steps=1", 1024, 64, points=8),
-             Variant("jNO b32 inner_steps=1", 1024, 64, points=32),
-             Variant("jNO b8x4 inner_steps=1", 1024, 64, points=8, accumulation_steps=4)],
+        problems["accumulation"] = {"variants": measure_jno_variants(
+            [JnoVariant("jNO b8 inner_steps=1", 1024, 64, points=8),
+             JnoVariant("jNO b32 inner_steps=1", 1024, 64, points=32),
+             JnoVariant("jNO b8x4 inner_steps=1", 1024, 64, points=8, accumulation_steps=4)],
             steps, args.repeats or (3 if quick else 5))}
         v = problems["accumulation"]["variants"]
         t = {c: 1 / v[f"jNO {c} inner_steps=1"]["steps_per_second"]["median"] for c in ("b8", "b32", "b8x4")}

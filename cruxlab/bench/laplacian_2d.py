@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Callable
 
 from cruxlab.bench.hand_written import FORMS, SAME_AS_CRUX
-from cruxlab.bench.interleaved import Rounds, fastest, measure, rate
+from cruxlab.bench.interleaved import Rounds, fastest, measure_interleaved, rate
 from cruxlab.bench.reference_problems import grid2d, laplacian2d_problem
 from cruxlab.bench.variants import CruxVariant, Variant, hand_survey
 
@@ -18,7 +18,7 @@ def bench_laplacian(rounds: Rounds, log: Callable[[str], None], forms=FORMS) -> 
     variants: list[Variant] = [CruxVariant("crux inner_steps=1", laplacian2d_problem(points, hidden), 1, steps,
                                            precision=rounds.precision)]
     variants += hand_survey(points, (2, *hidden, 1), (), forms, modes=("loop",), precision=rounds.precision)
-    results = measure(variants, steps, rounds.repeats, log)
+    results = measure_interleaved(variants, steps, rounds.repeats, log)
     loops = [v for v in results if v.startswith("hand loop")]
     best = fastest(results, loops)
     return {"variants": results, "best": {"loop": best},

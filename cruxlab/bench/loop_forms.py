@@ -69,7 +69,7 @@ def loop_forms(text: str) -> list[LoopForm]:
     return forms
 
 
-def unrolled(unroll: int) -> Callable:
+def unrolled_repeat(unroll: int) -> Callable:
     """crux's ``repeat`` (engine.Primitives) with ``unroll`` iterations of its scan per loop iteration, whatever
     the engine would choose."""
     def repeat(body: Callable, carry: Any, xs: Any, length: int, **chosen: int) -> tuple[Any, Any]:
@@ -82,7 +82,7 @@ def crux_machinery(loop: LoopForm) -> Machinery:
     and the function that traces a plan), the engine untouched: ``unroll`` for the scan of the call's updates (and
     of an epoch's micro-batches), guard ``"full"`` for the program that checks every update's parameters, which
     crux otherwise runs only to replay a non-finite window (any other guard: crux's own, the loss)."""
-    primitives = engine.Primitives(repeat=unrolled(loop.unroll)) if loop.unroll > 1 else engine.Primitives()
+    primitives = engine.Primitives(repeat=unrolled_repeat(loop.unroll)) if loop.unroll > 1 else engine.Primitives()
     flat = False if loop.tree else None
     if loop.guard == "full":
         return Machinery(primitives=primitives, flat_params=flat,

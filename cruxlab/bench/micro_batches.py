@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from cruxlab.bench.interleaved import SCAN_STEPS, Rounds, measure, rate
+from cruxlab.bench.interleaved import SCAN_STEPS, Rounds, measure_interleaved, rate
 from cruxlab.bench.reference_problems import interior, poisson_problem
 from cruxlab.bench.variants import CruxVariant, HandVariant, Variant
 
@@ -28,7 +28,7 @@ def bench_accumulation(rounds: Rounds, log: Callable[[str], None], form: str) ->
             variants.append(HandVariant(f"hand {mode} {form} {case}", form, interior(n), (1, *hidden, 1), k,
                                         batch=options["batchsize"], micro=options.get("accumulation_steps", 1),
                                         precision=rounds.precision))
-    results = measure(variants, steps, rounds.repeats, log)
+    results = measure_interleaved(variants, steps, rounds.repeats, log)
     ratios = {}
     for prefix in ["crux", f"hand loop {form}", f"hand scan {form}"]:
         for suffix in ["inner_steps=1", f"inner_steps={fused}"] if prefix == "crux" else [""]:

@@ -9,7 +9,7 @@ from typing import Callable
 import jax
 
 from cruxlab.bench.hand_written import SAME_AS_CRUX
-from cruxlab.bench.interleaved import PRECISIONS, Rounds, duel, fastest, measure, rate
+from cruxlab.bench.interleaved import PRECISIONS, Rounds, duel, fastest, measure_interleaved, rate
 from cruxlab.bench.loop_forms import LoopForm
 from cruxlab.bench.reference_problems import grid2d, laplacian2d_problem
 from cruxlab.bench.variants import CruxVariant, HandVariant, Variant, formed, hand_name
@@ -44,7 +44,7 @@ def bench_shapes(rounds: Rounds, log: Callable[[str], None], precisions: tuple[s
                                          widths, k, precision=precision, loop=loop)
                              for loop in (LoopForm(), SHAPE_UNROLL)]
             log(f"  {label}, precision {precision}")
-            results = measure(variants, steps, rounds.repeats, log)
+            results = measure_interleaved(variants, steps, rounds.repeats, log)
             by_name = {v.name: v for v in variants}
             for k in depths:
                 best = fastest(results, [n for n in results if n.startswith(f"hand scan k={k} ")])

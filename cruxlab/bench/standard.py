@@ -18,8 +18,8 @@ import numpy as np
 from crux.loop import unrolled as unrolled_by_crux
 from cruxlab.bench.flop_count import per_turn, work
 from cruxlab.bench.hand_written import FORMS, SAME_AS_CRUX
-from cruxlab.bench.interleaved import (Rounds, call_costs, duel, fastest, fused_depths, measure, paired_ratio,
-                                       rate)
+from cruxlab.bench.interleaved import (Rounds, call_costs, duel, fastest, fused_depths, measure_interleaved,
+                                       paired_ratio, rate)
 from cruxlab.bench.reference_problems import interior, poisson_problem
 from cruxlab.bench.variants import CruxVariant, HandVariant, Variant, formed, hand_name, hand_survey
 
@@ -78,7 +78,7 @@ def bench_standard(rounds: Rounds, log: Callable[[str], None], n: int = 1024, hi
                                  precision=rounds.precision) for k in fused]
     variants += hand_survey(interior(n), (1, *hidden, 1), fused, forms, precision=rounds.precision)
     variants += loop_form_variants(rounds, poisson_problem(n, hidden), interior(n), (1, *hidden, 1), fused, first)
-    results = measure(variants, steps, rounds.repeats, log)
+    results = measure_interleaved(variants, steps, rounds.repeats, log)
     loops = [v for v in results if v.startswith("hand loop")]
     scans = {k: [v for v in results if v.startswith(f"hand scan k={k} ")] for k in fused}
     best_loop, best_scan = fastest(results, loops), {k: fastest(results, scans[k]) for k in fused}

@@ -18,6 +18,7 @@ import numpy as np
 import optax
 
 import crux
+from crux.engine import all_finite
 from cruxlab.bench.flop_count import work
 from cruxlab.bench.hand_written import FORMS, initial_layers, residual_loss, sampled
 from cruxlab.bench.loop_forms import LoopForm, crux_machinery
@@ -41,10 +42,6 @@ class Variant:
 
     def run(self, steps: int) -> tuple[float, float]:
         raise NotImplementedError
-
-
-def _all_finite(tree: Any) -> jax.Array:
-    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves(tree)]))
 
 
 def traced_at(precision: str, function: Callable) -> Callable:
@@ -84,7 +81,7 @@ class HandVariant(Variant):
                 updates, new_opt_state = tx.update(grads, opt_state, params)
                 new_params = optax.apply_updates(params, updates)
                 if guard is not None:
-                    keep = jnp.isfinite(value) & (_all_finite(new_params) if guard == "full" else True)
+                    keep = jnp.isfinite(value) & (all_finite(new_params) if guard == "full" else True)
                     new_params, new_opt_state = jax.tree.map(lambda a, b: jnp.where(keep, a, b),
                                                              (new_params, new_opt_state), (params, opt_state))
                 return (new_params, new_opt_state, t + 1), value

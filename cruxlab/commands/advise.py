@@ -76,7 +76,7 @@ def timed_runs() -> int:
     return timed * len(repeats)
 
 
-def run_sweep(args: argparse.Namespace, sweep_dir: Path, timing_seconds: float) -> int:
+def run_advise_sweep(args: argparse.Namespace, sweep_dir: Path, timing_seconds: float) -> int:
     """crux-sweep advise in a process of its own (it owns the device while it runs); its exit status. SIGINT and
     SIGTERM are passed on to it and waited for, so that it closes its runs with the truth (crux-sweep ignores a
     second signal while it closes them).
@@ -128,7 +128,7 @@ def parent_run(uri: str | None, sweep_dir: Path) -> str | None:
     return found[0] if found else None
 
 
-def record(uri: str | None, parent: str, advice_md: str, advice_json: str) -> None:
+def record_advice(uri: str | None, parent: str, advice_md: str, advice_json: str) -> None:
     """Record the advice on the sweep's parent run; a store that refuses is said in one line on stderr.
 
     Args:
@@ -239,7 +239,7 @@ def report_and_advise(parent: str, uri: str | None, out: Path, args: argparse.Na
     advice_json = json.dumps(advice.as_dict(), indent=2, sort_keys=True) + "\n"
     (out / ADVICE_DOCUMENT).write_text(advice.markdown(), encoding="utf-8")
     (out / ADVICE).write_text(advice_json, encoding="utf-8")
-    record(uri, parent, advice.markdown(), advice_json)
+    record_advice(uri, parent, advice.markdown(), advice_json)
     print("\n" + "\n".join(advice.lines()))
     return True
 
@@ -283,7 +283,7 @@ def memory_budget(declared: int | None) -> int | None:
     return budget(declared)
 
 
-def refusal(args: argparse.Namespace) -> str | None:
+def command_line_refusal(args: argparse.Namespace) -> str | None:
     """What keeps the command line from an advice, before anything runs.
 
     Args:
@@ -359,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
                                                      "the optimizer, solver.epochs, tracking.uri")
     args = parser.parse_intermixed_args(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per artifact read drowns the advice
-    refused = refusal(args)
+    refused = command_line_refusal(args)
     if refused:
         parser.error(refused)
     uri = _last(args.overrides, "tracking.uri")
@@ -374,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     timing_seconds = max(1.0, args.budget * TIMING_SHARE / timed)
     print(f"crux-advise: budget {args.budget:g} s: the sweep {SWEEP} (each option beside the defaults), its "
           f"{timed} paired timings up to {timing_seconds:.3g} s each; then its report and the advice", flush=True)
-    status = run_sweep(args, sweep_dir, timing_seconds)
+    status = run_advise_sweep(args, sweep_dir, timing_seconds)
     if status in (128 + signal.SIGINT, 128 + signal.SIGTERM):
         print(f"crux-advise: the sweep was stopped (status {status}): no advice; run crux-advise again",
               file=sys.stderr)

@@ -20,7 +20,7 @@ from crux.options import OptionError, SolveOptions, unused_accumulation
 from crux.problems import Problem
 from cruxlab import capacity_search
 from cruxlab.config.building import problem, problem_call, training_phases
-from cruxlab.config.ranges import refusals as range_refusals
+from cruxlab.config.ranges import field_refusals as range_refusals
 from cruxlab.config.schema import TIMED_OPTIONS
 from cruxlab.config.settings import in_config_terms, solve_options
 

@@ -4,7 +4,7 @@ terms.
 Hydra checks types while composing; a value of the right type can still be one no
 run could use (``solver.epochs=-1``, ``model.width=0``) or one that trains without
 a word of warning to no purpose (``optimizer.b1=2``). The schema
-(:mod:`cruxlab.config`) declares each field's check with :func:`checked`, and
+(:mod:`cruxlab.config`) declares each field's check with :func:`checked_field`, and
 :func:`problems` names every value that fails one, as ``solver.epochs=-1: must be
 >= 1``, so that a job is refused before any run is created.
 """
@@ -91,17 +91,17 @@ FRACTION = Range(0, 1)
 """``0 <= value < 1``: a moment's decay (Adam's ``b1``, ``b2``), a momentum."""
 
 
-def checked(check: Check, default: Any = MISSING) -> Any:
+def checked_field(check: Check, default: Any = MISSING) -> Any:
     """A dataclass field whose value, when set, must pass ``check``."""
     return dataclasses.field(default=default, metadata={CHECK: check})
 
 
-def refusals(node: Any, prefix: str = "") -> list[str]:
+def field_refusals(node: Any, prefix: str = "") -> list[str]:
     """``<key>=<value>: <what is wrong>`` for every checked field that fails its check, in ``node`` (a
     dataclass instance, as ``OmegaConf.to_object`` builds from a typed config) and in the dataclasses it holds
     (directly or in a mapping), keys dotted from ``prefix``."""
     if isinstance(node, dict):
-        return [refusal for key, value in node.items() for refusal in refusals(value, f"{prefix}{key}.")]
+        return [refusal for key, value in node.items() for refusal in field_refusals(value, f"{prefix}{key}.")]
     if not dataclasses.is_dataclass(node):
         return []
     found = []
@@ -112,7 +112,7 @@ def refusals(node: Any, prefix: str = "") -> list[str]:
             refusal = check.refusal(value)
             if refusal:
                 found.append(f"{prefix}{field.name}={as_typed(value)}: {refusal}")
-        found += refusals(value, f"{prefix}{field.name}.")
+        found += field_refusals(value, f"{prefix}{field.name}.")
     return found
 
 

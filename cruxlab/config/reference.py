@@ -74,7 +74,7 @@ def rows(schema: type, prefix: str, values: Any) -> list[str]:
     return lines
 
 
-def summary(schema: type) -> str:
+def schema_summary(schema: type) -> str:
     """The first paragraph of the docstring of the schema, or of the nearest base class that has one of its own
     (a dataclass without one gets its signature as its docstring), on one line."""
     for kind in schema.__mro__:
@@ -95,18 +95,18 @@ def render() -> str:
              "`python -m cruxlab.config.reference`; do not edit by hand.", ""]
     with initialize_config_module(config.CONFIG_PACKAGE, version_base="1.3"):
         plain = compose("config")
-        lines += ["## Top level", "", summary(config.Config), "", *HEADER]
+        lines += ["## Top level", "", schema_summary(config.Config), "", *HEADER]
         lines += [row for row in rows(config.Config, "", plain) if row.split("`")[1] in TOP_LEVEL] + [""]
         for node, schema in NODES:
-            lines += [f"## {node}", "", summary(schema), "", *HEADER, *rows(schema, f"{node}.", plain[node]), ""]
+            lines += [f"## {node}", "", schema_summary(schema), "", *HEADER, *rows(schema, f"{node}.", plain[node]), ""]
         for group, schemas in GROUPS:
             for option, schema in schemas.items():
                 values = compose("config", overrides=[f"{group}={option}"])[group]
                 title = f"## {group}={option}" if len(schemas) > 1 or group == "problem" else f"## {group}"
-                lines += [title, "", summary(schema), "", *HEADER, *rows(schema, f"{group}.", values), ""]
-    lines += ["## phases.NAME", "", summary(config.PhaseConfig), "", *HEADER,
+                lines += [title, "", schema_summary(schema), "", *HEADER, *rows(schema, f"{group}.", values), ""]
+    lines += ["## phases.NAME", "", schema_summary(config.PhaseConfig), "", *HEADER,
               *rows(config.PhaseConfig, "phases.NAME.", None), "",
-              "## hydra.sweeper (crux's sweeper, `hydra/sweeper=crux`)", "", summary(SweeperConfig), "",
+              "## hydra.sweeper (crux's sweeper, `hydra/sweeper=crux`)", "", schema_summary(SweeperConfig), "",
               *HEADER, *[row for row in rows(SweeperConfig, "hydra.sweeper.", None) if "_target_" not in row],
               ""]
     return "\n".join(lines).rstrip() + "\n"

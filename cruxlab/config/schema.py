@@ -35,7 +35,7 @@ from crux.optim import soap
 from crux.options import SolveOptions
 from crux.schedules import Schedule, lrs
 from cruxlab import capacity_search
-from cruxlab.config.ranges import AT_LEAST_ONE, FRACTION, NOT_NEGATIVE, POSITIVE, SEED, Choice, Widths, checked
+from cruxlab.config.ranges import AT_LEAST_ONE, FRACTION, NOT_NEGATIVE, POSITIVE, SEED, Choice, Widths, checked_field
 
 CONFIG_PACKAGE = "crux.conf"
 """The package that holds the config groups (the repository's ``conf/``)."""
@@ -64,10 +64,10 @@ class Poisson1dConfig:
     """``crux.problems.poisson1d``'s fields."""
 
     _target_: str = MISSING
-    n_interior: int = checked(AT_LEAST_ONE)
+    n_interior: int = checked_field(AT_LEAST_ONE)
     hard_boundary: bool = MISSING
-    bc_weight: float = checked(NOT_NEGATIVE)
-    laplacian_mode: str = checked(Choice(LAPLACIAN_MODES))
+    bc_weight: float = checked_field(NOT_NEGATIVE)
+    laplacian_mode: str = checked_field(Choice(LAPLACIAN_MODES))
 
 
 @dataclass
@@ -75,10 +75,10 @@ class Heat1dConfig:
     """``crux.problems.heat1d``'s fields."""
 
     _target_: str = MISSING
-    n_interior: int = checked(AT_LEAST_ONE)
-    n_initial: int = checked(AT_LEAST_ONE)
-    n_boundary: int = checked(AT_LEAST_ONE)
-    nu: float = checked(POSITIVE)
+    n_interior: int = checked_field(AT_LEAST_ONE)
+    n_initial: int = checked_field(AT_LEAST_ONE)
+    n_boundary: int = checked_field(AT_LEAST_ONE)
+    nu: float = checked_field(POSITIVE)
 
 
 @dataclass
@@ -86,7 +86,7 @@ class MixedPoisson1dConfig:
     """``crux.problems.mixed_poisson1d``'s fields."""
 
     _target_: str = MISSING
-    n_interior: int = checked(AT_LEAST_ONE)
+    n_interior: int = checked_field(AT_LEAST_ONE)
 
 
 # -- optimizer ---------------------------------------------------------------------------------
@@ -113,23 +113,23 @@ class OptimizerConfig:
 class AdamConfig(OptimizerConfig):
     name: str = "adam"
     factory: ClassVar = staticmethod(optax.adam)
-    b1: Optional[float] = checked(FRACTION, None)
-    b2: Optional[float] = checked(FRACTION, None)
-    eps: Optional[float] = checked(NOT_NEGATIVE, None)
+    b1: Optional[float] = checked_field(FRACTION, None)
+    b2: Optional[float] = checked_field(FRACTION, None)
+    eps: Optional[float] = checked_field(NOT_NEGATIVE, None)
 
 
 @dataclass
 class AdamWConfig(AdamConfig):
     name: str = "adamw"
     factory: ClassVar = staticmethod(optax.adamw)
-    weight_decay: Optional[float] = checked(NOT_NEGATIVE, None)
+    weight_decay: Optional[float] = checked_field(NOT_NEGATIVE, None)
 
 
 @dataclass
 class SGDConfig(OptimizerConfig):
     name: str = "sgd"
     factory: ClassVar = staticmethod(optax.sgd)
-    momentum: Optional[float] = checked(FRACTION, None)
+    momentum: Optional[float] = checked_field(FRACTION, None)
     nesterov: Optional[bool] = None
 
 
@@ -137,7 +137,7 @@ class SGDConfig(OptimizerConfig):
 class LBFGSConfig(OptimizerConfig):
     name: str = "lbfgs"
     factory: ClassVar = staticmethod(optax.lbfgs)
-    memory_size: Optional[int] = checked(AT_LEAST_ONE, None)
+    memory_size: Optional[int] = checked_field(AT_LEAST_ONE, None)
 
 
 @dataclass
@@ -146,11 +146,11 @@ class SoapConfig(OptimizerConfig):
 
     name: str = "soap"
     factory: ClassVar = staticmethod(soap)
-    b1: Optional[float] = checked(FRACTION, None)
-    b2: Optional[float] = checked(FRACTION, None)
-    eps: Optional[float] = checked(NOT_NEGATIVE, None)
-    weight_decay: Optional[float] = checked(NOT_NEGATIVE, None)
-    precondition_frequency: Optional[int] = checked(AT_LEAST_ONE, None)
+    b1: Optional[float] = checked_field(FRACTION, None)
+    b2: Optional[float] = checked_field(FRACTION, None)
+    eps: Optional[float] = checked_field(NOT_NEGATIVE, None)
+    weight_decay: Optional[float] = checked_field(NOT_NEGATIVE, None)
+    precondition_frequency: Optional[int] = checked_field(AT_LEAST_ONE, None)
 
     def attach(self, model: Model, schedule: Schedule) -> None:
         model.optimizer(soap(1, **_keywords(self))).scale(schedule)
@@ -182,7 +182,7 @@ class ScheduleConfig:
 @dataclass
 class ConstantConfig(ScheduleConfig):
     name: str = "constant"
-    value: float = checked(POSITIVE)
+    value: float = checked_field(POSITIVE)
 
     def build(self, epochs: int) -> Schedule:
         return lrs(self.value)
@@ -195,10 +195,10 @@ class WarmupCosineConfig(ScheduleConfig):
     before any run."""
 
     name: str = "warmup_cosine"
-    total: Optional[int] = checked(AT_LEAST_ONE, None)
-    warmup: int = checked(NOT_NEGATIVE)
-    peak: float = checked(POSITIVE)
-    end: float = checked(NOT_NEGATIVE)
+    total: Optional[int] = checked_field(AT_LEAST_ONE, None)
+    warmup: int = checked_field(NOT_NEGATIVE)
+    peak: float = checked_field(POSITIVE)
+    end: float = checked_field(NOT_NEGATIVE)
 
     def build(self, epochs: int) -> Schedule:
         return lrs.warmup_cosine(self.total or epochs, self.warmup, self.peak, self.end)
@@ -220,10 +220,10 @@ class WarmupCosineConfig(ScheduleConfig):
 @dataclass
 class ExponentialConfig(ScheduleConfig):
     name: str = "exponential"
-    init: float = checked(POSITIVE)
-    decay_rate: float = checked(POSITIVE)
-    transition_steps: int = checked(AT_LEAST_ONE)
-    end: Optional[float] = checked(NOT_NEGATIVE, None)
+    init: float = checked_field(POSITIVE)
+    decay_rate: float = checked_field(POSITIVE)
+    transition_steps: int = checked_field(AT_LEAST_ONE)
+    end: Optional[float] = checked_field(NOT_NEGATIVE, None)
 
     def build(self, epochs: int) -> Schedule:
         return lrs.exponential(self.init, self.decay_rate, self.transition_steps, self.end)
@@ -261,10 +261,10 @@ class ModelConfig:
     one per layer, as ``crux.mlp`` takes them; set, it replaces ``width`` and ``depth``), for every model of the
     problem."""
 
-    width: int = checked(AT_LEAST_ONE)
-    depth: int = checked(AT_LEAST_ONE)
-    activation: str = checked(Choice(tuple(ACTIVATIONS)))
-    hidden: Optional[List[int]] = checked(Widths(), None)
+    width: int = checked_field(AT_LEAST_ONE)
+    depth: int = checked_field(AT_LEAST_ONE)
+    activation: str = checked_field(Choice(tuple(ACTIVATIONS)))
+    hidden: Optional[List[int]] = checked_field(Widths(), None)
 
     def layers(self) -> tuple[int, ...]:
         """The widths of the hidden layers: ``hidden``, else ``depth`` layers of ``width``."""
@@ -275,20 +275,20 @@ class ModelConfig:
 class SolverConfig:
     """``substeps`` entries are ``[i, j]`` (one step) or ``[[i, j], n]`` (n steps), as in solve()."""
 
-    epochs: int = checked(AT_LEAST_ONE)
-    inner_steps: int = checked(AT_LEAST_ONE)
+    epochs: int = checked_field(AT_LEAST_ONE)
+    inner_steps: int = checked_field(AT_LEAST_ONE)
     substeps: Optional[List[Any]] = None
-    seed: int = checked(SEED)
-    devices: int = checked(AT_LEAST_ONE)
-    precision: str = checked(Choice(matmul.NAMES, matmul.meant))
+    seed: int = checked_field(SEED)
+    devices: int = checked_field(AT_LEAST_ONE)
+    precision: str = checked_field(Choice(matmul.NAMES, matmul.meant))
 
 
 @dataclass
 class MemoryConfig:
     """A whole combination of solve()'s memory options: sweeps are Cartesian, claims need paired settings."""
 
-    batchsize: Optional[int] = checked(AT_LEAST_ONE)
-    accumulation_steps: int = checked(AT_LEAST_ONE)
+    batchsize: Optional[int] = checked_field(AT_LEAST_ONE)
+    accumulation_steps: int = checked_field(AT_LEAST_ONE)
     checkpoint_gradients: bool = MISSING
     offload_data: bool = MISSING
 
@@ -302,8 +302,8 @@ class TimingConfig:
     of each setting (a build's speed is its own: several sample how much it moves between builds)."""
 
     against: Dict[str, Any] = field(default_factory=dict)
-    budget_seconds: float = checked(POSITIVE, 60.0)
-    builds: int = checked(AT_LEAST_ONE, 1)
+    budget_seconds: float = checked_field(POSITIVE, 60.0)
+    builds: int = checked_field(AT_LEAST_ONE, 1)
 
 
 @dataclass
@@ -314,14 +314,14 @@ class CapacityConfig:
     ``cpu_budget_bytes``). The sizes it starts from, left ``None``, are those for the device
     (``cruxlab.capacity_search.DEVICE_SIZES`` where it reports its memory, else ``CPU_SIZES``)."""
 
-    option: Optional[str] = checked(Choice(capacity_search.OPTIONS), None)
-    budget_bytes: Optional[int] = checked(AT_LEAST_ONE, None)
-    cpu_budget_bytes: Optional[int] = checked(AT_LEAST_ONE, None)
-    width: Optional[int] = checked(AT_LEAST_ONE, None)
-    start: Optional[int] = checked(AT_LEAST_ONE, None)
-    offload_batch: Optional[int] = checked(AT_LEAST_ONE, None)
-    depth_points: Optional[int] = checked(AT_LEAST_ONE, None)
-    offload_dims: Optional[int] = checked(AT_LEAST_ONE, None)
+    option: Optional[str] = checked_field(Choice(capacity_search.OPTIONS), None)
+    budget_bytes: Optional[int] = checked_field(AT_LEAST_ONE, None)
+    cpu_budget_bytes: Optional[int] = checked_field(AT_LEAST_ONE, None)
+    width: Optional[int] = checked_field(AT_LEAST_ONE, None)
+    start: Optional[int] = checked_field(AT_LEAST_ONE, None)
+    offload_batch: Optional[int] = checked_field(AT_LEAST_ONE, None)
+    depth_points: Optional[int] = checked_field(AT_LEAST_ONE, None)
+    offload_dims: Optional[int] = checked_field(AT_LEAST_ONE, None)
 
 
 TIMED_OPTIONS = tuple(f.name for f in dataclasses.fields(SolveOptions) if f.name not in ("epochs", "substeps"))
@@ -339,8 +339,8 @@ class TrackingConfig:
 
     uri: Optional[str] = None
     experiment: Optional[str] = None
-    history_points: Optional[int] = checked(AT_LEAST_ONE, MISSING)
-    retry_seconds: float = checked(NOT_NEGATIVE, 60.0)
+    history_points: Optional[int] = checked_field(AT_LEAST_ONE, MISSING)
+    retry_seconds: float = checked_field(NOT_NEGATIVE, 60.0)
 
 
 @dataclass
@@ -351,9 +351,9 @@ class JaxConfig:
     process ``process_id``; both ``None`` where the cluster names them (Slurm's tasks)."""
 
     compilation_cache_dir: Optional[str] = MISSING
-    processes: int = checked(AT_LEAST_ONE)
+    processes: int = checked_field(AT_LEAST_ONE)
     coordinator: Optional[str] = None
-    process_id: Optional[int] = checked(NOT_NEGATIVE, None)
+    process_id: Optional[int] = checked_field(NOT_NEGATIVE, None)
 
 
 @dataclass
@@ -368,7 +368,7 @@ class PhaseConfig:
 
     optimizer: Any = MISSING
     schedule: Any = MISSING
-    epochs: int = checked(AT_LEAST_ONE)
+    epochs: int = checked_field(AT_LEAST_ONE)
 
 
 OBJECTIVES = ("final_loss", "error", "run_seconds")
@@ -414,13 +414,13 @@ class Config:
     phases: Dict[str, PhaseConfig] = field(default_factory=dict)
     claim: str = ""
     claims: List[str] = field(default_factory=list)
-    gradient_draws: int = checked(NOT_NEGATIVE, 0)
-    repeat: int = checked(NOT_NEGATIVE, 0)
+    gradient_draws: int = checked_field(NOT_NEGATIVE, 0)
+    repeat: int = checked_field(NOT_NEGATIVE, 0)
     variant: Optional[str] = None
-    roundoff_twin: int = checked(NOT_NEGATIVE, 0)
+    roundoff_twin: int = checked_field(NOT_NEGATIVE, 0)
     timing: TimingConfig = field(default_factory=TimingConfig)
     capacity: CapacityConfig = field(default_factory=CapacityConfig)
-    objective: str = checked(Choice(OBJECTIVES), "final_loss")
+    objective: str = checked_field(Choice(OBJECTIVES), "final_loss")
 
 
 

@@ -101,7 +101,7 @@ def generate(seed: int, draws: Sequence[int] = DRAWS) -> Case:
                 int(rng.choice(draws)), tuple(int(n) for n in rng.integers(2, 8, rng.integers(2, 4))))
 
 
-def problem(case: Case, sizes: Sequence[int] | None = None, points_seed: int | None = None) -> Problem:
+def case_problem(case: Case, sizes: Sequence[int] | None = None, points_seed: int | None = None) -> Problem:
     """The case's problem: u of ``dim`` inputs pinned to sin(w_c · x) on each constraint's points (a tiny MLP of
     one hidden layer of 8, plain SGD); ``sizes`` keeps only the first that many points of each constraint."""
     rng = np.random.default_rng(case.seed if points_seed is None else points_seed)
@@ -214,7 +214,7 @@ def record(run_id: str, case: Case, train: Train, options: dict, calls: Sequence
     """A run of the case trained by ``train`` in ``calls`` (one solve() call each, the later ones continuing the
     first's optimizer), recorded as the pipeline records it, with parameters after every call; ``twin > 0``
     starts it one ulp per parameter away (crux-run's round-off twin)."""
-    base = problem(case, sizes)
+    base = case_problem(case, sizes)
     for model in base.models.values():
         model.params = roundoff_twin(model.params, twin)
     solver = base.solver()
@@ -235,7 +235,7 @@ def record(run_id: str, case: Case, train: Train, options: dict, calls: Sequence
 
 def draws_of(case: Case, batchsize: int, accumulation: int, seed: int) -> GradientDraws:
     options = SolveOptions(case.draws, batchsize=batchsize, accumulation_steps=accumulation)
-    return crux_gradient_draws(problem(case), case.draws, options, seed)
+    return crux_gradient_draws(case_problem(case), case.draws, options, seed)
 
 
 def only(verdicts: list[Verdict], prefix: str) -> Verdict:
@@ -294,7 +294,7 @@ def calibrate_effective_batch(case: Case, tallies: dict[str, Tally]) -> None:
 def item_variances(case: Case) -> tuple[float, ...]:
     """Per constraint, ``S_c^2 = sum_i |g_i - mean g|^2 / (N_c - 1)`` over its points' loss gradients ``g_i`` at
     the initial parameters: how much the gradient of a batch of it varies from one draw of points to another."""
-    base = problem(case)
+    base = case_problem(case)
     params = {name: model.params for name, model in base.models.items()}
     variances = []
     for constraint in base.constraints:
@@ -345,7 +345,7 @@ def noise_job(case: Case, run_id: str, batchsize: int, accumulation: int = 1,
     """A job of the accumulation sweep as the noise check reads it: its options, initial parameters and, where it
     measured them, its gradient draws' spread (the check reads no training, so none is run: it ends where it
     started)."""
-    params = {name: model.params for name, model in problem(case).models.items()}
+    params = {name: model.params for name, model in case_problem(case).models.items()}
     options = SolveOptions(epochs=UPDATES, batchsize=batchsize, accumulation_steps=accumulation)
     return RunRecord(run_id, options, {}, draws.metrics() if draws is not None else {},
                      {**snapshot_arrays(params, "initial"), **snapshot_arrays(params, "final")})
@@ -405,8 +405,8 @@ FAMILIES = {"accumulation": (calibrate_effective_batch, ("accumulation.effective
                                         "phases.fresh_optimizer"))}
 
 
-def run(seeds: Sequence[int], families: Sequence[str], draws: Sequence[int] = DRAWS, progress: int = 0
-        ) -> dict[str, Tally]:
+def run_checks(seeds: Sequence[int], families: Sequence[str], draws: Sequence[int] = DRAWS, progress: int = 0
+               ) -> dict[str, Tally]:
     """Every family's checks over the cases of ``seeds``, each run's gradient draws one of ``draws``; every
     ``progress`` cases (0: never) the table so far goes to stderr."""
     tallies = {check: Tally() for family in families for check in FAMILIES[family][1]}
@@ -416,11 +416,11 @@ def run(seeds: Sequence[int], families: Sequence[str], draws: Sequence[int] = DR
             FAMILIES[family][0](case, tallies)
         print(f"done: {case.describe()}", file=sys.stderr, flush=True)
         if progress and count % progress == 0:
-            print(f"after {count} cases:\n{table(tallies)}", file=sys.stderr, flush=True)
+            print(f"after {count} cases:\n{tally_table(tallies)}", file=sys.stderr, flush=True)
     return tallies
 
 
-def table(tallies: dict[str, Tally]) -> str:
+def tally_table(tallies: dict[str, Tally]) -> str:
     """The figures as a Markdown table: per check, false fails on the real code and catches per defect."""
     lines = ["| check | real code: false fails | defect: caught / changed the numbers (changed only within the "
              "check's allowance) |", "|---|---|---|"]
@@ -443,8 +443,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.cases < 1:
         parser.error(f"--cases {args.cases}: give at least 1")
     logging.getLogger("crux").setLevel(logging.WARNING)
-    tallies = run(range(args.seed, args.seed + args.cases), args.family or sorted(FAMILIES), progress=args.progress)
-    print(table(tallies))
+    tallies = run_checks(range(args.seed, args.seed + args.cases), args.family or sorted(FAMILIES),
+                         progress=args.progress)
+    print(tally_table(tallies))
     for tally in tallies.values():
         for line in tally.false_fails + [miss for misses in tally.missed.values() for miss in misses]:
             print(line)

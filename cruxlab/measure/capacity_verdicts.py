@@ -73,8 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("crux").setLevel(logging.WARNING)
     results, compiled = [], {}
     for option in options:
-        result = capacity_search.measure(option, budget, width=width, start=start, offload_batch=batch,
-                                  depth_points=depth_points, offload_dims=dims, compiled=compiled, tried=tried)
+        result = capacity_search.measure_capacity(option, budget, width=width, start=start, offload_batch=batch,
+                                                  depth_points=depth_points, offload_dims=dims, compiled=compiled,
+                                                  tried=tried)
         verdict = capacity_verdict(option, result.metrics(), form=result.form)
         print(f"{result}; verdict {verdict.verdict}", flush=True)
         results.append({"option": option, **result.record(), "verdict": verdict.as_dict()})

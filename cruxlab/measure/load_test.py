@@ -102,8 +102,8 @@ class Outcome:
     logs: list[str]
 
 
-def run(sweeps: list[SweepSpec], uri: str, experiment: str, folder: Path, timeout: float,
-        env: dict[str, str] | None = None) -> Outcome:
+def run_at_once(sweeps: list[SweepSpec], uri: str, experiment: str, folder: Path, timeout: float,
+                env: dict[str, str] | None = None) -> Outcome:
     """Start ``sweeps`` at once into ``uri`` (with ``env`` on top of this process's environment) from ``folder``,
     each in a folder of its own there, and wait for all of them (killed after ``timeout`` s)."""
     env = {**os.environ, **(env or {}), "MLFLOW_TRACKING_URI": uri}
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     MlflowClient(args.tracking_uri).search_experiments()
     with tempfile.TemporaryDirectory(prefix="crux-load-") as scratch:
         folder = (args.folder or Path(scratch)).resolve()
-        outcome = run(sweeps, args.tracking_uri, experiment, folder, args.timeout)
+        outcome = run_at_once(sweeps, args.tracking_uri, experiment, folder, args.timeout)
         counts = count(sweeps, args.tracking_uri, experiment, outcome.folders)
         jobs_timed = timings(outcome.folders)
     jobs = len(sweeps) * spec.jobs

@@ -85,7 +85,7 @@ def offload_against_device(points: int, batch: int, micro: int, dims: int, width
     for offload in (False, True):
         options = {"batchsize": batch, "accumulation_steps": micro, "offload_data": offload}
         compiled = need(fresh(), options)
-        run = (capacity_search.train(fresh(), options, budget if budget is not None else 2 ** 62)
+        run = (capacity_search.train_updates(fresh(), options, budget if budget is not None else 2 ** 62)
                if not compiled["refused"] else {"peak": None, "trained": False, "error": compiled["refused"], "step_seconds": None})
         runs["offloaded" if offload else "on_device"] = {"compiled": compiled, **run}
     device, streamed = runs["on_device"], runs["offloaded"]

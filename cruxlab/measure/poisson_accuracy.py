@@ -12,7 +12,7 @@ import optax
 import crux
 
 
-def run(epochs: int, batchsize: int | None, seed: int, hard_boundary: bool) -> dict:
+def train_poisson(epochs: int, batchsize: int | None, seed: int, hard_boundary: bool) -> dict:
     problem = crux.problems.poisson1d(n_interior=1024, hidden=(64, 64, 64), seed=seed, hard_boundary=hard_boundary)
     problem.models["u"].optimizer(optax.adam).scale(crux.lrs.warmup_cosine(epochs, epochs // 10, 1e-3, 1e-5))
     stats = problem.solver().solve(epochs, batchsize=batchsize, inner_steps=100 if epochs % 100 == 0 else 1)
@@ -29,7 +29,7 @@ def main() -> None:
     parser.add_argument("--hard-boundary", action="store_true")
     parser.add_argument("--plot", default=None)
     args = parser.parse_args()
-    result, stats = run(args.epochs, args.batchsize, args.seed, args.hard_boundary)
+    result, stats = train_poisson(args.epochs, args.batchsize, args.seed, args.hard_boundary)
     if args.plot:
         stats.plot(args.plot)
     print(json.dumps(result))

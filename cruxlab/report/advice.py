@@ -27,7 +27,7 @@ Verdicts = Sequence[Mapping[str, Any]]
 
 
 @dataclass(frozen=True)
-class Choice:
+class Decision:
     """One option's decision: ``value`` (its default unless ``status`` is ``advised``) and the evidence line."""
 
     option: str
@@ -47,11 +47,11 @@ class Choice:
 
 @dataclass(frozen=True)
 class Advice:
-    """The options to use (one :class:`Choice` per option, in solve()'s order) and those not advised: rejected by a
+    """The options to use (one :class:`Decision` per option, in solve()'s order) and those not advised: rejected by a
     verdict that fails, or left out where one was inconclusive beside an advised value."""
 
-    choices: tuple[Choice, ...]
-    rejected: tuple[Choice, ...]
+    choices: tuple[Decision, ...]
+    rejected: tuple[Decision, ...]
     budget_bytes: int | None
     capacity: Mapping[str, Any] | None = None  # the largest batches that fit, where they were searched
 
@@ -109,7 +109,7 @@ def advise(verdicts: Verdicts, budget_bytes: int | None, capacity: Mapping[str, 
                   capacity)
 
 
-def _inner_steps(verdicts: Verdicts) -> tuple[Choice, list[Choice]]:
+def _inner_steps(verdicts: Verdicts) -> tuple[Decision, list[Decision]]:
     """The fastest K whose speed and identity verdicts both hold; every other K rejected or undecided."""
     faster = {_setting(v): v for v in _prefixed(verdicts, "inner_steps.faster[")}
     identical = {_setting(v): v for v in _prefixed(verdicts, "inner_steps.identical[")}
@@ -119,55 +119,55 @@ def _inner_steps(verdicts: Verdicts) -> tuple[Choice, list[Choice]]:
         same = identical.get(setting)
         ids = tuple(v["id"] for v in (speed, same) if v is not None)
         if same is not None and same["verdict"] == FAILS:
-            rejected.append(Choice("inner_steps", k, REJECTED, f"inner_steps={k}: not the same numbers as 1: "
-                                   f"{same['summary']}", ids))
+            rejected.append(Decision("inner_steps", k, REJECTED, f"inner_steps={k}: not the same numbers as 1: "
+                                     f"{same['summary']}", ids))
         elif speed["verdict"] == FAILS:
-            rejected.append(Choice("inner_steps", k, REJECTED, f"inner_steps={k}: not faster than 1: "
-                                   f"{_speed(speed, 'the time of 1')}", ids))
+            rejected.append(Decision("inner_steps", k, REJECTED, f"inner_steps={k}: not faster than 1: "
+                                     f"{_speed(speed, 'the time of 1')}", ids))
         elif speed["verdict"] == HOLDS and same is not None and same["verdict"] == HOLDS:
             shown.append((float(speed["evidence"]["time_ratio"]), k, speed, same, ids))
         else:
             word = speed["verdict"] if speed["verdict"] != HOLDS else same["verdict"] if same else "not judged"
-            undecided.append(Choice("inner_steps", k, KEPT, f"inner_steps={k}: {word}, not advised "
-                                    f"({_undecided(speed, same)})", ids))
+            undecided.append(Decision("inner_steps", k, KEPT, f"inner_steps={k}: {word}, not advised "
+                                      f"({_undecided(speed, same)})", ids))
     if not shown:
         why = "; ".join(c.reason for c in undecided) or "no fused setting was shown faster with the same numbers"
-        return Choice("inner_steps", 1, KEPT, f"inner_steps=1 (the default): {why}",
-                      tuple(v["id"] for v in (*faster.values(), *identical.values()))), rejected
+        return Decision("inner_steps", 1, KEPT, f"inner_steps=1 (the default): {why}",
+                        tuple(v["id"] for v in (*faster.values(), *identical.values()))), rejected
     _, k, speed, same, ids = min(shown, key=lambda s: s[0])
     for ratio, other, _, _, other_ids in shown:
         if other != k:
-            rejected.append(Choice("inner_steps", other, REJECTED, f"inner_steps={other}: faster too "
-                                   f"({fmt(1 / ratio)}×), but less than inner_steps={k}", other_ids))
-    return Choice("inner_steps", k, ADVISED, f"inner_steps={k}: {_speed(speed)} than 1, {_sameness(same)} "
-                  f"(inner_steps must divide epochs)", ids), rejected + undecided
+            rejected.append(Decision("inner_steps", other, REJECTED, f"inner_steps={other}: faster too "
+                                     f"({fmt(1 / ratio)}×), but less than inner_steps={k}", other_ids))
+    return Decision("inner_steps", k, ADVISED, f"inner_steps={k}: {_speed(speed)} than 1, {_sameness(same)} "
+                    f"(inner_steps must divide epochs)", ids), rejected + undecided
 
 
-def _precision(verdicts: Verdicts) -> tuple[Choice, list[Choice]]:
+def _precision(verdicts: Verdicts) -> tuple[Decision, list[Decision]]:
     """``default`` only where it is shown both faster and as accurate as ``highest``."""
     accurate = list(_prefixed(verdicts, "precision.accuracy["))
     faster = list(_prefixed(verdicts, "precision.faster["))
     ids = tuple(v["id"] for v in (*accurate, *faster))
     if not accurate or not faster:
-        return Choice("precision", "highest", KEPT, "precision='highest' (the default): the sweep did not measure "
-                      "precision='default'", ids), []
+        return Decision("precision", "highest", KEPT, "precision='highest' (the default): the sweep did not measure "
+                        "precision='default'", ids), []
     failed = [v for v in accurate if v["verdict"] == FAILS] + [v for v in faster if v["verdict"] == FAILS]
     if failed:
         speed = "; ".join(_speed(v) for v in faster if "time_ratio" in v["evidence"]) or "time not measured"
         error = "; ".join(_error(v) for v in accurate)
-        return (Choice("precision", "highest", KEPT, "precision='highest' (the default): 'default' was rejected",
-                       ids), [Choice("precision", "default", REJECTED, f"precision='default': {speed}, but "
-                                     f"{error}", ids)])
+        return (Decision("precision", "highest", KEPT, "precision='highest' (the default): 'default' was rejected",
+                       ids), [Decision("precision", "default", REJECTED, f"precision='default': {speed}, but "
+                                       f"{error}", ids)])
     if all(v["verdict"] == HOLDS for v in (*accurate, *faster)):
-        return Choice("precision", "default", ADVISED, f"precision='default': {'; '.join(map(_speed, faster))} "
-                      f"than 'highest', {'; '.join(map(_error, accurate))}", ids), []
+        return Decision("precision", "default", ADVISED, f"precision='default': {'; '.join(map(_speed, faster))} "
+                        f"than 'highest', {'; '.join(map(_error, accurate))}", ids), []
     findings = {}  # each finding once: on a CPU both verdicts say the same
     for kind, found in (("accuracy", accurate), ("speed", faster)):
         for v in found:
             findings.setdefault(v["summary"], []).append(f"{kind} {v['verdict']}")
     said = "; ".join(f"{' and '.join(kinds)}: {summary}" for summary, kinds in findings.items())
-    return Choice("precision", "highest", KEPT, f"precision='highest' (the safe default): 'default' is not shown "
-                  f"both faster and as accurate here: {said}", ids), []
+    return Decision("precision", "highest", KEPT, f"precision='highest' (the safe default): 'default' is not shown "
+                    f"both faster and as accurate here: {said}", ids), []
 
 
 @dataclass(frozen=True)
@@ -214,7 +214,7 @@ class _Memory:
         return f"checkpointing needs {fmt(_number(self.saves, 'ratio'))}× the temporary memory{self.time_cost()}"
 
 
-def _memory(verdicts: Verdicts, budget: int | None) -> tuple[list[Choice], list[Choice]]:
+def _memory(verdicts: Verdicts, budget: int | None) -> tuple[list[Decision], list[Decision]]:
     """batchsize, checkpoint_gradients, offload_data: the full batch, plain and on the device, unless its update
     does not fit ``budget``; then the option that makes it fit with the same numbers, else mini-batches."""
     m = _Memory.of(verdicts)
@@ -232,27 +232,27 @@ def _memory(verdicts: Verdicts, budget: int | None) -> tuple[list[Choice], list[
     return _tight(m, budget, f"{share}, over the {_bytes(budget)} budget")
 
 
-def _tight(m: _Memory, budget: int, over: str) -> tuple[list[Choice], list[Choice]]:
+def _tight(m: _Memory, budget: int, over: str) -> tuple[list[Decision], list[Decision]]:
     """Where the full batch does not fit: checkpointing if it makes it fit with the same numbers, else the larger
     measured mini-batch that fits (offloaded where the points alone do not fit)."""
     checkpointed = m.checkpointed()
     if _holds(m.saves) and _holds(m.same) and checkpointed <= budget:
-        return [Choice("batchsize", None, KEPT, "batchsize=None (the full batch): it fits checkpointed",
-                       m.ids["batchsize"]),
-                Choice("checkpoint_gradients", True, ADVISED, f"checkpoint_gradients=True: {over}; checkpointed "
-                       f"about {_bytes(checkpointed)} fits, {_sameness(m.same)}{m.time_cost()}",
-                       m.ids["checkpoint_gradients"]),
-                Choice("offload_data", False, KEPT, "offload_data=False: not needed once checkpointed",
-                       m.ids["offload_data"])], []
-    rejected = [Choice("checkpoint_gradients", True, REJECTED, "checkpoint_gradients=True: " + (
+        return [Decision("batchsize", None, KEPT, "batchsize=None (the full batch): it fits checkpointed",
+                         m.ids["batchsize"]),
+                Decision("checkpoint_gradients", True, ADVISED, f"checkpoint_gradients=True: {over}; checkpointed "
+                         f"about {_bytes(checkpointed)} fits, {_sameness(m.same)}{m.time_cost()}",
+                         m.ids["checkpoint_gradients"]),
+                Decision("offload_data", False, KEPT, "offload_data=False: not needed once checkpointed",
+                         m.ids["offload_data"])], []
+    rejected = [Decision("checkpoint_gradients", True, REJECTED, "checkpoint_gradients=True: " + (
         f"about {_bytes(checkpointed)} checkpointed, still over the budget" if _holds(m.same) else
         f"not shown to give the same numbers: {(m.same or {}).get('summary', 'no verdict')}"),
         m.ids["checkpoint_gradients"])]
     offload = m.arguments > budget and _holds(m.moves) and _holds(m.offload_same)
     if m.arguments > budget and not offload:
-        rejected.append(Choice("offload_data", True, REJECTED, f"offload_data=True: the points take "
-                               f"{_bytes(m.arguments)}, over the budget, but offloading was not shown to move them "
-                               f"off with the same numbers", m.ids["offload_data"]))
+        rejected.append(Decision("offload_data", True, REJECTED, f"offload_data=True: the points take "
+                                 f"{_bytes(m.arguments)}, over the budget, but offloading was not shown to move them "
+                                 f"off with the same numbers", m.ids["offload_data"]))
     resident = _number(m.moves, "argument_bytes_offloaded") if offload else m.arguments
     batches = {b: _number(m.batch_memory, key) + resident
                for b, key in ((32, "temp_bytes_N_times_B"), (8, "temp_bytes_B"))}
@@ -265,18 +265,18 @@ def _tight(m: _Memory, budget: int, over: str) -> tuple[list[Choice], list[Choic
     b = fitting[0]
     accumulate = (f"; accumulation_steps=N makes an effective batch of N×{b} at this memory "
                   f"({m.batch['summary'].split(';')[0]})" if _holds(m.batch) else "")
-    chosen = [Choice("batchsize", b, ADVISED, f"batchsize={b}: {over}; batches of {b} need about "
-                     f"{_bytes(batches[b])} (mini-batches train otherwise than the full batch){accumulate}",
-                     m.ids["batchsize"]),
-              Choice("checkpoint_gradients", False, KEPT, "checkpoint_gradients=False: it does not make the full "
-                     "batch fit", m.ids["checkpoint_gradients"])]
+    chosen = [Decision("batchsize", b, ADVISED, f"batchsize={b}: {over}; batches of {b} need about "
+                       f"{_bytes(batches[b])} (mini-batches train otherwise than the full batch){accumulate}",
+                       m.ids["batchsize"]),
+              Decision("checkpoint_gradients", False, KEPT, "checkpoint_gradients=False: it does not make the full "
+                       "batch fit", m.ids["checkpoint_gradients"])]
     if offload:
-        chosen.append(Choice("offload_data", True, ADVISED, f"offload_data=True: the points alone take "
-                             f"{_bytes(m.arguments)} on the device, over the budget; offloaded {_bytes(resident)}, "
-                             f"{_sameness(m.offload_same)}", m.ids["offload_data"]))
+        chosen.append(Decision("offload_data", True, ADVISED, f"offload_data=True: the points alone take "
+                               f"{_bytes(m.arguments)} on the device, over the budget; offloaded {_bytes(resident)}, "
+                               f"{_sameness(m.offload_same)}", m.ids["offload_data"]))
     else:
-        chosen.append(Choice("offload_data", False, KEPT, f"offload_data=False: the points take "
-                             f"{_bytes(m.arguments)}, within the budget", m.ids["offload_data"]))
+        chosen.append(Decision("offload_data", False, KEPT, f"offload_data=False: the points take "
+                               f"{_bytes(m.arguments)}, within the budget", m.ids["offload_data"]))
     return chosen, rejected
 
 
@@ -294,7 +294,7 @@ def largest_fitting(capacity: Mapping[str, Any], label: str) -> int | None:
     return max(fitting) if fitting else None
 
 
-def _by_capacity(m: _Memory, capacity: Mapping[str, Any]) -> tuple[list[Choice], list[Choice]]:
+def _by_capacity(m: _Memory, capacity: Mapping[str, Any]) -> tuple[list[Decision], list[Decision]]:
     """The memory options from the largest batches that fit, with and without each: the full batch where it fits
     plain; checkpoint_gradients where it makes the full batch fit (with the same numbers); else the largest
     mini-batch that fits, offloaded only where offloading lets a larger batch fit than on the device."""
@@ -309,40 +309,41 @@ def _by_capacity(m: _Memory, capacity: Mapping[str, Any]) -> tuple[list[Choice],
         return _kept(m, {"batchsize": found, "checkpoint_gradients": f"not needed: {found}",
                          "offload_data": f"not needed: {found}"}), []
     if checkpointed == full and _holds(m.same):
-        return [Choice("batchsize", None, KEPT, "batchsize=None (the full batch): it fits checkpointed",
-                       m.ids["batchsize"]),
-                Choice("checkpoint_gradients", True, ADVISED, f"checkpoint_gradients=True: the full batch fits only "
-                       f"with it: {found}; {_sameness(m.same)}{m.time_cost()}", m.ids["checkpoint_gradients"]),
-                Choice("offload_data", False, KEPT, "offload_data=False: not needed once checkpointed",
-                       m.ids["offload_data"])], []
-    rejected = [Choice("checkpoint_gradients", True, REJECTED, "checkpoint_gradients=True: " + (
+        return [Decision("batchsize", None, KEPT, "batchsize=None (the full batch): it fits checkpointed",
+                         m.ids["batchsize"]),
+                Decision("checkpoint_gradients", True, ADVISED, f"checkpoint_gradients=True: the full batch fits only "
+                         f"with it: {found}; {_sameness(m.same)}{m.time_cost()}", m.ids["checkpoint_gradients"]),
+                Decision("offload_data", False, KEPT, "offload_data=False: not needed once checkpointed",
+                         m.ids["offload_data"])], []
+    rejected = [Decision("checkpoint_gradients", True, REJECTED, "checkpoint_gradients=True: " + (
         f"it does not make the full batch fit: {found}" if checkpointed != full else
         f"not shown to give the same numbers: {(m.same or {}).get('summary', 'no verdict')}"),
         m.ids["checkpoint_gradients"])]
     offload = offloaded is not None and offloaded > (plain or 0) and _holds(m.offload_same)
     if offloaded is not None and offloaded > (plain or 0) and not offload:
-        rejected.append(Choice("offload_data", True, REJECTED, f"offload_data=True: a larger batch fits with it, but "
-                               f"it was not shown to give the same numbers: {found}", m.ids["offload_data"]))
+        rejected.append(Decision("offload_data", True, REJECTED, f"offload_data=True: a larger batch fits with it, but "
+                                 f"it was not shown to give the same numbers: {found}", m.ids["offload_data"]))
     batch = offloaded if offload else plain
     if batch is None:
         return _kept(m, {"batchsize": f"no batch fits: {found}: a smaller model or problem is needed",
                          "checkpoint_gradients": "it does not make the update fit",
                          "offload_data": "no batch fits with it"}), rejected
-    chosen = [Choice("batchsize", batch, ADVISED, f"batchsize={batch}: mini-batches, which train otherwise than the "
-                     f"full batch: {found}", m.ids["batchsize"]),
-              Choice("checkpoint_gradients", False, KEPT, "checkpoint_gradients=False: it does not make the full "
-                     "batch fit", m.ids["checkpoint_gradients"])]
-    chosen.append(Choice("offload_data", True, ADVISED, f"offload_data=True: it lets batches of {batch:,} points "
-                         f"fit, {said(plain)} without it; {_sameness(m.offload_same)}", m.ids["offload_data"]) if offload
-                  else Choice("offload_data", False, KEPT, f"offload_data=False: it lets no larger batch fit: "
-                              f"{found}", m.ids["offload_data"]))
+    chosen = [Decision("batchsize", batch, ADVISED, f"batchsize={batch}: mini-batches, which train otherwise than the "
+                       f"full batch: {found}", m.ids["batchsize"]),
+              Decision("checkpoint_gradients", False, KEPT, "checkpoint_gradients=False: it does not make the full "
+                       "batch fit", m.ids["checkpoint_gradients"])]
+    chosen.append(Decision("offload_data", True, ADVISED, f"offload_data=True: it lets batches of {batch:,} points "
+                           f"fit, {said(plain)} without it; {_sameness(m.offload_same)}", m.ids["offload_data"])
+                  if offload
+                  else Decision("offload_data", False, KEPT, f"offload_data=False: it lets no larger batch fit: "
+                                f"{found}", m.ids["offload_data"]))
     return chosen, rejected
 
 
-def _kept(m: _Memory, why: Mapping[str, str]) -> list[Choice]:
+def _kept(m: _Memory, why: Mapping[str, str]) -> list[Decision]:
     """Every memory option at its default, each with ``why[option]``."""
-    return [Choice(option, DEFAULTS[option], KEPT, f"{option}={DEFAULTS[option]}"
-                   f"{' (the full batch)' if option == 'batchsize' else ''}: {why[option]}", m.ids[option])
+    return [Decision(option, DEFAULTS[option], KEPT, f"{option}={DEFAULTS[option]}"
+                     f"{' (the full batch)' if option == 'batchsize' else ''}: {why[option]}", m.ids[option])
             for option in ("batchsize", "checkpoint_gradients", "offload_data")]
 
 

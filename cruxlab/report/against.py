@@ -45,7 +45,7 @@ def compare_against(name: str, parent: str | None, uri: str | None, against: str
                     claims: Sequence[str] | None = None) -> Comparison:
     """The sweep ``against`` names (before) and this store's sweep of ``name`` (after), judged on ``claims``
     (default: the claims the sweeps name). Raises StoreError where a store, sweep or run cannot be read, and
-    :class:`cruxlab.report.comparison.Refused` where the two cannot be compared."""
+    :class:`cruxlab.report.comparison.Incomparable` where the two cannot be compared."""
     other_uri, other_parent, backend = split_against(against)
     this = this_sweep(name, parent, uri)
     other = load_sweep(name, other_parent, other_uri, None if other_parent else backend or this.backend)

@@ -48,7 +48,7 @@ RULES = {
 
 
 @dataclass(frozen=True)
-class Figure:
+class KeyFigure:
     """A key figure of a verdict: its value and what the verdict allows around it.
 
     ``low``/``high`` are its interval or range (None: none reported); ``bound`` the threshold it is held to;
@@ -91,18 +91,18 @@ class Figure:
                 if value is not None} | {"exact": self.exact, "described": self.described()}
 
 
-def key_figures(verdict: Verdict) -> dict[str, Figure]:
+def key_figures(verdict: Verdict) -> dict[str, KeyFigure]:
     """The figures of ``verdict`` that a comparison tests, by name (none for a verdict without evidence)."""
     evidence, thresholds = verdict.evidence, verdict.thresholds
-    figures: dict[str, Figure] = {}
+    figures: dict[str, KeyFigure] = {}
     for key in sorted(evidence):
         for low_end, high_end in INTERVAL_ENDS:
             base = key.removesuffix(low_end)
             if key.endswith(low_end) and base + high_end in evidence:
                 value = evidence.get(base, evidence.get(f"{base}_median", math.nan))
                 held = thresholds.get(base) or thresholds.get(f"{base}_median")
-                figures[base] = Figure(base, value, evidence[key], evidence[base + high_end],
-                                       held.value if held else None)
+                figures[base] = KeyFigure(base, value, evidence[key], evidence[base + high_end],
+                                          held.value if held else None)
     intervals = {key for base in figures for key in (base, f"{base}_median")}
     for name, threshold in sorted(thresholds.items()):
         if name in intervals:
@@ -113,8 +113,8 @@ def key_figures(verdict: Verdict) -> dict[str, Figure]:
             if key == name and evidence[key] == threshold.value:  # the bound itself, reported as evidence
                 continue
             exact = "bytes" in name
-            figures[key] = Figure(key, evidence[key], bound=threshold.value, exact=exact,
-                                  log_error=None if exact else evidence.get(LOG_STANDARD_ERROR))
+            figures[key] = KeyFigure(key, evidence[key], bound=threshold.value, exact=exact,
+                                     log_error=None if exact else evidence.get(LOG_STANDARD_ERROR))
     return figures
 
 
@@ -135,7 +135,7 @@ class FigureTest:
                 "changed": self.changed, "detail": self.detail}
 
 
-def figure_test(before: Figure, after: Figure) -> FigureTest | None:
+def figure_test(before: KeyFigure, after: KeyFigure) -> FigureTest | None:
     """The test between one figure on both sides, by its kind (None where it cannot be tested: a number that
     is not one, or a figure the two sides report differently)."""
     if math.isnan(before.value) or math.isnan(after.value):

@@ -35,7 +35,7 @@ from cruxlab.config import import_from_working_directory
 from cruxlab.report.against import compare_against
 from cruxlab.report.backends import load_sweeps
 from cruxlab.report.claims import CHECKS
-from cruxlab.report.comparison import Refused
+from cruxlab.report.comparison import Incomparable
 from cruxlab.report.comparison_document import comparison_table, write_comparison
 from cruxlab.report.coverage import judged as judged_verdicts, names_claims
 from cruxlab.report.document import (NO_CHECK, completeness, side_by_side_table, verdict_table, write_report, write_side_by_side)
@@ -125,7 +125,7 @@ def report_against(args: argparse.Namespace) -> int:
     """
     try:
         comparison = compare_against(args.name, args.parent, args.tracking_uri, args.against, args.claim)
-    except (StoreError, Refused) as error:
+    except (StoreError, Incomparable) as error:
         print(f"crux-report: {error}", file=sys.stderr)
         return UNREAD
     out = args.out or default_out(args.name)

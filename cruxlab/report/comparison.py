@@ -25,12 +25,12 @@ from cruxlab.report.verdict import Verdict
 from cruxlab.store.secrets import masked
 
 
-class Refused(ValueError):
+class Incomparable(ValueError):
     """Two sweeps that cannot be compared, and why, in one line."""
 
 
 @dataclass(frozen=True)
-class Side:
+class ComparedSweep:
     """One of the two sweeps: its name in the comparison (what sets it apart from the other side, or a machine's),
     the sweep, and its verdicts."""
 
@@ -88,8 +88,8 @@ class Comparison:
 
     name: str
     claims: tuple[str, ...]
-    before: Side
-    after: Side
+    before: ComparedSweep
+    after: ComparedSweep
     rows: tuple[Row, ...]
 
     @property
@@ -110,25 +110,25 @@ def compare(before: Sweep, after: Sweep, claims: Sequence[str] | None = None,
             roles: tuple[str, str] | None = None) -> Comparison:
     """Judge both sweeps on ``claims`` (default: the claims each names, which must be the same) and match their
     verdicts, ``before`` first; ``roles`` name the two sides (default: by what differs between them,
-    :func:`side_names`). Raises :class:`Refused` for two sweeps of different claims, or of no common variant."""
+    :func:`side_names`). Raises :class:`Incomparable` for two sweeps of different claims, or of no common variant."""
     if (before.uri, before.parent_id) == (after.uri, after.parent_id):
-        raise Refused(f"both sides are the sweep of parent run {before.parent_id}: name the other one "
-                      f"(--against URI#PARENT_RUN)")
+        raise Incomparable(f"both sides are the sweep of parent run {before.parent_id}: name the other one "
+                           f"(--against URI#PARENT_RUN)")
     roles = roles or side_names(before, after)
     if claims is None:
         first, second = claims_of(before), claims_of(after)
         if first != second:
-            raise Refused(f"the sweeps judge different claims ({roles[0]}: {', '.join(first)}; {roles[1]}: "
-                          f"{', '.join(second)}): compare sweeps of one claim, or name the claims to judge both on "
-                          f"with --claim")
+            raise Incomparable(f"the sweeps judge different claims ({roles[0]}: {', '.join(first)}; {roles[1]}: "
+                               f"{', '.join(second)}): compare sweeps of one claim, or name the claims to judge "
+                               f"both on with --claim")
         claims = first
-    sides = [Side(role, sweep, ()) for role, sweep in zip(roles, (before, after))]
+    sides = [ComparedSweep(role, sweep, ()) for role, sweep in zip(roles, (before, after))]
     if not set(sides[0].variants) & set(sides[1].variants):
-        raise Refused(f"no variant is in both sweeps ({roles[0]}: {', '.join(sides[0].variants) or 'none'}; "
-                      f"{roles[1]}: {', '.join(sides[1].variants) or 'none'}): they ran different settings")
+        raise Incomparable(f"no variant is in both sweeps ({roles[0]}: {', '.join(sides[0].variants) or 'none'}; "
+                           f"{roles[1]}: {', '.join(sides[1].variants) or 'none'}): they ran different settings")
     earlier, later = (tuple(judge_sound(side.sweep, claims)) for side in sides)
-    return Comparison(before.name, tuple(claims), Side(roles[0], before, earlier), Side(roles[1], after, later),
-                      tuple(_rows(earlier, later)))
+    return Comparison(before.name, tuple(claims), ComparedSweep(roles[0], before, earlier),
+                      ComparedSweep(roles[1], after, later), tuple(_rows(earlier, later)))
 
 
 def _device(records: Sequence[RunRecord]) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Sequence
 
 from cruxlab.report.changes import RULES, figures_json, key_figures
-from cruxlab.report.comparison import Comparison, Row, Side
+from cruxlab.report.comparison import Comparison, Row, ComparedSweep
 from cruxlab.report.comparison_figures import draw_comparison
 from cruxlab.report.document import SAME_AS_CRUX_BATCHING, table_cell
 from cruxlab.report.figures import Figure
@@ -120,7 +120,7 @@ def comparison_markdown(comparison: Comparison, figures: Sequence[Figure]) -> st
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _side_json(side: Side) -> dict:
+def _side_json(side: ComparedSweep) -> dict:
     return {"role": side.role, "parent_run": side.sweep.parent_id, "complete": side.sweep.complete,
             "sound": side.sweep.sound, **side.ran_on(), "variants": side.variants}
 

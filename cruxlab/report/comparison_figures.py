@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from cruxlab.report.changes import TIMING, key_figures
-from cruxlab.report.comparison import Comparison, Side
+from cruxlab.report.comparison import Comparison, ComparedSweep
 from cruxlab.report.document import row_name
 from cruxlab.report.figures import Figure, pyplot, save_figure
 from cruxlab.report.run_records import RunRecord
@@ -18,12 +18,12 @@ COLUMNS = 3
 LEGEND_WIDTH = 40  # characters a line of a legend's label
 
 
-def legend_label(when: str, side: Side) -> str:
+def legend_label(when: str, side: ComparedSweep) -> str:
     """``before: crux 1a2b3c4`` in a legend, a long name (overrides, a store's path) wrapped to fit beside a panel."""
     return textwrap.fill(f"{when}: {side.role}", LEGEND_WIDTH)
 
 
-def first_runs(side: Side) -> dict[str, RunRecord]:
+def first_runs(side: ComparedSweep) -> dict[str, RunRecord]:
     """Per variant (``batching=points`` left out), the run of its first repeat: the one its verdicts compare."""
     found: dict[str, RunRecord] = {}
     for record in sorted(side.sweep.records, key=lambda r: (r.repeat, r.run_id)):

@@ -25,7 +25,7 @@ from typing import Sequence
 from cruxlab.report.backends import backends_in
 from cruxlab.report.changes import TIMING, key_figures
 from cruxlab.report.claims import CHECKS
-from cruxlab.report.comparison import Comparison, Refused, Side, compare
+from cruxlab.report.comparison import Comparison, Incomparable, ComparedSweep, compare
 from cruxlab.report.comparison_document import write_comparison
 from cruxlab.report.coverage import claims_of, judge_sound
 from cruxlab.report.document import row_name, write_report
@@ -80,7 +80,7 @@ Sweeps = dict[str, list[str]]
 """A store's built-in sweeps: each name, and the libraries (backends) that ran sweeps of it, crux first."""
 
 
-def sweeps_in(uri: str) -> Sweeps:
+def sweeps_in_store(uri: str) -> Sweeps:
     """The built-in sweeps of the store at ``uri``, and the libraries that ran each."""
     return {name: backends_in(name, uri) for name in sweep_names(uri)}
 
@@ -99,7 +99,7 @@ class SweepRow:
     comparison or why it was refused)."""
 
     name: str
-    sides: tuple[Side | None, ...]
+    sides: tuple[ComparedSweep | None, ...]
     comparisons: tuple[Comparison | str | None, ...]
     backend: str = DEFAULT_BACKEND
 
@@ -127,15 +127,15 @@ def sweep_row(name: str, backend: str, columns: Sequence[Column], present: Seque
             continue
         try:
             comparisons.append(compare(reference, sweep, roles=(columns[0].label, column.label)))
-        except Refused as refused:
+        except Incomparable as refused:
             comparisons.append(str(refused))
-    sides = [_judged(i, comparisons) or (Side(column.label, sweep, tuple(judge_sound(sweep, claims_of(sweep))))
+    sides = [_judged(i, comparisons) or (ComparedSweep(column.label, sweep, tuple(judge_sound(sweep, claims_of(sweep))))
                                          if sweep is not None else None)
              for i, (column, sweep) in enumerate(zip(columns, sweeps))]
     return SweepRow(name, tuple(sides), tuple(comparisons), backend)
 
 
-def _judged(index: int, comparisons: Sequence[Comparison | str | None]) -> Side | None:
+def _judged(index: int, comparisons: Sequence[Comparison | str | None]) -> ComparedSweep | None:
     """Column ``index``'s side as a comparison judged it, where one did: the first column's is judged alike by
     every comparison, each other column's by its own."""
     if index == 0:
@@ -173,7 +173,7 @@ def cell(verdicts: Sequence[Verdict]) -> str:
     return "; ".join(parts) or "–"
 
 
-def side_cell(side: Side | None) -> str:
+def side_cell(side: ComparedSweep | None) -> str:
     """A machine's cell: its verdicts, and how many of the planned jobs finished where the sweep is incomplete (a
     command that ran out of time: the missing jobs' claims are inconclusive for that reason alone)."""
     if side is None:
@@ -194,7 +194,7 @@ def changes_cell(comparison: Comparison | str | None, link: str | None) -> str:
     return f"{text} ([comparison]({link}))" if link else text
 
 
-def _jobs(sides: Sequence[Side | None]) -> str:
+def _jobs(sides: Sequence[ComparedSweep | None]) -> str:
     planned = list(dict.fromkeys(str(side.sweep.planned) for side in sides if side is not None))
     return " / ".join(planned)
 
@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.readme is not None:
             _bounds(args.readme.read_text(encoding="utf-8"), args.readme)
-        present = [[sweeps_in(uri) for uri in column.uris] for column in args.stores]
+        present = [[sweeps_in_store(uri) for uri in column.uris] for column in args.stores]
         names = args.sweeps.split(",") if args.sweeps else [n for n in CHECKS if any(n in s for s in present[0])]
         libraries = {name: list(dict.fromkeys(b for sweeps in present[0] for b in sweeps.get(name, ())))
                      for name in names}

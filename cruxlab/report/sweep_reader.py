@@ -275,7 +275,7 @@ def _sweeps(client: MlflowClient, experiment_id: str, name: str, chosen: str | N
         if parent is None and jobs.complete:
             return candidate, children, newer, False
         newest = newest or (candidate, children)
-        newer.append(OtherSweep(candidate.info.run_id, started(candidate), candidate.info.status, jobs.complete,
+        newer.append(OtherSweep(candidate.info.run_id, started_at(candidate), candidate.info.status, jobs.complete,
                                 len(jobs.finished), jobs.planned))
     if parent is not None:  # not among the listed parents: a run deleted in the UI
         return parent, list(child_runs(client, experiment_id, parent.info.run_id)), newer, False
@@ -292,7 +292,7 @@ def _chosen_parent(client: MlflowClient, experiment_id: str, name: str, run_id: 
     except MlflowException as error:
         if error.error_code != "RESOURCE_DOES_NOT_EXIST":
             raise
-        newest = [f"{p.info.run_id} ({started(p)}, {p.info.status})" for _, p in zip(range(3), parents(
+        newest = [f"{p.info.run_id} ({started_at(p)}, {p.info.status})" for _, p in zip(range(3), parents(
             client, experiment_id))]
         raise StoreError(f"no run {run_id} at {uri}; the newest sweeps of {name!r} there: "
                          f"{', '.join(newest) or 'none'}. Pass one of them to --run, or leave --run out for the "
@@ -309,7 +309,7 @@ def _chosen_parent(client: MlflowClient, experiment_id: str, name: str, run_id: 
     return run
 
 
-def started(run: Run) -> str:
+def started_at(run: Run) -> str:
     """When ``run`` started, in UTC to the second."""
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime((run.info.start_time or 0) / 1000))
 
@@ -330,7 +330,7 @@ def _read_sweep(client: MlflowClient, name: str, uri: str, experiment_id: str, p
     records.sort(key=lambda r: (r.label, r.repeat, r.run_id))
     unreadable.sort(key=lambda u: (u.label, u.run_id, u.artifact))
     return Sweep(name, uri, experiment_id, parent.info.run_id, dict(parent.data.tags), records, jobs,
-                 started(parent), newer, none_complete, tuple(unreadable), tuple(sorted(elsewhere)))
+                 started_at(parent), newer, none_complete, tuple(unreadable), tuple(sorted(elsewhere)))
 
 
 def _read_plan(client: MlflowClient, parent: Run, folder: Path, unreadable: list[Unreadable]

@@ -29,7 +29,7 @@ def run_capacity(cfg: DictConfig, run: JobRun) -> float:
     A size that does not fit is evidence, logged, not a failure of the job."""
     settings = cfg.capacity
     budget = capacity_search.budget(settings.budget_bytes, settings.cpu_budget_bytes)
-    result = capacity_search.measure(settings.option, budget, **dataclasses.asdict(sizes(settings)),
+    result = capacity_search.measure_capacity(settings.option, budget, **dataclasses.asdict(sizes(settings)),
                               tried=lambda attempt: log.info("capacity: %s", attempt))
     log.info("%s", result)
     run.log_metrics({key: value for key, value in result.metrics().items() if not math.isnan(value)})

@@ -38,7 +38,7 @@ def artifact_store(location: str, tracking_uri: str) -> str:
     return f"the artifact store at {masked(location)}"
 
 
-def local_folder(location: str) -> Path | None:
+def location_folder(location: str) -> Path | None:
     """The folder on this machine that ``location`` names (``file://`` or a plain path); None for any other store."""
     parts = urlsplit(location)
     if parts.scheme == "file":
@@ -88,7 +88,7 @@ def check_artifact_folder(location: str, tracking_uri: str) -> None:
     """StoreFault naming the artifact store where ``location`` is a folder on this machine that takes no file (a
     read-only file system, no permission, no room for a file's entry): a job would train for nothing there. A
     folder not made yet is checked at the nearest folder above it that exists; other stores are not checked."""
-    folder = local_folder(location) if location else None
+    folder = location_folder(location) if location else None
     if folder is None:
         return
     existing = folder

@@ -11,12 +11,12 @@ import jax
 
 import jno
 from crux.model import ACTIVATIONS
-from cruxlab.backends.jno import Problem
+from cruxlab.backends.jno import OwnProblem
 from nonlinear_poisson import unit_square_points
 
 
 def unit_square(n_interior: int, n_edge: int, source: float, hidden: Sequence[int], activation: str,
-                seed: int) -> Problem:
+                seed: int) -> OwnProblem:
     """The fields of ``conf/problem/unit_square_jno.yaml``, and ``hidden``, ``activation``, ``seed`` as for
     crux (an MLP of ``len(hidden)`` layers of ``hidden[0]``, its activation by name)."""
     interior, edge = unit_square_points(n_interior, n_edge, seed)
@@ -27,5 +27,5 @@ def unit_square(n_interior: int, n_edge: int, source: float, hidden: Sequence[in
                              hidden_dims=hidden[0], num_layers=len(hidden), key=jax.random.PRNGKey(seed)))
     u = net(x, y).scalar
     pde = -u.laplacian(x, y) + u ** 3 - source
-    return Problem({"pde": pde.mse, "edge": net(xe, ye).scalar.mse}, {"u": net},
-                   description=f"-Δu + u³ = {source:g} on [0,1]², u = 0 on the edges (jNO)")
+    return OwnProblem({"pde": pde.mse, "edge": net(xe, ye).scalar.mse}, {"u": net},
+                      description=f"-Δu + u³ = {source:g} on [0,1]², u = 0 on the edges (jNO)")

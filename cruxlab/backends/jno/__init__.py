@@ -3,10 +3,12 @@ trained through jNO's own API.
 
 Importing this package imports jNO (PyPI ``jax-numerical-operators``, the ``jno`` extra);
 crux imports it only when a job chooses ``backend=jno``. :mod:`.problems` builds the
-built-in problems, :mod:`.own` a user's (:class:`Problem`), :mod:`.training` runs
+built-in problems, :mod:`.own` a user's (:class:`OwnProblem`), :mod:`.training` runs
 ``solve()`` and reads back what jNO reports, :mod:`.pipeline_job` is the pipeline job that logs
 it all in crux's MLflow layout.
 """
-from cruxlab.backends.jno.own import Problem
+from cruxlab.backends.jno.own import OwnProblem
 
-__all__ = ["Problem"]
+Problem = OwnProblem  # the name docs/usage.md gave users before OwnProblem
+
+__all__ = ["OwnProblem", "Problem"]

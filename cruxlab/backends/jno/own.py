@@ -4,7 +4,7 @@ The problem config's ``_target_`` names a function that crux calls as it calls a
 crux problem's, ``function(**fields, hidden=..., activation=..., seed=...)``
 (:data:`cruxlab.config.PROBLEM_ARGUMENTS`), so crux-run and crux-sweep check it the same
 way before any job: the module imports, every field is a parameter, the arguments
-bind. The function returns a :class:`Problem`: jNO losses and ``jno.nn`` models by
+bind. The function returns an :class:`OwnProblem`: jNO losses and ``jno.nn`` models by
 name. crux makes ``jno.core`` of the losses, attaches the configured optimizer and
 schedule to every model and trains and logs it as it does a built-in problem. jNO
 finds the domain from the losses' variables; ``solve(points=B)`` draws B points of
@@ -29,7 +29,7 @@ from cruxlab.config import ModelConfig
 
 
 @dataclass
-class Problem:
+class OwnProblem:
     """``constraints``: name -> a jNO loss (``residual.mse``, weighted as you like), in the order ``jno.core``
     takes them (``solver.substeps`` counts in it); ``models``: name -> ``jno.nn`` model. Where the problem has
     an exact solution: ``exact[f](xs)``, ``predict[f](models, xs)`` (``models`` is this ``models``) and the
@@ -57,15 +57,15 @@ def _largest_point_set(core: Any) -> int:
     return max(np.shape(points)[2] for points in core.domain.context.values() if np.ndim(points) == 4)
 
 
-def build(node: DictConfig, model: ModelConfig, seed: int, twin: int) -> JnoProblem:
+def build_own(node: DictConfig, model: ModelConfig, seed: int, twin: int) -> JnoProblem:
     """The problem the config ``node`` names, built and made a ``jno.core``, its models moved to round-off twin
     ``twin`` (0: as built) before jNO reads them. Raises TypeError for a function that returns anything but a
-    :class:`Problem`, and as :func:`cruxlab.config.problem_call` does."""
+    :class:`OwnProblem`, and as :func:`cruxlab.config.problem_call` does."""
     function, arguments = config.problem_call(node, model, seed)
     own = function(**arguments)
-    if not isinstance(own, Problem):
-        raise TypeError(f"problem: {node._target_} returned {type(own).__name__}, not a cruxlab.backends.jno.Problem: "
-                        f"backend=jno trains a problem written in jNO's terms (docs/usage.md, \"jNO on a problem "
+    if not isinstance(own, OwnProblem):
+        raise TypeError(f"problem: {node._target_} returned {type(own).__name__}, not a "
+                        f"cruxlab.backends.jno.OwnProblem: backend=jno trains a problem written in jNO's terms (docs/usage.md, \"jNO on a problem "
                         f"of your own\"); choose backend=crux for this one")
     for net in own.models.values():
         arrays, rest = eqx.partition(net.module, eqx.is_array)

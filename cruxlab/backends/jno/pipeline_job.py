@@ -115,13 +115,14 @@ def train_and_log(cfg: DictConfig, run: JobRun) -> float:
     model = OmegaConf.to_object(cfg.model)
     if name is None:  # a problem of the user's own, written in jNO's terms
         def build() -> problems.JnoProblem:
-            return own.build(cfg.problem, model, cfg.solver.seed, cfg.roundoff_twin)
+            return own.build_own(cfg.problem, model, cfg.solver.seed, cfg.roundoff_twin)
     else:
         crux_problem = config.problem(cfg)  # the points, the exact solution and the test points
         fields = OmegaConf.to_container(cfg.problem)
 
         def build() -> problems.JnoProblem:
-            return problems.build(name, crux_problem, fields, model, cfg.solver.seed, cfg.roundoff_twin, batching)
+            return problems.build_built_in(name, crux_problem, fields, model, cfg.solver.seed, cfg.roundoff_twin,
+                                           batching)
 
     problem = build()
     requested = solve_options(cfg)

@@ -58,7 +58,7 @@ class JnoProblem:
     test_points: np.ndarray | None = None
 
 
-def network(model: ModelConfig, seed: int, twin: int) -> Any:
+def jno_network(model: ModelConfig, seed: int, twin: int) -> Any:
     """``jno.nn`` around a foundax MLP (1 -> the model's hidden layers, of one width -> 1), initialised from
     ``seed`` and moved to round-off twin ``twin`` (0: as initialised) before jNO reads it."""
     layers = model.layers()
@@ -90,15 +90,15 @@ def _values(net: Any) -> Field:
     return lambda xs: np.asarray(net.module(np.asarray(xs, np.float32)), np.float64)[:, 0]
 
 
-def poisson1d(crux_problem: Problem, fields: Mapping[str, Any], model: ModelConfig, seed: int, twin: int,
-              batching: Batching) -> JnoProblem:
+def jno_poisson1d(crux_problem: Problem, fields: Mapping[str, Any], model: ModelConfig, seed: int, twin: int,
+                  batching: Batching) -> JnoProblem:
     """-u'' = pi^2 sin(pi x): soft boundary (``pde``, ``bc_weight * bc``) or hard (u = x(1-x) N(x), ``pde``)."""
     interior = crux_problem.constraints[0].points
     points = {"interior": interior} if fields["hard_boundary"] else {"interior": interior, "boundary": np.array(
         [[0.0], [1.0]], np.float32)}
     variables = _variables(points, "interior", batching, seed)
     x = variables["interior"]
-    net = network(model, seed, twin)
+    net = jno_network(model, seed, twin)
     pi = np.pi
     if fields["hard_boundary"]:
         u = (x * (1 - x) * net(x)).scalar.bind(x=x)
@@ -113,13 +113,13 @@ def poisson1d(crux_problem: Problem, fields: Mapping[str, Any], model: ModelConf
     return JnoProblem(jno.core(constraints), {"u": net}, names, predict, _population(points, "interior", batching))
 
 
-def mixed_poisson1d(crux_problem: Problem, fields: Mapping[str, Any], model: ModelConfig, seed: int, twin: int,
-                    batching: Batching) -> JnoProblem:
+def jno_mixed_poisson1d(crux_problem: Problem, fields: Mapping[str, Any], model: ModelConfig, seed: int, twin: int,
+                        batching: Batching) -> JnoProblem:
     """Two networks, q = u' and -q' = f: ``flux_balance`` reaches q, ``flux`` u and q, ``bc`` u (crux's order)."""
     points = {"interior": crux_problem.constraints[0].points, "boundary": crux_problem.constraints[2].points}
     variables = _variables(points, "interior", batching, seed)
     x = variables["interior"]
-    u_net, q_net = network(model, seed, twin), network(model, seed + 1, twin)
+    u_net, q_net = jno_network(model, seed, twin), jno_network(model, seed + 1, twin)
     u, q = u_net(x).scalar.bind(x=x), q_net(x).scalar.bind(x=x)
     pi = np.pi
     constraints = [(-q.x - pi ** 2 * jno.np.sin(pi * x)).mse, (q - u.x).mse, u_net(variables["boundary"]).scalar.mse]
@@ -127,11 +127,11 @@ def mixed_poisson1d(crux_problem: Problem, fields: Mapping[str, Any], model: Mod
                       {"u": _values(u_net), "q": _values(q_net)}, _population(points, "interior", batching))
 
 
-BUILDERS = {"poisson1d": poisson1d, "mixed_poisson1d": mixed_poisson1d}
+BUILDERS = {"poisson1d": jno_poisson1d, "mixed_poisson1d": jno_mixed_poisson1d}
 
 
-def build(name: str, crux_problem: Problem, fields: Mapping[str, Any], model: ModelConfig, seed: int, twin: int,
-          batching: Batching) -> JnoProblem:
+def build_built_in(name: str, crux_problem: Problem, fields: Mapping[str, Any], model: ModelConfig, seed: int,
+                   twin: int, batching: Batching) -> JnoProblem:
     """The built-in problem ``name`` in jNO (cruxlab.config.backend_choice checked that it is one of ``BUILDERS``), with
     the crux problem's exact solution and test points."""
     built = BUILDERS[name](crux_problem, fields, model, seed, twin, batching)

@@ -62,7 +62,7 @@ FLOOR_ORIGIN = (
 
 
 @dataclass(frozen=True)
-class Spread:
+class GradientSpread:
     """The measured gradient spread of one run: variance, its standard error, and what bounds it from below.
 
     ``sizes`` maps each constraint to its number of items; runs that logged only the largest (``population``)
@@ -86,7 +86,7 @@ class Spread:
         where ``params.npz`` cannot be read, :class:`UnreadableArtifact` is raised, or, if not ``floor_needed``,
         the floor is unknown (infinite: the spread never counts as noise)."""
         metrics = record.metrics
-        if not Spread.measured(record):
+        if not GradientSpread.measured(record):
             return None
         try:
             size = float(np.linalg.norm(record.snapshot("initial")))
@@ -96,8 +96,8 @@ class Spread:
             size = math.inf
         resolution = EPS * (size + metrics[f"{PREFIX}mean_norm"])
         sizes = {key[len(ITEMS):]: int(value) for key, value in sorted(metrics.items()) if key.startswith(ITEMS)}
-        return Spread(metrics[f"{PREFIX}variance"], metrics[f"{PREFIX}standard_error"],
-                      int(metrics[f"{PREFIX}population"]), (ROUNDOFF_ALLOWANCE * resolution) ** 2, sizes)
+        return GradientSpread(metrics[f"{PREFIX}variance"], metrics[f"{PREFIX}standard_error"],
+                              int(metrics[f"{PREFIX}population"]), (ROUNDOFF_ALLOWANCE * resolution) ** 2, sizes)
 
     @property
     def populations(self) -> tuple[int, ...]:
@@ -118,7 +118,7 @@ def check_gradient_noise(records: list[RunRecord]) -> list[Verdict]:
     verdicts = []
     for (group, options), runs in settings(records, lambda o: o.accumulation_steps > 1 and o.batchsize).items():
         accumulated = first(runs)
-        if not Spread.measured(accumulated):
+        if not GradientSpread.measured(accumulated):
             continue
         plain = first(repeats(records, group, replace(options, accumulation_steps=1)))
         big = first(repeats(records, group, replace(options, batchsize=options.batchsize * options.accumulation_steps,
@@ -153,10 +153,10 @@ def _noise(accumulated: RunRecord, plain: RunRecord | None, big: RunRecord | Non
             f"{STANDARD_ERRORS:g} standard errors")
     runs = run_ids(accumulated, plain, big)
     try:  # the round-off floors read the initial parameters
-        mine, reference = Spread.of(accumulated), Spread.of(plain) if plain is not None else None
+        mine, reference = GradientSpread.of(accumulated), GradientSpread.of(plain) if plain is not None else None
     except UnreadableArtifact as error:
         return cannot_judge(name, EFFECTIVE_BATCH, test, error, runs)
-    big_spread = Spread.of(big, floor_needed=False) if big is not None else None  # evidence beside the verdict
+    big_spread = GradientSpread.of(big, floor_needed=False) if big is not None else None  # evidence beside the verdict
     if reference is None:
         return _verdict(name, test, INCONCLUSIVE, f"the sweep has no run with batchsize={b} (accumulation_steps=1) "
                                                   f"that measured its gradient spread", runs=runs)
@@ -190,8 +190,8 @@ def _verdict(name: str, test: str, verdict: str, summary: str, evidence: dict[st
     return EFFECTIVE_BATCH.verdict(name, test, verdict, summary, evidence, thresholds, runs)
 
 
-def _judge(mine: Spread, reference: Spread, big: Spread | None, ratio: float, error: float, low: float,
-           high: float, a: int, b: int) -> tuple[str, str]:
+def _judge(mine: GradientSpread, reference: GradientSpread, big: GradientSpread | None, ratio: float, error: float,
+           low: float, high: float, a: int, b: int) -> tuple[str, str]:
     if not any(s.noisy for s in (mine, reference, big) if s is not None):
         return NO_EFFECT, (f"the batch option changes nothing here: every draw of batch {b}, of {a}×{b}"
                            + (f" and of {a * b}" if big is not None else "") +
@@ -220,7 +220,7 @@ def _judge(mine: Spread, reference: Spread, big: Spread | None, ratio: float, er
     return FAILS, f"{a}×{b} has less noise than {a}·{b} distinct items allow; {position}"
 
 
-def _least(spread: Spread, a: int, b: int) -> str:
+def _least(spread: GradientSpread, a: int, b: int) -> str:
     """Where several constraints are sampled: which one's factor sets the lower end of the range."""
     sampled = {name: n for name, n in spread.sizes.items() if n > b}
     if len(sampled) < 2:

@@ -42,7 +42,7 @@ def resumed(record: RunRecord) -> bool:
     return len(record.phases) > 1 and not any(plan.fresh for plan in record.phases[1:])
 
 
-def configuration(record: RunRecord) -> str:
+def group_without_calls(record: RunRecord) -> str:
     """The run's group without how its epochs are split into calls (``solver.epochs`` and ``phases``): a resumed
     run and its one-call partner differ in nothing else."""
     if not record.group:
@@ -57,7 +57,7 @@ def one_call_partners(records: list[RunRecord], run: RunRecord) -> list[RunRecor
     """Repeats of the run that trains ``run``'s configuration and total epochs in one call."""
     total = sum(calls(run))
     return sorted((r for r in records if len(calls(r)) == 1 and calls(r)[0] == total
-                   and configuration(r) == configuration(run)
+                   and group_without_calls(r) == group_without_calls(run)
                    and r.options.keywords() == run.options.keywords()),
                   key=lambda r: (r.repeat, r.run_id))
 
