@@ -136,7 +136,7 @@ ROWS = ("wall", "before parent", "parent", "after parent", "parent outside jobs"
         "job beyond, median", "job beyond, largest", "own share")
 
 
-def table(rows: list[dict[str, float]]) -> str:
+def parts_table(rows: list[dict[str, float]]) -> str:
     """The commands' parts side by side, one column a command (the first into a fresh store)."""
     lines = ["| | " + " | ".join(f"command {n}" for n in range(1, len(rows) + 1)) + " |",
              "|---|" + "---:|" * len(rows)]
@@ -146,7 +146,7 @@ def table(rows: list[dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
-def parser() -> argparse.ArgumentParser:
+def command_options() -> argparse.ArgumentParser:
     """``crux-bench command``'s options."""
     parser = argparse.ArgumentParser(prog="crux-bench command", description=__doc__.split("\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -168,7 +168,7 @@ def main(argv: list[str]) -> int:
         SystemExit: status 2 without a command or with ``--repeats`` below 1, before anything runs.
         RuntimeError: a command failed, with the end of its output.
     """
-    options = parser()
+    options = command_options()
     args = options.parse_args(argv)
     if not args.command:
         options.error("give the command to measure, e.g. crux-bench command crux-sweep accumulation "
@@ -187,7 +187,7 @@ def main(argv: list[str]) -> int:
                   f"{row['training and compile']:.2f} s over {row['jobs']} jobs; outside runs "
                   f"{row['outside runs']:.2f} s, own share {100 * row['own share']:.1f}% "
                   f"(load {os.getloadavg()[0]:.2f})", flush=True)
-    print(table(rows))
+    print(parts_table(rows))
     references = {}
     if not args.no_references:
         references["python start"] = statistics.median(reference("", "") for _ in range(args.repeats))
