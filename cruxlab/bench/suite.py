@@ -35,8 +35,8 @@ import optax
 
 import crux
 from cruxlab.bench.hand_written import initial_layers, network
-from cruxlab.bench.host import environment
-from cruxlab.bench.interleaved import fastest, in_rounds, measure, paired_ratio
+from cruxlab.bench.host import bench_environment
+from cruxlab.bench.interleaved import fastest, in_rounds, measure_interleaved, paired_ratio
 from cruxlab.bench.variants import WARMUP_CALLS, CruxVariant, Variant, traced_at
 
 Pointwise = Callable[[jax.Array], jax.Array]
@@ -320,7 +320,7 @@ def compare_speeds(shapes: list[str], depths: tuple[int, ...], precision: str, r
             variants += [HandScan(f"hand ×{k}" + (f" unroll {u}" if u > 1 else ""), shape, "adam", k, precision, u)
                          for u in (1, 4)]
         log(f" {shape_name}: {shape.points():,} points, {precision}")
-        results = measure(variants, steps, rounds, log)
+        results = measure_interleaved(variants, steps, rounds, log)
         for k in depths:
             hand = fastest(results, [f"hand ×{k}", f"hand ×{k} unroll 4"])
             table[f"{shape_name}/{precision}/×{k}"] = {"against": hand, **paired_ratio(results, f"crux ×{k}", hand)}
@@ -358,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"--shapes: unknown {unknown}; choose from {','.join(SHAPES)}")
     log = functools.partial(print, flush=True)
-    report: dict[str, Any] = {"environment": environment()}
+    report: dict[str, Any] = {"environment": bench_environment()}
     if args.only != "speed":
         log(f"first fused call of 100 updates, compile, {args.rounds} rounds, fresh processes, highest")
         report["compile"] = compare_compiles(shapes, args.optimizers.split(","), 100, "highest", args.rounds, log)
