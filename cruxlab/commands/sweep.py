@@ -33,6 +33,7 @@ from typing import Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
+from cruxlab import device_start
 from cruxlab.commands import heap
 
 SWEEP_PACKAGE = "crux.sweeps"
@@ -307,6 +308,10 @@ def main(argv: list[str] | None = None) -> None:
         sweep = find_sweep(args.sweep, args.sweeps_dir)
         if args.config_dir is not None and not args.config_dir.is_dir():
             raise ValueError(f"--config-dir {args.config_dir}: no such folder")
+        own_configs = [args.config_dir] if args.config_dir is not None else []
+        if device_start.why_not_early(OmegaConf.to_container(sweep.config, resolve=False), args.overrides,
+                                      own_configs) is None:
+            device_start.start_beside()  # while the imports below run, in the thread that imports them
         with heap.lasting():  # the checks' modules import MLflow: kept to the process's end, walked by no collection
             check_claims(sweep)
     except ValueError as error:  # one line, as every refusal before a run: no usage to read past

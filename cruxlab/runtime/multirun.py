@@ -39,7 +39,7 @@ import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -54,6 +54,7 @@ from omegaconf.errors import OmegaConfBaseException
 from cruxlab.config import effective_settings, overrides_without
 from cruxlab.config.keys import refused_override
 from cruxlab.config.refusals import config_refusals, refusals as job_refusals
+from cruxlab.device_start import jax_settings_of_its_own
 from cruxlab.runtime.compilation_cache import use_compilation_cache
 from cruxlab.runtime.composed import override_lines
 from cruxlab.runtime.handover import ARTIFACTS, Pickup, read_results, workers_output_ended
@@ -601,15 +602,6 @@ def launcher_fault(error: BaseException, sweep_dir: Path) -> StoreFault:
         return StoreFault(f"the launcher could not start a job: {full_disk(error, folder=sweep_dir)}",
                           store=f"the sweep's folder {sweep_dir}")
     return StoreFault(f"the launcher could not start a job: {brief(error)}")
-
-
-JAX_VARIABLES = ("XLA_", "JAX_")
-"""The prefixes of the environment variables that JAX reads once, when it starts."""
-
-
-def jax_settings_of_its_own(env_set: Mapping[str, str]) -> bool:
-    """Whether a job's ``hydra.job.env_set`` gives JAX other settings than this process has."""
-    return any(key.startswith(JAX_VARIABLES) and os.environ.get(key) != str(value) for key, value in env_set.items())
 
 
 def job_table(runs: Iterable[Run]) -> str:

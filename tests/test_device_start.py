@@ -1,0 +1,76 @@
+"""crux-sweep starts the device runtime beside its imports only where no job could ask JAX to start otherwise;
+its refusals and its help import neither JAX nor MLflow."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from cruxlab.commands.sweep import builtin_sweeps
+from cruxlab.device_start import why_not_early
+
+ACCUMULATION = OmegaConf.to_container(builtin_sweeps()["accumulation"].config, resolve=False)
+
+
+def test_a_sweep_that_sets_nothing_of_jaxs_start_starts_the_runtime_early():
+    assert why_not_early(ACCUMULATION, ["solver.epochs=10", "jax.compilation_cache_dir=/tmp/cache"], []) is None
+
+
+@pytest.mark.parametrize("override", ["hydra.job.env_set.XLA_FLAGS=--xla_force_host_platform_device_count=2",
+                                      "+hydra.job.env_set.JAX_ENABLE_X64=1", "hydra/launcher=joblib",
+                                      "jax.processes=2", "+sweeps/advise_jobs=steps"])
+def test_an_override_that_could_set_jax_up_for_the_jobs_waits_for_them(override):
+    assert why_not_early(ACCUMULATION, ["solver.epochs=10", override], []) == f"the override {override}"
+
+
+def test_a_sweep_whose_jobs_set_jaxs_environment_waits_for_them():
+    devices = OmegaConf.to_container(builtin_sweeps()["devices"].config, resolve=False)
+    assert why_not_early(devices, [], []) == "the sweep's hydra.job.env_set"
+    swept = {**ACCUMULATION, "hydra": {"sweeper": {"params": {"jax.processes": "1,2"}}}}
+    assert why_not_early(swept, [], []) == "the sweep's hydra.sweeper.params jax.processes"
+
+
+def test_config_files_of_ones_own_that_could_set_jax_up_wait_for_the_jobs(tmp_path):
+    (tmp_path / "problem").mkdir()
+    (tmp_path / "problem" / "mine.yaml").write_text("n_interior: 64\n")
+    assert why_not_early(ACCUMULATION, ["problem=mine"], [tmp_path]) is None
+    (tmp_path / "problem" / "wide.yaml").write_text("# @package _global_\nhydra:\n  job:\n    env_set:\n"
+                                                    "      XLA_FLAGS: --xla_force_host_platform_device_count=2\n")
+    assert why_not_early(ACCUMULATION, ["problem=mine"], [tmp_path]) == str(tmp_path / "problem" / "wide.yaml")
+
+
+def imported_by(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, set[str]]:
+    """crux-sweep ARGS in a process of its own; what it said, and which of JAX and MLflow it had imported."""
+    code = ("import atexit, sys\n"
+            "atexit.register(lambda: print('IMPORTED', *sorted({'jax', 'mlflow'} & set(sys.modules)), file=sys.stderr))\n"
+            f"sys.argv = ['crux-sweep', *{list(args)!r}]\n"
+            "from cruxlab.commands.sweep import main\nmain()\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"})
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("IMPORTED")]
+    return done, set(line.split()[1:])
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("args", [["--help"], ["accumulation", "hydra/sweeper=basic"]])
+def test_help_and_refusals_before_the_sweep_import_neither_jax_nor_mlflow(tmp_path, args):
+    done, imported = imported_by(tmp_path, *args)
+    assert done.returncode == (0 if args == ["--help"] else 2), done.stderr
+    assert imported == set()
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+@pytest.mark.integration
+def test_a_sweeps_own_xla_flags_still_give_its_job_the_devices_they_ask_for(tmp_path):
+    """The devices sweep's jobs ask for 2 host devices through their environment: a runtime started before
+    the job would have one, and the job would be refused (solve(devices=2) on 1 device)."""
+    done = subprocess.run([sys.executable, "-m", "cruxlab.commands.sweep", "devices", "memory=b8_d2", "repeat=0",
+                           "solver.epochs=2", "model.width=8", "problem.n_interior=64"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "FINISHED" in done.stdout.splitlines()[-1]
