@@ -34,6 +34,7 @@ import numpy as np
 import optax
 
 import crux
+import crux.model
 from cruxlab.bench.hand_written import initial_layers, network
 from cruxlab.bench.host import bench_environment
 from cruxlab.bench.interleaved import fastest, in_rounds, measure_interleaved, paired_ratio
@@ -232,10 +233,16 @@ class HandScan(Variant):
         return time.perf_counter() - wall, time.process_time() - cpu
 
 
+FAMILIES = {"crux": "crux's solve(k, inner_steps=k)", "hand": "the hand-written scan",
+            "crux-device-tanh": "crux with the device's own tanh (jnp.tanh) where crux evaluates its accurate one"}
+
+
 def first_compile(family: str, shape_name: str, optimizer: str, k: int, precision: str) -> dict:
-    """The first fused call of ``k`` updates of a shape in this process, crux's ``solve(k, inner_steps=k)`` or the
-    hand-written scan: its compile seconds, the seconds to its first loss on the host, and every program XLA
-    compiled on the way (name, seconds), read from JAX's compile log."""
+    """The first fused call of ``k`` updates of a shape in this process, one of :data:`FAMILIES`: its compile
+    seconds, the seconds to its first loss on the host, and every program XLA compiled on the way (name, seconds),
+    read from JAX's compile log."""
+    if family == "crux-device-tanh":  # a diagnostic, in its own process: what crux's accurate tanh costs
+        crux.model.ACTIVATIONS["tanh"] = jnp.tanh
     compiled: list[tuple[str, float]] = []
 
     class Programs(logging.Handler):
@@ -251,7 +258,7 @@ def first_compile(family: str, shape_name: str, optimizer: str, k: int, precisio
         with jax.log_compiles(True):
             shape = SHAPES[shape_name]()
             start = time.perf_counter()
-            if family == "crux":
+            if family != "hand":
                 stats = SuiteProblem(shape, optimizer).solver().solve(k, inner_steps=k, precision=precision)
                 compile_seconds, loss = stats.compile_seconds, stats.final_loss
             else:
@@ -276,7 +283,7 @@ def _in_fresh_process(family: str, shape: str, optimizer: str, k: int, precision
 
 
 def compare_compiles(shapes: list[str], optimizers: list[str], k: int, precision: str, rounds: int,
-                     log: Callable[[str], None]) -> dict:
+                     log: Callable[[str], None], families: tuple[str, ...] = ("crux", "hand")) -> dict:
     """Each shape's first fused call, crux against the hand-written scan, each in fresh processes (no persistent
     cache), the two in turn for ``rounds`` rounds: the median compile seconds and their ratio, and the
     programs each compiled in its last round."""
@@ -284,7 +291,7 @@ def compare_compiles(shapes: list[str], optimizers: list[str], k: int, precision
     for shape in shapes:
         for optimizer in optimizers:
             runs = {family: functools.partial(_in_fresh_process, family, shape, optimizer, k, precision)
-                    for family in ("crux", "hand")}
+                    for family in families}
             got = in_rounds(runs, rounds)
             seconds = {family: [r["compile_seconds"] for r in got[family]] for family in runs}
             ratio = np.array(seconds["crux"]) / np.array(seconds["hand"])
@@ -297,6 +304,8 @@ def compare_compiles(shapes: list[str], optimizers: list[str], k: int, precision
                 f"{row['hand']['compile_seconds']:6.2f} s: ×{row['ratio']['median']:.2f} "
                 f"[{ratio.min():.2f}-{ratio.max():.2f}]; programs crux {len(row['crux']['programs'])} "
                 f"(largest {_largest(row['crux'])}), hand {len(row['hand']['programs'])} (largest {_largest(row['hand'])})")
+            for family in families[2:]:
+                log(f"    {family}: compile {row[family]['compile_seconds']:6.2f} s; largest {_largest(row[family])}")
     return table
 
 
@@ -346,9 +355,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=2000, help="updates per timed round")
     parser.add_argument("--only", choices=("compile", "speed"))
+    parser.add_argument("--families", default="crux,hand", help=f"of the compile comparison: crux and hand first, "
+                                                                  f"then any of {list(FAMILIES)[2:]}")
     parser.add_argument("--out", type=Path, help="write suite.json here")
     parser.add_argument("--one", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    families = args.families.split(",")
+    if families[:2] != ["crux", "hand"] or not set(families) <= set(FAMILIES):
+        parser.error(f"--families: crux,hand first, then any of {list(FAMILIES)[2:]}; got {args.families}")
     if args.one:
         family, shape, optimizer, k, precision = args.one
         print(json.dumps(first_compile(family, shape, optimizer, int(k), precision)))
@@ -361,7 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {"environment": bench_environment()}
     if args.only != "speed":
         log(f"first fused call of 100 updates, compile, {args.rounds} rounds, fresh processes, highest")
-        report["compile"] = compare_compiles(shapes, args.optimizers.split(","), 100, "highest", args.rounds, log)
+        report["compile"] = compare_compiles(shapes, args.optimizers.split(","), 100, "highest", args.rounds, log,
+                                             tuple(args.families.split(",")))
     if args.only != "compile":
         depths = tuple(int(k) for k in args.depths.split(","))
         report["speed"] = {}
