@@ -181,7 +181,8 @@ def test_a_sweep_without_the_fast_setting_is_inconclusive():
 def test_the_precision_figure_draws_each_repeats_error_in_its_precisions_colour_as_its_loss(tmp_path):
     from matplotlib.colors import to_hex
 
-    from cruxlab.report.figures import precision_figures, pyplot
+    from cruxlab.report.claims.matmul_precision import precision_figures
+    from cruxlab.report.drawing import pyplot
     plt = pyplot()
     opened = []
     subplots = plt.subplots

@@ -525,5 +525,5 @@ def test_accumulation_memory_at_sizes_a_tile_pads_alike_is_inconclusive():
 def test_every_check_has_its_figures_entry():
     """A sweep that names no claims is judged by every check and drawn by each one's figures: one entry each."""
     from cruxlab.report.claims import CHECKS
-    from cruxlab.report.figures import FIGURES
+    from cruxlab.report.claims import FIGURES
     assert set(FIGURES) == set(CHECKS)

@@ -38,10 +38,10 @@ def run(run_id: str, options: SolveOptions, final: float = 1.0, step_seconds: fl
 @pytest.fixture
 def drawn(monkeypatch):
     """The matplotlib figures the report draws, kept open for reading."""
-    from cruxlab.report import figures
+    from cruxlab.report import drawing
 
     kept = []
-    monkeypatch.setattr(figures, "save_figure", lambda fig, out, name: kept.append(fig) or f"{name}.png")
+    monkeypatch.setattr(drawing, "save_figure", lambda fig, out, name: kept.append(fig) or f"{name}.png")
     return kept
 
 
@@ -49,7 +49,7 @@ def test_the_inner_steps_figure_draws_the_paired_timing_its_speed_verdict_judges
     """K=5 is twice as fast in the paired timing, while its own job (another process, another moment) timed it
     slower than K=1's: the figure shows what the verdict decides on, each pair's ratio and the median's
     interval, not the separate jobs' times that contradict it."""
-    from cruxlab.report.figures import inner_steps_figures
+    from cruxlab.report.claims.fusion import inner_steps_figures
 
     records = [run("k1", SolveOptions(epochs=10), step_seconds=1e-3),
                run("k5", SolveOptions(epochs=10, inner_steps=5), step_seconds=3e-3, ratio=0.5)]
@@ -70,7 +70,7 @@ def test_the_inner_steps_figure_draws_the_paired_timing_its_speed_verdict_judges
 @pytest.mark.parametrize("final, said", [(1.0, "bit for bit"), (1.0 + 1e-6, None)])
 def test_a_distance_is_drawn_against_its_bound_with_its_value_and_an_identical_pair_says_bit_for_bit(
         drawn, tmp_path, final, said):
-    from cruxlab.report.figures import inner_steps_figures
+    from cruxlab.report.claims.fusion import inner_steps_figures
 
     records = [run("k1", SolveOptions(epochs=10)), run("k5", SolveOptions(epochs=10, inner_steps=5), final, ratio=0.5)]
     identical = next(v for v in check_inner_steps(records) if v.id.startswith("inner_steps.identical"))
@@ -89,7 +89,7 @@ def test_a_distance_is_drawn_against_its_bound_with_its_value_and_an_identical_p
 
 
 def test_a_bit_identical_drift_panel_says_so_rather_than_stay_blank(drawn, tmp_path):
-    from cruxlab.report.figures import checkpoint_figures
+    from cruxlab.report.claims.checkpoint import checkpoint_figures
 
     records = [run("on", SolveOptions(epochs=10, checkpoint_gradients=True), ratio=1.3),
                run("off", SolveOptions(epochs=10))]
@@ -105,7 +105,7 @@ def test_the_accumulation_figure_draws_the_big_batchs_round_off_twin_against_its
     drawn beside 4×8's and plain 8's, with its own bound."""
     from dataclasses import replace
 
-    from cruxlab.report.figures import accumulation_figures
+    from cruxlab.report.claims.accumulation import accumulation_figures
 
     def accumulation_run(run_id, batchsize, steps=1, final=1.0, twin=0):
         return replace(run(run_id, SolveOptions(epochs=10, batchsize=batchsize, accumulation_steps=steps), final),

@@ -34,12 +34,11 @@ from mlflow.exceptions import MlflowException
 from cruxlab.config import import_from_working_directory
 from cruxlab.report.against import compare_against
 from cruxlab.report.backends import load_sweeps
-from cruxlab.report.claims import CHECKS
+from cruxlab.report.claims import CHECKS, draw
 from cruxlab.report.comparison import Incomparable
 from cruxlab.report.comparison_document import comparison_table, write_comparison
 from cruxlab.report.coverage import judged as judged_verdicts, names_claims
 from cruxlab.report.document import (NO_CHECK, completeness, side_by_side_table, verdict_table, write_report, write_side_by_side)
-from cruxlab.report.figures import draw
 from cruxlab.report.sweep_reader import StoreError, Sweep, open_client
 from cruxlab.report.verdict import Verdict
 from cruxlab.store.contract import COMMAND, NOTE

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Sequence
 
 from cruxlab.report.changes import RULES, figures_json, key_figures
-from cruxlab.report.comparison import Comparison, Row, ComparedSweep
+from cruxlab.report.comparison import ComparedSweep, Comparison, Row
 from cruxlab.report.comparison_figures import draw_comparison
 from cruxlab.report.document import SAME_AS_CRUX_BATCHING, table_cell
-from cruxlab.report.figures import Figure
+from cruxlab.report.drawing import Figure
 from cruxlab.report.verdict import Verdict
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 
 from cruxlab.report.changes import TIMING, key_figures
-from cruxlab.report.comparison import Comparison, ComparedSweep
+from cruxlab.report.comparison import ComparedSweep, Comparison
 from cruxlab.report.document import row_name
-from cruxlab.report.figures import Figure, pyplot, save_figure
+from cruxlab.report.drawing import Figure, pyplot, save_figure
 from cruxlab.report.run_records import RunRecord
 
 COLUMNS = 3

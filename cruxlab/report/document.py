@@ -17,7 +17,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import yaml
 
-from cruxlab.report.figures import Figure
+from cruxlab.report.drawing import Figure
 from cruxlab.report.run_records import RunRecord, describe
 from cruxlab.report.sweep_reader import DEFAULT_BACKEND, Sweep
 from cruxlab.report.verdict import Verdict, fmt

@@ -24,12 +24,11 @@ from typing import Sequence
 
 from cruxlab.report.backends import backends_in
 from cruxlab.report.changes import TIMING, key_figures
-from cruxlab.report.claims import CHECKS
-from cruxlab.report.comparison import Comparison, Incomparable, ComparedSweep, compare
+from cruxlab.report.claims import CHECKS, draw
+from cruxlab.report.comparison import ComparedSweep, Comparison, Incomparable, compare
 from cruxlab.report.comparison_document import write_comparison
 from cruxlab.report.coverage import claims_of, judge_sound
 from cruxlab.report.document import row_name, write_report
-from cruxlab.report.figures import draw
 from cruxlab.report.sweep_reader import DEFAULT_BACKEND, StoreError, Sweep, load_sweep, open_client
 from cruxlab.report.verdict import Verdict
 from cruxlab.store.kinds import store_file

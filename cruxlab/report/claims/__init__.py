@@ -1,27 +1,30 @@
-"""The claim checks: pure functions from run records to verdicts, one module per claim.
+"""The claims: one module per claim, holding its check (a pure function from run records to verdicts) and its
+figures (drawn from the same pairings the check uses, with :mod:`cruxlab.report.drawing`).
 
 ``CHECKS`` maps a sweep's claim (its ``crux.claim`` tag, which is also the
-sweep's name for the built-in sweeps) to its check. Runs of another library than
+sweep's name for the built-in sweeps) to its check, ``FIGURES`` to its figures. Runs of another library than
 crux (``crux.backend``) are judged by the same checks, except those that rely on
 crux's own point stream; a run whose library refused an option or fell back from it
 gets a "not supported" verdict quoting the library, and no other.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable, Sequence
 
-from cruxlab.report.claims.accumulation import check_accumulation
-from cruxlab.report.claims.capacity import check_capacity
-from cruxlab.report.claims.checkpoint import check_checkpoint
-from cruxlab.report.claims.devices import check_devices
-from cruxlab.report.claims.fusion import check_inner_steps
+from cruxlab.report import drawing
+from cruxlab.report.claims.accumulation import accumulation_figures, check_accumulation
+from cruxlab.report.claims.capacity import capacity_figures, check_capacity
+from cruxlab.report.claims.checkpoint import check_checkpoint, checkpoint_figures
+from cruxlab.report.claims.devices import check_devices, devices_figures
+from cruxlab.report.claims.fusion import check_inner_steps, inner_steps_figures
 from cruxlab.report.claims.gradient_noise import check_gradient_noise
-from cruxlab.report.claims.matmul_precision import check_precision
-from cruxlab.report.claims.offload import check_offload
-from cruxlab.report.claims.phases import check_phases
-from cruxlab.report.claims.resume import check_resume
-from cruxlab.report.claims.substeps import check_substeps
-from cruxlab.report.run_records import RunRecord
+from cruxlab.report.claims.matmul_precision import check_precision, precision_figures
+from cruxlab.report.claims.offload import check_offload, offload_figures
+from cruxlab.report.claims.phases import check_phases, phases_figures
+from cruxlab.report.claims.resume import check_resume, resume_figures
+from cruxlab.report.claims.substeps import check_substeps, substeps_figures
+from cruxlab.report.run_records import RunRecord, UnreadableArtifact
 from cruxlab.report.verdict import CLAIMS_DOCUMENT, NOT_SUPPORTED, Verdict
 from cruxlab.store.contract import CLAIM
 
@@ -36,6 +39,18 @@ CHECKS: dict[str, Callable[[list[RunRecord]], list[Verdict]]] = {
     "devices": check_devices,
     "precision": check_precision,
     "capacity": check_capacity,
+}
+FIGURES: dict[str, Callable[[list[RunRecord], Path], list[drawing.Figure]]] = {
+    "accumulation": accumulation_figures,
+    "inner_steps": inner_steps_figures,
+    "checkpoint": checkpoint_figures,
+    "offload": offload_figures,
+    "substeps": substeps_figures,
+    "phases": phases_figures,
+    "resume": resume_figures,
+    "devices": devices_figures,
+    "precision": precision_figures,
+    "capacity": capacity_figures,
 }
 
 
@@ -75,5 +90,27 @@ def _not_supported(claim: str, record: RunRecord) -> Verdict:
                    NOT_SUPPORTED, f"{record.backend}: {record.unsupported}", runs=(record.run_id,))
 
 
-__all__ = ["CHECKS", "check_accumulation", "check_capacity", "check_checkpoint", "check_devices", "check_gradient_noise", "check_inner_steps",
-           "check_offload", "check_phases", "check_precision", "check_resume", "check_substeps", "judge"]
+def draw(claims: Sequence[str], records: list[RunRecord], out: Path) -> list[drawing.Figure]:
+    """Draw the figures of ``claims`` into ``out``.
+
+    Args:
+        claims: keys of :data:`FIGURES`.
+        records: the sweep's runs, as the checks read them.
+        out: the report folder the PNGs are written into.
+
+    Returns:
+        The figures, claim by claim; none for a claim whose figures need an artifact that could not be read (its
+        verdicts say which).
+    """
+    figures = []
+    for claim in claims:
+        try:
+            figures += FIGURES[claim](records, out)
+        except UnreadableArtifact:
+            drawing.pyplot().close("all")
+    return figures
+
+
+__all__ = ["CHECKS", "FIGURES", "check_accumulation", "check_capacity", "check_checkpoint", "check_devices",
+           "check_gradient_noise", "check_inner_steps", "check_offload", "check_phases", "check_precision",
+           "check_resume", "check_substeps", "draw", "judge"]

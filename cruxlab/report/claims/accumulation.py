@@ -9,7 +9,9 @@ happen, whatever the log line said.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 
+from cruxlab.report import drawing
 from cruxlab.report.claims.split_batch import SplitBatch, split_batch_verdict
 from cruxlab.report.pairing import reference_and_twins, repeats, run_ids, settings
 from cruxlab.report.run_records import RunRecord
@@ -106,3 +108,13 @@ def _memory(s: AccumulationSet) -> Verdict:
                               f"batch {b} ({fmt_bytes(big)} against {fmt_bytes(plain)}, both padded to the device's "
                               f"tiles); {summary}; sweep larger batches", evidence, threshold, runs)
     return MEMORY.verdict(name, test, HOLDS if acc < big else FAILS, summary, evidence, threshold, runs)
+
+
+def accumulation_figures(records: list[RunRecord], out: Path) -> list[drawing.Figure]:
+    figures = []
+    for s in accumulation_sets(records):
+        n, b = s.n, s.b
+        runs = [(f"{n}×{b}", s.accumulated), (f"{n * b}", s.big_batch), (f"{b}", s.plain)]
+        figures.append(drawing.one_batch_figure(runs, out, f"accumulation_{s.accumulated.label}", "accumulation",
+                                                f"{n}×{b} against one batch of {n * b} and plain {b}", s.twins))
+    return figures

@@ -10,10 +10,12 @@ whether it trained within the budget. The budget is the device's memory, or a de
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Mapping
 
 from crux import remat
 from cruxlab.capacity_search import WITHOUT, Capacity, without_option
+from cruxlab.report import drawing
 from cruxlab.report.pairing import run_ids
 from cruxlab.report.run_records import RunRecord
 from cruxlab.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt_bytes, not_in_sweep
@@ -88,3 +90,8 @@ def capacity_verdict(option: str, metrics: Mapping[str, float], runs: tuple[str,
     threshold = {"option_peak_bytes": Threshold(budget, "peak(option's run) <= budget", BUDGET_ORIGIN)}
     return claim.verdict(name, test, HOLDS if trained else FAILS, f"{not_fit}; {ran}{speed}", evidence, threshold,
                          runs)
+
+
+def capacity_figures(records: list[RunRecord], out: Path) -> list[drawing.Figure]:
+    """None: a capacity run's verdict is judged from the sizes it searched, and it has no training history to draw."""
+    return []

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from pathlib import Path
 
 from crux import remat
 from cruxlab.bands import CLAIMED_COST
+from cruxlab.report import drawing
 from cruxlab.report.claims.equivalence import same_numbers
 from cruxlab.report.numerics import TIMING_ORIGIN, TIMING_RULE, paired_timing
 from cruxlab.report.pairing import Pair, first, paired_settings, reference_and_twins, run_ids
@@ -140,3 +142,8 @@ def _time(label: str, on: list[RunRecord], off: list[RunRecord]) -> Verdict:
                                           TIMING_ORIGIN)}
     return SAVES_MEMORY.verdict(name, test, verdict, summary + timing.warning(verdict), timing.evidence(),
                                 thresholds, runs)
+
+
+def checkpoint_figures(records: list[RunRecord], out: Path) -> list[drawing.Figure]:
+    return drawing.paired_figures(checkpoint_pairs(records), out, "checkpoint", "memory/temp_bytes",
+                                  ("checkpointed", "plain"), "compiled temp bytes", CLAIMED_COST)

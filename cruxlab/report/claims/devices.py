@@ -11,7 +11,9 @@ devices) cannot be faster than one of them.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 
+from cruxlab.report import drawing
 from cruxlab.report.claims.split_batch import SplitBatch, split_batch_verdict
 from cruxlab.report.numerics import STEP_TIME, paired_timing, ratio_range, spread
 from cruxlab.report.pairing import reference_and_twins, repeats, run_ids, settings
@@ -93,3 +95,15 @@ def _speed(split: list[RunRecord], big: list[RunRecord]) -> tuple[dict[str, floa
     median = mine.median / base.median
     return ({"time_ratio_median": median, "time_ratio_low": low, "time_ratio_high": high},
             f"{fmt(median)}× ({fmt(low)}–{fmt(high)} over repeats of separate jobs, no confidence stated)")
+
+
+def devices_figures(records: list[RunRecord], out: Path) -> list[drawing.Figure]:
+    figures = []
+    for s in device_sets(records):
+        d, b = s.d, s.b
+        whole, twins = reference_and_twins(s.big_batch, s.split[0])
+        runs = [(f"{d} devices × {b}", s.split[0]), (f"{d * b}", whole), (f"{b}", s.plain)]
+        figures.append(drawing.one_batch_figure(runs, out, f"devices_{s.split[0].label}", "devices",
+                                                f"{d} devices × {b} against one device's batch of {d * b} and plain "
+                                                f"{b}", twins))
+    return figures

@@ -13,12 +13,15 @@ dominates.
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
 from cruxlab.bands import FASTER_BAND, NOISE_THRESHOLD
+from cruxlab.report import drawing
 from cruxlab.report.claims.equivalence import same_numbers
-from cruxlab.report.numerics import TIMING_ORIGIN, TIMING_RULE, paired_timing, spread
+from cruxlab.report.numerics import (TIMING_ORIGIN, TIMING_RULE, agreement, paired_timing, parameter_bound,
+                                     spread)
 from cruxlab.report.pairing import Pair, paired_settings, reference_and_twins, run_ids
 from cruxlab.report.run_records import RunRecord, describe
 from cruxlab.report.verdict import FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt, not_in_sweep
@@ -147,3 +150,43 @@ def _across_settings(verdicts: list[Verdict]) -> list[Verdict]:
     listed = ", ".join(f"{v.id.removeprefix('inner_steps.faster[').removesuffix(']')} {fmt(v.evidence['speedup'])}× "
                        f"at {_ms(v.evidence['seconds_per_update_K1'])} per unfused update" for v in by_cost)
     return [replace(v, summary=f"{v.summary}; across this sweep: {listed}") if v in timed else v for v in verdicts]
+
+
+def inner_steps_figures(records: list[RunRecord], out: Path) -> list[drawing.Figure]:
+    """One figure per batch setting: K=1 and each fused K of it."""
+    by_batches: dict[tuple[str, str], list] = {}
+    for pair in fused_pairs(records):
+        by_batches.setdefault((pair[0][0].group, batches(pair[0][0])), []).append(pair)
+    return [_inner_steps_figure(name, pairs, out) for (_, name), pairs in by_batches.items()]
+
+
+def _inner_steps_figure(name: str, pairs: list, out: Path) -> drawing.Figure:
+    """The paired timing each speed verdict judges (every pair's ratio, their median and its 95% interval against
+    the noise threshold), compile times, and each K's final-parameter distance to K=1 against its bound."""
+    plt = drawing.pyplot()
+    fig, (ax_time, ax_compile, ax_dist) = plt.subplots(1, 3, figsize=(14, 4))
+    fused = [(f"K={runs[0].options.inner_steps}", runs) for runs, _ in pairs]
+    drawing.paired_ratio_panel(ax_time, fused, FASTER_BAND, "K=1")
+    columns = [("K=1", pairs[0][1])] + fused
+    for i, (label, runs) in enumerate(columns):
+        compiles = [r.metrics["compile_seconds"] for r in runs if "compile_seconds" in r.metrics]
+        ax_compile.plot([i] * len(compiles), compiles, "o", color="C1", alpha=0.6)
+    ax_compile.set_xticks(range(len(columns)), [label for label, _ in columns])
+    ax_compile.set_ylabel("seconds")
+    ax_compile.set_title("compile time (repeats may hit the compilation cache)", fontsize=10)
+    labels, distances, bounds, identical = [], [], [], []
+    for (label, runs), (_, ref) in zip(fused, pairs):
+        partner, twins = reference_and_twins(ref, runs[0])
+        if partner is not None:
+            found = agreement(runs[0], partner)
+            labels.append(label)
+            distances.append(found.distance)
+            bounds.append(parameter_bound(runs[0], partner, twins))
+            identical.append(found.bit_identical)
+    drawing.distance_panel(ax_dist, labels, distances, bounds, identical, "|θ_K − θ_1| (final parameters)")
+    ax_dist.set_title("distance to K=1 against its round-off bound", fontsize=10)
+    file = drawing.save_figure(fig, out, f"inner_steps_{name}")
+    return drawing.Figure(file, f"inner_steps, {name}, on {pairs[0][0][0].device}: the paired timing the speed "
+                                f"verdicts judge (each pair's ratio of K to K=1, their median and its 95% interval, "
+                                f"below {FASTER_BAND.high} is faster), compile time, and the final-parameter distance "
+                                f"to K=1 against its round-off bound", "inner_steps")

@@ -9,9 +9,12 @@ verdict can tell anything, and each says so.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from cruxlab.bands import UNCLAIMED_BAND
+from cruxlab.report import drawing
 from cruxlab.report.numerics import TIMING_ORIGIN, TIMING_RULE, paired_timing
 from cruxlab.report.pairing import Pair, paired_settings, run_ids
 from cruxlab.report.problem_calibration import not_trained
@@ -133,3 +136,30 @@ def _time(label: str, fast: list[RunRecord], full: list[RunRecord], same: str | 
                INCONCLUSIVE: timing.undecided("1")}[verdict]
     thresholds = {"time_ratio": Threshold(1.0, "95% interval below 1", TIMING_RULE + "; " + TIMING_ORIGIN)}
     return FASTER.verdict(name, test, verdict, summary + timing.warning(verdict), timing.evidence(), thresholds, runs)
+
+
+def precision_figures(records: list[RunRecord], out: Path) -> list[drawing.Figure]:
+    """Per setting: the total loss of each repeat at both precisions, and each repeat's error at both."""
+    plt = drawing.pyplot()
+    figures = []
+    for fast, full in precision_pairs(records):
+        name = fast[0].label
+        fig, (ax_loss, ax_error) = plt.subplots(1, 2, figsize=(10, 3.6))
+        for color, runs, precision in (("C3", fast, "default"), ("C0", full, "highest")):
+            for n, run in enumerate(runs):
+                loss = np.asarray(run.histories.get("loss/total", []), np.float64)
+                ax_loss.semilogy(loss, color=color, lw=0.8, alpha=0.8, label=f"precision={precision}" if not n else None)
+        ax_loss.set_xlabel("epoch")
+        ax_loss.set_ylabel("total loss")
+        ax_loss.legend(fontsize=8)
+        errors = [(f"{precision} r{twin}", error, color)
+                  for color, runs, precision in (("C3", fast, "default"), ("C0", full, "highest"))
+                  for twin, fields in sorted(relative_errors(runs).items()) for error in fields.values()]
+        if errors:  # each bar in its precision's colour, as the lines beside it
+            labels, values, colors = zip(*errors)
+            drawing.bar_panel(ax_error, labels, values, "relative L2 error", log=True, colors=colors)
+        file = drawing.save_figure(fig, out, f"precision_{name}")
+        figures.append(drawing.Figure(file, f"{name}: total loss of each repeat at the device's default precision "
+                                            f"(red) and at full float32 (blue), and each repeat's relative L2 error "
+                                            f"against the exact solution", "precision"))
+    return figures

@@ -6,6 +6,9 @@ current batch is.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
+from cruxlab.report import drawing
 from cruxlab.report.claims.equivalence import same_numbers
 from cruxlab.report.pairing import Pair, first, paired_settings, reference_and_twins, run_ids
 from cruxlab.report.run_records import RunRecord
@@ -59,3 +62,8 @@ def _moves_data(label: str, on: RunRecord, off: RunRecord | None) -> Verdict:
                f"points on the device ({fmt_bytes(resident - offloaded)} moved off)")
     return MOVES_DATA.verdict(name, test, HOLDS if offloaded < resident else FAILS, summary, evidence, threshold,
                               run_ids(on, off))
+
+
+def offload_figures(records: list[RunRecord], out: Path) -> list[drawing.Figure]:
+    return drawing.paired_figures(offload_pairs(records), out, "offload", "memory/argument_bytes",
+                                  ("offloaded", "on device"), "device-resident argument bytes")

@@ -19,10 +19,12 @@ Three verdicts over every run with more than one phase:
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 
 from crux.stats import fingerprint
+from cruxlab.report import drawing
 from cruxlab.report.numerics import EPS, ROUNDOFF_ALLOWANCE, history_difference
 from cruxlab.report.pairing import first, run_ids, settings
 from cruxlab.report.run_records import RunRecord, UnreadableArtifact
@@ -307,3 +309,27 @@ def _fresh_optimizer(runs: list[RunRecord]) -> Verdict:
         summary += f"; not judged, trained with the problem's own schedule: {', '.join(kept)}"
     return FRESH_OPTIMIZER.verdict("phases.fresh_optimizer", test, verdict, summary, evidence, threshold,
                                    run_ids(runs))
+
+
+def phases_figures(records: list[RunRecord], out: Path) -> list[drawing.Figure]:
+    plt = drawing.pyplot()
+    figures = []
+    for run in phased_runs(records):
+        fig, (ax_loss, ax_lr) = plt.subplots(1, 2, figsize=(11, 4))
+        ax_loss.semilogy(run.histories["loss/total"], lw=1)
+        ax_loss.set_ylabel("loss/total")
+        expected = expected_lr(run)
+        for key in sorted(k for k in run.histories if k.startswith("lr/")):
+            ax_lr.semilogy(run.histories[key], lw=1.5, label=f"recorded {key}")
+        if expected is not None:
+            ax_lr.semilogy(expected, "k--", lw=1, label="configured")
+        ax_lr.set_ylabel("learning rate")
+        ax_lr.legend(fontsize=8)
+        for ax in (ax_loss, ax_lr):
+            ax.set_xlabel("epoch")
+            for start, _ in phase_bounds(run)[1:]:
+                ax.axvline(start, color="grey", ls="--", lw=0.8)
+        file = drawing.save_figure(fig, out, f"phases_{run.label}")
+        figures.append(drawing.Figure(file, f"{run.label}: loss and learning rate with phase boundaries (dashed "
+                                            f"grey); the configured learning rate dashed black", "phases"))
+    return figures

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
+from cruxlab.report import drawing
 from cruxlab.report.claims.equivalence import same_numbers
 from cruxlab.report.claims.phases import expected_lr, phase_bounds
 from cruxlab.report.pairing import reference_and_twins, run_ids, settings
@@ -135,3 +137,29 @@ def _departure(evidence: dict[str, float], run: RunRecord, reference: RunRecord,
     if lr_epochs:
         found += f"; the learning rate first differs at epoch {lr_epochs[0]}: the schedule did not continue"
     return found
+
+
+def resume_figures(records: list[RunRecord], out: Path) -> list[drawing.Figure]:
+    """Per resumed run: its loss drift from the one-call run, and both learning rates, with the calls marked."""
+    plt = drawing.pyplot()
+    figures = []
+    for run, partners in resumed_pairs(records):
+        reference, twins = reference_and_twins(partners, run)
+        if reference is None:
+            continue
+        fig, (ax_drift, ax_lr) = plt.subplots(1, 2, figsize=(11, 4))
+        drawing.drift_panel(ax_drift, run, reference, twins, ("calls", "one call"))
+        for key in sorted(k for k in run.histories if k.startswith("lr/")):
+            ax_lr.semilogy(reference.histories.get(key, []), "k-", lw=2.5, alpha=0.4, label=f"{key}, one call")
+            ax_lr.semilogy(run.histories[key], lw=1, label=f"{key}, calls")
+        ax_lr.set_xlabel("epoch")
+        ax_lr.set_ylabel("learning rate")
+        ax_lr.legend(fontsize=8)
+        for ax in (ax_drift, ax_lr):
+            for start, _ in phase_bounds(run)[1:]:
+                ax.axvline(start, color="grey", ls="--", lw=0.8)
+        file = drawing.save_figure(fig, out, f"resume_{run.label}")
+        figures.append(drawing.Figure(file, f"{run.label}: how far the loss of the run trained in several calls "
+                                            f"drifts from the run trained in one (none drawn when bit-identical), and "
+                                            f"the learning rates; the calls' first epochs dashed grey", "resume"))
+    return figures

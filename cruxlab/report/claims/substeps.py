@@ -9,8 +9,10 @@ or momentum, so any change at all is a failure.
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 import numpy as np
 
+from cruxlab.report import drawing
 from cruxlab.report.claims.equivalence import same_numbers
 from cruxlab.report.pairing import first, reference_and_twins, repeats, run_ids, settings
 from cruxlab.report.run_records import RunRecord, UnreadableArtifact
@@ -100,3 +102,26 @@ def _reached_only(records: list[RunRecord]) -> Verdict:
         return verdict(INCONCLUSIVE, "every run's substeps reach every model; add one that reaches only some, "
                                      "e.g. substeps=[[0]]", evidence)
     return verdict(HOLDS, f"{judged} unreached model(s) stayed bit-identical and every reached model moved", evidence)
+
+
+def substeps_figures(records: list[RunRecord], out: Path) -> list[drawing.Figure]:
+    runs = [r for r in substep_runs(records) if r.reach is not None]
+    if not runs:
+        return []
+    plt = drawing.pyplot()
+    fig, ax = plt.subplots(figsize=(max(6, 2.5 * len(runs)), 4))
+    models = sorted({m for r in runs for m in r.models()})
+    width = 0.8 / len(models)
+    for j, model in enumerate(models):
+        values = [float(np.linalg.norm(r.snapshot("final", model) - r.snapshot("initial", model))) for r in runs]
+        positions = np.arange(len(runs)) + j * width
+        ax.bar(positions, values, width, label=model)
+        for x, v, r in zip(positions, values, runs):
+            mark = "reached" if model in reached_models(r) else "unreached"
+            ax.annotate(f"{v:.3g}\n{mark}", (x, v), ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(np.arange(len(runs)) + 0.4 - width / 2, [r.label for r in runs], fontsize=8)
+    ax.set_ylabel("|final − initial| per model")
+    ax.legend()
+    file = drawing.save_figure(fig, out, "substeps")
+    return [drawing.Figure(file, "distance each model travelled per substeps run; an unreached model must stay at "
+                                 "exactly 0", "substeps")]
