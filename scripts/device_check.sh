@@ -22,7 +22,9 @@
 # suite with $SUITE_ARGS: crux against the hand-written scan on the suite's shapes, compile and speed; suite.json); cache
 # (scripts/measure_sweep.py: the $CACHE_SWEEP sweep, default accumulation, run twice into a fresh compilation cache, each run's compile
 # seconds and its first jobs' compile share, the second run's compile over the first's; $CACHE_ARGS=--compile-log
-# adds where each run's compile seconds went); NAME-jno, any claim sweep with
+# adds where each run's compile seconds went); command (crux-bench command: `crux-sweep $COMMAND_SWEEP`, default
+# "accumulation solver.epochs=10", $COMMAND_REPEATS times, default 3, each in a fresh process into a fresh store,
+# and where its time goes outside its jobs' training, with $COMMAND_ARGS; command.json); NAME-jno, any claim sweep with
 # backend=jno (precision-jno on jNO's built-in problems, poisson1d and mixed_poisson1d), and fused
 # (crux-bench fused: crux and jNO at K = 1, 10, 100, 1000 updates a call), both after `--prepare --jno`. A
 # sweep step takes more overrides from $ARGS_<step> (dashes as underscores: ARGS_inner_steps_jno="repeat=0,1").
@@ -67,7 +69,7 @@ python="$(cd "$(dirname "$python")" && pwd)/$(basename "$python")"  # absolute (
 sweeps=(accumulation inner_steps checkpoint offload substeps phases resume precision devices)
 jno_steps=(accumulation-jno inner_steps-jno checkpoint-jno offload-jno substeps-jno phases-jno resume-jno
            precision-jno fused)  # devices: the jNO backend trains on one device
-every_step=("${sweeps[@]}" advise functions bench anatomy capacity scale compile suite cache)
+every_step=("${sweeps[@]}" advise functions bench anatomy capacity scale compile suite cache command)
 platform_flags=(--only-binary=:all: --python-version 3.11 --implementation cp --platform any)
 for tag in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 manylinux_2_17_x86_64 \
            manylinux2014_x86_64 manylinux1_x86_64; do
@@ -355,6 +357,11 @@ for name in "${chosen[@]}"; do
             step suite 60 0 "$python" -m cruxlab.bench suite --out "$OUT" \
                 $( ((dry)) && echo "--shapes square --optimizers adam --rounds 1 --depths 10 --steps 20 --precisions highest" ) \
                 ${SUITE_ARGS:-} ;;
+        command)
+            # shellcheck disable=SC2086
+            step command 60 0 "$python" -m cruxlab.bench command --repeats "${COMMAND_REPEATS:-3}" ${COMMAND_ARGS:-} \
+                --json "$work/command.json" crux-sweep ${COMMAND_SWEEP:-accumulation solver.epochs=10} \
+                $( ((dry)) && echo "repeat=0 gradient_draws=8" ) ;;
         cache)
             # shellcheck disable=SC2086
             step cache 60 0 "$python" "$root/scripts/measure_sweep.py" --uri "$MLFLOW_TRACKING_URI" --sweeps 2 ${CACHE_ARGS:-} \

@@ -1,7 +1,9 @@
 """``crux-bench command``: a sweep command's time split by its parent run and its jobs' runs."""
+import sys
+
 import pytest
 
-from cruxlab.bench.command_time import command_parts, main, solver_seconds
+from cruxlab.bench.command_time import command_parts, main, program, solver_seconds
 
 
 def test_a_commands_parts_add_up_to_its_wall_time_and_its_share_is_what_its_jobs_did_not_train():
@@ -27,3 +29,12 @@ def test_the_command_is_asked_for_before_anything_runs(capsys):
         main(["--repeats", "2"])
     assert ended.value.code == 2
     assert "give the command to measure, e.g. crux-bench command crux-sweep" in capsys.readouterr().err
+
+
+def test_a_console_script_of_crux_runs_with_this_python_as_its_script_would():
+    """On a machine where crux is installed with ``pip --target`` its scripts are on no PATH: the bench starts
+    them itself."""
+    command = program("crux-sweep")
+    assert command[:2] == [sys.executable, "-c"]
+    assert "sys.argv[0] = 'crux-sweep'; from cruxlab.commands.sweep import main; sys.exit(main())" in command[2]
+    assert program("no-such-program-here") == ["no-such-program-here"]

@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from importlib.metadata import entry_points
 from pathlib import Path
 
 from crux.timing.machine import cpu_model
@@ -53,10 +54,16 @@ def solver_seconds(metrics: dict[str, float]) -> float:
     return sum(metrics.get(key, 0.0) for key in SOLVER_METRICS)
 
 
-def executable(name: str) -> str:
-    """The program ``name`` as a shell finds it, first beside this Python (its virtual environment's scripts)."""
-    found = shutil.which(name, path=os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", ""))))
-    return found or name
+def program(name: str) -> list[str]:
+    """The command line that starts ``name``: a console script of an installed distribution (``crux-sweep``) as
+    its script does, with this Python (found also where the distribution's scripts are on no PATH, as in an
+    install with ``pip --target``); any other program as a shell finds it."""
+    (script, *_) = [*entry_points(group="console_scripts", name=name), None]
+    if script is None:
+        return [shutil.which(name) or name]
+    module, _, function = script.value.partition(":")
+    return [sys.executable, "-c", f"import sys; sys.argv[0] = {name!r}; from {module} import {function}; "
+                                  f"sys.exit({function}())"]
 
 
 def newest_sweep(uri: str) -> dict[str, float]:
@@ -100,7 +107,7 @@ def run_command(command: list[str], folder: Path, uri: str) -> dict[str, float]:
     """Run ``command`` once in ``folder`` into the store at ``uri``; its parts (:func:`command_parts`)."""
     env = dict(os.environ, MLFLOW_TRACKING_URI=uri)
     began = time.time()
-    done = subprocess.run([executable(command[0]), *command[1:]], cwd=folder, env=env, stdout=subprocess.PIPE,
+    done = subprocess.run([*program(command[0]), *command[1:]], cwd=folder, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
     ended = time.time()
     if done.returncode != 0:
