@@ -5,8 +5,10 @@ artifact store and the cause, and ``--resume`` as printed writes the kept result
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Iterator
@@ -240,3 +242,47 @@ def test_an_artifact_folder_whose_disk_fills_up_is_the_artifact_stores_full_disk
         resumed_completely(tmp_path, uri, [0])
     finally:
         subprocess.run(["umount", "--lazy", str(folder)], check=True)
+
+
+def test_a_lone_run_whose_artifact_folder_is_read_only_ends_in_one_line_and_write_kept_writes_it(
+        artifact_folder, empty_store, tmp_path):
+    """A lone ``crux-run`` (no sweep) trains, then cannot write its artifacts into a read-only ``mlartifacts/``:
+    its last line names the artifact store and the cause, where the results are kept and the command that writes
+    them; the run closes KILLED with the fault, not left RUNNING. With the folder writable again, that command, as
+    printed, writes them into the run, which closes FINISHED with its artifacts; nothing trains again."""
+    import shlex
+
+    from mlflow.tracking import MlflowClient
+
+    shutil.copy(empty_store, tmp_path / "mlflow.db")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    remount(artifact_folder, "ro")
+    env = {key: value for key, value in os.environ.items() if not key.startswith("MLFLOW_HTTP_REQUEST_")}
+    job = ["memory=b8", "repeat=0", "solver.epochs=300", "model.width=8", "problem.n_interior=64", "gradient_draws=0",
+           "tracking.retry_seconds=3"]
+    done = subprocess.run([sys.executable, "-m", "cruxlab.commands.experiment", *job], cwd=tmp_path, env={**env, "MLFLOW_TRACKING_URI": uri}, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-4000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"crux-run: the artifact store at {(artifact_folder / 'crux').as_uri()} failed: "), last
+    assert "Read-only file system" in last, last
+    (kept,) = tmp_path.glob("outputs/*/*/kept/0")
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("crux").experiment_id])
+    assert f"; the results the job trained are kept in {kept}; run {run.info.run_id} closed KILLED; " in last, last
+    assert last.endswith(f"once the store is back, `crux-run --write-kept {kept}` writes them into run "
+                         f"{run.info.run_id}"), last
+    assert run.info.status == contract.KILLED and run.data.tags[contract.ERROR_TYPE] == "StoreFault"
+
+    remount(artifact_folder, "rw")
+    command = shlex.split(last.split("`")[1])
+    written = subprocess.run([sys.executable, "-m", "cruxlab.commands.experiment", *command[1:]], cwd=tmp_path.parent,
+                             env={**env, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'elsewhere.db'}"},
+                             capture_output=True, text=True, timeout=600)  # the kept results name their store
+    assert written.returncode == 0, written.stderr[-4000:]
+    assert TRAINING not in written.stdout + written.stderr
+    run = client.get_run(run.info.run_id)
+    assert run.info.status == contract.FINISHED and contract.ERROR_TYPE not in run.data.tags
+    assert {artifact.path for artifact in client.list_artifacts(run.info.run_id)} >= {
+        contract.CONFIG, contract.STATS, contract.PARAMS}
+    assert "final_loss" in run.data.metrics and not kept.exists()

@@ -4,6 +4,7 @@
     crux-run memory=b8_acc4 solver.epochs=500  # overrides
     crux-run --multirun memory=b8,b8_acc4      # one MLflow child run per job under a parent run
     crux-run --config-dir ./myconf problem=mine  # a problem of one's own (myconf/problem/mine.yaml)
+    crux-run --write-kept outputs/DATE/TIME/kept/0  # results a store fault kept, written into their run
 
 The configs are the package's (``pkg://crux.conf``); everything a job writes goes
 under the working directory unless configured (docs/usage.md).
@@ -50,13 +51,15 @@ with heap.lasting():  # Hydra's and MLflow's modules, kept to the process's end:
     from cruxlab.runtime.capacity_job import run_capacity
     from cruxlab.runtime.compilation_cache import use_compilation_cache
     from cruxlab.runtime.interrupt import exit_status, interruptible, signal_name
+    from cruxlab.runtime.kept import WRITE_KEPT
     from cruxlab.runtime.liveness import SWEEP_PID
     from cruxlab.runtime.objective import objective_value
     from cruxlab.runtime.paired_timing import time_against
     from cruxlab.runtime.tracebacks import errors_raised_by_hydra, job_failed, tracebacks_shown
+    from cruxlab.runtime.write_kept import write_lone_kept
     from cruxlab.store.connection import StoreError
     from cruxlab.store.faults import StoreFault
-    from cruxlab.store.secrets import move_override_credentials
+    from cruxlab.store.secrets import masked, move_override_credentials
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +196,7 @@ def run_job(cfg: DictConfig) -> float:
                 return train_job(cfg, run, problem)
         except StoreFault as fault:  # the store's, not the job's: the run could not be closed with it
             if HydraConfig.get().mode == RunMode.RUN:
-                raise SystemExit(f"crux-run: {fault}") from None
+                raise SystemExit(f"crux-run: {masked(str(fault))}") from None
             raise  # the sweep ends with it, in one line
         except Exception as error:  # noqa: BLE001 - the run closed FAILED with it; said in one line
             failed = job_failed(error)
@@ -276,6 +279,20 @@ def shown_refusals(program: str) -> None:
         print(f"{program}: this config would be refused: {'; '.join(refused)}", file=sys.stderr)
 
 
+def write_kept_command(program: str, arguments: list[str]) -> None:
+    """``crux-run --write-kept FOLDER``: the results a lone run kept after a store fault written into its run
+    (:func:`cruxlab.runtime.write_kept.write_lone_kept`); exits, status 0 once written, else 1 with one line."""
+    if len(arguments) != 1:
+        raise SystemExit(f"{program}: {WRITE_KEPT} takes one folder, the one the run's last line named")
+    try:
+        line = write_lone_kept(Path(arguments[0]))
+    except (ValueError, StoreError, StoreFault, OSError) as error:
+        store = f"{error.store} failed: " if getattr(error, "store", None) else ""
+        raise SystemExit(f"{program}: {store}{masked(str(error))}") from None
+    print(f"{program}: {line}")
+    raise SystemExit(0)
+
+
 def main(program: str = "crux-run") -> None:
     """The console script ``crux-run`` (and the multirun of ``crux-sweep``): Hydra reads the command line. Once the
     run or sweep is done the process ends here with status 0, its exit handlers run but not the interpreter's
@@ -289,6 +306,8 @@ def main(program: str = "crux-run") -> None:
             line for an override that names no key, adds a key the config has or gives a value of the wrong type
             (every other error as Hydra reports it, also status 1; with ``HYDRA_FULL_ERROR=1``, the exception).
     """
+    if sys.argv[1:2] == [WRITE_KEPT]:
+        write_kept_command(program, sys.argv[2:])
     config.import_from_working_directory()
     quiet_platform_probe()
     Plugins.instance().register(CruxSweeper)  # Hydra's scan misses it in an editable install

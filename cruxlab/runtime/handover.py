@@ -80,6 +80,9 @@ class Results:
     opening: dict | None = None
     """How the run is created where the store never created it (``run_id`` empty): ``experiment_id``,
     ``start_time``, ``run_name``, ``tags``."""
+    store: str = ""
+    """The tracking store's URI, without credentials, where a lone run's results kept after a store fault go
+    (``crux-run --write-kept``: :mod:`cruxlab.runtime.write_kept`); empty for a sweep's job."""
 
 
 def handed_over(sweep_dir: Path) -> Path:

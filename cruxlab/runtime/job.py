@@ -40,6 +40,7 @@ from cruxlab.config import effective_settings
 from cruxlab.config.attachments import TrainingPlan
 from cruxlab.runtime.environment import written_environment
 from cruxlab.runtime.interrupt import deferred, signal_name
+from cruxlab.runtime.kept import WRITE_KEPT
 from cruxlab.runtime.liveness import follow_sweep
 from cruxlab.runtime.naming import run_identity
 from cruxlab.runtime.provenance import invocation, launch_folder
@@ -59,6 +60,7 @@ from cruxlab.store.faults import (PatientClient, StoreFault, record_fault, recor
 from cruxlab.store.history import thinned
 from cruxlab.store.model import write_model
 from cruxlab.store.params import flatten
+from cruxlab.store.secrets import masked, needed_to_run
 
 log = logging.getLogger(__name__)
 
@@ -217,6 +219,8 @@ class JobRun(RunWrites):
                 self._say_outcome()
                 if self._failure is not None:
                     what, failure = self._failure
+                    if isinstance(failure, StoreFault) and self.kept is not None and self.sweep_dir is None:
+                        raise StoreFault(self._kept_line(failure), failure.store) from failure
                     kept = f"; its results are kept in {self.kept}" if self.kept is not None else ""
                     raise WriteFailed(f"writing {what} failed: {failure_line(failure)}{kept}") from failure
                 return False
@@ -231,6 +235,16 @@ class JobRun(RunWrites):
                 # sweep starts no job after it
                 record_fault(self.sweep_dir, None, str(error))
         return False
+
+    def _kept_line(self, fault: StoreFault) -> str:
+        """One line for a lone run whose results a store fault kept: the store and the cause, where the results
+        are, the run's state, and the command that writes them into it (:mod:`cruxlab.runtime.write_kept`)."""
+        uri = self.client.tracking_uri
+        state = f"closed {self.closed}" if self.closed else "left open (crux-report closes it)"
+        return masked(f"{store_named(fault, uri)} failed: {fault}; the results the job trained are kept in "
+                      f"{self.kept}; run {self._run_id or '(not created)'} {state}; once the store is back, "
+                      f"`crux-run {WRITE_KEPT} {self.kept}`{needed_to_run(uri)} writes them into "
+                      + (f"run {self._run_id}" if self._run_id else "a new run"))
 
     def trains(self) -> None:
         """The job's training starts: the writer, held since the previous job of the process ended, writes that

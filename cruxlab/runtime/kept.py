@@ -10,7 +10,8 @@ their own beside where they were staged, named in the sweep's fault record
 (:func:`cruxlab.store.faults.record_kept`). ``crux-sweep NAME --resume`` writes them
 into the job's own run before it runs anything (:mod:`cruxlab.runtime.multirun`): the
 run closes FINISHED with its own history and the job is not trained again. A lone
-``crux-run`` keeps them in its output folder.
+``crux-run`` keeps them in its output folder, ``<output>/kept/0``, with the store they go to; ``crux-run
+--write-kept FOLDER`` writes them (:mod:`cruxlab.runtime.write_kept`).
 """
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ from cruxlab.store.faults import record_kept, recorded_fault
 log = logging.getLogger(__name__)
 
 KEPT = "kept"
+WRITE_KEPT = "--write-kept"
+"""``crux-run --write-kept FOLDER``: the results a lone run kept in FOLDER written into its run; nothing trains."""
 
 
 def kept_folder(sweep_dir: Path) -> Path:

@@ -33,7 +33,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -57,7 +56,7 @@ from cruxlab.config.refusals import config_refusals, refusals as job_refusals
 from cruxlab.device_start import jax_settings_of_its_own
 from cruxlab.runtime.compilation_cache import use_compilation_cache
 from cruxlab.runtime.composed import override_lines
-from cruxlab.runtime.handover import ARTIFACTS, Pickup, read_results, workers_output_ended
+from cruxlab.runtime.handover import Pickup, read_results, workers_output_ended
 from cruxlab.runtime.interrupt import deferred, exit_status, interruptible, signal_name
 from cruxlab.runtime.job import JobRun
 from cruxlab.runtime.kept import kept_folder, kept_results
@@ -68,6 +67,7 @@ from cruxlab.runtime.provenance import checkout, mlflow_source
 from cruxlab.runtime.space import StoreReserve
 from cruxlab.runtime.tracebacks import tracebacks_shown
 from cruxlab.runtime.writer import process_writer
+from cruxlab.runtime.write_kept import write_kept
 from cruxlab.store.artifacts import write_artifacts
 from cruxlab.store.connection import (DESTINATION, PARENT_RUN, TRACKING_URI, WRITING, Destination, StoreError,
                                       brief, child_runs, ensure_experiment, experiment_name, move_store_credentials,
@@ -81,7 +81,7 @@ from cruxlab.store.faults import (PatientClient, StoreFault, full_disk, is_disk_
                                   record_fault, recorded_fault, reserve_fault_record, set_retry_budget, store_named)
 from cruxlab.store.kinds import is_tracking_server
 from cruxlab.store.params import as_requested, flatten
-from cruxlab.store.secrets import PASSWORD_VARIABLE, credential_variables, masked
+from cruxlab.store.secrets import masked, needed_to_run
 
 log = logging.getLogger(__name__)
 
@@ -176,10 +176,7 @@ class Multirun:
     def resume_advice(self) -> str:
         """:attr:`resume_command` quoted, with the variables it needs set where the store takes credentials
         (named, never shown: the command holds none, even where the sweep's ``tracking.uri=`` held a password)."""
-        needed = credential_variables(self.uri)
-        what = "password" if needed == [PASSWORD_VARIABLE] else "credentials"
-        return f"`{self.resume_command}`" + (f" with {' and '.join(needed)} set to the store's {what}"
-                                             if needed else "")
+        return f"`{self.resume_command}`{needed_to_run(self.uri)}"
 
     def run(self, resume: bool) -> list[Sequence[JobReturn]]:
         """Check, open, launch, close; raises SystemExit with one line when refused, with the shell's status of
@@ -319,18 +316,9 @@ class Multirun:
         if entries:
             reserve_fault_record(Path(folder))  # the fault is over: the writes below are attempted
         for entry in entries:
-            results = read_results(entry)
-            with tempfile.TemporaryDirectory(prefix="crux-kept-") as copy:
-                shutil.copytree(entry / ARTIFACTS, Path(copy) / ARTIFACTS)
-                run = JobRun.taken_over(client, Path(folder), results, Path(copy) / ARTIFACTS, kept=True)
-                process_writer().drain()
-            if run.closed != FINISHED:
-                fault = recorded_fault(Path(folder))
-                raise StoreFault(f"the kept results of job {results.job} could not be written"
-                                 + (f": {fault['message']}" if fault else "") + f"; they stay in {entry}")
-            shutil.rmtree(entry, ignore_errors=True)
+            run = write_kept(client, Path(folder), entry)
             log.info("job %s: the results it kept after the store failed are written into run %s, FINISHED; it is "
-                     "not run again", results.job, run.run_id)
+                     "not run again", run.job, run.run_id)
 
     def _recorded_plan(self, client: MlflowClient, parent: Run) -> list[list[str]]:
         """The jobs the sweep of ``parent`` planned; Refused where it is still running, recorded no plan, or

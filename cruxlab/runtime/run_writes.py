@@ -35,14 +35,14 @@ from crux.failures import failure_line
 from crux.stats import Statistics
 from cruxlab.runtime.handover import Results, hand_over
 from cruxlab.runtime.kept import keep
-from cruxlab.runtime.liveness import Heartbeat, process_tags
+from cruxlab.runtime.liveness import STORE_FAULT, Heartbeat, process_tags
 from cruxlab.runtime.system_metrics import SystemMetrics
 from cruxlab.runtime.writer import Beside, Writer, process_writer
 from cruxlab.store.artifacts import write_artifacts
-from cruxlab.store.contract import ERROR_MESSAGE, ERROR_TYPE, FAILED, FINISHED, HISTORY_PLOT, STATS
+from cruxlab.store.contract import ERROR_MESSAGE, ERROR_TYPE, FAILED, FINISHED, HISTORY_PLOT, KILLED, STATS
 from cruxlab.store.faults import StoreFault, record_fault, recorded_fault
 from cruxlab.store.history import history_series, log_history, thinned
-from cruxlab.store.secrets import masked
+from cruxlab.store.secrets import masked, without_credentials
 
 log = logging.getLogger(__name__)
 
@@ -298,6 +298,8 @@ class RunWrites:
                     if self.sweep_dir is not None and isinstance(failure, StoreFault):
                         record_fault(self.sweep_dir, self._run_id, failure)
                     self._keep(ended)
+                    if self.sweep_dir is None and isinstance(failure, StoreFault) and failure.store:
+                        self._close_alone(failure, ended)
                     return  # the store is away: closed later, as for a job's own store fault
                 if status == FINISHED:
                     status = FAILED
@@ -323,6 +325,18 @@ class RunWrites:
         finally:
             self._remove_files()
 
+    def _close_alone(self, fault: StoreFault, ended: int | None) -> None:
+        """A lone run whose artifact store failed (the tracking store answers): no sweep closes it, so it closes
+        KILLED with the fault now, once; ``crux-run --write-kept`` closes it FINISHED with its kept results."""
+        why = f"{fault.store} failed ({fault})" + (f"; its results are kept in {self.kept}" if self.kept else "")
+        try:
+            self.client.log_batch(self.run_id, tags=[RunTag(ERROR_TYPE, STORE_FAULT),
+                                                     RunTag(ERROR_MESSAGE, masked(why)[:MESSAGE_CHARS])])
+            self.client.set_terminated(self.run_id, KILLED, end_time=ended)
+            self.closed = KILLED
+        except Exception as error:  # noqa: BLE001 - left open: crux-report closes it later
+            log.error("run %s could not be closed %s: %s", self.run_id, KILLED, masked(failure_line(error)))
+
     def _forget(self, fault: str) -> None:
         """After a store fault (``fault``): the run stays open, recorded as such in the sweep's folder; the
         job's results, where it trained, are kept; its other files go."""
@@ -345,6 +359,7 @@ class RunWrites:
         logged.run_id, logged.outcome = self._run_id or "", ""
         logged.ended = ended or logged.ended or int(time.time() * 1000)
         logged.opening = self._opening if self._run_id is None else None
+        logged.store = "" if self.sweep_dir is not None else without_credentials(self.client.tracking_uri)
         self.kept = keep(self._keeps_in, logged, self._staged, self.sweep_dir)
         if self.kept is not None:
             job = f"job {self.job} ({self.variant})" if self.job is not None else f"the job ({self.variant})"

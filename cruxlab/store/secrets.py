@@ -105,3 +105,12 @@ def credential_variables(uri: str) -> list[str]:
     shown)."""
     kind = kind_of(uri)
     return [name for name in (kind.credential_variables if kind else ()) if os.environ.get(name)]
+
+
+def needed_to_run(uri: str) -> str:
+    """What a command printed for the user to run against the store of ``uri`` needs besides its words:
+    ``" with PGPASSWORD set to the store's password"`` where the store takes credentials from the
+    environment (:func:`credential_variables`, named, never shown), else nothing."""
+    needed = credential_variables(uri)
+    what = "password" if needed == [PASSWORD_VARIABLE] else "credentials"
+    return f" with {' and '.join(needed)} set to the store's {what}" if needed else ""
