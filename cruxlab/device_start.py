@@ -8,8 +8,8 @@ first). crux-sweep starts the runtime in a thread of its own right after its arg
 thread imports MLflow, Hydra and crux, unless a job of the sweep could ask for another start: its sweep file or
 the command line sets an environment variable for the jobs (``hydra.job.env_set``), a ``jax.`` setting other
 than the compilation cache's folder, or another launcher (whose jobs run in processes of their own, which may
-need the device), or the sweep chooses config groups that could (``--config-dir`` files, the sweep folder's own
-groups). Settings that JAX reads when it compiles (``jax_enable_x64``, the persistent compilation cache's
+need the device), or a config file the jobs may choose beyond crux's own (``--config-dir``'s, the groups of the
+sweep's own folder) mentions any of those. Settings that JAX reads when it compiles (``jax_enable_x64``, the persistent compilation cache's
 folder) are not part of the start and apply as before.
 """
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Any, Mapping
 
 JAX_VARIABLES = ("XLA_", "JAX_", "TPU_")
 """The prefixes of the environment variables that JAX and its TPU runtime read once, when they start."""
-OWN_KEYS = ("hydra.job.env_set", "hydra/launcher", "hydra.launcher", "jax.", "sweeps/")
+OWN_KEYS = ("hydra.job.env_set", "hydra/launcher", "hydra.launcher", "jax.")
 """Keys whose overrides could make a job's start of JAX differ from this process's (``jax.compilation_cache_dir``
-excepted): the jobs' environment, their launcher, JAX's settings, a group of the sweep's own folder."""
+excepted): the jobs' environment, their launcher, JAX's settings."""
 HARMLESS = ("jax.compilation_cache_dir",)
 WORDS_OF_OWN_SETTINGS = ("env_set", "launcher", "processes", "coordinator", "process_id")
 """What a config file of one's own would hold to set JAX up for its jobs (read as text: a match only costs the
@@ -41,13 +41,14 @@ def _sets_jax(key: str) -> bool:
     return key.startswith(OWN_KEYS) and not key.startswith(HARMLESS)
 
 
-def why_not_early(written: Mapping[str, Any], overrides: list[str], config_dirs: list[Path]) -> str | None:
+def why_not_early(written: Mapping[str, Any], overrides: list[str], config_files: list[Path]) -> str | None:
     """Why the device runtime must wait for the first job, or None where it may start now.
 
     Args:
         written: the sweep file's config as written (unresolved).
         overrides: the command line's overrides.
-        config_dirs: folders of config files of one's own the jobs may choose from (``--config-dir``).
+        config_files: config files the jobs may choose from beyond crux's own (``--config-dir``'s, the groups
+            of the sweep's own folder), each read as text.
 
     Returns:
         The reason, naming what sets JAX up for the jobs; None when nothing does.
@@ -58,8 +59,7 @@ def why_not_early(written: Mapping[str, Any], overrides: list[str], config_dirs:
     hydra = written.get("hydra") or {}
     if jax_settings_of_its_own((hydra.get("job") or {}).get("env_set") or {}):
         return "the sweep's hydra.job.env_set"
-    if "launcher" in hydra or any("launcher" in str(entry) or "sweeps/" in str(entry)
-                                  for entry in written.get("defaults") or []):
+    if "launcher" in hydra or any("launcher" in str(entry) for entry in written.get("defaults") or []):
         return "the sweep's defaults"
     if set(written.get("jax") or {}) - {"compilation_cache_dir"}:
         return "the sweep's jax settings"
@@ -67,10 +67,9 @@ def why_not_early(written: Mapping[str, Any], overrides: list[str], config_dirs:
     swept = [key for key in params if _sets_jax(key) or key.lstrip("+~").startswith("hydra")]
     if swept:
         return f"the sweep's hydra.sweeper.params {swept[0]}"
-    for folder in config_dirs:
-        for path in sorted(folder.rglob("*.y*ml")):
-            if any(word in path.read_text(errors="replace") for word in WORDS_OF_OWN_SETTINGS):
-                return f"{path}"
+    for path in config_files:
+        if any(word in path.read_text(errors="replace") for word in WORDS_OF_OWN_SETTINGS):
+            return str(path)
     return None
 
 

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from cruxlab.commands.sweep import builtin_sweeps
+from cruxlab.commands.sweep import builtin_sweeps, find_sweep, own_config_files
 from cruxlab.device_start import why_not_early
 
-ACCUMULATION = OmegaConf.to_container(builtin_sweeps()["accumulation"].config, resolve=False)
+ACCUMULATION_SWEEP = builtin_sweeps()["accumulation"]
+ACCUMULATION = OmegaConf.to_container(ACCUMULATION_SWEEP.config, resolve=False)
 
 
 def test_a_sweep_that_sets_nothing_of_jaxs_start_starts_the_runtime_early():
@@ -22,7 +23,7 @@ def test_a_sweep_that_sets_nothing_of_jaxs_start_starts_the_runtime_early():
 
 @pytest.mark.parametrize("override", ["hydra.job.env_set.XLA_FLAGS=--xla_force_host_platform_device_count=2",
                                       "+hydra.job.env_set.JAX_ENABLE_X64=1", "hydra/launcher=joblib",
-                                      "jax.processes=2", "+sweeps/advise_jobs=steps"])
+                                      "jax.processes=2"])
 def test_an_override_that_could_set_jax_up_for_the_jobs_waits_for_them(override):
     assert why_not_early(ACCUMULATION, ["solver.epochs=10", override], []) == f"the override {override}"
 
@@ -37,10 +38,24 @@ def test_a_sweep_whose_jobs_set_jaxs_environment_waits_for_them():
 def test_config_files_of_ones_own_that_could_set_jax_up_wait_for_the_jobs(tmp_path):
     (tmp_path / "problem").mkdir()
     (tmp_path / "problem" / "mine.yaml").write_text("n_interior: 64\n")
-    assert why_not_early(ACCUMULATION, ["problem=mine"], [tmp_path]) is None
+    assert why_not_early(ACCUMULATION, ["problem=mine"], own_config_files(ACCUMULATION_SWEEP, tmp_path)) is None
     (tmp_path / "problem" / "wide.yaml").write_text("# @package _global_\nhydra:\n  job:\n    env_set:\n"
                                                     "      XLA_FLAGS: --xla_force_host_platform_device_count=2\n")
-    assert why_not_early(ACCUMULATION, ["problem=mine"], [tmp_path]) == str(tmp_path / "problem" / "wide.yaml")
+    assert why_not_early(ACCUMULATION, ["problem=mine"], own_config_files(ACCUMULATION_SWEEP, tmp_path)) == str(
+        tmp_path / "problem" / "wide.yaml")
+
+
+def test_the_groups_of_a_sweeps_own_folder_are_read_as_config_files_of_ones_own(tmp_path):
+    """The built-in advise sweep chooses among its folder's group sweeps/advise_jobs, which sets nothing of JAX's
+    start; a sweep file beside a group whose option sets the jobs' environment waits for its jobs."""
+    advise = builtin_sweeps()["advise"]
+    assert why_not_early(OmegaConf.to_container(advise.config, resolve=False), [], own_config_files(advise, None)) is None
+    (tmp_path / "mine.yaml").write_text("hydra:\n  sweeper:\n    params:\n      sweeps/jobs@_global_: a\n")
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "a.yaml").write_text("hydra:\n  job:\n    env_set:\n      JAX_ENABLE_X64: 'True'\n")
+    mine = find_sweep(str(tmp_path / "mine.yaml"))
+    assert why_not_early(OmegaConf.to_container(mine.config, resolve=False), [],
+                         own_config_files(mine, None)) == str(tmp_path / "jobs" / "a.yaml")
 
 
 def imported_by(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, set[str]]:

@@ -244,6 +244,16 @@ def register(sweep: SweepFile, command: str) -> None:
                             node=OmegaConf.create(option.read_text()), provider="crux-sweep")
 
 
+def own_config_files(sweep: SweepFile, config_dir: Path | None) -> list[Path]:
+    """The config files a job of ``sweep`` may choose beyond crux's own: those of ``config_dir`` (``--config-dir``)
+    and the options of the groups of the sweep's folder (as :func:`register` makes them)."""
+    found = sorted(config_dir.rglob("*.y*ml")) if config_dir is not None else []
+    for group in sweep.folder.iterdir():
+        if group.is_dir():
+            found += [Path(str(option)) for option in group.iterdir() if option.name.endswith(SUFFIXES)]
+    return found
+
+
 def refuse_other_sweepers(overrides: list[str]) -> None:
     """Raise ValueError, in one line saying what works, for an override that chooses another Hydra sweeper: a
     claim's sweep is the jobs its file lists, which crux's sweeper runs under one parent run and the report
@@ -308,9 +318,8 @@ def main(argv: list[str] | None = None) -> None:
         sweep = find_sweep(args.sweep, args.sweeps_dir)
         if args.config_dir is not None and not args.config_dir.is_dir():
             raise ValueError(f"--config-dir {args.config_dir}: no such folder")
-        own_configs = [args.config_dir] if args.config_dir is not None else []
         if device_start.why_not_early(OmegaConf.to_container(sweep.config, resolve=False), args.overrides,
-                                      own_configs) is None:
+                                      own_config_files(sweep, args.config_dir)) is None:
             device_start.start_beside()  # while the imports below run, in the thread that imports them
         with heap.lasting():  # the checks' modules import MLflow: kept to the process's end, walked by no collection
             check_claims(sweep)
