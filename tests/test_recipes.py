@@ -1,7 +1,10 @@
-"""The recipes of docs/architecture.md, followed as written: their code blocks are read from the document, so a
-recipe that no longer works fails here. (The store kind's recipe is held by tests/test_store_kinds.py.)"""
+"""The recipes of docs/architecture.md, followed as written: their code is read from the document, so a recipe
+that no longer works fails here. (tests/test_store_kinds.py holds the modules the store kind's recipe names.)"""
 from __future__ import annotations
 
+import ast
+import importlib
+import os
 import re
 import types
 from pathlib import Path
@@ -12,6 +15,8 @@ import pytest
 from hydra import compose, initialize_config_module
 
 from cruxlab.config import schema
+from cruxlab.runtime.space import local_folder
+from cruxlab.store import kinds, secrets
 from cruxlab.report import FAILS, HOLDS, RunRecord, SolveOptions, judge, report_markdown
 from cruxlab.report.claims import CHECKS, FIGURES, draw
 from cruxlab.report.sweep_reader import Sweep
@@ -92,3 +97,30 @@ def test_an_optimizer_added_as_the_recipe_says_trains_a_job(lion_config_folder):
     off = abs(steps - 2 * np.round(steps / 2)) * rate
     assert np.all(off <= 2 * np.finfo(np.float32).eps * scale), off.max()
     assert np.any(steps != 0)
+
+
+@pytest.fixture
+def mysql(monkeypatch) -> kinds.StoreKind:
+    """The recipe's store kind, built from the arguments its first step gives, in KINDS; the modules that read
+    KINDS on import read it again, and once more after."""
+    recipe = ARCHITECTURE.read_text().split("**Adding a store kind**")[1].split("\n\n")[1]
+    first_step = recipe.split("\n2. ")[0]
+    prefixes = ast.literal_eval(re.search(r"`(\(\"[^`]+\))`", first_step)[1])
+    arguments = {key: ast.literal_eval(value) for key, value in re.findall(r"`(\w+)=([^`]+)`", first_step)}
+    kind = kinds.StoreKind("MySQL server", prefixes, **arguments)
+    monkeypatch.setattr(kinds, "KINDS", (*kinds.KINDS, kind))
+    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if k != kind.password_variable})
+    importlib.reload(secrets)
+    yield kind
+    monkeypatch.undo()
+    importlib.reload(secrets)
+
+
+def test_a_store_kind_added_as_the_recipe_says_keeps_its_password_out_of_the_uri(mysql):
+    uri = "mysql://crux:s3cret@db.example/mlflow"
+    assert kinds.kind_of(uri) is mysql and mysql.port(uri) == 3306
+    assert local_folder(uri) is None  # its disk is its server's: no room checked here
+    assert secrets.move_credentials(uri) == "mysql://crux@db.example/mlflow"
+    assert os.environ["MYSQL_PWD"] == "s3cret" and secrets.credential_variables(uri) == ["MYSQL_PWD"]
+    assert secrets.masked(f"opening {uri}; the password is s3cret") == (
+        f"opening mysql://crux:{secrets.MASK}@db.example/mlflow; the password is {secrets.MASK}")
