@@ -305,17 +305,16 @@ def test_finished_runs_whose_artifacts_are_all_gone_are_said_elsewhere_once_for_
                                                                                             capsys):
     """A FINISHED run wrote its artifacts before closing: none of them in its artifact store is not "not logged"
     but an artifact store that lost them or a server that keeps another artifact root now (restarted with one).
-    Said in one line for the sweep (how many runs, the root their URIs lie under, what to do), in the report and
-    on the console, not once per run and artifact."""
-    _, runs = complete_sweep(writer)
-    for run in runs.values():
-        shutil.rmtree(writer.artifact(run, contract.CONFIG).parent)
+    Said in one line for the sweep (how many runs, the parent's plan among them, the root their URIs lie under,
+    what to do), in the report and on the console, not once per run and artifact."""
+    complete_sweep(writer)
+    shutil.rmtree(writer.folder / "mlartifacts")  # the parent's plan goes too
     code, text, verdicts = report(writer, tmp_path / "r", monkeypatch)
     assert code == 3
     root = (writer.folder / "mlartifacts").as_uri()
     said = [line for line in text.splitlines() if "artifact root" in line]
-    assert said == [f"**5 finished runs of the sweep wrote their artifacts before closing, but none of them is under "
-                    f"{root} now: the artifact store lost them, or its server keeps another artifact root now (started "
+    assert said == [f"**6 runs of the sweep (its parent run among them) wrote their artifacts before closing, but "
+                    f"none of them is under {root} now: the artifact store lost them, or its server keeps another artifact root now (started "
                     f"again with another --artifacts-destination); verdicts that need them are inconclusive. Serve "
                     f"the root they were written to again (`bash scripts/mlflow_server.sh restart DIR` restarts a "
                     f"server on its own root) and run crux-report again.**"], text[:3000]

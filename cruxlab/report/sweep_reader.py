@@ -103,7 +103,8 @@ class Sweep:
     crux-report judges the newest complete sweep, so these are the incomplete ones it
     passed over), ``none_complete`` that the default choice found no complete sweep;
     ``unreadable`` lists the artifacts of finished runs that could not be read, but for those of ``elsewhere``:
-    the artifact URIs of the finished runs none of whose artifacts is there (:attr:`artifacts_elsewhere`).
+    the artifact URIs of the finished runs none of whose artifacts is there, and of the parent run where its plan
+    is gone with them (:attr:`artifacts_elsewhere`).
     """
 
     name: str
@@ -121,14 +122,15 @@ class Sweep:
 
     @property
     def artifacts_elsewhere(self) -> str:
-        """One line for the finished runs none of whose artifacts is where the store says (a server restarted with
-        another artifact root, an artifact store that lost them): how many, the root their URIs lie under, what to
-        do; empty where there are none."""
+        """One line for the runs none of whose artifacts is where the store says (a server restarted with another
+        artifact root, an artifact store that lost them): how many, the root their URIs lie under, what to do;
+        empty where there are none."""
         if not self.elsewhere:
             return ""
         roots = sorted({masked(uri.rsplit("/", 2)[0]) for uri in self.elsewhere})  # less <run id>/artifacts
         count = len(self.elsewhere)
-        return (f"{count} finished run{'s' if count > 1 else ''} of the sweep wrote {'their' if count > 1 else 'its'} "
+        parent = " (its parent run among them)" if any(f"/{self.parent_id}/" in uri for uri in self.elsewhere) else ""
+        return (f"{count} run{'s' if count > 1 else ''} of the sweep{parent} wrote {'their' if count > 1 else 'its'} "
                 f"artifacts before closing, but none of them is under {' or '.join(roots)} now: the artifact store "
                 f"lost them, or its server keeps another artifact root now (started again with another "
                 f"--artifacts-destination); verdicts that need them are inconclusive. Serve the root they were "
@@ -327,6 +329,10 @@ def _read_sweep(client: MlflowClient, name: str, uri: str, experiment_id: str, p
                 record = load_record(client, run, Path(scratch) / run.info.run_id, unreadable, elsewhere)
                 if record is not None:
                     records.append(record)
+    parent_id = parent.info.run_id
+    if elsewhere and plan is None and _planned_count(parent) is not None and not client.list_artifacts(parent_id):
+        elsewhere.append(parent.info.artifact_uri)  # its plan went where the jobs' artifacts went
+        unreadable = [u for u in unreadable if u.run_id != parent_id]
     records.sort(key=lambda r: (r.label, r.repeat, r.run_id))
     unreadable.sort(key=lambda u: (u.label, u.run_id, u.artifact))
     return Sweep(name, uri, experiment_id, parent.info.run_id, dict(parent.data.tags), records, jobs,
