@@ -372,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"--shapes: unknown {unknown}; choose from {','.join(SHAPES)}")
     log = functools.partial(print, flush=True)
-    report: dict[str, Any] = {"environment": bench_environment()}
+    report: dict[str, Any] = {}  # the environment last: reading it opens the device, which the fresh processes need
     if args.only != "speed":
         log(f"first fused call of 100 updates, compile, {args.rounds} rounds, fresh processes, highest")
         report["compile"] = compare_compiles(shapes, args.optimizers.split(","), 100, "highest", args.rounds, log,
@@ -383,6 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         for precision in args.precisions.split(","):
             log(f"fused update, {args.rounds} rounds of {args.steps} updates, {precision}")
             report["speed"].update(compare_speeds(shapes, depths, precision, args.rounds, args.steps, log))
+    report["environment"] = bench_environment()
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "suite.json").write_text(json.dumps(report, indent=1))
