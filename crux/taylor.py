@@ -312,8 +312,11 @@ def _checkpoint(prim, params, inputs):
 
 
 def _custom_jvp(prim, params, inputs):
-    """A custom derivative rule (jax.nn.relu, softplus, jnp.sinc) is respected by differentiating the call
-    forward-over-forward locally: its primal may not be differentiable as written (sinc at 0)."""
+    """A custom derivative rule (jax.nn.relu, softplus, jnp.sinc, crux's accurate tanh) is respected by
+    differentiating the call forward-over-forward locally: its primal may not be differentiable as written (sinc
+    at 0). An elementwise function of one dependent input (an activation) takes its first and second derivatives
+    once, along a vector of ones, and chains them as :func:`_tanh` does: its rule's work then appears twice in the
+    program, not twice per input axis."""
     if not all(_inexact(v.aval.dtype) for v in params["call_jaxpr"].jaxpr.outvars):
         raise Unsupported("custom_jvp function with integer outputs")
     bind_params = prim.get_bind_params(params)
@@ -325,6 +328,14 @@ def _custom_jvp(prim, params, inputs):
             args[i] = a
         return prim.bind(*args, **bind_params)
 
+    if len(where) == 1 and _elementwise(params["call_jaxpr"].jaxpr):
+        a = inputs[where[0]]
+        a = _expand(a, params["call_jaxpr"].jaxpr.outvars[0].aval.shape)
+        ones = jnp.ones_like(a.value)
+        slope = lambda v: jax.jvp(lambda u: call(u)[0], (v,), (ones,))
+        value, first = slope(a.value)
+        second = jax.jvp(lambda v: slope(v)[1], (a.value,), (ones,))[1]
+        return [_chain(a, value, first, second)]
     primals = tuple(inputs[i].value for i in where)
     values, firsts = jax.jvp(call, primals, tuple(inputs[i].lap for i in where))
     jacs, seconds = [], []
@@ -335,6 +346,36 @@ def _custom_jvp(prim, params, inputs):
         seconds.append(second)
     return [Taylor(v, tuple(j), functools.reduce(jnp.add, [f, *s]))
             for v, f, j, s in zip(values, firsts, zip(*jacs), zip(*seconds))]
+
+
+# Primitives whose every output element depends on the same element of each input alone.
+ELEMENTWISE = frozenset({
+    "abs", "acos", "acosh", "add", "and", "asin", "asinh", "atan", "atan2", "atanh", "cbrt", "ceil", "clamp",
+    "convert_element_type", "copy", "copy_p", "cos", "cosh", "div", "eq", "erf", "erf_inv", "erfc", "exp", "exp2",
+    "expm1", "floor", "ge", "gt", "integer_pow", "is_finite", "le", "log", "log1p", "logistic", "lt", "max", "min",
+    "mul", "ne", "neg", "nextafter", "not", "or", "pow", "reduce_precision", "rem", "round", "rsqrt", "select_n",
+    "sign", "sin", "sinh", "sqrt", "square", "stop_gradient", "sub", "tan", "tanh"})
+
+
+def _elementwise(jaxpr: jex.Jaxpr) -> bool:
+    """Whether a one-output function's jaxpr computes each output element from the same element of its inputs
+    alone: elementwise primitives, scalars broadcast, and calls of such functions."""
+    if len(jaxpr.outvars) != 1:
+        return False
+    shape = jaxpr.outvars[0].aval.shape
+    for eqn in jaxpr.eqns:
+        if any(v.aval.shape not in ((), shape) for v in (*eqn.invars, *eqn.outvars)):
+            return False
+        inner = eqn.params.get("jaxpr", eqn.params.get("call_jaxpr"))
+        if inner is not None:
+            if not _elementwise(getattr(inner, "jaxpr", inner)):
+                return False
+        elif eqn.primitive.name == "broadcast_in_dim":
+            if eqn.invars[0].aval.shape != ():
+                return False
+        elif eqn.primitive.name not in ELEMENTWISE:
+            return False
+    return True
 
 
 def _dependent_outputs(jaxpr: jex.Jaxpr, dependent: list[bool]) -> list[bool]:

@@ -141,6 +141,33 @@ def test_custom_derivative_rules_are_respected():
                                rtol=ULPS * EPS32)
 
 
+def _count(jaxpr, primitive) -> int:
+    """Equations of ``primitive`` in a jaxpr and the jaxprs it calls."""
+    total = 0
+    for eqn in jaxpr.eqns:
+        total += eqn.primitive is primitive
+        inner = eqn.params.get("jaxpr", eqn.params.get("call_jaxpr"))
+        total += _count(getattr(inner, "jaxpr", inner), primitive) if inner is not None else 0
+    return total
+
+
+@pytest.mark.parametrize("d", [1, 3])
+def test_an_elementwise_custom_rule_is_evaluated_once_per_layer_whatever_the_dimension(d):
+    """crux's accurate tanh (one division, its derivative a custom rule) in a 3-D network of two layers: its value
+    and its first and second derivatives, at most three evaluations a layer, not two more per input axis; the Laplacian
+    that of forward over forward."""
+    from crux.tanh import accurate_tanh
+    layers = [crux.mlp(d, 8, (), seed=1).params, crux.mlp(8, 1, (), seed=2).params]
+    u = crux.mlp(d, 1, (8,), seed=1)
+
+    def f(x):
+        h = accurate_tanh(u.apply(layers[0], x))
+        return u.apply(layers[1], h)[0]
+    jaxpr = jax.make_jaxpr(forward_laplacian(f))(jnp.ones(d)).jaxpr
+    assert _count(jaxpr, P.div_p) <= 3
+    assert_same_as_forward_over_forward((f, points(d)))
+
+
 def test_unsupported_primitive_falls_back_to_forward_over_forward():
     f = lambda x: jnp.sum(jnp.sort(x) ** 3)  # sum_i x_i^3: Laplacian 6 sum_i x_i
     x = jnp.array([0.4, -0.2, 0.9])
