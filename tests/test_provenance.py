@@ -9,6 +9,7 @@ import subprocess
 from importlib.metadata import Distribution
 from pathlib import Path
 
+from cruxlab.runtime import environment as job_environment
 from cruxlab.runtime.environment import environment
 from cruxlab.runtime.provenance import installed_crux, problem_code
 
@@ -98,3 +99,21 @@ def test_a_folder_outside_git_records_no_commit(tmp_path):
     found = environment(tmp_path, "crux.problems.poisson1d")
     assert (found["git_commit"], found["git_dirty"]) == (None, None)
     assert found["problem_module"] == "crux.problems" and len(found["problem_sha256"]) == 64
+
+
+def test_each_jobs_environment_reads_its_folders_state_while_crux_install_is_read_once_a_process(tmp_path,
+                                                                                                 monkeypatch):
+    """A sweep's jobs share one process: what crux's install was when the process loaded it, read once; the
+    working folder's commit and changes, read for each job (the user may commit between two jobs)."""
+    git = lambda *args: subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+    git("init", "-q")
+    (tmp_path / "mine.py").write_text("a = 1\n")
+    git("add", "mine.py")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "first")
+    first = environment(tmp_path, None, {})
+    (tmp_path / "mine.py").write_text("a = 2\n")
+    calls = []
+    monkeypatch.setattr(job_environment, "installed_crux", lambda *a: calls.append(a) or {})
+    second = environment(tmp_path, None, {})
+    assert (first["git_dirty"], second["git_dirty"]) == (False, True) and first["git_commit"] == second["git_commit"]
+    assert calls == [] and second["crux_version"] == first["crux_version"] is not None
