@@ -601,3 +601,39 @@ def test_a_servers_own_disk_that_fills_up_ends_the_sweep_in_one_line_sending_to_
     assert last.startswith(f"crux-sweep: the tracking store at {url} failed: "), last
     assert ": the server answered 503 (Service Unavailable): its log says why; " in last, last
     assert "; the results that job 0 trained are kept in " in last or "; the results that jobs 0" in last, last
+
+
+def test_a_lone_run_whose_server_dies_keeps_what_it_trained_and_its_printed_command_writes_it(server_folder, tmp_path):
+    """A lone ``crux-run`` whose server stops while it trains: it trains to its end, keeps its results, and its last
+    line names the tracking store, how to bring the server back, and the ``crux-run --write-kept`` command; that
+    command, run as printed once the server is back, writes them into the run, which closes FINISHED, without
+    MLflow's own lines about where the run is."""
+    from mlflow.tracking import MlflowClient
+
+    url = start("mlflow_server.sh", server_folder / "server", f"sqlite:///{server_folder / 'runs.db'}", "1")
+    env = {key: value for key, value in os.environ.items() if not key.startswith("MLFLOW_HTTP_REQUEST_")}
+    process = subprocess.Popen([sys.executable, "-m", "cruxlab.commands.experiment", "memory=b8", "repeat=0",
+                                "solver.epochs=20000", "model.width=8", "problem.n_interior=64", "gradient_draws=0",
+                                "tracking.retry_seconds=3"], cwd=tmp_path, env={**env, "MLFLOW_TRACKING_URI": url},
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen: list[str] = []
+    read_until(process, seen, TRAINING)  # its run is open
+    stop("mlflow_server.sh", server_folder / "server")
+    assert finish(process, seen) == 1 and "Traceback" not in "".join(seen), "".join(seen)[-4000:]
+    last = seen[-1].strip()
+    (kept,) = tmp_path.glob("outputs/*/*/kept/0")
+    assert last.startswith(f"crux-run: the tracking store at {url} failed: "), last
+    assert f"; the results the job trained are kept in {kept}; run " in last and " left open " in last, last
+    assert "comes back on its own port, store and artifact root with `bash scripts/mlflow_server.sh restart DIR`" \
+        in last, last
+    assert f"; once the store is back, `crux-run --write-kept {kept}` writes them into run " in last, last
+
+    assert restart(server_folder / "server") == url
+    written = subprocess.run([sys.executable, "-m", "cruxlab.commands.experiment", "--write-kept", str(kept)],
+                             cwd=tmp_path.parent, env=env, capture_output=True, text=True, timeout=600)
+    assert written.returncode == 0, written.stderr[-4000:]
+    assert written.stdout.splitlines()[-1].startswith(f"crux-run: the results kept in {kept} are written into run ")
+    assert "View run" not in written.stdout + written.stderr
+    client = MlflowClient(url)
+    (run,) = client.search_runs([client.get_experiment_by_name("crux").experiment_id])
+    assert run.info.status == contract.FINISHED and "final_loss" in run.data.metrics and not kept.exists()

@@ -55,8 +55,8 @@ from cruxlab.store.contract import (ADJUSTED, CONFIG, ENVIRONMENT, ERROR_MESSAGE
                                     GIT_COMMIT, HISTORY_POINTS, INITIAL, KILLED, MODEL, NOTE, PARAMS,
                                     REQUESTED, STATS, VARIANT_PARAM, memory_logged)
 from cruxlab.store.descriptions import job_description
-from cruxlab.store.faults import (PatientClient, StoreFault, record_fault, recorded_fault, set_retry_budget,
-                                  store_named, store_retrying)
+from cruxlab.store.faults import (PatientClient, StoreFault, bringing_back, record_fault, recorded_fault,
+                                  set_retry_budget, store_named, store_retrying)
 from cruxlab.store.history import thinned
 from cruxlab.store.model import write_model
 from cruxlab.store.params import flatten
@@ -242,7 +242,8 @@ class JobRun(RunWrites):
         uri = self.client.tracking_uri
         state = f"closed {self.closed}" if self.closed else "left open (crux-report closes it)"
         return masked(f"{store_named(fault, uri)} failed: {fault}; the results the job trained are kept in "
-                      f"{self.kept}; run {self._run_id or '(not created)'} {state}; once the store is back, "
+                      f"{self.kept}; run {self._run_id or '(not created)'} {state}{bringing_back(fault, uri)}; "
+                      f"once the store is back, "
                       f"`crux-run {WRITE_KEPT} {self.kept}`{needed_to_run(uri)} writes them into "
                       + (f"run {self._run_id}" if self._run_id else "a new run"))
 

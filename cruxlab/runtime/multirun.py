@@ -77,8 +77,9 @@ from cruxlab.store.contract import (BACKEND, CLAIM, CLAIMS, COMMAND, ERROR_MESSA
                                     ROLE, RUNNING, SWEEP, SWEEP_DIR, SWEPT, VARIANT, VARIANT_PARAM, WORKING_DIR,
                                     tag_filter)
 from cruxlab.store.descriptions import runs_page, sweep_description
-from cruxlab.store.faults import (PatientClient, StoreFault, full_disk, is_disk_full, is_store_fault, reach,
-                                  record_fault, recorded_fault, reserve_fault_record, set_retry_budget, store_named)
+from cruxlab.store.faults import (PatientClient, StoreFault, bringing_back, full_disk, is_disk_full, is_store_fault,
+                                  reach, record_fault, recorded_fault, reserve_fault_record, set_retry_budget,
+                                  store_named)
 from cruxlab.store.kinds import is_tracking_server
 from cruxlab.store.params import as_requested, flatten
 from cruxlab.store.secrets import masked, needed_to_run
@@ -521,9 +522,7 @@ class Multirun:
             + (f"parent run {opened.parent_id} closed {closed[0]}" if closed else
                f"the runs left open (parent run {opened.parent_id}) are closed by the next `crux-sweep --resume` "
                f"or `crux-report`")
-            + (f"; a server that scripts/mlflow_server.sh started comes back on its own port, store and artifact root "
-               f"with `bash scripts/mlflow_server.sh restart DIR`" if is_tracking_server(self.uri) and
-               not fault.get("store") else "")
+            + bringing_back(fault, self.uri)
             + f"; once the store is back, {self.resume_advice} "
             + ("writes the kept results into their runs and runs the others" if kept else "runs the others"))
 

@@ -8,6 +8,7 @@ job is not trained again.
 """
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -46,6 +47,7 @@ def write_lone_kept(entry: Path) -> str:
         raise ValueError(f"{WRITE_KEPT} {entry}: no results kept there (no {RESULTS}); give the folder the run's last "
                          f"line named")
     store = read_results(entry).store
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # this line says where the run is
     if not store:
         raise ValueError(f"{WRITE_KEPT} {entry}: these results are a sweep's: `crux-sweep NAME --resume` writes them")
     run = write_kept(PatientClient(writable_store(store)), entry.parent.parent, entry)

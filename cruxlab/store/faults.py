@@ -40,7 +40,7 @@ from requests.exceptions import ConnectionError as RequestsConnectionError
 from requests.exceptions import Timeout
 
 from cruxlab.store.connection import HTTP_LIMITS, brief, request_deadline
-from cruxlab.store.kinds import kind_of, sqlite_file
+from cruxlab.store.kinds import is_tracking_server, kind_of, sqlite_file
 from cruxlab.store.secrets import masked
 
 log = logging.getLogger(__name__)
@@ -86,6 +86,16 @@ def store_named(fault: BaseException | dict | None, tracking_uri: str) -> str:
     artifact store it names, else the tracking store at ``tracking_uri`` (masked)."""
     store = fault.get("store") if isinstance(fault, dict) else getattr(fault, "store", None)
     return store or f"the tracking store at {masked(tracking_uri)}"
+
+
+def bringing_back(fault: BaseException | dict | None, tracking_uri: str) -> str:
+    """Where ``fault`` is the tracking server's at ``tracking_uri`` (not its artifact store's): how a server that
+    scripts/mlflow_server.sh started comes back as it was, so that the command printed with it holds; else
+    nothing."""
+    if not is_tracking_server(tracking_uri) or store_named(fault, tracking_uri) != store_named(None, tracking_uri):
+        return ""  # another store (its artifact store) failed
+    return ("; a server that scripts/mlflow_server.sh started comes back on its own port, store and artifact root "
+            "with `bash scripts/mlflow_server.sh restart DIR`")
 
 
 def retry_budget() -> float:
