@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from concurrent.futures import Future
 from typing import Any, Callable, Iterator
 
 import jax
@@ -70,8 +71,15 @@ def fresh_copy(tree: Any) -> Any:
 # A TPU runs a fused call's loop faster with several epochs to a turn: on a TPU v5e, 4 to a turn made calls of
 # 100 to 2000 epochs 1.11-1.32x faster (and calls of 10 no faster); a CPU gains nothing it can show. The unrolled
 # loop holds more temporaries (2.6-3x for the built-in problems), so it is kept only for a program small beside
-# the device's memory, where a call's fixed costs matter: a large one is bound by its arithmetic anyway.
+# the device's memory, where a call's fixed costs matter: a large one is bound by its arithmetic anyway. Its
+# compile costs about as many times the plain loop's as it unrolls, more than most solve()s gain from it, so a
+# solve() starts with the plain loop and compiles the unrolled one on the side only where the calls left will
+# train for UNROLL_PAYBACK times that cost (the plain loop's compile seconds, at least UNROLL_COMPILE_FLOOR, times
+# the unrolling): then it gains a tenth or more of that time back, and the compile runs on the host while the
+# device trains.
 UNROLL = {"tpu": 4}
+UNROLL_PAYBACK = 2.0
+UNROLL_COMPILE_FLOOR = 1.0  # seconds: the plain loop's cost where it was compiled before (its compile took 0 s)
 UNROLL_FROM = 100  # epochs a call
 UNROLL_MEMORY_SHARE = 1 / 16  # the unrolled program's temporaries, at most, as a share of the device's memory
 
@@ -116,6 +124,7 @@ class HostLoop:
         # state None: nothing synchronised yet, the solver's own state is the last one
         self._synced: tuple[int, int, State | None] = (0, 0, None)
         self.replay_compile_seconds = 0.0
+        self.faster_from_call: int | None = None  # the call from which a faster program ran (see run's faster)
         self.run_seconds = 0.0
         self.run_cpu_seconds = 0.0
         self._device_before = device_memory.Before(None, None)
@@ -128,7 +137,8 @@ class HostLoop:
 
     def run(self, compiled: Executable, state: State, begin: Callable[[], State], feed: Iterator[Data], calls: int,
             checked: Callable[[State], tuple[Executable, float]] | None = None,
-            meanwhile: Callable[[], Any] | None = None) -> None:
+            meanwhile: Callable[[], Any] | None = None,
+            faster: Callable[[float], Future | None] | None = None) -> None:
         """Run the calls of one solve(), waiting for the device about every ``sync_seconds``. The loop stops after
         a non-finite window; what it synchronised is :attr:`state` and :meth:`statistics`.
 
@@ -144,6 +154,9 @@ class HostLoop:
                 find the update that failed. None: the calls check every update.
             meanwhile: called once, when the first calls are dispatched and before the loop first waits for them:
                 host work that then takes none of the loop's time.
+            faster: called once, after the first window, with the seconds the calls left would take at its pace:
+                starts compiling a faster program of the same call (and the same results) and gives its future, or
+                None; the calls after it is ready run it.
         """
         columns, epochs_per_call = self.plan.columns, self.plan.inner_steps
         updates_per_call = epochs_per_call * self.plan.steps_per_epoch
@@ -151,9 +164,14 @@ class HostLoop:
         self._device_before = device_memory.before(device)
         bar = self.progress(total=calls * epochs_per_call, desc="solve", disable=None, leave=False)
         pending, start, cpu_start = 0, time.perf_counter(), time.process_time()
-        window_start = start
+        window_start, ready = start, None
         try:
             for index, data in enumerate(feed):
+                if ready is not None and ready.done():
+                    program, ready = ready.result(), None
+                    if program is not None:
+                        compiled, self.faster_from_call = program, index
+                        log.info("the unrolled loop runs from call %d of %d", index + 1, calls)
                 if not pending and index:
                     # A window starts: keep its state, to replay the window or to be the state kept if the loop
                     # stops inside it; the calls donate a copy. (The first window's is the caller's, from begin().)
@@ -185,6 +203,8 @@ class HostLoop:
                 self._step_seconds.append((now - window_start) / (len(window) * updates_per_call))
                 self._synced = (len(self._rows), len(self._step_seconds), state)
                 pending, window_start = 0, now
+                if faster is not None:  # the first window's pace prices the calls left
+                    ready, faster = faster((calls - index - 1) * (now - start) / (index + 1)), None
                 log.debug("synchronised after call %d of %d", index + 1, calls)
                 bar.update(len(window) * epochs_per_call)
                 bar.set_postfix(loss=f"{np.nansum(window[-1][-1, columns.losses]):.3e}")

@@ -8,7 +8,7 @@ import logging
 import math
 import time
 import weakref
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -21,7 +21,7 @@ from crux.batching import DevicePoints, HostBatches, PointStream
 from crux.constraint import Constraint, checked_reach
 from crux.engine import Data, Entry, OptimizerState, Plan, Primitives, State, make_call, started
 from crux.executables import compile_once, memory_of, memory_once
-from crux.loop import (RECORD_ROWS, SYNC_SECONDS, UNROLL_MEMORY_SHARE, Executable, HostLoop, progress_bar,
+from crux.loop import (RECORD_ROWS, SYNC_SECONDS, UNROLL_COMPILE_FLOOR, UNROLL_MEMORY_SHARE, UNROLL_PAYBACK, Executable, HostLoop, progress_bar,
                        record_slots, unrolled)
 from crux.model import Model
 from crux.options import SolveOptions, one_call, requested, resolved
@@ -151,6 +151,8 @@ class Crux:
         self._opt_states: dict[tuple, tuple[int, OptimizerState]] = {}  # (entry key, model) -> (version, state)
         self._compiled: dict[tuple, Compiled] = {}
         self._chosen: dict[tuple, str] = {}  # checkpoint_gradients' form, per key of its plan (_compiled_forms)
+        self._unrolled: dict[tuple, tuple[Plan, Compiled]] = {}  # the plain plan's key -> its unrolled loop, compiled
+        self._background: ThreadPoolExecutor | None = None  # where the unrolled loop compiles while the plain one runs
         self._started_kinds: set[tuple] = set()  # the kinds of starting state made so far (see _first_state)
         # (devices, what a call draws its batches from: the key and the points, on those devices)
         self._points_on_device: tuple[int, DevicePoints] | None = None
@@ -330,7 +332,9 @@ class Crux:
         fingerprints = [f for f in (last, start) if f is not None]
         state, start_seconds = self._first_state(plan, begin)
         feed, example = self._feed(plan, options, calls)
+        requested = plan
         plan, compiled = self._compiled_update(plan, options, state, example)
+        faster = self._unrolled_later(requested, plan, compiled, state, example)
         checked = None
         if not plan.check_updates:
             checked = lambda at: self._compile(dataclasses.replace(plan, check_updates=True), at, example)[:2]
@@ -338,7 +342,7 @@ class Crux:
         loop = HostLoop(plan, self._epoch, self.machinery.sync_seconds, self.machinery.progress)
         try:
             loop.run(compiled.call, state, begin, feed, calls, checked,
-                     meanwhile=lambda: [f.value() for f in fingerprints])
+                     meanwhile=lambda: [f.value() for f in fingerprints], faster=faster)
         finally:  # also on an exception or interrupt: keep what was synchronised
             stats, error = loop.statistics(compiled.seconds + start_seconds, compiled.memory)
             lr = {m: stats.lr.get(m, np.full(stats.steps, np.nan, np.float32)) for m in self.models}  # NaN: untrained
@@ -474,20 +478,51 @@ class Crux:
         return tuple((n, self.models[n].optimizer_version) for e in plan.entries for n in e.models)
 
     def _compiled_update(self, plan: Plan, options: SolveOptions, state: State, data: Data) -> tuple[Plan, Compiled]:
-        """The plan the solve runs and its compiled call: with its loop unrolled where the backend gains by it
-        (:func:`crux.loop.unrolled`) and the unrolled program stays small beside the device's memory
-        (``UNROLL_MEMORY_SHARE``), else plain."""
-        if plan.unroll > 1:
-            budget = device_memory.limit(jax.devices()[0])
-            try:
-                chosen, compiled = self._compiled_forms(plan, options, state, data)
-                if budget is None or compiled.memory.get("temp_bytes", 0) <= UNROLL_MEMORY_SHARE * budget:
-                    return chosen, compiled
-            except Exception as error:  # no room for the unrolled program: the plain one may fit
-                if device_memory.refusal(error) is None:
-                    raise
-            plan = dataclasses.replace(plan, unroll=1)
-        return self._compiled_forms(plan, options, state, data)
+        """The plan the solve runs and its compiled call: its loop unrolled where an earlier solve() of the same
+        plan compiled that form while it trained (:meth:`_unrolled_later`), else plain."""
+        plain = dataclasses.replace(plan, unroll=1)
+        unrolled_form = self._unrolled.get(self._static_key(plain))
+        if unrolled_form is not None:
+            return unrolled_form[0], unrolled_form[1]._replace(seconds=0.0)
+        return self._compiled_forms(plain, options, state, data)
+
+    def _unrolled_later(self, requested: Plan, running: Plan, compiled: Compiled, state: State,
+                        data: Data) -> Callable[[float], Future | None] | None:
+        """Where the backend runs the loop faster unrolled (:func:`crux.loop.unrolled`) and the solve runs the plain
+        loop: what starts compiling the unrolled loop on a thread of its own, given the seconds the calls left will
+        train, if they are long enough to repay its compile (``UNROLL_PAYBACK``); the solve takes it from the next
+        call once it is ready, and later solve()s of the plan start with it. The two programs compute the same
+        bits (the same updates, a turn of the loop holding several), so when the switch happens changes only the
+        time. None where there is nothing to compile."""
+        if requested.unroll == 1 or running.unroll > 1:
+            return None
+        key = self._static_key(dataclasses.replace(requested, unroll=1))
+        plan = dataclasses.replace(running, unroll=requested.unroll)
+        shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), (state, data))
+        cost = requested.unroll * max(compiled.seconds, UNROLL_COMPILE_FLOOR)
+
+        def start(remaining_seconds: float) -> Future | None:
+            if remaining_seconds < UNROLL_PAYBACK * cost:
+                return None
+            if self._background is None:
+                self._background = ThreadPoolExecutor(1, thread_name_prefix="crux-unrolled")
+            return self._background.submit(self._compile_unrolled, key, plan, *shapes)
+        return start
+
+    def _compile_unrolled(self, key: tuple, plan: Plan, state: Any, data: Any) -> Executable | None:
+        """The unrolled loop's compiled call, kept for later solve()s under the plain plan's ``key``; None where it
+        does not compile or its temporaries pass ``UNROLL_MEMORY_SHARE`` of the device's memory (the plain loop
+        then trains on)."""
+        try:
+            compiled = self._compile(plan, state, data)
+        except Exception as error:  # the plain loop trains on: nothing is lost but time
+            log.info("the unrolled loop did not compile (%s: %s); the plain one trains on", type(error).__name__, error)
+            return None
+        budget = device_memory.limit(jax.devices()[0])
+        if budget is not None and compiled.memory.get("temp_bytes", 0) > UNROLL_MEMORY_SHARE * budget:
+            return None
+        self._unrolled[key] = (plan, compiled)
+        return compiled.call
 
     def _compiled_forms(self, plan: Plan, options: SolveOptions, state: State, data: Data) -> tuple[Plan, Compiled]:
         """The plan and its compiled call. With ``checkpoint_gradients``, the update in every form of

@@ -7,10 +7,12 @@ import pytest
 
 import crux
 import crux.device_memory
+import crux.executables
 import crux.loop
+import crux.solver
 
 from crux.solver import Machinery
-from crux_testing import EPS32, CompileStages, poisson, relative, train
+from crux_testing import EPS32, CompileStages, flat, poisson, relative, train
 
 EPOCHS = 40
 # Fusing changes which program runs the arithmetic, not the arithmetic. On a full batch XLA may fuse the loop
@@ -79,36 +81,56 @@ def test_a_windows_seconds_per_update_spread_its_time_over_its_updates(monkeypat
     assert 0 < stats.step_seconds[0] * 40 <= stats.run_seconds
 
 
+def unrolled_after_a_first_solve(monkeypatch, payback: float = 0.0) -> crux.Crux:
+    """A solver whose first solve() ran where the backend unrolls the loop (the CPU standing in for a TPU), with
+    ``payback`` as UNROLL_PAYBACK, its side compile (if any) waited for."""
+    monkeypatch.setitem(crux.loop.UNROLL, "cpu", 4)
+    monkeypatch.setattr(crux.solver, "UNROLL_PAYBACK", payback)
+    solver = poisson(optax.adam).solver()
+    solver.solve(4 * crux.loop.UNROLL_FROM, inner_steps=crux.loop.UNROLL_FROM)
+    if solver._background is not None:
+        solver._background.shutdown(wait=True)
+    return solver
+
+
 def test_a_loop_unrolled_as_on_a_tpu_makes_the_same_updates(monkeypatch):
-    """Where the backend runs a call's loop several epochs to a turn (a TPU), the updates are those of the plain
-    loop: the same operations in the same order, so the same numbers within the fusion's round-off (as above)."""
+    """Where the backend runs a call's loop several epochs to a turn (a TPU), a solve() starts on the plain loop
+    and takes the unrolled one, compiled on the side, once it is ready, and the next solve() starts on it: the
+    updates are those of the plain loop, the same operations in the same order, so the same numbers within the
+    fusion's round-off (as above; measured: the same bits on a CPU)."""
     assert crux.loop.unrolled(crux.loop.UNROLL_FROM, "tpu") > 1
     assert crux.loop.unrolled(crux.loop.UNROLL_FROM - 1, "tpu") == crux.loop.unrolled(10_000, "cpu") == 1
-    initial, plain, stats = train(poisson(optax.adam), 2 * crux.loop.UNROLL_FROM, inner_steps=crux.loop.UNROLL_FROM)
-    monkeypatch.setitem(crux.loop.UNROLL, "cpu", 4)
+    epochs, k = 4 * crux.loop.UNROLL_FROM, crux.loop.UNROLL_FROM
+    plain = poisson(optax.adam).solver()
+    initial = flat(plain.params)
+    plain_stats = [plain.solve(epochs, inner_steps=k), plain.solve(epochs, inner_steps=k)]
+    solver = unrolled_after_a_first_solve(monkeypatch)
+    (plan, _), = solver._unrolled.values()
+    assert plan.unroll == 4
     with CompileStages() as stages:
-        _, unrolled, unrolled_stats = train(poisson(optax.adam), 2 * crux.loop.UNROLL_FROM,
-                                            inner_steps=crux.loop.UNROLL_FROM)
-    assert stages.compiled > 0  # its own program, not the plain one kept from above
-    assert relative(unrolled, plain, np.linalg.norm(plain - initial)) < ROUND_OFF
-    np.testing.assert_allclose(unrolled_stats.losses, stats.losses, rtol=ROUND_OFF)
+        stats = solver.solve(epochs, inner_steps=k)
+    assert stages.compiled == 0 and stats.compile_seconds == 0  # it started on the unrolled loop compiled before
+    assert relative(flat(solver.params), flat(plain.params), np.linalg.norm(flat(plain.params) - initial)) < ROUND_OFF
+    np.testing.assert_allclose(solver.history.losses, np.concatenate([s.losses for s in plain_stats]), rtol=ROUND_OFF)
+
+
+def test_a_solve_too_short_to_repay_the_unrolled_compile_keeps_the_plain_loop(monkeypatch):
+    solver = unrolled_after_a_first_solve(monkeypatch, payback=1e9)
+    assert solver._background is None and not solver._unrolled
 
 
 def test_the_unrolled_loop_is_kept_only_while_small_beside_the_devices_memory(monkeypatch):
     """The unrolled program holds more temporaries: where they pass the share of the device's memory it may
-    take, the plain program runs (the same one as where the backend never unrolls)."""
-    epochs = crux.loop.UNROLL_FROM
-
-    def temporaries():
-        return poisson(optax.adam).solver().solve(epochs, inner_steps=epochs).memory["temp_bytes"]
-    plain = temporaries()
-    monkeypatch.setitem(crux.loop.UNROLL, "cpu", 4)
+    take, the plain program trains on."""
     monkeypatch.setattr(crux.device_memory, "limit", lambda device: 10 ** 12)
-    unrolled = temporaries()
-    assert unrolled != plain  # the two programs differ, so the check below can tell which one ran
+    (_, compiled), = unrolled_after_a_first_solve(monkeypatch)._unrolled.values()
+    unrolled = compiled.memory["temp_bytes"]
+    plain = poisson(optax.adam).solver().solve(crux.loop.UNROLL_FROM, inner_steps=crux.loop.UNROLL_FROM)
+    assert unrolled != plain.memory["temp_bytes"]  # the two programs differ: the share below tells them apart
     monkeypatch.setattr(crux.device_memory, "limit",
                         lambda device: int(unrolled / crux.loop.UNROLL_MEMORY_SHARE) - 1)
-    assert temporaries() == plain
+    crux.executables.clear()
+    assert not unrolled_after_a_first_solve(monkeypatch)._unrolled
 
 
 class _Stream:
