@@ -442,3 +442,20 @@ def test_a_jobs_checkpoint_form_is_a_tag_by_name_and_its_memory_figures_are_metr
     logged = client.get_run(run_id).data
     assert logged.tags[contract.CHECKPOINT_FORM] == "unrolled" and logged.metrics["memory/temp_bytes"] == 1000
     assert not [key for key in logged.metrics if "checkpoint" in key]
+
+
+def test_write_kept_refuses_a_folder_without_a_lone_runs_kept_results_before_touching_any_store(tmp_path):
+    """``crux-run --write-kept FOLDER``: a folder holding no kept results, or a sweep's (which name no store:
+    ``--resume`` writes them), is refused in one line naming the option and what to give instead."""
+    import dataclasses
+    import json
+
+    from cruxlab.runtime.handover import RESULTS, Results
+    from cruxlab.runtime.write_kept import write_lone_kept
+
+    with pytest.raises(ValueError, match=rf"^--write-kept {tmp_path}: no results kept there \(no {RESULTS}\); give "
+                                         r"the folder the run's last line named$"):
+        write_lone_kept(tmp_path)
+    (tmp_path / RESULTS).write_text(json.dumps(dataclasses.asdict(Results("r1", 2, "b8", 0, None, 1, 2))))
+    with pytest.raises(ValueError, match=r"these results are a sweep's: `crux-sweep NAME --resume` writes them$"):
+        write_lone_kept(tmp_path)
