@@ -380,7 +380,8 @@ def mlp(in_dim: int, out_dim: int, hidden: Sequence[int] = (64, 64, 64), activat
     layers is applied in rematerialised segments of about sqrt(n) layers (the backward pass keeps the segments'
     inputs and recomputes one segment at a time; ``jax.checkpoint`` around a whole network keeps every layer's
     activations alive while it recomputes them), by a ``lax.scan`` over the segments (``checkpointed_apply``)
-    or one after another (``unrolled_apply``); without, by a Python loop over its layers.
+    or one after another (``unrolled_apply``, None where no stack has two whole segments: the two would be one
+    program, so ``checkpoint_gradients`` traces it once); without, by a Python loop over its layers.
 
     Args:
         in_dim: the coordinates of a point.
@@ -407,9 +408,12 @@ def mlp(in_dim: int, out_dim: int, hidden: Sequence[int] = (64, 64, 64), activat
             raise TypeError(f"crux.mlp: {name} must be an integer, got {value!r}")
     if in_dim < 1 or out_dim < 1 or any(h < 1 for h in hidden):
         raise ValueError(f"crux.mlp: dimensions must be >= 1, got in_dim={in_dim}, hidden={hidden}, out_dim={out_dim}")
-    return Model(_mlp_init(tuple(_stack_layout([in_dim, *hidden, out_dim]))), _mlp_apply(activation, remat.PLAIN),
-                 in_dim=in_dim, out_dim=out_dim, seed=seed, checkpointed_apply=_mlp_apply(activation, remat.LAYERS),
-                 unrolled_apply=_mlp_apply(activation, remat.UNROLLED))
+    layout = _stack_layout([in_dim, *hidden, out_dim])
+    # segments unrolled are another program than segments scanned only where a stack has two whole segments or more
+    several = any(n > 1 and n // _segment_size(n) > 1 for n, _, _ in layout)
+    return Model(_mlp_init(tuple(layout)), _mlp_apply(activation, remat.PLAIN), in_dim=in_dim, out_dim=out_dim,
+                 seed=seed, checkpointed_apply=_mlp_apply(activation, remat.LAYERS),
+                 unrolled_apply=_mlp_apply(activation, remat.UNROLLED) if several else None)
 
 
 @functools.lru_cache(maxsize=64)
@@ -467,6 +471,11 @@ def _mlp_apply(activation: str, form: str) -> Apply:
     return jax.jit(apply, inline=True)
 
 
+def _segment_size(n: int) -> int:
+    """The layers of a rematerialised segment of a stack of ``n`` layers: ceil(sqrt(n))."""
+    return math.isqrt(n - 1) + 1
+
+
 def _segmented(layers_fn: Callable, h: jax.Array, w: jax.Array, b: jax.Array, unrolled: bool) -> jax.Array:
     """A stack of n layers applied in segments of s = ceil(sqrt(n)) layers, each segment rematerialised: the
     backward pass keeps the input of each segment, about sqrt(n) of them, and recomputes one segment's layers
@@ -476,7 +485,7 @@ def _segmented(layers_fn: Callable, h: jax.Array, w: jax.Array, b: jax.Array, un
     segment the two are one program, so that choosing between them compiles it once); the remaining n mod s
     layers one more."""
     n = w.shape[0]
-    size = math.isqrt(n - 1) + 1
+    size = _segment_size(n)
     whole = n // size * size
     segment = jax.checkpoint(layers_fn)
     if unrolled or whole == size:  # one whole segment: a loop of one turn is that segment, the program unrolled's

@@ -25,12 +25,15 @@ So a checkpointed update is measured in every form a model has and the one with 
 compiled, the plain update where no form needs fewer: ``checkpoint_gradients`` never needs more memory than the
 plain update. XLA assigns a program's buffers before it generates its machine code, so a form is measured by a
 compile that spends little on the code (on a CPU: LLVM at its lowest level; :mod:`crux.executables`), the forms
-side by side, and only the form kept is compiled in full. What choosing costs on a first ``solve()`` (2-D Poisson,
-1,024 + 128 points, 6 × 64 tanh, a 2-core CPU) is in docs/BENCHMARK.md (``crux-bench compile``).
+side by side. The form likely to be kept (:func:`likely_least`) is compiled in full meanwhile instead of measured,
+its figures read from that compile: where it is the least, nothing is compiled twice; where not, the least form is
+compiled in full after, as if none had been guessed. The choice is the same either way, the guess decides only what
+choosing costs. What choosing costs on a first ``solve()`` (2-D Poisson, 1,024 + 128 points, 6 × 64 tanh, a 2-core
+CPU) is in docs/BENCHMARK.md (``crux-bench compile``).
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Collection, Mapping
 
 PLAIN = "plain"  # the network as it is: every activation kept for the backward pass
 LAYERS = "layers"  # the model's own rematerialised apply (crux.mlp: a lax.scan over segments of about sqrt(n) layers)
@@ -56,3 +59,21 @@ def least_memory(temp_bytes: Mapping[str, float | None]) -> str:
     if any(temp_bytes[form] is None for form in compiled):
         return next((form for form in compiled if form != PLAIN), compiled[0])
     return min(compiled, key=lambda form: (temp_bytes[form], FORMS.index(form)))
+
+
+def likely_least(forms: Collection[str], backend: str) -> str:
+    """The form of ``forms`` likely to need the fewest temporary bytes, after the measurements above: a model's own
+    segments where they make two programs (several whole segments in a stack), scanned on a CPU and unrolled
+    elsewhere; else one checkpoint around the whole network (a shallow network's segments are a few layers, whose
+    recomputation keeps about as much alive as the plain update); plain where nothing rematerialises.
+
+    Args:
+        forms: the forms of :data:`FORMS` the update has (at least plain).
+        backend: the backend it compiles for (``jax.default_backend()``).
+
+    Returns:
+        One of ``forms``.
+    """
+    if UNROLLED in forms:
+        return LAYERS if backend == "cpu" else UNROLLED
+    return WHOLE if WHOLE in forms else next(iter(forms))

@@ -531,7 +531,9 @@ class Crux:
         allows) and the one of the fewest temporary bytes compiled (plain where no rematerialisation needs fewer),
         its name recorded as ``memory["checkpoint_form"]``; the seconds from the first form
         traced to the chosen one compiled count as compilation. The forms are traced in turn and measured side by
-        side: one's compile runs while the next is traced."""
+        side: one's compile runs while the next is traced. The form likely to be chosen
+        (:func:`crux.remat.likely_least`) is compiled in full instead of measured, so that where it is chosen it is
+        compiled once."""
         if not options.checkpoint_gradients:
             return plan, self._compile(plan, state, data)
         key = ("forms", *self._static_key(plan))
@@ -542,14 +544,17 @@ class Crux:
         plans = {form: dataclasses.replace(plan, remat=form) for form in remat.FORMS
                  if any(form in model.forms for model in plan.models.values())}
         functions = {form: self.machinery.make_call(p) for form, p in plans.items()}
+        guess = remat.likely_least(plans, jax.default_backend())
+        guessed = lambda: self._compile(plans[guess], state, data, functions[guess])
         with ThreadPoolExecutor(len(plans)) as pool:
-            pending = {form: pool.submit(self.machinery.memory, functions[form], state, data, donate_argnums=0)
+            pending = {form: pool.submit(guessed) if form == guess else
+                       pool.submit(self.machinery.memory, functions[form], state, data, donate_argnums=0)
                        for form in plans}
         figures, refused = {}, {}
         for form, future in pending.items():
             error = future.exception()
             if error is None:
-                figures[form] = future.result()
+                figures[form] = future.result().memory if form == guess else future.result()
             elif device_memory.refusal(error) is not None:  # a form the device has no room for is not a candidate
                 refused[form] = error
             else:

@@ -65,8 +65,12 @@ def test_mlp_evaluates_batches_and_stacks_equal_layers():
     assert out.shape == (5, 3)
     np.testing.assert_allclose(out[2], u.apply(u.params, jnp.asarray(xs[2])), rtol=1e-6)
     np.testing.assert_allclose(u.checkpointed_apply(u.params, jnp.asarray(xs[2])), out[2], rtol=1e-6)
-    np.testing.assert_allclose(u.unrolled_apply(u.params, jnp.asarray(xs[2])), out[2], rtol=1e-6)
-    assert u.forms == remat.FORMS
+    # a stack of two layers is one segment: unrolled it would be the program scanned, so it has no unrolled form
+    assert u.unrolled_apply is None and u.applied(remat.UNROLLED) is u.checkpointed_apply
+    assert u.forms == (remat.PLAIN, remat.LAYERS, remat.WHOLE)
+    deep = crux.mlp(2, 3, hidden=(16,) * 5)  # a stack of four: two segments of two
+    np.testing.assert_allclose(deep.unrolled_apply(deep.params, jnp.asarray(xs[2])), deep(xs)[2], rtol=1e-6)
+    assert deep.forms == remat.FORMS
 
 
 def test_a_model_without_its_own_rematerialisation_runs_the_whole_checkpoint_in_its_place():

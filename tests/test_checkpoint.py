@@ -111,14 +111,16 @@ def test_checkpointing_never_needs_more_memory_than_the_plain_update(form):
 
 
 def comparing(figures: dict[str, tuple[dict, dict]]) -> Machinery:
-    """crux's machinery, recording per form the memory analysis it chooses by (the memory-only compile) and that of
-    the form's full compile, each from a table of its own (nothing shared with earlier compiles)."""
-    def memory(function, *args, donate_argnums=()):
+    """crux's machinery, recording per form the memory analysis of its memory-only compile and that of its full
+    compile, each from a table of its own (nothing shared with earlier compiles), whether solve() measures the form
+    or compiles it in full (the form it guesses)."""
+    def both(function, *args, donate_argnums=()):
         measured = ExecutableTable().memory_once(function, *args, donate_argnums=donate_argnums)
-        compiled = memory_of(ExecutableTable().compile_once(function, *args, donate_argnums=donate_argnums))
-        figures[function.__defaults__[0]] = (measured, compiled)
-        return measured
-    return Machinery(make_call=tagged_call, memory=memory)
+        compiled = ExecutableTable().compile_once(function, *args, donate_argnums=donate_argnums)
+        figures.setdefault(function.__defaults__[0], (measured, memory_of(compiled)))
+        return measured, compiled
+    return Machinery(make_call=tagged_call, memory=lambda *args, **kwargs: both(*args, **kwargs)[0],
+                     compile=lambda *args, **kwargs: both(*args, **kwargs)[1])
 
 
 def residual_problem(form: str, optimizer=optax.adam) -> crux.Crux:
@@ -135,6 +137,8 @@ CASES = {  # the problems and options of this module's tests and of the capacity
     "every-memory-option": (lambda: poisson(optax.adam, n=512, hidden=(32,) * 8).solver(),
                             {"batchsize": 64, "accumulation_steps": 4, "inner_steps": 10, "offload_data": True}),
     "capacity": (lambda: poisson(optax.adam, n=256, hidden=(16,) * 8).solver(), {}),
+    "shallow": (lambda: poisson(optax.adam, n=1024, hidden=(64,) * 4).solver(), {}),  # one segment: no unrolled form
+    "shallow-batched": (lambda: poisson(optax.adam, n=1024, hidden=(64,) * 4).solver(), {"batchsize": 128}),
 }
 SLOW_CASES = {*(f"{form}-residual" for form in RESIDUALS), "lbfgs"}  # 10-30 s each on 2 cores
 
@@ -142,13 +146,14 @@ SLOW_CASES = {*(f"{form}-residual" for form in RESIDUALS), "lbfgs"}  # 10-30 s e
 @pytest.mark.parametrize("case", [pytest.param(case, marks=pytest.mark.slow) if case in SLOW_CASES else case
                                   for case in CASES])
 def test_the_form_chosen_is_the_one_full_compiles_choose(case):
-    """The form is chosen from memory-only compiles: on every problem these tests cover, each form's figures are
-    those of its full compile, so the form kept is the one compiling every form in full would keep."""
+    """The form is chosen from memory-only compiles and the full compile of the form guessed: on every problem these
+    tests cover, each form's figures are those of its full compile, so the form kept is the one compiling every form
+    in full would keep, whichever form was guessed."""
     build, options = CASES[case]
     solver, figures = build(), {}
     solver.machinery = comparing(figures)
     memory = solver.compiled_memory(checkpoint_gradients=True, **options)
-    assert sorted(figures) == sorted(remat.FORMS)
+    assert sorted(figures) == sorted(solver.models["u"].forms)
     for form, (measured, compiled) in figures.items():
         assert measured == compiled, form
     full_choice = remat.least_memory({form: compiled["temp_bytes"] for form, (_, compiled) in figures.items()})
@@ -194,14 +199,28 @@ def test_the_form_of_fewest_temporary_bytes_is_chosen_the_earlier_on_a_tie():
     assert remat.least_memory({"plain": None, "whole": None}) == remat.WHOLE
 
 
-def test_the_unrolled_segments_run_where_they_need_the_fewest_bytes_and_only_they_are_compiled():
+@pytest.mark.parametrize("least", remat.FORMS)
+def test_the_form_of_fewest_bytes_runs_compiled_in_full_once_beside_the_form_guessed(least):
+    """Every form but the guessed one is measured; the guessed one is compiled in full meanwhile, and the form of
+    fewest bytes after it where that is another form: nothing is compiled twice, and a right guess compiles one
+    program in full."""
     measured, compiled = [], []
+    guess = remat.likely_least(remat.FORMS, jax.default_backend())
     _, _, stats = train(poisson(optax.adam, n=64, hidden=(8,) * 5), 2,
-                        stating({form: 2000 for form in remat.FORMS} | {remat.UNROLLED: 1000}, measured, compiled),
+                        stating({form: 2000 for form in remat.FORMS} | {least: 1000}, measured, compiled),
                         checkpoint_gradients=True)
-    assert sorted(measured) == sorted(remat.FORMS) and compiled == [remat.UNROLLED]
-    assert stats.memory["checkpoint_form"] == remat.UNROLLED
+    assert sorted(measured) == sorted(set(remat.FORMS) - {guess})
+    assert compiled == ([guess] if least == guess else [guess, least])
+    assert stats.memory["checkpoint_form"] == least
     assert stats.memory["temp_bytes"] == 1000 and stats.steps == 2
+
+
+def test_the_form_guessed_is_a_models_own_segments_where_they_make_two_programs_else_the_whole_checkpoint():
+    assert remat.likely_least(remat.FORMS, "cpu") == remat.LAYERS
+    assert remat.likely_least(remat.FORMS, "tpu") == remat.UNROLLED
+    assert remat.likely_least((remat.PLAIN, remat.LAYERS, remat.WHOLE), "tpu") == remat.WHOLE
+    assert remat.likely_least((remat.PLAIN, remat.WHOLE), "cpu") == remat.WHOLE
+    assert remat.likely_least((remat.PLAIN,), "cpu") == remat.PLAIN
 
 
 def test_where_the_measured_figure_is_not_the_compiled_one_every_form_is_compiled_to_choose(caplog):
@@ -215,7 +234,8 @@ def test_where_the_measured_figure_is_not_the_compiled_one_every_form_is_compile
     with caplog.at_level(logging.WARNING, logger="crux"):
         _, _, stats = train(poisson(optax.adam, n=64, hidden=(8,) * 5), 2,
                             dataclasses.replace(machinery, memory=misread), checkpoint_gradients=True)
-    assert compiled[0] == remat.WHOLE and sorted(set(compiled)) == sorted(remat.FORMS)
+    guess = remat.likely_least(remat.FORMS, jax.default_backend())
+    assert compiled[:2] == [guess, remat.WHOLE] and sorted(set(compiled)) == sorted(remat.FORMS)
     assert stats.memory["checkpoint_form"] == remat.LAYERS and stats.memory["temp_bytes"] == 1500
     assert "every form compiled in full" in caplog.text
 
@@ -233,10 +253,10 @@ def test_a_model_compiles_only_the_forms_it_has_of_its_own(own, forms):
                        **{name: getattr(net, name) for name in own})
     model.optimizer(optax.adam).scale(crux.lrs(1e-3))
     assert model.forms == forms
-    measured = []
-    solver = crux.Crux(poisson(n=64).constraints, {"u": model}, machinery=stating({}, measured))
+    measured, compiled = [], []
+    solver = crux.Crux(poisson(n=64).constraints, {"u": model}, machinery=stating({}, measured, compiled))
     stats = solver.solve(1, checkpoint_gradients=True)
-    assert sorted(measured) == sorted(forms)
+    assert sorted({*measured, *compiled}) == sorted(forms)  # measured, or compiled in full for the guess
     assert stats.memory["checkpoint_form"] in forms
 
 
