@@ -267,14 +267,16 @@ def test_a_form_the_device_refuses_is_not_a_candidate():
     needs = {remat.PLAIN: "36.02G", remat.LAYERS: "64.02G", remat.WHOLE: "18.01G",
              remat.UNROLLED: "20.01G"}  # as XLA names them
 
-    def measure_unless(refused):
-        def memory(function, *args, donate_argnums=()):
-            form = function.__defaults__[0]
-            if form in refused:
-                raise RuntimeError(f"RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for "
-                                   f"HLO temporaries ({needs[form]}) exceeds available HBM (15.75G).")
-            return memory_once(function, *args, donate_argnums=donate_argnums)
-        return Machinery(make_call=tagged_call, memory=memory)
+    def measure_unless(refused):  # measured or compiled in full (the form guessed), XLA refuses the form alike
+        def unless(xla):
+            def refusing(function, *args, donate_argnums=()):
+                form = function.__defaults__[0]
+                if form in refused:
+                    raise RuntimeError(f"RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required "
+                                       f"for HLO temporaries ({needs[form]}) exceeds available HBM (15.75G).")
+                return xla(function, *args, donate_argnums=donate_argnums)
+            return refusing
+        return Machinery(make_call=tagged_call, memory=unless(memory_once), compile=unless(compile_once))
 
     problem = poisson(optax.adam, n=64, hidden=(16,) * 4)
     _, _, stats = train(problem, 2, measure_unless({remat.PLAIN}), checkpoint_gradients=True)
