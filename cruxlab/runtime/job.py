@@ -41,10 +41,10 @@ from cruxlab.config.attachments import TrainingPlan
 from cruxlab.runtime.environment import written_environment
 from cruxlab.runtime.interrupt import deferred, signal_name
 from cruxlab.runtime.kept import WRITE_KEPT
+from cruxlab.runtime.launch_lines import job_starts
 from cruxlab.runtime.liveness import follow_sweep
 from cruxlab.runtime.naming import run_identity
 from cruxlab.runtime.provenance import invocation, launch_folder
-from cruxlab.runtime.launch_lines import job_starts
 from cruxlab.runtime.readiness import check_artifact_store, wait_for_store
 from cruxlab.runtime.run_writes import MESSAGE_CHARS, RunWrites, open_run, outcome_line
 from cruxlab.runtime.space import NoRoom, check_room

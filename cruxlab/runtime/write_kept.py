@@ -23,6 +23,7 @@ from cruxlab.store.connection import writable_store
 from cruxlab.store.contract import FINISHED
 from cruxlab.store.faults import PatientClient, StoreFault, recorded_fault
 
+
 def write_kept(client: MlflowClient, folder: Path, entry: Path) -> JobRun:
     """Write the results kept in ``entry`` into their run, through ``client``, the run's faults recorded in
     ``folder``; the run, closed. StoreFault where the store fails again (the results stay kept)."""
@@ -47,8 +48,8 @@ def write_lone_kept(entry: Path) -> str:
         raise ValueError(f"{WRITE_KEPT} {entry}: no results kept there (no {RESULTS}); give the folder the run's last "
                          f"line named")
     store = read_results(entry).store
-    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # this line says where the run is
     if not store:
         raise ValueError(f"{WRITE_KEPT} {entry}: these results are a sweep's: `crux-sweep NAME --resume` writes them")
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # the line returned says where it is
     run = write_kept(PatientClient(writable_store(store)), entry.parent.parent, entry)
     return f"the results kept in {entry} are written into run {run.run_id}, closed {FINISHED}"
