@@ -15,10 +15,13 @@ the small programs a solve() compiles besides its update).
 """
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
 import jax
+
+log = logging.getLogger("crux")
 
 OPT_OUT = "CRUX_COMPILATION_CACHE"  # "off" (or 0, false, no): solve() leaves JAX's cache as the user has it
 OFF = {"off", "0", "false", "no"}
@@ -36,12 +39,21 @@ def use_default_cache() -> Path | None:
     set, so a process that compiled other programs before still caches crux's.
 
     Returns:
-        The folder set now; None where the user's setting was kept (or crux set it already).
+        The folder set now; None where the user's setting was kept (or crux set it already), or where the folder
+        cannot be made (a read-only home: the cache stays off, with one warning, rather than JAX warning at each
+        compile).
     """
     if (os.environ.get(OPT_OUT, "").strip().lower() in OFF or jax.config.jax_compilation_cache_dir is not None
             or not jax.config.jax_enable_compilation_cache):
         return None
     folder = default_folder().expanduser().resolve()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        log.warning("crux: JAX's persistent compilation cache stays off, as its folder %s cannot be made (%s); "
+                    "set JAX_COMPILATION_CACHE_DIR to a folder of your own, or %s=off to silence this", folder,
+                    error, OPT_OUT)
+        return None
     jax.config.update("jax_compilation_cache_dir", str(folder))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     return folder

@@ -3,6 +3,7 @@ it off: a second fresh process solving the same problem reads every program back
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -72,6 +73,16 @@ def test_the_default_folder_is_per_user(unset_cache, monkeypatch, tmp_path):
     assert jax.config.jax_persistent_cache_min_compile_time_secs == 0
     monkeypatch.delenv("XDG_CACHE_HOME")
     assert compilation_cache.default_folder() == Path.home() / ".cache" / "crux" / "jax"
+
+
+def test_a_folder_that_cannot_be_made_leaves_the_cache_off_with_one_warning(unset_cache, monkeypatch, tmp_path,
+                                                                           caplog):
+    (tmp_path / "a file").write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "a file"))  # its crux/jax cannot be made
+    with caplog.at_level(logging.WARNING, logger="crux"):
+        assert compilation_cache.use_default_cache() is None
+    assert jax.config.jax_compilation_cache_dir is None
+    assert "cache stays off" in caplog.text and "CRUX_COMPILATION_CACHE=off" in caplog.text
 
 
 def test_a_folder_the_user_set_is_kept(unset_cache, tmp_path):
