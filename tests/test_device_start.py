@@ -89,3 +89,17 @@ def test_a_sweeps_own_xla_flags_still_give_its_job_the_devices_they_ask_for(tmp_
                           env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"})
     assert done.returncode == 0, done.stderr[-2000:]
     assert "FINISHED" in done.stdout.splitlines()[-1]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("sweep, early", [("accumulation", True), ("devices", False)])
+def test_crux_sweep_starts_the_runtime_before_its_imports_only_where_no_job_sets_jax_up(tmp_path, sweep, early):
+    """Refused once its jobs are composed (solver.epochs=-1), after the point where it would start the runtime."""
+    code = ("import sys\nfrom cruxlab import device_start\nstart = device_start.start_beside\n"
+            "device_start.start_beside = lambda: print('STARTED EARLY', file=sys.stderr) or start()\n"
+            f"sys.argv = ['crux-sweep', {sweep!r}, 'solver.epochs=-1']\n"
+            "from cruxlab.commands.sweep import main\nmain()\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"})
+    assert done.returncode == 1 and "solver.epochs=-1: must be >= 1" in done.stderr, done.stderr[-2000:]
+    assert ("STARTED EARLY" in done.stderr) == early
