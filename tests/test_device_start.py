@@ -58,24 +58,22 @@ def test_the_groups_of_a_sweeps_own_folder_are_read_as_config_files_of_ones_own(
                          own_config_files(mine, None)) == str(tmp_path / "jobs" / "a.yaml")
 
 
-def imported_by(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, set[str]]:
-    """crux-sweep ARGS in a process of its own; what it said, and which of JAX and MLflow it had imported."""
-    code = ("import atexit, sys\n"
-            "atexit.register(lambda: print('IMPORTED', *sorted({'jax', 'mlflow'} & set(sys.modules)), file=sys.stderr))\n"
-            f"sys.argv = ['crux-sweep', *{list(args)!r}]\n"
+def crux_sweep(tmp_path: Path, *args: str, before: str = "") -> subprocess.CompletedProcess:
+    """crux-sweep ARGS in a process of its own, in ``tmp_path`` with its store there, after the Python ``before``."""
+    code = (f"import sys\n{before}sys.argv = ['crux-sweep', *{list(args)!r}]\n"
             "from cruxlab.commands.sweep import main\nmain()\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"})
-    (line,) = [line for line in done.stderr.splitlines() if line.startswith("IMPORTED")]
-    return done, set(line.split()[1:])
 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("args", [["--help"], ["accumulation", "hydra/sweeper=basic"]])
 def test_help_and_refusals_before_the_sweep_import_neither_jax_nor_mlflow(tmp_path, args):
-    done, imported = imported_by(tmp_path, *args)
+    done = crux_sweep(tmp_path, *args, before="import atexit\natexit.register(lambda: print('IMPORTED', "
+                                               "*sorted({'jax', 'mlflow'} & set(sys.modules)), file=sys.stderr))\n")
     assert done.returncode == (0 if args == ["--help"] else 2), done.stderr
-    assert imported == set()
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("IMPORTED")]
+    assert line == "IMPORTED"
     assert not (tmp_path / "mlflow.db").exists()
 
 
@@ -83,10 +81,8 @@ def test_help_and_refusals_before_the_sweep_import_neither_jax_nor_mlflow(tmp_pa
 def test_a_sweeps_own_xla_flags_still_give_its_job_the_devices_they_ask_for(tmp_path):
     """The devices sweep's jobs ask for 2 host devices through their environment: a runtime started before
     the job would have one, and the job would be refused (solve(devices=2) on 1 device)."""
-    done = subprocess.run([sys.executable, "-m", "cruxlab.commands.sweep", "devices", "memory=b8_d2", "repeat=0",
-                           "solver.epochs=2", "model.width=8", "problem.n_interior=64"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"})
+    done = crux_sweep(tmp_path, "devices", "memory=b8_d2", "repeat=0", "solver.epochs=2", "model.width=8",
+                      "problem.n_interior=64")
     assert done.returncode == 0, done.stderr[-2000:]
     assert "FINISHED" in done.stdout.splitlines()[-1]
 
@@ -95,11 +91,8 @@ def test_a_sweeps_own_xla_flags_still_give_its_job_the_devices_they_ask_for(tmp_
 @pytest.mark.parametrize("sweep, early", [("accumulation", True), ("devices", False)])
 def test_crux_sweep_starts_the_runtime_before_its_imports_only_where_no_job_sets_jax_up(tmp_path, sweep, early):
     """Refused once its jobs are composed (solver.epochs=-1), after the point where it would start the runtime."""
-    code = ("import sys\nfrom cruxlab import device_start\nstart = device_start.start_beside\n"
-            "device_start.start_beside = lambda: print('STARTED EARLY', file=sys.stderr) or start()\n"
-            f"sys.argv = ['crux-sweep', {sweep!r}, 'solver.epochs=-1']\n"
-            "from cruxlab.commands.sweep import main\nmain()\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"})
+    done = crux_sweep(tmp_path, sweep, "solver.epochs=-1",
+                      before="from cruxlab import device_start\nstart = device_start.start_beside\n"
+                             "device_start.start_beside = lambda: print('STARTED EARLY', file=sys.stderr) or start()\n")
     assert done.returncode == 1 and "solver.epochs=-1: must be >= 1" in done.stderr, done.stderr[-2000:]
     assert ("STARTED EARLY" in done.stderr) == early
