@@ -443,15 +443,20 @@ class Crux:
         schedule changed since. What the last solve() left on the devices stays there: a solve() that follows
         another sends the device nothing."""
         params = {name: self.models[name].packed(layout) for name, layout in plan.layouts.items()}
-        opt = []
+        opt, fresh = [], {}
         for index, entry in enumerate(plan.entries):
             states = {}
             for name in entry.models:
-                version, state = self._opt_states.get((self._entry_key(options, index), name), (None, None))
+                version, states[name] = self._opt_states.get((self._entry_key(options, index), name), (None, None))
                 if version != self.models[name].optimizer_version:
-                    state = OptimizerState(np.int32(0), _strongly_typed(plan.transforms[name].init(params[name])))
-                states[name] = state
+                    fresh[index, name] = plan.transforms[name]
             opt.append(states)
+        if fresh:  # one program for every optimizer state that starts afresh, not one per operation of their inits
+            def starts(params):
+                return {(index, name): OptimizerState(jnp.int32(0), _strongly_typed(transform.init(params[name])))
+                        for (index, name), transform in fresh.items()}
+            for (index, name), state in compile_once(starts, params)(params).items():
+                opt[index][name] = state
         on_device = self._device_step is not None and self._device_step[0] == self._step
         step = self._device_step[1] if on_device else np.int32(self._step)
         return sharding.put((params, tuple(opt), step), sharding.placement(options.devices))
