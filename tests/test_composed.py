@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from cruxlab.commands.sweep import available, register
 from cruxlab.config import CONFIG_PACKAGE
 from cruxlab.runtime.composed import compose_once
-from cruxlab.runtime.multirun import planned_jobs, set_for_every_job
+from cruxlab.runtime.sweep_parent import planned_jobs, set_for_every_job
 
 try:  # what joblib's workers are sent with: a package of its own from joblib 1.6, joblib's own before
     import cloudpickle

@@ -19,7 +19,7 @@ from hydra.core.utils import setup_globals
 from hydra.types import RunMode
 
 from cruxlab.config import CONFIG_PACKAGE
-from cruxlab.runtime.multirun import pin_sweep_dir
+from cruxlab.runtime.sweep_parent import pin_sweep_dir
 from scale_out import assert_same_as_reference, sweep_and_report
 
 

@@ -219,7 +219,7 @@ def test_a_job_is_named_by_its_group_choices_and_by_values_as_it_resolves_them()
 def test_a_sweep_ends_with_a_line_per_job_from_its_newest_run():
     from mlflow.entities import Metric, Run, RunData, RunInfo, RunTag
 
-    from cruxlab.runtime.multirun import job_table
+    from cruxlab.runtime.sweep_closing import job_table
 
     def run(job, name, status, start, end, loss=None):
         info = RunInfo(f"r{job}{start}", "1", "user", status, start, end, "active", run_name=name)
@@ -303,7 +303,7 @@ def test_a_run_left_open_is_closed_with_its_true_cause():
 
     from mlflow.entities import Run, RunData, RunInfo, RunTag
 
-    from cruxlab.runtime.multirun import closing_cause
+    from cruxlab.runtime.sweep_closing import closing_cause
 
     ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead = {**process_tags(), contract.PID: ended.stdout.strip(), contract.PROCESS: ""}  # a process that is gone

@@ -29,7 +29,7 @@ from crux.stats import Statistics, fingerprint
 from cruxlab import config
 from cruxlab.commands.sweep import available, check_claims
 from cruxlab.config import CONFIG_PACKAGE
-from cruxlab.runtime.multirun import planned_jobs
+from cruxlab.runtime.sweep_parent import planned_jobs
 from cruxlab.store import contract
 from cruxlab.store.history import history_series, thinned
 from crux_testing import launch, runs_by_role, selected

@@ -26,7 +26,7 @@ from cruxlab.config import CONFIG_PACKAGE, effective_settings
 from cruxlab.config.settings import configuration
 from cruxlab.report import HOLDS, INCONCLUSIVE, load_sweep, main
 from cruxlab.report.sweep_reader import config_from_params
-from cruxlab.runtime.multirun import planned_jobs
+from cruxlab.runtime.sweep_parent import planned_jobs
 from cruxlab.store import contract
 from cruxlab.store.connection import HTTP_LIMITS, StoreError, writable_store
 from cruxlab.store.params import flatten

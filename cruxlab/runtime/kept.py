@@ -8,7 +8,7 @@ the store never did) are kept in the sweep's folder, ``<sweep>/kept/<job>``, lai
 as a hand-over. Where that folder's disk is full too, they stay in a folder of
 their own beside where they were staged, named in the sweep's fault record
 (:func:`cruxlab.store.faults.record_kept`). ``crux-sweep NAME --resume`` writes them
-into the job's own run before it runs anything (:mod:`cruxlab.runtime.multirun`): the
+into the job's own run before it runs anything (:mod:`cruxlab.runtime.sweep_parent`): the
 run closes FINISHED with its own history and the job is not trained again. A lone
 ``crux-run`` keeps them in its output folder, ``<output>/kept/0``, with the store they go to; ``crux-run
 --write-kept FOLDER`` writes them (:mod:`cruxlab.runtime.write_kept`).

@@ -1,7 +1,7 @@
 """A multirun of another Hydra sweeper than crux's (Optuna's search, Hydra's basic sweeper): a parent run that its
 jobs' runs nest under, as a crux sweep's do.
 
-crux's own sweeper opens its sweeps' parent runs itself (:mod:`cruxlab.runtime.multirun`). Another sweeper knows
+crux's own sweeper opens its sweeps' parent runs itself (:mod:`cruxlab.runtime.sweep_parent`). Another sweeper knows
 nothing of MLflow, so :class:`SearchParent`, a Hydra callback that crux's config installs
 (``hydra.callbacks.search_parent``), opens the parent when such a multirun starts, in the process that sweeps,
 hands its id to every job (the environment variable :data:`SEARCH_PARENT`, which the jobs' processes inherit) and

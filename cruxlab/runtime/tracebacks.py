@@ -60,3 +60,8 @@ def job_failed(error: BaseException) -> JobFailed:
         traceback.print_exception(error)
     where = f"; traceback in {', '.join(handler.baseFilename for handler in files)}" if files else ""
     return JobFailed(f"{failure_line(error)}{where}")
+
+
+def one_line(error: BaseException) -> str:
+    """An error's message on one line (Hydra's config errors run over several), or its type where it has none."""
+    return " ".join(str(error).split()) or type(error).__name__

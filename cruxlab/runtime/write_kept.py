@@ -1,7 +1,7 @@
 """Results kept after a store fault (:mod:`cruxlab.runtime.kept`) written into their runs once the store is back.
 
 ``crux-sweep NAME --resume`` writes those of a sweep's jobs before it runs anything
-(:mod:`cruxlab.runtime.multirun`); ``crux-run --write-kept FOLDER`` writes those of a lone ``crux-run``, which
+(:mod:`cruxlab.runtime.sweep_parent`); ``crux-run --write-kept FOLDER`` writes those of a lone ``crux-run``, which
 its last line names, into the store its run is in (the kept results name it, without credentials: those come
 from the environment, as for the run itself). Either way the run closes FINISHED with its own history, and the
 job is not trained again.
