@@ -457,7 +457,7 @@ def _mlp_apply(activation: str, form: str) -> Apply:
             activate = sigma if i < len(params) - 1 else (lambda z: z)
 
             def layers_fn(h, wb, activate=activate):
-                for w, b in zip(*wb):
+                for w, b in zip(*(_layers(stack) for stack in wb)):
                     h = activate(h @ w + b)
                 return h, None
 
@@ -474,6 +474,12 @@ def _mlp_apply(activation: str, form: str) -> Apply:
 def _segment_size(n: int) -> int:
     """The layers of a rematerialised segment of a stack of ``n`` layers: ceil(sqrt(n))."""
     return math.isqrt(n - 1) + 1
+
+
+def _layers(stack: jax.Array) -> list[jax.Array]:
+    """A stack of equal layers' arrays as one array per layer, by one split: its gradient is one concatenation,
+    where indexing the stack layer by layer sends back a zero-padded copy of the stack per layer, summed."""
+    return [jnp.squeeze(layer, 0) for layer in jnp.split(stack, stack.shape[0])] if stack.shape[0] > 1 else [stack[0]]
 
 
 def _segmented(layers_fn: Callable, h: jax.Array, w: jax.Array, b: jax.Array, unrolled: bool) -> jax.Array:

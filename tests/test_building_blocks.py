@@ -73,6 +73,16 @@ def test_mlp_evaluates_batches_and_stacks_equal_layers():
     assert deep.forms == remat.FORMS
 
 
+def test_a_stack_of_layers_sends_its_gradient_back_in_one_piece():
+    """The gradient of a stack of equal layers is one concatenation of the layers' gradients: indexed layer by
+    layer, the stack would get back a zero-padded copy of itself per layer, summed (stablehlo.pad)."""
+    u = crux.mlp(2, 1, hidden=(32,) * 5)
+    xs = jnp.ones((4, 2))
+    loss = lambda params: jnp.sum(jax.vmap(lambda x: u.apply(params, x))(xs) ** 2)
+    program = jax.jit(jax.grad(loss)).lower(u.params).as_text()
+    assert "stablehlo.pad" not in program and "stablehlo.concatenate" in program
+
+
 def test_a_model_without_its_own_rematerialisation_runs_the_whole_checkpoint_in_its_place():
     """``Model(init, apply)``: the layers form is the whole network's checkpoint, the unrolled form the layers
     form's, the very same functions (so checkpoint_gradients compiles neither again); an own
