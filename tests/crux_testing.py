@@ -164,6 +164,16 @@ def run_opened(uri: str, experiment: str, job: str) -> bool:
     return found is not None and bool(client.search_runs([found.experiment_id], contract.tag_filter(contract.JOB, job)))
 
 
+def until_run_opened(process, seen: list[str], uri: str, experiment: str, job: str) -> None:
+    """Wait, while the sweep ``process`` (its output read into ``seen``) runs, until the store at ``uri`` holds the
+    run of ``job`` in ``experiment`` (:func:`run_opened`); a sweep that ends first fails the test with its output."""
+    import time
+
+    while not run_opened(uri, experiment, job):
+        assert process.poll() is None, "".join(seen)[-4000:]
+        time.sleep(0.05)
+
+
 def selected(name: str) -> list[str]:
     """The overrides that select built-in sweep ``name`` once it is registered, as crux-sweep does."""
     from cruxlab.commands.sweep import available, register  # Hydra only for the tests that compose configs

@@ -15,7 +15,7 @@ from typing import Iterator
 
 import pytest
 
-from crux_testing import run_opened
+from crux_testing import run_opened, until_run_opened
 from scale_out import start
 from test_store_faults import TRAINING, finish, server_folder, sweep  # noqa: F401 - a fixture
 from cruxlab.store import contract
@@ -227,9 +227,7 @@ def test_an_artifact_folder_whose_disk_fills_up_is_the_artifact_stores_full_disk
         shutil.copy(empty_store, tmp_path / "mlflow.db")
         uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
         process, seen = sweep(tmp_path, uri), []
-        while not run_opened(uri, "accumulation", "0"):
-            assert process.poll() is None, "".join(seen)[-4000:]
-            time.sleep(0.05)
+        until_run_opened(process, seen, uri, "accumulation", "0")
         fill(folder)
         status = finish(process, seen)
         output, last = "".join(seen), seen[-1].strip()

@@ -13,7 +13,7 @@ from typing import Iterator
 
 import pytest
 
-from crux_testing import run_opened
+from crux_testing import run_opened, until_run_opened
 from scale_out import SCRIPTS, start, stop
 from cruxlab.store import contract
 
@@ -74,9 +74,7 @@ def server_stopped_once_opened(process: subprocess.Popen, seen: list[str], serve
                                job: str) -> None:
     """Stop the server once the run of ``job`` is open, then read the sweep's output to its end into ``seen``; the
     sweep is checked to fail without a traceback."""
-    while not run_opened(url, "accumulation", job):
-        assert process.poll() is None, "".join(seen)[-4000:]
-        time.sleep(0.05)
+    until_run_opened(process, seen, url, "accumulation", job)
     stop("mlflow_server.sh", server_folder / "server")
     status = finish(process, seen)
     assert status != 0 and "Traceback" not in "".join(seen), "".join(seen)[-4000:]
@@ -226,9 +224,7 @@ def test_the_resume_command_printed_after_postgresql_stayed_down_completes_the_s
     read_until(process, seen, TRAINING, times=2)  # job 1 trains
     postgres_script = ["bash", str(SCRIPTS / "postgres.sh")]
     try:
-        while not run_opened(postgres_store, "accumulation", "1"):
-            assert process.poll() is None, "".join(seen)[-4000:]
-            time.sleep(0.05)
+        until_run_opened(process, seen, postgres_store, "accumulation", "1")
         subprocess.run([*postgres_script, "stop", str(postgres.folder)], check=True, timeout=120)
         status = finish(process, seen)
     finally:
@@ -319,9 +315,7 @@ def filled_while_job_0_trains(small_disk: Path, empty_store: Path, folder: Path,
     read_until(process, seen, TRAINING, times=job + 1)
     if job:
         read_until(process, seen, CLOSED, times=job)
-    while not run_opened(f"sqlite:///{small_disk / 'mlflow.db'}", "accumulation", str(job)):  # its run is created
-        assert process.poll() is None, "".join(seen)[-4000:]
-        time.sleep(0.05)
+    until_run_opened(process, seen, f"sqlite:///{small_disk / 'mlflow.db'}", "accumulation", str(job))  # created
     fill(small_disk)
     status = finish(process, seen)
     assert status != 0 and "Traceback" not in "".join(seen), "".join(seen)[-4000:]
@@ -489,9 +483,7 @@ def test_a_server_that_stops_answering_is_a_fault_within_the_budget_plus_one_req
     server = int((server_folder / "server" / "server.pid").read_text())
     process, seen = sweep(tmp_path, url), []
     read_until(process, seen, TRAINING)
-    while not run_opened(url, "accumulation", "0"):
-        assert process.poll() is None, "".join(seen)[-4000:]
-        time.sleep(0.05)
+    until_run_opened(process, seen, url, "accumulation", "0")
     os.killpg(server, signal.SIGSTOP)
     try:
         status = finish(process, seen)
@@ -523,9 +515,7 @@ def test_a_sweep_folder_whose_disk_fills_up_is_named_with_its_free_bytes(small_d
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     process, seen = sweep(small_disk, uri), []
     read_until(process, seen, TRAINING)
-    while not run_opened(uri, "accumulation", "0"):
-        assert process.poll() is None, "".join(seen)[-4000:]
-        time.sleep(0.05)
+    until_run_opened(process, seen, uri, "accumulation", "0")
     fill(small_disk)
     status = finish(process, seen)
     output, last = "".join(seen), seen[-1].strip()
@@ -589,9 +579,7 @@ def test_a_servers_own_disk_that_fills_up_ends_the_sweep_in_one_line_sending_to_
     url = start("mlflow_server.sh", tmp_path / "server", f"sqlite:///{small_disk / 'runs.db'}", "1")
     try:
         process, seen = sweep(tmp_path, url), []
-        while not run_opened(url, "accumulation", "0"):
-            assert process.poll() is None, "".join(seen)[-4000:]
-            time.sleep(0.05)
+        until_run_opened(process, seen, url, "accumulation", "0")
         fill(small_disk)
         status = finish(process, seen)
     finally:
