@@ -152,7 +152,7 @@ class Crux:
         self._compiled: dict[tuple, Compiled] = {}
         self._chosen: dict[tuple, str] = {}  # checkpoint_gradients' form, per key of its plan (_compiled_forms)
         self._unrolled: dict[tuple, tuple[Plan, Compiled]] = {}  # the plain plan's key -> its unrolled loop, compiled
-        self._background: ThreadPoolExecutor | None = None  # where the unrolled loop compiles while the plain one runs
+        self._background: ThreadPoolExecutor | None = None  # where the unrolled loop last compiled while the plain one ran
         self._started_kinds: set[tuple] = set()  # the kinds of starting state made so far (see _first_state)
         # (devices, what a call draws its batches from: the key and the points, on those devices)
         self._points_on_device: tuple[int, DevicePoints] | None = None
@@ -509,9 +509,11 @@ class Crux:
         def start(remaining_seconds: float) -> Future | None:
             if remaining_seconds < UNROLL_PAYBACK * cost:
                 return None
-            if self._background is None:
-                self._background = ThreadPoolExecutor(1, thread_name_prefix="crux-unrolled")
-            return self._background.submit(self._compile_unrolled, key, plan, *shapes)
+            # a thread for this compile alone: it ends with it, so no idle thread outlives a sweep's job
+            self._background = ThreadPoolExecutor(1, thread_name_prefix="crux-unrolled")
+            future = self._background.submit(self._compile_unrolled, key, plan, *shapes)
+            self._background.shutdown(wait=False)
+            return future
         return start
 
     def _compile_unrolled(self, key: tuple, plan: Plan, state: Any, data: Any) -> Executable | None:
