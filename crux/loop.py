@@ -124,7 +124,6 @@ class HostLoop:
         # state None: nothing synchronised yet, the solver's own state is the last one
         self._synced: tuple[int, int, State | None] = (0, 0, None)
         self.replay_compile_seconds = 0.0
-        self.faster_from_call: int | None = None  # the call from which a faster program ran (see run's faster)
         self.run_seconds = 0.0
         self.run_cpu_seconds = 0.0
         self._device_before = device_memory.Before(None, None)
@@ -170,7 +169,7 @@ class HostLoop:
                 if ready is not None and ready.done():
                     program, ready = ready.result(), None
                     if program is not None:
-                        compiled, self.faster_from_call = program, index
+                        compiled = program
                         log.info("the unrolled loop runs from call %d of %d", index + 1, calls)
                 if not pending and index:
                     # A window starts: keep its state, to replay the window or to be the state kept if the loop

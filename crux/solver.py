@@ -21,8 +21,8 @@ from crux.batching import DevicePoints, HostBatches, PointStream
 from crux.constraint import Constraint, checked_reach
 from crux.engine import Data, Entry, OptimizerState, Plan, Primitives, State, make_call, started
 from crux.executables import compile_once, memory_of, memory_once
-from crux.loop import (RECORD_ROWS, SYNC_SECONDS, UNROLL_COMPILE_FLOOR, UNROLL_MEMORY_SHARE, UNROLL_PAYBACK, Executable, HostLoop, progress_bar,
-                       record_slots, unrolled)
+from crux.loop import (RECORD_ROWS, SYNC_SECONDS, UNROLL_COMPILE_FLOOR, UNROLL_MEMORY_SHARE, UNROLL_PAYBACK,
+                       Executable, HostLoop, progress_bar, record_slots, unrolled)
 from crux.model import Model
 from crux.options import SolveOptions, one_call, requested, resolved
 from crux.stats import PendingFingerprint, Statistics
@@ -152,7 +152,7 @@ class Crux:
         self._compiled: dict[tuple, Compiled] = {}
         self._chosen: dict[tuple, str] = {}  # checkpoint_gradients' form, per key of its plan (_compiled_forms)
         self._unrolled: dict[tuple, tuple[Plan, Compiled]] = {}  # the plain plan's key -> its unrolled loop, compiled
-        self._background: ThreadPoolExecutor | None = None  # where the unrolled loop last compiled while the plain one ran
+        self._background: ThreadPoolExecutor | None = None  # where the unrolled loop last compiled beside the plain one
         self._started_kinds: set[tuple] = set()  # the kinds of starting state made so far (see _first_state)
         # (devices, what a call draws its batches from: the key and the points, on those devices)
         self._points_on_device: tuple[int, DevicePoints] | None = None
@@ -496,9 +496,9 @@ class Crux:
         """Where the backend runs the loop faster unrolled (:func:`crux.loop.unrolled`) and the solve runs the plain
         loop: what starts compiling the unrolled loop on a thread of its own, given the seconds the calls left will
         train, if they are long enough to repay its compile (``UNROLL_PAYBACK``); the solve takes it from the next
-        call once it is ready, and later solve()s of the plan start with it. The two programs compute the same
-        bits (the same updates, a turn of the loop holding several), so when the switch happens changes only the
-        time. None where there is nothing to compile."""
+        call once it is ready, and later solve()s of the plan start with it. The two programs make the same updates
+        (a turn of the loop holds several; on a CPU they gave the same bits), so when the switch happens changes the
+        time, not the training. None where there is nothing to compile."""
         if requested.unroll == 1 or running.unroll > 1:
             return None
         key = self._static_key(dataclasses.replace(requested, unroll=1))

@@ -304,7 +304,8 @@ def compare_compiles(shapes: list[str], optimizers: list[str], k: int, precision
             log(f"  {shape:<13} {optimizer:<6} compile crux {row['crux']['compile_seconds']:6.2f} s, hand "
                 f"{row['hand']['compile_seconds']:6.2f} s: ×{row['ratio']['median']:.2f} "
                 f"[{ratio.min():.2f}-{ratio.max():.2f}]; programs crux {len(row['crux']['programs'])} "
-                f"(largest {_largest(row['crux'])}), hand {len(row['hand']['programs'])} (largest {_largest(row['hand'])})")
+                f"(largest {_largest(row['crux'])}), hand {len(row['hand']['programs'])} "
+                f"(largest {_largest(row['hand'])})")
             for family in families[2:]:
                 log(f"    {family}: compile {row[family]['compile_seconds']:6.2f} s; largest {_largest(row[family])}")
     return table
