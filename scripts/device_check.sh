@@ -13,7 +13,8 @@
 # of matrix products, on the accelerator and on the CPU); bench (crux-bench, with $BENCH_ARGS appended; with
 # BENCH_JNO=1, after `--prepare --jno`, jNO's rows of the standard problem too, its time to a first update among them);
 # anatomy (crux-bench anatomy --profile: the device's time per instruction of a fused update, crux beside
-# the hand-written scans, on the problems of $ANATOMY_PROBLEMS, default small,standard; square is the 2-D one);
+# the hand-written scans, on the problems of $ANATOMY_PROBLEMS, default small,standard; square is the 2-D one;
+# $ANATOMY_ARGS appended, e.g. ANATOMY_PROBLEMS= ANATOMY_ARGS="--suite burgers --precision highest");
 # capacity (scripts/capacity.py, with $CAPACITY_ARGS appended; at most $CAPACITY_S
 # seconds, default 300); scale (scripts/memory_at_scale.py, with $SCALE_ARGS appended, at most $SCALE_S seconds,
 # default 300: checkpoint_gradients' forms and offload_data at the chip's sizes); compile (crux-bench compile
@@ -346,8 +347,10 @@ for name in "${chosen[@]}"; do
                     --out "$OUT" "${jno_column[@]}" ${BENCH_ARGS:-}
             fi ;;
         anatomy)
+            # shellcheck disable=SC2086
             step anatomy 60 240 "$python" -m cruxlab.bench anatomy --quick --profile --repeats "$( ((dry)) \
-                && echo 1 || echo 3)" --problems "${ANATOMY_PROBLEMS:-small,standard}" --out "$work/anatomy" ;;
+                && echo 1 || echo 3)" --problems "${ANATOMY_PROBLEMS-small,standard}" --out "$work/anatomy" \
+                ${ANATOMY_ARGS:-} ;;
         compile)
             # shellcheck disable=SC2086
             step compile 60 0 "$python" -m cruxlab.bench compile --rounds "${COMPILE_ROUNDS:-1}" \

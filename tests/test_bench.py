@@ -400,3 +400,16 @@ def test_the_measurements_beside_the_tables_are_crux_bench_subcommands(name, opt
         main([name, option])
     assert ended.value.code == 2
     assert f"crux-bench {name}: error: argument {option}: expected one argument" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--suite", "burgers,heat"], "--suite 'burgers,heat': choose from burgers,square,two_networks,cube"),
+    (["--problems", "", "--suite", ""], "--problems and --suite name nothing to dissect"),
+    (["--problems", "small,tiny"], "--problems 'small,tiny': choose from small,standard,square")])
+def test_the_anatomy_refuses_a_shape_it_does_not_know_before_any_compute(argv, said, capsys, monkeypatch):
+    from cruxlab.bench import anatomy
+    monkeypatch.setattr(anatomy, "measure_interleaved", None)  # any compute would call it and fail otherwise
+    with pytest.raises(SystemExit) as ended:
+        anatomy.main(argv)
+    assert ended.value.code == 2
+    assert said in capsys.readouterr().err

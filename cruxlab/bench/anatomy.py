@@ -4,6 +4,8 @@
     crux-bench anatomy --quick --out DIR                # fewer updates; also writes DIR/anatomy.md
     crux-bench anatomy --quick --profile --out DIR      # and each variant's device time per op
     crux-bench anatomy --problems square                # the 2-D problem on 256 points, 2 × 32
+    crux-bench anatomy --suite burgers --precision highest --profile --out DIR
+                                                        # a shape of crux-bench suite beside its hand-written scan
 
 With ``--profile`` each variant's rounds are traced once more (``jax.profiler``) and the device's own time per
 update is split by compiled instruction: what the device is busy with against the wall time of an update (the
@@ -31,6 +33,11 @@ timed in interleaved rounds:
   structure of the hand-written loop;
 - ``hand scan``: crux-bench's hand-written scan with the hand-derived Taylor u'';
 - ``hand scan, unrolled 4x``: the same scan four updates to a turn, the fastest hand-written form on a TPU.
+
+With ``--suite``, a shape of ``crux-bench suite`` is dissected instead: crux, crux with every update applied and,
+where crux evaluates its accurate tanh (a TPU, a precision above ``default``), crux with the device's own tanh;
+beside that shape's hand-written scan (nested ``jvp``, an optax optimizer per network), plain and unrolled 4x.
+crux's variants run the loop a long solve() runs (unrolled where the backend unrolls it).
 
 The crux diagnostics patch crux internals here only; they are not options. The header records
 ``XLA_FLAGS``: on a GPU, ``XLA_FLAGS=--xla_gpu_enable_command_buffer=+WHILE`` keeps the loop itself in the CUDA graph.
@@ -61,6 +68,7 @@ from cruxlab.bench.hand_written import SAME_AS_CRUX, initial_layers
 from cruxlab.bench.interleaved import SCAN_STEPS, measure_interleaved
 from cruxlab.bench.loop_forms import LoopForm
 from cruxlab.bench.reference_problems import grid2d, interior, laplacian2d_problem, poisson_problem
+from cruxlab.bench.suite import SHAPES, HandScan, Shape, SuiteProblem
 from cruxlab.bench.variants import CruxVariant, HandVariant, Variant
 
 NOT_WORK = {"parameter", "get-tuple-element", "tuple", "constant", "bitcast"}  # no kernel of their own
@@ -119,6 +127,7 @@ class _UnrolledScans:
 UNROLLED_4 = [(crux.engine, "jax", _UnrolledScans(4))]
 EVERY_UPDATE_APPLIED = [(crux.engine, "jnp", _EveryUpdateApplied())]
 TREE_LAYOUT = [(crux.model, "layout_free", lambda optimizer: False)]
+DEVICE_TANH = [(crux.model, "ACTIVATIONS", {**crux.model.ACTIVATIONS, "tanh": jnp.tanh})]
 LAYER_ARRAYS = [(crux.problems.poisson, "mlp", layer_arrays_mlp), (crux, "mlp", layer_arrays_mlp), *TREE_LAYOUT]
 
 
@@ -228,25 +237,44 @@ PROBLEMS = {
     "standard": DissectedProblem(poisson_problem(1024, (64, 64, 64)), interior(1024), (64, 64, 64), 500),
     "square": DissectedProblem(laplacian2d_problem(grid2d(256), (32, 32)), grid2d(256), (32, 32), 2000),
 }
+SUITE_STEPS = 2000  # updates per round on a shape of the suite, as crux-bench suite times them
 
 
-def anatomy(name: str, problem: DissectedProblem, steps: int, repeats: int, k: int, log,
+def poisson_variants(problem: DissectedProblem, k: int, precision: str) -> list[Variant]:
+    """crux as it is and in its diagnostic forms, beside the hand-written scan with the hand-derived u''."""
+    make, points, widths = problem.make, problem.points, (problem.points.shape[1], *problem.hidden, 1)
+    crux_options = dict(precision=precision, long_solve=True)
+    return [PatchedCrux("crux", [], make, k, k, **crux_options),
+            PatchedCrux("crux, every update checked", [], make, k, k, loop=LoopForm(guard="full"), **crux_options),
+            PatchedCrux("crux, every update applied", EVERY_UPDATE_APPLIED, make, k, k, **crux_options),
+            PatchedCrux("crux, scan unrolled 4x", UNROLLED_4, make, k, k, **crux_options),
+            PatchedCrux("crux, tree layout", TREE_LAYOUT, make, k, k, **crux_options),
+            PatchedCrux("crux, layer arrays", LAYER_ARRAYS, make, k, k, **crux_options),
+            HandVariant(f"hand scan {SAME_AS_CRUX}", SAME_AS_CRUX, points, widths, k, precision=precision),
+            HandVariant(f"hand scan {SAME_AS_CRUX}, unrolled 4x", SAME_AS_CRUX, points, widths, k,
+                        precision=precision, loop=LoopForm(unroll=4))]
+
+
+def suite_variants(shape: Shape, k: int, precision: str) -> list[Variant]:
+    """crux on a shape of ``crux-bench suite`` (as a long solve() runs it), and where it differs, with no
+    keep-or-drop select and with the device's own tanh; beside that shape's hand-written scan, plain and
+    unrolled four updates to a turn."""
+    make = functools.partial(SuiteProblem, shape)
+    crux_options = dict(precision=precision, long_solve=True)
+    variants: list[Variant] = [PatchedCrux("crux", [], make, k, k, **crux_options),
+                               PatchedCrux("crux, every update applied", EVERY_UPDATE_APPLIED, make, k, k,
+                                           **crux_options)]
+    if precision != "default" and jax.default_backend() == "tpu":  # where crux evaluates its accurate tanh
+        variants.append(PatchedCrux("crux, the device's tanh", DEVICE_TANH, make, k, k, **crux_options))
+    return variants + [HandScan("hand scan", shape, "adam", k, precision),
+                       HandScan("hand scan, unrolled 4x", shape, "adam", k, precision, unroll=4)]
+
+
+def anatomy(title: str, variants: list[Variant], steps: int, repeats: int, log,
             traced: Path | None | bool = False) -> str:
-    """The variants' table for one problem; with ``traced`` (a folder for the HLO, or None) their profile too."""
-    make, points, hidden = problem.make, problem.points, problem.hidden
-    widths = (points.shape[1], *hidden, 1)
-    variants = [PatchedCrux("crux", [], make, k, k),
-                PatchedCrux("crux, every update checked", [], make, k, k, loop=LoopForm(guard="full")),
-                PatchedCrux("crux, every update applied", EVERY_UPDATE_APPLIED, make, k, k),
-                PatchedCrux("crux, scan unrolled 4x", UNROLLED_4, make, k, k),
-                PatchedCrux("crux, tree layout", TREE_LAYOUT, make, k, k),
-                PatchedCrux("crux, layer arrays", LAYER_ARRAYS, make, k, k),
-                HandVariant(f"hand scan {SAME_AS_CRUX}", SAME_AS_CRUX, points, widths, k),
-                HandVariant(f"hand scan {SAME_AS_CRUX}, unrolled 4x", SAME_AS_CRUX, points, widths, k,
-                            loop=LoopForm(unroll=4))]
+    """The variants' table under ``title``; with ``traced`` (a folder for the HLO, or None) their profile too."""
     results = measure_interleaved(variants, steps, repeats, log)
-    lines = [f"## {name}: {len(points)} points, {'-'.join(map(str, widths))}, inner_steps={k}, {steps} updates "
-             f"per round, {repeats} rounds", "",
+    lines = [f"## {title}, {steps} updates per round, {repeats} rounds", "",
              "| variant | steps/s (median) | min-max | fixed ms/solve | body instructions | fusions | library calls "
              "| copies |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for variant in variants:
@@ -258,8 +286,16 @@ def anatomy(name: str, problem: DissectedProblem, steps: int, repeats: int, k: i
     lines += ["", "Loop body of crux by opcode: " + ", ".join(f"{op} {c}" for op, c in
                                                             body_of(variants[0]).most_common()), ""]
     if traced is not False:
-        lines.append(profile(variants, steps, traced, name))
+        lines.append(profile(variants, steps, traced, title.split(":")[0]))
     return "\n".join(lines)
+
+
+def _names(parser: argparse.ArgumentParser, option: str, value: str, known: dict) -> list[str]:
+    """The comma-separated names of ``value``; exit 2 naming ``option`` where one is not in ``known``."""
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    if set(names) - set(known):
+        parser.error(f"{option} {value!r}: choose from {','.join(known)}")
+    return names
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -273,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
         0 when it ran.
 
     Raises:
-        SystemExit: status 2 where ``--problems`` names none or one it does not know, before any compute.
+        SystemExit: status 2 where ``--problems`` or ``--suite`` names one it does not know, or the two name
+            nothing, before any compute.
     """
     parser = argparse.ArgumentParser(prog="crux-bench anatomy", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer updates per round")
@@ -282,21 +319,37 @@ def main(argv: list[str] | None = None) -> int:
                         help="trace each variant once more: the device's time per update by instruction (with "
                              "--out, also each variant's HLO and per-instruction times there)")
     parser.add_argument("--out", type=Path, help="folder for anatomy.md")
-    parser.add_argument("--problems", default="small,standard",
-                        help=f"comma-separated, from {','.join(PROBLEMS)} (square: the 2-D problem on 256 points, "
-                             f"2 × 32)")
+    parser.add_argument("--problems", help=f"comma-separated, from {','.join(PROBLEMS)} (square: the 2-D problem on "
+                                           f"256 points, 2 × 32; default: small,standard unless --suite is given)")
+    parser.add_argument("--suite", default="", help=f"comma-separated shapes of crux-bench suite, from "
+                                                    f"{','.join(SHAPES)}: crux beside that shape's hand-written scan")
+    parser.add_argument("--precision", default="default", choices=("default", "high", "highest"),
+                        help="the matmul precision every variant is traced at")
     args = parser.parse_args(argv)
-    names = [name.strip() for name in args.problems.split(",") if name.strip()]
-    if not names or set(names) - set(PROBLEMS):
-        parser.error(f"--problems {args.problems!r}: choose from {','.join(PROBLEMS)}")
+    names = _names(parser, "--problems", "small,standard" if args.problems is None and not args.suite
+                   else args.problems or "", PROBLEMS)
+    shapes = _names(parser, "--suite", args.suite, SHAPES)
+    if not names and not shapes:
+        parser.error("--problems and --suite name nothing to dissect; e.g. --problems small or --suite burgers")
     k = SCAN_STEPS
     device = jax.devices()[0]
     text = [f"# Anatomy of a fused update\n\njax {jax.__version__} on {device.platform} ({device.device_kind}), "
-            f"XLA_FLAGS: {os.environ.get('XLA_FLAGS') or '(none)'}\n"]
+            f"XLA_FLAGS: {os.environ.get('XLA_FLAGS') or '(none)'}, matmul precision {args.precision}\n"]
+    traced = (args.out / "profile" if args.out else None) if args.profile else False
     for name in names:
-        traced = (args.out / "profile" if args.out else None) if args.profile else False
-        text.append(anatomy(name, PROBLEMS[name], 200 if args.quick else PROBLEMS[name].steps, args.repeats, k, print,
-                            traced))
+        problem = PROBLEMS[name]
+        title = (f"{name}: {len(problem.points)} points, "
+                 f"{'-'.join(map(str, (problem.points.shape[1], *problem.hidden, 1)))}, inner_steps={k}")
+        text.append(anatomy(title, poisson_variants(problem, k, args.precision), 200 if args.quick else problem.steps,
+                            args.repeats, print, traced))
+        print(text[-1])
+    for name in shapes:
+        shape = SHAPES[name]()
+        networks = ", ".join(f"{net} {'-'.join(map(str, (d, *hidden, 1)))}" for net, (d, hidden) in
+                             shape.networks.items())
+        title = f"{name}: {shape.points():,} points in {len(shape.constraints)} constraints, {networks}, inner_steps={k}"
+        text.append(anatomy(title, suite_variants(shape, k, args.precision), 200 if args.quick else SUITE_STEPS,
+                            args.repeats, print, traced))
         print(text[-1])
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

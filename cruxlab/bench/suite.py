@@ -35,7 +35,6 @@ import optax
 
 import crux
 import crux.model
-import crux.solver
 from cruxlab.bench.hand_written import initial_layers, network
 from cruxlab.bench.host import bench_environment
 from cruxlab.bench.interleaved import fastest, in_rounds, measure_interleaved, paired_ratio
@@ -315,29 +314,11 @@ def _largest(row: dict) -> str:
     return ", ".join(f"{name} {seconds:.2f} s" for name, seconds in row["programs"][:2])
 
 
-class LongSolveCrux(CruxVariant):
-    """crux as a long solve() runs it: where the backend unrolls the loop, its first solve() compiles the unrolled
-    loop on the side whatever its length (a long solve() would) and waits for it, so that the timed solve()s run
-    what the calls of a long solve() run once it is ready."""
-
-    def build(self) -> float:
-        payback = crux.solver.UNROLL_PAYBACK
-        crux.solver.UNROLL_PAYBACK = 0.0
-        try:
-            seconds = super().build()
-        finally:
-            crux.solver.UNROLL_PAYBACK = payback
-        if self.solver._background is not None:
-            self.solver._background.shutdown(wait=True)
-        self.info["unrolled"] = bool(self.solver._unrolled)
-        return seconds
-
-
 def compare_speeds(shapes: list[str], depths: tuple[int, ...], precision: str, rounds: int, steps: int,
                    log: Callable[[str], None]) -> dict:
     """Each shape's fused update at each depth k, crux's ``solve(inner_steps=k)`` against the fastest hand-written
     scan of k updates (plain, or unrolled 4 to a turn), Adam, crux's loop as a long solve() runs it
-    (:class:`LongSolveCrux`): every variant built, then timed in interleaved
+    (``long_solve``): every variant built, then timed in interleaved
     rounds of ``steps`` updates; the ratio of crux's updates per second to the fastest hand scan's, round by
     round."""
     table = {}
@@ -345,8 +326,8 @@ def compare_speeds(shapes: list[str], depths: tuple[int, ...], precision: str, r
         shape = SHAPES[shape_name]()
         variants: list[Variant] = []
         for k in depths:
-            variants.append(LongSolveCrux(f"crux ×{k}", functools.partial(SuiteProblem, shape), k, 2 * k,
-                                          precision=precision))
+            variants.append(CruxVariant(f"crux ×{k}", functools.partial(SuiteProblem, shape), k, 2 * k,
+                                        precision=precision, long_solve=True))
             variants += [HandScan(f"hand ×{k}" + (f" unroll {u}" if u > 1 else ""), shape, "adam", k, precision, u)
                          for u in (1, 4)]
         log(f" {shape_name}: {shape.points():,} points, {precision}")

@@ -18,6 +18,7 @@ import numpy as np
 import optax
 
 import crux
+import crux.solver
 from crux.engine import all_finite
 from cruxlab.bench.flop_count import work
 from cruxlab.bench.hand_written import FORMS, initial_layers, residual_loss, sampled
@@ -113,15 +114,19 @@ class HandVariant(Variant):
 
 
 class CruxVariant(Variant):
-    """``solve()`` on a crux problem; the first solve (``first_epochs``) compiles and is the reference run."""
+    """``solve()`` on a crux problem; the first solve (``first_epochs``) compiles and is the reference run.
+
+    With ``long_solve``, the timed solve()s run what the calls of a long solve() run: where the backend unrolls
+    the loop, a first solve() compiles the unrolled loop on the side only when its calls left repay it; here the
+    first solve() compiles it whatever its length and waits for it."""
 
     def __init__(self, name: str, make_problem: Callable[[], Any], inner_steps: int, first_epochs: int,
                  batchsize: int | None = None, accumulation_steps: int = 1, precision: str = "default",
-                 loop: LoopForm = LoopForm()):
+                 loop: LoopForm = LoopForm(), long_solve: bool = False):
         super().__init__(name, "crux", inner_steps, info={"inner_steps": inner_steps, "batchsize": batchsize,
                                                            "accumulation_steps": accumulation_steps,
                                                            "precision": precision, "loop_form": loop.label})
-        self.make_problem, self.first_epochs, self.loop = make_problem, first_epochs, loop
+        self.make_problem, self.first_epochs, self.loop, self.long_solve = make_problem, first_epochs, loop, long_solve
         self.options = dict(inner_steps=inner_steps, batchsize=batchsize, accumulation_steps=accumulation_steps,
                             precision=precision)
         self.recompile_seconds: list[float] = []
@@ -133,8 +138,16 @@ class CruxVariant(Variant):
         if not self.loop.crux_default:  # the same problem, its calls built in another loop form
             self.solver = crux.Crux(self.solver.constraints, self.solver.models, machinery=crux_machinery(self.loop))
         start = time.perf_counter()
-        stats = self.solver.solve(epochs=self.first_epochs, **self.options)
+        payback = crux.solver.UNROLL_PAYBACK
+        crux.solver.UNROLL_PAYBACK = 0.0 if self.long_solve else payback
+        try:
+            stats = self.solver.solve(epochs=self.first_epochs, **self.options)
+        finally:
+            crux.solver.UNROLL_PAYBACK = payback
         self.info["first_solve_seconds"] = time.perf_counter() - start
+        if self.long_solve and self.solver._background is not None:
+            self.solver._background.shutdown(wait=True)
+        self.info["unrolled"] = bool(self.solver._unrolled)
         self.compile_seconds = float(stats.compile_seconds)
         self.info["first_solve_final_loss"] = stats.final_loss
         try:
