@@ -4,19 +4,23 @@ composition with its values set, equal to Hydra's own; the compositions read eac
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable, Iterator
 
 import pytest
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra._internal.config_repository import ConfigRepository
+from hydra._internal.hydra import Hydra
 from hydra._internal.utils import create_config_search_path
+from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import ConfigCompositionException
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from cruxlab.commands.sweep import available, register
 from cruxlab.config import CONFIG_PACKAGE
-from cruxlab.runtime.composed import compose_once
+from cruxlab.runtime.composed import compose_once, mode_composition_kept
 from cruxlab.runtime.sweep_parent import planned_jobs, set_for_every_job
 
 try:  # what joblib's workers are sent with: a package of its own from joblib 1.6, joblib's own before
@@ -108,6 +112,40 @@ def test_the_jobs_compositions_read_each_config_file_once(tmp_path, monkeypatch)
     for memory, cfg in made.items():  # each a composition of its own, as Hydra makes it
         expected = plain_loader().load_sweep_config(config, [f"memory={memory}"])
         assert OmegaConf.to_container(cfg) == OmegaConf.to_container(expected)
+
+
+@pytest.fixture
+def started_hydra() -> Iterator[Callable[[], Hydra]]:
+    """Start a Hydra application on crux's configs as ``hydra.main`` starts it; cleared afterwards."""
+    yield lambda: Hydra.create_main_hydra2(task_name="crux-run", config_search_path=create_config_search_path(
+        f"pkg://{CONFIG_PACKAGE}"))
+    GlobalHydra.instance().clear()
+
+
+def test_the_command_lines_config_is_composed_once_for_its_mode_and_its_run(tmp_path, composing, started_hydra):
+    overrides = [f"hydra.sweep.dir={tmp_path}", "hydra.mode=MULTIRUN", "memory=b8,b32"]
+    with mode_composition_kept():
+        hydra = started_hydra()
+        assert hydra.get_mode(config_name="config", overrides=overrides) == RunMode.MULTIRUN
+        cfg = hydra.compose_config("config", overrides, run_mode=RunMode.MULTIRUN)  # as Hydra.multirun composes
+        assert len(composing) == 1
+        again = hydra.compose_config("config", overrides, run_mode=RunMode.MULTIRUN)  # answered once: composed
+    assert len(composing) == 2
+    expected = plain_loader().load_configuration("config", overrides, run_mode=RunMode.MULTIRUN)
+    assert OmegaConf.to_container(cfg) == OmegaConf.to_container(expected) == OmegaConf.to_container(again)
+    assert Hydra.get_mode is vars(Hydra)["get_mode"] and "crux" not in Hydra.get_mode.__module__
+
+
+def test_the_kept_composition_validates_its_overrides_as_hydra_does(tmp_path, composing, started_hydra):
+    overrides = [f"hydra.sweep.dir={tmp_path}", "hydra.mode=MULTIRUN", "hydra.job.chdir=true,false"]
+    with mode_composition_kept():
+        hydra = started_hydra()
+        hydra.get_mode(config_name="config", overrides=overrides)
+        with pytest.raises(ConfigCompositionException, match="Sweeping over Hydra's configuration"):
+            hydra.compose_config("config", overrides, run_mode=RunMode.MULTIRUN)
+        hydra.get_mode(config_name="config", overrides=["solver.epochs=3"])
+        run = hydra.compose_config("config", ["solver.epochs=3"], run_mode=RunMode.RUN)  # another mode: composed
+    assert len(composing) == 3 and run.solver.epochs == 3
 
 
 QUICK = ("accumulation", "resume", "substeps")

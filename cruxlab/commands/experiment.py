@@ -50,6 +50,7 @@ with heap.lasting():  # Hydra's and MLflow's modules, kept to the process's end:
     from cruxlab.runtime import JobRun, ParameterLeaves, parameter_leaves
     from cruxlab.runtime.capacity_job import run_capacity
     from cruxlab.runtime.compilation_cache import use_compilation_cache
+    from cruxlab.runtime.composed import mode_composition_kept
     from cruxlab.runtime.interrupt import exit_status, interruptible, signal_name
     from cruxlab.runtime.kept import WRITE_KEPT
     from cruxlab.runtime.liveness import SWEEP_PID
@@ -313,7 +314,7 @@ def main(program: str = "crux-run") -> None:
     Plugins.instance().register(CruxSweeper)  # Hydra's scan misses it in an editable install
     sys.argv = move_override_credentials(sys.argv)  # Hydra saves the overrides, crux records them
     try:
-        with errors_raised_by_hydra():
+        with errors_raised_by_hydra(), mode_composition_kept():
             run_job()
     except KeyboardInterrupt as stopped:
         print(f"{program}: stopped by {signal_name(stopped)}; the run closed KILLED with what it had logged",
