@@ -67,8 +67,9 @@ def crux_sweep(tmp_path: Path, *args: str, before: str = "") -> subprocess.Compl
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("args", [["--help"], ["accumulation", "hydra/sweeper=basic"]])
+@pytest.mark.parametrize("args", [["--help"], ["accumulation", "hydra/sweeper=basic"], ["typo.yaml"]])
 def test_help_and_refusals_before_the_sweep_import_neither_jax_nor_mlflow(tmp_path, args):
+    (tmp_path / "typo.yaml").write_text("claim: a typo\nclaims: [acumulation]\n")  # no check of crux-report's
     done = crux_sweep(tmp_path, *args, before="import atexit\natexit.register(lambda: print('IMPORTED', "
                                                "*sorted({'jax', 'mlflow'} & set(sys.modules)), file=sys.stderr))\n")
     assert done.returncode == (0 if args == ["--help"] else 2), done.stderr

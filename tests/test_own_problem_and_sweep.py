@@ -206,6 +206,12 @@ def test_a_sweep_naming_an_unknown_check_or_no_list_is_refused_before_running(tm
         assert f"{path}: {message}" in capsys.readouterr().err
 
 
+def test_the_claims_a_sweep_may_name_are_the_checks_crux_report_has():
+    from cruxlab.report import CHECKS
+
+    assert sorted(contract.CHECKED_CLAIMS) == sorted(CHECKS)
+
+
 def test_the_example_sweep_composes_with_its_problem_from_its_config_folder(tmp_path, monkeypatch):
     """examples/own_problem as a user runs it: crux-sweep unit_square_accumulation.yaml --config-dir conf
     (Hydra's --config-dir puts the folder first on the search path, as hydra.searchpath does here)."""

@@ -34,7 +34,7 @@ from typing import Iterable
 from omegaconf import DictConfig, OmegaConf
 
 from cruxlab import device_start
-from cruxlab.commands import heap
+from cruxlab.store.contract import CHECKED_CLAIMS
 
 SWEEP_PACKAGE = "crux.sweeps"
 """The package that holds the built-in sweeps (the repository's ``sweeps/``)."""
@@ -212,12 +212,10 @@ def check_claims(sweep: SweepFile) -> None:
     Raises:
         ValueError: ``claims`` names a check crux-report does not have.
     """
-    from cruxlab.report.claims import CHECKS  # imports JAX: only for a sweep that names checks
-
-    unknown = [claim for claim in sweep.claims if claim not in CHECKS]
+    unknown = [claim for claim in sweep.claims if claim not in CHECKED_CLAIMS]
     if unknown:
         raise ValueError(f"{sweep.source}: claims: no check named {', '.join(map(repr, unknown))}"
-                         f"{did_you_mean(unknown[0], CHECKS)}; choose from {sorted(CHECKS)}")
+                         f"{did_you_mean(unknown[0], CHECKED_CLAIMS)}; choose from {sorted(CHECKED_CLAIMS)}")
 
 
 def register(sweep: SweepFile, command: str) -> None:
@@ -318,11 +316,10 @@ def main(argv: list[str] | None = None) -> None:
         sweep = find_sweep(args.sweep, args.sweeps_dir)
         if args.config_dir is not None and not args.config_dir.is_dir():
             raise ValueError(f"--config-dir {args.config_dir}: no such folder")
+        check_claims(sweep)
         if device_start.why_not_early(OmegaConf.to_container(sweep.config, resolve=False), args.overrides,
                                       own_config_files(sweep, args.config_dir)) is None:
             device_start.start_beside()  # while the imports below run, in the thread that imports them
-        with heap.lasting():  # the checks' modules import MLflow: kept to the process's end, walked by no collection
-            check_claims(sweep)
     except ValueError as error:  # one line, as every refusal before a run: no usage to read past
         parser.exit(2, f"crux-sweep: {error}\n")
     from cruxlab.commands import experiment  # after the argument checks: importing JAX and Hydra takes seconds

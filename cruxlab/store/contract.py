@@ -32,6 +32,10 @@ HOST, PID, PROCESS, HEARTBEAT = "crux.host", "crux.pid", "crux.process", "crux.h
 # -- tags of a sweep's parent run -------------------------------------------------------------------------
 CLAIMS = "crux.claims"
 """Every claim the sweep's file names (JSON list)."""
+CHECKED_CLAIMS = ("accumulation", "inner_steps", "checkpoint", "offload", "substeps", "phases", "resume", "devices",
+                  "precision", "capacity")
+"""The claims crux-report has a check for (the keys of ``cruxlab.report.CHECKS``): what :data:`CLAIMS` may name.
+Named here so that crux-sweep refuses a sweep naming another without importing the report."""
 OVERRIDES = "crux.overrides"
 """The sweep's command-line overrides (on a job's run: the job's own), space-separated."""
 PLANNED_JOB_COUNT = "crux.planned_jobs"

@@ -2,9 +2,10 @@
 figures (drawn from the same pairings the check uses, with :mod:`cruxlab.report.drawing`).
 
 ``CHECKS`` maps a sweep's claim (its ``crux.claim`` tag, which is also the
-sweep's name for the built-in sweeps) to its check, ``FIGURES`` to its figures. Runs of another library than
-crux (``crux.backend``) are judged by the same checks, except those that rely on
-crux's own point stream; a run whose library refused an option or fell back from it
+sweep's name for the built-in sweeps) to its check, ``FIGURES`` to its figures; its keys are also
+:data:`cruxlab.store.contract.CHECKED_CLAIMS`, which crux-sweep reads without importing the report. Runs of
+another library than crux (``crux.backend``) are judged by the same checks, except those that rely on crux's own
+point stream; a run whose library refused an option or fell back from it
 gets a "not supported" verdict quoting the library, and no other.
 """
 from __future__ import annotations
