@@ -17,6 +17,7 @@ import crux
 from crux.problems import Problem
 from cruxlab import config
 from cruxlab.config import settings
+from cruxlab.commands import sweep as sweep_command
 from cruxlab.commands.sweep import available, find_sweep, main, register
 from cruxlab.config import CONFIG_PACKAGE, ModelConfig, build_problem, effective_settings
 from cruxlab.config.keys import refused_override
@@ -204,6 +205,21 @@ def test_a_sweep_naming_an_unknown_check_or_no_list_is_refused_before_running(tm
         with pytest.raises(SystemExit):
             main([str(path)])
         assert f"{path}: {message}" in capsys.readouterr().err
+
+
+def test_a_sweep_found_by_name_reads_that_built_in_file_only_and_every_file_of_its_folders(tmp_path, monkeypatch):
+    read: list[str] = []
+    real = sweep_command.read_sweep
+    monkeypatch.setattr(sweep_command, "read_sweep", lambda name, *rest: read.append(name) or real(name, *rest))
+    assert find_sweep("accumulation").source == "crux.sweeps/accumulation.yaml" and read == ["accumulation"]
+    folder = tmp_path / "sweeps"
+    write_sweep(folder, "accumulation", "[]")
+    write_sweep(folder, "mine")
+    del read[:]
+    assert find_sweep("mine", [folder]).source == str(folder / "mine.yaml")
+    assert read == ["accumulation", "mine"]  # the folder's files, each; no built-in sweep is named mine
+    with pytest.raises(ValueError, match="unknown sweep 'accumulaton' .did you mean accumulation.*inner_steps"):
+        find_sweep("accumulaton", [folder])
 
 
 def test_the_claims_a_sweep_may_name_are_the_checks_crux_report_has():

@@ -137,20 +137,22 @@ def sweeps_in(folder: Path) -> dict[str, SweepFile]:
             for path in sorted(folder.iterdir()) if path.suffix in SUFFIXES}
 
 
-def builtin_sweeps() -> dict[str, SweepFile]:
-    """The sweeps installed with crux, by name."""
+def builtin_sweeps(name: str | None = None) -> dict[str, SweepFile]:
+    """The sweeps installed with crux, by name; with ``name``, only the file of that name is read (a command
+    runs one sweep: the others' files are not parsed)."""
     folder = files(SWEEP_PACKAGE)
     entries = sorted(folder.iterdir(), key=lambda entry: entry.name)
     return {Path(entry.name).stem: read_sweep(Path(entry.name).stem, f"{SWEEP_PACKAGE}/{entry.name}",
                                               entry.read_text(), folder)
-            for entry in entries if entry.name.endswith(SUFFIXES)}
+            for entry in entries if entry.name.endswith(SUFFIXES) and name in (None, Path(entry.name).stem)}
 
 
-def available(folders: list[Path] | tuple[Path, ...] = ()) -> dict[str, SweepFile]:
+def available(folders: list[Path] | tuple[Path, ...] = (), name: str | None = None) -> dict[str, SweepFile]:
     """The sweeps a name can choose.
 
     Args:
         folders: the ``--sweeps-dir`` folders, in order.
+        name: where given, the built-in sweeps are read for this name only (every folder is read whole).
 
     Returns:
         ``{name: sweep}``: the built-in ones, then those of each folder (a later one wins on a name).
@@ -158,7 +160,7 @@ def available(folders: list[Path] | tuple[Path, ...] = ()) -> dict[str, SweepFil
     Raises:
         ValueError: as :func:`sweeps_in` raises it.
     """
-    sweeps = builtin_sweeps()
+    sweeps = builtin_sweeps(name)
     for folder in folders:
         sweeps.update(sweeps_in(folder))
     return sweeps
@@ -182,8 +184,9 @@ def find_sweep(spec: str, folders: list[Path] | tuple[Path, ...] = ()) -> SweepF
         if not path.is_file():
             raise ValueError(f"no sweep file {spec}")
         return read_sweep(path.stem, str(path.resolve()), path.read_text(), path.resolve().parent)
-    sweeps = available(folders)
+    sweeps = available(folders, spec)
     if spec not in sweeps:
+        sweeps = available(folders)
         raise ValueError(f"unknown sweep {spec!r}{did_you_mean(spec, sweeps)}; choose one of {', '.join(sweeps)} "
                          f"(see --list), or give a sweep file's path (my_sweep.yaml)")
     return sweeps[spec]
