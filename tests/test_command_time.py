@@ -1,9 +1,10 @@
 """``crux-bench command``: a sweep command's time split by its parent run and its jobs' runs."""
+import compileall
 import sys
 
 import pytest
 
-from cruxlab.bench.command_time import command_parts, main, program, solver_seconds
+from cruxlab.bench.command_time import command_parts, main, program, solver_seconds, uncached_modules
 
 
 def test_a_commands_parts_add_up_to_its_wall_time_and_its_share_is_what_its_jobs_did_not_train():
@@ -38,3 +39,21 @@ def test_a_console_script_of_crux_runs_with_this_python_as_its_script_would():
     assert command[:2] == [sys.executable, "-c"]
     assert "sys.argv[0] = 'crux-sweep'; from cruxlab.commands.sweep import main; sys.exit(main())" in command[2]
     assert program("no-such-program-here") == ["no-such-program-here"]
+
+
+def test_the_modules_each_command_compiles_are_those_without_bytecode_for_their_source_as_it_is(tmp_path,
+                                                                                                 monkeypatch):
+    package = tmp_path / "made_up_package"
+    package.mkdir()
+    for name in ("__init__", "first", "second"):
+        (package / f"{name}.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    assert uncached_modules(("made_up_package",)) == (3, 3)
+    assert compileall.compile_dir(str(package), quiet=1)
+    assert uncached_modules(("made_up_package",)) == (0, 3)
+    (package / "second.py").write_text("VALUE = 22\n")  # edited since: its bytecode is stale
+    assert uncached_modules(("made_up_package",)) == (1, 3)
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE")
+    if not sys.flags.dont_write_bytecode:  # Python writes it: the first command does, for the others
+        assert uncached_modules(("made_up_package",)) == (0, 3)

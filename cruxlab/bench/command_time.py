@@ -14,7 +14,10 @@ run closes (the job table, the exit); the sum of the jobs' training and compilat
 (Hydra's work between jobs); a job's time beyond its training and compilation (the rest of its run: building,
 logging, the writes on its path), median and largest; and the sweep's own share, the command's time beyond its
 jobs' training and compilation over its wall time. The persistent compilation cache is the one the command's
-config names (crux's default: ``~/.cache/crux/jax``), warm after the first command.
+config names (crux's default: ``~/.cache/crux/jax``), warm after the first command. Where Python writes no
+bytecode (``PYTHONDONTWRITEBYTECODE``) and none is cached for crux's modules (an editable install never run
+otherwise), every command compiles them: the first line says how many, and ``python -m compileall`` on the
+checkout writes it, as an install from a wheel does.
 
 For reference, each measured ``--repeats`` times in a fresh process of its own: Python's start alone, and
 within a process, ``import jax``, the device runtime's start (``jax.devices()`` after it), ``import mlflow``,
@@ -24,6 +27,7 @@ serves one process at a time.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -129,14 +133,50 @@ def reference(setup: str, statement: str) -> float:
 
 
 def machine_line() -> str:
-    """When and where: date, commit, CPU model, cores, load."""
+    """When and where: date, commit, CPU model, cores, load; and crux's modules that each command compiles."""
     from cruxlab.bench.host import CHECKOUT
     from cruxlab.runtime.provenance import checkout
 
     tree = checkout(CHECKOUT)
     commit = (tree["commit"] or "?")[:7] + ("" if tree["clean"] in (True, None) else " with local changes")
+    uncached, modules = uncached_modules(PACKAGES)
+    compiled = (f"; {uncached} of crux's {modules} modules compiled by every command (PYTHONDONTWRITEBYTECODE set, "
+                f"no bytecode cached: `python -m compileall` writes it, as an install does)" if uncached else "")
     return (f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit}; CPU {cpu_model()}, "
-            f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}")
+            f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}{compiled}")
+
+
+PACKAGES = ("crux", "cruxlab", "hydra_plugins.crux_sweeper")
+"""crux's Python packages, whose modules a sweep command imports."""
+
+
+def uncached_modules(packages: tuple[str, ...]) -> tuple[int, int]:
+    """How many modules of ``packages`` Python compiles from source at each start, and of how many: those without
+    bytecode cached for their source as it is now, where Python writes none (``PYTHONDONTWRITEBYTECODE``, which
+    the commands inherit; 0.2 s of a sweep command's start on a 2-core CPU); 0 where Python writes it, as only
+    the first command then compiles them."""
+    sources = [path for package in packages for folder in (importlib.util.find_spec(package)
+                                                             .submodule_search_locations or [])
+               for path in Path(folder).rglob("*.py")]
+    if not (sys.flags.dont_write_bytecode or os.environ.get("PYTHONDONTWRITEBYTECODE")):
+        return 0, len(sources)
+    return sum(not _bytecode_cached(path) for path in sources), len(sources)
+
+
+def _bytecode_cached(source: Path) -> bool:
+    """Whether ``source`` has bytecode that Python's import takes as it is: its cache file, for this Python, made
+    from a source of this modification time and size (or checked by hash)."""
+    try:
+        header = Path(importlib.util.cache_from_source(str(source))).read_bytes()[:16]
+    except OSError:
+        return False
+    if len(header) < 16 or header[:4] != importlib.util.MAGIC_NUMBER:
+        return False
+    if int.from_bytes(header[4:8], "little"):  # a hash-based file, checked against its source by its own rule
+        return True
+    stat = source.stat()
+    return (int.from_bytes(header[8:12], "little") == int(stat.st_mtime) & 0xFFFFFFFF
+            and int.from_bytes(header[12:16], "little") == stat.st_size & 0xFFFFFFFF)
 
 
 ROWS = ("wall", "before parent", "parent", "after parent", "parent outside jobs", "outside runs", "training and compile",
