@@ -34,8 +34,8 @@ timed in interleaved rounds:
 - ``hand scan``: crux-bench's hand-written scan with the hand-derived Taylor u'';
 - ``hand scan, unrolled 4x``: the same scan four updates to a turn, the fastest hand-written form on a TPU.
 
-With ``--suite``, a shape of ``crux-bench suite`` is dissected instead: crux, crux with every update applied and,
-where crux evaluates its accurate tanh (a TPU, a precision above ``default``), crux with the device's own tanh;
+With ``--suite``, a shape of ``crux-bench suite`` is dissected instead: crux, crux with every update applied, in
+the tree layout, with layer arrays and, where crux evaluates its accurate tanh (a TPU, a precision above ``default``), crux with the device's own tanh;
 beside that shape's hand-written scan (nested ``jvp``, an optax optimizer per network), plain and unrolled 4x.
 crux's variants run the loop a long solve() runs (unrolled where the backend unrolls it).
 
@@ -127,7 +127,9 @@ class _UnrolledScans:
 UNROLLED_4 = [(crux.engine, "jax", _UnrolledScans(4))]
 EVERY_UPDATE_APPLIED = [(crux.engine, "jnp", _EveryUpdateApplied())]
 TREE_LAYOUT = [(crux.model, "layout_free", lambda optimizer: False)]
-DEVICE_TANH = [(crux.model, "ACTIVATIONS", {**crux.model.ACTIVATIONS, "tanh": jnp.tanh})]
+DEVICE_TANH = [(crux.model, "ACTIVATIONS", {**crux.model.ACTIVATIONS, "tanh": jnp.tanh}),  # and a cache of applies
+               (crux.model, "_mlp_apply", functools.lru_cache(maxsize=None)(crux.model._mlp_apply.__wrapped__))]
+
 LAYER_ARRAYS = [(crux.problems.poisson, "mlp", layer_arrays_mlp), (crux, "mlp", layer_arrays_mlp), *TREE_LAYOUT]
 
 
@@ -256,14 +258,16 @@ def poisson_variants(problem: DissectedProblem, k: int, precision: str) -> list[
 
 
 def suite_variants(shape: Shape, k: int, precision: str) -> list[Variant]:
-    """crux on a shape of ``crux-bench suite`` (as a long solve() runs it), and where it differs, with no
-    keep-or-drop select and with the device's own tanh; beside that shape's hand-written scan, plain and
+    """crux on a shape of ``crux-bench suite`` (as a long solve() runs it): as it is, with no keep-or-drop select,
+    in the tree layout, with one array per layer and, where it differs, with the device's own tanh; beside that shape's hand-written scan, plain and
     unrolled four updates to a turn."""
     make = functools.partial(SuiteProblem, shape)
     crux_options = dict(precision=precision, long_solve=True)
     variants: list[Variant] = [PatchedCrux("crux", [], make, k, k, **crux_options),
                                PatchedCrux("crux, every update applied", EVERY_UPDATE_APPLIED, make, k, k,
-                                           **crux_options)]
+                                           **crux_options),
+                               PatchedCrux("crux, tree layout", TREE_LAYOUT, make, k, k, **crux_options),
+                               PatchedCrux("crux, layer arrays", LAYER_ARRAYS, make, k, k, **crux_options)]
     if precision != "default" and jax.default_backend() == "tpu":  # where crux evaluates its accurate tanh
         variants.append(PatchedCrux("crux, the device's tanh", DEVICE_TANH, make, k, k, **crux_options))
     return variants + [HandScan("hand scan", shape, "adam", k, precision),
