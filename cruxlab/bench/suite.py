@@ -299,7 +299,7 @@ def compare_compiles(shapes: list[str], optimizers: list[str], k: int, precision
                             "first_loss_seconds": float(np.median([r["first_loss_seconds"] for r in got[family]])),
                             "programs": got[family][-1]["programs"]} for family in runs}
             row["ratio"] = {"median": float(np.median(ratio)), "min": float(ratio.min()), "max": float(ratio.max())}
-            table[f"{shape}/{optimizer}"] = row
+            table[f"{shape}/{optimizer}/{precision}"] = row
             log(f"  {shape:<13} {optimizer:<6} compile crux {row['crux']['compile_seconds']:6.2f} s, hand "
                 f"{row['hand']['compile_seconds']:6.2f} s: ×{row['ratio']['median']:.2f} "
                 f"[{ratio.min():.2f}-{ratio.max():.2f}]; programs crux {len(row['crux']['programs'])} "
@@ -352,7 +352,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="crux-bench suite", description=__doc__.split("\n")[0])
     parser.add_argument("--shapes", default=",".join(SHAPES))
     parser.add_argument("--optimizers", default=",".join(OPTIMIZERS), help="of the compile comparison")
-    parser.add_argument("--precisions", default="highest,default")
+    parser.add_argument("--precisions", default="highest,default",
+                        help="matmul precisions of both comparisons: at highest, on a TPU, crux evaluates its accurate "
+                             "tanh where the hand-written scan takes the device's")
     parser.add_argument("--depths", default="10,100,1000", help="updates per fused call of the speed comparison")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=2000, help="updates per timed round")
@@ -376,9 +378,11 @@ def main(argv: list[str] | None = None) -> int:
     log = functools.partial(print, flush=True)
     report: dict[str, Any] = {}  # the environment last: reading it opens the device, which the fresh processes need
     if args.only != "speed":
-        log(f"first fused call of 100 updates, compile, {args.rounds} rounds, fresh processes, highest")
-        report["compile"] = compare_compiles(shapes, args.optimizers.split(","), 100, "highest", args.rounds, log,
-                                             tuple(args.families.split(",")))
+        report["compile"] = {}
+        for precision in args.precisions.split(","):
+            log(f"first fused call of 100 updates, compile, {args.rounds} rounds, fresh processes, {precision}")
+            report["compile"].update(compare_compiles(shapes, args.optimizers.split(","), 100, precision, args.rounds,
+                                                      log, tuple(families)))
     if args.only != "compile":
         depths = tuple(int(k) for k in args.depths.split(","))
         report["speed"] = {}
