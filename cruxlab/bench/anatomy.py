@@ -27,6 +27,8 @@ timed in interleaved rounds:
   pinned to one core (figures in docs/BENCHMARK.md);
 - ``crux, scan unrolled 4x``: the fused loop with ``lax.scan(..., unroll=4)``: on a GPU the loop runs from
   the host, one graph launch per trip, so this shows what the launches between updates cost;
+- ``crux, one stacked row``: each epoch's figures stacked into one row inside the loop (crux's calls before
+  they output each figure on its own): what the in-loop stack costs;
 - ``crux, tree layout``: parameters as the model's tree of arrays (equal hidden layers stacked), not one
   flat vector: what unpacking costs;
 - ``crux, layer arrays``: the tree layout with a network that keeps one array per layer (no stacks), the
@@ -34,8 +36,8 @@ timed in interleaved rounds:
 - ``hand scan``: crux-bench's hand-written scan with the hand-derived Taylor u'';
 - ``hand scan, unrolled 4x``: the same scan four updates to a turn, the fastest hand-written form on a TPU.
 
-With ``--suite``, a shape of ``crux-bench suite`` is dissected instead: crux, crux with every update applied, in
-the tree layout, with layer arrays and, where crux evaluates its accurate tanh (a TPU, a precision above ``default``), crux with the device's own tanh;
+With ``--suite``, a shape of ``crux-bench suite`` is dissected instead: crux, crux with every update applied, with
+one stacked row, in the tree layout, with layer arrays and, where crux evaluates its accurate tanh (a TPU, a precision above ``default``), crux with the device's own tanh;
 beside that shape's hand-written scan (nested ``jvp``, an optax optimizer per network), plain and unrolled 4x.
 crux's variants run the loop a long solve() runs (unrolled where the backend unrolls it).
 
@@ -127,6 +129,7 @@ class _UnrolledScans:
 UNROLLED_4 = [(crux.engine, "jax", _UnrolledScans(4))]
 EVERY_UPDATE_APPLIED = [(crux.engine, "jnp", _EveryUpdateApplied())]
 TREE_LAYOUT = [(crux.model, "layout_free", lambda optimizer: False)]
+ONE_STACKED_ROW = [(crux.engine, "_figures", lambda figures: (jnp.stack(figures),))]
 DEVICE_TANH = [(crux.model, "ACTIVATIONS", {**crux.model.ACTIVATIONS, "tanh": jnp.tanh}),  # and a cache of applies
                (crux.model, "_mlp_apply", functools.lru_cache(maxsize=None)(crux.model._mlp_apply.__wrapped__))]
 
@@ -259,13 +262,14 @@ def poisson_variants(problem: DissectedProblem, k: int, precision: str) -> list[
 
 def suite_variants(shape: Shape, k: int, precision: str) -> list[Variant]:
     """crux on a shape of ``crux-bench suite`` (as a long solve() runs it): as it is, with no keep-or-drop select,
-    in the tree layout, with one array per layer and, where it differs, with the device's own tanh; beside that shape's hand-written scan, plain and
+    with one stacked row, in the tree layout, with one array per layer and, where it differs, with the device's own tanh; beside that shape's hand-written scan, plain and
     unrolled four updates to a turn."""
     make = functools.partial(SuiteProblem, shape)
     crux_options = dict(precision=precision, long_solve=True)
     variants: list[Variant] = [PatchedCrux("crux", [], make, k, k, **crux_options),
                                PatchedCrux("crux, every update applied", EVERY_UPDATE_APPLIED, make, k, k,
                                            **crux_options),
+                               PatchedCrux("crux, one stacked row", ONE_STACKED_ROW, make, k, k, **crux_options),
                                PatchedCrux("crux, tree layout", TREE_LAYOUT, make, k, k, **crux_options),
                                PatchedCrux("crux, layer arrays", LAYER_ARRAYS, make, k, k, **crux_options)]
     if precision != "default" and jax.default_backend() == "tpu":  # where crux evaluates its accurate tanh
