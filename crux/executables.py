@@ -353,7 +353,14 @@ class _Program:
         return _Identity(atom) if name is None else name  # not bound in this walk: only itself matches
 
 
+# Parameter types that compare by their own equality and hold nothing to walk: most of a program's parameters,
+# taken as they are before the checks below, which would come to the same.
+OWN_EQUALITY = frozenset({int, float, str, bool, type(None)})
+
+
 def _param(value: Any, program: _Program) -> Any:
+    if type(value) in OWN_EQUALITY:
+        return value
     if isinstance(value, (jex.Jaxpr, jex.ClosedJaxpr)):
         return program.jaxpr(value)
     if isinstance(value, (tuple, list)):
