@@ -8,9 +8,12 @@ mark rose during the solve. Backends without ``memory_stats()`` (the CPU) give t
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import os
 import re
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Iterator, Mapping
 
 import jax
 
@@ -21,6 +24,7 @@ REFUSED = "RESOURCE_EXHAUSTED"  # how XLA says a program or a buffer does not fi
 # names a buffer it could not place (arguments sent to the device): "Attempting to allocate 16.00G".
 _REQUIRED = re.compile(r"(?:required for [^(]*\(|Attempting to allocate )(\d+(?:\.\d+)?)([KMGT]?)\b")
 _UNITS = {"": 1, "K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30, "T": 2 ** 40}
+_HELD_TO: contextvars.ContextVar[int | None] = contextvars.ContextVar("crux_held_to", default=None)
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,42 @@ def limit(device: jax.Device) -> int | None:
     """
     value = (_stats(device) or {}).get("bytes_limit")
     return int(value) if value else None
+
+
+@contextlib.contextmanager
+def held_to(budget: int) -> Iterator[None]:
+    """Programs compiled meanwhile (in this thread) held to ``budget`` bytes, below the device's own memory: a
+    budget declared where the device reports none or a search fits within less (:mod:`cruxlab.capacity_search`).
+
+    Args:
+        budget: the bytes a program may need.
+    """
+    token = _HELD_TO.set(int(budget))
+    try:
+        yield
+    finally:
+        _HELD_TO.reset(token)
+
+
+def capacity(device: jax.Device) -> int | None:
+    """The bytes a program on ``device`` has: the device's limit (:func:`limit`), or on a device that reports none (a
+    CPU, whose programs live in the host's memory) the host's physical memory; the budget of an enclosing
+    :func:`held_to` where it is less.
+
+    Args:
+        device: a JAX device.
+
+    Returns:
+        The bytes, None where neither the device nor the host says.
+    """
+    own = limit(device)
+    if own is None:
+        try:
+            own = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (AttributeError, ValueError, OSError):  # a host that does not say (no sysconf names)
+            own = None
+    known = [figure for figure in (own, _HELD_TO.get()) if figure is not None]
+    return min(known) if known else None
 
 
 def compiled_bytes(memory: Mapping[str, int]) -> int | None:

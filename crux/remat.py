@@ -21,15 +21,20 @@ whole                         6.72 GB (1.04×)             84.9 MB (0.85×)
 unrolled (segments unrolled)  3.11 GB (0.48×)             88.9 MB (0.89×)
 ============================  ==========================  ===========================
 
-So a checkpointed update is measured in every form a model has and the one with the fewest temporary bytes is
-compiled, the plain update where no form needs fewer: ``checkpoint_gradients`` never needs more memory than the
-plain update. XLA assigns a program's buffers before it generates its machine code, so a form is measured by a
-compile that spends little on the code (on a CPU: LLVM at its lowest level; :mod:`crux.executables`), the forms
-side by side. The form likely to be kept (:func:`likely_least`) is compiled in full meanwhile instead of measured,
-its figures read from that compile: where it is the least, nothing is compiled twice; where not, the least form is
-compiled in full after, as if none had been guessed. The choice is the same either way, the guess decides only what
-choosing costs. What choosing costs on a first ``solve()`` (2-D Poisson, 1,024 + 128 points, 6 × 64 tanh, a 2-core
-CPU) is in docs/BENCHMARK.md (``crux-bench compile``).
+So which form needs the least memory is known only from XLA's compiles, and comparing the forms costs compiles:
+measured side by side with a compile that spends little on the machine code (on a CPU: LLVM at its lowest level;
+:mod:`crux.executables`), a first ``solve()`` with the comparison compiled 2.7-3.0× the plain update's seconds
+(docs/BENCHMARK.md, ``crux-bench compile``), where the form kept alone costs about 1.45×. The comparison is made
+only where memory decides: the form likely to need the least (:func:`likely_least`) is compiled in full first, and
+where its compiled bytes (temporaries, arguments and outputs) are at most :data:`COMPARED_FROM` of the memory the
+device has for the program (:func:`crux.device_memory.capacity`: the device's limit, a CPU's host memory, or a budget
+held to) it runs, no other form compiled: what comparing could save is at most its own temporaries, under that share
+of the device. Above it (or where XLA refuses it, or a figure is unknown) every other form is measured, side by side,
+and the form of the fewest temporary bytes runs (compiled in full after, where it is not the one guessed), the plain
+update where no form needs fewer: there ``checkpoint_gradients`` never needs more memory than the plain update.
+Below it the form kept may need more than the plain update would (as the segments do for the gradient's residual
+above), within that share of the device. A solve records which way its form was kept: ``memory["checkpoint_compared"]``
+and the device's bytes it was held against, ``memory["capacity_bytes"]``.
 """
 from __future__ import annotations
 
@@ -42,6 +47,23 @@ UNROLLED = "unrolled"  # the model's own rematerialised segments applied one aft
 FORMS = (PLAIN, LAYERS, WHOLE, UNROLLED)
 """The forms in order of preference on a tie. A solve records the form it ran by its name
 (``memory["checkpoint_form"]``), so reordering them changes no record."""
+
+
+COMPARED_FROM = 1 / 4
+"""The share of the device's memory above which the likely form's compiled bytes make a solve compare the forms."""
+
+
+def compared(kept_bytes: int | None, capacity: int | None) -> bool:
+    """Whether a solve compares the forms, or runs the form likely to need the least without comparing.
+
+    Args:
+        kept_bytes: the likely form's compiled bytes (temporaries, arguments and outputs), None where unknown.
+        capacity: the bytes the device has for the program (:func:`crux.device_memory.capacity`), None where unknown.
+
+    Returns:
+        True where ``kept_bytes`` is above :data:`COMPARED_FROM` of ``capacity``, or either is unknown.
+    """
+    return kept_bytes is None or capacity is None or kept_bytes > COMPARED_FROM * capacity
 
 
 def least_memory(temp_bytes: Mapping[str, float | None]) -> str:

@@ -384,7 +384,9 @@ class Crux:
 
         Returns:
             XLA's memory analysis of the update: ``temp_bytes``, ``argument_bytes``, ``output_bytes``;
-            ``checkpoint_form`` with ``checkpoint_gradients`` (the name of the form of :mod:`crux.remat` chosen).
+            with ``checkpoint_gradients``, ``checkpoint_form`` (the name of the form of :mod:`crux.remat` chosen),
+            ``checkpoint_compared`` and ``capacity_bytes`` (whether it was chosen by comparing the forms, against
+            what device memory; :meth:`solve`'s ``memory``).
 
         Raises:
             TypeError, ValueError: as :meth:`resolve` does.
@@ -532,15 +534,15 @@ class Crux:
         return compiled.call
 
     def _compiled_forms(self, plan: Plan, options: SolveOptions, state: State, data: Data) -> tuple[Plan, Compiled]:
-        """The plan and its compiled call. With ``checkpoint_gradients``, the update in every form of
-        :mod:`crux.remat` that a model has (:attr:`crux.Model.forms`: another form's program would be one of theirs
+        """The plan and its compiled call. With ``checkpoint_gradients``, the form of :mod:`crux.remat` likely to need
+        the least (:func:`crux.remat.likely_least`) is compiled in full; where its compiled bytes are within
+        :data:`crux.remat.COMPARED_FROM` of the device's memory (:func:`crux.device_memory.capacity`) it runs,
+        else every other form a model has (:attr:`crux.Model.forms`: another form's program would be one of theirs
         again) is measured (``machinery.memory``: XLA's memory analysis, without the machine code where the backend
-        allows) and the one of the fewest temporary bytes compiled (plain where no rematerialisation needs fewer),
-        its name recorded as ``memory["checkpoint_form"]``; the seconds from the first form
-        traced to the chosen one compiled count as compilation. The forms are traced in turn and measured side by
-        side: one's compile runs while the next is traced. The form likely to be chosen
-        (:func:`crux.remat.likely_least`) is compiled in full instead of measured, so that where it is chosen it is
-        compiled once."""
+        allows), side by side, and the one of the fewest temporary bytes runs (plain where no rematerialisation
+        needs fewer). ``memory`` records the form (``checkpoint_form``), whether the forms were compared
+        (``checkpoint_compared``) and the device's bytes (``capacity_bytes``); the seconds from the first form
+        traced to the form kept compiled count as compilation."""
         if not options.checkpoint_gradients:
             return plan, self._compile(plan, state, data)
         key = ("forms", *self._static_key(plan))
@@ -552,20 +554,28 @@ class Crux:
                  if any(form in model.forms for model in plan.models.values())}
         functions = {form: self.machinery.make_call(p) for form, p in plans.items()}
         guess = remat.likely_least(plans, jax.default_backend())
-        guessed = lambda: self._compile(plans[guess], state, data, functions[guess])
-        with ThreadPoolExecutor(len(plans)) as pool:
-            pending = {form: pool.submit(guessed) if form == guess else
-                       pool.submit(self.machinery.memory, functions[form], state, data, donate_argnums=0)
-                       for form in plans}
+        capacity = device_memory.capacity(jax.devices()[0])
         figures, refused = {}, {}
-        for form, future in pending.items():
-            error = future.exception()
-            if error is None:
-                figures[form] = future.result().memory if form == guess else future.result()
-            elif device_memory.refusal(error) is not None:  # a form the device has no room for is not a candidate
-                refused[form] = error
-            else:
-                raise error
+        try:
+            compiled = self._compile(plans[guess], state, data, functions[guess])
+            figures[guess] = compiled.memory
+        except Exception as error:
+            if device_memory.refusal(error) is None:
+                raise
+            refused[guess] = error  # a form the device has no room for is not a candidate
+        compared = guess in refused or remat.compared(device_memory.compiled_bytes(figures[guess]), capacity)
+        if compared:
+            with ThreadPoolExecutor(max(len(plans) - 1, 1)) as pool:
+                pending = {form: pool.submit(self.machinery.memory, functions[form], state, data, donate_argnums=0)
+                           for form in plans if form != guess}
+            for form, future in pending.items():
+                error = future.exception()
+                if error is None:
+                    figures[form] = future.result()
+                elif device_memory.refusal(error) is not None:
+                    refused[form] = error
+                else:
+                    raise error
         if not figures:  # XLA's refusal of the form that needed the least (the earlier form on a tie)
             raise refused[remat.least_memory({form: device_memory.refused_bytes(str(error)) or math.inf
                                               for form, error in refused.items()})]
@@ -579,11 +589,13 @@ class Crux:
             figures = {name: self._compile(plans[name], state, data, functions[name]).memory for name in figures}
             form = least(figures)
             compiled = self._compile(plans[form], state, data, functions[form])
-        log.info("checkpoint_gradients: the update compiled %s (temporary bytes per form: %s)", form,
-                 {name: f.get("temp_bytes") for name, f in figures.items()})
+        why = (f"temporary bytes per form: {({name: f.get('temp_bytes') for name, f in figures.items()})}" if compared
+               else f"not compared: it needs {device_memory.compiled_bytes(compiled.memory)} bytes")
+        log.info("checkpoint_gradients: the update compiled %s (%s; the device has %s bytes)", form, why, capacity)
         self._chosen[key] = form
-        self._compiled[key] = Compiled(compiled.call, time.perf_counter() - start,
-                                       {**compiled.memory, "checkpoint_form": form})
+        self._compiled[key] = Compiled(compiled.call, time.perf_counter() - start, {
+            **compiled.memory, "checkpoint_form": form, "checkpoint_compared": compared,
+            **({"capacity_bytes": capacity} if capacity is not None else {})})
         return plans[form], self._compiled[key]
 
     def _static_key(self, plan: Plan) -> tuple:

@@ -133,7 +133,10 @@ class Statistics:
             up to ``window_ends[i]`` (empty where not recorded: its windows are then spread evenly over the epochs).
         memory: the compiled update's ``temp_bytes``, ``argument_bytes``, ``output_bytes``, ``peak_bytes`` (the
             update's own peak, :mod:`crux.device_memory`) and, with ``checkpoint_gradients``,
-            ``checkpoint_form``: the name of the form of :mod:`crux.remat` the update ran in.
+            ``checkpoint_form``: the name of the form of :mod:`crux.remat` the update ran in,
+            ``checkpoint_compared``: whether it was chosen by comparing every form (False: the form likely to need
+            the least ran uncompared, within :data:`crux.remat.COMPARED_FROM` of the device's memory) and
+            ``capacity_bytes``: that memory (:func:`crux.device_memory.capacity`).
         phases: the first epoch of each solve() call.
         fingerprints: per solve() call, the :func:`fingerprint` of the parameters its first update started from
             and of those it ended with (what the next call should start from), so that a call that starts

@@ -173,6 +173,7 @@ class Capacity:
     step_seconds: float | None = None  # the option's run's median seconds per update
     reference_step_seconds: float | None = None  # on-device batches at the largest size that fits (offload_data)
     form: str | None = None  # the form of crux.remat the option's run compiled (checkpoint_gradients)
+    compared: bool | None = None  # whether that form was chosen by comparing every form (crux.remat.compared)
 
     @property
     def does_not_fit(self) -> Attempt | None:
@@ -200,7 +201,8 @@ class Capacity:
 
     def record(self) -> dict[str, Any]:
         """What a capacity.json keeps of it: the option's run's options and form, and every size tried."""
-        return {"run_options": self.run_options, "form": self.form, "attempts": [vars(a) for a in self.attempts]}
+        return {"run_options": self.run_options, "form": self.form, "compared": self.compared,
+                "attempts": [vars(a) for a in self.attempts]}
 
     def metrics(self) -> dict[str, float]:
         """The numbers a verdict is given: ``capacity/...`` (NaN where there is none)."""
@@ -216,7 +218,8 @@ class Capacity:
                 "capacity/option_trained": float(self.trained),
                 "capacity/step_seconds": self.step_seconds if self.step_seconds is not None else nan,
                 "capacity/reference_step_seconds": (self.reference_step_seconds
-                                                    if self.reference_step_seconds is not None else nan)}
+                                                    if self.reference_step_seconds is not None else nan),
+                "capacity/checkpoint_compared": float(self.compared) if self.compared is not None else nan}
 
 
 def poisson_solver(points: int, hidden: Sequence[int], seed: int = 0, dims: int = 1) -> Crux:
@@ -274,7 +277,8 @@ def largest_batches(solver: Crux, budget: int) -> dict[str, Any]:
             needed, refused = compiled_need(solver, {**options, "batchsize": batch if batch < full else None})
             return Attempt(batch, 0, needed, refused)
 
-        found = smallest_not_fitting(budget, try_batch, start, limit, refine=True) if start >= 1 else []
+        with device_memory.held_to(budget):  # checkpoint_gradients compares its forms where the budget decides
+            found = smallest_not_fitting(budget, try_batch, start, limit, refine=True) if start >= 1 else []
         tried[label] = [{"batch": a.points, "needed": a.needed, "refused": a.refused} for a in found]
     return {"budget_bytes": budget, "full_batch": full, "tried": tried}
 
@@ -387,22 +391,26 @@ def measure_capacity(option: str, budget: int, width: int = 64, start: int = 64,
         reference = train_updates(poisson_solver(largest.points, (width,) * largest.layers, dims=dims),
                                   setup.without(largest.size), budget)["step_seconds"]
     return Capacity(option, budget, tuple(attempts), options, run["peak"], run["trained"], run["error"],
-                    run["step_seconds"], reference, run["form"])
+                    run["step_seconds"], reference, run["form"], run["compared"])
 
 
 def train_updates(solver: Crux, options: dict[str, Any], budget: int) -> dict[str, Any]:
     """:data:`UPDATES` updates of ``options`` by ``solver``, in two solve() calls: whether they trained within
     ``budget``, the larger of their peak bytes and, with ``checkpoint_gradients``, the form of :mod:`crux.remat`
-    the update was compiled in (``memory["checkpoint_form"]``). The seconds per update are the second's, as the
+    the update was compiled in (``memory["checkpoint_form"]``) and whether the forms were compared, as they are
+    where the form likely kept needs more than a share of the budget (the solves are held to it:
+    :func:`crux.device_memory.held_to`). The seconds per update are the second's, as the
     first compiles and sends the points to the device (on a TPU v5e 2^29 points of 4 coordinates, 8.6 GB: 8.6 s
     an update counted with them, docs/tpu/README.md#capacity)."""
     try:
-        runs = [solver.solve(UPDATES, **options) for _ in range(2)]
+        with device_memory.held_to(budget):
+            runs = [solver.solve(UPDATES, **options) for _ in range(2)]
     except Exception as error:
         refused = device_memory.refusal(error)
         if refused is None:
             raise
-        return {"peak": None, "trained": False, "error": refused, "step_seconds": None, "form": None}
+        return {"peak": None, "trained": False, "error": refused, "step_seconds": None, "form": None,
+                "compared": None}
     peaks = [stats.memory.get("peak_bytes") for stats in runs]
     form = runs[-1].memory.get("checkpoint_form")
     peak = None if None in peaks else max(peaks)
@@ -412,7 +420,7 @@ def train_updates(solver: Crux, options: dict[str, Any], budget: int) -> dict[st
     else:
         error = None if trained else f"its peak, {peak} bytes, is over the budget of {budget} bytes"
     return {"peak": peak, "trained": trained, "error": error, "step_seconds": runs[-1].median_step_seconds,
-            "form": form}
+            "form": form, "compared": runs[-1].memory.get("checkpoint_compared")}
 
 
 def budget(declared: int | None = None, without_limit: int | None = None) -> int | None:

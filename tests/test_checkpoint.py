@@ -12,12 +12,12 @@ import optax
 import pytest
 
 import crux
-from crux import engine, remat
+from crux import device_memory, engine, remat
 from crux.constraint import constraint_loss
 from crux.executables import ExecutableTable, compile_once, memory_of, memory_once, program_key
 from crux.solver import Machinery
 from cruxlab.store.contract import CHECKPOINT_FORM, memory_logged, recorded_form
-from crux_testing import EPS32, flat, poisson, relative, train
+from crux_testing import EPS32, CompileStages, flat, poisson, relative, train
 
 # Rematerialisation recomputes the same forward ops; XLA may order the recomputed sums differently, a few
 # ulp per update (measured: about 0.5 eps relative to the distance travelled over 20 updates).
@@ -91,7 +91,9 @@ RESIDUALS = {
 
 
 @pytest.mark.parametrize("form", RESIDUALS)
-def test_checkpointing_never_needs_more_memory_than_the_plain_update(form):
+def test_where_memory_decides_checkpointing_never_needs_more_memory_than_the_plain_update(form):
+    """On a device that holds the plain update and no more the forms are compared, and the one kept needs no more
+    than the plain update, though rematerialising needs more for some residuals (the gradient's)."""
     points = np.random.default_rng(0).uniform(size=(3000, 2)).astype(np.float32)
 
     def solved(checkpoint_gradients):
@@ -100,7 +102,10 @@ def test_checkpointing_never_needs_more_memory_than_the_plain_update(form):
         solver = crux.Crux([crux.Constraint("r", RESIDUALS[form], points)], {"u": u})
         return solver.solve(1, checkpoint_gradients=checkpoint_gradients), flat(solver.params)
 
-    (plain, plain_params), (checkpointed, params) = solved(False), solved(True)
+    plain, plain_params = solved(False)
+    with device_memory.held_to(device_memory.compiled_bytes(plain.memory)):
+        checkpointed, params = solved(True)
+    assert checkpointed.memory["checkpoint_compared"]
     assert checkpointed.memory["temp_bytes"] <= plain.memory["temp_bytes"]
     used = checkpointed.memory["checkpoint_form"]
     if used == remat.PLAIN:  # the plain update's own program: the same numbers, bit for bit
@@ -146,13 +151,15 @@ SLOW_CASES = {*(f"{form}-residual" for form in RESIDUALS), "lbfgs"}  # 10-30 s e
 @pytest.mark.parametrize("case", [pytest.param(case, marks=pytest.mark.slow) if case in SLOW_CASES else case
                                   for case in CASES])
 def test_the_form_chosen_is_the_one_full_compiles_choose(case):
-    """The form is chosen from memory-only compiles and the full compile of the form guessed: on every problem these
-    tests cover, each form's figures are those of its full compile, so the form kept is the one compiling every form
+    """Where memory decides, the form is chosen from memory-only compiles and the full compile of the form guessed: on
+    every problem these tests cover, each form's figures are those of its full compile, so the form kept is the one compiling every form
     in full would keep, whichever form was guessed."""
     build, options = CASES[case]
     solver, figures = build(), {}
     solver.machinery = comparing(figures)
-    memory = solver.compiled_memory(checkpoint_gradients=True, **options)
+    with device_memory.held_to(1):  # a device too small for any form: memory decides, so the forms are compared
+        memory = solver.compiled_memory(checkpoint_gradients=True, **options)
+    assert memory["checkpoint_compared"] and memory["capacity_bytes"] == 1
     assert sorted(figures) == sorted(solver.models["u"].forms)
     for form, (measured, compiled) in figures.items():
         assert measured == compiled, form
@@ -201,18 +208,66 @@ def test_the_form_of_fewest_temporary_bytes_is_chosen_the_earlier_on_a_tie():
 
 @pytest.mark.parametrize("least", remat.FORMS)
 def test_the_form_of_fewest_bytes_runs_compiled_in_full_once_beside_the_form_guessed(least):
-    """Every form but the guessed one is measured; the guessed one is compiled in full meanwhile, and the form of
-    fewest bytes after it where that is another form: nothing is compiled twice, and a right guess compiles one
-    program in full."""
+    """Where memory decides, every form but the guessed one is measured after the guessed one is compiled in full,
+    and the form of fewest bytes after them where that is another form: nothing is compiled twice, and a right
+    guess compiles one program in full."""
     measured, compiled = [], []
     guess = remat.likely_least(remat.FORMS, jax.default_backend())
-    _, _, stats = train(poisson(optax.adam, n=64, hidden=(8,) * 5), 2,
-                        stating({form: 2000 for form in remat.FORMS} | {least: 1000}, measured, compiled),
-                        checkpoint_gradients=True)
+    with device_memory.held_to(1):
+        _, _, stats = train(poisson(optax.adam, n=64, hidden=(8,) * 5), 2,
+                            stating({form: 2000 for form in remat.FORMS} | {least: 1000}, measured, compiled),
+                            checkpoint_gradients=True)
     assert sorted(measured) == sorted(set(remat.FORMS) - {guess})
     assert compiled == ([guess] if least == guess else [guess, least])
     assert stats.memory["checkpoint_form"] == least
     assert stats.memory["temp_bytes"] == 1000 and stats.steps == 2
+
+
+def test_far_below_the_devices_memory_the_likely_form_runs_and_no_other_form_is_compiled():
+    """A small problem on a CPU of gigabytes: the form likely to need the least is compiled and runs, no other form
+    is measured or compiled (XLA compiles as many programs as for the plain update's first solve()), and the record
+    says that the forms were not compared and against what memory."""
+    def first_solve(machinery=Machinery(), **options):
+        crux.executables.clear()
+        jax.clear_caches()
+        with CompileStages() as stages:
+            _, _, stats = train(poisson(optax.adam, n=64, hidden=(8,) * 5), 2, machinery, **options)
+        return stages.compiled, stats
+
+    measured, compiled = [], []
+    plain_compiles, _ = first_solve()
+    compiles, stats = first_solve(stating({}, measured, compiled), checkpoint_gradients=True)
+    guess = remat.likely_least(remat.FORMS, jax.default_backend())
+    assert measured == [] and compiled == [guess] and compiles == plain_compiles
+    capacity = device_memory.capacity(jax.devices()[0])
+    assert device_memory.compiled_bytes(stats.memory) <= remat.COMPARED_FROM * capacity  # far below, as said
+    assert stats.memory["checkpoint_form"] == guess and stats.memory["checkpoint_compared"] is False
+    assert stats.memory["capacity_bytes"] == capacity
+
+
+@pytest.mark.parametrize("above", [False, True], ids=["at-the-share", "past-it"])
+def test_the_forms_are_compared_once_the_likely_form_needs_more_than_the_share_of_the_devices_memory(monkeypatch,
+                                                                                                   above):
+    """The device's memory made small (its limit faked): where the likely form's compiled bytes are exactly
+    COMPARED_FROM of it, that form runs uncompared; with a byte less of memory every other form is measured."""
+    guess = remat.likely_least(remat.FORMS, jax.default_backend())
+    _, _, alone = train(poisson(optax.adam, n=64, hidden=(8,) * 5), 2, checkpoint_gradients=True)
+    assert alone.memory["checkpoint_form"] == guess and not alone.memory["checkpoint_compared"]
+    limit = math.ceil(device_memory.compiled_bytes(alone.memory) / remat.COMPARED_FROM) - above
+    monkeypatch.setattr(device_memory, "limit", lambda device: limit)
+    measured, compiled = [], []
+    _, _, stats = train(poisson(optax.adam, n=64, hidden=(8,) * 5), 2, stating({}, measured, compiled),
+                        checkpoint_gradients=True)
+    assert stats.memory["checkpoint_compared"] is above and stats.memory["capacity_bytes"] == limit
+    assert sorted(measured) == (sorted(set(remat.FORMS) - {guess}) if above else [])
+    assert compiled[0] == guess
+
+
+def test_the_forms_are_compared_above_the_share_or_where_a_figure_is_unknown():
+    at = int(remat.COMPARED_FROM * 1000)  # 1000 bytes of memory: the share is a whole number of bytes
+    assert at == remat.COMPARED_FROM * 1000
+    assert not remat.compared(at, 1000) and remat.compared(at + 1, 1000)
+    assert remat.compared(None, 1000) and remat.compared(250, None)
 
 
 def test_the_form_guessed_is_a_models_own_segments_where_they_make_two_programs_else_the_whole_checkpoint():
@@ -231,7 +286,7 @@ def test_where_the_measured_figure_is_not_the_compiled_one_every_form_is_compile
                         measured, compiled)
     misread = lambda function, *args, **kwargs: {**machinery.memory(function, *args, **kwargs), "temp_bytes": 1000} \
         if function.__defaults__[0] == remat.WHOLE else machinery.memory(function, *args, **kwargs)
-    with caplog.at_level(logging.WARNING, logger="crux"):
+    with caplog.at_level(logging.WARNING, logger="crux"), device_memory.held_to(1):
         _, _, stats = train(poisson(optax.adam, n=64, hidden=(8,) * 5), 2,
                             dataclasses.replace(machinery, memory=misread), checkpoint_gradients=True)
     guess = remat.likely_least(remat.FORMS, jax.default_backend())
@@ -255,14 +310,16 @@ def test_a_model_compiles_only_the_forms_it_has_of_its_own(own, forms):
     assert model.forms == forms
     measured, compiled = [], []
     solver = crux.Crux(poisson(n=64).constraints, {"u": model}, machinery=stating({}, measured, compiled))
-    stats = solver.solve(1, checkpoint_gradients=True)
+    with device_memory.held_to(1):
+        stats = solver.solve(1, checkpoint_gradients=True)
     assert sorted({*measured, *compiled}) == sorted(forms)  # measured, or compiled in full for the guess
     assert stats.memory["checkpoint_form"] in forms
 
 
 def test_a_form_the_device_refuses_is_not_a_candidate():
     """Where XLA refuses the plain update for want of device memory (RESOURCE_EXHAUSTED when it is compiled to be
-    measured), a rematerialised form that compiles is run; where every form is refused, solve() raises XLA's
+    measured), a rematerialised form that compiles is run; where it refuses the form likely to need the least, the
+    others are compared; where every form is refused, solve() raises XLA's
     refusal of the form that needed the least."""
     needs = {remat.PLAIN: "36.02G", remat.LAYERS: "64.02G", remat.WHOLE: "18.01G",
              remat.UNROLLED: "20.01G"}  # as XLA names them
@@ -281,6 +338,11 @@ def test_a_form_the_device_refuses_is_not_a_candidate():
     problem = poisson(optax.adam, n=64, hidden=(16,) * 4)
     _, _, stats = train(problem, 2, measure_unless({remat.PLAIN}), checkpoint_gradients=True)
     assert stats.memory["checkpoint_form"] != remat.PLAIN and stats.steps == 2
+    # the form likely to need the least refused, however small the problem: memory decides, so the forms are compared
+    guess = remat.likely_least(problem.models["u"].forms, jax.default_backend())
+    _, _, stats = train(poisson(optax.adam, n=64, hidden=(16,) * 4), 2, measure_unless({guess}),
+                        checkpoint_gradients=True)
+    assert stats.memory["checkpoint_compared"] and stats.memory["checkpoint_form"] != guess and stats.steps == 2
     # every form refused: the refusal raised is that of the form that needed the least, what the user must free
     with pytest.raises(RuntimeError, match=r"RESOURCE_EXHAUSTED.*\(18\.01G\)"):
         train(poisson(optax.adam, n=64, hidden=(16,) * 4), 2, measure_unless(set(remat.FORMS)),

@@ -1,5 +1,7 @@
 """The recorded device peak is the update's own: its compiled bytes, or the rise of the device's high-water mark
 over what the device held before it, whichever is larger."""
+import os
+
 import optax
 
 from crux import device_memory
@@ -16,6 +18,18 @@ class Device:
 
     def memory_stats(self):
         return self.stats
+
+
+def test_a_devices_capacity_is_its_limit_else_the_hosts_memory_and_a_budget_held_to_lowers_it():
+    limited, unlimited = Device({"bytes_limit": 5000}), Device(None)
+    host = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert device_memory.capacity(limited) == 5000 and device_memory.capacity(unlimited) == host
+    with device_memory.held_to(3000):
+        assert device_memory.capacity(limited) == 3000 and device_memory.capacity(unlimited) == 3000
+        with device_memory.held_to(10 ** 30):  # a budget past the device's own: the device's
+            assert device_memory.capacity(limited) == 5000
+        assert device_memory.capacity(limited) == 3000
+    assert device_memory.capacity(limited) == 5000
 
 
 def test_without_device_statistics_the_compiled_bytes_are_the_peak():

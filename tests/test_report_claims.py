@@ -195,7 +195,8 @@ def test_checkpointing_that_is_off_by_1e_5_fails_against_round_off_twins(form, b
     ``checkpoint_gradients`` runs: a real difference, small next to what chaotic training does to round-off, but
     many times what a run started one ulp away drifts on this calm one."""
     twin = solve_record("twin", poisson(), batchsize=B, twin=1)
-    monkeypatch.setattr(remat, "least_memory", lambda temp_bytes: form)  # the form run, whatever memory decides
+    monkeypatch.setattr(remat, "compared", lambda kept_bytes, capacity: True)  # every form measured ...
+    monkeypatch.setattr(remat, "least_memory", lambda temp_bytes: form)  # ... and the form run, whatever they need
     honest = solve_record("ckpt", poisson(), batchsize=B, checkpoint_gradients=True)
     problem = poisson()
     model = problem.models["u"]
@@ -492,9 +493,10 @@ def test_checkpointing_memory_finding_says_which_form_crux_ran():
     """A run that records the form it ran: the finding names it, and a plain update that rematerialising could
     not beat reads as the residual's, with the ratio 1.0 that fails the claim of a saving. A run records the form
     by name (tag); one made before that, its index (metric), read as it was written."""
-    def run(run_id, bytes_, used=None, **options):
+    def run(run_id, bytes_, used=None, compared=None, **options):
         indexed = {"memory/checkpoint_used": used} if isinstance(used, int) else {}
-        memory = {"memory/temp_bytes": bytes_, **indexed}
+        memory = {"memory/temp_bytes": bytes_, **indexed,
+                  **({"memory/checkpoint_compared": float(compared)} if compared is not None else {})}
         return RunRecord(run_id, SolveOptions(epochs=10, **options), {"loss/total": np.ones(10)}, memory,
                          {"initial/u/0": np.zeros(2), "final/u/0": np.ones(2)}, group=run_id[:2],
                          params={"model.depth": "8", "model.width": "64"},
@@ -503,13 +505,17 @@ def test_checkpointing_memory_finding_says_which_form_crux_ran():
 
     records = [run("g1", 1000), run("g1-ckpt", 690, 1, checkpoint_gradients=True),
                run("g2", 1000), run("g2-ckpt", 1000, "plain", checkpoint_gradients=True),
-               run("g3", 1000), run("g3-ckpt", 480, "unrolled", checkpoint_gradients=True)]
+               run("g3", 1000), run("g3-ckpt", 480, "unrolled", True, checkpoint_gradients=True),
+               run("g4", 1000), run("g4-ckpt", 1210, "layers", False, checkpoint_gradients=True)]
     memory = {v.evidence["ratio"]: v for v in check_checkpoint(records) if v.id.startswith("checkpoint.saves")}
     assert memory[0.69].verdict == HOLDS and "ran the one of the fewest temporary bytes, 'layers'" in \
         memory[0.69].summary
     assert memory[0.48].verdict == HOLDS and "ran the one of the fewest temporary bytes, 'unrolled'" in \
         memory[0.48].summary
     assert memory[1.0].verdict == FAILS and "so crux ran the plain update" in memory[1.0].summary
+    # a run far below its device's memory ran the form likely to need the least, uncompared: the finding says so
+    assert memory[1.21].verdict == FAILS and "ran the form likely to need the least, 'layers' on a model of depth 8" \
+        in memory[1.21].summary and "without comparing the forms" in memory[1.21].summary
 
 
 def test_accumulation_memory_at_sizes_a_tile_pads_alike_is_inconclusive():

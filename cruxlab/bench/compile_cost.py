@@ -3,6 +3,7 @@
     crux-bench compile                                     # Adam and L-BFGS, 3 rounds (about 4 min on 2 cores)
     crux-bench compile --rounds 5 --optimizers adam
     crux-bench compile --optimizers lbfgs --as-chosen      # plain, checkpoint, every option
+    crux-bench compile --as-chosen --compared              # ... and each with its forms compared
 
 The problem is a user's first: the Poisson equation on the unit square, 1,024 interior and 128 edge points, a
 6 × 64 tanh network, 100 epochs. Each setting's first ``solve()`` runs in a fresh process (nothing compiled
@@ -13,17 +14,22 @@ process's CPU seconds outside its training (all threads: what the compiles cost,
 The settings:
 
 - ``plain``: no option;
-- ``checkpoint``: ``checkpoint_gradients=True``, its forms measured as crux measures them;
-- ``checkpoint, every form compiled``: the same choice made from full compiles of every form (how crux chose
-  before memory-only compiles), for comparison;
+- ``checkpoint``: ``checkpoint_gradients=True`` as crux runs it: far below the device's memory (this problem's update
+  needs megabytes), the form likely to need the least, its forms not compared (:mod:`crux.remat`);
+- ``checkpoint, forms compared``: the same where memory decides (the solve held to a budget of one byte,
+  :func:`crux.device_memory.held_to`): every form measured as crux measures them;
+- ``checkpoint, every form compiled``: the forms compared from full compiles of every form (how crux chose before
+  memory-only compiles);
 - ``every option``: ``batchsize=64, accumulation_steps=4, inner_steps=50, checkpoint_gradients=True,
-  offload_data=True``, and the same with every form compiled.
+  offload_data=True``, and the same with the forms compared, and with every form compiled.
 
-Each line also names the form checkpoint_gradients kept, which must be the same whichever way it was chosen.
+Each line also names the form checkpoint_gradients kept, which must be the same whichever way the forms were
+compared.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -37,12 +43,15 @@ from cruxlab.bench.interleaved import in_rounds
 
 EVERY_OPTION = {"batchsize": 64, "accumulation_steps": 4, "inner_steps": 50, "checkpoint_gradients": True,
                 "offload_data": True}
-SETTINGS = {  # name -> (options, forms compiled in full to choose)
-    "plain": ({}, False),
-    "checkpoint": ({"checkpoint_gradients": True}, False),
-    "checkpoint, every form compiled": ({"checkpoint_gradients": True}, True),
-    "every option": (EVERY_OPTION, False),
-    "every option, every form compiled": (EVERY_OPTION, True),
+AS_CHOSEN, COMPARED, IN_FULL = "as chosen", "compared", "every form compiled"  # how checkpoint_gradients chooses
+SETTINGS = {  # name -> (options, how the form is chosen)
+    "plain": ({}, AS_CHOSEN),
+    "checkpoint": ({"checkpoint_gradients": True}, AS_CHOSEN),
+    "checkpoint, forms compared": ({"checkpoint_gradients": True}, COMPARED),
+    "checkpoint, every form compiled": ({"checkpoint_gradients": True}, IN_FULL),
+    "every option": (EVERY_OPTION, AS_CHOSEN),
+    "every option, forms compared": (EVERY_OPTION, COMPARED),
+    "every option, every form compiled": (EVERY_OPTION, IN_FULL),
 }
 EPOCHS = 100
 
@@ -52,6 +61,7 @@ def first_solve(optimizer: str, setting: str) -> dict:
     import optax
 
     import crux
+    from crux import device_memory
     from crux.executables import compile_once, memory_of
     from crux.problems.poisson import poisson_cube
     from crux.solver import Machinery
@@ -62,13 +72,14 @@ def first_solve(optimizer: str, setting: str) -> dict:
         model.optimizer(optax.adam).scale(crux.lrs(1e-3))
     else:
         model.optimizer(optax.lbfgs).scale(crux.lrs(1.0))
-    options, in_full = SETTINGS[setting]
+    options, choosing = SETTINGS[setting]
     # every form compiled in full, its executable shared, so the form kept is not compiled again
-    machinery = Machinery(memory=lambda f, *args, **kw: memory_of(compile_once(f, *args, **kw))) if in_full else \
-        Machinery()
+    machinery = Machinery(memory=lambda f, *args, **kw: memory_of(compile_once(f, *args, **kw))) \
+        if choosing == IN_FULL else Machinery()
     solver = crux.Crux(problem.constraints, problem.models, machinery=machinery)
     start, cpu = time.perf_counter(), time.process_time()
-    stats = solver.solve(EPOCHS, **options)
+    with device_memory.held_to(1) if choosing != AS_CHOSEN else contextlib.nullcontext():
+        stats = solver.solve(EPOCHS, **options)
     return {"compile_seconds": stats.compile_seconds, "solve_seconds": time.perf_counter() - start,
             "compile_cpu_seconds": time.process_time() - cpu - stats.run_cpu_seconds,
             "form": stats.memory.get("checkpoint_form")}
@@ -96,12 +107,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--optimizers", default="adam,lbfgs")
     parser.add_argument("--as-chosen", action="store_true", help="leave out the settings whose form is chosen from "
                                                                  "every form compiled in full")
+    parser.add_argument("--compared", action="store_true", help="with --as-chosen: keep the settings whose forms "
+                                                                "are compared as where memory decides")
     parser.add_argument("--one", nargs=2, metavar=("OPTIMIZER", "SETTING"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
         print(json.dumps(first_solve(*args.one)))
         return 0
-    names = [name for name, (_, every_form) in SETTINGS.items() if not (args.as_chosen and every_form)]
+    left_out = {IN_FULL} | ({COMPARED} if not args.compared else set()) if args.as_chosen else set()
+    names = [name for name, (_, choosing) in SETTINGS.items() if choosing not in left_out]
     for optimizer in args.optimizers.split(","):
         rounds = in_rounds({name: functools.partial(in_fresh_process, optimizer, name) for name in names}, args.rounds)
         column = lambda name, key: np.array([row[key] for row in rounds[name]])

@@ -7,8 +7,8 @@ the figure in XLA's refusal), and what the option's run peaks at.
 
 ``--checkpoint POINTS:WIDTHxDEPTH`` (comma-separated): the 1-D Poisson update over POINTS points on DEPTH hidden
 layers of WIDTH, compiled in each form of ``crux.remat`` alone (plain, the model's rematerialised segments scanned, one
-checkpoint around the network, the segments unrolled), then as ``checkpoint_gradients=True`` compiles it,
-choosing among them. Where XLA refuses a
+checkpoint around the network, the segments unrolled), then as ``checkpoint_gradients=True`` compiles it where
+memory decides (held to the least form's need, so that it compares the forms), choosing among them. Where XLA refuses a
 form, its refusal's figure stands for what it needed (two decimals of its unit). The line holds the choice
 against the plain update: checkpointing must never need more.
 
@@ -24,6 +24,7 @@ within the device's memory: what offloading is for.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import dataclasses
 import json
@@ -62,10 +63,14 @@ def need(solver: Crux, options: dict[str, Any]) -> dict[str, Any]:
 
 
 def checkpoint_forms(points: int, hidden: Sequence[int]) -> dict[str, Any]:
-    """Each form's need over ``points`` on ``hidden``, and the need of the form ``checkpoint_gradients`` runs."""
+    """Each form's need over ``points`` on ``hidden``, and the need of the form ``checkpoint_gradients`` runs where
+    memory decides: on a device that holds the least form's need and no more (or its own, where every form is
+    refused), so that the forms are compared."""
     base = capacity_search.poisson_solver(points, hidden)
     forms = {form: need(Crux(base.constraints, base.models, machinery=in_form(form)), {}) for form in remat.FORMS}
-    chosen = need(base, {"checkpoint_gradients": True})
+    needs = [f["bytes"] for f in forms.values() if not f["refused"] and f["bytes"] is not None]
+    with device_memory.held_to(min(needs)) if needs else contextlib.nullcontext():
+        chosen = need(base, {"checkpoint_gradients": True})
     plain, figure = forms[remat.PLAIN]["bytes"], chosen["bytes"]
     ratio = figure / plain if figure is not None and plain else None
     return {"points": points, "hidden": list(hidden), "forms": forms, "checkpoint_gradients": chosen,

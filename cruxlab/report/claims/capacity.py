@@ -78,9 +78,13 @@ def capacity_verdict(option: str, metrics: Mapping[str, float], runs: tuple[str,
     ran = (f"{option}'s run at that size trains at a peak of {fmt_bytes(peak)}" if trained else
            f"{option}'s run at that size does not train within the budget"
            + (f" (peak {fmt_bytes(peak)})" if not math.isnan(peak) else " (XLA refused it)"))
-    if form is not None:  # what decided the memory checkpointing needed: the form crux kept
-        ran += (f", in the {form} form" + (" (no rematerialising form needed fewer temporary bytes)"
-                                          if form == remat.PLAIN else " (the fewest temporary bytes of its forms)"))
+    if form is not None:  # what decided the memory checkpointing needed: the form crux kept, and how
+        uncompared = metrics.get("capacity/checkpoint_compared", math.nan) == 0.0  # NaN: a run made before it
+        ran += f", in the {form} form" + (
+            f" (the form likely to need the least, its forms not compared: it needed at most "
+            f"{remat.COMPARED_FROM:.0%} of the budget)" if uncompared else
+            " (no rematerialising form needed fewer temporary bytes)" if form == remat.PLAIN else
+            " (the fewest temporary bytes of its forms)")
     speed = ""
     if option == "offload_data" and not math.isnan(metrics.get("capacity/step_seconds", math.nan)):
         reference = metrics.get("capacity/reference_step_seconds", math.nan)

@@ -24,6 +24,8 @@ from cruxlab.report.run_records import RunRecord
 from cruxlab.report.verdict import (FAILS, HOLDS, INCONCLUSIVE, Claim, Threshold, Verdict, fmt, fmt_bytes, not_in_sweep)
 from cruxlab.store.contract import recorded_form
 
+COMPARED = "memory/checkpoint_compared"  # whether the run's form was chosen by comparing every form (crux.remat)
+
 SAVES_MEMORY = Claim("checkpoint_gradients=False, # True → gradient checkpointing (saves memory, ~30% slower)",
                      "checkpoint-saves-memory")
 SAME_NUMBERS = Claim("checkpoint_gradients=True rematerialises activations in the backward pass and gives the same "
@@ -68,7 +70,8 @@ def _memory(label: str, on: RunRecord, off: RunRecord | None) -> Verdict:
     evidence = {"temp_bytes_checkpointed": with_, "temp_bytes_plain": without, "ratio": ratio, **model_shape(on)}
     threshold = {"temp_bytes_checkpointed": Threshold(without, "temp_bytes(on) < temp_bytes(off)", MEMORY_ORIGIN)}
     summary = (f"checkpointing needs {fmt(ratio)}× the temporary memory ({fmt_bytes(with_)} vs "
-               f"{fmt_bytes(without)}){_what_decides(evidence, recorded_form(on.tags, on.metrics))}")
+               f"{fmt_bytes(without)})"
+               f"{_what_decides(evidence, recorded_form(on.tags, on.metrics), on.metrics.get(COMPARED, math.nan))}")
     return SAVES_MEMORY.verdict(name, test, HOLDS if with_ < without else FAILS, summary, evidence, threshold,
                                 run_ids(on, off))
 
@@ -84,16 +87,23 @@ def model_shape(run: RunRecord) -> dict[str, float]:
     return shape
 
 
-def _what_decides(evidence: dict[str, float], form: str | None) -> str:
-    """What decided the memory: the ``form`` crux chose (a run that records one, :func:`recorded_form`: the update
-    compiled in each form of :mod:`crux.remat`, the one of the fewest temporary bytes run), on the model it was
-    measured on; for a run without, the model alone: checkpointing keeps the inputs of segments of layers and
-    recomputes the rest, so what it saves grows with the depth, and with the width each layer holds."""
+def _what_decides(evidence: dict[str, float], form: str | None, compared: float = math.nan) -> str:
+    """What decided the memory: the ``form`` crux chose (a run that records one, :func:`recorded_form`), on the model
+    it was measured on, and how (``compared``, the run's ``memory/checkpoint_compared``: 1 where the update was
+    measured in each form of :mod:`crux.remat` and the one of the fewest temporary bytes run, 0 where the form likely
+    to need the least ran uncompared, needing at most ``crux.remat.COMPARED_FROM`` of the device's memory; NaN, a
+    run made before it: compared); for a run without a form, the model alone: checkpointing keeps the inputs of
+    segments of layers and recomputes the rest, so what it saves grows with the depth, and with the width each
+    layer holds."""
     model = ""
     if "model_depth" in evidence:
         width = f", width {int(evidence['model_width'])}" if "model_width" in evidence else ""
         model = f" on a model of depth {int(evidence['model_depth'])}{width}"
     if form is not None:
+        if compared == 0.0:
+            return (f": crux ran the form likely to need the least, '{form}'{model}, without comparing the forms: "
+                    f"it needed at most {remat.COMPARED_FROM:.0%} of the device's memory, where the choice decides "
+                    f"nothing that fits (on a device it fills, the forms are compared and the least kept)")
         if form == remat.PLAIN:
             return (f": no rematerialisation (the model's own segments, scanned or unrolled, or the whole "
                     f"network's) needed fewer temporary bytes than the plain update for this residual{model}, so "
