@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
+from collections import OrderedDict
 from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.extend.core as jex
 import jax.numpy as jnp
 from jax.extend.core import primitives as P
+
+from crux import executables
 
 
 class Unsupported(Exception):
@@ -62,10 +66,56 @@ def forward_laplacian(f: Callable[[jax.Array], jax.Array]) -> Callable[[jax.Arra
             raise Unsupported(f"f needs the value of x to trace: {type(error).__name__}") from error
         if not isinstance(shape, jax.ShapeDtypeStruct) or not jnp.issubdtype(shape.dtype, jnp.inexact):
             raise Unsupported(f"f must return one float array, got {shape}")
-        seed = Taylor(x, tuple(jnp.eye(x.shape[0], dtype=x.dtype)), jnp.zeros_like(x))
-        out, = _evaluate(closed.jaxpr, closed.consts, [seed])
-        return out.lap if isinstance(out, Taylor) else jnp.zeros(shape.shape, shape.dtype)
+        return _interpreted(closed, shape)(closed.consts, x)
     return lap
+
+
+def _interpreted(closed: jex.ClosedJaxpr, shape: jax.ShapeDtypeStruct) -> Callable[[list[Any], jax.Array], jax.Array]:
+    """``(consts, x) -> the Laplacian at x`` of the function ``closed`` holds, its constants passed in; an inlined
+    ``jax.jit`` shared by every function of the same program (:func:`crux.executables.program_key`).
+
+    JAX keeps a jit's trace, and the vmap and differentiation of that trace, so a process's later trace of the same
+    function (the next constraint on the network, a sweep's next job) takes them instead of interpreting the
+    function again under the caller's transformations: that was a third of the time spent tracing an update. The
+    program is the same (the jit is inlined). Shared only where the key says everything: a function with a custom
+    differentiation rule (which the key leaves out) or a constant that is not a traced value (the parameters are)
+    is interpreted for itself.
+    """
+    jaxpr = closed.jaxpr
+
+    def laplacian(consts, x):
+        seed = Taylor(x, tuple(jnp.eye(x.shape[0], dtype=x.dtype)), jnp.zeros_like(x))
+        out, = _evaluate(jaxpr, consts, [seed])
+        return out.lap if isinstance(out, Taylor) else jnp.zeros(shape.shape, shape.dtype)
+    if _custom_rules(jaxpr) or not all(isinstance(c, jax.core.Tracer) for c in closed.consts):
+        return laplacian
+    key = (executables.program_key(jaxpr), shape)
+    with _LOCK:
+        shared = _INTERPRETED.get(key)
+        if shared is None:
+            shared = _INTERPRETED[key] = jax.jit(laplacian, inline=True)
+            if len(_INTERPRETED) > INTERPRETED:
+                _INTERPRETED.popitem(last=False)
+        _INTERPRETED.move_to_end(key)
+    return shared
+
+
+INTERPRETED = 64  # functions whose interpreted trace is kept, the least recently used dropped first
+_INTERPRETED: OrderedDict[tuple, Callable] = OrderedDict()
+_LOCK = threading.Lock()  # solvers in threads (an unrolled loop compiling beside the plain one) trace at once
+
+
+def _custom_rules(jaxpr: jex.Jaxpr) -> bool:
+    """Whether ``jaxpr`` (or one nested in it) calls a function with a custom differentiation rule."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name in executables.LOWERED_FROM_CALL_JAXPR:
+            return True
+        for value in eqn.params.values():
+            for inner in value if isinstance(value, (tuple, list)) else (value,):
+                inner = inner.jaxpr if isinstance(inner, jex.ClosedJaxpr) else inner
+                if isinstance(inner, jex.Jaxpr) and _custom_rules(inner):
+                    return True
+    return False
 
 
 # -- the interpreter ---------------------------------------------------------------------------------

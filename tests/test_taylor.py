@@ -7,6 +7,7 @@ from jax.extend.core import primitives as P
 
 import crux
 from crux.derivatives import _forward_over_forward
+from crux import taylor
 from crux.taylor import Unsupported, _compiled, forward_laplacian
 from crux_testing import EPS32
 
@@ -193,3 +194,38 @@ def test_a_second_trace_reuses_the_transformed_operations():
     assert _compiled.cache_info().misses == built
     assert str(second) == str(first)
     assert not [eqn for eqn in second.eqns if eqn.primitive is P.jit_p]
+
+
+def test_a_function_traced_again_takes_the_interpreted_trace_and_gives_the_same_program(monkeypatch):
+    """A sweep's next job traces the same network afresh (new closures): the interpreter does not run again, and the
+    program is the one that interpreting the function anew gives."""
+    u = crux.mlp(1, 1, (8, 8), activation="sin")
+
+    def lowered():
+        def loss(p):
+            return jnp.mean(jax.vmap(forward_laplacian(lambda x: u.pointwise(p, x)))(jnp.ones((4, 1))) ** 2)
+        return jax.jit(jax.grad(loss)).lower(u.params).as_text(debug_info=False)
+    ran = []
+    evaluate = taylor._evaluate
+    monkeypatch.setattr(taylor, "_evaluate", lambda *args: ran.append(args) or evaluate(*args))
+    first = lowered()
+    interpreted = len(ran)
+    assert lowered() == first
+    assert len(ran) == interpreted
+    monkeypatch.setattr(taylor, "_custom_rules", lambda jaxpr: True)  # shared with nothing: interpreted anew
+    assert lowered() == first
+    assert len(ran) > interpreted
+
+
+def test_functions_that_differ_only_in_a_custom_rule_are_each_interpreted_for_itself():
+    """The program key leaves a custom differentiation rule out, and the Laplacian is built from it: sin(w x)
+    whose rule says scale * cos has the Laplacian -scale * sin(w x) at w = 1, for each scale in turn."""
+    def sine(scale):
+        f = jax.custom_jvp(jnp.sin)
+        f.defjvp(lambda primals, tangents: (jnp.sin(primals[0]), scale * jnp.cos(primals[0]) * tangents[0]))
+        return f
+
+    def laplacian(f):  # the weight traced, as a network's parameters are
+        return jax.jit(lambda w, x: forward_laplacian(lambda y: f(w * y[0]))(x))(np.float32(1), np.float32([0.3]))
+    for scale in (1.0, 2.0):
+        np.testing.assert_allclose(laplacian(sine(scale)), -scale * np.sin(np.float32(0.3)), rtol=ULPS * EPS32)
