@@ -23,8 +23,8 @@ unrolled (segments unrolled)  3.11 GB (0.48×)             88.9 MB (0.89×)
 
 So which form needs the least memory is known only from XLA's compiles, and comparing the forms costs compiles:
 measured side by side with a compile that spends little on the machine code (on a CPU: LLVM at its lowest level;
-:mod:`crux.executables`), a first ``solve()`` with the comparison compiled 2.7-3.0× the plain update's seconds
-(docs/BENCHMARK.md, ``crux-bench compile``), where the form kept alone costs about 1.45×. The comparison is made
+:mod:`crux.executables`), a first ``solve()`` with the comparison compiled 2.6-3.6× the plain update's CPU seconds,
+without it 1.15-1.32× (docs/BENCHMARK.md, ``crux-bench compile``, 2026-12-07: Adam and L-BFGS, every memory option). The comparison is made
 only where memory decides: the form likely to need the least (:func:`likely_least`) is compiled in full first, and
 where its compiled bytes (temporaries, arguments and outputs) are at most :data:`COMPARED_FROM` of the memory the
 device has for the program (:func:`crux.device_memory.capacity`: the device's limit, a CPU's host memory, or a budget
