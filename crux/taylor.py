@@ -87,7 +87,8 @@ def _interpreted(closed: jex.ClosedJaxpr, shape: jax.ShapeDtypeStruct) -> Callab
         seed = Taylor(x, tuple(jnp.eye(x.shape[0], dtype=x.dtype)), jnp.zeros_like(x))
         out, = _evaluate(jaxpr, consts, [seed])
         return out.lap if isinstance(out, Taylor) else jnp.zeros(shape.shape, shape.dtype)
-    if _custom_rules(jaxpr) or not all(isinstance(c, jax.core.Tracer) for c in closed.consts):
+    held = getattr(jaxpr, "consts", ())  # JAX >= 0.11: a Jaxpr may hold constants of its own
+    if _custom_rules(jaxpr) or held or not all(isinstance(c, jax.core.Tracer) for c in closed.consts):
         return laplacian
     key = (executables.program_key(jaxpr), shape)
     with _LOCK:
