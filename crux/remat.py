@@ -23,18 +23,19 @@ unrolled (segments unrolled)  3.11 GB (0.48×)             88.9 MB (0.89×)
 
 So which form needs the least memory is known only from XLA's compiles, and comparing the forms costs compiles:
 measured side by side with a compile that spends little on the machine code (on a CPU: LLVM at its lowest level;
-:mod:`crux.executables`), a first ``solve()`` with the comparison compiled 2.6-3.6× the plain update's CPU seconds,
-without it 1.15-1.32× (docs/BENCHMARK.md, ``crux-bench compile``, 2026-12-07: Adam and L-BFGS, every memory option). The comparison is made
-only where memory decides: the form likely to need the least (:func:`likely_least`) is compiled in full first, and
-where its compiled bytes (temporaries, arguments and outputs) are at most :data:`COMPARED_FROM` of the memory the
-device has for the program (:func:`crux.device_memory.capacity`: the device's limit, a CPU's host memory, or a budget
-held to) it runs, no other form compiled: what comparing could save is at most its own temporaries, under that share
-of the device. Above it (or where XLA refuses it, or a figure is unknown) every other form is measured, side by side,
-and the form of the fewest temporary bytes runs (compiled in full after, where it is not the one guessed), the plain
-update where no form needs fewer: there ``checkpoint_gradients`` never needs more memory than the plain update.
-Below it the form kept may need more than the plain update would (as the segments do for the gradient's residual
-above), within that share of the device. A solve records which way its form was kept: ``memory["checkpoint_compared"]``
-and the device's bytes it was held against, ``memory["capacity_bytes"]``.
+:mod:`crux.executables`), a first ``solve()`` with the comparison compiled 2.6-3.6× the plain update's CPU
+seconds, without it 1.15-1.32× (docs/BENCHMARK.md, ``crux-bench compile``, 2026-12-07: Adam and L-BFGS, every
+memory option). The comparison is made only where memory decides: the form likely to need the least
+(:func:`likely_least`) is compiled in full first, and where its compiled bytes (temporaries, arguments and outputs)
+are at most :data:`COMPARED_FROM` of the memory the device has for the program (:func:`crux.device_memory.capacity`:
+the device's limit, a CPU's host memory, or a budget held to) it runs, no other form compiled: another form shares
+its arguments and outputs, so comparing could save at most its temporaries, under that share of the device. Above
+it (or where XLA refuses it, or a figure is unknown) every other form is measured, side by side, and the form of the
+fewest temporary bytes runs (compiled in full after, where it is not the one guessed), the plain update where no
+form needs fewer: there ``checkpoint_gradients`` never needs more memory than the plain update. Below it the form
+kept may need more than the plain update would (as the segments do for the gradient's residual above), within that
+share of the device. A solve records which way its form was kept, ``memory["checkpoint_compared"]``, and the
+device's bytes it was held against, ``memory["capacity_bytes"]``.
 """
 from __future__ import annotations
 

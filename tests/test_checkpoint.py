@@ -151,9 +151,9 @@ SLOW_CASES = {*(f"{form}-residual" for form in RESIDUALS), "lbfgs"}  # 10-30 s e
 @pytest.mark.parametrize("case", [pytest.param(case, marks=pytest.mark.slow) if case in SLOW_CASES else case
                                   for case in CASES])
 def test_the_form_chosen_is_the_one_full_compiles_choose(case):
-    """Where memory decides, the form is chosen from memory-only compiles and the full compile of the form guessed: on
-    every problem these tests cover, each form's figures are those of its full compile, so the form kept is the one compiling every form
-    in full would keep, whichever form was guessed."""
+    """Where memory decides, the form is chosen from memory-only compiles and the full compile of the form guessed:
+    on every problem these tests cover, each form's figures are those of its full compile, so the form kept is the
+    one compiling every form in full would keep, whichever form was guessed."""
     build, options = CASES[case]
     solver, figures = build(), {}
     solver.machinery = comparing(figures)
