@@ -35,11 +35,15 @@ fewest temporary bytes runs (compiled in full after, where it is not the one gue
 form needs fewer: there ``checkpoint_gradients`` never needs more memory than the plain update. Below it the form
 kept may need more than the plain update would (as the segments do for the gradient's residual above), within that
 share of the device. A solve records which way its form was kept, ``memory["checkpoint_compared"]``, and the
-device's bytes it was held against, ``memory["capacity_bytes"]``.
+device's bytes it was held against, ``memory["capacity_bytes"]``. Within :func:`forms_compared` the forms are
+compared whatever the device's memory: where the question is what the option saves (a claim's sweep), not what a
+first ``solve()`` compiles.
 """
 from __future__ import annotations
 
-from typing import Collection, Mapping
+import contextlib
+import contextvars
+from typing import Collection, Iterator, Mapping
 
 PLAIN = "plain"  # the network as it is: every activation kept for the backward pass
 LAYERS = "layers"  # the model's own rematerialised apply (crux.mlp: a lax.scan over segments of about sqrt(n) layers)
@@ -52,6 +56,23 @@ FORMS = (PLAIN, LAYERS, WHOLE, UNROLLED)
 
 COMPARED_FROM = 1 / 4
 """The share of the device's memory above which the likely form's compiled bytes make a solve compare the forms."""
+_ALWAYS_COMPARED: contextvars.ContextVar[bool] = contextvars.ContextVar("crux_forms_compared", default=False)
+
+
+@contextlib.contextmanager
+def forms_compared() -> Iterator[None]:
+    """Solves with ``checkpoint_gradients`` meanwhile (in this thread) compare every form and run the least, as where
+    memory decides, whatever share of the device's memory the update needs."""
+    token = _ALWAYS_COMPARED.set(True)
+    try:
+        yield
+    finally:
+        _ALWAYS_COMPARED.reset(token)
+
+
+def always_compared() -> bool:
+    """Whether solves compare every form whatever the device's memory: within :func:`forms_compared`."""
+    return _ALWAYS_COMPARED.get()
 
 
 def compared(kept_bytes: int | None, capacity: int | None) -> bool:
@@ -62,9 +83,10 @@ def compared(kept_bytes: int | None, capacity: int | None) -> bool:
         capacity: the bytes the device has for the program (:func:`crux.device_memory.capacity`), None where unknown.
 
     Returns:
-        True where ``kept_bytes`` is above :data:`COMPARED_FROM` of ``capacity``, or either is unknown.
+        True within :func:`forms_compared`, where ``kept_bytes`` is above :data:`COMPARED_FROM` of ``capacity``, or
+        where either is unknown.
     """
-    return kept_bytes is None or capacity is None or kept_bytes > COMPARED_FROM * capacity
+    return always_compared() or kept_bytes is None or capacity is None or kept_bytes > COMPARED_FROM * capacity
 
 
 def least_memory(temp_bytes: Mapping[str, float | None]) -> str:

@@ -545,7 +545,9 @@ class Crux:
         traced to the form kept compiled count as compilation."""
         if not options.checkpoint_gradients:
             return plan, self._compile(plan, state, data)
-        key = ("forms", *self._static_key(plan))
+        capacity = device_memory.capacity(jax.devices()[0])
+        # the choice is the device's memory's and the comparing's as much as the plan's
+        key = ("forms", remat.always_compared(), capacity, *self._static_key(plan))
         if key in self._compiled:
             chosen, compiled = self._chosen[key], self._compiled[key]
             return dataclasses.replace(plan, remat=chosen), compiled._replace(seconds=0.0)
@@ -554,7 +556,6 @@ class Crux:
                  if any(form in model.forms for model in plan.models.values())}
         functions = {form: self.machinery.make_call(p) for form, p in plans.items()}
         guess = remat.likely_least(plans, jax.default_backend())
-        capacity = device_memory.capacity(jax.devices()[0])
         figures, refused = {}, {}
         try:
             compiled = self._compile(plans[guess], state, data, functions[guess])

@@ -245,6 +245,25 @@ def test_far_below_the_devices_memory_the_likely_form_runs_and_no_other_form_is_
     assert stats.memory["capacity_bytes"] == capacity
 
 
+def test_within_forms_compared_a_small_update_compares_its_forms_though_its_solver_ran_it_uncompared():
+    """A claim's sweep asks what the option saves: within ``crux.remat.forms_compared`` the forms are compared
+    whatever the device's memory, also on a solver whose earlier solve() kept its form uncompared (the choice is
+    not reused), and the least runs; outside, the next solve() reuses the uncompared choice."""
+    guess = remat.likely_least(remat.FORMS, jax.default_backend())
+    least = next(form for form in remat.FORMS if form not in (guess, remat.PLAIN))
+    problem = poisson(optax.adam, n=64, hidden=(8,) * 5)
+    measured, compiled = [], []
+    _, _, alone = train(problem, 2, stating({form: 2000 for form in remat.FORMS} | {least: 1000}, measured, compiled),
+                        checkpoint_gradients=True)
+    assert not alone.memory["checkpoint_compared"] and measured == [] and compiled == [guess]
+    with remat.forms_compared():
+        stats = problem.solver().solve(2, checkpoint_gradients=True)
+    assert stats.memory["checkpoint_compared"] and stats.memory["checkpoint_form"] == least
+    assert sorted(measured) == sorted(set(remat.FORMS) - {guess}) and compiled == [guess, least]  # the guess's kept
+    again = problem.solver().solve(2, checkpoint_gradients=True)
+    assert not again.memory["checkpoint_compared"] and again.memory["checkpoint_form"] == guess
+
+
 @pytest.mark.parametrize("above", [False, True], ids=["at-the-share", "past-it"])
 def test_the_forms_are_compared_once_the_likely_form_needs_more_than_the_share_of_the_devices_memory(monkeypatch,
                                                                                                    above):

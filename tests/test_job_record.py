@@ -49,3 +49,16 @@ def test_every_run_records_its_own_jobs_command_and_overrides(store, sweep, laun
         (log,) = store.glob(f"multirun/{tags[contract.JOB]}/crux.log")
         lines = [line for line in log.read_text().splitlines() if "final loss" in line]
         assert len(lines) == 1 and f"; run {tags['run_id']} in " in lines[0], (tags[contract.JOB], lines)
+
+
+def test_a_checkpointed_job_runs_the_form_of_the_least_memory_its_forms_compared(store):
+    """A job is evidence on the checkpoint claim: its solve compares the forms, as where memory decides, though its
+    update needs a sliver of the host's memory (a bare solve() would keep the likely form uncompared)."""
+    done = launch(store, "cruxlab.commands.experiment", "memory=checkpoint", "solver.epochs=2", "model.width=8",
+                  "model.depth=4", "problem.n_interior=64", "gradient_draws=0")
+    assert done.returncode == 0, done.stderr[-3000:]
+    _, roles = runs_by_role(store, "crux")
+    (run,) = [run for runs in roles.values() for run in runs]
+    assert run.data.metrics["memory/checkpoint_compared"] == 1.0
+    assert run.data.metrics["memory/capacity_bytes"] > 1000 * run.data.metrics["memory/temp_bytes"]
+    assert run.data.tags[contract.CHECKPOINT_FORM] in ("plain", "layers", "whole", "unrolled")

@@ -38,6 +38,7 @@ with heap.lasting():  # Hydra's and MLflow's modules, kept to the process's end:
     from hydra_plugins.crux_sweeper.config import SweeperConfig
     from hydra_plugins.crux_sweeper.crux_sweeper import CruxSweeper
 
+    from crux import remat
     from crux.options import SolveOptions
     from crux.problems import Problem
     from cruxlab import backends, config
@@ -151,19 +152,22 @@ def train_job(cfg: DictConfig, run: JobRun, problem: Problem | None = None) -> f
     run.log_config(cfg, *ran, plan)
     run.check_room(problem, sum(phase.epochs for phase in phases), len(phases))
     run.trains()
-    if backends.draws_wanted(cfg):
-        run.log_metrics(backends.crux_gradient_draws(problem, backends.draws_wanted(cfg), options,
-                                                     cfg.solver.seed).metrics())
-    initial = parameter_leaves(problem.models)
-    phase_ends: list[ParameterLeaves] = []
-    try:
-        train(problem, phases, cfg, phase_ends, plan, options)
-    finally:  # a failed or stopped phase keeps the history and the parameter snapshots up to it
-        history = problem.solver().history
-        if history is not None:
-            run.log_results(problem, history, initial, phase_ends)
-    if processes.is_recording_process():  # one process of several times nothing: its timing would share the cores
-        time_against(cfg, run, requested=requested, applied=options)
+    # A job is evidence on a claim: checkpoint_gradients runs the form of the least memory, as where memory
+    # decides, not the one a small update runs uncompared (crux.remat).
+    with remat.forms_compared():
+        if backends.draws_wanted(cfg):
+            run.log_metrics(backends.crux_gradient_draws(problem, backends.draws_wanted(cfg), options,
+                                                         cfg.solver.seed).metrics())
+        initial = parameter_leaves(problem.models)
+        phase_ends: list[ParameterLeaves] = []
+        try:
+            train(problem, phases, cfg, phase_ends, plan, options)
+        finally:  # a failed or stopped phase keeps the history and the parameter snapshots up to it
+            history = problem.solver().history
+            if history is not None:
+                run.log_results(problem, history, initial, phase_ends)
+        if processes.is_recording_process():  # one process of several times nothing: its timing would share the cores
+            time_against(cfg, run, requested=requested, applied=options)
     return objective_value(cfg.objective, history, problem.relative_l2() if cfg.objective == "error" else {})
 
 
