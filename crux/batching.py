@@ -94,14 +94,6 @@ def _permuted(count: int, n: int, keys: jax.Array) -> jax.Array:
     return values.astype(jnp.int32)
 
 
-@functools.partial(jax.jit, static_argnums=0, inline=True)
-def _traced_indices(stream: "PointStream", key: jax.Array, step: jax.Array) -> tuple[jax.Array, ...]:
-    """``stream.indices(key, step)`` as an inlined ``jax.jit`` of the stream: the program is the same (the jit is
-    inlined), but JAX keeps its trace by the stream's value, so a process's later updates of an equal stream (a
-    sweep's next jobs) take the Feistel network's equations from that cache instead of tracing them again."""
-    return stream.indices(key, step)
-
-
 @dataclass(frozen=True)
 class PointStream:
     """Static description of the stream: constraint sizes, batch size, micro-batches per update and device.
@@ -218,7 +210,7 @@ class PointStream:
         Returns:
             Per constraint, the points ``(G, B_c, d)`` (None where ``points`` holds None).
         """
-        indices = _traced_indices(self, key, step)
+        indices = self.indices(key, step)
         return tuple(None if p is None else p[i] if self.samples(c) else
                      jnp.broadcast_to(p, (self.micro_batches, *p.shape))
                      for c, (p, i) in enumerate(zip(points, indices)))

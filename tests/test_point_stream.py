@@ -108,22 +108,3 @@ def test_a_solve_draws_another_batch_at_every_update(inner_steps):
     of batches of 16 from 256 points give ten different losses, one update a call or five."""
     interior = poisson(optax.sgd, 0.0).solver().solve(10, batchsize=16, inner_steps=inner_steps).losses[:, 0]
     assert len(np.unique(interior)) == 10, interior
-
-
-def test_an_equal_stream_takes_the_draw_traced_before_and_the_same_program(monkeypatch):
-    """A sweep's next job builds a new, equal stream: its update takes the draw's equations from the trace of the
-    job before (the stream's indices are not traced again) and lowers to the program the draw traced afresh
-    gives."""
-    points = (jax.numpy.zeros((1000, 2), np.float32), jax.numpy.zeros((3, 2), np.float32))
-    shapes = (KEY, np.int32(0))
-    gather = lambda stream: jax.jit(lambda key, step: stream.gather(points, key, step)).lower(*shapes).as_text(
-        debug_info=False)
-    traced = []
-    indices = PointStream.indices
-    monkeypatch.setattr(PointStream, "indices", lambda self, *args: traced.append(self) or indices(self, *args))
-    cached = gather(PointStream((1000, 3), batchsize=8, accumulation_steps=4))
-    assert gather(PointStream((1000, 3), batchsize=8, accumulation_steps=4)) == cached
-    assert len(traced) == 1
-    monkeypatch.setattr(batching, "_traced_indices", lambda stream, key, step: stream.indices(key, step))
-    assert gather(PointStream((1000, 3), batchsize=8, accumulation_steps=4)) == cached  # traced anew
-    assert len(traced) == 2
