@@ -399,3 +399,25 @@ def test_joblibs_lines_said_up_front_are_each_said_once_its_job_starts_in_a_work
     finally:
         lines.stop()
     assert said() == ["\t#1 : memory=b32", "\t#0 : memory=b8"]
+
+
+def test_the_pickup_takes_what_arrived_though_entries_go_while_it_lists_the_folder(tmp_path, monkeypatch):
+    """A worker renames a job's results into place, and a note is taken, while the sweep's pickup lists the folder:
+    an entry listed and gone when it is read (a results folder still being written, a note) is left for the next
+    scan, and what arrived whole is taken, in the order it arrived."""
+    from cruxlab.runtime.handover import Pickup, Results, hand_over, handed_over
+
+    taken = []
+    pickup = Pickup(tmp_path, lambda results, artifacts: taken.append(results.job))
+    for job in (1, 0):
+        staged = tmp_path / f"staged-{job}"
+        staged.mkdir()
+        hand_over(tmp_path, Results(f"r{job}", job, "b8", 0, None, 1, 2), staged)
+    folder = handed_over(tmp_path)
+    for arrival, job in enumerate((1, 0), 1):  # job 1's results arrived first, whatever the clock's resolution
+        os.utime(folder / str(job), (arrival, arrival))
+    listed = Path.iterdir
+    gone = [folder / ".2-renamed-away", folder / "3.started"]  # listed, then renamed or taken before their reading
+    monkeypatch.setattr(Path, "iterdir", lambda self: iter([*gone, *listed(self)]) if self == folder else listed(self))
+    pickup.take_now()
+    assert taken == [1, 0] and not list(listed(folder))

@@ -182,9 +182,7 @@ class Pickup:
     def _scan(self) -> None:
         if not self._folder.is_dir():
             return
-        for entry in sorted(self._folder.iterdir(), key=lambda path: path.stat().st_mtime):
-            if entry.name.startswith("."):
-                continue  # still being written
+        for entry in _arrived(self._folder):
             if entry.name.endswith(ENDED):
                 self._job_ended(entry)
                 continue
@@ -220,3 +218,18 @@ class Pickup:
                       masked(failure_line(error)))
         finally:
             note.unlink(missing_ok=True)
+
+
+def _arrived(folder: Path) -> list[Path]:
+    """The entries of ``folder`` that are whole, in the order they arrived. An entry still being written (its name
+    starts with a dot) is left out, and so is one gone between the listing and its reading: a job's results being
+    renamed into place, or a note taken meanwhile, is seen at the next scan."""
+    found = []
+    for entry in folder.iterdir():
+        if entry.name.startswith("."):
+            continue
+        try:
+            found.append((entry.stat().st_mtime, entry))
+        except FileNotFoundError:
+            continue
+    return [entry for _, entry in sorted(found)]
