@@ -269,6 +269,19 @@ def remove(path: Path) -> str:
     return "not logged"
 
 
+@pytest.fixture(scope="module")
+def clean_sweep(tmp_path_factory, empty_store, base_config) -> tuple[SweepWriter, dict[str, str], dict[str, dict]]:
+    """One complete sweep, its runs by variant and its report's verdicts, shared by the damaged-artifact cases:
+    each damages one artifact and puts it back, so writing the sweep and its clean report happen once."""
+    folder = tmp_path_factory.mktemp("clean_sweep")
+    shutil.copy(empty_store, folder / "mlflow.db")
+    writer = SweepWriter(folder, base_config)
+    _, runs = complete_sweep(writer)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _, _, clean = report(writer, folder / "clean", monkeypatch)
+    return writer, runs, clean
+
+
 @pytest.mark.parametrize("run, artifact, damage, needed_by", [
     # the batch-32 run is the big batch of 4×8 only (its gradient spread beside the noise verdict, not in it)
     ("b32", contract.PARAMS, truncate, {"accumulation.effective_batch[b8_acc4]"}),
@@ -281,14 +294,18 @@ def remove(path: Path) -> str:
     ("b8_acc4", contract.PARAMS, truncate, {"accumulation.effective_batch[b8_acc4]", "accumulation.noise[b8_acc4]"}),
 ])
 def test_a_damaged_artifact_makes_only_the_verdicts_that_need_it_inconclusive(
-        writer, tmp_path, monkeypatch, run, artifact, damage, needed_by):
+        clean_sweep, tmp_path, monkeypatch, run, artifact, damage, needed_by):
     """Every verdict id stays; those that do not read the damaged artifact keep their value; 2×4's never read
     the runs damaged here."""
-    _, runs = complete_sweep(writer)
-    _, _, clean = report(writer, tmp_path / "clean", monkeypatch)
+    writer, runs, clean = clean_sweep
     assert {v["verdict"] for v in clean.values()} == {HOLDS} and len(clean) == 6
-    problem = damage(writer.artifact(runs[run], artifact))
-    code, text, broken = report(writer, tmp_path / "broken", monkeypatch)
+    path = writer.artifact(runs[run], artifact)
+    kept = path.read_bytes()
+    try:
+        problem = damage(path)
+        code, text, broken = report(writer, tmp_path / "broken", monkeypatch)
+    finally:
+        path.write_bytes(kept)  # whole again for the next case
     assert code == 3
     named = [line for line in text.splitlines() if line.startswith(f"- {artifact} of run `{runs[run]}` ({run} r0): ")]
     assert len(named) == 1 and problem in named[0], text[:2000]
