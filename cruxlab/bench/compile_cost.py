@@ -16,8 +16,8 @@ The settings:
 - ``plain``: no option;
 - ``checkpoint``: ``checkpoint_gradients=True`` as crux runs it: far below the device's memory (this problem's update
   needs megabytes), the form likely to need the least, its forms not compared (:mod:`crux.remat`);
-- ``checkpoint, forms compared``: the same where memory decides (the solve held to a budget of one byte,
-  :func:`crux.device_memory.held_to`): every form measured as crux measures them;
+- ``checkpoint, forms compared``: the same where memory decides (the solve within
+  :func:`crux.remat.forms_compared`, as a lab job runs it): every form measured as crux measures them;
 - ``checkpoint, every form compiled``: the forms compared from full compiles of every form (how crux chose before
   memory-only compiles);
 - ``every option``: ``batchsize=64, accumulation_steps=4, inner_steps=50, checkpoint_gradients=True,
@@ -61,7 +61,7 @@ def first_solve(optimizer: str, setting: str) -> dict:
     import optax
 
     import crux
-    from crux import device_memory
+    from crux import remat
     from crux.executables import compile_once, memory_of
     from crux.problems.poisson import poisson_cube
     from crux.solver import Machinery
@@ -78,7 +78,7 @@ def first_solve(optimizer: str, setting: str) -> dict:
         if choosing == IN_FULL else Machinery()
     solver = crux.Crux(problem.constraints, problem.models, machinery=machinery)
     start, cpu = time.perf_counter(), time.process_time()
-    with device_memory.held_to(1) if choosing != AS_CHOSEN else contextlib.nullcontext():
+    with remat.forms_compared() if choosing != AS_CHOSEN else contextlib.nullcontext():
         stats = solver.solve(EPOCHS, **options)
     return {"compile_seconds": stats.compile_seconds, "solve_seconds": time.perf_counter() - start,
             "compile_cpu_seconds": time.process_time() - cpu - stats.run_cpu_seconds,
