@@ -27,10 +27,15 @@ OPT_OUT = "CRUX_COMPILATION_CACHE"  # "off" (or 0, false, no): solve() leaves JA
 OFF = {"off", "0", "false", "no"}
 
 
+def cache_home() -> Path:
+    """The per-user folder of what crux keeps between processes: ``$XDG_CACHE_HOME/crux``, else
+    ``~/.cache/crux``."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "crux"
+
+
 def default_folder() -> Path:
-    """The per-user folder crux keeps compiled programs in: ``$XDG_CACHE_HOME/crux/jax``, else
-    ``~/.cache/crux/jax``."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "crux" / "jax"
+    """The per-user folder crux keeps compiled programs in: ``jax`` in :func:`cache_home`."""
+    return cache_home() / "jax"
 
 
 def use_default_cache() -> Path | None:

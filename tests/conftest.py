@@ -9,6 +9,9 @@ from typing import Iterator
 # The processes the tests start keep what crux compiles nowhere, as they did before crux turned JAX's persistent cache
 # on by default (the test of that default gives its processes a folder of their own): none writes into the home folder.
 os.environ.setdefault("CRUX_COMPILATION_CACHE", "off")
+# What crux keeps per user between processes (the compiled programs' default folder, MLflow's empty schema) goes to a
+# folder of the tests' own, kept between runs as the compilation cache below is.
+os.environ["XDG_CACHE_HOME"] = os.path.join(tempfile.gettempdir(), "crux-test-cache")
 
 import jax
 import pytest
@@ -24,12 +27,14 @@ jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 @pytest.fixture(scope="session")
 def empty_store(tmp_path_factory) -> Path:
-    """A SQLite store with MLflow's schema. Creating one runs all of MLflow's schema migrations (13-17 s each on a
-    busy 2-core CPU with MLflow 3.17.2), copying it takes milliseconds."""
-    from mlflow.tracking import MlflowClient  # imported by the tests that use a store only
+    """A SQLite store with MLflow's schema, made as a crux command makes a new one (from crux's copy of MLflow's
+    empty schema, :mod:`cruxlab.store.empty_schema`: MLflow's migrations take seconds, a copy milliseconds), to
+    copy."""
+    from cruxlab.store.connection import writable_store  # imported by the tests that use a store only
+    from cruxlab.store.kinds import sqlite_uri
 
     path = tmp_path_factory.mktemp("store") / "mlflow.db"
-    MlflowClient(f"sqlite:///{path}").search_experiments()
+    writable_store(sqlite_uri(path))
     return path
 
 

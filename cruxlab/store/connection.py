@@ -20,7 +20,8 @@ MLflow creates a new SQLite store's tables the first time a process opens it, in
 several steps; two processes doing so at once break each other's migration
 (``alembic_version ... 0 found``). :func:`writable_store` therefore creates them
 while holding a lock on the store's folder, which every crux command takes before
-opening a store that has no tables yet.
+opening a store that has no tables yet; a store that has no file yet is given a
+copy of MLflow's empty schema (:mod:`cruxlab.store.empty_schema`).
 """
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.credentials import read_mlflow_creds
 from requests.exceptions import RequestException
 
+from cruxlab.store import empty_schema
 from cruxlab.store.contract import CLAIM, PARENT_ID, SWEEP, SWEPT
 from cruxlab.store.descriptions import experiment_tags
 from cruxlab.store.kinds import POSTGRESQL, StoreKind, is_tracking_server, kind_of, sqlite_file, sqlite_uri, store_folder
@@ -275,33 +277,17 @@ def writable_store(uri: str) -> MlflowClient:
         if problem:
             raise StoreError(f"the tracking store at {uri} cannot be written: {problem}; point MLFLOW_TRACKING_URI / "
                              f"{WRITING.setting} at {WRITING.needs}")
-        if not _looks_complete(path, uri):
-            with _locked(folder):  # another process may be creating the tables: wait, then judge the file
-                if not _looks_complete(path, uri):
+        # a store that another process is making (its tables made in several steps) has not every table yet; it is
+        # judged under the lock, once that process is done
+        if not empty_schema.has_every_table(path):
+            with _locked(folder):
+                if not empty_schema.has_every_table(path):
                     _has_tables(path, uri)  # a file that is no MLflow store is refused here
+                    if not path.exists():
+                        empty_schema.place(path)
                     return _open(uri)  # MLflow creates (or completes) the tables under the lock
     check_server(uri, WRITING)
     return _open(uri)
-
-
-def _looks_complete(path: Path, uri: str) -> bool:
-    """Whether the SQLite file at ``path`` is a whole MLflow store, looked at without the folder's lock: every
-    table MLflow's tracking store defines exists (MLflow's own test before it creates any). A store that another
-    process is creating (its tables made in several steps) is not yet, and is judged under the lock, once that
-    process is done."""
-    try:
-        with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
-            tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    except sqlite3.Error:
-        return False
-    return tracking_tables() <= tables
-
-
-def tracking_tables() -> set[str]:
-    """The names of the tables MLflow's tracking store defines."""
-    from mlflow.store.db.base_sql_model import Base
-    from mlflow.store.tracking.dbmodels import models  # noqa: F401  (registers the tables)
-    return set(Base.metadata.tables)
 
 
 def _has_tables(path: Path, uri: str) -> bool:
