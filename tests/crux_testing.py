@@ -24,6 +24,13 @@ PACKAGE_SOURCES = ("pyproject.toml", "README.md", "crux", "cruxlab", "conf", "sw
 """What crux's wheel is built from."""
 
 
+def dependencies_pth() -> str:
+    """A ``.pth`` file's text that gives another environment this one's packages: every site-packages folder on this
+    interpreter's path, its environment's own and those a ``.pth`` file there added (a venv sharing another venv's
+    packages that way). A ``.pth`` line only puts its folder on ``sys.path``: the ``.pth`` files there are not run."""
+    return "".join(f"{folder}\n" for folder in sys.path if Path(folder).name in ("site-packages", "dist-packages"))
+
+
 def copy_of_checkout(destination: Path, *extra: str) -> Path:
     """:data:`PACKAGE_SOURCES` and the ``extra`` paths of the checkout copied into ``destination`` (made): a wheel
     built there leaves no build/ or egg-info, and a script writes no .wheels/, in the checkout."""

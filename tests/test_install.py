@@ -3,10 +3,10 @@ from a folder outside the checkout. Everything they write lands in that folder; 
 installed package.
 
 The fresh environment takes crux from the wheel (installed with ``--no-deps``) and
-finds crux's dependencies in this test environment's site-packages through a
-``.pth`` line: installing jax, mlflow and the rest into it would take minutes on a
+finds crux's dependencies in this test environment's site-packages folders through
+``.pth`` lines: installing jax, mlflow and the rest into it would take minutes on a
 small machine and is not what is tested. A ``.pth`` line naming a folder only puts
-that folder on ``sys.path`` (its own ``.pth`` files are not run), so the editable
+that folder on ``sys.path`` (the ``.pth`` files there are not run), so the editable
 install's import hook there stays inactive and ``import crux`` finds the wheel's
 crux, which comes first on the path (checked).
 """
@@ -19,7 +19,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import sysconfig
 import zipfile
 from importlib.metadata import version
 from pathlib import Path
@@ -28,7 +27,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from cruxlab.store import contract
-from crux_testing import REPO, copy_of_checkout
+from crux_testing import REPO, copy_of_checkout, dependencies_pth
 
 pytestmark = pytest.mark.integration  # builds a wheel, makes a venv, runs sweeps in subprocesses
 
@@ -72,7 +71,7 @@ def installed(tmp_path_factory) -> Installed:
     subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
                     "--no-deps", "--no-index", str(wheel)], check=True, capture_output=True, timeout=600)
     found = Installed(venv, wheel, root / "cache")
-    (found.site_packages / "test_environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    (found.site_packages / "test_environment.pth").write_text(dependencies_pth())
     where = subprocess.run([venv / "bin" / "python", "-c", "import crux; print(crux.__file__)"],
                            capture_output=True, text=True, check=True, cwd=root).stdout.strip()
     assert Path(where) == found.site_packages / "crux" / "__init__.py"
@@ -205,11 +204,11 @@ def test_a_reports_reproduce_section_rebuilds_its_runs_from_an_empty_folder(inst
 
 def fresh_venv(folder: Path) -> Path:
     """A fresh virtual environment with pip, finding crux's dependencies in this test environment's site-packages
-    (a ``.pth`` line, as :func:`installed` does) so that installing crux downloads nothing; its ``bin``."""
+    (``.pth`` lines, as :func:`installed` writes) so that installing crux downloads nothing; its ``bin``."""
     subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True, capture_output=True, timeout=300)
     purelib = subprocess.run([folder / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_paths()"
                               "['purelib'])"], capture_output=True, text=True, check=True).stdout.strip()
-    (Path(purelib) / "test_environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    (Path(purelib) / "test_environment.pth").write_text(dependencies_pth())
     return folder / "bin"
 
 
