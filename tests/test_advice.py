@@ -279,7 +279,7 @@ def test_crux_advise_stopped_by_sigterm_stops_its_sweep_which_closes_every_run(t
                                      "solver.epochs=2000", "model.width=8", "model.depth=1", "problem.n_interior=64"],
                                     cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 600
-        while not run_opened(env["MLFLOW_TRACKING_URI"], "advise", "1"):  # the sweep's second job has its run
+        while not run_opened(env["MLFLOW_TRACKING_URI"], "advise", "0"):  # the sweep's first job has its run
             assert advising.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.05)
         advising.send_signal(signal.SIGTERM)
