@@ -23,6 +23,7 @@ RETRY_SECONDS = 10
 # Three jobs long enough (a few seconds of training each) that the store can go away while one trains.
 JOBS = ["memory=b8,b32,b8_acc4", "repeat=0", "solver.epochs=3000", "model.width=8", "problem.n_interior=64",
         "gradient_draws=0", f"tracking.retry_seconds={RETRY_SECONDS}"]
+GONE = "tracking.retry_seconds=3"  # where the store stays away: the budget its writes wait in vain
 TRAINING = "training phase 1 of 1"
 CLOSED = f"closed {contract.FINISHED}"  # a job's run, once the writer has written its results
 
@@ -90,7 +91,7 @@ def test_a_server_gone_for_good_ends_the_sweep_in_one_line_and_resume_completes_
 
     backend = f"sqlite:///{server_folder / 'runs.db'}"
     url = start("mlflow_server.sh", server_folder / "server", backend, "1")
-    process, seen = sweep(tmp_path, url), []
+    process, seen = sweep(tmp_path, url, GONE), []
     read_until(process, seen, TRAINING, times=2)  # job 1 trains
     read_until(process, seen, CLOSED)  # and job 0's results are written (while job 1 trains)
     server_stopped_once_opened(process, seen, server_folder, url, "1")  # job 1's run, created after them
@@ -141,7 +142,7 @@ def test_a_server_killed_under_joblib_costs_no_trained_job(server_folder, tmp_pa
 
     backend = f"sqlite:///{server_folder / 'runs.db'}"
     url = start("mlflow_server.sh", server_folder / "server", backend, "1")
-    process, seen = sweep(tmp_path, url, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"), []
+    process, seen = sweep(tmp_path, url, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", GONE), []
     while not (run_opened(url, "accumulation", "0") and run_opened(url, "accumulation", "1")):
         assert process.poll() is None, "".join(seen)[-4000:]
         time.sleep(0.05)
@@ -173,7 +174,7 @@ def test_no_job_starts_after_the_server_is_gone(server_folder, tmp_path):
     does not train for a store that is gone, it waits for the server up to the budget, and the sweep ends."""
     backend = f"sqlite:///{server_folder / 'runs.db'}"
     url = start("mlflow_server.sh", server_folder / "server", backend, "1")
-    process, seen = sweep(tmp_path, url, "tracking.retry_seconds=3"), []  # job 1 waits this long in vain
+    process, seen = sweep(tmp_path, url, GONE), []  # job 1 waits this long in vain
     read_until(process, seen, TRAINING)
     server_stopped_once_opened(process, seen, server_folder, url, "0")
     output = "".join(seen)
@@ -562,7 +563,7 @@ def test_a_server_killed_under_submitit_keeps_what_trained_and_the_printed_resum
 
     launcher = ["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10"]
     url = start("mlflow_server.sh", server_folder / "server", f"sqlite:///{server_folder / 'runs.db'}", "1")
-    process, seen = sweep(tmp_path, url, *launcher), []
+    process, seen = sweep(tmp_path, url, *launcher, GONE), []
     server_stopped_once_opened(process, seen, server_folder, url, "0")
     last = seen[-1].strip()
     assert last.startswith(f"crux-sweep: the tracking store at {url} failed: ") and "none started after it" in last
@@ -587,7 +588,7 @@ def test_a_servers_own_disk_that_fills_up_ends_the_sweep_in_one_line_sending_to_
     shutil.copy(empty_store, small_disk / "runs.db")
     url = start("mlflow_server.sh", tmp_path / "server", f"sqlite:///{small_disk / 'runs.db'}", "1")
     try:
-        process, seen = sweep(tmp_path, url), []
+        process, seen = sweep(tmp_path, url, GONE), []
         until_run_opened(process, seen, url, "accumulation", "0")
         fill(small_disk)
         status = finish(process, seen)
