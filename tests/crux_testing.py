@@ -1,6 +1,7 @@
 """Small problems and comparisons shared by the tests."""
 from __future__ import annotations
 
+import functools
 import gzip
 import lzma
 import os
@@ -187,6 +188,25 @@ def selected(name: str) -> list[str]:
 
     register(available()[name], f"crux-sweep {name}")
     return [f"+sweeps={name}"]
+
+
+@functools.cache
+def planned_job_configs() -> tuple[tuple[str, tuple[str, ...], Any], ...]:
+    """Each job that each built-in sweep plans, composed as that job composes it: ``(sweep, the job's overrides,
+    its config)``, the first repeat only (a repeat changes nothing else). Composed once a session (some 55
+    compositions) for the tests that check every job; Hydra initialised on crux's configs (``hydra_configs``)."""
+    from hydra import compose  # Hydra only for the tests that compose configs
+
+    from cruxlab.commands.sweep import available
+    from cruxlab.runtime.sweep_parent import planned_jobs
+
+    composed = []
+    for name in available():
+        sweep = compose("config", overrides=selected(name), return_hydra_config=True)
+        for job in planned_jobs(sweep):
+            if not any(o.startswith("repeat=") and o != "repeat=0" for o in job):
+                composed.append((name, tuple(job), compose("config", overrides=job)))
+    return tuple(composed)
 
 
 def pack(made: Path, into: Path, archive: str = "mlartifacts.tgz", store: str = "mlflow.db.gz") -> Path:

@@ -32,7 +32,7 @@ from cruxlab.config import CONFIG_PACKAGE
 from cruxlab.runtime.sweep_parent import planned_jobs
 from cruxlab.store import contract
 from cruxlab.store.history import history_series, thinned
-from crux_testing import launch, runs_by_role, selected
+from crux_testing import launch, planned_job_configs, runs_by_role, selected
 
 TINY = ["model.width=8", "model.depth=1", "solver.epochs=20"]
 HISTORY_POINTS = 320  # conf/tracking/mlflow.yaml: the epochs of each history sent to MLflow as metrics
@@ -269,20 +269,16 @@ def test_every_job_of_every_sweep_composes(hydra_configs):
     """Each Cartesian job of each sweep (repeats aside: they change nothing but a tag)."""
     sweeps = available()
     assert set(sweeps) >= {"accumulation", "inner_steps", "checkpoint", "offload", "substeps", "phases"}
-    parser = OverridesParser.create()
     for name, sweep_file in sweeps.items():
-        base = selected(name)
-        sweep = compose("config", overrides=base, return_hydra_config=True)
+        sweep = compose("config", overrides=selected(name), return_hydra_config=True)
         assert sweep_file.claim and sweep.claim == sweep_file.claim, name
         check_claims(sweep_file)  # raises for a check crux-report does not have
         assert list(sweep.claims) == sweep_file.claims and sweep_file.claims, name
         assert str(sweep.hydra.mode) == "RunMode.MULTIRUN", name
-        params = [f"{k}={v}" for k, v in sweep.hydra.sweeper.params.items() if k != "repeat"]
-        (jobs,) = BasicSweeper.split_arguments(parser.parse_overrides(params), None)
-        assert len(jobs) > 1, name
-        for job in jobs:
-            cfg = compose("config", overrides=base + list(job))
-            assert config.out_of_range(cfg) == [], (name, job)
+    jobs = planned_job_configs()
+    assert all(sum(swept == name for swept, _, _ in jobs) > 1 for name in sweeps)
+    for name, job, cfg in jobs:
+        assert config.out_of_range(cfg) == [], (name, job)
 
 
 @pytest.mark.integration

@@ -21,16 +21,14 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 from crux.stats import Statistics
-from cruxlab.commands.sweep import available
 from cruxlab.config import CONFIG_PACKAGE, effective_settings
 from cruxlab.config.settings import configuration
 from cruxlab.report import HOLDS, INCONCLUSIVE, load_sweep, main
 from cruxlab.report.sweep_reader import config_from_params
-from cruxlab.runtime.sweep_parent import planned_jobs
 from cruxlab.store import contract
 from cruxlab.store.connection import HTTP_LIMITS, StoreError, writable_store
 from cruxlab.store.params import flatten
-from crux_testing import selected
+from crux_testing import planned_job_configs, selected
 
 EPOCHS = 20
 T0 = 1_780_000_000_000  # start of the first sweep, ms since the epoch (2026-05-28 20:26:40 UTC)
@@ -359,14 +357,9 @@ def test_params_give_back_the_configuration_of_every_job_of_every_sweep(hydra_co
     ran with, unset values left out): they must give what the checks read from config.yaml, i.e. the same solve
     options, phases, pairing group and round-off twin (lists such as substeps, nested phases, None, floats in
     exponent form)."""
-    for name in available():
-        sweep = compose("config", overrides=selected(name), return_hydra_config=True)
-        for job in planned_jobs(sweep):
-            if any(o.startswith("repeat=") and o != "repeat=0" for o in job):
-                continue  # a repeat changes nothing else
-            cfg = compose("config", overrides=job)
-            logged = flatten(effective_settings(cfg))
-            assert comparable(configuration(config_from_params(logged))) == comparable(configuration(cfg)), (name, job)
+    for name, job, cfg in planned_job_configs():
+        logged = flatten(effective_settings(cfg))
+        assert comparable(configuration(config_from_params(logged))) == comparable(configuration(cfg)), (name, job)
 
 
 def comparable(configured: dict) -> dict:
