@@ -40,6 +40,7 @@ from hydra.plugins.launcher import Launcher
 from mlflow.entities import RunTag
 from omegaconf import DictConfig, OmegaConf
 
+from cruxlab import figure_process
 from cruxlab.runtime.handover import Pickup, workers_output_ended
 from cruxlab.runtime.interrupt import deferred, exit_status, interruptible, signal_name
 from cruxlab.runtime.job import JobRun
@@ -132,6 +133,7 @@ class Multirun(SweepParent, SweepClosing):
         where = replace(where, artifact_location=opened.client.get_experiment(opened.experiment_id).artifact_location)
         set_for_every_job(self.config, f"hydra.job.env_set.{DESTINATION}", where.handed_down())
         heartbeat = Heartbeat(opened.client, opened.parent_id).start()
+        figure_process.start()  # ready by the first jobs' ends, on another core
         returns: list[Sequence[JobReturn]] = []
         completed: list[int] = []
         stopped: KeyboardInterrupt | None = None

@@ -33,6 +33,7 @@ from mlflow.tracking import MlflowClient
 
 from crux.failures import failure_line
 from crux.stats import Statistics
+from cruxlab import figure_process
 from cruxlab.runtime.handover import Results, hand_over
 from cruxlab.runtime.kept import keep
 from cruxlab.runtime.liveness import STORE_FAULT, Heartbeat, process_tags
@@ -159,7 +160,8 @@ class RunWrites:
         (where given; a job says its own, :meth:`_say_outcome`) to the writer. Where the process waits for the
         writer as the histories go, the figure is drawn meanwhile; otherwise after the summary, so that it does
         not share the interpreter with the next job's set-up."""
-        figure = self._figure = Beside(lambda: stats.plot(self._staged / HISTORY_PLOT))
+        figure = self._figure = Beside(lambda: figure_process.draw(self._staged / STATS, self._staged / HISTORY_PLOT,
+                                                                   lambda: stats.plot(self._staged / HISTORY_PLOT)))
 
         def histories() -> None:
             if self._writer.draining:
