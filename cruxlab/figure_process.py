@@ -2,9 +2,9 @@
 
 A job's figure (:meth:`crux.Statistics.plot`) is Python from end to end (matplotlib's artists and text layout):
 drawn by the writer's thread it shares the interpreter with the next job's set-up and training, 0.1-0.3 s a
-figure on a 2-core CPU, more than a job of a few epochs trains. A sweep starts one drawing process once its parent
-run is open (:func:`start`); it imports crux and matplotlib meanwhile and then draws each figure it is handed from
-the job's ``stats.npz`` into the PNG beside it, while the writer's thread waits for it without holding the
+figure on a 2-core CPU, more than a job of a few epochs trains. A sweep starts one drawing process as it begins
+(:func:`start`), which imports crux and matplotlib while the sweep checks its jobs and opens its store, and then
+draws each figure it is handed from the job's ``stats.npz`` into the PNG beside it, while the writer's thread waits for it without holding the
 interpreter (:func:`draw`). Until that process is ready, and wherever it cannot be started, dies, does not answer
 within :data:`FIGURE_SECONDS` or fails on a figure, the figure is drawn in this process as before: none is lost to
 it, and one that cannot be drawn fails here as it would have. The process ends when the sweep's process does (its

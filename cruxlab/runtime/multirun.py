@@ -112,6 +112,7 @@ class Multirun(SweepParent, SweepClosing):
         with interruptible():
             try:
                 self.reserve.take()
+                figure_process.start()  # its imports on another core while the jobs are checked and the store opened
                 opened = self._reopen() if resume else self._open()
                 if opened is None:
                     return []
@@ -133,7 +134,6 @@ class Multirun(SweepParent, SweepClosing):
         where = replace(where, artifact_location=opened.client.get_experiment(opened.experiment_id).artifact_location)
         set_for_every_job(self.config, f"hydra.job.env_set.{DESTINATION}", where.handed_down())
         heartbeat = Heartbeat(opened.client, opened.parent_id).start()
-        figure_process.start()  # ready by the first jobs' ends, on another core
         returns: list[Sequence[JobReturn]] = []
         completed: list[int] = []
         stopped: KeyboardInterrupt | None = None
