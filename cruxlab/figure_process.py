@@ -4,11 +4,12 @@ A job's figure (:meth:`crux.Statistics.plot`) is Python from end to end (matplot
 drawn by the writer's thread it shares the interpreter with the next job's set-up and training, 0.1-0.3 s a
 figure on a 2-core CPU, more than a job of a few epochs trains. A sweep starts one drawing process as it begins
 (:func:`start`), which imports crux and matplotlib while the sweep checks its jobs and opens its store, and then
-draws each figure it is handed from the job's ``stats.npz`` into the PNG beside it, while the writer's thread waits for it without holding the
-interpreter (:func:`draw`). Until that process is ready, and wherever it cannot be started, dies, does not answer
-within :data:`FIGURE_SECONDS` or fails on a figure, the figure is drawn in this process as before: none is lost to
-it, and one that cannot be drawn fails here as it would have. The process ends when the sweep's process does (its
-input closed: also when that process is killed), and uses no device (``JAX_PLATFORMS=cpu``).
+draws each figure it is handed from the job's ``stats.npz`` into the PNG beside it, while the writer's thread waits
+for it without holding the interpreter (:func:`draw_figure`). Until that process is ready, and wherever it cannot
+be started, dies, does not answer within :data:`FIGURE_SECONDS` or fails on a figure, the figure is drawn in this
+process as before: none is lost to it, and one that cannot be drawn fails here as it would have. The process ends
+with the sweep (:func:`close`), or with the sweep's process where that is killed (its input closed), and uses no
+device (``JAX_PLATFORMS=cpu``).
 
 Run as ``python -m cruxlab.figure_process`` (a module outside :mod:`cruxlab.runtime`, whose imports it does not
 need), it reads one request per line (JSON: the ``stats.npz`` and the PNG), answers ``ready`` once its imports are
@@ -57,7 +58,7 @@ class FigureProcess:
     def draw(self, stats: Path, figure: Path, here: Callable[[], None]) -> None:
         """Draw ``figure`` from ``stats`` in the drawing process where it is ready, else by ``here()``."""
         with self._lock:
-            if self._answered(ready_only=True):
+            if self._is_ready():
                 try:
                     self._process.stdin.write(json.dumps([str(stats), str(figure)]) + "\n")
                     self._process.stdin.flush()
@@ -71,7 +72,7 @@ class FigureProcess:
                     self._stop()
         here()
 
-    def _answered(self, ready_only: bool) -> bool:
+    def _is_ready(self) -> bool:
         """Whether the process is ready for a figure (reading its ``ready`` where it has come)."""
         if self._process is None:
             return False
@@ -91,14 +92,27 @@ class FigureProcess:
         process, self._process, self._ready = self._process, None, False
         process.kill()
         process.wait()
+        for pipe in (process.stdin, process.stdout):
+            try:
+                pipe.close()
+            except OSError:  # its input's last write could not be flushed: the process is gone
+                pass
 
     def close(self) -> None:
-        """End the process (its input closed), if one runs."""
+        """End the process, if one runs: its input closed where it waits for it, else (still importing) killed."""
         with self._lock:
-            if self._process is not None:
+            if self._process is None:
+                return
+            if self._is_ready():
                 self._process.stdin.close()
-                self._process.wait()
-                self._process, self._ready = None, False
+                try:
+                    self._process.wait(FIGURE_SECONDS)
+                    self._process.stdout.close()
+                    self._process, self._ready = None, False
+                    return
+                except subprocess.TimeoutExpired:
+                    pass
+            self._stop()
 
 
 _process = FigureProcess()
@@ -109,7 +123,12 @@ def start() -> None:
     _process.start()
 
 
-def draw(stats: Path, figure: Path, here: Callable[[], None]) -> None:
+def close() -> None:
+    """End this process's drawing process, if one runs: a sweep's, at its end."""
+    _process.close()
+
+
+def draw_figure(stats: Path, figure: Path, here: Callable[[], None]) -> None:
     """Draw ``figure`` from ``stats`` by this process's drawing process where it is ready, else by ``here()``."""
     _process.draw(stats, figure, here)
 

@@ -70,6 +70,17 @@ def test_before_it_is_ready_and_where_it_fails_or_is_gone_the_figure_is_drawn_he
     assert drawn_here == [True] * 5
 
 
+def test_it_ends_with_the_sweep_at_once_even_while_it_imports(tmp_path):
+    process = FigureProcess()
+    process.start()
+    started = process._process
+    process.close()  # still importing: killed, not waited for
+    assert started.returncode == -9 and process._process is None
+    process.start()
+    ready(process).close()  # waiting for a figure: its input closed, it returns
+    assert process._process is None
+
+
 def test_it_ends_when_the_process_that_started_it_is_killed(tmp_path):
     started = subprocess.Popen(
         [sys.executable, "-c", "import sys; from cruxlab import figure_process as f; f.start(); "
@@ -79,6 +90,8 @@ def test_it_ends_when_the_process_that_started_it_is_killed(tmp_path):
     os.kill(drawing, 0)  # it runs
     started.send_signal(signal.SIGKILL)
     started.wait(timeout=60)
+    started.stdin.close()
+    started.stdout.close()
     deadline = time.monotonic() + 600  # its input ends with its parent; it may still be importing
     while alive(drawing):
         assert time.monotonic() < deadline, "the drawing process outlived the sweep's"

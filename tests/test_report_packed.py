@@ -3,12 +3,15 @@ made, nothing there overwritten. A real sweep packed and reported: tests/test_re
 from __future__ import annotations
 
 import shutil
+import sqlite3
 import tempfile
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
+from cruxlab.report import packed as packed_module
 from cruxlab.report.packed import made_in, unpack
 from cruxlab.report.results import sweep_names
 from cruxlab.report.sweep_reader import open_client
@@ -67,6 +70,22 @@ def test_a_packed_store_is_read_with_its_artifacts_where_it_was_made(tmp_path, m
     (run,) = client.search_runs([experiment.experiment_id])
     assert Path(client.download_artifacts(run.info.run_id, "config.yaml", str(tmp_path))).read_text() == (
         "solver:\n  epochs: 5\n")
+
+
+def test_each_version_of_mlflows_schema_reads_a_copy_of_its_own(tmp_path, made, monkeypatch):
+    """A newer MLflow migrates a store that lacks one of its tables in place when it opens it: the copy it read
+    is not the one an older MLflow then reads."""
+    packed = pack(made, tmp_path / "docs", "reports.tgz")
+    older = Path(unpack(packed).removeprefix("sqlite:///"))
+    with monkeypatch.context() as patched:
+        patched.setattr(packed_module, "schema_version", lambda: "mlflow-99-sqlalchemy-9-000000000000")
+        newer = Path(unpack(packed).removeprefix("sqlite:///"))
+    assert newer != older
+    with closing(sqlite3.connect(newer)) as db, db:
+        db.execute("UPDATE alembic_version SET version_num = 'a later revision'")  # as a newer MLflow leaves it
+    assert Path(unpack(packed).removeprefix("sqlite:///")) == older
+    with closing(sqlite3.connect(older)) as db:
+        assert db.execute("SELECT version_num FROM alembic_version").fetchone() != ("a later revision",)
 
 
 def test_a_store_packed_with_xz_is_read_as_one_packed_with_gzip(tmp_path, made, scratch):

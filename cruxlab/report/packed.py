@@ -6,8 +6,8 @@ sweep ran (``file:///tmp/crux-device-check/mlartifacts/<experiment>/<run>/artifa
 that folder fixed for this). So the archive beside a packed store (``mlartifacts.tar.xz``, ``mlartifacts.tgz``, or
 the device check's ``reports.tgz``, which holds ``mlartifacts/``) is unpacked into the folder its experiments name, where it was made,
 files already there kept: the artifacts of several stores made there (a device check's calls) lie side by side.
-The store's file itself is unpacked into a folder of the temporary directory named by its content's hash, never
-over another store's: one process may read several stores made in one place, and MLflow keeps the database it
+The store's file itself is unpacked into a folder of the temporary directory named by its content's hash and the
+version of MLflow's schema, never over another store's: one process may read several stores made in one place, and MLflow keeps the database it
 opened at an address for the life of the process, so two stores never share one.
 
 xz packs a store that is kept (in docs/) to about half of gzip's size, and its artifacts (histories in ``.npz``
@@ -27,6 +27,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from cruxlab.store.connection import StoreError
+from cruxlab.store.empty_schema import schema_version
 from cruxlab.store.kinds import PACKED_SUFFIXES, sqlite_uri
 
 OPENERS = dict(zip(PACKED_SUFFIXES, (gzip.open, lzma.open)))
@@ -71,7 +72,9 @@ def unpack(packed: Path) -> str:
     packed = packed.resolve()
     if not packed.is_file():
         raise StoreError(f"no packed store at {packed}: give the path of an mlflow.db.gz or mlflow.db.xz")
-    folder = Path(tempfile.gettempdir()) / f"crux-packed-{_digest(packed)[:16]}"
+    # per version of MLflow's schema too: MLflow opening a store that lacks one of its tables migrates it in place,
+    # which would leave the copy unreadable by an older MLflow reading the same packed store
+    folder = Path(tempfile.gettempdir()) / f"crux-packed-{_digest(packed)[:16]}-{schema_version()}"
     store = folder / STORE_FILE
     if not store.is_file():
         try:

@@ -121,6 +121,7 @@ class Multirun(SweepParent, SweepClosing):
                 store = f"{error.store} failed: " if getattr(error, "store", None) else ""
                 raise SystemExit(f"{self.program}: {store}{masked(str(error))}") from None
             finally:
+                figure_process.close()  # the last job's figure is drawn: the jobs' writes are drained by then
                 self.reserve.release()
 
     # -- the jobs ------------------------------------------------------------------------------

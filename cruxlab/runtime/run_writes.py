@@ -160,8 +160,9 @@ class RunWrites:
         (where given; a job says its own, :meth:`_say_outcome`) to the writer. Where the process waits for the
         writer as the histories go, the figure is drawn meanwhile; otherwise after the summary, so that it does
         not share the interpreter with the next job's set-up."""
-        figure = self._figure = Beside(lambda: figure_process.draw(self._staged / STATS, self._staged / HISTORY_PLOT,
-                                                                   lambda: stats.plot(self._staged / HISTORY_PLOT)))
+        png = self._staged / HISTORY_PLOT
+        figure = self._figure = Beside(lambda: figure_process.draw_figure(self._staged / STATS, png,
+                                                                          lambda: stats.plot(png)))
 
         def histories() -> None:
             if self._writer.draining:
