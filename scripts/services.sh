@@ -11,8 +11,8 @@ service_arguments() {  # service_arguments USAGE ACTION DIR [MORE...]: sets acti
 usage() { echo "usage: $0 $usage_line" >&2; exit 2; }
 
 install_packages() {  # install_packages PACKAGE...: Debian's packages, the package lists refreshed if needed
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >/dev/null 2>&1 \
-        || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >/dev/null; }
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q "$@" >/dev/null 2>&1 \
+        || { apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q "$@" >/dev/null; }
 }
 
 free_port() {  # a TCP port free on 127.0.0.1 now

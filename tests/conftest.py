@@ -66,3 +66,17 @@ def environment_stays_in_its_test() -> Iterator[None]:
     if os.environ != before:
         os.environ.clear()
         os.environ.update(before)
+
+
+SERVICES = {"postgres", "empty_postgres_store", "postgres_store", "team_server", "ray_python", "ray_cluster", "slurm"}
+"""The session's fixtures that start a service of the machine (PostgreSQL, a Ray cluster, Slurm) or build a folder
+in the checkout (``.venv-ray``): one process of the suite may hold each."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Where the suite runs in several processes (pytest-xdist, ``-n 2 --dist loadgroup``): the tests of one file
+    run in one process, which computes the file's fixtures once, and every test that uses a service of the machine
+    runs in the same one."""
+    for item in items:
+        group = "services" if SERVICES & set(item.fixturenames) else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
