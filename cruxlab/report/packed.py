@@ -7,8 +7,8 @@ that folder fixed for this). So the archive beside a packed store (``mlartifacts
 the device check's ``reports.tgz``, which holds ``mlartifacts/``) is unpacked into the folder its experiments name, where it was made,
 files already there kept: the artifacts of several stores made there (a device check's calls) lie side by side.
 The store's file itself is unpacked into a folder of the temporary directory named by its content's hash and the
-version of MLflow's schema, never over another store's: one process may read several stores made in one place, and MLflow keeps the database it
-opened at an address for the life of the process, so two stores never share one.
+version of MLflow's schema, never over another store's: one process may read several stores made in one place,
+and MLflow keeps the database it opened at an address for the life of the process, so two stores never share one.
 
 xz packs a store that is kept (in docs/) to about half of gzip's size, and its artifacts (histories in ``.npz``
 files, alike from run to run) to a quarter: ``xz -9 mlflow.db`` and ``tar -cJf mlartifacts.tar.xz mlartifacts``.
