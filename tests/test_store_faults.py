@@ -91,7 +91,9 @@ def test_a_server_gone_for_good_ends_the_sweep_in_one_line_and_resume_completes_
 
     backend = f"sqlite:///{server_folder / 'runs.db'}"
     url = start("mlflow_server.sh", server_folder / "server", backend, "1")
-    process, seen = sweep(tmp_path, url, GONE), []
+    # the sweep's budget, not GONE's: with 3 s, under the load of the whole suite in two processes, job 1's line
+    # asserted below was once not said (its cause not yet found)
+    process, seen = sweep(tmp_path, url), []
     read_until(process, seen, TRAINING, times=2)  # job 1 trains
     read_until(process, seen, CLOSED)  # and job 0's results are written (while job 1 trains)
     server_stopped_once_opened(process, seen, server_folder, url, "1")  # job 1's run, created after them
