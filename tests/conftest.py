@@ -25,6 +25,19 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Write the bytecode of crux's own modules where Python keeps it (``__pycache__``, ignored by git): with
+    ``PYTHONDONTWRITEBYTECODE`` set and an editable install, every command a test starts would otherwise compile
+    from source the modules it imports (a sweep command about 130, 0.15-0.2 s on two cores)."""
+    import compileall
+
+    import crux
+    import cruxlab
+
+    for package in (crux, cruxlab):
+        compileall.compile_dir(Path(package.__file__).parent, quiet=1, workers=1)
+
+
 @pytest.fixture(scope="session")
 def empty_store(tmp_path_factory) -> Path:
     """A SQLite store with MLflow's schema, made as a crux command makes a new one (from crux's copy of MLflow's
