@@ -86,6 +86,7 @@ SERVICES = {"postgres", "empty_postgres_store", "postgres_store", "team_server",
 in the checkout (``.venv-ray``): one process of the suite may hold each."""
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups into the tests' ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Where the suite runs in several processes (pytest-xdist, ``-n 2 --dist loadgroup``): the tests of one file
     run in one process, which computes the file's fixtures once, and every test that uses a service of the machine
