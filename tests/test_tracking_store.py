@@ -3,7 +3,7 @@ the store and the fix; a new SQLite store gets its tables once however many proc
 experiment stays deleted."""
 from __future__ import annotations
 
-import os
+import random
 import sqlite3
 import subprocess
 import sys
@@ -35,9 +35,9 @@ def test_a_store_in_a_folder_that_cannot_hold_it_is_refused_before_anything_is_c
 
 
 @pytest.mark.parametrize("content, says", [
-    (os.urandom(8192), "(DatabaseError: file is not a database)"),
+    (random.Random(0).randbytes(8192), "(DatabaseError: file is not a database)"),
     (None, "(OperationalError: no such table: alembic_version)"),  # another application's SQLite database
-])
+], ids=["random-bytes", "another-database"])
 def test_a_file_that_is_not_an_mlflow_store_is_refused_and_left_as_it_was(tmp_path, content, says):
     path = tmp_path / "mlflow.db"
     if content is None:
