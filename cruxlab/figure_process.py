@@ -8,8 +8,8 @@ draws each figure it is handed from the job's ``stats.npz`` into the PNG beside 
 for it without holding the interpreter (:func:`draw_figure`). Until that process is ready, and wherever it cannot
 be started, dies, does not answer within :data:`FIGURE_SECONDS` or fails on a figure, the figure is drawn in this
 process as before: none is lost to it, and one that cannot be drawn fails here as it would have. The process ends
-with the sweep (:func:`close`), or with the sweep's process where that is killed (its input closed), and uses no
-device (``JAX_PLATFORMS=cpu``).
+with the sweep (:func:`close`: killed, with every figure answered), or with the sweep's process where that is
+killed (its input closed), and uses no device (``JAX_PLATFORMS=cpu``).
 
 Run as ``python -m cruxlab.figure_process`` (a module outside :mod:`cruxlab.runtime`, whose imports it does not
 need), it reads one request per line (JSON: the ``stats.npz`` and the PNG), answers ``ready`` once its imports are
@@ -99,20 +99,12 @@ class FigureProcess:
                 pass
 
     def close(self) -> None:
-        """End the process, if one runs: its input closed where it waits for it, else (still importing) killed."""
+        """End the process, if one runs, at once: every figure it was handed has its answer (a draw holds the lock
+        until then), so nothing is lost by killing it, and its interpreter's exit (its modules torn down, a few tenths
+        of a second) is not waited for."""
         with self._lock:
-            if self._process is None:
-                return
-            if self._is_ready():
-                self._process.stdin.close()
-                try:
-                    self._process.wait(FIGURE_SECONDS)
-                    self._process.stdout.close()
-                    self._process, self._ready = None, False
-                    return
-                except subprocess.TimeoutExpired:
-                    pass
-            self._stop()
+            if self._process is not None:
+                self._stop()
 
 
 _process = FigureProcess()

@@ -77,8 +77,9 @@ def test_it_ends_with_the_sweep_at_once_even_while_it_imports(tmp_path):
     process.close()  # still importing: killed, not waited for
     assert started.returncode == -9 and process._process is None
     process.start()
-    ready(process).close()  # waiting for a figure: its input closed, it returns
-    assert process._process is None
+    started = ready(process)._process
+    process.close()  # waiting for a figure, every figure answered: killed too, its interpreter's exit not waited for
+    assert started.returncode == -9 and process._process is None
 
 
 def test_it_ends_when_the_process_that_started_it_is_killed(tmp_path):
