@@ -28,7 +28,8 @@ jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Write the bytecode of crux's own modules where Python keeps it (``__pycache__``, ignored by git): with
     ``PYTHONDONTWRITEBYTECODE`` set and an editable install, every command a test starts would otherwise compile
-    from source the modules it imports (a sweep command about 130, 0.15-0.2 s on two cores)."""
+    from source every module of crux's it imports. Each process of a run in several processes does it too: a
+    file already written is skipped, and each is written whole (renamed into place), so none reads half of one."""
     import compileall
 
     import crux
