@@ -298,9 +298,11 @@ class RunWrites:
                 if self.job is not None and self.sweep_dir is not None and status == FINISHED:
                     _unwritten_jobs.setdefault(self.sweep_dir, set()).add(self.job)
                 if isinstance(failure, StoreFault) or self._run_id is None:
-                    if self.sweep_dir is not None and isinstance(failure, StoreFault):
-                        record_fault(self.sweep_dir, self._run_id, failure)
-                    self._keep(ended)
+                    try:
+                        if self.sweep_dir is not None and isinstance(failure, StoreFault):
+                            record_fault(self.sweep_dir, self._run_id, failure)
+                    finally:  # the results are kept whether the sweep's folder takes the record or not
+                        self._keep(ended)
                     if self.sweep_dir is None and isinstance(failure, StoreFault) and failure.store:
                         self._close_alone(failure, ended)
                     return  # the store is away: closed later, as for a job's own store fault
@@ -318,10 +320,12 @@ class RunWrites:
             log.info("run %s closed %s, its results written in %.2f s", self.run_id, status,
                      time.perf_counter() - start)
         except Exception as error:  # noqa: BLE001 - said; crux-report or a resumed sweep closes it later
-            if isinstance(error, StoreFault) and self.sweep_dir is not None:
-                record_fault(self.sweep_dir, self._run_id, error)  # no job starts, no write waits, after it
-            if isinstance(error, StoreFault):
-                self._keep(ended)
+            try:
+                if isinstance(error, StoreFault) and self.sweep_dir is not None:
+                    record_fault(self.sweep_dir, self._run_id, error)  # no job starts, no write waits, after it
+            finally:
+                if isinstance(error, StoreFault):
+                    self._keep(ended)
             if self.job is not None and self.sweep_dir is not None and status == FINISHED:
                 _unwritten_jobs.setdefault(self.sweep_dir, set()).add(self.job)  # its run is not FINISHED
             log.error("run %s could not be closed %s: %s", self.run_id, status, failure_line(error))

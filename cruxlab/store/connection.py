@@ -280,7 +280,7 @@ def writable_store(uri: str) -> MlflowClient:
         # a store that another process is making (its tables made in several steps) has not every table yet; it is
         # judged under the lock, once that process is done
         if not empty_schema.has_every_table(path):
-            with _locked(folder):
+            with locked_folder(folder):
                 if not empty_schema.has_every_table(path):
                     _has_tables(path, uri)  # a file that is no MLflow store is refused here
                     if not path.exists():
@@ -306,11 +306,16 @@ def _has_tables(path: Path, uri: str) -> bool:
 
 
 @contextmanager
-def _locked(folder: Path) -> Iterator[None]:
-    """Within: an exclusive lock on ``folder`` (held by one process at a time, released if it dies)."""
+def locked_folder(folder: Path) -> Iterator[None]:
+    """Within: an exclusive lock on ``folder`` (held by one process at a time, released if it dies; it takes no
+    room on the disk). A filesystem that locks no folder (NFS emulates ``flock`` with locks that need a file open
+    for writing) is used unlocked, as it would be without this lock."""
     handle = os.open(folder, os.O_RDONLY)
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except OSError as error:
+            log.debug("%s could not be locked (%s): used unlocked", folder, error)
         yield
     finally:
         os.close(handle)

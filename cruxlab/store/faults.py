@@ -39,7 +39,7 @@ from mlflow.exceptions import MlflowException
 from requests.exceptions import ConnectionError as RequestsConnectionError
 from requests.exceptions import Timeout
 
-from cruxlab.store.connection import HTTP_LIMITS, brief, request_deadline
+from cruxlab.store.connection import HTTP_LIMITS, brief, locked_folder, request_deadline
 from cruxlab.store.kinds import is_tracking_server, kind_of, sqlite_file
 from cruxlab.store.secrets import masked
 
@@ -68,7 +68,8 @@ QUIET_LOGGERS = ("mlflow.store.db.utils", "urllib3.connectionpool")
 
 _retrying = 0  # calls of this process waiting for the store now
 _retrying_lock = threading.Lock()
-_recording = threading.Lock()  # a job and the process's writer may record a fault at once
+_recording = threading.Lock()  # a job and the process's writer may record a fault at once (and other processes:
+# the jobs of a launcher's workers, the sweep's driver, each under the lock of the sweep's folder)
 
 
 class StoreFault(Exception):
@@ -259,9 +260,10 @@ class PatientClient:
 def record_fault(folder: Path, run_id: str | None, fault: str | StoreFault) -> None:
     """Write into the sweep's ``folder`` that a store failed (``fault``: its message, or the StoreFault, which may
     name the store), with the run it left open: into the room reserved for it (:func:`reserve_fault_record`), in
-    place, which a full disk takes, where it fits. The first fault recorded is the sweep's."""
+    place, which a full disk takes, where it fits. The first fault recorded is the sweep's. The processes of a
+    sweep (its driver, its launcher's workers) record one after another, none losing another's entry."""
     message, store = str(fault), getattr(fault, "store", None)
-    with _recording:
+    with _recording, locked_folder(folder):
         recorded = recorded_fault(folder) or {"message": message, "runs": {}, **({"store": store} if store else {})}
         if run_id:
             recorded["runs"][run_id] = message
@@ -271,7 +273,7 @@ def record_fault(folder: Path, run_id: str | None, fault: str | StoreFault) -> N
 def record_kept(folder: Path, job: int, where: Path) -> None:
     """Add to the fault recorded in the sweep's ``folder`` that job ``job``'s results are kept in ``where``, a
     folder outside it (:mod:`cruxlab.runtime.kept`: the sweep's own disk had no room for them)."""
-    with _recording:
+    with _recording, locked_folder(folder):
         recorded = recorded_fault(folder) or {"message": "", "runs": {}}
         recorded.setdefault("kept", {})[str(job)] = str(where)
         _write_record(folder, recorded)
