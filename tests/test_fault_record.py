@@ -39,7 +39,7 @@ def test_a_record_longer_than_the_room_or_without_one_is_written_whole(tmp_path)
 def _record_at_once(folder: Path, job: int, everyone_ready, errors) -> None:
     """In a process of its own: once every process is ready, record the fault of run ``run-<job>`` and that job's
     results kept beside the folder; an error goes into ``errors``."""
-    everyone_ready.wait()
+    everyone_ready.wait(timeout=120)  # a process that never came breaks the barrier: this one ends, failed
     try:
         record_fault(folder, f"run-{job}", f"fault {job}")
         record_kept(folder, job, folder.parent / f"kept-{job}")
@@ -50,18 +50,20 @@ def _record_at_once(folder: Path, job: int, everyone_ready, errors) -> None:
 def test_processes_recording_at_once_each_find_their_entry_and_none_fails(tmp_path):
     """Four processes released together into a freshly reserved record (a sweep's driver and its workers meeting
     one read-only folder at once), eight times: none raises, and every run and kept folder is in the record."""
-    forked = multiprocessing.get_context("fork")
+    context = multiprocessing.get_context("forkserver")  # not forked from this process, whose JAX runs threads
+    context.set_forkserver_preload(["pytest", "cruxlab.store.faults"])  # imported once, by the server
     for round_ in range(8):
         folder = tmp_path / str(round_)
         folder.mkdir()
         reserve_fault_record(folder)
-        everyone_ready, errors = forked.Barrier(4), forked.Queue()
-        processes = [forked.Process(target=_record_at_once, args=(folder, job, everyone_ready, errors))
+        everyone_ready, errors = context.Barrier(4), context.Queue()
+        processes = [context.Process(target=_record_at_once, args=(folder, job, everyone_ready, errors))
                      for job in range(4)]
         for process in processes:
             process.start()
         for process in processes:
-            process.join()
+            process.join(timeout=240)
+        assert [process.exitcode for process in processes] == [0] * 4
         assert errors.empty(), errors.get()
         recorded = recorded_fault(folder)
         assert recorded["message"] in {f"fault {job}" for job in range(4)}

@@ -41,7 +41,14 @@ def tracked(value: object) -> bool:
     return any(candidate is value for candidate in gc.get_objects())
 
 
-def test_the_first_job_freezes_what_exists_and_a_cycle_left_by_a_job_is_collected(monkeypatch):
+@pytest.fixture
+def unfrozen_after():
+    """The test process's objects back in the collector's generations once the test is done."""
+    yield
+    gc.unfreeze()
+
+
+def test_the_first_job_freezes_what_exists_and_a_cycle_left_by_a_job_is_collected(monkeypatch, unfrozen_after):
     monkeypatch.setattr(heap, "_frozen", False)  # as in a new process
     before = Node()
     heap.between_jobs()
@@ -55,7 +62,9 @@ def test_the_first_job_freezes_what_exists_and_a_cycle_left_by_a_job_is_collecte
     del left
     heap.between_jobs()
     assert gone() is None
-    assert tracked(kept) and gc.get_freeze_count() == frozen  # a later job freezes nothing
+    # a later job freezes nothing: ``kept`` is walked still, and no object joined the frozen ones (some of which
+    # another thread of the process may have freed meanwhile)
+    assert tracked(kept) and gc.get_freeze_count() <= frozen
 
 
 def test_what_is_made_while_lasting_is_frozen_and_the_collector_is_on_again():
